@@ -224,12 +224,29 @@ impl Machine<'_> {
                     }
                 }
             }
-            Op::Reduce { op, value, dim } => {
+            Op::Reduce { op, value, dim, run } => {
                 let from = &self.k.value(*value).shape;
                 let ext = from.extent(*dim).unwrap_or(1) as usize;
                 let step = from.stride(*dim);
                 let base = broadcast_map(shape, from);
-                base.iter().map(|b| (0..ext).fold(op.identity(), |acc, l| op.combine(acc, val(value)[b + l * step]))).collect()
+                let lanes = || (0..ext).step_by(*run as usize);
+                base.iter().map(|b| lanes().fold(op.identity(), |acc, l| op.combine(acc, val(value)[b + l * step]))).collect()
+            }
+            Op::RunReduce { op, value, dim, run } => {
+                let (src, run) = (val(value), *run as usize);
+                match shape.extent(*dim) {
+                    None => src.clone(),
+                    Some(e) => {
+                        let (s, e) = (shape.stride(*dim), e as usize);
+                        (0..n)
+                            .map(|i| {
+                                let lane = (i / s) % e;
+                                let first = i - (lane % run) * s;
+                                (0..run.min(e - (lane - lane % run))).fold(op.identity(), |acc, j| op.combine(acc, src[first + j * s]))
+                            })
+                            .collect()
+                    }
+                }
             }
             Op::ClusterReduce { op, value, .. } => {
                 let (exchange, rank) = self.cluster.expect("a cluster reduction runs in a clustered kernel");

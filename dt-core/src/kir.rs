@@ -91,11 +91,25 @@ pub enum Op {
         dim: DimId,
         fill: f32,
     },
-    /// Combines the lanes of `value` along `dim`.
+    /// Combines the lanes of `value` along `dim`: all of them where `run` is 1, else the first
+    /// lane of each run of `run` lanes, `value` being uniform in its runs (see
+    /// [`Op::RunReduce`]).
     Reduce {
         op: RedOp,
         value: ValueId,
         dim: DimId,
+        run: u32,
+    },
+    /// Every lane gets the combination of the lanes of its run along `dim`: runs of `run`
+    /// consecutive lanes from the start of the tile. A target may split the runs finer, down to
+    /// single lanes (where this is a copy), where its threads do not hold whole runs; it then
+    /// reads the runs of a [`Op::Reduce`] alike. What pass `online` builds on runs computes
+    /// the same statistics under any split, up to the order of additions.
+    RunReduce {
+        op: RedOp,
+        value: ValueId,
+        dim: DimId,
+        run: u32,
     },
     /// `value` combined over the programs of this program's cluster (`cluster(dim:N)`): each
     /// holds its partial over its own block of `dim`, and every program gets the combination of
@@ -123,7 +137,8 @@ impl Op {
             Op::Binary(b, x, y) => Op::Binary(b, f(x), f(y)),
             Op::Select(c, x, y) => Op::Select(f(c), f(x), f(y)),
             Op::MaskFill { value, dim, fill } => Op::MaskFill { value: f(value), dim, fill },
-            Op::Reduce { op, value, dim } => Op::Reduce { op, value: f(value), dim },
+            Op::Reduce { op, value, dim, run } => Op::Reduce { op, value: f(value), dim, run },
+            Op::RunReduce { op, value, dim, run } => Op::RunReduce { op, value: f(value), dim, run },
             Op::ClusterReduce { op, value, dim } => Op::ClusterReduce { op, value: f(value), dim },
             Op::Dot { a, b, dim } => Op::Dot { a: f(a), b: f(b), dim },
             leaf @ (Op::Const(_) | Op::Scalar(_) | Op::Index(_) | Op::Len(_) | Op::Load { .. } | Op::Var(_)) => leaf,
@@ -133,7 +148,11 @@ impl Op {
     /// The values the operation reads.
     pub fn operands(&self) -> Vec<ValueId> {
         match self {
-            Op::Unary(_, a) | Op::MaskFill { value: a, .. } | Op::Reduce { value: a, .. } | Op::ClusterReduce { value: a, .. } => {
+            Op::Unary(_, a)
+            | Op::MaskFill { value: a, .. }
+            | Op::Reduce { value: a, .. }
+            | Op::RunReduce { value: a, .. }
+            | Op::ClusterReduce { value: a, .. } => {
                 vec![*a]
             }
             Op::Binary(_, a, b) | Op::Dot { a, b, .. } => vec![*a, *b],
@@ -461,7 +480,9 @@ fn op_text(k: &Kernel, op: &Op) -> String {
         Op::Binary(b, x, y) => format!("{} {}, {}", b.name(), v(x), v(y)),
         Op::Select(c, x, y) => format!("select {}, {}, {}", v(c), v(x), v(y)),
         Op::MaskFill { value, dim, fill } => format!("mask {} along {} else {fill}", v(value), k.dim_name(*dim)),
-        Op::Reduce { op, value, dim } => format!("{} {} over {}", op.name(), v(value), k.dim_name(*dim)),
+        Op::Reduce { op, value, dim, run: 1 } => format!("{} {} over {}", op.name(), v(value), k.dim_name(*dim)),
+        Op::Reduce { op, value, dim, run } => format!("{} {} over {}, one lane per run of {run}", op.name(), v(value), k.dim_name(*dim)),
+        Op::RunReduce { op, value, dim, run } => format!("{} {} over runs of {run} along {}", op.name(), v(value), k.dim_name(*dim)),
         Op::ClusterReduce { op, value, dim } => format!("{} {} over the cluster along {}", op.name(), v(value), k.dim_name(*dim)),
         Op::Dot { a, b, dim } => format!("dot {}, {} over {}", v(a), v(b), k.dim_name(*dim)),
         Op::Var(var) => format!("read $acc{}", var.0),

@@ -248,7 +248,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                         for (long long l56 = 0; l56 < 1; l56++) {
                             for (long long l57 = 0; l57 < 64; l57++) {
                                 float a59 = (-INFINITY);
-                                for (long long r58 = 0; r58 < 64; r58++) a59 = fmaxf(a59, (arena + 111046)[l55 * 4096 + l56 * 4096 + l57 * 64 + r58 * 1]);
+                                for (long long r58 = 0; r58 < 64; r58 += 1) a59 = fmaxf(a59, (arena + 111046)[l55 * 4096 + l56 * 4096 + l57 * 64 + r58 * 1]);
                                 (arena + 20482)[l55 * 64 + l56 * 64 + l57] = a59;
                             }
                         }
@@ -408,7 +408,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                         for (long long l126 = 0; l126 < 1; l126++) {
                             for (long long l127 = 0; l127 < 64; l127++) {
                                 float a129 = 0e0f;
-                                for (long long r128 = 0; r128 < 64; r128++) a129 = a129 + (arena + 115142)[l125 * 4096 + l126 * 4096 + l127 * 64 + r128 * 1];
+                                for (long long r128 = 0; r128 < 64; r128 += 1) a129 = a129 + (arena + 115142)[l125 * 4096 + l126 * 4096 + l127 * 64 + r128 * 1];
                                 (arena + 49348)[l125 * 64 + l126 * 64 + l127] = a129;
                             }
                         }
@@ -767,7 +767,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                         for (long long l56 = 0; l56 < 1; l56++) {
                             for (long long l57 = 0; l57 < 64; l57++) {
                                 float a59 = (-INFINITY);
-                                for (long long r58 = 0; r58 < 64; r58++) a59 = fmaxf(a59, (arena + 111046)[l55 * 4096 + l56 * 4096 + l57 * 64 + r58 * 1]);
+                                for (long long r58 = 0; r58 < 64; r58 += 1) a59 = fmaxf(a59, (arena + 111046)[l55 * 4096 + l56 * 4096 + l57 * 64 + r58 * 1]);
                                 (arena + 20482)[l55 * 64 + l56 * 64 + l57] = a59;
                             }
                         }
@@ -927,7 +927,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                         for (long long l126 = 0; l126 < 1; l126++) {
                             for (long long l127 = 0; l127 < 64; l127++) {
                                 float a129 = 0e0f;
-                                for (long long r128 = 0; r128 < 64; r128++) a129 = a129 + (arena + 115142)[l125 * 4096 + l126 * 4096 + l127 * 64 + r128 * 1];
+                                for (long long r128 = 0; r128 < 64; r128 += 1) a129 = a129 + (arena + 115142)[l125 * 4096 + l126 * 4096 + l127 * 64 + r128 * 1];
                                 (arena + 49348)[l125 * 64 + l126 * 64 + l127] = a129;
                             }
                         }
@@ -1286,7 +1286,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                         for (long long l56 = 0; l56 < 1; l56++) {
                             for (long long l57 = 0; l57 < 64; l57++) {
                                 float a59 = (-INFINITY);
-                                for (long long r58 = 0; r58 < 64; r58++) a59 = fmaxf(a59, (arena + 111046)[l55 * 4096 + l56 * 4096 + l57 * 64 + r58 * 1]);
+                                for (long long r58 = 0; r58 < 64; r58 += 1) a59 = fmaxf(a59, (arena + 111046)[l55 * 4096 + l56 * 4096 + l57 * 64 + r58 * 1]);
                                 (arena + 20482)[l55 * 64 + l56 * 64 + l57] = a59;
                             }
                         }
@@ -1446,7 +1446,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                         for (long long l126 = 0; l126 < 1; l126++) {
                             for (long long l127 = 0; l127 < 64; l127++) {
                                 float a129 = 0e0f;
-                                for (long long r128 = 0; r128 < 64; r128++) a129 = a129 + (arena + 115142)[l125 * 4096 + l126 * 4096 + l127 * 64 + r128 * 1];
+                                for (long long r128 = 0; r128 < 64; r128 += 1) a129 = a129 + (arena + 115142)[l125 * 4096 + l126 * 4096 + l127 * 64 + r128 * 1];
                                 (arena + 49348)[l125 * 64 + l126 * 64 + l127] = a129;
                             }
                         }
@@ -1827,7 +1827,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                         for (long long l64 = 0; l64 < 1; l64++) {
                             for (long long l65 = 0; l65 < 64; l65++) {
                                 float a67 = (-INFINITY);
-                                for (long long r66 = 0; r66 < 64; r66++) a67 = fmaxf(a67, (arena + 136012)[l63 * 4096 + l64 * 4096 + l65 * 64 + r66 * 1]);
+                                for (long long r66 = 0; r66 < 64; r66 += 1) a67 = fmaxf(a67, (arena + 136012)[l63 * 4096 + l64 * 4096 + l65 * 64 + r66 * 1]);
                                 (arena + 28804)[l63 * 64 + l64 * 64 + l65] = a67;
                             }
                         }
@@ -2009,7 +2009,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                         for (long long l142 = 0; l142 < 1; l142++) {
                             for (long long l143 = 0; l143 < 64; l143++) {
                                 float a145 = 0e0f;
-                                for (long long r144 = 0; r144 < 64; r144++) a145 = a145 + (arena + 140108)[l141 * 4096 + l142 * 4096 + l143 * 64 + r144 * 1];
+                                for (long long r144 = 0; r144 < 64; r144 += 1) a145 = a145 + (arena + 140108)[l141 * 4096 + l142 * 4096 + l143 * 64 + r144 * 1];
                                 (arena + 65992)[l141 * 64 + l142 * 64 + l143] = a145;
                             }
                         }
@@ -2412,7 +2412,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                         for (long long l64 = 0; l64 < 1; l64++) {
                             for (long long l65 = 0; l65 < 64; l65++) {
                                 float a67 = (-INFINITY);
-                                for (long long r66 = 0; r66 < 64; r66++) a67 = fmaxf(a67, (arena + 136012)[l63 * 4096 + l64 * 4096 + l65 * 64 + r66 * 1]);
+                                for (long long r66 = 0; r66 < 64; r66 += 1) a67 = fmaxf(a67, (arena + 136012)[l63 * 4096 + l64 * 4096 + l65 * 64 + r66 * 1]);
                                 (arena + 28804)[l63 * 64 + l64 * 64 + l65] = a67;
                             }
                         }
@@ -2594,7 +2594,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                         for (long long l142 = 0; l142 < 1; l142++) {
                             for (long long l143 = 0; l143 < 64; l143++) {
                                 float a145 = 0e0f;
-                                for (long long r144 = 0; r144 < 64; r144++) a145 = a145 + (arena + 140108)[l141 * 4096 + l142 * 4096 + l143 * 64 + r144 * 1];
+                                for (long long r144 = 0; r144 < 64; r144 += 1) a145 = a145 + (arena + 140108)[l141 * 4096 + l142 * 4096 + l143 * 64 + r144 * 1];
                                 (arena + 65992)[l141 * 64 + l142 * 64 + l143] = a145;
                             }
                         }
@@ -2997,7 +2997,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                         for (long long l64 = 0; l64 < 1; l64++) {
                             for (long long l65 = 0; l65 < 64; l65++) {
                                 float a67 = (-INFINITY);
-                                for (long long r66 = 0; r66 < 64; r66++) a67 = fmaxf(a67, (arena + 136012)[l63 * 4096 + l64 * 4096 + l65 * 64 + r66 * 1]);
+                                for (long long r66 = 0; r66 < 64; r66 += 1) a67 = fmaxf(a67, (arena + 136012)[l63 * 4096 + l64 * 4096 + l65 * 64 + r66 * 1]);
                                 (arena + 28804)[l63 * 64 + l64 * 64 + l65] = a67;
                             }
                         }
@@ -3179,7 +3179,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                         for (long long l142 = 0; l142 < 1; l142++) {
                             for (long long l143 = 0; l143 < 64; l143++) {
                                 float a145 = 0e0f;
-                                for (long long r144 = 0; r144 < 64; r144++) a145 = a145 + (arena + 140108)[l141 * 4096 + l142 * 4096 + l143 * 64 + r144 * 1];
+                                for (long long r144 = 0; r144 < 64; r144 += 1) a145 = a145 + (arena + 140108)[l141 * 4096 + l142 * 4096 + l143 * 64 + r144 * 1];
                                 (arena + 65992)[l141 * 64 + l142 * 64 + l143] = a145;
                             }
                         }

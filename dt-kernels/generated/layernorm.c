@@ -116,7 +116,7 @@ void dt_layernorm_1k_16bit_f16(const dt_args* args, long long first, long long l
             }
             for (long long l5 = 0; l5 < 1; l5++) {
                 float a7 = 0e0f;
-                for (long long r6 = 0; r6 < 1024; r6++) a7 = a7 + (arena + 0)[l5 * 1024 + r6 * 1];
+                for (long long r6 = 0; r6 < 1024; r6 += 1) a7 = a7 + (arena + 0)[l5 * 1024 + r6 * 1];
                 (arena + 2048)[l5] = a7;
             }
             for (long long l8 = 0; l8 < 1; l8++) {
@@ -150,7 +150,7 @@ void dt_layernorm_1k_16bit_f16(const dt_args* args, long long first, long long l
             }
             for (long long l18 = 0; l18 < 1; l18++) {
                 float a20 = 0e0f;
-                for (long long r19 = 0; r19 < 1024; r19++) a20 = a20 + (arena + 7174)[l18 * 1024 + r19 * 1];
+                for (long long r19 = 0; r19 < 1024; r19 += 1) a20 = a20 + (arena + 7174)[l18 * 1024 + r19 * 1];
                 (arena + 8198)[l18] = a20;
             }
             for (long long l21 = 0; l21 < 1; l21++) {
@@ -231,7 +231,7 @@ void dt_layernorm_1k_16bit_bf16(const dt_args* args, long long first, long long 
             }
             for (long long l5 = 0; l5 < 1; l5++) {
                 float a7 = 0e0f;
-                for (long long r6 = 0; r6 < 1024; r6++) a7 = a7 + (arena + 0)[l5 * 1024 + r6 * 1];
+                for (long long r6 = 0; r6 < 1024; r6 += 1) a7 = a7 + (arena + 0)[l5 * 1024 + r6 * 1];
                 (arena + 2048)[l5] = a7;
             }
             for (long long l8 = 0; l8 < 1; l8++) {
@@ -265,7 +265,7 @@ void dt_layernorm_1k_16bit_bf16(const dt_args* args, long long first, long long 
             }
             for (long long l18 = 0; l18 < 1; l18++) {
                 float a20 = 0e0f;
-                for (long long r19 = 0; r19 < 1024; r19++) a20 = a20 + (arena + 7174)[l18 * 1024 + r19 * 1];
+                for (long long r19 = 0; r19 < 1024; r19 += 1) a20 = a20 + (arena + 7174)[l18 * 1024 + r19 * 1];
                 (arena + 8198)[l18] = a20;
             }
             for (long long l21 = 0; l21 < 1; l21++) {
@@ -346,7 +346,7 @@ void dt_layernorm_1k_f32(const dt_args* args, long long first, long long last) {
             }
             for (long long l5 = 0; l5 < 1; l5++) {
                 float a7 = 0e0f;
-                for (long long r6 = 0; r6 < 1024; r6++) a7 = a7 + (arena + 0)[l5 * 1024 + r6 * 1];
+                for (long long r6 = 0; r6 < 1024; r6 += 1) a7 = a7 + (arena + 0)[l5 * 1024 + r6 * 1];
                 (arena + 2048)[l5] = a7;
             }
             for (long long l8 = 0; l8 < 1; l8++) {
@@ -380,7 +380,7 @@ void dt_layernorm_1k_f32(const dt_args* args, long long first, long long last) {
             }
             for (long long l18 = 0; l18 < 1; l18++) {
                 float a20 = 0e0f;
-                for (long long r19 = 0; r19 < 1024; r19++) a20 = a20 + (arena + 7174)[l18 * 1024 + r19 * 1];
+                for (long long r19 = 0; r19 < 1024; r19 += 1) a20 = a20 + (arena + 7174)[l18 * 1024 + r19 * 1];
                 (arena + 8198)[l18] = a20;
             }
             for (long long l21 = 0; l21 < 1; l21++) {
@@ -461,7 +461,7 @@ void dt_layernorm_4k_f16(const dt_args* args, long long first, long long last) {
             }
             for (long long l5 = 0; l5 < 1; l5++) {
                 float a7 = 0e0f;
-                for (long long r6 = 0; r6 < 4096; r6++) a7 = a7 + (arena + 0)[l5 * 4096 + r6 * 1];
+                for (long long r6 = 0; r6 < 4096; r6 += 1) a7 = a7 + (arena + 0)[l5 * 4096 + r6 * 1];
                 (arena + 8192)[l5] = a7;
             }
             for (long long l8 = 0; l8 < 1; l8++) {
@@ -495,7 +495,7 @@ void dt_layernorm_4k_f16(const dt_args* args, long long first, long long last) {
             }
             for (long long l18 = 0; l18 < 1; l18++) {
                 float a20 = 0e0f;
-                for (long long r19 = 0; r19 < 4096; r19++) a20 = a20 + (arena + 28678)[l18 * 4096 + r19 * 1];
+                for (long long r19 = 0; r19 < 4096; r19 += 1) a20 = a20 + (arena + 28678)[l18 * 4096 + r19 * 1];
                 (arena + 32774)[l18] = a20;
             }
             for (long long l21 = 0; l21 < 1; l21++) {
@@ -576,7 +576,7 @@ void dt_layernorm_4k_bf16(const dt_args* args, long long first, long long last) 
             }
             for (long long l5 = 0; l5 < 1; l5++) {
                 float a7 = 0e0f;
-                for (long long r6 = 0; r6 < 4096; r6++) a7 = a7 + (arena + 0)[l5 * 4096 + r6 * 1];
+                for (long long r6 = 0; r6 < 4096; r6 += 1) a7 = a7 + (arena + 0)[l5 * 4096 + r6 * 1];
                 (arena + 8192)[l5] = a7;
             }
             for (long long l8 = 0; l8 < 1; l8++) {
@@ -610,7 +610,7 @@ void dt_layernorm_4k_bf16(const dt_args* args, long long first, long long last) 
             }
             for (long long l18 = 0; l18 < 1; l18++) {
                 float a20 = 0e0f;
-                for (long long r19 = 0; r19 < 4096; r19++) a20 = a20 + (arena + 28678)[l18 * 4096 + r19 * 1];
+                for (long long r19 = 0; r19 < 4096; r19 += 1) a20 = a20 + (arena + 28678)[l18 * 4096 + r19 * 1];
                 (arena + 32774)[l18] = a20;
             }
             for (long long l21 = 0; l21 < 1; l21++) {
@@ -691,7 +691,7 @@ void dt_layernorm_4k_f32(const dt_args* args, long long first, long long last) {
             }
             for (long long l5 = 0; l5 < 1; l5++) {
                 float a7 = 0e0f;
-                for (long long r6 = 0; r6 < 4096; r6++) a7 = a7 + (arena + 0)[l5 * 4096 + r6 * 1];
+                for (long long r6 = 0; r6 < 4096; r6 += 1) a7 = a7 + (arena + 0)[l5 * 4096 + r6 * 1];
                 (arena + 8192)[l5] = a7;
             }
             for (long long l8 = 0; l8 < 1; l8++) {
@@ -725,7 +725,7 @@ void dt_layernorm_4k_f32(const dt_args* args, long long first, long long last) {
             }
             for (long long l18 = 0; l18 < 1; l18++) {
                 float a20 = 0e0f;
-                for (long long r19 = 0; r19 < 4096; r19++) a20 = a20 + (arena + 28678)[l18 * 4096 + r19 * 1];
+                for (long long r19 = 0; r19 < 4096; r19 += 1) a20 = a20 + (arena + 28678)[l18 * 4096 + r19 * 1];
                 (arena + 32774)[l18] = a20;
             }
             for (long long l21 = 0; l21 < 1; l21++) {
@@ -806,7 +806,7 @@ void dt_layernorm_16k_f16(const dt_args* args, long long first, long long last) 
             }
             for (long long l5 = 0; l5 < 1; l5++) {
                 float a7 = 0e0f;
-                for (long long r6 = 0; r6 < 16384; r6++) a7 = a7 + (arena + 0)[l5 * 16384 + r6 * 1];
+                for (long long r6 = 0; r6 < 16384; r6 += 1) a7 = a7 + (arena + 0)[l5 * 16384 + r6 * 1];
                 (arena + 32768)[l5] = a7;
             }
             for (long long l8 = 0; l8 < 1; l8++) {
@@ -840,7 +840,7 @@ void dt_layernorm_16k_f16(const dt_args* args, long long first, long long last) 
             }
             for (long long l18 = 0; l18 < 1; l18++) {
                 float a20 = 0e0f;
-                for (long long r19 = 0; r19 < 16384; r19++) a20 = a20 + (arena + 114694)[l18 * 16384 + r19 * 1];
+                for (long long r19 = 0; r19 < 16384; r19 += 1) a20 = a20 + (arena + 114694)[l18 * 16384 + r19 * 1];
                 (arena + 131078)[l18] = a20;
             }
             for (long long l21 = 0; l21 < 1; l21++) {
@@ -921,7 +921,7 @@ void dt_layernorm_16k_bf16(const dt_args* args, long long first, long long last)
             }
             for (long long l5 = 0; l5 < 1; l5++) {
                 float a7 = 0e0f;
-                for (long long r6 = 0; r6 < 16384; r6++) a7 = a7 + (arena + 0)[l5 * 16384 + r6 * 1];
+                for (long long r6 = 0; r6 < 16384; r6 += 1) a7 = a7 + (arena + 0)[l5 * 16384 + r6 * 1];
                 (arena + 32768)[l5] = a7;
             }
             for (long long l8 = 0; l8 < 1; l8++) {
@@ -955,7 +955,7 @@ void dt_layernorm_16k_bf16(const dt_args* args, long long first, long long last)
             }
             for (long long l18 = 0; l18 < 1; l18++) {
                 float a20 = 0e0f;
-                for (long long r19 = 0; r19 < 16384; r19++) a20 = a20 + (arena + 114694)[l18 * 16384 + r19 * 1];
+                for (long long r19 = 0; r19 < 16384; r19 += 1) a20 = a20 + (arena + 114694)[l18 * 16384 + r19 * 1];
                 (arena + 131078)[l18] = a20;
             }
             for (long long l21 = 0; l21 < 1; l21++) {
@@ -1036,7 +1036,7 @@ void dt_layernorm_16k_f32(const dt_args* args, long long first, long long last) 
             }
             for (long long l5 = 0; l5 < 1; l5++) {
                 float a7 = 0e0f;
-                for (long long r6 = 0; r6 < 16384; r6++) a7 = a7 + (arena + 0)[l5 * 16384 + r6 * 1];
+                for (long long r6 = 0; r6 < 16384; r6 += 1) a7 = a7 + (arena + 0)[l5 * 16384 + r6 * 1];
                 (arena + 32768)[l5] = a7;
             }
             for (long long l8 = 0; l8 < 1; l8++) {
@@ -1070,7 +1070,7 @@ void dt_layernorm_16k_f32(const dt_args* args, long long first, long long last) 
             }
             for (long long l18 = 0; l18 < 1; l18++) {
                 float a20 = 0e0f;
-                for (long long r19 = 0; r19 < 16384; r19++) a20 = a20 + (arena + 114694)[l18 * 16384 + r19 * 1];
+                for (long long r19 = 0; r19 < 16384; r19 += 1) a20 = a20 + (arena + 114694)[l18 * 16384 + r19 * 1];
                 (arena + 131078)[l18] = a20;
             }
             for (long long l21 = 0; l21 < 1; l21++) {
@@ -1128,7 +1128,7 @@ void dt_layernorm_f16(const dt_args* args, long long first, long long last) {
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* W */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* B */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* layernorm */
-    float* arena = (float*)malloc(sizeof(float) * 344085);
+    float* arena = (float*)malloc(sizeof(float) * 622615);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1142,244 +1142,436 @@ void dt_layernorm_f16(const dt_args* args, long long first, long long last) {
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rsum identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 311313)[l2] = 0e0f;
+                (arena + 589843)[l2] = 0e0f;
             }
-            /* partial rsum over y, lane by lane */
+            /* partial rsum over y, by runs of 8 lanes */
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 8192; l4++) {
-                    (arena + 311317)[l3 * 8192 + l4] = 0e0f;
+                    (arena + 589847)[l3 * 8192 + l4] = 0e0f;
                 }
             }
             (arena + 16386)[0] = (float)s1;
             /* rsum identity */
             for (long long l5 = 0; l5 < 1; l5++) {
-                (arena + 311315)[l5] = 0e0f;
+                (arena + 589845)[l5] = 0e0f;
             }
-            /* partial rsum over y, lane by lane */
+            /* partial rsum over y, by runs of 8 lanes */
             for (long long l6 = 0; l6 < 1; l6++) {
                 for (long long l7 = 0; l7 < 8192; l7++) {
-                    (arena + 319509)[l6 * 8192 + l7] = 0e0f;
+                    (arena + 598039)[l6 * 8192 + l7] = 0e0f;
                 }
             }
-            /* lane count over y */
+            /* run count over y */
             for (long long l8 = 0; l8 < 1; l8++) {
                 for (long long l9 = 0; l9 < 8192; l9++) {
-                    (arena + 327701)[l8 * 8192 + l9] = 0e0f;
+                    (arena + 606231)[l8 * 8192 + l9] = 0e0f;
                 }
             }
-            /* lane running mean over y */
+            /* run running mean over y */
             for (long long l10 = 0; l10 < 1; l10++) {
                 for (long long l11 = 0; l11 < 8192; l11++) {
-                    (arena + 335893)[l10 * 8192 + l11] = 0e0f;
+                    (arena + 614423)[l10 * 8192 + l11] = 0e0f;
                 }
             }
             /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass */
-            for (long long o12 = 0; o12 < s1; o12 += 8192) {
+            for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
                 for (long long l13 = 0; l13 < 1; l13++) {
                     for (long long l14 = 0; l14 < 8192; l14++) {
-                        (arena + 139279)[l13 * 8192 + l14] = (arena + 327701)[l13 * 8192 + l14];
+                        (arena + 393233)[l13 * 8192 + l14] = (arena + 606231)[l13 * 8192 + l14];
                     }
                 }
                 for (long long l15 = 0; l15 < 1; l15++) {
                     for (long long l16 = 0; l16 < 8192; l16++) {
-                        (arena + 147471)[l15 * 8192 + l16] = (arena + 335893)[l15 * 8192 + l16];
+                        (arena + 401425)[l15 * 8192 + l16] = (arena + 614423)[l15 * 8192 + l16];
                     }
                 }
                 for (long long l17 = 0; l17 < 1; l17++) {
                     for (long long l18 = 0; l18 < 8192; l18++) {
-                        (arena + 0)[l17 * 8192 + l18] = (o1 + l17 < s0 && o12 + l18 < s1) ? dt_load_f16(in0[(o1 + l17) * args->input_strides[0][0] + (o12 + l18) * args->input_strides[0][1]]) : 0e0f;
+                        (arena + 409617)[l17 * 8192 + l18] = (o1 + l17 < s0 && o12 + l18 < s1) ? dt_load_f16(in0[(o1 + l17) * args->input_strides[0][0] + (o12 + l18) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l19 = 0; l19 < 1; l19++) {
                     for (long long l20 = 0; l20 < 8192; l20++) {
-                        (arena + 311317)[l19 * 8192 + l20] = (arena + 311317)[l19 * 8192 + l20] + (arena + 0)[l19 * 8192 + l20];
+                        const long long f23 = l20 - l20 % 8;
+                        float a22 = 0e0f;
+                        for (long long r21 = f23; r21 < f23 + 8 && r21 < 8192; r21++) a22 = a22 + (arena + 409617)[l19 * 8192 + l20 + (r21 - l20) * 1];
+                        (arena + 417809)[l19 * 8192 + l20] = a22;
                     }
                 }
-                for (long long l21 = 0; l21 < 8192; l21++) {
-                    (arena + 155663)[l21] = (float)(o12 + l21);
-                }
-                (arena + 163855)[0] = (float)s1;
-                for (long long l22 = 0; l22 < 8192; l22++) {
-                    (arena + 163856)[l22] = (((arena + 155663)[l22]) < ((arena + 163855)[0]) ? 1.0f : 0.0f);
-                }
-                for (long long l23 = 0; l23 < 1; l23++) {
-                    for (long long l24 = 0; l24 < 8192; l24++) {
-                        (arena + 172048)[l23 * 8192 + l24] = ((arena + 139279)[l23 * 8192 + l24] + (arena + 163856)[l24]);
+                for (long long l24 = 0; l24 < 1; l24++) {
+                    for (long long l25 = 0; l25 < 8192; l25++) {
+                        (arena + 589847)[l24 * 8192 + l25] = (arena + 589847)[l24 * 8192 + l25] + (arena + 417809)[l24 * 8192 + l25];
                     }
                 }
-                for (long long l25 = 0; l25 < 1; l25++) {
-                    for (long long l26 = 0; l26 < 8192; l26++) {
-                        (arena + 327701)[l25 * 8192 + l26] = (arena + 172048)[l25 * 8192 + l26];
+                for (long long l26 = 0; l26 < 8192; l26++) {
+                    (arena + 434194)[l26] = 1e0f;
+                }
+                for (long long l27 = 0; l27 < 8192; l27++) {
+                    const long long f30 = l27 - l27 % 8;
+                    float a29 = 0e0f;
+                    for (long long r28 = f30; r28 < f30 + 8 && r28 < 8192; r28++) a29 = a29 + (arena + 434194)[l27 + (r28 - l27) * 1];
+                    (arena + 442386)[l27] = a29;
+                }
+                (arena + 450578)[0] = 1e0f;
+                for (long long l31 = 0; l31 < 8192; l31++) {
+                    (arena + 450579)[l31] = fmaxf((arena + 442386)[l31], (arena + 450578)[0]);
+                }
+                for (long long l32 = 0; l32 < 1; l32++) {
+                    for (long long l33 = 0; l33 < 8192; l33++) {
+                        (arena + 458771)[l32 * 8192 + l33] = ((arena + 417809)[l32 * 8192 + l33] / (arena + 450579)[l33]);
                     }
                 }
-                (arena + 180240)[0] = 1e0f;
-                for (long long l27 = 0; l27 < 1; l27++) {
-                    for (long long l28 = 0; l28 < 8192; l28++) {
-                        (arena + 180241)[l27 * 8192 + l28] = fmaxf((arena + 172048)[l27 * 8192 + l28], (arena + 180240)[0]);
+                for (long long l34 = 0; l34 < 1; l34++) {
+                    for (long long l35 = 0; l35 < 8192; l35++) {
+                        (arena + 466963)[l34 * 8192 + l35] = ((arena + 409617)[l34 * 8192 + l35] - (arena + 458771)[l34 * 8192 + l35]);
                     }
                 }
-                for (long long l29 = 0; l29 < 1; l29++) {
-                    for (long long l30 = 0; l30 < 8192; l30++) {
-                        (arena + 188433)[l29 * 8192 + l30] = ((arena + 0)[l29 * 8192 + l30] - (arena + 147471)[l29 * 8192 + l30]);
+                for (long long l36 = 0; l36 < 1; l36++) {
+                    for (long long l37 = 0; l37 < 8192; l37++) {
+                        (arena + 475155)[l36 * 8192 + l37] = ((arena + 466963)[l36 * 8192 + l37] * (arena + 434194)[l37]);
                     }
                 }
-                for (long long l31 = 0; l31 < 1; l31++) {
-                    for (long long l32 = 0; l32 < 8192; l32++) {
-                        (arena + 196625)[l31 * 8192 + l32] = ((arena + 188433)[l31 * 8192 + l32] * (arena + 163856)[l32]);
+                for (long long l38 = 0; l38 < 1; l38++) {
+                    for (long long l39 = 0; l39 < 8192; l39++) {
+                        (arena + 483347)[l38 * 8192 + l39] = ((arena + 475155)[l38 * 8192 + l39] * (arena + 475155)[l38 * 8192 + l39]);
                     }
                 }
-                for (long long l33 = 0; l33 < 1; l33++) {
-                    for (long long l34 = 0; l34 < 8192; l34++) {
-                        (arena + 204817)[l33 * 8192 + l34] = ((arena + 196625)[l33 * 8192 + l34] / (arena + 180241)[l33 * 8192 + l34]);
-                    }
-                }
-                for (long long l35 = 0; l35 < 1; l35++) {
-                    for (long long l36 = 0; l36 < 8192; l36++) {
-                        (arena + 213009)[l35 * 8192 + l36] = ((arena + 147471)[l35 * 8192 + l36] + (arena + 204817)[l35 * 8192 + l36]);
-                    }
-                }
-                for (long long l37 = 0; l37 < 1; l37++) {
-                    for (long long l38 = 0; l38 < 8192; l38++) {
-                        (arena + 335893)[l37 * 8192 + l38] = (arena + 213009)[l37 * 8192 + l38];
-                    }
-                }
-                for (long long l39 = 0; l39 < 1; l39++) {
-                    for (long long l40 = 0; l40 < 8192; l40++) {
-                        (arena + 221201)[l39 * 8192 + l40] = ((arena + 0)[l39 * 8192 + l40] - (arena + 213009)[l39 * 8192 + l40]);
-                    }
-                }
-                for (long long l41 = 0; l41 < 1; l41++) {
-                    for (long long l42 = 0; l42 < 8192; l42++) {
-                        (arena + 229393)[l41 * 8192 + l42] = ((arena + 196625)[l41 * 8192 + l42] * (arena + 221201)[l41 * 8192 + l42]);
-                    }
-                }
-                for (long long l43 = 0; l43 < 1; l43++) {
-                    for (long long l44 = 0; l44 < 8192; l44++) {
-                        (arena + 237585)[l43 * 8192 + l44] = (arena + 319509)[l43 * 8192 + l44];
+                for (long long l40 = 0; l40 < 1; l40++) {
+                    for (long long l41 = 0; l41 < 8192; l41++) {
+                        const long long f44 = l41 - l41 % 8;
+                        float a43 = 0e0f;
+                        for (long long r42 = f44; r42 < f44 + 8 && r42 < 8192; r42++) a43 = a43 + (arena + 483347)[l40 * 8192 + l41 + (r42 - l41) * 1];
+                        (arena + 491539)[l40 * 8192 + l41] = a43;
                     }
                 }
                 for (long long l45 = 0; l45 < 1; l45++) {
                     for (long long l46 = 0; l46 < 8192; l46++) {
-                        (arena + 245777)[l45 * 8192 + l46] = ((arena + 237585)[l45 * 8192 + l46] + (arena + 229393)[l45 * 8192 + l46]);
+                        (arena + 499731)[l45 * 8192 + l46] = ((arena + 393233)[l45 * 8192 + l46] + (arena + 442386)[l46]);
                     }
                 }
                 for (long long l47 = 0; l47 < 1; l47++) {
                     for (long long l48 = 0; l48 < 8192; l48++) {
-                        (arena + 319509)[l47 * 8192 + l48] = (arena + 245777)[l47 * 8192 + l48];
+                        (arena + 606231)[l47 * 8192 + l48] = (arena + 499731)[l47 * 8192 + l48];
+                    }
+                }
+                for (long long l49 = 0; l49 < 1; l49++) {
+                    for (long long l50 = 0; l50 < 8192; l50++) {
+                        (arena + 507923)[l49 * 8192 + l50] = fmaxf((arena + 499731)[l49 * 8192 + l50], (arena + 450578)[0]);
+                    }
+                }
+                for (long long l51 = 0; l51 < 1; l51++) {
+                    for (long long l52 = 0; l52 < 8192; l52++) {
+                        (arena + 516115)[l51 * 8192 + l52] = ((arena + 442386)[l52] / (arena + 507923)[l51 * 8192 + l52]);
+                    }
+                }
+                for (long long l53 = 0; l53 < 1; l53++) {
+                    for (long long l54 = 0; l54 < 8192; l54++) {
+                        (arena + 524307)[l53 * 8192 + l54] = ((arena + 458771)[l53 * 8192 + l54] - (arena + 401425)[l53 * 8192 + l54]);
+                    }
+                }
+                for (long long l55 = 0; l55 < 1; l55++) {
+                    for (long long l56 = 0; l56 < 8192; l56++) {
+                        (arena + 532499)[l55 * 8192 + l56] = ((arena + 524307)[l55 * 8192 + l56] * (arena + 516115)[l55 * 8192 + l56]);
+                    }
+                }
+                for (long long l57 = 0; l57 < 1; l57++) {
+                    for (long long l58 = 0; l58 < 8192; l58++) {
+                        (arena + 540691)[l57 * 8192 + l58] = ((arena + 401425)[l57 * 8192 + l58] + (arena + 532499)[l57 * 8192 + l58]);
+                    }
+                }
+                for (long long l59 = 0; l59 < 1; l59++) {
+                    for (long long l60 = 0; l60 < 8192; l60++) {
+                        (arena + 614423)[l59 * 8192 + l60] = (arena + 540691)[l59 * 8192 + l60];
+                    }
+                }
+                for (long long l61 = 0; l61 < 1; l61++) {
+                    for (long long l62 = 0; l62 < 8192; l62++) {
+                        (arena + 548883)[l61 * 8192 + l62] = ((arena + 532499)[l61 * 8192 + l62] * (arena + 524307)[l61 * 8192 + l62]);
+                    }
+                }
+                for (long long l63 = 0; l63 < 1; l63++) {
+                    for (long long l64 = 0; l64 < 8192; l64++) {
+                        (arena + 557075)[l63 * 8192 + l64] = ((arena + 548883)[l63 * 8192 + l64] * (arena + 393233)[l63 * 8192 + l64]);
+                    }
+                }
+                for (long long l65 = 0; l65 < 1; l65++) {
+                    for (long long l66 = 0; l66 < 8192; l66++) {
+                        (arena + 565267)[l65 * 8192 + l66] = (arena + 598039)[l65 * 8192 + l66];
+                    }
+                }
+                for (long long l67 = 0; l67 < 1; l67++) {
+                    for (long long l68 = 0; l68 < 8192; l68++) {
+                        (arena + 573459)[l67 * 8192 + l68] = ((arena + 565267)[l67 * 8192 + l68] + (arena + 491539)[l67 * 8192 + l68]);
+                    }
+                }
+                for (long long l69 = 0; l69 < 1; l69++) {
+                    for (long long l70 = 0; l70 < 8192; l70++) {
+                        (arena + 581651)[l69 * 8192 + l70] = ((arena + 573459)[l69 * 8192 + l70] + (arena + 557075)[l69 * 8192 + l70]);
+                    }
+                }
+                for (long long l71 = 0; l71 < 1; l71++) {
+                    for (long long l72 = 0; l72 < 8192; l72++) {
+                        (arena + 598039)[l71 * 8192 + l72] = (arena + 581651)[l71 * 8192 + l72];
                     }
                 }
             }
-            for (long long l49 = 0; l49 < 1; l49++) {
-                for (long long l50 = 0; l50 < 8192; l50++) {
-                    (arena + 122895)[l49 * 8192 + l50] = (arena + 311317)[l49 * 8192 + l50];
+            /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass */
+            for (long long o73 = (s1 / 8192) * 8192; o73 < s1; o73 += 8192) {
+                for (long long l74 = 0; l74 < 1; l74++) {
+                    for (long long l75 = 0; l75 < 8192; l75++) {
+                        (arena + 139279)[l74 * 8192 + l75] = (arena + 606231)[l74 * 8192 + l75];
+                    }
                 }
-            }
-            for (long long l51 = 0; l51 < 1; l51++) {
-                float a53 = 0e0f;
-                for (long long r52 = 0; r52 < 8192; r52++) a53 = a53 + (arena + 122895)[l51 * 8192 + r52 * 1];
-                (arena + 16384)[l51] = a53;
-            }
-            for (long long l54 = 0; l54 < 1; l54++) {
-                (arena + 311313)[l54] = (arena + 311313)[l54] + (arena + 16384)[l54];
-            }
-            for (long long l55 = 0; l55 < 1; l55++) {
-                (arena + 16385)[l55] = (arena + 311313)[l55];
-            }
-            for (long long l56 = 0; l56 < 1; l56++) {
-                (arena + 16387)[l56] = ((arena + 16385)[l56] / (arena + 16386)[0]);
-            }
-            for (long long l57 = 0; l57 < 1; l57++) {
-                for (long long l58 = 0; l58 < 8192; l58++) {
-                    (arena + 253969)[l57 * 8192 + l58] = (arena + 319509)[l57 * 8192 + l58];
+                for (long long l76 = 0; l76 < 1; l76++) {
+                    for (long long l77 = 0; l77 < 8192; l77++) {
+                        (arena + 147471)[l76 * 8192 + l77] = (arena + 614423)[l76 * 8192 + l77];
+                    }
                 }
-            }
-            for (long long l59 = 0; l59 < 1; l59++) {
-                for (long long l60 = 0; l60 < 8192; l60++) {
-                    (arena + 262161)[l59 * 8192 + l60] = (arena + 327701)[l59 * 8192 + l60];
-                }
-            }
-            for (long long l61 = 0; l61 < 1; l61++) {
-                for (long long l62 = 0; l62 < 8192; l62++) {
-                    (arena + 270353)[l61 * 8192 + l62] = (arena + 335893)[l61 * 8192 + l62];
-                }
-            }
-            for (long long l63 = 0; l63 < 1; l63++) {
-                for (long long l64 = 0; l64 < 8192; l64++) {
-                    (arena + 278545)[l63 * 8192 + l64] = ((arena + 270353)[l63 * 8192 + l64] - (arena + 16387)[l63]);
-                }
-            }
-            for (long long l65 = 0; l65 < 1; l65++) {
-                for (long long l66 = 0; l66 < 8192; l66++) {
-                    (arena + 286737)[l65 * 8192 + l66] = ((arena + 278545)[l65 * 8192 + l66] * (arena + 278545)[l65 * 8192 + l66]);
-                }
-            }
-            for (long long l67 = 0; l67 < 1; l67++) {
-                for (long long l68 = 0; l68 < 8192; l68++) {
-                    (arena + 294929)[l67 * 8192 + l68] = ((arena + 262161)[l67 * 8192 + l68] * (arena + 286737)[l67 * 8192 + l68]);
-                }
-            }
-            for (long long l69 = 0; l69 < 1; l69++) {
-                for (long long l70 = 0; l70 < 8192; l70++) {
-                    (arena + 303121)[l69 * 8192 + l70] = ((arena + 253969)[l69 * 8192 + l70] + (arena + 294929)[l69 * 8192 + l70]);
-                }
-            }
-            for (long long l71 = 0; l71 < 1; l71++) {
-                float a73 = 0e0f;
-                for (long long r72 = 0; r72 < 8192; r72++) a73 = a73 + (arena + 303121)[l71 * 8192 + r72 * 1];
-                (arena + 65542)[l71] = a73;
-            }
-            for (long long l74 = 0; l74 < 1; l74++) {
-                (arena + 311315)[l74] = (arena + 311315)[l74] + (arena + 65542)[l74];
-            }
-            for (long long l75 = 0; l75 < 1; l75++) {
-                (arena + 65543)[l75] = (arena + 311315)[l75];
-            }
-            for (long long l76 = 0; l76 < 1; l76++) {
-                (arena + 65545)[l76] = ((arena + 65543)[l76] / (arena + 16386)[0]);
-            }
-            /* layernorm.tensorize(y:8192) num_stages(2) */
-            for (long long o77 = (dt_cdiv(s1, 8192) - 1) * 8192; o77 >= 0; o77 -= 8192) {
                 for (long long l78 = 0; l78 < 1; l78++) {
                     for (long long l79 = 0; l79 < 8192; l79++) {
-                        (arena + 65546)[l78 * 8192 + l79] = (o1 + l78 < s0 && o77 + l79 < s1) ? dt_load_f16(in0[(o1 + l78) * args->input_strides[0][0] + (o77 + l79) * args->input_strides[0][1]]) : 0e0f;
+                        (arena + 0)[l78 * 8192 + l79] = (o1 + l78 < s0 && o73 + l79 < s1) ? dt_load_f16(in0[(o1 + l78) * args->input_strides[0][0] + (o73 + l79) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l80 = 0; l80 < 1; l80++) {
                     for (long long l81 = 0; l81 < 8192; l81++) {
-                        (arena + 73739)[l80 * 8192 + l81] = ((arena + 65546)[l80 * 8192 + l81] - (arena + 16387)[l80]);
+                        const long long f84 = l81 - l81 % 8;
+                        float a83 = 0e0f;
+                        for (long long r82 = f84; r82 < f84 + 8 && r82 < 8192; r82++) a83 = a83 + (arena + 0)[l80 * 8192 + l81 + (r82 - l81) * 1];
+                        (arena + 155663)[l80 * 8192 + l81] = a83;
+                    }
+                }
+                for (long long l85 = 0; l85 < 1; l85++) {
+                    for (long long l86 = 0; l86 < 8192; l86++) {
+                        (arena + 589847)[l85 * 8192 + l86] = (arena + 589847)[l85 * 8192 + l86] + (arena + 155663)[l85 * 8192 + l86];
+                    }
+                }
+                for (long long l87 = 0; l87 < 8192; l87++) {
+                    (arena + 163855)[l87] = (float)(o73 + l87);
+                }
+                (arena + 172047)[0] = (float)s1;
+                for (long long l88 = 0; l88 < 8192; l88++) {
+                    (arena + 172048)[l88] = (((arena + 163855)[l88]) < ((arena + 172047)[0]) ? 1.0f : 0.0f);
+                }
+                for (long long l89 = 0; l89 < 8192; l89++) {
+                    const long long f92 = l89 - l89 % 8;
+                    float a91 = 0e0f;
+                    for (long long r90 = f92; r90 < f92 + 8 && r90 < 8192; r90++) a91 = a91 + (arena + 172048)[l89 + (r90 - l89) * 1];
+                    (arena + 180240)[l89] = a91;
+                }
+                (arena + 196624)[0] = 1e0f;
+                for (long long l93 = 0; l93 < 8192; l93++) {
+                    (arena + 196625)[l93] = fmaxf((arena + 180240)[l93], (arena + 196624)[0]);
+                }
+                for (long long l94 = 0; l94 < 1; l94++) {
+                    for (long long l95 = 0; l95 < 8192; l95++) {
+                        (arena + 204817)[l94 * 8192 + l95] = ((arena + 155663)[l94 * 8192 + l95] / (arena + 196625)[l95]);
+                    }
+                }
+                for (long long l96 = 0; l96 < 1; l96++) {
+                    for (long long l97 = 0; l97 < 8192; l97++) {
+                        (arena + 213009)[l96 * 8192 + l97] = ((arena + 0)[l96 * 8192 + l97] - (arena + 204817)[l96 * 8192 + l97]);
+                    }
+                }
+                for (long long l98 = 0; l98 < 1; l98++) {
+                    for (long long l99 = 0; l99 < 8192; l99++) {
+                        (arena + 221201)[l98 * 8192 + l99] = ((arena + 213009)[l98 * 8192 + l99] * (arena + 172048)[l99]);
+                    }
+                }
+                for (long long l100 = 0; l100 < 1; l100++) {
+                    for (long long l101 = 0; l101 < 8192; l101++) {
+                        (arena + 229393)[l100 * 8192 + l101] = ((arena + 221201)[l100 * 8192 + l101] * (arena + 221201)[l100 * 8192 + l101]);
+                    }
+                }
+                for (long long l102 = 0; l102 < 1; l102++) {
+                    for (long long l103 = 0; l103 < 8192; l103++) {
+                        const long long f106 = l103 - l103 % 8;
+                        float a105 = 0e0f;
+                        for (long long r104 = f106; r104 < f106 + 8 && r104 < 8192; r104++) a105 = a105 + (arena + 229393)[l102 * 8192 + l103 + (r104 - l103) * 1];
+                        (arena + 237585)[l102 * 8192 + l103] = a105;
+                    }
+                }
+                for (long long l107 = 0; l107 < 1; l107++) {
+                    for (long long l108 = 0; l108 < 8192; l108++) {
+                        (arena + 245777)[l107 * 8192 + l108] = ((arena + 139279)[l107 * 8192 + l108] + (arena + 180240)[l108]);
+                    }
+                }
+                for (long long l109 = 0; l109 < 1; l109++) {
+                    for (long long l110 = 0; l110 < 8192; l110++) {
+                        (arena + 606231)[l109 * 8192 + l110] = (arena + 245777)[l109 * 8192 + l110];
+                    }
+                }
+                for (long long l111 = 0; l111 < 1; l111++) {
+                    for (long long l112 = 0; l112 < 8192; l112++) {
+                        (arena + 253969)[l111 * 8192 + l112] = fmaxf((arena + 245777)[l111 * 8192 + l112], (arena + 196624)[0]);
+                    }
+                }
+                for (long long l113 = 0; l113 < 1; l113++) {
+                    for (long long l114 = 0; l114 < 8192; l114++) {
+                        (arena + 262161)[l113 * 8192 + l114] = ((arena + 180240)[l114] / (arena + 253969)[l113 * 8192 + l114]);
+                    }
+                }
+                for (long long l115 = 0; l115 < 1; l115++) {
+                    for (long long l116 = 0; l116 < 8192; l116++) {
+                        (arena + 270353)[l115 * 8192 + l116] = ((arena + 204817)[l115 * 8192 + l116] - (arena + 147471)[l115 * 8192 + l116]);
+                    }
+                }
+                for (long long l117 = 0; l117 < 1; l117++) {
+                    for (long long l118 = 0; l118 < 8192; l118++) {
+                        (arena + 278545)[l117 * 8192 + l118] = ((arena + 270353)[l117 * 8192 + l118] * (arena + 262161)[l117 * 8192 + l118]);
+                    }
+                }
+                for (long long l119 = 0; l119 < 1; l119++) {
+                    for (long long l120 = 0; l120 < 8192; l120++) {
+                        (arena + 286737)[l119 * 8192 + l120] = ((arena + 147471)[l119 * 8192 + l120] + (arena + 278545)[l119 * 8192 + l120]);
+                    }
+                }
+                for (long long l121 = 0; l121 < 1; l121++) {
+                    for (long long l122 = 0; l122 < 8192; l122++) {
+                        (arena + 614423)[l121 * 8192 + l122] = (arena + 286737)[l121 * 8192 + l122];
+                    }
+                }
+                for (long long l123 = 0; l123 < 1; l123++) {
+                    for (long long l124 = 0; l124 < 8192; l124++) {
+                        (arena + 294929)[l123 * 8192 + l124] = ((arena + 278545)[l123 * 8192 + l124] * (arena + 270353)[l123 * 8192 + l124]);
+                    }
+                }
+                for (long long l125 = 0; l125 < 1; l125++) {
+                    for (long long l126 = 0; l126 < 8192; l126++) {
+                        (arena + 303121)[l125 * 8192 + l126] = ((arena + 294929)[l125 * 8192 + l126] * (arena + 139279)[l125 * 8192 + l126]);
+                    }
+                }
+                for (long long l127 = 0; l127 < 1; l127++) {
+                    for (long long l128 = 0; l128 < 8192; l128++) {
+                        (arena + 311313)[l127 * 8192 + l128] = (arena + 598039)[l127 * 8192 + l128];
+                    }
+                }
+                for (long long l129 = 0; l129 < 1; l129++) {
+                    for (long long l130 = 0; l130 < 8192; l130++) {
+                        (arena + 319505)[l129 * 8192 + l130] = ((arena + 311313)[l129 * 8192 + l130] + (arena + 237585)[l129 * 8192 + l130]);
+                    }
+                }
+                for (long long l131 = 0; l131 < 1; l131++) {
+                    for (long long l132 = 0; l132 < 8192; l132++) {
+                        (arena + 327697)[l131 * 8192 + l132] = ((arena + 319505)[l131 * 8192 + l132] + (arena + 303121)[l131 * 8192 + l132]);
+                    }
+                }
+                for (long long l133 = 0; l133 < 1; l133++) {
+                    for (long long l134 = 0; l134 < 8192; l134++) {
+                        (arena + 598039)[l133 * 8192 + l134] = (arena + 327697)[l133 * 8192 + l134];
+                    }
+                }
+            }
+            for (long long l135 = 0; l135 < 1; l135++) {
+                for (long long l136 = 0; l136 < 8192; l136++) {
+                    (arena + 122895)[l135 * 8192 + l136] = (arena + 589847)[l135 * 8192 + l136];
+                }
+            }
+            for (long long l137 = 0; l137 < 1; l137++) {
+                float a139 = 0e0f;
+                for (long long r138 = 0; r138 < 8192; r138 += 8) a139 = a139 + (arena + 122895)[l137 * 8192 + r138 * 1];
+                (arena + 16384)[l137] = a139;
+            }
+            for (long long l140 = 0; l140 < 1; l140++) {
+                (arena + 589843)[l140] = (arena + 589843)[l140] + (arena + 16384)[l140];
+            }
+            for (long long l141 = 0; l141 < 1; l141++) {
+                (arena + 16385)[l141] = (arena + 589843)[l141];
+            }
+            for (long long l142 = 0; l142 < 1; l142++) {
+                (arena + 16387)[l142] = ((arena + 16385)[l142] / (arena + 16386)[0]);
+            }
+            for (long long l143 = 0; l143 < 1; l143++) {
+                for (long long l144 = 0; l144 < 8192; l144++) {
+                    (arena + 335889)[l143 * 8192 + l144] = (arena + 598039)[l143 * 8192 + l144];
+                }
+            }
+            for (long long l145 = 0; l145 < 1; l145++) {
+                for (long long l146 = 0; l146 < 8192; l146++) {
+                    (arena + 344081)[l145 * 8192 + l146] = (arena + 606231)[l145 * 8192 + l146];
+                }
+            }
+            for (long long l147 = 0; l147 < 1; l147++) {
+                for (long long l148 = 0; l148 < 8192; l148++) {
+                    (arena + 352273)[l147 * 8192 + l148] = (arena + 614423)[l147 * 8192 + l148];
+                }
+            }
+            for (long long l149 = 0; l149 < 1; l149++) {
+                for (long long l150 = 0; l150 < 8192; l150++) {
+                    (arena + 360465)[l149 * 8192 + l150] = ((arena + 352273)[l149 * 8192 + l150] - (arena + 16387)[l149]);
+                }
+            }
+            for (long long l151 = 0; l151 < 1; l151++) {
+                for (long long l152 = 0; l152 < 8192; l152++) {
+                    (arena + 368657)[l151 * 8192 + l152] = ((arena + 360465)[l151 * 8192 + l152] * (arena + 360465)[l151 * 8192 + l152]);
+                }
+            }
+            for (long long l153 = 0; l153 < 1; l153++) {
+                for (long long l154 = 0; l154 < 8192; l154++) {
+                    (arena + 376849)[l153 * 8192 + l154] = ((arena + 344081)[l153 * 8192 + l154] * (arena + 368657)[l153 * 8192 + l154]);
+                }
+            }
+            for (long long l155 = 0; l155 < 1; l155++) {
+                for (long long l156 = 0; l156 < 8192; l156++) {
+                    (arena + 385041)[l155 * 8192 + l156] = ((arena + 335889)[l155 * 8192 + l156] + (arena + 376849)[l155 * 8192 + l156]);
+                }
+            }
+            for (long long l157 = 0; l157 < 1; l157++) {
+                float a159 = 0e0f;
+                for (long long r158 = 0; r158 < 8192; r158 += 8) a159 = a159 + (arena + 385041)[l157 * 8192 + r158 * 1];
+                (arena + 65542)[l157] = a159;
+            }
+            for (long long l160 = 0; l160 < 1; l160++) {
+                (arena + 589845)[l160] = (arena + 589845)[l160] + (arena + 65542)[l160];
+            }
+            for (long long l161 = 0; l161 < 1; l161++) {
+                (arena + 65543)[l161] = (arena + 589845)[l161];
+            }
+            for (long long l162 = 0; l162 < 1; l162++) {
+                (arena + 65545)[l162] = ((arena + 65543)[l162] / (arena + 16386)[0]);
+            }
+            /* layernorm.tensorize(y:8192) num_stages(2) */
+            for (long long o163 = (dt_cdiv(s1, 8192) - 1) * 8192; o163 >= 0; o163 -= 8192) {
+                for (long long l164 = 0; l164 < 1; l164++) {
+                    for (long long l165 = 0; l165 < 8192; l165++) {
+                        (arena + 65546)[l164 * 8192 + l165] = (o1 + l164 < s0 && o163 + l165 < s1) ? dt_load_f16(in0[(o1 + l164) * args->input_strides[0][0] + (o163 + l165) * args->input_strides[0][1]]) : 0e0f;
+                    }
+                }
+                for (long long l166 = 0; l166 < 1; l166++) {
+                    for (long long l167 = 0; l167 < 8192; l167++) {
+                        (arena + 73739)[l166 * 8192 + l167] = ((arena + 65546)[l166 * 8192 + l167] - (arena + 16387)[l166]);
                     }
                 }
                 (arena + 81932)[0] = args->scalars[0];
-                for (long long l82 = 0; l82 < 1; l82++) {
-                    (arena + 81933)[l82] = ((arena + 65545)[l82] + (arena + 81932)[0]);
+                for (long long l168 = 0; l168 < 1; l168++) {
+                    (arena + 81933)[l168] = ((arena + 65545)[l168] + (arena + 81932)[0]);
                 }
-                for (long long l83 = 0; l83 < 1; l83++) {
-                    (arena + 81934)[l83] = dt_rsqrt((arena + 81933)[l83]);
+                for (long long l169 = 0; l169 < 1; l169++) {
+                    (arena + 81934)[l169] = dt_rsqrt((arena + 81933)[l169]);
                 }
-                for (long long l84 = 0; l84 < 1; l84++) {
-                    for (long long l85 = 0; l85 < 8192; l85++) {
-                        (arena + 81935)[l84 * 8192 + l85] = ((arena + 73739)[l84 * 8192 + l85] * (arena + 81934)[l84]);
+                for (long long l170 = 0; l170 < 1; l170++) {
+                    for (long long l171 = 0; l171 < 8192; l171++) {
+                        (arena + 81935)[l170 * 8192 + l171] = ((arena + 73739)[l170 * 8192 + l171] * (arena + 81934)[l170]);
                     }
                 }
-                for (long long l86 = 0; l86 < 8192; l86++) {
-                    (arena + 90127)[l86] = (o77 + l86 < s1) ? dt_load_f16(in1[(o77 + l86) * args->input_strides[1][0]]) : 0e0f;
+                for (long long l172 = 0; l172 < 8192; l172++) {
+                    (arena + 90127)[l172] = (o163 + l172 < s1) ? dt_load_f16(in1[(o163 + l172) * args->input_strides[1][0]]) : 0e0f;
                 }
-                for (long long l87 = 0; l87 < 1; l87++) {
-                    for (long long l88 = 0; l88 < 8192; l88++) {
-                        (arena + 98319)[l87 * 8192 + l88] = ((arena + 81935)[l87 * 8192 + l88] * (arena + 90127)[l88]);
+                for (long long l173 = 0; l173 < 1; l173++) {
+                    for (long long l174 = 0; l174 < 8192; l174++) {
+                        (arena + 98319)[l173 * 8192 + l174] = ((arena + 81935)[l173 * 8192 + l174] * (arena + 90127)[l174]);
                     }
                 }
-                for (long long l89 = 0; l89 < 8192; l89++) {
-                    (arena + 106511)[l89] = (o77 + l89 < s1) ? dt_load_f16(in2[(o77 + l89) * args->input_strides[2][0]]) : 0e0f;
+                for (long long l175 = 0; l175 < 8192; l175++) {
+                    (arena + 106511)[l175] = (o163 + l175 < s1) ? dt_load_f16(in2[(o163 + l175) * args->input_strides[2][0]]) : 0e0f;
                 }
-                for (long long l90 = 0; l90 < 1; l90++) {
-                    for (long long l91 = 0; l91 < 8192; l91++) {
-                        (arena + 114703)[l90 * 8192 + l91] = ((arena + 98319)[l90 * 8192 + l91] + (arena + 106511)[l91]);
+                for (long long l176 = 0; l176 < 1; l176++) {
+                    for (long long l177 = 0; l177 < 8192; l177++) {
+                        (arena + 114703)[l176 * 8192 + l177] = ((arena + 98319)[l176 * 8192 + l177] + (arena + 106511)[l177]);
                     }
                 }
-                for (long long l92 = 0; l92 < 1; l92++) {
-                    for (long long l93 = 0; l93 < 8192; l93++) {
-                        if (o1 + l92 < s0 && o77 + l93 < s1) out[(o1 + l92) * args->output_strides[0] + (o77 + l93) * args->output_strides[1]] = dt_store_f16((arena + 114703)[l92 * 8192 + l93]);
+                for (long long l178 = 0; l178 < 1; l178++) {
+                    for (long long l179 = 0; l179 < 8192; l179++) {
+                        if (o1 + l178 < s0 && o163 + l179 < s1) out[(o1 + l178) * args->output_strides[0] + (o163 + l179) * args->output_strides[1]] = dt_store_f16((arena + 114703)[l178 * 8192 + l179]);
                     }
                 }
             }
@@ -1396,7 +1588,7 @@ void dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* W */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* B */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* layernorm */
-    float* arena = (float*)malloc(sizeof(float) * 344085);
+    float* arena = (float*)malloc(sizeof(float) * 622615);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1410,244 +1602,436 @@ void dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rsum identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 311313)[l2] = 0e0f;
+                (arena + 589843)[l2] = 0e0f;
             }
-            /* partial rsum over y, lane by lane */
+            /* partial rsum over y, by runs of 8 lanes */
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 8192; l4++) {
-                    (arena + 311317)[l3 * 8192 + l4] = 0e0f;
+                    (arena + 589847)[l3 * 8192 + l4] = 0e0f;
                 }
             }
             (arena + 16386)[0] = (float)s1;
             /* rsum identity */
             for (long long l5 = 0; l5 < 1; l5++) {
-                (arena + 311315)[l5] = 0e0f;
+                (arena + 589845)[l5] = 0e0f;
             }
-            /* partial rsum over y, lane by lane */
+            /* partial rsum over y, by runs of 8 lanes */
             for (long long l6 = 0; l6 < 1; l6++) {
                 for (long long l7 = 0; l7 < 8192; l7++) {
-                    (arena + 319509)[l6 * 8192 + l7] = 0e0f;
+                    (arena + 598039)[l6 * 8192 + l7] = 0e0f;
                 }
             }
-            /* lane count over y */
+            /* run count over y */
             for (long long l8 = 0; l8 < 1; l8++) {
                 for (long long l9 = 0; l9 < 8192; l9++) {
-                    (arena + 327701)[l8 * 8192 + l9] = 0e0f;
+                    (arena + 606231)[l8 * 8192 + l9] = 0e0f;
                 }
             }
-            /* lane running mean over y */
+            /* run running mean over y */
             for (long long l10 = 0; l10 < 1; l10++) {
                 for (long long l11 = 0; l11 < 8192; l11++) {
-                    (arena + 335893)[l10 * 8192 + l11] = 0e0f;
+                    (arena + 614423)[l10 * 8192 + l11] = 0e0f;
                 }
             }
             /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass */
-            for (long long o12 = 0; o12 < s1; o12 += 8192) {
+            for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
                 for (long long l13 = 0; l13 < 1; l13++) {
                     for (long long l14 = 0; l14 < 8192; l14++) {
-                        (arena + 139279)[l13 * 8192 + l14] = (arena + 327701)[l13 * 8192 + l14];
+                        (arena + 393233)[l13 * 8192 + l14] = (arena + 606231)[l13 * 8192 + l14];
                     }
                 }
                 for (long long l15 = 0; l15 < 1; l15++) {
                     for (long long l16 = 0; l16 < 8192; l16++) {
-                        (arena + 147471)[l15 * 8192 + l16] = (arena + 335893)[l15 * 8192 + l16];
+                        (arena + 401425)[l15 * 8192 + l16] = (arena + 614423)[l15 * 8192 + l16];
                     }
                 }
                 for (long long l17 = 0; l17 < 1; l17++) {
                     for (long long l18 = 0; l18 < 8192; l18++) {
-                        (arena + 0)[l17 * 8192 + l18] = (o1 + l17 < s0 && o12 + l18 < s1) ? dt_load_bf16(in0[(o1 + l17) * args->input_strides[0][0] + (o12 + l18) * args->input_strides[0][1]]) : 0e0f;
+                        (arena + 409617)[l17 * 8192 + l18] = (o1 + l17 < s0 && o12 + l18 < s1) ? dt_load_bf16(in0[(o1 + l17) * args->input_strides[0][0] + (o12 + l18) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l19 = 0; l19 < 1; l19++) {
                     for (long long l20 = 0; l20 < 8192; l20++) {
-                        (arena + 311317)[l19 * 8192 + l20] = (arena + 311317)[l19 * 8192 + l20] + (arena + 0)[l19 * 8192 + l20];
+                        const long long f23 = l20 - l20 % 8;
+                        float a22 = 0e0f;
+                        for (long long r21 = f23; r21 < f23 + 8 && r21 < 8192; r21++) a22 = a22 + (arena + 409617)[l19 * 8192 + l20 + (r21 - l20) * 1];
+                        (arena + 417809)[l19 * 8192 + l20] = a22;
                     }
                 }
-                for (long long l21 = 0; l21 < 8192; l21++) {
-                    (arena + 155663)[l21] = (float)(o12 + l21);
-                }
-                (arena + 163855)[0] = (float)s1;
-                for (long long l22 = 0; l22 < 8192; l22++) {
-                    (arena + 163856)[l22] = (((arena + 155663)[l22]) < ((arena + 163855)[0]) ? 1.0f : 0.0f);
-                }
-                for (long long l23 = 0; l23 < 1; l23++) {
-                    for (long long l24 = 0; l24 < 8192; l24++) {
-                        (arena + 172048)[l23 * 8192 + l24] = ((arena + 139279)[l23 * 8192 + l24] + (arena + 163856)[l24]);
+                for (long long l24 = 0; l24 < 1; l24++) {
+                    for (long long l25 = 0; l25 < 8192; l25++) {
+                        (arena + 589847)[l24 * 8192 + l25] = (arena + 589847)[l24 * 8192 + l25] + (arena + 417809)[l24 * 8192 + l25];
                     }
                 }
-                for (long long l25 = 0; l25 < 1; l25++) {
-                    for (long long l26 = 0; l26 < 8192; l26++) {
-                        (arena + 327701)[l25 * 8192 + l26] = (arena + 172048)[l25 * 8192 + l26];
+                for (long long l26 = 0; l26 < 8192; l26++) {
+                    (arena + 434194)[l26] = 1e0f;
+                }
+                for (long long l27 = 0; l27 < 8192; l27++) {
+                    const long long f30 = l27 - l27 % 8;
+                    float a29 = 0e0f;
+                    for (long long r28 = f30; r28 < f30 + 8 && r28 < 8192; r28++) a29 = a29 + (arena + 434194)[l27 + (r28 - l27) * 1];
+                    (arena + 442386)[l27] = a29;
+                }
+                (arena + 450578)[0] = 1e0f;
+                for (long long l31 = 0; l31 < 8192; l31++) {
+                    (arena + 450579)[l31] = fmaxf((arena + 442386)[l31], (arena + 450578)[0]);
+                }
+                for (long long l32 = 0; l32 < 1; l32++) {
+                    for (long long l33 = 0; l33 < 8192; l33++) {
+                        (arena + 458771)[l32 * 8192 + l33] = ((arena + 417809)[l32 * 8192 + l33] / (arena + 450579)[l33]);
                     }
                 }
-                (arena + 180240)[0] = 1e0f;
-                for (long long l27 = 0; l27 < 1; l27++) {
-                    for (long long l28 = 0; l28 < 8192; l28++) {
-                        (arena + 180241)[l27 * 8192 + l28] = fmaxf((arena + 172048)[l27 * 8192 + l28], (arena + 180240)[0]);
+                for (long long l34 = 0; l34 < 1; l34++) {
+                    for (long long l35 = 0; l35 < 8192; l35++) {
+                        (arena + 466963)[l34 * 8192 + l35] = ((arena + 409617)[l34 * 8192 + l35] - (arena + 458771)[l34 * 8192 + l35]);
                     }
                 }
-                for (long long l29 = 0; l29 < 1; l29++) {
-                    for (long long l30 = 0; l30 < 8192; l30++) {
-                        (arena + 188433)[l29 * 8192 + l30] = ((arena + 0)[l29 * 8192 + l30] - (arena + 147471)[l29 * 8192 + l30]);
+                for (long long l36 = 0; l36 < 1; l36++) {
+                    for (long long l37 = 0; l37 < 8192; l37++) {
+                        (arena + 475155)[l36 * 8192 + l37] = ((arena + 466963)[l36 * 8192 + l37] * (arena + 434194)[l37]);
                     }
                 }
-                for (long long l31 = 0; l31 < 1; l31++) {
-                    for (long long l32 = 0; l32 < 8192; l32++) {
-                        (arena + 196625)[l31 * 8192 + l32] = ((arena + 188433)[l31 * 8192 + l32] * (arena + 163856)[l32]);
+                for (long long l38 = 0; l38 < 1; l38++) {
+                    for (long long l39 = 0; l39 < 8192; l39++) {
+                        (arena + 483347)[l38 * 8192 + l39] = ((arena + 475155)[l38 * 8192 + l39] * (arena + 475155)[l38 * 8192 + l39]);
                     }
                 }
-                for (long long l33 = 0; l33 < 1; l33++) {
-                    for (long long l34 = 0; l34 < 8192; l34++) {
-                        (arena + 204817)[l33 * 8192 + l34] = ((arena + 196625)[l33 * 8192 + l34] / (arena + 180241)[l33 * 8192 + l34]);
-                    }
-                }
-                for (long long l35 = 0; l35 < 1; l35++) {
-                    for (long long l36 = 0; l36 < 8192; l36++) {
-                        (arena + 213009)[l35 * 8192 + l36] = ((arena + 147471)[l35 * 8192 + l36] + (arena + 204817)[l35 * 8192 + l36]);
-                    }
-                }
-                for (long long l37 = 0; l37 < 1; l37++) {
-                    for (long long l38 = 0; l38 < 8192; l38++) {
-                        (arena + 335893)[l37 * 8192 + l38] = (arena + 213009)[l37 * 8192 + l38];
-                    }
-                }
-                for (long long l39 = 0; l39 < 1; l39++) {
-                    for (long long l40 = 0; l40 < 8192; l40++) {
-                        (arena + 221201)[l39 * 8192 + l40] = ((arena + 0)[l39 * 8192 + l40] - (arena + 213009)[l39 * 8192 + l40]);
-                    }
-                }
-                for (long long l41 = 0; l41 < 1; l41++) {
-                    for (long long l42 = 0; l42 < 8192; l42++) {
-                        (arena + 229393)[l41 * 8192 + l42] = ((arena + 196625)[l41 * 8192 + l42] * (arena + 221201)[l41 * 8192 + l42]);
-                    }
-                }
-                for (long long l43 = 0; l43 < 1; l43++) {
-                    for (long long l44 = 0; l44 < 8192; l44++) {
-                        (arena + 237585)[l43 * 8192 + l44] = (arena + 319509)[l43 * 8192 + l44];
+                for (long long l40 = 0; l40 < 1; l40++) {
+                    for (long long l41 = 0; l41 < 8192; l41++) {
+                        const long long f44 = l41 - l41 % 8;
+                        float a43 = 0e0f;
+                        for (long long r42 = f44; r42 < f44 + 8 && r42 < 8192; r42++) a43 = a43 + (arena + 483347)[l40 * 8192 + l41 + (r42 - l41) * 1];
+                        (arena + 491539)[l40 * 8192 + l41] = a43;
                     }
                 }
                 for (long long l45 = 0; l45 < 1; l45++) {
                     for (long long l46 = 0; l46 < 8192; l46++) {
-                        (arena + 245777)[l45 * 8192 + l46] = ((arena + 237585)[l45 * 8192 + l46] + (arena + 229393)[l45 * 8192 + l46]);
+                        (arena + 499731)[l45 * 8192 + l46] = ((arena + 393233)[l45 * 8192 + l46] + (arena + 442386)[l46]);
                     }
                 }
                 for (long long l47 = 0; l47 < 1; l47++) {
                     for (long long l48 = 0; l48 < 8192; l48++) {
-                        (arena + 319509)[l47 * 8192 + l48] = (arena + 245777)[l47 * 8192 + l48];
+                        (arena + 606231)[l47 * 8192 + l48] = (arena + 499731)[l47 * 8192 + l48];
+                    }
+                }
+                for (long long l49 = 0; l49 < 1; l49++) {
+                    for (long long l50 = 0; l50 < 8192; l50++) {
+                        (arena + 507923)[l49 * 8192 + l50] = fmaxf((arena + 499731)[l49 * 8192 + l50], (arena + 450578)[0]);
+                    }
+                }
+                for (long long l51 = 0; l51 < 1; l51++) {
+                    for (long long l52 = 0; l52 < 8192; l52++) {
+                        (arena + 516115)[l51 * 8192 + l52] = ((arena + 442386)[l52] / (arena + 507923)[l51 * 8192 + l52]);
+                    }
+                }
+                for (long long l53 = 0; l53 < 1; l53++) {
+                    for (long long l54 = 0; l54 < 8192; l54++) {
+                        (arena + 524307)[l53 * 8192 + l54] = ((arena + 458771)[l53 * 8192 + l54] - (arena + 401425)[l53 * 8192 + l54]);
+                    }
+                }
+                for (long long l55 = 0; l55 < 1; l55++) {
+                    for (long long l56 = 0; l56 < 8192; l56++) {
+                        (arena + 532499)[l55 * 8192 + l56] = ((arena + 524307)[l55 * 8192 + l56] * (arena + 516115)[l55 * 8192 + l56]);
+                    }
+                }
+                for (long long l57 = 0; l57 < 1; l57++) {
+                    for (long long l58 = 0; l58 < 8192; l58++) {
+                        (arena + 540691)[l57 * 8192 + l58] = ((arena + 401425)[l57 * 8192 + l58] + (arena + 532499)[l57 * 8192 + l58]);
+                    }
+                }
+                for (long long l59 = 0; l59 < 1; l59++) {
+                    for (long long l60 = 0; l60 < 8192; l60++) {
+                        (arena + 614423)[l59 * 8192 + l60] = (arena + 540691)[l59 * 8192 + l60];
+                    }
+                }
+                for (long long l61 = 0; l61 < 1; l61++) {
+                    for (long long l62 = 0; l62 < 8192; l62++) {
+                        (arena + 548883)[l61 * 8192 + l62] = ((arena + 532499)[l61 * 8192 + l62] * (arena + 524307)[l61 * 8192 + l62]);
+                    }
+                }
+                for (long long l63 = 0; l63 < 1; l63++) {
+                    for (long long l64 = 0; l64 < 8192; l64++) {
+                        (arena + 557075)[l63 * 8192 + l64] = ((arena + 548883)[l63 * 8192 + l64] * (arena + 393233)[l63 * 8192 + l64]);
+                    }
+                }
+                for (long long l65 = 0; l65 < 1; l65++) {
+                    for (long long l66 = 0; l66 < 8192; l66++) {
+                        (arena + 565267)[l65 * 8192 + l66] = (arena + 598039)[l65 * 8192 + l66];
+                    }
+                }
+                for (long long l67 = 0; l67 < 1; l67++) {
+                    for (long long l68 = 0; l68 < 8192; l68++) {
+                        (arena + 573459)[l67 * 8192 + l68] = ((arena + 565267)[l67 * 8192 + l68] + (arena + 491539)[l67 * 8192 + l68]);
+                    }
+                }
+                for (long long l69 = 0; l69 < 1; l69++) {
+                    for (long long l70 = 0; l70 < 8192; l70++) {
+                        (arena + 581651)[l69 * 8192 + l70] = ((arena + 573459)[l69 * 8192 + l70] + (arena + 557075)[l69 * 8192 + l70]);
+                    }
+                }
+                for (long long l71 = 0; l71 < 1; l71++) {
+                    for (long long l72 = 0; l72 < 8192; l72++) {
+                        (arena + 598039)[l71 * 8192 + l72] = (arena + 581651)[l71 * 8192 + l72];
                     }
                 }
             }
-            for (long long l49 = 0; l49 < 1; l49++) {
-                for (long long l50 = 0; l50 < 8192; l50++) {
-                    (arena + 122895)[l49 * 8192 + l50] = (arena + 311317)[l49 * 8192 + l50];
+            /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass */
+            for (long long o73 = (s1 / 8192) * 8192; o73 < s1; o73 += 8192) {
+                for (long long l74 = 0; l74 < 1; l74++) {
+                    for (long long l75 = 0; l75 < 8192; l75++) {
+                        (arena + 139279)[l74 * 8192 + l75] = (arena + 606231)[l74 * 8192 + l75];
+                    }
                 }
-            }
-            for (long long l51 = 0; l51 < 1; l51++) {
-                float a53 = 0e0f;
-                for (long long r52 = 0; r52 < 8192; r52++) a53 = a53 + (arena + 122895)[l51 * 8192 + r52 * 1];
-                (arena + 16384)[l51] = a53;
-            }
-            for (long long l54 = 0; l54 < 1; l54++) {
-                (arena + 311313)[l54] = (arena + 311313)[l54] + (arena + 16384)[l54];
-            }
-            for (long long l55 = 0; l55 < 1; l55++) {
-                (arena + 16385)[l55] = (arena + 311313)[l55];
-            }
-            for (long long l56 = 0; l56 < 1; l56++) {
-                (arena + 16387)[l56] = ((arena + 16385)[l56] / (arena + 16386)[0]);
-            }
-            for (long long l57 = 0; l57 < 1; l57++) {
-                for (long long l58 = 0; l58 < 8192; l58++) {
-                    (arena + 253969)[l57 * 8192 + l58] = (arena + 319509)[l57 * 8192 + l58];
+                for (long long l76 = 0; l76 < 1; l76++) {
+                    for (long long l77 = 0; l77 < 8192; l77++) {
+                        (arena + 147471)[l76 * 8192 + l77] = (arena + 614423)[l76 * 8192 + l77];
+                    }
                 }
-            }
-            for (long long l59 = 0; l59 < 1; l59++) {
-                for (long long l60 = 0; l60 < 8192; l60++) {
-                    (arena + 262161)[l59 * 8192 + l60] = (arena + 327701)[l59 * 8192 + l60];
-                }
-            }
-            for (long long l61 = 0; l61 < 1; l61++) {
-                for (long long l62 = 0; l62 < 8192; l62++) {
-                    (arena + 270353)[l61 * 8192 + l62] = (arena + 335893)[l61 * 8192 + l62];
-                }
-            }
-            for (long long l63 = 0; l63 < 1; l63++) {
-                for (long long l64 = 0; l64 < 8192; l64++) {
-                    (arena + 278545)[l63 * 8192 + l64] = ((arena + 270353)[l63 * 8192 + l64] - (arena + 16387)[l63]);
-                }
-            }
-            for (long long l65 = 0; l65 < 1; l65++) {
-                for (long long l66 = 0; l66 < 8192; l66++) {
-                    (arena + 286737)[l65 * 8192 + l66] = ((arena + 278545)[l65 * 8192 + l66] * (arena + 278545)[l65 * 8192 + l66]);
-                }
-            }
-            for (long long l67 = 0; l67 < 1; l67++) {
-                for (long long l68 = 0; l68 < 8192; l68++) {
-                    (arena + 294929)[l67 * 8192 + l68] = ((arena + 262161)[l67 * 8192 + l68] * (arena + 286737)[l67 * 8192 + l68]);
-                }
-            }
-            for (long long l69 = 0; l69 < 1; l69++) {
-                for (long long l70 = 0; l70 < 8192; l70++) {
-                    (arena + 303121)[l69 * 8192 + l70] = ((arena + 253969)[l69 * 8192 + l70] + (arena + 294929)[l69 * 8192 + l70]);
-                }
-            }
-            for (long long l71 = 0; l71 < 1; l71++) {
-                float a73 = 0e0f;
-                for (long long r72 = 0; r72 < 8192; r72++) a73 = a73 + (arena + 303121)[l71 * 8192 + r72 * 1];
-                (arena + 65542)[l71] = a73;
-            }
-            for (long long l74 = 0; l74 < 1; l74++) {
-                (arena + 311315)[l74] = (arena + 311315)[l74] + (arena + 65542)[l74];
-            }
-            for (long long l75 = 0; l75 < 1; l75++) {
-                (arena + 65543)[l75] = (arena + 311315)[l75];
-            }
-            for (long long l76 = 0; l76 < 1; l76++) {
-                (arena + 65545)[l76] = ((arena + 65543)[l76] / (arena + 16386)[0]);
-            }
-            /* layernorm.tensorize(y:8192) num_stages(2) */
-            for (long long o77 = (dt_cdiv(s1, 8192) - 1) * 8192; o77 >= 0; o77 -= 8192) {
                 for (long long l78 = 0; l78 < 1; l78++) {
                     for (long long l79 = 0; l79 < 8192; l79++) {
-                        (arena + 65546)[l78 * 8192 + l79] = (o1 + l78 < s0 && o77 + l79 < s1) ? dt_load_bf16(in0[(o1 + l78) * args->input_strides[0][0] + (o77 + l79) * args->input_strides[0][1]]) : 0e0f;
+                        (arena + 0)[l78 * 8192 + l79] = (o1 + l78 < s0 && o73 + l79 < s1) ? dt_load_bf16(in0[(o1 + l78) * args->input_strides[0][0] + (o73 + l79) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l80 = 0; l80 < 1; l80++) {
                     for (long long l81 = 0; l81 < 8192; l81++) {
-                        (arena + 73739)[l80 * 8192 + l81] = ((arena + 65546)[l80 * 8192 + l81] - (arena + 16387)[l80]);
+                        const long long f84 = l81 - l81 % 8;
+                        float a83 = 0e0f;
+                        for (long long r82 = f84; r82 < f84 + 8 && r82 < 8192; r82++) a83 = a83 + (arena + 0)[l80 * 8192 + l81 + (r82 - l81) * 1];
+                        (arena + 155663)[l80 * 8192 + l81] = a83;
+                    }
+                }
+                for (long long l85 = 0; l85 < 1; l85++) {
+                    for (long long l86 = 0; l86 < 8192; l86++) {
+                        (arena + 589847)[l85 * 8192 + l86] = (arena + 589847)[l85 * 8192 + l86] + (arena + 155663)[l85 * 8192 + l86];
+                    }
+                }
+                for (long long l87 = 0; l87 < 8192; l87++) {
+                    (arena + 163855)[l87] = (float)(o73 + l87);
+                }
+                (arena + 172047)[0] = (float)s1;
+                for (long long l88 = 0; l88 < 8192; l88++) {
+                    (arena + 172048)[l88] = (((arena + 163855)[l88]) < ((arena + 172047)[0]) ? 1.0f : 0.0f);
+                }
+                for (long long l89 = 0; l89 < 8192; l89++) {
+                    const long long f92 = l89 - l89 % 8;
+                    float a91 = 0e0f;
+                    for (long long r90 = f92; r90 < f92 + 8 && r90 < 8192; r90++) a91 = a91 + (arena + 172048)[l89 + (r90 - l89) * 1];
+                    (arena + 180240)[l89] = a91;
+                }
+                (arena + 196624)[0] = 1e0f;
+                for (long long l93 = 0; l93 < 8192; l93++) {
+                    (arena + 196625)[l93] = fmaxf((arena + 180240)[l93], (arena + 196624)[0]);
+                }
+                for (long long l94 = 0; l94 < 1; l94++) {
+                    for (long long l95 = 0; l95 < 8192; l95++) {
+                        (arena + 204817)[l94 * 8192 + l95] = ((arena + 155663)[l94 * 8192 + l95] / (arena + 196625)[l95]);
+                    }
+                }
+                for (long long l96 = 0; l96 < 1; l96++) {
+                    for (long long l97 = 0; l97 < 8192; l97++) {
+                        (arena + 213009)[l96 * 8192 + l97] = ((arena + 0)[l96 * 8192 + l97] - (arena + 204817)[l96 * 8192 + l97]);
+                    }
+                }
+                for (long long l98 = 0; l98 < 1; l98++) {
+                    for (long long l99 = 0; l99 < 8192; l99++) {
+                        (arena + 221201)[l98 * 8192 + l99] = ((arena + 213009)[l98 * 8192 + l99] * (arena + 172048)[l99]);
+                    }
+                }
+                for (long long l100 = 0; l100 < 1; l100++) {
+                    for (long long l101 = 0; l101 < 8192; l101++) {
+                        (arena + 229393)[l100 * 8192 + l101] = ((arena + 221201)[l100 * 8192 + l101] * (arena + 221201)[l100 * 8192 + l101]);
+                    }
+                }
+                for (long long l102 = 0; l102 < 1; l102++) {
+                    for (long long l103 = 0; l103 < 8192; l103++) {
+                        const long long f106 = l103 - l103 % 8;
+                        float a105 = 0e0f;
+                        for (long long r104 = f106; r104 < f106 + 8 && r104 < 8192; r104++) a105 = a105 + (arena + 229393)[l102 * 8192 + l103 + (r104 - l103) * 1];
+                        (arena + 237585)[l102 * 8192 + l103] = a105;
+                    }
+                }
+                for (long long l107 = 0; l107 < 1; l107++) {
+                    for (long long l108 = 0; l108 < 8192; l108++) {
+                        (arena + 245777)[l107 * 8192 + l108] = ((arena + 139279)[l107 * 8192 + l108] + (arena + 180240)[l108]);
+                    }
+                }
+                for (long long l109 = 0; l109 < 1; l109++) {
+                    for (long long l110 = 0; l110 < 8192; l110++) {
+                        (arena + 606231)[l109 * 8192 + l110] = (arena + 245777)[l109 * 8192 + l110];
+                    }
+                }
+                for (long long l111 = 0; l111 < 1; l111++) {
+                    for (long long l112 = 0; l112 < 8192; l112++) {
+                        (arena + 253969)[l111 * 8192 + l112] = fmaxf((arena + 245777)[l111 * 8192 + l112], (arena + 196624)[0]);
+                    }
+                }
+                for (long long l113 = 0; l113 < 1; l113++) {
+                    for (long long l114 = 0; l114 < 8192; l114++) {
+                        (arena + 262161)[l113 * 8192 + l114] = ((arena + 180240)[l114] / (arena + 253969)[l113 * 8192 + l114]);
+                    }
+                }
+                for (long long l115 = 0; l115 < 1; l115++) {
+                    for (long long l116 = 0; l116 < 8192; l116++) {
+                        (arena + 270353)[l115 * 8192 + l116] = ((arena + 204817)[l115 * 8192 + l116] - (arena + 147471)[l115 * 8192 + l116]);
+                    }
+                }
+                for (long long l117 = 0; l117 < 1; l117++) {
+                    for (long long l118 = 0; l118 < 8192; l118++) {
+                        (arena + 278545)[l117 * 8192 + l118] = ((arena + 270353)[l117 * 8192 + l118] * (arena + 262161)[l117 * 8192 + l118]);
+                    }
+                }
+                for (long long l119 = 0; l119 < 1; l119++) {
+                    for (long long l120 = 0; l120 < 8192; l120++) {
+                        (arena + 286737)[l119 * 8192 + l120] = ((arena + 147471)[l119 * 8192 + l120] + (arena + 278545)[l119 * 8192 + l120]);
+                    }
+                }
+                for (long long l121 = 0; l121 < 1; l121++) {
+                    for (long long l122 = 0; l122 < 8192; l122++) {
+                        (arena + 614423)[l121 * 8192 + l122] = (arena + 286737)[l121 * 8192 + l122];
+                    }
+                }
+                for (long long l123 = 0; l123 < 1; l123++) {
+                    for (long long l124 = 0; l124 < 8192; l124++) {
+                        (arena + 294929)[l123 * 8192 + l124] = ((arena + 278545)[l123 * 8192 + l124] * (arena + 270353)[l123 * 8192 + l124]);
+                    }
+                }
+                for (long long l125 = 0; l125 < 1; l125++) {
+                    for (long long l126 = 0; l126 < 8192; l126++) {
+                        (arena + 303121)[l125 * 8192 + l126] = ((arena + 294929)[l125 * 8192 + l126] * (arena + 139279)[l125 * 8192 + l126]);
+                    }
+                }
+                for (long long l127 = 0; l127 < 1; l127++) {
+                    for (long long l128 = 0; l128 < 8192; l128++) {
+                        (arena + 311313)[l127 * 8192 + l128] = (arena + 598039)[l127 * 8192 + l128];
+                    }
+                }
+                for (long long l129 = 0; l129 < 1; l129++) {
+                    for (long long l130 = 0; l130 < 8192; l130++) {
+                        (arena + 319505)[l129 * 8192 + l130] = ((arena + 311313)[l129 * 8192 + l130] + (arena + 237585)[l129 * 8192 + l130]);
+                    }
+                }
+                for (long long l131 = 0; l131 < 1; l131++) {
+                    for (long long l132 = 0; l132 < 8192; l132++) {
+                        (arena + 327697)[l131 * 8192 + l132] = ((arena + 319505)[l131 * 8192 + l132] + (arena + 303121)[l131 * 8192 + l132]);
+                    }
+                }
+                for (long long l133 = 0; l133 < 1; l133++) {
+                    for (long long l134 = 0; l134 < 8192; l134++) {
+                        (arena + 598039)[l133 * 8192 + l134] = (arena + 327697)[l133 * 8192 + l134];
+                    }
+                }
+            }
+            for (long long l135 = 0; l135 < 1; l135++) {
+                for (long long l136 = 0; l136 < 8192; l136++) {
+                    (arena + 122895)[l135 * 8192 + l136] = (arena + 589847)[l135 * 8192 + l136];
+                }
+            }
+            for (long long l137 = 0; l137 < 1; l137++) {
+                float a139 = 0e0f;
+                for (long long r138 = 0; r138 < 8192; r138 += 8) a139 = a139 + (arena + 122895)[l137 * 8192 + r138 * 1];
+                (arena + 16384)[l137] = a139;
+            }
+            for (long long l140 = 0; l140 < 1; l140++) {
+                (arena + 589843)[l140] = (arena + 589843)[l140] + (arena + 16384)[l140];
+            }
+            for (long long l141 = 0; l141 < 1; l141++) {
+                (arena + 16385)[l141] = (arena + 589843)[l141];
+            }
+            for (long long l142 = 0; l142 < 1; l142++) {
+                (arena + 16387)[l142] = ((arena + 16385)[l142] / (arena + 16386)[0]);
+            }
+            for (long long l143 = 0; l143 < 1; l143++) {
+                for (long long l144 = 0; l144 < 8192; l144++) {
+                    (arena + 335889)[l143 * 8192 + l144] = (arena + 598039)[l143 * 8192 + l144];
+                }
+            }
+            for (long long l145 = 0; l145 < 1; l145++) {
+                for (long long l146 = 0; l146 < 8192; l146++) {
+                    (arena + 344081)[l145 * 8192 + l146] = (arena + 606231)[l145 * 8192 + l146];
+                }
+            }
+            for (long long l147 = 0; l147 < 1; l147++) {
+                for (long long l148 = 0; l148 < 8192; l148++) {
+                    (arena + 352273)[l147 * 8192 + l148] = (arena + 614423)[l147 * 8192 + l148];
+                }
+            }
+            for (long long l149 = 0; l149 < 1; l149++) {
+                for (long long l150 = 0; l150 < 8192; l150++) {
+                    (arena + 360465)[l149 * 8192 + l150] = ((arena + 352273)[l149 * 8192 + l150] - (arena + 16387)[l149]);
+                }
+            }
+            for (long long l151 = 0; l151 < 1; l151++) {
+                for (long long l152 = 0; l152 < 8192; l152++) {
+                    (arena + 368657)[l151 * 8192 + l152] = ((arena + 360465)[l151 * 8192 + l152] * (arena + 360465)[l151 * 8192 + l152]);
+                }
+            }
+            for (long long l153 = 0; l153 < 1; l153++) {
+                for (long long l154 = 0; l154 < 8192; l154++) {
+                    (arena + 376849)[l153 * 8192 + l154] = ((arena + 344081)[l153 * 8192 + l154] * (arena + 368657)[l153 * 8192 + l154]);
+                }
+            }
+            for (long long l155 = 0; l155 < 1; l155++) {
+                for (long long l156 = 0; l156 < 8192; l156++) {
+                    (arena + 385041)[l155 * 8192 + l156] = ((arena + 335889)[l155 * 8192 + l156] + (arena + 376849)[l155 * 8192 + l156]);
+                }
+            }
+            for (long long l157 = 0; l157 < 1; l157++) {
+                float a159 = 0e0f;
+                for (long long r158 = 0; r158 < 8192; r158 += 8) a159 = a159 + (arena + 385041)[l157 * 8192 + r158 * 1];
+                (arena + 65542)[l157] = a159;
+            }
+            for (long long l160 = 0; l160 < 1; l160++) {
+                (arena + 589845)[l160] = (arena + 589845)[l160] + (arena + 65542)[l160];
+            }
+            for (long long l161 = 0; l161 < 1; l161++) {
+                (arena + 65543)[l161] = (arena + 589845)[l161];
+            }
+            for (long long l162 = 0; l162 < 1; l162++) {
+                (arena + 65545)[l162] = ((arena + 65543)[l162] / (arena + 16386)[0]);
+            }
+            /* layernorm.tensorize(y:8192) num_stages(2) */
+            for (long long o163 = (dt_cdiv(s1, 8192) - 1) * 8192; o163 >= 0; o163 -= 8192) {
+                for (long long l164 = 0; l164 < 1; l164++) {
+                    for (long long l165 = 0; l165 < 8192; l165++) {
+                        (arena + 65546)[l164 * 8192 + l165] = (o1 + l164 < s0 && o163 + l165 < s1) ? dt_load_bf16(in0[(o1 + l164) * args->input_strides[0][0] + (o163 + l165) * args->input_strides[0][1]]) : 0e0f;
+                    }
+                }
+                for (long long l166 = 0; l166 < 1; l166++) {
+                    for (long long l167 = 0; l167 < 8192; l167++) {
+                        (arena + 73739)[l166 * 8192 + l167] = ((arena + 65546)[l166 * 8192 + l167] - (arena + 16387)[l166]);
                     }
                 }
                 (arena + 81932)[0] = args->scalars[0];
-                for (long long l82 = 0; l82 < 1; l82++) {
-                    (arena + 81933)[l82] = ((arena + 65545)[l82] + (arena + 81932)[0]);
+                for (long long l168 = 0; l168 < 1; l168++) {
+                    (arena + 81933)[l168] = ((arena + 65545)[l168] + (arena + 81932)[0]);
                 }
-                for (long long l83 = 0; l83 < 1; l83++) {
-                    (arena + 81934)[l83] = dt_rsqrt((arena + 81933)[l83]);
+                for (long long l169 = 0; l169 < 1; l169++) {
+                    (arena + 81934)[l169] = dt_rsqrt((arena + 81933)[l169]);
                 }
-                for (long long l84 = 0; l84 < 1; l84++) {
-                    for (long long l85 = 0; l85 < 8192; l85++) {
-                        (arena + 81935)[l84 * 8192 + l85] = ((arena + 73739)[l84 * 8192 + l85] * (arena + 81934)[l84]);
+                for (long long l170 = 0; l170 < 1; l170++) {
+                    for (long long l171 = 0; l171 < 8192; l171++) {
+                        (arena + 81935)[l170 * 8192 + l171] = ((arena + 73739)[l170 * 8192 + l171] * (arena + 81934)[l170]);
                     }
                 }
-                for (long long l86 = 0; l86 < 8192; l86++) {
-                    (arena + 90127)[l86] = (o77 + l86 < s1) ? dt_load_bf16(in1[(o77 + l86) * args->input_strides[1][0]]) : 0e0f;
+                for (long long l172 = 0; l172 < 8192; l172++) {
+                    (arena + 90127)[l172] = (o163 + l172 < s1) ? dt_load_bf16(in1[(o163 + l172) * args->input_strides[1][0]]) : 0e0f;
                 }
-                for (long long l87 = 0; l87 < 1; l87++) {
-                    for (long long l88 = 0; l88 < 8192; l88++) {
-                        (arena + 98319)[l87 * 8192 + l88] = ((arena + 81935)[l87 * 8192 + l88] * (arena + 90127)[l88]);
+                for (long long l173 = 0; l173 < 1; l173++) {
+                    for (long long l174 = 0; l174 < 8192; l174++) {
+                        (arena + 98319)[l173 * 8192 + l174] = ((arena + 81935)[l173 * 8192 + l174] * (arena + 90127)[l174]);
                     }
                 }
-                for (long long l89 = 0; l89 < 8192; l89++) {
-                    (arena + 106511)[l89] = (o77 + l89 < s1) ? dt_load_bf16(in2[(o77 + l89) * args->input_strides[2][0]]) : 0e0f;
+                for (long long l175 = 0; l175 < 8192; l175++) {
+                    (arena + 106511)[l175] = (o163 + l175 < s1) ? dt_load_bf16(in2[(o163 + l175) * args->input_strides[2][0]]) : 0e0f;
                 }
-                for (long long l90 = 0; l90 < 1; l90++) {
-                    for (long long l91 = 0; l91 < 8192; l91++) {
-                        (arena + 114703)[l90 * 8192 + l91] = ((arena + 98319)[l90 * 8192 + l91] + (arena + 106511)[l91]);
+                for (long long l176 = 0; l176 < 1; l176++) {
+                    for (long long l177 = 0; l177 < 8192; l177++) {
+                        (arena + 114703)[l176 * 8192 + l177] = ((arena + 98319)[l176 * 8192 + l177] + (arena + 106511)[l177]);
                     }
                 }
-                for (long long l92 = 0; l92 < 1; l92++) {
-                    for (long long l93 = 0; l93 < 8192; l93++) {
-                        if (o1 + l92 < s0 && o77 + l93 < s1) out[(o1 + l92) * args->output_strides[0] + (o77 + l93) * args->output_strides[1]] = dt_store_bf16((arena + 114703)[l92 * 8192 + l93]);
+                for (long long l178 = 0; l178 < 1; l178++) {
+                    for (long long l179 = 0; l179 < 8192; l179++) {
+                        if (o1 + l178 < s0 && o163 + l179 < s1) out[(o1 + l178) * args->output_strides[0] + (o163 + l179) * args->output_strides[1]] = dt_store_bf16((arena + 114703)[l178 * 8192 + l179]);
                     }
                 }
             }
@@ -1664,7 +2048,7 @@ void dt_layernorm_f32(const dt_args* args, long long first, long long last) {
     const float* in1 = (const float*)(uintptr_t)args->inputs[1]; /* W */
     const float* in2 = (const float*)(uintptr_t)args->inputs[2]; /* B */
     float* out = (float*)(uintptr_t)args->output; /* layernorm */
-    float* arena = (float*)malloc(sizeof(float) * 344085);
+    float* arena = (float*)malloc(sizeof(float) * 622615);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1678,244 +2062,436 @@ void dt_layernorm_f32(const dt_args* args, long long first, long long last) {
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rsum identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 311313)[l2] = 0e0f;
+                (arena + 589843)[l2] = 0e0f;
             }
-            /* partial rsum over y, lane by lane */
+            /* partial rsum over y, by runs of 8 lanes */
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 8192; l4++) {
-                    (arena + 311317)[l3 * 8192 + l4] = 0e0f;
+                    (arena + 589847)[l3 * 8192 + l4] = 0e0f;
                 }
             }
             (arena + 16386)[0] = (float)s1;
             /* rsum identity */
             for (long long l5 = 0; l5 < 1; l5++) {
-                (arena + 311315)[l5] = 0e0f;
+                (arena + 589845)[l5] = 0e0f;
             }
-            /* partial rsum over y, lane by lane */
+            /* partial rsum over y, by runs of 8 lanes */
             for (long long l6 = 0; l6 < 1; l6++) {
                 for (long long l7 = 0; l7 < 8192; l7++) {
-                    (arena + 319509)[l6 * 8192 + l7] = 0e0f;
+                    (arena + 598039)[l6 * 8192 + l7] = 0e0f;
                 }
             }
-            /* lane count over y */
+            /* run count over y */
             for (long long l8 = 0; l8 < 1; l8++) {
                 for (long long l9 = 0; l9 < 8192; l9++) {
-                    (arena + 327701)[l8 * 8192 + l9] = 0e0f;
+                    (arena + 606231)[l8 * 8192 + l9] = 0e0f;
                 }
             }
-            /* lane running mean over y */
+            /* run running mean over y */
             for (long long l10 = 0; l10 < 1; l10++) {
                 for (long long l11 = 0; l11 < 8192; l11++) {
-                    (arena + 335893)[l10 * 8192 + l11] = 0e0f;
+                    (arena + 614423)[l10 * 8192 + l11] = 0e0f;
                 }
             }
             /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass */
-            for (long long o12 = 0; o12 < s1; o12 += 8192) {
+            for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
                 for (long long l13 = 0; l13 < 1; l13++) {
                     for (long long l14 = 0; l14 < 8192; l14++) {
-                        (arena + 139279)[l13 * 8192 + l14] = (arena + 327701)[l13 * 8192 + l14];
+                        (arena + 393233)[l13 * 8192 + l14] = (arena + 606231)[l13 * 8192 + l14];
                     }
                 }
                 for (long long l15 = 0; l15 < 1; l15++) {
                     for (long long l16 = 0; l16 < 8192; l16++) {
-                        (arena + 147471)[l15 * 8192 + l16] = (arena + 335893)[l15 * 8192 + l16];
+                        (arena + 401425)[l15 * 8192 + l16] = (arena + 614423)[l15 * 8192 + l16];
                     }
                 }
                 for (long long l17 = 0; l17 < 1; l17++) {
                     for (long long l18 = 0; l18 < 8192; l18++) {
-                        (arena + 0)[l17 * 8192 + l18] = (o1 + l17 < s0 && o12 + l18 < s1) ? dt_load_f32(in0[(o1 + l17) * args->input_strides[0][0] + (o12 + l18) * args->input_strides[0][1]]) : 0e0f;
+                        (arena + 409617)[l17 * 8192 + l18] = (o1 + l17 < s0 && o12 + l18 < s1) ? dt_load_f32(in0[(o1 + l17) * args->input_strides[0][0] + (o12 + l18) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l19 = 0; l19 < 1; l19++) {
                     for (long long l20 = 0; l20 < 8192; l20++) {
-                        (arena + 311317)[l19 * 8192 + l20] = (arena + 311317)[l19 * 8192 + l20] + (arena + 0)[l19 * 8192 + l20];
+                        const long long f23 = l20 - l20 % 8;
+                        float a22 = 0e0f;
+                        for (long long r21 = f23; r21 < f23 + 8 && r21 < 8192; r21++) a22 = a22 + (arena + 409617)[l19 * 8192 + l20 + (r21 - l20) * 1];
+                        (arena + 417809)[l19 * 8192 + l20] = a22;
                     }
                 }
-                for (long long l21 = 0; l21 < 8192; l21++) {
-                    (arena + 155663)[l21] = (float)(o12 + l21);
-                }
-                (arena + 163855)[0] = (float)s1;
-                for (long long l22 = 0; l22 < 8192; l22++) {
-                    (arena + 163856)[l22] = (((arena + 155663)[l22]) < ((arena + 163855)[0]) ? 1.0f : 0.0f);
-                }
-                for (long long l23 = 0; l23 < 1; l23++) {
-                    for (long long l24 = 0; l24 < 8192; l24++) {
-                        (arena + 172048)[l23 * 8192 + l24] = ((arena + 139279)[l23 * 8192 + l24] + (arena + 163856)[l24]);
+                for (long long l24 = 0; l24 < 1; l24++) {
+                    for (long long l25 = 0; l25 < 8192; l25++) {
+                        (arena + 589847)[l24 * 8192 + l25] = (arena + 589847)[l24 * 8192 + l25] + (arena + 417809)[l24 * 8192 + l25];
                     }
                 }
-                for (long long l25 = 0; l25 < 1; l25++) {
-                    for (long long l26 = 0; l26 < 8192; l26++) {
-                        (arena + 327701)[l25 * 8192 + l26] = (arena + 172048)[l25 * 8192 + l26];
+                for (long long l26 = 0; l26 < 8192; l26++) {
+                    (arena + 434194)[l26] = 1e0f;
+                }
+                for (long long l27 = 0; l27 < 8192; l27++) {
+                    const long long f30 = l27 - l27 % 8;
+                    float a29 = 0e0f;
+                    for (long long r28 = f30; r28 < f30 + 8 && r28 < 8192; r28++) a29 = a29 + (arena + 434194)[l27 + (r28 - l27) * 1];
+                    (arena + 442386)[l27] = a29;
+                }
+                (arena + 450578)[0] = 1e0f;
+                for (long long l31 = 0; l31 < 8192; l31++) {
+                    (arena + 450579)[l31] = fmaxf((arena + 442386)[l31], (arena + 450578)[0]);
+                }
+                for (long long l32 = 0; l32 < 1; l32++) {
+                    for (long long l33 = 0; l33 < 8192; l33++) {
+                        (arena + 458771)[l32 * 8192 + l33] = ((arena + 417809)[l32 * 8192 + l33] / (arena + 450579)[l33]);
                     }
                 }
-                (arena + 180240)[0] = 1e0f;
-                for (long long l27 = 0; l27 < 1; l27++) {
-                    for (long long l28 = 0; l28 < 8192; l28++) {
-                        (arena + 180241)[l27 * 8192 + l28] = fmaxf((arena + 172048)[l27 * 8192 + l28], (arena + 180240)[0]);
+                for (long long l34 = 0; l34 < 1; l34++) {
+                    for (long long l35 = 0; l35 < 8192; l35++) {
+                        (arena + 466963)[l34 * 8192 + l35] = ((arena + 409617)[l34 * 8192 + l35] - (arena + 458771)[l34 * 8192 + l35]);
                     }
                 }
-                for (long long l29 = 0; l29 < 1; l29++) {
-                    for (long long l30 = 0; l30 < 8192; l30++) {
-                        (arena + 188433)[l29 * 8192 + l30] = ((arena + 0)[l29 * 8192 + l30] - (arena + 147471)[l29 * 8192 + l30]);
+                for (long long l36 = 0; l36 < 1; l36++) {
+                    for (long long l37 = 0; l37 < 8192; l37++) {
+                        (arena + 475155)[l36 * 8192 + l37] = ((arena + 466963)[l36 * 8192 + l37] * (arena + 434194)[l37]);
                     }
                 }
-                for (long long l31 = 0; l31 < 1; l31++) {
-                    for (long long l32 = 0; l32 < 8192; l32++) {
-                        (arena + 196625)[l31 * 8192 + l32] = ((arena + 188433)[l31 * 8192 + l32] * (arena + 163856)[l32]);
+                for (long long l38 = 0; l38 < 1; l38++) {
+                    for (long long l39 = 0; l39 < 8192; l39++) {
+                        (arena + 483347)[l38 * 8192 + l39] = ((arena + 475155)[l38 * 8192 + l39] * (arena + 475155)[l38 * 8192 + l39]);
                     }
                 }
-                for (long long l33 = 0; l33 < 1; l33++) {
-                    for (long long l34 = 0; l34 < 8192; l34++) {
-                        (arena + 204817)[l33 * 8192 + l34] = ((arena + 196625)[l33 * 8192 + l34] / (arena + 180241)[l33 * 8192 + l34]);
-                    }
-                }
-                for (long long l35 = 0; l35 < 1; l35++) {
-                    for (long long l36 = 0; l36 < 8192; l36++) {
-                        (arena + 213009)[l35 * 8192 + l36] = ((arena + 147471)[l35 * 8192 + l36] + (arena + 204817)[l35 * 8192 + l36]);
-                    }
-                }
-                for (long long l37 = 0; l37 < 1; l37++) {
-                    for (long long l38 = 0; l38 < 8192; l38++) {
-                        (arena + 335893)[l37 * 8192 + l38] = (arena + 213009)[l37 * 8192 + l38];
-                    }
-                }
-                for (long long l39 = 0; l39 < 1; l39++) {
-                    for (long long l40 = 0; l40 < 8192; l40++) {
-                        (arena + 221201)[l39 * 8192 + l40] = ((arena + 0)[l39 * 8192 + l40] - (arena + 213009)[l39 * 8192 + l40]);
-                    }
-                }
-                for (long long l41 = 0; l41 < 1; l41++) {
-                    for (long long l42 = 0; l42 < 8192; l42++) {
-                        (arena + 229393)[l41 * 8192 + l42] = ((arena + 196625)[l41 * 8192 + l42] * (arena + 221201)[l41 * 8192 + l42]);
-                    }
-                }
-                for (long long l43 = 0; l43 < 1; l43++) {
-                    for (long long l44 = 0; l44 < 8192; l44++) {
-                        (arena + 237585)[l43 * 8192 + l44] = (arena + 319509)[l43 * 8192 + l44];
+                for (long long l40 = 0; l40 < 1; l40++) {
+                    for (long long l41 = 0; l41 < 8192; l41++) {
+                        const long long f44 = l41 - l41 % 8;
+                        float a43 = 0e0f;
+                        for (long long r42 = f44; r42 < f44 + 8 && r42 < 8192; r42++) a43 = a43 + (arena + 483347)[l40 * 8192 + l41 + (r42 - l41) * 1];
+                        (arena + 491539)[l40 * 8192 + l41] = a43;
                     }
                 }
                 for (long long l45 = 0; l45 < 1; l45++) {
                     for (long long l46 = 0; l46 < 8192; l46++) {
-                        (arena + 245777)[l45 * 8192 + l46] = ((arena + 237585)[l45 * 8192 + l46] + (arena + 229393)[l45 * 8192 + l46]);
+                        (arena + 499731)[l45 * 8192 + l46] = ((arena + 393233)[l45 * 8192 + l46] + (arena + 442386)[l46]);
                     }
                 }
                 for (long long l47 = 0; l47 < 1; l47++) {
                     for (long long l48 = 0; l48 < 8192; l48++) {
-                        (arena + 319509)[l47 * 8192 + l48] = (arena + 245777)[l47 * 8192 + l48];
+                        (arena + 606231)[l47 * 8192 + l48] = (arena + 499731)[l47 * 8192 + l48];
+                    }
+                }
+                for (long long l49 = 0; l49 < 1; l49++) {
+                    for (long long l50 = 0; l50 < 8192; l50++) {
+                        (arena + 507923)[l49 * 8192 + l50] = fmaxf((arena + 499731)[l49 * 8192 + l50], (arena + 450578)[0]);
+                    }
+                }
+                for (long long l51 = 0; l51 < 1; l51++) {
+                    for (long long l52 = 0; l52 < 8192; l52++) {
+                        (arena + 516115)[l51 * 8192 + l52] = ((arena + 442386)[l52] / (arena + 507923)[l51 * 8192 + l52]);
+                    }
+                }
+                for (long long l53 = 0; l53 < 1; l53++) {
+                    for (long long l54 = 0; l54 < 8192; l54++) {
+                        (arena + 524307)[l53 * 8192 + l54] = ((arena + 458771)[l53 * 8192 + l54] - (arena + 401425)[l53 * 8192 + l54]);
+                    }
+                }
+                for (long long l55 = 0; l55 < 1; l55++) {
+                    for (long long l56 = 0; l56 < 8192; l56++) {
+                        (arena + 532499)[l55 * 8192 + l56] = ((arena + 524307)[l55 * 8192 + l56] * (arena + 516115)[l55 * 8192 + l56]);
+                    }
+                }
+                for (long long l57 = 0; l57 < 1; l57++) {
+                    for (long long l58 = 0; l58 < 8192; l58++) {
+                        (arena + 540691)[l57 * 8192 + l58] = ((arena + 401425)[l57 * 8192 + l58] + (arena + 532499)[l57 * 8192 + l58]);
+                    }
+                }
+                for (long long l59 = 0; l59 < 1; l59++) {
+                    for (long long l60 = 0; l60 < 8192; l60++) {
+                        (arena + 614423)[l59 * 8192 + l60] = (arena + 540691)[l59 * 8192 + l60];
+                    }
+                }
+                for (long long l61 = 0; l61 < 1; l61++) {
+                    for (long long l62 = 0; l62 < 8192; l62++) {
+                        (arena + 548883)[l61 * 8192 + l62] = ((arena + 532499)[l61 * 8192 + l62] * (arena + 524307)[l61 * 8192 + l62]);
+                    }
+                }
+                for (long long l63 = 0; l63 < 1; l63++) {
+                    for (long long l64 = 0; l64 < 8192; l64++) {
+                        (arena + 557075)[l63 * 8192 + l64] = ((arena + 548883)[l63 * 8192 + l64] * (arena + 393233)[l63 * 8192 + l64]);
+                    }
+                }
+                for (long long l65 = 0; l65 < 1; l65++) {
+                    for (long long l66 = 0; l66 < 8192; l66++) {
+                        (arena + 565267)[l65 * 8192 + l66] = (arena + 598039)[l65 * 8192 + l66];
+                    }
+                }
+                for (long long l67 = 0; l67 < 1; l67++) {
+                    for (long long l68 = 0; l68 < 8192; l68++) {
+                        (arena + 573459)[l67 * 8192 + l68] = ((arena + 565267)[l67 * 8192 + l68] + (arena + 491539)[l67 * 8192 + l68]);
+                    }
+                }
+                for (long long l69 = 0; l69 < 1; l69++) {
+                    for (long long l70 = 0; l70 < 8192; l70++) {
+                        (arena + 581651)[l69 * 8192 + l70] = ((arena + 573459)[l69 * 8192 + l70] + (arena + 557075)[l69 * 8192 + l70]);
+                    }
+                }
+                for (long long l71 = 0; l71 < 1; l71++) {
+                    for (long long l72 = 0; l72 < 8192; l72++) {
+                        (arena + 598039)[l71 * 8192 + l72] = (arena + 581651)[l71 * 8192 + l72];
                     }
                 }
             }
-            for (long long l49 = 0; l49 < 1; l49++) {
-                for (long long l50 = 0; l50 < 8192; l50++) {
-                    (arena + 122895)[l49 * 8192 + l50] = (arena + 311317)[l49 * 8192 + l50];
+            /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass */
+            for (long long o73 = (s1 / 8192) * 8192; o73 < s1; o73 += 8192) {
+                for (long long l74 = 0; l74 < 1; l74++) {
+                    for (long long l75 = 0; l75 < 8192; l75++) {
+                        (arena + 139279)[l74 * 8192 + l75] = (arena + 606231)[l74 * 8192 + l75];
+                    }
                 }
-            }
-            for (long long l51 = 0; l51 < 1; l51++) {
-                float a53 = 0e0f;
-                for (long long r52 = 0; r52 < 8192; r52++) a53 = a53 + (arena + 122895)[l51 * 8192 + r52 * 1];
-                (arena + 16384)[l51] = a53;
-            }
-            for (long long l54 = 0; l54 < 1; l54++) {
-                (arena + 311313)[l54] = (arena + 311313)[l54] + (arena + 16384)[l54];
-            }
-            for (long long l55 = 0; l55 < 1; l55++) {
-                (arena + 16385)[l55] = (arena + 311313)[l55];
-            }
-            for (long long l56 = 0; l56 < 1; l56++) {
-                (arena + 16387)[l56] = ((arena + 16385)[l56] / (arena + 16386)[0]);
-            }
-            for (long long l57 = 0; l57 < 1; l57++) {
-                for (long long l58 = 0; l58 < 8192; l58++) {
-                    (arena + 253969)[l57 * 8192 + l58] = (arena + 319509)[l57 * 8192 + l58];
+                for (long long l76 = 0; l76 < 1; l76++) {
+                    for (long long l77 = 0; l77 < 8192; l77++) {
+                        (arena + 147471)[l76 * 8192 + l77] = (arena + 614423)[l76 * 8192 + l77];
+                    }
                 }
-            }
-            for (long long l59 = 0; l59 < 1; l59++) {
-                for (long long l60 = 0; l60 < 8192; l60++) {
-                    (arena + 262161)[l59 * 8192 + l60] = (arena + 327701)[l59 * 8192 + l60];
-                }
-            }
-            for (long long l61 = 0; l61 < 1; l61++) {
-                for (long long l62 = 0; l62 < 8192; l62++) {
-                    (arena + 270353)[l61 * 8192 + l62] = (arena + 335893)[l61 * 8192 + l62];
-                }
-            }
-            for (long long l63 = 0; l63 < 1; l63++) {
-                for (long long l64 = 0; l64 < 8192; l64++) {
-                    (arena + 278545)[l63 * 8192 + l64] = ((arena + 270353)[l63 * 8192 + l64] - (arena + 16387)[l63]);
-                }
-            }
-            for (long long l65 = 0; l65 < 1; l65++) {
-                for (long long l66 = 0; l66 < 8192; l66++) {
-                    (arena + 286737)[l65 * 8192 + l66] = ((arena + 278545)[l65 * 8192 + l66] * (arena + 278545)[l65 * 8192 + l66]);
-                }
-            }
-            for (long long l67 = 0; l67 < 1; l67++) {
-                for (long long l68 = 0; l68 < 8192; l68++) {
-                    (arena + 294929)[l67 * 8192 + l68] = ((arena + 262161)[l67 * 8192 + l68] * (arena + 286737)[l67 * 8192 + l68]);
-                }
-            }
-            for (long long l69 = 0; l69 < 1; l69++) {
-                for (long long l70 = 0; l70 < 8192; l70++) {
-                    (arena + 303121)[l69 * 8192 + l70] = ((arena + 253969)[l69 * 8192 + l70] + (arena + 294929)[l69 * 8192 + l70]);
-                }
-            }
-            for (long long l71 = 0; l71 < 1; l71++) {
-                float a73 = 0e0f;
-                for (long long r72 = 0; r72 < 8192; r72++) a73 = a73 + (arena + 303121)[l71 * 8192 + r72 * 1];
-                (arena + 65542)[l71] = a73;
-            }
-            for (long long l74 = 0; l74 < 1; l74++) {
-                (arena + 311315)[l74] = (arena + 311315)[l74] + (arena + 65542)[l74];
-            }
-            for (long long l75 = 0; l75 < 1; l75++) {
-                (arena + 65543)[l75] = (arena + 311315)[l75];
-            }
-            for (long long l76 = 0; l76 < 1; l76++) {
-                (arena + 65545)[l76] = ((arena + 65543)[l76] / (arena + 16386)[0]);
-            }
-            /* layernorm.tensorize(y:8192) num_stages(2) */
-            for (long long o77 = (dt_cdiv(s1, 8192) - 1) * 8192; o77 >= 0; o77 -= 8192) {
                 for (long long l78 = 0; l78 < 1; l78++) {
                     for (long long l79 = 0; l79 < 8192; l79++) {
-                        (arena + 65546)[l78 * 8192 + l79] = (o1 + l78 < s0 && o77 + l79 < s1) ? dt_load_f32(in0[(o1 + l78) * args->input_strides[0][0] + (o77 + l79) * args->input_strides[0][1]]) : 0e0f;
+                        (arena + 0)[l78 * 8192 + l79] = (o1 + l78 < s0 && o73 + l79 < s1) ? dt_load_f32(in0[(o1 + l78) * args->input_strides[0][0] + (o73 + l79) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l80 = 0; l80 < 1; l80++) {
                     for (long long l81 = 0; l81 < 8192; l81++) {
-                        (arena + 73739)[l80 * 8192 + l81] = ((arena + 65546)[l80 * 8192 + l81] - (arena + 16387)[l80]);
+                        const long long f84 = l81 - l81 % 8;
+                        float a83 = 0e0f;
+                        for (long long r82 = f84; r82 < f84 + 8 && r82 < 8192; r82++) a83 = a83 + (arena + 0)[l80 * 8192 + l81 + (r82 - l81) * 1];
+                        (arena + 155663)[l80 * 8192 + l81] = a83;
+                    }
+                }
+                for (long long l85 = 0; l85 < 1; l85++) {
+                    for (long long l86 = 0; l86 < 8192; l86++) {
+                        (arena + 589847)[l85 * 8192 + l86] = (arena + 589847)[l85 * 8192 + l86] + (arena + 155663)[l85 * 8192 + l86];
+                    }
+                }
+                for (long long l87 = 0; l87 < 8192; l87++) {
+                    (arena + 163855)[l87] = (float)(o73 + l87);
+                }
+                (arena + 172047)[0] = (float)s1;
+                for (long long l88 = 0; l88 < 8192; l88++) {
+                    (arena + 172048)[l88] = (((arena + 163855)[l88]) < ((arena + 172047)[0]) ? 1.0f : 0.0f);
+                }
+                for (long long l89 = 0; l89 < 8192; l89++) {
+                    const long long f92 = l89 - l89 % 8;
+                    float a91 = 0e0f;
+                    for (long long r90 = f92; r90 < f92 + 8 && r90 < 8192; r90++) a91 = a91 + (arena + 172048)[l89 + (r90 - l89) * 1];
+                    (arena + 180240)[l89] = a91;
+                }
+                (arena + 196624)[0] = 1e0f;
+                for (long long l93 = 0; l93 < 8192; l93++) {
+                    (arena + 196625)[l93] = fmaxf((arena + 180240)[l93], (arena + 196624)[0]);
+                }
+                for (long long l94 = 0; l94 < 1; l94++) {
+                    for (long long l95 = 0; l95 < 8192; l95++) {
+                        (arena + 204817)[l94 * 8192 + l95] = ((arena + 155663)[l94 * 8192 + l95] / (arena + 196625)[l95]);
+                    }
+                }
+                for (long long l96 = 0; l96 < 1; l96++) {
+                    for (long long l97 = 0; l97 < 8192; l97++) {
+                        (arena + 213009)[l96 * 8192 + l97] = ((arena + 0)[l96 * 8192 + l97] - (arena + 204817)[l96 * 8192 + l97]);
+                    }
+                }
+                for (long long l98 = 0; l98 < 1; l98++) {
+                    for (long long l99 = 0; l99 < 8192; l99++) {
+                        (arena + 221201)[l98 * 8192 + l99] = ((arena + 213009)[l98 * 8192 + l99] * (arena + 172048)[l99]);
+                    }
+                }
+                for (long long l100 = 0; l100 < 1; l100++) {
+                    for (long long l101 = 0; l101 < 8192; l101++) {
+                        (arena + 229393)[l100 * 8192 + l101] = ((arena + 221201)[l100 * 8192 + l101] * (arena + 221201)[l100 * 8192 + l101]);
+                    }
+                }
+                for (long long l102 = 0; l102 < 1; l102++) {
+                    for (long long l103 = 0; l103 < 8192; l103++) {
+                        const long long f106 = l103 - l103 % 8;
+                        float a105 = 0e0f;
+                        for (long long r104 = f106; r104 < f106 + 8 && r104 < 8192; r104++) a105 = a105 + (arena + 229393)[l102 * 8192 + l103 + (r104 - l103) * 1];
+                        (arena + 237585)[l102 * 8192 + l103] = a105;
+                    }
+                }
+                for (long long l107 = 0; l107 < 1; l107++) {
+                    for (long long l108 = 0; l108 < 8192; l108++) {
+                        (arena + 245777)[l107 * 8192 + l108] = ((arena + 139279)[l107 * 8192 + l108] + (arena + 180240)[l108]);
+                    }
+                }
+                for (long long l109 = 0; l109 < 1; l109++) {
+                    for (long long l110 = 0; l110 < 8192; l110++) {
+                        (arena + 606231)[l109 * 8192 + l110] = (arena + 245777)[l109 * 8192 + l110];
+                    }
+                }
+                for (long long l111 = 0; l111 < 1; l111++) {
+                    for (long long l112 = 0; l112 < 8192; l112++) {
+                        (arena + 253969)[l111 * 8192 + l112] = fmaxf((arena + 245777)[l111 * 8192 + l112], (arena + 196624)[0]);
+                    }
+                }
+                for (long long l113 = 0; l113 < 1; l113++) {
+                    for (long long l114 = 0; l114 < 8192; l114++) {
+                        (arena + 262161)[l113 * 8192 + l114] = ((arena + 180240)[l114] / (arena + 253969)[l113 * 8192 + l114]);
+                    }
+                }
+                for (long long l115 = 0; l115 < 1; l115++) {
+                    for (long long l116 = 0; l116 < 8192; l116++) {
+                        (arena + 270353)[l115 * 8192 + l116] = ((arena + 204817)[l115 * 8192 + l116] - (arena + 147471)[l115 * 8192 + l116]);
+                    }
+                }
+                for (long long l117 = 0; l117 < 1; l117++) {
+                    for (long long l118 = 0; l118 < 8192; l118++) {
+                        (arena + 278545)[l117 * 8192 + l118] = ((arena + 270353)[l117 * 8192 + l118] * (arena + 262161)[l117 * 8192 + l118]);
+                    }
+                }
+                for (long long l119 = 0; l119 < 1; l119++) {
+                    for (long long l120 = 0; l120 < 8192; l120++) {
+                        (arena + 286737)[l119 * 8192 + l120] = ((arena + 147471)[l119 * 8192 + l120] + (arena + 278545)[l119 * 8192 + l120]);
+                    }
+                }
+                for (long long l121 = 0; l121 < 1; l121++) {
+                    for (long long l122 = 0; l122 < 8192; l122++) {
+                        (arena + 614423)[l121 * 8192 + l122] = (arena + 286737)[l121 * 8192 + l122];
+                    }
+                }
+                for (long long l123 = 0; l123 < 1; l123++) {
+                    for (long long l124 = 0; l124 < 8192; l124++) {
+                        (arena + 294929)[l123 * 8192 + l124] = ((arena + 278545)[l123 * 8192 + l124] * (arena + 270353)[l123 * 8192 + l124]);
+                    }
+                }
+                for (long long l125 = 0; l125 < 1; l125++) {
+                    for (long long l126 = 0; l126 < 8192; l126++) {
+                        (arena + 303121)[l125 * 8192 + l126] = ((arena + 294929)[l125 * 8192 + l126] * (arena + 139279)[l125 * 8192 + l126]);
+                    }
+                }
+                for (long long l127 = 0; l127 < 1; l127++) {
+                    for (long long l128 = 0; l128 < 8192; l128++) {
+                        (arena + 311313)[l127 * 8192 + l128] = (arena + 598039)[l127 * 8192 + l128];
+                    }
+                }
+                for (long long l129 = 0; l129 < 1; l129++) {
+                    for (long long l130 = 0; l130 < 8192; l130++) {
+                        (arena + 319505)[l129 * 8192 + l130] = ((arena + 311313)[l129 * 8192 + l130] + (arena + 237585)[l129 * 8192 + l130]);
+                    }
+                }
+                for (long long l131 = 0; l131 < 1; l131++) {
+                    for (long long l132 = 0; l132 < 8192; l132++) {
+                        (arena + 327697)[l131 * 8192 + l132] = ((arena + 319505)[l131 * 8192 + l132] + (arena + 303121)[l131 * 8192 + l132]);
+                    }
+                }
+                for (long long l133 = 0; l133 < 1; l133++) {
+                    for (long long l134 = 0; l134 < 8192; l134++) {
+                        (arena + 598039)[l133 * 8192 + l134] = (arena + 327697)[l133 * 8192 + l134];
+                    }
+                }
+            }
+            for (long long l135 = 0; l135 < 1; l135++) {
+                for (long long l136 = 0; l136 < 8192; l136++) {
+                    (arena + 122895)[l135 * 8192 + l136] = (arena + 589847)[l135 * 8192 + l136];
+                }
+            }
+            for (long long l137 = 0; l137 < 1; l137++) {
+                float a139 = 0e0f;
+                for (long long r138 = 0; r138 < 8192; r138 += 8) a139 = a139 + (arena + 122895)[l137 * 8192 + r138 * 1];
+                (arena + 16384)[l137] = a139;
+            }
+            for (long long l140 = 0; l140 < 1; l140++) {
+                (arena + 589843)[l140] = (arena + 589843)[l140] + (arena + 16384)[l140];
+            }
+            for (long long l141 = 0; l141 < 1; l141++) {
+                (arena + 16385)[l141] = (arena + 589843)[l141];
+            }
+            for (long long l142 = 0; l142 < 1; l142++) {
+                (arena + 16387)[l142] = ((arena + 16385)[l142] / (arena + 16386)[0]);
+            }
+            for (long long l143 = 0; l143 < 1; l143++) {
+                for (long long l144 = 0; l144 < 8192; l144++) {
+                    (arena + 335889)[l143 * 8192 + l144] = (arena + 598039)[l143 * 8192 + l144];
+                }
+            }
+            for (long long l145 = 0; l145 < 1; l145++) {
+                for (long long l146 = 0; l146 < 8192; l146++) {
+                    (arena + 344081)[l145 * 8192 + l146] = (arena + 606231)[l145 * 8192 + l146];
+                }
+            }
+            for (long long l147 = 0; l147 < 1; l147++) {
+                for (long long l148 = 0; l148 < 8192; l148++) {
+                    (arena + 352273)[l147 * 8192 + l148] = (arena + 614423)[l147 * 8192 + l148];
+                }
+            }
+            for (long long l149 = 0; l149 < 1; l149++) {
+                for (long long l150 = 0; l150 < 8192; l150++) {
+                    (arena + 360465)[l149 * 8192 + l150] = ((arena + 352273)[l149 * 8192 + l150] - (arena + 16387)[l149]);
+                }
+            }
+            for (long long l151 = 0; l151 < 1; l151++) {
+                for (long long l152 = 0; l152 < 8192; l152++) {
+                    (arena + 368657)[l151 * 8192 + l152] = ((arena + 360465)[l151 * 8192 + l152] * (arena + 360465)[l151 * 8192 + l152]);
+                }
+            }
+            for (long long l153 = 0; l153 < 1; l153++) {
+                for (long long l154 = 0; l154 < 8192; l154++) {
+                    (arena + 376849)[l153 * 8192 + l154] = ((arena + 344081)[l153 * 8192 + l154] * (arena + 368657)[l153 * 8192 + l154]);
+                }
+            }
+            for (long long l155 = 0; l155 < 1; l155++) {
+                for (long long l156 = 0; l156 < 8192; l156++) {
+                    (arena + 385041)[l155 * 8192 + l156] = ((arena + 335889)[l155 * 8192 + l156] + (arena + 376849)[l155 * 8192 + l156]);
+                }
+            }
+            for (long long l157 = 0; l157 < 1; l157++) {
+                float a159 = 0e0f;
+                for (long long r158 = 0; r158 < 8192; r158 += 8) a159 = a159 + (arena + 385041)[l157 * 8192 + r158 * 1];
+                (arena + 65542)[l157] = a159;
+            }
+            for (long long l160 = 0; l160 < 1; l160++) {
+                (arena + 589845)[l160] = (arena + 589845)[l160] + (arena + 65542)[l160];
+            }
+            for (long long l161 = 0; l161 < 1; l161++) {
+                (arena + 65543)[l161] = (arena + 589845)[l161];
+            }
+            for (long long l162 = 0; l162 < 1; l162++) {
+                (arena + 65545)[l162] = ((arena + 65543)[l162] / (arena + 16386)[0]);
+            }
+            /* layernorm.tensorize(y:8192) num_stages(2) */
+            for (long long o163 = (dt_cdiv(s1, 8192) - 1) * 8192; o163 >= 0; o163 -= 8192) {
+                for (long long l164 = 0; l164 < 1; l164++) {
+                    for (long long l165 = 0; l165 < 8192; l165++) {
+                        (arena + 65546)[l164 * 8192 + l165] = (o1 + l164 < s0 && o163 + l165 < s1) ? dt_load_f32(in0[(o1 + l164) * args->input_strides[0][0] + (o163 + l165) * args->input_strides[0][1]]) : 0e0f;
+                    }
+                }
+                for (long long l166 = 0; l166 < 1; l166++) {
+                    for (long long l167 = 0; l167 < 8192; l167++) {
+                        (arena + 73739)[l166 * 8192 + l167] = ((arena + 65546)[l166 * 8192 + l167] - (arena + 16387)[l166]);
                     }
                 }
                 (arena + 81932)[0] = args->scalars[0];
-                for (long long l82 = 0; l82 < 1; l82++) {
-                    (arena + 81933)[l82] = ((arena + 65545)[l82] + (arena + 81932)[0]);
+                for (long long l168 = 0; l168 < 1; l168++) {
+                    (arena + 81933)[l168] = ((arena + 65545)[l168] + (arena + 81932)[0]);
                 }
-                for (long long l83 = 0; l83 < 1; l83++) {
-                    (arena + 81934)[l83] = dt_rsqrt((arena + 81933)[l83]);
+                for (long long l169 = 0; l169 < 1; l169++) {
+                    (arena + 81934)[l169] = dt_rsqrt((arena + 81933)[l169]);
                 }
-                for (long long l84 = 0; l84 < 1; l84++) {
-                    for (long long l85 = 0; l85 < 8192; l85++) {
-                        (arena + 81935)[l84 * 8192 + l85] = ((arena + 73739)[l84 * 8192 + l85] * (arena + 81934)[l84]);
+                for (long long l170 = 0; l170 < 1; l170++) {
+                    for (long long l171 = 0; l171 < 8192; l171++) {
+                        (arena + 81935)[l170 * 8192 + l171] = ((arena + 73739)[l170 * 8192 + l171] * (arena + 81934)[l170]);
                     }
                 }
-                for (long long l86 = 0; l86 < 8192; l86++) {
-                    (arena + 90127)[l86] = (o77 + l86 < s1) ? dt_load_f32(in1[(o77 + l86) * args->input_strides[1][0]]) : 0e0f;
+                for (long long l172 = 0; l172 < 8192; l172++) {
+                    (arena + 90127)[l172] = (o163 + l172 < s1) ? dt_load_f32(in1[(o163 + l172) * args->input_strides[1][0]]) : 0e0f;
                 }
-                for (long long l87 = 0; l87 < 1; l87++) {
-                    for (long long l88 = 0; l88 < 8192; l88++) {
-                        (arena + 98319)[l87 * 8192 + l88] = ((arena + 81935)[l87 * 8192 + l88] * (arena + 90127)[l88]);
+                for (long long l173 = 0; l173 < 1; l173++) {
+                    for (long long l174 = 0; l174 < 8192; l174++) {
+                        (arena + 98319)[l173 * 8192 + l174] = ((arena + 81935)[l173 * 8192 + l174] * (arena + 90127)[l174]);
                     }
                 }
-                for (long long l89 = 0; l89 < 8192; l89++) {
-                    (arena + 106511)[l89] = (o77 + l89 < s1) ? dt_load_f32(in2[(o77 + l89) * args->input_strides[2][0]]) : 0e0f;
+                for (long long l175 = 0; l175 < 8192; l175++) {
+                    (arena + 106511)[l175] = (o163 + l175 < s1) ? dt_load_f32(in2[(o163 + l175) * args->input_strides[2][0]]) : 0e0f;
                 }
-                for (long long l90 = 0; l90 < 1; l90++) {
-                    for (long long l91 = 0; l91 < 8192; l91++) {
-                        (arena + 114703)[l90 * 8192 + l91] = ((arena + 98319)[l90 * 8192 + l91] + (arena + 106511)[l91]);
+                for (long long l176 = 0; l176 < 1; l176++) {
+                    for (long long l177 = 0; l177 < 8192; l177++) {
+                        (arena + 114703)[l176 * 8192 + l177] = ((arena + 98319)[l176 * 8192 + l177] + (arena + 106511)[l177]);
                     }
                 }
-                for (long long l92 = 0; l92 < 1; l92++) {
-                    for (long long l93 = 0; l93 < 8192; l93++) {
-                        if (o1 + l92 < s0 && o77 + l93 < s1) out[(o1 + l92) * args->output_strides[0] + (o77 + l93) * args->output_strides[1]] = dt_store_f32((arena + 114703)[l92 * 8192 + l93]);
+                for (long long l178 = 0; l178 < 1; l178++) {
+                    for (long long l179 = 0; l179 < 8192; l179++) {
+                        if (o1 + l178 < s0 && o163 + l179 < s1) out[(o1 + l178) * args->output_strides[0] + (o163 + l179) * args->output_strides[1]] = dt_store_f32((arena + 114703)[l178 * 8192 + l179]);
                     }
                 }
             }

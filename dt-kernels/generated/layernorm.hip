@@ -3099,11 +3099,11 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        /* partial rsum over y, lane by lane */
+        /* partial rsum over y, by runs of 8 lanes */
         float acc4[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
                 acc4[r] = 0e0f;
             }
@@ -3121,29 +3121,29 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        /* partial rsum over y, lane by lane */
+        /* partial rsum over y, by runs of 8 lanes */
         float acc5[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
                 acc5[r] = 0e0f;
             }
         }
-        /* lane count over y */
+        /* run count over y */
         float acc6[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
                 acc6[r] = 0e0f;
             }
         }
-        /* lane running mean over y */
+        /* run running mean over y */
         float acc7[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
                 acc7[r] = 0e0f;
             }
@@ -3160,34 +3160,295 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             fn14[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)((0) + (l16 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
         }
-        for (long long o12 = 0; o12 < s1; o12 += 8192) {
+        for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
             uint4 q17[1];
             bool f18[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) { q17[c] = qn13[c]; f18[c] = fn14[c]; }
-            if (o12 + 8192 < s1) {
+            if (o12 + 8192 < (s1 / 8192) * 8192) {
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
                     const int l19 = (int)((unsigned)e / 8192u % 1u);
                     const int l20 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)((o12 + 8192) + l20) * (unsigned)args.input_strides[0][1];
-                    fn14[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)((o12 + 8192) + (l20 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    fn14[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
+                }
+            }
+            float v65[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v65[r] = acc6[r];
+                }
+            }
+            float v66[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v66[r] = acc7[r];
+                }
+            }
+            dt_f16s<8> v67; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l25 = (int)((unsigned)e / 8192u % 1u);
+                const int l26 = (int)((unsigned)e / 1u % 8192u);
+                if (f18[c]) {
+                    v67.w[c] = q17[c];
+                } else {
+                    const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l26) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    v67.w[c] = dt_pack8(h);
+                }
+            }
+            float v68[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v68[r] = ((v67[r * 8 + 0] + v67[r * 8 + 1]) + (v67[r * 8 + 2] + v67[r * 8 + 3])) + ((v67[r * 8 + 4] + v67[r * 8 + 5]) + (v67[r * 8 + 6] + v67[r * 8 + 7]));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v68[r];
+                }
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v71[r] = 1e0f;
+                }
+            }
+            float v72[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v72[r] = ((v71[r * 8 + 0] + v71[r * 8 + 1]) + (v71[r * 8 + 2] + v71[r * 8 + 3])) + ((v71[r * 8 + 4] + v71[r * 8 + 5]) + (v71[r * 8 + 6] + v71[r * 8 + 7]));
+                }
+            }
+            float v73[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v73[r] = 1e0f;
+            }
+            float v74[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v74[r] = fmaxf(v72[r], v73[0]);
+                }
+            }
+            float v75[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v75[r] = dt_fast_div(v68[r], v74[r]);
+                }
+            }
+            float v76[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v76[r] = (v67[r] - v75[r / 8]);
+                }
+            }
+            float v77[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v77[r] = (v76[r] * v71[r]);
+                }
+            }
+            float v78[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v78[r] = (v77[r] * v77[r]);
+                }
+            }
+            float v79[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v79[r] = ((v78[r * 8 + 0] + v78[r * 8 + 1]) + (v78[r * 8 + 2] + v78[r * 8 + 3])) + ((v78[r * 8 + 4] + v78[r * 8 + 5]) + (v78[r * 8 + 6] + v78[r * 8 + 7]));
+                }
+            }
+            float v80[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v80[r] = (v65[r] + v72[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v80[r];
+                }
+            }
+            float v81[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v81[r] = fmaxf(v80[r], v73[0]);
+                }
+            }
+            float v82[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v82[r] = dt_fast_div(v72[r], v81[r]);
+                }
+            }
+            float v83[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v83[r] = (v75[r] - v66[r]);
+                }
+            }
+            float v84[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v84[r] = (v83[r] * v82[r]);
+                }
+            }
+            float v85[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v85[r] = (v66[r] + v84[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v85[r];
+                }
+            }
+            float v86[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v86[r] = (v84[r] * v83[r]);
+                }
+            }
+            float v87[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v87[r] = (v86[r] * v65[r]);
+                }
+            }
+            float v88[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v88[r] = acc5[r];
+                }
+            }
+            float v89[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v89[r] = (v88[r] + v79[r]);
+                }
+            }
+            float v90[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v90[r] = (v89[r] + v87[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v90[r];
+                }
+            }
+        }
+        /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass: loads one step ahead */
+        uint4 qn73[1];
+        bool fn74[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l75 = (int)((unsigned)e / 8192u % 1u);
+            const int l76 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o1 + l75) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l76) * (unsigned)args.input_strides[0][1];
+            fn74[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(((s1 / 8192) * 8192) + (l76 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
+        }
+        for (long long o72 = (s1 / 8192) * 8192; o72 < s1; o72 += 8192) {
+            uint4 q77[1];
+            bool f78[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q77[c] = qn73[c]; f78[c] = fn74[c]; }
+            if (o72 + 8192 < s1) {
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l79 = (int)((unsigned)e / 8192u % 1u);
+                    const int l80 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o1 + l79) * (unsigned)args.input_strides[0][0] + (unsigned)((o72 + 8192) + l80) * (unsigned)args.input_strides[0][1];
+                    fn74[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)((o72 + 8192) + (l80 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
                 }
             }
             float v32[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
                     v32[r] = acc6[r];
                 }
             }
             float v33[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
                     v33[r] = acc7[r];
                 }
@@ -3196,105 +3457,90 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l25 = (int)((unsigned)e / 8192u % 1u);
-                const int l26 = (int)((unsigned)e / 1u % 8192u);
-                if (f18[c]) {
-                    v0.w[c] = q17[c];
+                const int l85 = (int)((unsigned)e / 8192u % 1u);
+                const int l86 = (int)((unsigned)e / 1u % 8192u);
+                if (f78[c]) {
+                    v0.w[c] = q77[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l26) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l85) * (unsigned)args.input_strides[0][0] + (unsigned)(o72 + l86) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + l26) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + l86) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
                     v0.w[c] = dt_pack8(h);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    acc4[r] = acc4[r] + v0[r];
                 }
             }
             float v34[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    const int l29 = (int)((unsigned)e / 1u % 8192u);
-                    v34[r] = (float)(o12 + l29);
+                    v34[r] = ((v0[r * 8 + 0] + v0[r * 8 + 1]) + (v0[r * 8 + 2] + v0[r * 8 + 3])) + ((v0[r * 8 + 4] + v0[r * 8 + 5]) + (v0[r * 8 + 6] + v0[r * 8 + 7]));
                 }
             }
-            float v35[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v35[r] = (float)s1;
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v34[r];
+                }
             }
-            float v36[8];
+            float v35[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v36[r] = ((v34[r]) < (v35[0]) ? 1.0f : 0.0f);
+                    const int l91 = (int)((unsigned)e / 1u % 8192u);
+                    v35[r] = (float)(o72 + l91);
                 }
+            }
+            float v36[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v36[r] = (float)s1;
             }
             float v37[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v37[r] = (v32[r] + v36[r]);
+                    v37[r] = ((v35[r]) < (v36[0]) ? 1.0f : 0.0f);
                 }
             }
+            float v38[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc6[r] = v37[r];
+                    v38[r] = ((v37[r * 8 + 0] + v37[r * 8 + 1]) + (v37[r * 8 + 2] + v37[r * 8 + 3])) + ((v37[r * 8 + 4] + v37[r * 8 + 5]) + (v37[r * 8 + 6] + v37[r * 8 + 7]));
                 }
             }
-            float v38[1];
+            float v40[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v38[r] = 1e0f;
-            }
-            float v39[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v39[r] = fmaxf(v37[r], v38[0]);
-                }
-            }
-            float v40[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v40[r] = (v0[r] - v33[r]);
-                }
+                v40[r] = 1e0f;
             }
             float v41[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v41[r] = (v40[r] * v36[r]);
+                    v41[r] = fmaxf(v38[r], v40[0]);
                 }
             }
             float v42[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v42[r] = dt_fast_div(v41[r], v39[r]);
+                    v42[r] = dt_fast_div(v34[r], v41[r]);
                 }
             }
             float v43[8];
@@ -3302,14 +3548,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v43[r] = (v33[r] + v42[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    acc7[r] = v43[r];
+                    v43[r] = (v0[r] - v42[r / 8]);
                 }
             }
             float v44[8];
@@ -3317,7 +3556,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v44[r] = (v0[r] - v43[r]);
+                    v44[r] = (v43[r] * v37[r]);
                 }
             }
             float v45[8];
@@ -3325,50 +3564,144 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v45[r] = (v41[r] * v44[r]);
+                    v45[r] = (v44[r] * v44[r]);
                 }
             }
             float v46[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v46[r] = acc5[r];
+                    v46[r] = ((v45[r * 8 + 0] + v45[r * 8 + 1]) + (v45[r * 8 + 2] + v45[r * 8 + 3])) + ((v45[r * 8 + 4] + v45[r * 8 + 5]) + (v45[r * 8 + 6] + v45[r * 8 + 7]));
                 }
             }
             float v47[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v47[r] = (v46[r] + v45[r]);
+                    v47[r] = (v32[r] + v38[r]);
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v47[r];
+                    acc6[r] = v47[r];
+                }
+            }
+            float v48[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v48[r] = fmaxf(v47[r], v40[0]);
+                }
+            }
+            float v49[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v49[r] = dt_fast_div(v38[r], v48[r]);
+                }
+            }
+            float v50[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v50[r] = (v42[r] - v33[r]);
+                }
+            }
+            float v51[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v51[r] = (v50[r] * v49[r]);
+                }
+            }
+            float v52[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v52[r] = (v33[r] + v51[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v52[r];
+                }
+            }
+            float v53[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v53[r] = (v51[r] * v50[r]);
+                }
+            }
+            float v54[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v54[r] = (v53[r] * v32[r]);
+                }
+            }
+            float v55[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = acc5[r];
+                }
+            }
+            float v56[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = (v55[r] + v46[r]);
+                }
+            }
+            float v57[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v57[r] = (v56[r] + v54[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v57[r];
                 }
             }
         }
         float v30[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
                 v30[r] = acc4[r];
             }
         }
         float v2[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
+        /* reduction in registers: 1 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v30[i * 8 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v30[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
@@ -3378,9 +3711,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a60 = 0e0f;
-            for (int g = 0; g < 32; g++) a60 = a60 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a60;
+            float a136 = 0e0f;
+            for (int g = 0; g < 32; g++) a136 = a136 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a136;
         }
         {
             const int r = 0, e = 0;
@@ -3399,71 +3732,71 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             (void)r; (void)e;
             v5[r] = dt_fast_div(v3[0], v4[0]);
         }
-        float v48[8];
+        float v58[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v48[r] = acc5[r];
+                v58[r] = acc5[r];
             }
         }
-        float v49[8];
+        float v59[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v49[r] = acc6[r];
+                v59[r] = acc6[r];
             }
         }
-        float v50[8];
+        float v60[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v50[r] = acc7[r];
+                v60[r] = acc7[r];
             }
         }
-        float v51[8];
+        float v61[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v51[r] = (v50[r] - v5[0]);
+                v61[r] = (v60[r] - v5[0]);
             }
         }
-        float v52[8];
+        float v62[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v52[r] = (v51[r] * v51[r]);
+                v62[r] = (v61[r] * v61[r]);
             }
         }
-        float v53[8];
+        float v63[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v53[r] = (v49[r] * v52[r]);
+                v63[r] = (v59[r] * v62[r]);
             }
         }
-        float v54[8];
+        float v64[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v54[r] = (v48[r] + v53[r]);
+                v64[r] = (v58[r] + v63[r]);
             }
         }
         float v14[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
+        /* reduction in registers: 1 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v54[i * 8 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v64[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
@@ -3472,9 +3805,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a79 = 0e0f;
-            for (int g = 0; g < 32; g++) a79 = a79 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v14[r] = a79;
+            float a155 = 0e0f;
+            for (int g = 0; g < 32; g++) a155 = a155 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v14[r] = a155;
         }
         {
             const int r = 0, e = 0;
@@ -3494,96 +3827,96 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             v17[r] = dt_fast_div(v15[0], v4[0]);
         }
         /* layernorm.tensorize(y:8192) num_stages(2): loads one step ahead */
-        uint4 qn84[1];
-        bool fn85[1];
-        uint4 qn86[1];
-        bool fn87[1];
-        uint4 qn88[1];
-        bool fn89[1];
+        uint4 qn160[1];
+        bool fn161[1];
+        uint4 qn162[1];
+        bool fn163[1];
+        uint4 qn164[1];
+        bool fn165[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l90 = (int)((unsigned)e / 8192u % 1u);
-            const int l91 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l90) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l91) * (unsigned)args.input_strides[0][1];
-            fn85[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l91 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (fn85[c]) qn84[c] = dt_load_once((const uint4*)(in0 + a));
+            const int l166 = (int)((unsigned)e / 8192u % 1u);
+            const int l167 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o1 + l166) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l167) * (unsigned)args.input_strides[0][1];
+            fn161[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l166) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l167 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (fn161[c]) qn160[c] = dt_load_once((const uint4*)(in0 + a));
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l92 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l92) * (unsigned)args.input_strides[1][0];
-            fn87[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l92 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-            if (fn87[c]) qn86[c] = *(const uint4*)(in1 + a);
+            const int l168 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l168) * (unsigned)args.input_strides[1][0];
+            fn163[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l168 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+            if (fn163[c]) qn162[c] = *(const uint4*)(in1 + a);
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l93 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l93) * (unsigned)args.input_strides[2][0];
-            fn89[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l93 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-            if (fn89[c]) qn88[c] = *(const uint4*)(in2 + a);
+            const int l169 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l169) * (unsigned)args.input_strides[2][0];
+            fn165[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l169 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+            if (fn165[c]) qn164[c] = *(const uint4*)(in2 + a);
         }
-        for (long long o83 = (dt_cdiv(s1, 8192) - 1) * 8192; o83 >= 0; o83 -= 8192) {
-            uint4 q94[1];
-            bool f95[1];
+        for (long long o159 = (dt_cdiv(s1, 8192) - 1) * 8192; o159 >= 0; o159 -= 8192) {
+            uint4 q170[1];
+            bool f171[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q94[c] = qn84[c]; f95[c] = fn85[c]; }
-            uint4 q96[1];
-            bool f97[1];
+            for (int c = 0; c < 1; c++) { q170[c] = qn160[c]; f171[c] = fn161[c]; }
+            uint4 q172[1];
+            bool f173[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q96[c] = qn86[c]; f97[c] = fn87[c]; }
-            uint4 q98[1];
-            bool f99[1];
+            for (int c = 0; c < 1; c++) { q172[c] = qn162[c]; f173[c] = fn163[c]; }
+            uint4 q174[1];
+            bool f175[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q98[c] = qn88[c]; f99[c] = fn89[c]; }
-            if (o83 - 8192 >= 0) {
+            for (int c = 0; c < 1; c++) { q174[c] = qn164[c]; f175[c] = fn165[c]; }
+            if (o159 - 8192 >= 0) {
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l100 = (int)((unsigned)e / 8192u % 1u);
-                    const int l101 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l100) * (unsigned)args.input_strides[0][0] + (unsigned)((o83 - 8192) + l101) * (unsigned)args.input_strides[0][1];
-                    fn85[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l100) < (unsigned)s0 && (unsigned)((o83 - 8192) + (l101 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fn85[c]) qn84[c] = dt_load_once((const uint4*)(in0 + a));
+                    const int l176 = (int)((unsigned)e / 8192u % 1u);
+                    const int l177 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o1 + l176) * (unsigned)args.input_strides[0][0] + (unsigned)((o159 - 8192) + l177) * (unsigned)args.input_strides[0][1];
+                    fn161[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l176) < (unsigned)s0 && (unsigned)((o159 - 8192) + (l177 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fn161[c]) qn160[c] = dt_load_once((const uint4*)(in0 + a));
                 }
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l102 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o83 - 8192) + l102) * (unsigned)args.input_strides[1][0];
-                    fn87[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)((o83 - 8192) + (l102 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-                    if (fn87[c]) qn86[c] = *(const uint4*)(in1 + a);
+                    const int l178 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o159 - 8192) + l178) * (unsigned)args.input_strides[1][0];
+                    fn163[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)((o159 - 8192) + (l178 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                    if (fn163[c]) qn162[c] = *(const uint4*)(in1 + a);
                 }
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l103 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o83 - 8192) + l103) * (unsigned)args.input_strides[2][0];
-                    fn89[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)((o83 - 8192) + (l103 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-                    if (fn89[c]) qn88[c] = *(const uint4*)(in2 + a);
+                    const int l179 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o159 - 8192) + l179) * (unsigned)args.input_strides[2][0];
+                    fn165[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)((o159 - 8192) + (l179 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                    if (fn165[c]) qn164[c] = *(const uint4*)(in2 + a);
                 }
             }
             dt_f16s<8> v18; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l104 = (int)((unsigned)e / 8192u % 1u);
-                const int l105 = (int)((unsigned)e / 1u % 8192u);
-                if (f95[c]) {
-                    v18.w[c] = q94[c];
+                const int l180 = (int)((unsigned)e / 8192u % 1u);
+                const int l181 = (int)((unsigned)e / 1u % 8192u);
+                if (f171[c]) {
+                    v18.w[c] = q170[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l104) * (unsigned)args.input_strides[0][0] + (unsigned)(o83 + l105) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l180) * (unsigned)args.input_strides[0][0] + (unsigned)(o159 + l181) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + l105) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + l181) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
                     v18.w[c] = dt_pack8(h);
                 }
             }
@@ -3625,20 +3958,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l112 = (int)((unsigned)e / 1u % 8192u);
-                if (f97[c]) {
-                    v26.w[c] = q96[c];
+                const int l188 = (int)((unsigned)e / 1u % 8192u);
+                if (f173[c]) {
+                    v26.w[c] = q172[c];
                 } else {
-                    const unsigned a = (unsigned)(o83 + l112) * (unsigned)args.input_strides[1][0];
+                    const unsigned a = (unsigned)(o159 + l188) * (unsigned)args.input_strides[1][0];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o83 + l112) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o83 + (l112 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o83 + (l112 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o83 + (l112 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o83 + (l112 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o83 + (l112 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o83 + (l112 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o83 + (l112 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o159 + l188) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o159 + (l188 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o159 + (l188 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o159 + (l188 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o159 + (l188 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o159 + (l188 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o159 + (l188 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o159 + (l188 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
                     v26.w[c] = dt_pack8(h);
                 }
             }
@@ -3654,20 +3987,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l115 = (int)((unsigned)e / 1u % 8192u);
-                if (f99[c]) {
-                    v28.w[c] = q98[c];
+                const int l191 = (int)((unsigned)e / 1u % 8192u);
+                if (f175[c]) {
+                    v28.w[c] = q174[c];
                 } else {
-                    const unsigned a = (unsigned)(o83 + l115) * (unsigned)args.input_strides[2][0];
+                    const unsigned a = (unsigned)(o159 + l191) * (unsigned)args.input_strides[2][0];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o83 + l115) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o83 + (l115 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o83 + (l115 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o83 + (l115 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o83 + (l115 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o83 + (l115 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o83 + (l115 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o83 + (l115 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o159 + l191) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o159 + (l191 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o159 + (l191 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o159 + (l191 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o159 + (l191 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o159 + (l191 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o159 + (l191 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o159 + (l191 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
                     v28.w[c] = dt_pack8(h);
                 }
             }
@@ -3682,20 +4015,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l118 = (int)((unsigned)e / 8192u % 1u);
-                const int l119 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l118) * (unsigned)args.output_strides[0] + (unsigned)(o83 + l119) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l194 = (int)((unsigned)e / 8192u % 1u);
+                const int l195 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l194) * (unsigned)args.output_strides[0] + (unsigned)(o159 + l195) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + l119) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + l195) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
                 }
             }
         }
@@ -3729,11 +4062,11 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        /* partial rsum over y, lane by lane */
+        /* partial rsum over y, by runs of 8 lanes */
         float acc4[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
                 acc4[r] = 0e0f;
             }
@@ -3751,29 +4084,29 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        /* partial rsum over y, lane by lane */
+        /* partial rsum over y, by runs of 8 lanes */
         float acc5[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
                 acc5[r] = 0e0f;
             }
         }
-        /* lane count over y */
+        /* run count over y */
         float acc6[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
                 acc6[r] = 0e0f;
             }
         }
-        /* lane running mean over y */
+        /* run running mean over y */
         float acc7[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
                 acc7[r] = 0e0f;
             }
@@ -3790,34 +4123,295 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             fn14[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)((0) + (l16 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
         }
-        for (long long o12 = 0; o12 < s1; o12 += 8192) {
+        for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
             uint4 q17[1];
             bool f18[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) { q17[c] = qn13[c]; f18[c] = fn14[c]; }
-            if (o12 + 8192 < s1) {
+            if (o12 + 8192 < (s1 / 8192) * 8192) {
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
                     const int l19 = (int)((unsigned)e / 8192u % 1u);
                     const int l20 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)((o12 + 8192) + l20) * (unsigned)args.input_strides[0][1];
-                    fn14[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)((o12 + 8192) + (l20 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    fn14[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
+                }
+            }
+            float v65[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v65[r] = acc6[r];
+                }
+            }
+            float v66[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v66[r] = acc7[r];
+                }
+            }
+            dt_bf16s<8> v67; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l25 = (int)((unsigned)e / 8192u % 1u);
+                const int l26 = (int)((unsigned)e / 1u % 8192u);
+                if (f18[c]) {
+                    v67.w[c] = q17[c];
+                } else {
+                    const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l26) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    v67.w[c] = dt_pack8(h);
+                }
+            }
+            float v68[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v68[r] = ((v67[r * 8 + 0] + v67[r * 8 + 1]) + (v67[r * 8 + 2] + v67[r * 8 + 3])) + ((v67[r * 8 + 4] + v67[r * 8 + 5]) + (v67[r * 8 + 6] + v67[r * 8 + 7]));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v68[r];
+                }
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v71[r] = 1e0f;
+                }
+            }
+            float v72[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v72[r] = ((v71[r * 8 + 0] + v71[r * 8 + 1]) + (v71[r * 8 + 2] + v71[r * 8 + 3])) + ((v71[r * 8 + 4] + v71[r * 8 + 5]) + (v71[r * 8 + 6] + v71[r * 8 + 7]));
+                }
+            }
+            float v73[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v73[r] = 1e0f;
+            }
+            float v74[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v74[r] = fmaxf(v72[r], v73[0]);
+                }
+            }
+            float v75[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v75[r] = dt_fast_div(v68[r], v74[r]);
+                }
+            }
+            float v76[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v76[r] = (v67[r] - v75[r / 8]);
+                }
+            }
+            float v77[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v77[r] = (v76[r] * v71[r]);
+                }
+            }
+            float v78[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v78[r] = (v77[r] * v77[r]);
+                }
+            }
+            float v79[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v79[r] = ((v78[r * 8 + 0] + v78[r * 8 + 1]) + (v78[r * 8 + 2] + v78[r * 8 + 3])) + ((v78[r * 8 + 4] + v78[r * 8 + 5]) + (v78[r * 8 + 6] + v78[r * 8 + 7]));
+                }
+            }
+            float v80[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v80[r] = (v65[r] + v72[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v80[r];
+                }
+            }
+            float v81[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v81[r] = fmaxf(v80[r], v73[0]);
+                }
+            }
+            float v82[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v82[r] = dt_fast_div(v72[r], v81[r]);
+                }
+            }
+            float v83[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v83[r] = (v75[r] - v66[r]);
+                }
+            }
+            float v84[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v84[r] = (v83[r] * v82[r]);
+                }
+            }
+            float v85[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v85[r] = (v66[r] + v84[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v85[r];
+                }
+            }
+            float v86[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v86[r] = (v84[r] * v83[r]);
+                }
+            }
+            float v87[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v87[r] = (v86[r] * v65[r]);
+                }
+            }
+            float v88[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v88[r] = acc5[r];
+                }
+            }
+            float v89[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v89[r] = (v88[r] + v79[r]);
+                }
+            }
+            float v90[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v90[r] = (v89[r] + v87[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v90[r];
+                }
+            }
+        }
+        /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass: loads one step ahead */
+        uint4 qn73[1];
+        bool fn74[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l75 = (int)((unsigned)e / 8192u % 1u);
+            const int l76 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o1 + l75) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l76) * (unsigned)args.input_strides[0][1];
+            fn74[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(((s1 / 8192) * 8192) + (l76 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
+        }
+        for (long long o72 = (s1 / 8192) * 8192; o72 < s1; o72 += 8192) {
+            uint4 q77[1];
+            bool f78[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q77[c] = qn73[c]; f78[c] = fn74[c]; }
+            if (o72 + 8192 < s1) {
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l79 = (int)((unsigned)e / 8192u % 1u);
+                    const int l80 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o1 + l79) * (unsigned)args.input_strides[0][0] + (unsigned)((o72 + 8192) + l80) * (unsigned)args.input_strides[0][1];
+                    fn74[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)((o72 + 8192) + (l80 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
                 }
             }
             float v32[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
                     v32[r] = acc6[r];
                 }
             }
             float v33[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
                     v33[r] = acc7[r];
                 }
@@ -3826,105 +4420,90 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l25 = (int)((unsigned)e / 8192u % 1u);
-                const int l26 = (int)((unsigned)e / 1u % 8192u);
-                if (f18[c]) {
-                    v0.w[c] = q17[c];
+                const int l85 = (int)((unsigned)e / 8192u % 1u);
+                const int l86 = (int)((unsigned)e / 1u % 8192u);
+                if (f78[c]) {
+                    v0.w[c] = q77[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l26) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l85) * (unsigned)args.input_strides[0][0] + (unsigned)(o72 + l86) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + l26) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + l86) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
                     v0.w[c] = dt_pack8(h);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    acc4[r] = acc4[r] + v0[r];
                 }
             }
             float v34[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    const int l29 = (int)((unsigned)e / 1u % 8192u);
-                    v34[r] = (float)(o12 + l29);
+                    v34[r] = ((v0[r * 8 + 0] + v0[r * 8 + 1]) + (v0[r * 8 + 2] + v0[r * 8 + 3])) + ((v0[r * 8 + 4] + v0[r * 8 + 5]) + (v0[r * 8 + 6] + v0[r * 8 + 7]));
                 }
             }
-            float v35[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v35[r] = (float)s1;
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v34[r];
+                }
             }
-            float v36[8];
+            float v35[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v36[r] = ((v34[r]) < (v35[0]) ? 1.0f : 0.0f);
+                    const int l91 = (int)((unsigned)e / 1u % 8192u);
+                    v35[r] = (float)(o72 + l91);
                 }
+            }
+            float v36[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v36[r] = (float)s1;
             }
             float v37[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v37[r] = (v32[r] + v36[r]);
+                    v37[r] = ((v35[r]) < (v36[0]) ? 1.0f : 0.0f);
                 }
             }
+            float v38[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc6[r] = v37[r];
+                    v38[r] = ((v37[r * 8 + 0] + v37[r * 8 + 1]) + (v37[r * 8 + 2] + v37[r * 8 + 3])) + ((v37[r * 8 + 4] + v37[r * 8 + 5]) + (v37[r * 8 + 6] + v37[r * 8 + 7]));
                 }
             }
-            float v38[1];
+            float v40[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v38[r] = 1e0f;
-            }
-            float v39[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v39[r] = fmaxf(v37[r], v38[0]);
-                }
-            }
-            float v40[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v40[r] = (v0[r] - v33[r]);
-                }
+                v40[r] = 1e0f;
             }
             float v41[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v41[r] = (v40[r] * v36[r]);
+                    v41[r] = fmaxf(v38[r], v40[0]);
                 }
             }
             float v42[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v42[r] = dt_fast_div(v41[r], v39[r]);
+                    v42[r] = dt_fast_div(v34[r], v41[r]);
                 }
             }
             float v43[8];
@@ -3932,14 +4511,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v43[r] = (v33[r] + v42[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    acc7[r] = v43[r];
+                    v43[r] = (v0[r] - v42[r / 8]);
                 }
             }
             float v44[8];
@@ -3947,7 +4519,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v44[r] = (v0[r] - v43[r]);
+                    v44[r] = (v43[r] * v37[r]);
                 }
             }
             float v45[8];
@@ -3955,50 +4527,144 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v45[r] = (v41[r] * v44[r]);
+                    v45[r] = (v44[r] * v44[r]);
                 }
             }
             float v46[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v46[r] = acc5[r];
+                    v46[r] = ((v45[r * 8 + 0] + v45[r * 8 + 1]) + (v45[r * 8 + 2] + v45[r * 8 + 3])) + ((v45[r * 8 + 4] + v45[r * 8 + 5]) + (v45[r * 8 + 6] + v45[r * 8 + 7]));
                 }
             }
             float v47[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v47[r] = (v46[r] + v45[r]);
+                    v47[r] = (v32[r] + v38[r]);
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v47[r];
+                    acc6[r] = v47[r];
+                }
+            }
+            float v48[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v48[r] = fmaxf(v47[r], v40[0]);
+                }
+            }
+            float v49[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v49[r] = dt_fast_div(v38[r], v48[r]);
+                }
+            }
+            float v50[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v50[r] = (v42[r] - v33[r]);
+                }
+            }
+            float v51[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v51[r] = (v50[r] * v49[r]);
+                }
+            }
+            float v52[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v52[r] = (v33[r] + v51[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v52[r];
+                }
+            }
+            float v53[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v53[r] = (v51[r] * v50[r]);
+                }
+            }
+            float v54[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v54[r] = (v53[r] * v32[r]);
+                }
+            }
+            float v55[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = acc5[r];
+                }
+            }
+            float v56[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = (v55[r] + v46[r]);
+                }
+            }
+            float v57[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v57[r] = (v56[r] + v54[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v57[r];
                 }
             }
         }
         float v30[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
                 v30[r] = acc4[r];
             }
         }
         float v2[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
+        /* reduction in registers: 1 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v30[i * 8 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v30[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
@@ -4008,9 +4674,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a60 = 0e0f;
-            for (int g = 0; g < 32; g++) a60 = a60 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a60;
+            float a136 = 0e0f;
+            for (int g = 0; g < 32; g++) a136 = a136 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a136;
         }
         {
             const int r = 0, e = 0;
@@ -4029,71 +4695,71 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             (void)r; (void)e;
             v5[r] = dt_fast_div(v3[0], v4[0]);
         }
-        float v48[8];
+        float v58[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v48[r] = acc5[r];
+                v58[r] = acc5[r];
             }
         }
-        float v49[8];
+        float v59[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v49[r] = acc6[r];
+                v59[r] = acc6[r];
             }
         }
-        float v50[8];
+        float v60[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v50[r] = acc7[r];
+                v60[r] = acc7[r];
             }
         }
-        float v51[8];
+        float v61[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v51[r] = (v50[r] - v5[0]);
+                v61[r] = (v60[r] - v5[0]);
             }
         }
-        float v52[8];
+        float v62[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v52[r] = (v51[r] * v51[r]);
+                v62[r] = (v61[r] * v61[r]);
             }
         }
-        float v53[8];
+        float v63[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v53[r] = (v49[r] * v52[r]);
+                v63[r] = (v59[r] * v62[r]);
             }
         }
-        float v54[8];
+        float v64[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v54[r] = (v48[r] + v53[r]);
+                v64[r] = (v58[r] + v63[r]);
             }
         }
         float v14[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
+        /* reduction in registers: 1 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v54[i * 8 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v64[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
@@ -4102,9 +4768,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a79 = 0e0f;
-            for (int g = 0; g < 32; g++) a79 = a79 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v14[r] = a79;
+            float a155 = 0e0f;
+            for (int g = 0; g < 32; g++) a155 = a155 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v14[r] = a155;
         }
         {
             const int r = 0, e = 0;
@@ -4124,96 +4790,96 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             v17[r] = dt_fast_div(v15[0], v4[0]);
         }
         /* layernorm.tensorize(y:8192) num_stages(2): loads one step ahead */
-        uint4 qn84[1];
-        bool fn85[1];
-        uint4 qn86[1];
-        bool fn87[1];
-        uint4 qn88[1];
-        bool fn89[1];
+        uint4 qn160[1];
+        bool fn161[1];
+        uint4 qn162[1];
+        bool fn163[1];
+        uint4 qn164[1];
+        bool fn165[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l90 = (int)((unsigned)e / 8192u % 1u);
-            const int l91 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l90) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l91) * (unsigned)args.input_strides[0][1];
-            fn85[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l91 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (fn85[c]) qn84[c] = dt_load_once((const uint4*)(in0 + a));
+            const int l166 = (int)((unsigned)e / 8192u % 1u);
+            const int l167 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o1 + l166) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l167) * (unsigned)args.input_strides[0][1];
+            fn161[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l166) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l167 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (fn161[c]) qn160[c] = dt_load_once((const uint4*)(in0 + a));
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l92 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l92) * (unsigned)args.input_strides[1][0];
-            fn87[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l92 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-            if (fn87[c]) qn86[c] = *(const uint4*)(in1 + a);
+            const int l168 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l168) * (unsigned)args.input_strides[1][0];
+            fn163[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l168 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+            if (fn163[c]) qn162[c] = *(const uint4*)(in1 + a);
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l93 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l93) * (unsigned)args.input_strides[2][0];
-            fn89[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l93 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-            if (fn89[c]) qn88[c] = *(const uint4*)(in2 + a);
+            const int l169 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l169) * (unsigned)args.input_strides[2][0];
+            fn165[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l169 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+            if (fn165[c]) qn164[c] = *(const uint4*)(in2 + a);
         }
-        for (long long o83 = (dt_cdiv(s1, 8192) - 1) * 8192; o83 >= 0; o83 -= 8192) {
-            uint4 q94[1];
-            bool f95[1];
+        for (long long o159 = (dt_cdiv(s1, 8192) - 1) * 8192; o159 >= 0; o159 -= 8192) {
+            uint4 q170[1];
+            bool f171[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q94[c] = qn84[c]; f95[c] = fn85[c]; }
-            uint4 q96[1];
-            bool f97[1];
+            for (int c = 0; c < 1; c++) { q170[c] = qn160[c]; f171[c] = fn161[c]; }
+            uint4 q172[1];
+            bool f173[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q96[c] = qn86[c]; f97[c] = fn87[c]; }
-            uint4 q98[1];
-            bool f99[1];
+            for (int c = 0; c < 1; c++) { q172[c] = qn162[c]; f173[c] = fn163[c]; }
+            uint4 q174[1];
+            bool f175[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q98[c] = qn88[c]; f99[c] = fn89[c]; }
-            if (o83 - 8192 >= 0) {
+            for (int c = 0; c < 1; c++) { q174[c] = qn164[c]; f175[c] = fn165[c]; }
+            if (o159 - 8192 >= 0) {
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l100 = (int)((unsigned)e / 8192u % 1u);
-                    const int l101 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l100) * (unsigned)args.input_strides[0][0] + (unsigned)((o83 - 8192) + l101) * (unsigned)args.input_strides[0][1];
-                    fn85[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l100) < (unsigned)s0 && (unsigned)((o83 - 8192) + (l101 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fn85[c]) qn84[c] = dt_load_once((const uint4*)(in0 + a));
+                    const int l176 = (int)((unsigned)e / 8192u % 1u);
+                    const int l177 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o1 + l176) * (unsigned)args.input_strides[0][0] + (unsigned)((o159 - 8192) + l177) * (unsigned)args.input_strides[0][1];
+                    fn161[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l176) < (unsigned)s0 && (unsigned)((o159 - 8192) + (l177 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fn161[c]) qn160[c] = dt_load_once((const uint4*)(in0 + a));
                 }
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l102 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o83 - 8192) + l102) * (unsigned)args.input_strides[1][0];
-                    fn87[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)((o83 - 8192) + (l102 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-                    if (fn87[c]) qn86[c] = *(const uint4*)(in1 + a);
+                    const int l178 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o159 - 8192) + l178) * (unsigned)args.input_strides[1][0];
+                    fn163[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)((o159 - 8192) + (l178 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                    if (fn163[c]) qn162[c] = *(const uint4*)(in1 + a);
                 }
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l103 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o83 - 8192) + l103) * (unsigned)args.input_strides[2][0];
-                    fn89[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)((o83 - 8192) + (l103 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-                    if (fn89[c]) qn88[c] = *(const uint4*)(in2 + a);
+                    const int l179 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o159 - 8192) + l179) * (unsigned)args.input_strides[2][0];
+                    fn165[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)((o159 - 8192) + (l179 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                    if (fn165[c]) qn164[c] = *(const uint4*)(in2 + a);
                 }
             }
             dt_bf16s<8> v18; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l104 = (int)((unsigned)e / 8192u % 1u);
-                const int l105 = (int)((unsigned)e / 1u % 8192u);
-                if (f95[c]) {
-                    v18.w[c] = q94[c];
+                const int l180 = (int)((unsigned)e / 8192u % 1u);
+                const int l181 = (int)((unsigned)e / 1u % 8192u);
+                if (f171[c]) {
+                    v18.w[c] = q170[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l104) * (unsigned)args.input_strides[0][0] + (unsigned)(o83 + l105) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l180) * (unsigned)args.input_strides[0][0] + (unsigned)(o159 + l181) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + l105) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + l181) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
                     v18.w[c] = dt_pack8(h);
                 }
             }
@@ -4255,20 +4921,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l112 = (int)((unsigned)e / 1u % 8192u);
-                if (f97[c]) {
-                    v26.w[c] = q96[c];
+                const int l188 = (int)((unsigned)e / 1u % 8192u);
+                if (f173[c]) {
+                    v26.w[c] = q172[c];
                 } else {
-                    const unsigned a = (unsigned)(o83 + l112) * (unsigned)args.input_strides[1][0];
+                    const unsigned a = (unsigned)(o159 + l188) * (unsigned)args.input_strides[1][0];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o83 + l112) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o83 + (l112 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o83 + (l112 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o83 + (l112 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o83 + (l112 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o83 + (l112 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o83 + (l112 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o83 + (l112 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o159 + l188) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o159 + (l188 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o159 + (l188 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o159 + (l188 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o159 + (l188 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o159 + (l188 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o159 + (l188 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o159 + (l188 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
                     v26.w[c] = dt_pack8(h);
                 }
             }
@@ -4284,20 +4950,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l115 = (int)((unsigned)e / 1u % 8192u);
-                if (f99[c]) {
-                    v28.w[c] = q98[c];
+                const int l191 = (int)((unsigned)e / 1u % 8192u);
+                if (f175[c]) {
+                    v28.w[c] = q174[c];
                 } else {
-                    const unsigned a = (unsigned)(o83 + l115) * (unsigned)args.input_strides[2][0];
+                    const unsigned a = (unsigned)(o159 + l191) * (unsigned)args.input_strides[2][0];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o83 + l115) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o83 + (l115 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o83 + (l115 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o83 + (l115 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o83 + (l115 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o83 + (l115 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o83 + (l115 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o83 + (l115 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o159 + l191) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o159 + (l191 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o159 + (l191 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o159 + (l191 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o159 + (l191 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o159 + (l191 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o159 + (l191 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o159 + (l191 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
                     v28.w[c] = dt_pack8(h);
                 }
             }
@@ -4312,20 +4978,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l118 = (int)((unsigned)e / 8192u % 1u);
-                const int l119 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l118) * (unsigned)args.output_strides[0] + (unsigned)(o83 + l119) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l194 = (int)((unsigned)e / 8192u % 1u);
+                const int l195 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l194) * (unsigned)args.output_strides[0] + (unsigned)(o159 + l195) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + l119) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + l195) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
                 }
             }
         }
@@ -4359,11 +5025,11 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        /* partial rsum over y, lane by lane */
+        /* partial rsum over y, by runs of 8 lanes */
         float acc4[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
                 acc4[r] = 0e0f;
             }
@@ -4381,47 +5047,280 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        /* partial rsum over y, lane by lane */
+        /* partial rsum over y, by runs of 8 lanes */
         float acc5[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
                 acc5[r] = 0e0f;
             }
         }
-        /* lane count over y */
+        /* run count over y */
         float acc6[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
                 acc6[r] = 0e0f;
             }
         }
-        /* lane running mean over y */
+        /* run running mean over y */
         float acc7[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
                 acc7[r] = 0e0f;
             }
         }
         /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass */
-        for (long long o12 = 0; o12 < s1; o12 += 8192) {
-            float v32[8];
+        for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
+            float v65[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v65[r] = acc6[r];
+                }
+            }
+            float v66[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v66[r] = acc7[r];
+                }
+            }
+            float v67[8];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l17 = (int)((unsigned)e / 8192u % 1u);
+                const int l18 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l18) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l17) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v67[c * 4 + 0] = __uint_as_float(q.x);
+                    v67[c * 4 + 1] = __uint_as_float(q.y);
+                    v67[c * 4 + 2] = __uint_as_float(q.z);
+                    v67[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v67[c * 4 + 0] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v67[c * 4 + 1] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v67[c * 4 + 2] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v67[c * 4 + 3] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                }
+            }
+            float v68[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v68[r] = (v67[r * 4 + 0] + v67[r * 4 + 1]) + (v67[r * 4 + 2] + v67[r * 4 + 3]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = acc4[r] + v68[r];
+                }
+            }
+            float v71[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v71[r] = 1e0f;
+                }
+            }
+            float v72[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v72[r] = (v71[r * 4 + 0] + v71[r * 4 + 1]) + (v71[r * 4 + 2] + v71[r * 4 + 3]);
+                }
+            }
+            float v73[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v73[r] = 1e0f;
+            }
+            float v74[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v74[r] = fmaxf(v72[r], v73[0]);
+                }
+            }
+            float v75[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v75[r] = (v68[r] / v74[r]);
+                }
+            }
+            float v76[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v76[r] = (v67[r] - v75[r / 4]);
+                }
+            }
+            float v77[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v77[r] = (v76[r] * v71[r]);
+                }
+            }
+            float v78[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v78[r] = (v77[r] * v77[r]);
+                }
+            }
+            float v79[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v79[r] = (v78[r * 4 + 0] + v78[r * 4 + 1]) + (v78[r * 4 + 2] + v78[r * 4 + 3]);
+                }
+            }
+            float v80[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v80[r] = (v65[r] + v72[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc6[r] = v80[r];
+                }
+            }
+            float v81[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v81[r] = fmaxf(v80[r], v73[0]);
+                }
+            }
+            float v82[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v82[r] = (v72[r] / v81[r]);
+                }
+            }
+            float v83[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v83[r] = (v75[r] - v66[r]);
+                }
+            }
+            float v84[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v84[r] = (v83[r] * v82[r]);
+                }
+            }
+            float v85[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v85[r] = (v66[r] + v84[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v85[r];
+                }
+            }
+            float v86[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v86[r] = (v84[r] * v83[r]);
+                }
+            }
+            float v87[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v87[r] = (v86[r] * v65[r]);
+                }
+            }
+            float v88[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v88[r] = acc5[r];
+                }
+            }
+            float v89[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v89[r] = (v88[r] + v79[r]);
+                }
+            }
+            float v90[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v90[r] = (v89[r] + v87[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc5[r] = v90[r];
+                }
+            }
+        }
+        /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass */
+        for (long long o64 = (s1 / 8192) * 8192; o64 < s1; o64 += 8192) {
+            float v32[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v32[r] = acc6[r];
                 }
             }
             float v33[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v33[r] = acc7[r];
                 }
@@ -4430,103 +5329,88 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l17 = (int)((unsigned)e / 8192u % 1u);
-                const int l18 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l18) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o12 + (l18 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l69 = (int)((unsigned)e / 8192u % 1u);
+                const int l70 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l69) * (unsigned)args.input_strides[0][0] + (unsigned)(o64 + l70) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + (l70 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
                     v0[c * 4 + 2] = __uint_as_float(q.z);
                     v0[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v0[c * 4 + 0] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o12 + l18) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 4 + 1] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o12 + (l18 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 4 + 2] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o12 + (l18 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 4 + 3] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o12 + (l18 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    acc4[r] = acc4[r] + v0[r];
+                    v0[c * 4 + 0] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + l70) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 1] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + (l70 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 2] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + (l70 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 3] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + (l70 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v34[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    const int l21 = (int)((unsigned)e / 1u % 8192u);
-                    v34[r] = (float)(o12 + l21);
+                    v34[r] = (v0[r * 4 + 0] + v0[r * 4 + 1]) + (v0[r * 4 + 2] + v0[r * 4 + 3]);
                 }
             }
-            float v35[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v35[r] = (float)s1;
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = acc4[r] + v34[r];
+                }
             }
-            float v36[8];
+            float v35[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v36[r] = ((v34[r]) < (v35[0]) ? 1.0f : 0.0f);
+                    const int l75 = (int)((unsigned)e / 1u % 8192u);
+                    v35[r] = (float)(o64 + l75);
                 }
+            }
+            float v36[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v36[r] = (float)s1;
             }
             float v37[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v37[r] = (v32[r] + v36[r]);
+                    v37[r] = ((v35[r]) < (v36[0]) ? 1.0f : 0.0f);
                 }
             }
+            float v38[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc6[r] = v37[r];
+                    v38[r] = (v37[r * 4 + 0] + v37[r * 4 + 1]) + (v37[r * 4 + 2] + v37[r * 4 + 3]);
                 }
             }
-            float v38[1];
+            float v40[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v38[r] = 1e0f;
-            }
-            float v39[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v39[r] = fmaxf(v37[r], v38[0]);
-                }
-            }
-            float v40[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v40[r] = (v0[r] - v33[r]);
-                }
+                v40[r] = 1e0f;
             }
             float v41[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v41[r] = (v40[r] * v36[r]);
+                    v41[r] = fmaxf(v38[r], v40[0]);
                 }
             }
             float v42[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v42[r] = (v41[r] / v39[r]);
+                    v42[r] = (v34[r] / v41[r]);
                 }
             }
             float v43[8];
@@ -4534,14 +5418,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v43[r] = (v33[r] + v42[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    acc7[r] = v43[r];
+                    v43[r] = (v0[r] - v42[r / 4]);
                 }
             }
             float v44[8];
@@ -4549,7 +5426,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v44[r] = (v0[r] - v43[r]);
+                    v44[r] = (v43[r] * v37[r]);
                 }
             }
             float v45[8];
@@ -4557,50 +5434,144 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v45[r] = (v41[r] * v44[r]);
+                    v45[r] = (v44[r] * v44[r]);
                 }
             }
             float v46[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v46[r] = acc5[r];
+                    v46[r] = (v45[r * 4 + 0] + v45[r * 4 + 1]) + (v45[r * 4 + 2] + v45[r * 4 + 3]);
                 }
             }
             float v47[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v47[r] = (v46[r] + v45[r]);
+                    v47[r] = (v32[r] + v38[r]);
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v47[r];
+                    acc6[r] = v47[r];
+                }
+            }
+            float v48[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v48[r] = fmaxf(v47[r], v40[0]);
+                }
+            }
+            float v49[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v49[r] = (v38[r] / v48[r]);
+                }
+            }
+            float v50[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v50[r] = (v42[r] - v33[r]);
+                }
+            }
+            float v51[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v51[r] = (v50[r] * v49[r]);
+                }
+            }
+            float v52[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v52[r] = (v33[r] + v51[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v52[r];
+                }
+            }
+            float v53[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v53[r] = (v51[r] * v50[r]);
+                }
+            }
+            float v54[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v54[r] = (v53[r] * v32[r]);
+                }
+            }
+            float v55[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v55[r] = acc5[r];
+                }
+            }
+            float v56[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v56[r] = (v55[r] + v46[r]);
+                }
+            }
+            float v57[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v57[r] = (v56[r] + v54[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc5[r] = v57[r];
                 }
             }
         }
         float v30[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
                 v30[r] = acc4[r];
             }
         }
         float v2[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
+        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v30[i * 8 + q];
+                for (int q = 0; q < 2; q++) p[i] = p[i] + v30[i * 2 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
@@ -4610,9 +5581,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a52 = 0e0f;
-            for (int g = 0; g < 32; g++) a52 = a52 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a52;
+            float a120 = 0e0f;
+            for (int g = 0; g < 32; g++) a120 = a120 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a120;
         }
         {
             const int r = 0, e = 0;
@@ -4631,71 +5602,71 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             (void)r; (void)e;
             v5[r] = (v3[0] / v4[0]);
         }
-        float v48[8];
+        float v58[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v48[r] = acc5[r];
+                v58[r] = acc5[r];
             }
         }
-        float v49[8];
+        float v59[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v49[r] = acc6[r];
+                v59[r] = acc6[r];
             }
         }
-        float v50[8];
+        float v60[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v50[r] = acc7[r];
+                v60[r] = acc7[r];
             }
         }
-        float v51[8];
+        float v61[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v51[r] = (v50[r] - v5[0]);
+                v61[r] = (v60[r] - v5[0]);
             }
         }
-        float v52[8];
+        float v62[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v52[r] = (v51[r] * v51[r]);
+                v62[r] = (v61[r] * v61[r]);
             }
         }
-        float v53[8];
+        float v63[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v53[r] = (v49[r] * v52[r]);
+                v63[r] = (v59[r] * v62[r]);
             }
         }
-        float v54[8];
+        float v64[8];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v54[r] = (v48[r] + v53[r]);
+                v64[r] = (v58[r] + v63[r]);
             }
         }
         float v14[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
+        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v54[i * 8 + q];
+                for (int q = 0; q < 2; q++) p[i] = p[i] + v64[i * 2 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
@@ -4704,9 +5675,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a71 = 0e0f;
-            for (int g = 0; g < 32; g++) a71 = a71 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v14[r] = a71;
+            float a139 = 0e0f;
+            for (int g = 0; g < 32; g++) a139 = a139 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v14[r] = a139;
         }
         {
             const int r = 0, e = 0;
@@ -4726,25 +5697,25 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             v17[r] = (v15[0] / v4[0]);
         }
         /* layernorm.tensorize(y:8192) num_stages(2) */
-        for (long long o75 = (dt_cdiv(s1, 8192) - 1) * 8192; o75 >= 0; o75 -= 8192) {
+        for (long long o143 = (dt_cdiv(s1, 8192) - 1) * 8192; o143 >= 0; o143 -= 8192) {
             float v18[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l76 = (int)((unsigned)e / 8192u % 1u);
-                const int l77 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l76) * (unsigned)args.input_strides[0][0] + (unsigned)(o75 + l77) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l76) < (unsigned)s0 && (unsigned)(o75 + (l77 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l144 = (int)((unsigned)e / 8192u % 1u);
+                const int l145 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l144) * (unsigned)args.input_strides[0][0] + (unsigned)(o143 + l145) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l144) < (unsigned)s0 && (unsigned)(o143 + (l145 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v18[c * 4 + 0] = __uint_as_float(q.x);
                     v18[c * 4 + 1] = __uint_as_float(q.y);
                     v18[c * 4 + 2] = __uint_as_float(q.z);
                     v18[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v18[c * 4 + 0] = ((unsigned)(o1 + l76) < (unsigned)s0 && (unsigned)(o75 + l77) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 4 + 1] = ((unsigned)(o1 + l76) < (unsigned)s0 && (unsigned)(o75 + (l77 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 4 + 2] = ((unsigned)(o1 + l76) < (unsigned)s0 && (unsigned)(o75 + (l77 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 4 + 3] = ((unsigned)(o1 + l76) < (unsigned)s0 && (unsigned)(o75 + (l77 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 0] = ((unsigned)(o1 + l144) < (unsigned)s0 && (unsigned)(o143 + l145) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 1] = ((unsigned)(o1 + l144) < (unsigned)s0 && (unsigned)(o143 + (l145 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 2] = ((unsigned)(o1 + l144) < (unsigned)s0 && (unsigned)(o143 + (l145 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 3] = ((unsigned)(o1 + l144) < (unsigned)s0 && (unsigned)(o143 + (l145 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v20[8];
@@ -4785,19 +5756,19 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l84 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o75 + l84) * (unsigned)args.input_strides[1][0];
-                if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(o75 + (l84 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                const int l152 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o143 + l152) * (unsigned)args.input_strides[1][0];
+                if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(o143 + (l152 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in1 + a);
                     v26[c * 4 + 0] = __uint_as_float(q.x);
                     v26[c * 4 + 1] = __uint_as_float(q.y);
                     v26[c * 4 + 2] = __uint_as_float(q.z);
                     v26[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v26[c * 4 + 0] = ((unsigned)(o75 + l84) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 4 + 1] = ((unsigned)(o75 + (l84 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 4 + 2] = ((unsigned)(o75 + (l84 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 4 + 3] = ((unsigned)(o75 + (l84 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 0] = ((unsigned)(o143 + l152) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 1] = ((unsigned)(o143 + (l152 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 2] = ((unsigned)(o143 + (l152 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 3] = ((unsigned)(o143 + (l152 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v27[8];
@@ -4812,19 +5783,19 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l87 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o75 + l87) * (unsigned)args.input_strides[2][0];
-                if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(o75 + (l87 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                const int l155 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o143 + l155) * (unsigned)args.input_strides[2][0];
+                if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(o143 + (l155 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in2 + a);
                     v28[c * 4 + 0] = __uint_as_float(q.x);
                     v28[c * 4 + 1] = __uint_as_float(q.y);
                     v28[c * 4 + 2] = __uint_as_float(q.z);
                     v28[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v28[c * 4 + 0] = ((unsigned)(o75 + l87) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 4 + 1] = ((unsigned)(o75 + (l87 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 4 + 2] = ((unsigned)(o75 + (l87 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 4 + 3] = ((unsigned)(o75 + (l87 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 0] = ((unsigned)(o143 + l155) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 1] = ((unsigned)(o143 + (l155 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 2] = ((unsigned)(o143 + (l155 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 3] = ((unsigned)(o143 + (l155 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v29[8];
@@ -4838,16 +5809,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l90 = (int)((unsigned)e / 8192u % 1u);
-                const int l91 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l90) * (unsigned)args.output_strides[0] + (unsigned)(o75 + l91) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)(o75 + (l91 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l158 = (int)((unsigned)e / 8192u % 1u);
+                const int l159 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l158) * (unsigned)args.output_strides[0] + (unsigned)(o143 + l159) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l158) < (unsigned)s0 && (unsigned)(o143 + (l159 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3])));
                 } else {
-                    if ((unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)(o75 + l91) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                    if ((unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)(o75 + (l91 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                    if ((unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)(o75 + (l91 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                    if ((unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)(o75 + (l91 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                    if ((unsigned)(o1 + l158) < (unsigned)s0 && (unsigned)(o143 + l159) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                    if ((unsigned)(o1 + l158) < (unsigned)s0 && (unsigned)(o143 + (l159 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                    if ((unsigned)(o1 + l158) < (unsigned)s0 && (unsigned)(o143 + (l159 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                    if ((unsigned)(o1 + l158) < (unsigned)s0 && (unsigned)(o143 + (l159 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
                 }
             }
         }

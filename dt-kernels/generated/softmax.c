@@ -114,7 +114,7 @@ void dt_softmax_1k_f16(const dt_args* args, long long first, long long last) {
             }
             for (long long l5 = 0; l5 < 1; l5++) {
                 float a7 = (-INFINITY);
-                for (long long r6 = 0; r6 < 1024; r6++) a7 = fmaxf(a7, (arena + 0)[l5 * 1024 + r6 * 1]);
+                for (long long r6 = 0; r6 < 1024; r6 += 1) a7 = fmaxf(a7, (arena + 0)[l5 * 1024 + r6 * 1]);
                 (arena + 2048)[l5] = a7;
             }
             for (long long l8 = 0; l8 < 1; l8++) {
@@ -144,7 +144,7 @@ void dt_softmax_1k_f16(const dt_args* args, long long first, long long last) {
             }
             for (long long l17 = 0; l17 < 1; l17++) {
                 float a19 = 0e0f;
-                for (long long r18 = 0; r18 < 1024; r18++) a19 = a19 + (arena + 5123)[l17 * 1024 + r18 * 1];
+                for (long long r18 = 0; r18 < 1024; r18 += 1) a19 = a19 + (arena + 5123)[l17 * 1024 + r18 * 1];
                 (arena + 6147)[l17] = a19;
             }
             for (long long l20 = 0; l20 < 1; l20++) {
@@ -197,7 +197,7 @@ void dt_softmax_1k_bf16(const dt_args* args, long long first, long long last) {
             }
             for (long long l5 = 0; l5 < 1; l5++) {
                 float a7 = (-INFINITY);
-                for (long long r6 = 0; r6 < 1024; r6++) a7 = fmaxf(a7, (arena + 0)[l5 * 1024 + r6 * 1]);
+                for (long long r6 = 0; r6 < 1024; r6 += 1) a7 = fmaxf(a7, (arena + 0)[l5 * 1024 + r6 * 1]);
                 (arena + 2048)[l5] = a7;
             }
             for (long long l8 = 0; l8 < 1; l8++) {
@@ -227,7 +227,7 @@ void dt_softmax_1k_bf16(const dt_args* args, long long first, long long last) {
             }
             for (long long l17 = 0; l17 < 1; l17++) {
                 float a19 = 0e0f;
-                for (long long r18 = 0; r18 < 1024; r18++) a19 = a19 + (arena + 5123)[l17 * 1024 + r18 * 1];
+                for (long long r18 = 0; r18 < 1024; r18 += 1) a19 = a19 + (arena + 5123)[l17 * 1024 + r18 * 1];
                 (arena + 6147)[l17] = a19;
             }
             for (long long l20 = 0; l20 < 1; l20++) {
@@ -280,7 +280,7 @@ void dt_softmax_1k_f32(const dt_args* args, long long first, long long last) {
             }
             for (long long l5 = 0; l5 < 1; l5++) {
                 float a7 = (-INFINITY);
-                for (long long r6 = 0; r6 < 1024; r6++) a7 = fmaxf(a7, (arena + 0)[l5 * 1024 + r6 * 1]);
+                for (long long r6 = 0; r6 < 1024; r6 += 1) a7 = fmaxf(a7, (arena + 0)[l5 * 1024 + r6 * 1]);
                 (arena + 2048)[l5] = a7;
             }
             for (long long l8 = 0; l8 < 1; l8++) {
@@ -310,7 +310,7 @@ void dt_softmax_1k_f32(const dt_args* args, long long first, long long last) {
             }
             for (long long l17 = 0; l17 < 1; l17++) {
                 float a19 = 0e0f;
-                for (long long r18 = 0; r18 < 1024; r18++) a19 = a19 + (arena + 5123)[l17 * 1024 + r18 * 1];
+                for (long long r18 = 0; r18 < 1024; r18 += 1) a19 = a19 + (arena + 5123)[l17 * 1024 + r18 * 1];
                 (arena + 6147)[l17] = a19;
             }
             for (long long l20 = 0; l20 < 1; l20++) {
@@ -363,7 +363,7 @@ void dt_softmax_4k_f16(const dt_args* args, long long first, long long last) {
             }
             for (long long l5 = 0; l5 < 1; l5++) {
                 float a7 = (-INFINITY);
-                for (long long r6 = 0; r6 < 4096; r6++) a7 = fmaxf(a7, (arena + 0)[l5 * 4096 + r6 * 1]);
+                for (long long r6 = 0; r6 < 4096; r6 += 1) a7 = fmaxf(a7, (arena + 0)[l5 * 4096 + r6 * 1]);
                 (arena + 8192)[l5] = a7;
             }
             for (long long l8 = 0; l8 < 1; l8++) {
@@ -393,7 +393,7 @@ void dt_softmax_4k_f16(const dt_args* args, long long first, long long last) {
             }
             for (long long l17 = 0; l17 < 1; l17++) {
                 float a19 = 0e0f;
-                for (long long r18 = 0; r18 < 4096; r18++) a19 = a19 + (arena + 20483)[l17 * 4096 + r18 * 1];
+                for (long long r18 = 0; r18 < 4096; r18 += 1) a19 = a19 + (arena + 20483)[l17 * 4096 + r18 * 1];
                 (arena + 24579)[l17] = a19;
             }
             for (long long l20 = 0; l20 < 1; l20++) {
@@ -446,7 +446,7 @@ void dt_softmax_4k_bf16(const dt_args* args, long long first, long long last) {
             }
             for (long long l5 = 0; l5 < 1; l5++) {
                 float a7 = (-INFINITY);
-                for (long long r6 = 0; r6 < 4096; r6++) a7 = fmaxf(a7, (arena + 0)[l5 * 4096 + r6 * 1]);
+                for (long long r6 = 0; r6 < 4096; r6 += 1) a7 = fmaxf(a7, (arena + 0)[l5 * 4096 + r6 * 1]);
                 (arena + 8192)[l5] = a7;
             }
             for (long long l8 = 0; l8 < 1; l8++) {
@@ -476,7 +476,7 @@ void dt_softmax_4k_bf16(const dt_args* args, long long first, long long last) {
             }
             for (long long l17 = 0; l17 < 1; l17++) {
                 float a19 = 0e0f;
-                for (long long r18 = 0; r18 < 4096; r18++) a19 = a19 + (arena + 20483)[l17 * 4096 + r18 * 1];
+                for (long long r18 = 0; r18 < 4096; r18 += 1) a19 = a19 + (arena + 20483)[l17 * 4096 + r18 * 1];
                 (arena + 24579)[l17] = a19;
             }
             for (long long l20 = 0; l20 < 1; l20++) {
@@ -529,7 +529,7 @@ void dt_softmax_4k_f32(const dt_args* args, long long first, long long last) {
             }
             for (long long l5 = 0; l5 < 1; l5++) {
                 float a7 = (-INFINITY);
-                for (long long r6 = 0; r6 < 4096; r6++) a7 = fmaxf(a7, (arena + 0)[l5 * 4096 + r6 * 1]);
+                for (long long r6 = 0; r6 < 4096; r6 += 1) a7 = fmaxf(a7, (arena + 0)[l5 * 4096 + r6 * 1]);
                 (arena + 8192)[l5] = a7;
             }
             for (long long l8 = 0; l8 < 1; l8++) {
@@ -559,7 +559,7 @@ void dt_softmax_4k_f32(const dt_args* args, long long first, long long last) {
             }
             for (long long l17 = 0; l17 < 1; l17++) {
                 float a19 = 0e0f;
-                for (long long r18 = 0; r18 < 4096; r18++) a19 = a19 + (arena + 20483)[l17 * 4096 + r18 * 1];
+                for (long long r18 = 0; r18 < 4096; r18 += 1) a19 = a19 + (arena + 20483)[l17 * 4096 + r18 * 1];
                 (arena + 24579)[l17] = a19;
             }
             for (long long l20 = 0; l20 < 1; l20++) {
@@ -612,7 +612,7 @@ void dt_softmax_16k_f16(const dt_args* args, long long first, long long last) {
             }
             for (long long l5 = 0; l5 < 1; l5++) {
                 float a7 = (-INFINITY);
-                for (long long r6 = 0; r6 < 16384; r6++) a7 = fmaxf(a7, (arena + 0)[l5 * 16384 + r6 * 1]);
+                for (long long r6 = 0; r6 < 16384; r6 += 1) a7 = fmaxf(a7, (arena + 0)[l5 * 16384 + r6 * 1]);
                 (arena + 32768)[l5] = a7;
             }
             for (long long l8 = 0; l8 < 1; l8++) {
@@ -642,7 +642,7 @@ void dt_softmax_16k_f16(const dt_args* args, long long first, long long last) {
             }
             for (long long l17 = 0; l17 < 1; l17++) {
                 float a19 = 0e0f;
-                for (long long r18 = 0; r18 < 16384; r18++) a19 = a19 + (arena + 81923)[l17 * 16384 + r18 * 1];
+                for (long long r18 = 0; r18 < 16384; r18 += 1) a19 = a19 + (arena + 81923)[l17 * 16384 + r18 * 1];
                 (arena + 98307)[l17] = a19;
             }
             for (long long l20 = 0; l20 < 1; l20++) {
@@ -695,7 +695,7 @@ void dt_softmax_16k_bf16(const dt_args* args, long long first, long long last) {
             }
             for (long long l5 = 0; l5 < 1; l5++) {
                 float a7 = (-INFINITY);
-                for (long long r6 = 0; r6 < 16384; r6++) a7 = fmaxf(a7, (arena + 0)[l5 * 16384 + r6 * 1]);
+                for (long long r6 = 0; r6 < 16384; r6 += 1) a7 = fmaxf(a7, (arena + 0)[l5 * 16384 + r6 * 1]);
                 (arena + 32768)[l5] = a7;
             }
             for (long long l8 = 0; l8 < 1; l8++) {
@@ -725,7 +725,7 @@ void dt_softmax_16k_bf16(const dt_args* args, long long first, long long last) {
             }
             for (long long l17 = 0; l17 < 1; l17++) {
                 float a19 = 0e0f;
-                for (long long r18 = 0; r18 < 16384; r18++) a19 = a19 + (arena + 81923)[l17 * 16384 + r18 * 1];
+                for (long long r18 = 0; r18 < 16384; r18 += 1) a19 = a19 + (arena + 81923)[l17 * 16384 + r18 * 1];
                 (arena + 98307)[l17] = a19;
             }
             for (long long l20 = 0; l20 < 1; l20++) {
@@ -778,7 +778,7 @@ void dt_softmax_16k_f32(const dt_args* args, long long first, long long last) {
             }
             for (long long l5 = 0; l5 < 1; l5++) {
                 float a7 = (-INFINITY);
-                for (long long r6 = 0; r6 < 16384; r6++) a7 = fmaxf(a7, (arena + 0)[l5 * 16384 + r6 * 1]);
+                for (long long r6 = 0; r6 < 16384; r6 += 1) a7 = fmaxf(a7, (arena + 0)[l5 * 16384 + r6 * 1]);
                 (arena + 32768)[l5] = a7;
             }
             for (long long l8 = 0; l8 < 1; l8++) {
@@ -808,7 +808,7 @@ void dt_softmax_16k_f32(const dt_args* args, long long first, long long last) {
             }
             for (long long l17 = 0; l17 < 1; l17++) {
                 float a19 = 0e0f;
-                for (long long r18 = 0; r18 < 16384; r18++) a19 = a19 + (arena + 81923)[l17 * 16384 + r18 * 1];
+                for (long long r18 = 0; r18 < 16384; r18 += 1) a19 = a19 + (arena + 81923)[l17 * 16384 + r18 * 1];
                 (arena + 98307)[l17] = a19;
             }
             for (long long l20 = 0; l20 < 1; l20++) {
@@ -838,7 +838,7 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* A */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* softmax */
-    float* arena = (float*)malloc(sizeof(float) * 327699);
+    float* arena = (float*)malloc(sizeof(float) * 720915);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -852,264 +852,296 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 311311)[l2] = (-INFINITY);
+                (arena + 688143)[l2] = (-INFINITY);
             }
-            /* partial rmax over y, lane by lane */
+            /* partial rmax over y, by runs of 8 lanes */
             for (long long l3 = 0; l3 < 1; l3++) {
-                for (long long l4 = 0; l4 < 8192; l4++) {
-                    (arena + 311315)[l3 * 8192 + l4] = (-INFINITY);
+                for (long long l4 = 0; l4 < 16384; l4++) {
+                    (arena + 688147)[l3 * 16384 + l4] = (-INFINITY);
                 }
             }
             /* rsum identity */
             for (long long l5 = 0; l5 < 1; l5++) {
-                (arena + 311313)[l5] = 0e0f;
+                (arena + 688145)[l5] = 0e0f;
             }
-            /* partial rsum over y, lane by lane */
+            /* partial rsum over y, by runs of 8 lanes */
             for (long long l6 = 0; l6 < 1; l6++) {
-                for (long long l7 = 0; l7 < 8192; l7++) {
-                    (arena + 319507)[l6 * 8192 + l7] = 0e0f;
+                for (long long l7 = 0; l7 < 16384; l7++) {
+                    (arena + 704531)[l6 * 16384 + l7] = 0e0f;
                 }
             }
-            /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass */
-            for (long long o8 = 0; o8 < (s1 / 8192) * 8192; o8 += 8192) {
+            /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+            for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
                 for (long long l9 = 0; l9 < 1; l9++) {
-                    for (long long l10 = 0; l10 < 8192; l10++) {
-                        (arena + 213005)[l9 * 8192 + l10] = (arena + 311315)[l9 * 8192 + l10];
+                    for (long long l10 = 0; l10 < 16384; l10++) {
+                        (arena + 458765)[l9 * 16384 + l10] = (arena + 688147)[l9 * 16384 + l10];
                     }
                 }
                 for (long long l11 = 0; l11 < 1; l11++) {
-                    for (long long l12 = 0; l12 < 8192; l12++) {
-                        (arena + 221197)[l11 * 8192 + l12] = (o1 + l11 < s0 && o8 + l12 < s1) ? dt_load_f16(in0[(o1 + l11) * args->input_strides[0][0] + (o8 + l12) * args->input_strides[0][1]]) : (-INFINITY);
+                    for (long long l12 = 0; l12 < 16384; l12++) {
+                        (arena + 475149)[l11 * 16384 + l12] = (o1 + l11 < s0 && o8 + l12 < s1) ? dt_load_f16(in0[(o1 + l11) * args->input_strides[0][0] + (o8 + l12) * args->input_strides[0][1]]) : (-INFINITY);
                     }
                 }
                 for (long long l13 = 0; l13 < 1; l13++) {
-                    for (long long l14 = 0; l14 < 8192; l14++) {
-                        (arena + 311315)[l13 * 8192 + l14] = fmaxf((arena + 311315)[l13 * 8192 + l14], (arena + 221197)[l13 * 8192 + l14]);
+                    for (long long l14 = 0; l14 < 16384; l14++) {
+                        const long long f17 = l14 - l14 % 8;
+                        float a16 = (-INFINITY);
+                        for (long long r15 = f17; r15 < f17 + 8 && r15 < 16384; r15++) a16 = fmaxf(a16, (arena + 475149)[l13 * 16384 + l14 + (r15 - l14) * 1]);
+                        (arena + 491533)[l13 * 16384 + l14] = a16;
                     }
                 }
-                for (long long l15 = 0; l15 < 1; l15++) {
-                    for (long long l16 = 0; l16 < 8192; l16++) {
-                        (arena + 229389)[l15 * 8192 + l16] = (arena + 311315)[l15 * 8192 + l16];
+                for (long long l18 = 0; l18 < 1; l18++) {
+                    for (long long l19 = 0; l19 < 16384; l19++) {
+                        (arena + 688147)[l18 * 16384 + l19] = fmaxf((arena + 688147)[l18 * 16384 + l19], (arena + 491533)[l18 * 16384 + l19]);
                     }
                 }
-                (arena + 237581)[0] = (-INFINITY);
-                (arena + 237582)[0] = 0e0f;
-                for (long long l17 = 0; l17 < 1; l17++) {
-                    for (long long l18 = 0; l18 < 8192; l18++) {
-                        (arena + 237583)[l17 * 8192 + l18] = (((arena + 229389)[l17 * 8192 + l18]) == ((arena + 237581)[0]) ? 1.0f : 0.0f);
+                for (long long l20 = 0; l20 < 1; l20++) {
+                    for (long long l21 = 0; l21 < 16384; l21++) {
+                        (arena + 507917)[l20 * 16384 + l21] = (arena + 688147)[l20 * 16384 + l21];
                     }
                 }
-                for (long long l19 = 0; l19 < 1; l19++) {
-                    for (long long l20 = 0; l20 < 8192; l20++) {
-                        (arena + 245775)[l19 * 8192 + l20] = (arena + 237583)[l19 * 8192 + l20] != 0.0f ? (arena + 237582)[0] : (arena + 229389)[l19 * 8192 + l20];
+                (arena + 524301)[0] = (-INFINITY);
+                (arena + 524302)[0] = 0e0f;
+                for (long long l22 = 0; l22 < 1; l22++) {
+                    for (long long l23 = 0; l23 < 16384; l23++) {
+                        (arena + 524303)[l22 * 16384 + l23] = (((arena + 507917)[l22 * 16384 + l23]) == ((arena + 524301)[0]) ? 1.0f : 0.0f);
                     }
                 }
-                for (long long l21 = 0; l21 < 1; l21++) {
-                    for (long long l22 = 0; l22 < 8192; l22++) {
-                        (arena + 253967)[l21 * 8192 + l22] = ((arena + 213005)[l21 * 8192 + l22] - (arena + 245775)[l21 * 8192 + l22]);
+                for (long long l24 = 0; l24 < 1; l24++) {
+                    for (long long l25 = 0; l25 < 16384; l25++) {
+                        (arena + 540687)[l24 * 16384 + l25] = (arena + 524303)[l24 * 16384 + l25] != 0.0f ? (arena + 524302)[0] : (arena + 507917)[l24 * 16384 + l25];
                     }
                 }
-                for (long long l23 = 0; l23 < 1; l23++) {
-                    for (long long l24 = 0; l24 < 8192; l24++) {
-                        (arena + 262159)[l23 * 8192 + l24] = expf((arena + 253967)[l23 * 8192 + l24]);
+                for (long long l26 = 0; l26 < 1; l26++) {
+                    for (long long l27 = 0; l27 < 16384; l27++) {
+                        (arena + 557071)[l26 * 16384 + l27] = ((arena + 458765)[l26 * 16384 + l27] - (arena + 540687)[l26 * 16384 + l27]);
                     }
                 }
-                for (long long l25 = 0; l25 < 1; l25++) {
-                    for (long long l26 = 0; l26 < 8192; l26++) {
-                        (arena + 270351)[l25 * 8192 + l26] = ((arena + 221197)[l25 * 8192 + l26] - (arena + 245775)[l25 * 8192 + l26]);
+                for (long long l28 = 0; l28 < 1; l28++) {
+                    for (long long l29 = 0; l29 < 16384; l29++) {
+                        (arena + 573455)[l28 * 16384 + l29] = expf((arena + 557071)[l28 * 16384 + l29]);
                     }
                 }
-                for (long long l27 = 0; l27 < 1; l27++) {
-                    for (long long l28 = 0; l28 < 8192; l28++) {
-                        (arena + 278543)[l27 * 8192 + l28] = expf((arena + 270351)[l27 * 8192 + l28]);
+                for (long long l30 = 0; l30 < 1; l30++) {
+                    for (long long l31 = 0; l31 < 16384; l31++) {
+                        (arena + 589839)[l30 * 16384 + l31] = ((arena + 475149)[l30 * 16384 + l31] - (arena + 540687)[l30 * 16384 + l31]);
                     }
                 }
-                for (long long l29 = 0; l29 < 1; l29++) {
-                    for (long long l30 = 0; l30 < 8192; l30++) {
-                        (arena + 286735)[l29 * 8192 + l30] = (arena + 319507)[l29 * 8192 + l30];
+                for (long long l32 = 0; l32 < 1; l32++) {
+                    for (long long l33 = 0; l33 < 16384; l33++) {
+                        (arena + 606223)[l32 * 16384 + l33] = expf((arena + 589839)[l32 * 16384 + l33]);
                     }
                 }
-                for (long long l31 = 0; l31 < 1; l31++) {
-                    for (long long l32 = 0; l32 < 8192; l32++) {
-                        (arena + 294927)[l31 * 8192 + l32] = ((arena + 286735)[l31 * 8192 + l32] * (arena + 262159)[l31 * 8192 + l32]);
+                for (long long l34 = 0; l34 < 1; l34++) {
+                    for (long long l35 = 0; l35 < 16384; l35++) {
+                        const long long f38 = l35 - l35 % 8;
+                        float a37 = 0e0f;
+                        for (long long r36 = f38; r36 < f38 + 8 && r36 < 16384; r36++) a37 = a37 + (arena + 606223)[l34 * 16384 + l35 + (r36 - l35) * 1];
+                        (arena + 622607)[l34 * 16384 + l35] = a37;
                     }
                 }
-                for (long long l33 = 0; l33 < 1; l33++) {
-                    for (long long l34 = 0; l34 < 8192; l34++) {
-                        (arena + 303119)[l33 * 8192 + l34] = ((arena + 294927)[l33 * 8192 + l34] + (arena + 278543)[l33 * 8192 + l34]);
+                for (long long l39 = 0; l39 < 1; l39++) {
+                    for (long long l40 = 0; l40 < 16384; l40++) {
+                        (arena + 638991)[l39 * 16384 + l40] = (arena + 704531)[l39 * 16384 + l40];
                     }
                 }
-                for (long long l35 = 0; l35 < 1; l35++) {
-                    for (long long l36 = 0; l36 < 8192; l36++) {
-                        (arena + 319507)[l35 * 8192 + l36] = (arena + 303119)[l35 * 8192 + l36];
+                for (long long l41 = 0; l41 < 1; l41++) {
+                    for (long long l42 = 0; l42 < 16384; l42++) {
+                        (arena + 655375)[l41 * 16384 + l42] = ((arena + 638991)[l41 * 16384 + l42] * (arena + 573455)[l41 * 16384 + l42]);
+                    }
+                }
+                for (long long l43 = 0; l43 < 1; l43++) {
+                    for (long long l44 = 0; l44 < 16384; l44++) {
+                        (arena + 671759)[l43 * 16384 + l44] = ((arena + 655375)[l43 * 16384 + l44] + (arena + 622607)[l43 * 16384 + l44]);
+                    }
+                }
+                for (long long l45 = 0; l45 < 1; l45++) {
+                    for (long long l46 = 0; l46 < 16384; l46++) {
+                        (arena + 704531)[l45 * 16384 + l46] = (arena + 671759)[l45 * 16384 + l46];
                     }
                 }
             }
-            /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass */
-            for (long long o37 = (s1 / 8192) * 8192; o37 < s1; o37 += 8192) {
-                for (long long l38 = 0; l38 < 1; l38++) {
-                    for (long long l39 = 0; l39 < 8192; l39++) {
-                        (arena + 98311)[l38 * 8192 + l39] = (arena + 311315)[l38 * 8192 + l39];
-                    }
-                }
-                for (long long l40 = 0; l40 < 1; l40++) {
-                    for (long long l41 = 0; l41 < 8192; l41++) {
-                        (arena + 0)[l40 * 8192 + l41] = (o1 + l40 < s0 && o37 + l41 < s1) ? dt_load_f16(in0[(o1 + l40) * args->input_strides[0][0] + (o37 + l41) * args->input_strides[0][1]]) : (-INFINITY);
-                    }
-                }
-                for (long long l42 = 0; l42 < 1; l42++) {
-                    for (long long l43 = 0; l43 < 8192; l43++) {
-                        (arena + 311315)[l42 * 8192 + l43] = fmaxf((arena + 311315)[l42 * 8192 + l43], (arena + 0)[l42 * 8192 + l43]);
-                    }
-                }
-                for (long long l44 = 0; l44 < 1; l44++) {
-                    for (long long l45 = 0; l45 < 8192; l45++) {
-                        (arena + 106503)[l44 * 8192 + l45] = (arena + 311315)[l44 * 8192 + l45];
-                    }
-                }
-                (arena + 114695)[0] = (-INFINITY);
-                (arena + 114696)[0] = 0e0f;
-                for (long long l46 = 0; l46 < 1; l46++) {
-                    for (long long l47 = 0; l47 < 8192; l47++) {
-                        (arena + 114697)[l46 * 8192 + l47] = (((arena + 106503)[l46 * 8192 + l47]) == ((arena + 114695)[0]) ? 1.0f : 0.0f);
-                    }
-                }
+            /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+            for (long long o47 = (s1 / 16384) * 16384; o47 < s1; o47 += 16384) {
                 for (long long l48 = 0; l48 < 1; l48++) {
-                    for (long long l49 = 0; l49 < 8192; l49++) {
-                        (arena + 122889)[l48 * 8192 + l49] = (arena + 114697)[l48 * 8192 + l49] != 0.0f ? (arena + 114696)[0] : (arena + 106503)[l48 * 8192 + l49];
+                    for (long long l49 = 0; l49 < 16384; l49++) {
+                        (arena + 196615)[l48 * 16384 + l49] = (arena + 688147)[l48 * 16384 + l49];
                     }
                 }
                 for (long long l50 = 0; l50 < 1; l50++) {
-                    for (long long l51 = 0; l51 < 8192; l51++) {
-                        (arena + 131081)[l50 * 8192 + l51] = ((arena + 98311)[l50 * 8192 + l51] - (arena + 122889)[l50 * 8192 + l51]);
+                    for (long long l51 = 0; l51 < 16384; l51++) {
+                        (arena + 0)[l50 * 16384 + l51] = (o1 + l50 < s0 && o47 + l51 < s1) ? dt_load_f16(in0[(o1 + l50) * args->input_strides[0][0] + (o47 + l51) * args->input_strides[0][1]]) : (-INFINITY);
                     }
                 }
                 for (long long l52 = 0; l52 < 1; l52++) {
-                    for (long long l53 = 0; l53 < 8192; l53++) {
-                        (arena + 139273)[l52 * 8192 + l53] = expf((arena + 131081)[l52 * 8192 + l53]);
+                    for (long long l53 = 0; l53 < 16384; l53++) {
+                        const long long f56 = l53 - l53 % 8;
+                        float a55 = (-INFINITY);
+                        for (long long r54 = f56; r54 < f56 + 8 && r54 < 16384; r54++) a55 = fmaxf(a55, (arena + 0)[l52 * 16384 + l53 + (r54 - l53) * 1]);
+                        (arena + 212999)[l52 * 16384 + l53] = a55;
                     }
                 }
-                for (long long l54 = 0; l54 < 1; l54++) {
-                    for (long long l55 = 0; l55 < 8192; l55++) {
-                        (arena + 16386)[l54 * 8192 + l55] = (o37 + l55 < s1) ? (arena + 0)[l54 * 8192 + l55] : 0e0f;
+                for (long long l57 = 0; l57 < 1; l57++) {
+                    for (long long l58 = 0; l58 < 16384; l58++) {
+                        (arena + 688147)[l57 * 16384 + l58] = fmaxf((arena + 688147)[l57 * 16384 + l58], (arena + 212999)[l57 * 16384 + l58]);
                     }
                 }
-                for (long long l56 = 0; l56 < 1; l56++) {
-                    for (long long l57 = 0; l57 < 8192; l57++) {
-                        (arena + 24579)[l56 * 8192 + l57] = ((arena + 16386)[l56 * 8192 + l57] - (arena + 122889)[l56 * 8192 + l57]);
+                for (long long l59 = 0; l59 < 1; l59++) {
+                    for (long long l60 = 0; l60 < 16384; l60++) {
+                        (arena + 229383)[l59 * 16384 + l60] = (arena + 688147)[l59 * 16384 + l60];
                     }
                 }
-                for (long long l58 = 0; l58 < 1; l58++) {
-                    for (long long l59 = 0; l59 < 8192; l59++) {
-                        (arena + 32771)[l58 * 8192 + l59] = expf((arena + 24579)[l58 * 8192 + l59]);
+                (arena + 245767)[0] = (-INFINITY);
+                (arena + 245768)[0] = 0e0f;
+                for (long long l61 = 0; l61 < 1; l61++) {
+                    for (long long l62 = 0; l62 < 16384; l62++) {
+                        (arena + 245769)[l61 * 16384 + l62] = (((arena + 229383)[l61 * 16384 + l62]) == ((arena + 245767)[0]) ? 1.0f : 0.0f);
                     }
                 }
-                for (long long l60 = 0; l60 < 1; l60++) {
-                    for (long long l61 = 0; l61 < 8192; l61++) {
-                        (arena + 40963)[l60 * 8192 + l61] = (o37 + l61 < s1) ? (arena + 32771)[l60 * 8192 + l61] : 0e0f;
+                for (long long l63 = 0; l63 < 1; l63++) {
+                    for (long long l64 = 0; l64 < 16384; l64++) {
+                        (arena + 262153)[l63 * 16384 + l64] = (arena + 245769)[l63 * 16384 + l64] != 0.0f ? (arena + 245768)[0] : (arena + 229383)[l63 * 16384 + l64];
                     }
                 }
-                for (long long l62 = 0; l62 < 1; l62++) {
-                    for (long long l63 = 0; l63 < 8192; l63++) {
-                        (arena + 147465)[l62 * 8192 + l63] = (arena + 319507)[l62 * 8192 + l63];
+                for (long long l65 = 0; l65 < 1; l65++) {
+                    for (long long l66 = 0; l66 < 16384; l66++) {
+                        (arena + 278537)[l65 * 16384 + l66] = ((arena + 196615)[l65 * 16384 + l66] - (arena + 262153)[l65 * 16384 + l66]);
                     }
                 }
-                for (long long l64 = 0; l64 < 1; l64++) {
-                    for (long long l65 = 0; l65 < 8192; l65++) {
-                        (arena + 155657)[l64 * 8192 + l65] = ((arena + 147465)[l64 * 8192 + l65] * (arena + 139273)[l64 * 8192 + l65]);
+                for (long long l67 = 0; l67 < 1; l67++) {
+                    for (long long l68 = 0; l68 < 16384; l68++) {
+                        (arena + 294921)[l67 * 16384 + l68] = expf((arena + 278537)[l67 * 16384 + l68]);
                     }
                 }
-                for (long long l66 = 0; l66 < 1; l66++) {
-                    for (long long l67 = 0; l67 < 8192; l67++) {
-                        (arena + 163849)[l66 * 8192 + l67] = ((arena + 155657)[l66 * 8192 + l67] + (arena + 40963)[l66 * 8192 + l67]);
+                for (long long l69 = 0; l69 < 1; l69++) {
+                    for (long long l70 = 0; l70 < 16384; l70++) {
+                        (arena + 32770)[l69 * 16384 + l70] = (o47 + l70 < s1) ? (arena + 0)[l69 * 16384 + l70] : 0e0f;
                     }
                 }
-                for (long long l68 = 0; l68 < 1; l68++) {
-                    for (long long l69 = 0; l69 < 8192; l69++) {
-                        (arena + 319507)[l68 * 8192 + l69] = (arena + 163849)[l68 * 8192 + l69];
+                for (long long l71 = 0; l71 < 1; l71++) {
+                    for (long long l72 = 0; l72 < 16384; l72++) {
+                        (arena + 49155)[l71 * 16384 + l72] = ((arena + 32770)[l71 * 16384 + l72] - (arena + 262153)[l71 * 16384 + l72]);
                     }
                 }
-            }
-            for (long long l70 = 0; l70 < 1; l70++) {
-                for (long long l71 = 0; l71 < 8192; l71++) {
-                    (arena + 81927)[l70 * 8192 + l71] = (arena + 311315)[l70 * 8192 + l71];
+                for (long long l73 = 0; l73 < 1; l73++) {
+                    for (long long l74 = 0; l74 < 16384; l74++) {
+                        (arena + 65539)[l73 * 16384 + l74] = expf((arena + 49155)[l73 * 16384 + l74]);
+                    }
                 }
-            }
-            for (long long l72 = 0; l72 < 1; l72++) {
-                float a74 = (-INFINITY);
-                for (long long r73 = 0; r73 < 8192; r73++) a74 = fmaxf(a74, (arena + 81927)[l72 * 8192 + r73 * 1]);
-                (arena + 16384)[l72] = a74;
-            }
-            for (long long l75 = 0; l75 < 1; l75++) {
-                (arena + 311311)[l75] = fmaxf((arena + 311311)[l75], (arena + 16384)[l75]);
-            }
-            for (long long l76 = 0; l76 < 1; l76++) {
-                (arena + 16385)[l76] = (arena + 311311)[l76];
-            }
-            for (long long l77 = 0; l77 < 1; l77++) {
-                for (long long l78 = 0; l78 < 8192; l78++) {
-                    (arena + 172041)[l77 * 8192 + l78] = (arena + 319507)[l77 * 8192 + l78];
+                for (long long l75 = 0; l75 < 1; l75++) {
+                    for (long long l76 = 0; l76 < 16384; l76++) {
+                        (arena + 81923)[l75 * 16384 + l76] = (o47 + l76 < s1) ? (arena + 65539)[l75 * 16384 + l76] : 0e0f;
+                    }
                 }
-            }
-            (arena + 188425)[0] = (-INFINITY);
-            (arena + 188426)[0] = 0e0f;
-            for (long long l79 = 0; l79 < 1; l79++) {
-                (arena + 188427)[l79] = (((arena + 16385)[l79]) == ((arena + 188425)[0]) ? 1.0f : 0.0f);
-            }
-            for (long long l80 = 0; l80 < 1; l80++) {
-                (arena + 188428)[l80] = (arena + 188427)[l80] != 0.0f ? (arena + 188426)[0] : (arena + 16385)[l80];
-            }
-            for (long long l81 = 0; l81 < 1; l81++) {
-                for (long long l82 = 0; l82 < 8192; l82++) {
-                    (arena + 188429)[l81 * 8192 + l82] = ((arena + 81927)[l81 * 8192 + l82] - (arena + 188428)[l81]);
+                for (long long l77 = 0; l77 < 1; l77++) {
+                    for (long long l78 = 0; l78 < 16384; l78++) {
+                        const long long f81 = l78 - l78 % 8;
+                        float a80 = 0e0f;
+                        for (long long r79 = f81; r79 < f81 + 8 && r79 < 16384; r79++) a80 = a80 + (arena + 81923)[l77 * 16384 + l78 + (r79 - l78) * 1];
+                        (arena + 311305)[l77 * 16384 + l78] = a80;
+                    }
                 }
-            }
-            for (long long l83 = 0; l83 < 1; l83++) {
-                for (long long l84 = 0; l84 < 8192; l84++) {
-                    (arena + 196621)[l83 * 8192 + l84] = expf((arena + 188429)[l83 * 8192 + l84]);
+                for (long long l82 = 0; l82 < 1; l82++) {
+                    for (long long l83 = 0; l83 < 16384; l83++) {
+                        (arena + 327689)[l82 * 16384 + l83] = (arena + 704531)[l82 * 16384 + l83];
+                    }
                 }
-            }
-            for (long long l85 = 0; l85 < 1; l85++) {
-                for (long long l86 = 0; l86 < 8192; l86++) {
-                    (arena + 204813)[l85 * 8192 + l86] = ((arena + 172041)[l85 * 8192 + l86] * (arena + 196621)[l85 * 8192 + l86]);
+                for (long long l84 = 0; l84 < 1; l84++) {
+                    for (long long l85 = 0; l85 < 16384; l85++) {
+                        (arena + 344073)[l84 * 16384 + l85] = ((arena + 327689)[l84 * 16384 + l85] * (arena + 294921)[l84 * 16384 + l85]);
+                    }
                 }
-            }
-            for (long long l87 = 0; l87 < 1; l87++) {
-                float a89 = 0e0f;
-                for (long long r88 = 0; r88 < 8192; r88++) a89 = a89 + (arena + 204813)[l87 * 8192 + r88 * 1];
-                (arena + 49155)[l87] = a89;
+                for (long long l86 = 0; l86 < 1; l86++) {
+                    for (long long l87 = 0; l87 < 16384; l87++) {
+                        (arena + 360457)[l86 * 16384 + l87] = ((arena + 344073)[l86 * 16384 + l87] + (arena + 311305)[l86 * 16384 + l87]);
+                    }
+                }
+                for (long long l88 = 0; l88 < 1; l88++) {
+                    for (long long l89 = 0; l89 < 16384; l89++) {
+                        (arena + 704531)[l88 * 16384 + l89] = (arena + 360457)[l88 * 16384 + l89];
+                    }
+                }
             }
             for (long long l90 = 0; l90 < 1; l90++) {
-                (arena + 311313)[l90] = (arena + 311313)[l90] + (arena + 49155)[l90];
+                for (long long l91 = 0; l91 < 16384; l91++) {
+                    (arena + 163847)[l90 * 16384 + l91] = (arena + 688147)[l90 * 16384 + l91];
+                }
             }
-            for (long long l91 = 0; l91 < 1; l91++) {
-                (arena + 49156)[l91] = (arena + 311313)[l91];
+            for (long long l92 = 0; l92 < 1; l92++) {
+                float a94 = (-INFINITY);
+                for (long long r93 = 0; r93 < 16384; r93 += 8) a94 = fmaxf(a94, (arena + 163847)[l92 * 16384 + r93 * 1]);
+                (arena + 32768)[l92] = a94;
             }
-            /* softmax.tensorize(y:8192) num_stages(2) */
-            for (long long o92 = (dt_cdiv(s1, 8192) - 1) * 8192; o92 >= 0; o92 -= 8192) {
-                for (long long l93 = 0; l93 < 1; l93++) {
-                    for (long long l94 = 0; l94 < 8192; l94++) {
-                        (arena + 49157)[l93 * 8192 + l94] = (o1 + l93 < s0 && o92 + l94 < s1) ? dt_load_f16(in0[(o1 + l93) * args->input_strides[0][0] + (o92 + l94) * args->input_strides[0][1]]) : 0e0f;
+            for (long long l95 = 0; l95 < 1; l95++) {
+                (arena + 688143)[l95] = fmaxf((arena + 688143)[l95], (arena + 32768)[l95]);
+            }
+            for (long long l96 = 0; l96 < 1; l96++) {
+                (arena + 32769)[l96] = (arena + 688143)[l96];
+            }
+            for (long long l97 = 0; l97 < 1; l97++) {
+                for (long long l98 = 0; l98 < 16384; l98++) {
+                    (arena + 376841)[l97 * 16384 + l98] = (arena + 704531)[l97 * 16384 + l98];
+                }
+            }
+            (arena + 409609)[0] = (-INFINITY);
+            (arena + 409610)[0] = 0e0f;
+            for (long long l99 = 0; l99 < 1; l99++) {
+                (arena + 409611)[l99] = (((arena + 32769)[l99]) == ((arena + 409609)[0]) ? 1.0f : 0.0f);
+            }
+            for (long long l100 = 0; l100 < 1; l100++) {
+                (arena + 409612)[l100] = (arena + 409611)[l100] != 0.0f ? (arena + 409610)[0] : (arena + 32769)[l100];
+            }
+            for (long long l101 = 0; l101 < 1; l101++) {
+                for (long long l102 = 0; l102 < 16384; l102++) {
+                    (arena + 409613)[l101 * 16384 + l102] = ((arena + 163847)[l101 * 16384 + l102] - (arena + 409612)[l101]);
+                }
+            }
+            for (long long l103 = 0; l103 < 1; l103++) {
+                for (long long l104 = 0; l104 < 16384; l104++) {
+                    (arena + 425997)[l103 * 16384 + l104] = expf((arena + 409613)[l103 * 16384 + l104]);
+                }
+            }
+            for (long long l105 = 0; l105 < 1; l105++) {
+                for (long long l106 = 0; l106 < 16384; l106++) {
+                    (arena + 442381)[l105 * 16384 + l106] = ((arena + 376841)[l105 * 16384 + l106] * (arena + 425997)[l105 * 16384 + l106]);
+                }
+            }
+            for (long long l107 = 0; l107 < 1; l107++) {
+                float a109 = 0e0f;
+                for (long long r108 = 0; r108 < 16384; r108 += 8) a109 = a109 + (arena + 442381)[l107 * 16384 + r108 * 1];
+                (arena + 98307)[l107] = a109;
+            }
+            for (long long l110 = 0; l110 < 1; l110++) {
+                (arena + 688145)[l110] = (arena + 688145)[l110] + (arena + 98307)[l110];
+            }
+            for (long long l111 = 0; l111 < 1; l111++) {
+                (arena + 98308)[l111] = (arena + 688145)[l111];
+            }
+            /* softmax.tensorize(y:16384) */
+            for (long long o112 = (dt_cdiv(s1, 16384) - 1) * 16384; o112 >= 0; o112 -= 16384) {
+                for (long long l113 = 0; l113 < 1; l113++) {
+                    for (long long l114 = 0; l114 < 16384; l114++) {
+                        (arena + 98309)[l113 * 16384 + l114] = (o1 + l113 < s0 && o112 + l114 < s1) ? dt_load_f16(in0[(o1 + l113) * args->input_strides[0][0] + (o112 + l114) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l95 = 0; l95 < 1; l95++) {
-                    for (long long l96 = 0; l96 < 8192; l96++) {
-                        (arena + 57350)[l95 * 8192 + l96] = ((arena + 49157)[l95 * 8192 + l96] - (arena + 16385)[l95]);
+                for (long long l115 = 0; l115 < 1; l115++) {
+                    for (long long l116 = 0; l116 < 16384; l116++) {
+                        (arena + 114694)[l115 * 16384 + l116] = ((arena + 98309)[l115 * 16384 + l116] - (arena + 32769)[l115]);
                     }
                 }
-                for (long long l97 = 0; l97 < 1; l97++) {
-                    for (long long l98 = 0; l98 < 8192; l98++) {
-                        (arena + 65542)[l97 * 8192 + l98] = expf((arena + 57350)[l97 * 8192 + l98]);
+                for (long long l117 = 0; l117 < 1; l117++) {
+                    for (long long l118 = 0; l118 < 16384; l118++) {
+                        (arena + 131078)[l117 * 16384 + l118] = expf((arena + 114694)[l117 * 16384 + l118]);
                     }
                 }
-                for (long long l99 = 0; l99 < 1; l99++) {
-                    for (long long l100 = 0; l100 < 8192; l100++) {
-                        (arena + 73735)[l99 * 8192 + l100] = ((arena + 65542)[l99 * 8192 + l100] / (arena + 49156)[l99]);
+                for (long long l119 = 0; l119 < 1; l119++) {
+                    for (long long l120 = 0; l120 < 16384; l120++) {
+                        (arena + 147463)[l119 * 16384 + l120] = ((arena + 131078)[l119 * 16384 + l120] / (arena + 98308)[l119]);
                     }
                 }
-                for (long long l101 = 0; l101 < 1; l101++) {
-                    for (long long l102 = 0; l102 < 8192; l102++) {
-                        if (o1 + l101 < s0 && o92 + l102 < s1) out[(o1 + l101) * args->output_strides[0] + (o92 + l102) * args->output_strides[1]] = dt_store_f16((arena + 73735)[l101 * 8192 + l102]);
+                for (long long l121 = 0; l121 < 1; l121++) {
+                    for (long long l122 = 0; l122 < 16384; l122++) {
+                        if (o1 + l121 < s0 && o112 + l122 < s1) out[(o1 + l121) * args->output_strides[0] + (o112 + l122) * args->output_strides[1]] = dt_store_f16((arena + 147463)[l121 * 16384 + l122]);
                     }
                 }
             }
@@ -1124,7 +1156,7 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* A */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* softmax */
-    float* arena = (float*)malloc(sizeof(float) * 327699);
+    float* arena = (float*)malloc(sizeof(float) * 720915);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1138,264 +1170,296 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 311311)[l2] = (-INFINITY);
+                (arena + 688143)[l2] = (-INFINITY);
             }
-            /* partial rmax over y, lane by lane */
+            /* partial rmax over y, by runs of 8 lanes */
             for (long long l3 = 0; l3 < 1; l3++) {
-                for (long long l4 = 0; l4 < 8192; l4++) {
-                    (arena + 311315)[l3 * 8192 + l4] = (-INFINITY);
+                for (long long l4 = 0; l4 < 16384; l4++) {
+                    (arena + 688147)[l3 * 16384 + l4] = (-INFINITY);
                 }
             }
             /* rsum identity */
             for (long long l5 = 0; l5 < 1; l5++) {
-                (arena + 311313)[l5] = 0e0f;
+                (arena + 688145)[l5] = 0e0f;
             }
-            /* partial rsum over y, lane by lane */
+            /* partial rsum over y, by runs of 8 lanes */
             for (long long l6 = 0; l6 < 1; l6++) {
-                for (long long l7 = 0; l7 < 8192; l7++) {
-                    (arena + 319507)[l6 * 8192 + l7] = 0e0f;
+                for (long long l7 = 0; l7 < 16384; l7++) {
+                    (arena + 704531)[l6 * 16384 + l7] = 0e0f;
                 }
             }
-            /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass */
-            for (long long o8 = 0; o8 < (s1 / 8192) * 8192; o8 += 8192) {
+            /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+            for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
                 for (long long l9 = 0; l9 < 1; l9++) {
-                    for (long long l10 = 0; l10 < 8192; l10++) {
-                        (arena + 213005)[l9 * 8192 + l10] = (arena + 311315)[l9 * 8192 + l10];
+                    for (long long l10 = 0; l10 < 16384; l10++) {
+                        (arena + 458765)[l9 * 16384 + l10] = (arena + 688147)[l9 * 16384 + l10];
                     }
                 }
                 for (long long l11 = 0; l11 < 1; l11++) {
-                    for (long long l12 = 0; l12 < 8192; l12++) {
-                        (arena + 221197)[l11 * 8192 + l12] = (o1 + l11 < s0 && o8 + l12 < s1) ? dt_load_bf16(in0[(o1 + l11) * args->input_strides[0][0] + (o8 + l12) * args->input_strides[0][1]]) : (-INFINITY);
+                    for (long long l12 = 0; l12 < 16384; l12++) {
+                        (arena + 475149)[l11 * 16384 + l12] = (o1 + l11 < s0 && o8 + l12 < s1) ? dt_load_bf16(in0[(o1 + l11) * args->input_strides[0][0] + (o8 + l12) * args->input_strides[0][1]]) : (-INFINITY);
                     }
                 }
                 for (long long l13 = 0; l13 < 1; l13++) {
-                    for (long long l14 = 0; l14 < 8192; l14++) {
-                        (arena + 311315)[l13 * 8192 + l14] = fmaxf((arena + 311315)[l13 * 8192 + l14], (arena + 221197)[l13 * 8192 + l14]);
+                    for (long long l14 = 0; l14 < 16384; l14++) {
+                        const long long f17 = l14 - l14 % 8;
+                        float a16 = (-INFINITY);
+                        for (long long r15 = f17; r15 < f17 + 8 && r15 < 16384; r15++) a16 = fmaxf(a16, (arena + 475149)[l13 * 16384 + l14 + (r15 - l14) * 1]);
+                        (arena + 491533)[l13 * 16384 + l14] = a16;
                     }
                 }
-                for (long long l15 = 0; l15 < 1; l15++) {
-                    for (long long l16 = 0; l16 < 8192; l16++) {
-                        (arena + 229389)[l15 * 8192 + l16] = (arena + 311315)[l15 * 8192 + l16];
+                for (long long l18 = 0; l18 < 1; l18++) {
+                    for (long long l19 = 0; l19 < 16384; l19++) {
+                        (arena + 688147)[l18 * 16384 + l19] = fmaxf((arena + 688147)[l18 * 16384 + l19], (arena + 491533)[l18 * 16384 + l19]);
                     }
                 }
-                (arena + 237581)[0] = (-INFINITY);
-                (arena + 237582)[0] = 0e0f;
-                for (long long l17 = 0; l17 < 1; l17++) {
-                    for (long long l18 = 0; l18 < 8192; l18++) {
-                        (arena + 237583)[l17 * 8192 + l18] = (((arena + 229389)[l17 * 8192 + l18]) == ((arena + 237581)[0]) ? 1.0f : 0.0f);
+                for (long long l20 = 0; l20 < 1; l20++) {
+                    for (long long l21 = 0; l21 < 16384; l21++) {
+                        (arena + 507917)[l20 * 16384 + l21] = (arena + 688147)[l20 * 16384 + l21];
                     }
                 }
-                for (long long l19 = 0; l19 < 1; l19++) {
-                    for (long long l20 = 0; l20 < 8192; l20++) {
-                        (arena + 245775)[l19 * 8192 + l20] = (arena + 237583)[l19 * 8192 + l20] != 0.0f ? (arena + 237582)[0] : (arena + 229389)[l19 * 8192 + l20];
+                (arena + 524301)[0] = (-INFINITY);
+                (arena + 524302)[0] = 0e0f;
+                for (long long l22 = 0; l22 < 1; l22++) {
+                    for (long long l23 = 0; l23 < 16384; l23++) {
+                        (arena + 524303)[l22 * 16384 + l23] = (((arena + 507917)[l22 * 16384 + l23]) == ((arena + 524301)[0]) ? 1.0f : 0.0f);
                     }
                 }
-                for (long long l21 = 0; l21 < 1; l21++) {
-                    for (long long l22 = 0; l22 < 8192; l22++) {
-                        (arena + 253967)[l21 * 8192 + l22] = ((arena + 213005)[l21 * 8192 + l22] - (arena + 245775)[l21 * 8192 + l22]);
+                for (long long l24 = 0; l24 < 1; l24++) {
+                    for (long long l25 = 0; l25 < 16384; l25++) {
+                        (arena + 540687)[l24 * 16384 + l25] = (arena + 524303)[l24 * 16384 + l25] != 0.0f ? (arena + 524302)[0] : (arena + 507917)[l24 * 16384 + l25];
                     }
                 }
-                for (long long l23 = 0; l23 < 1; l23++) {
-                    for (long long l24 = 0; l24 < 8192; l24++) {
-                        (arena + 262159)[l23 * 8192 + l24] = expf((arena + 253967)[l23 * 8192 + l24]);
+                for (long long l26 = 0; l26 < 1; l26++) {
+                    for (long long l27 = 0; l27 < 16384; l27++) {
+                        (arena + 557071)[l26 * 16384 + l27] = ((arena + 458765)[l26 * 16384 + l27] - (arena + 540687)[l26 * 16384 + l27]);
                     }
                 }
-                for (long long l25 = 0; l25 < 1; l25++) {
-                    for (long long l26 = 0; l26 < 8192; l26++) {
-                        (arena + 270351)[l25 * 8192 + l26] = ((arena + 221197)[l25 * 8192 + l26] - (arena + 245775)[l25 * 8192 + l26]);
+                for (long long l28 = 0; l28 < 1; l28++) {
+                    for (long long l29 = 0; l29 < 16384; l29++) {
+                        (arena + 573455)[l28 * 16384 + l29] = expf((arena + 557071)[l28 * 16384 + l29]);
                     }
                 }
-                for (long long l27 = 0; l27 < 1; l27++) {
-                    for (long long l28 = 0; l28 < 8192; l28++) {
-                        (arena + 278543)[l27 * 8192 + l28] = expf((arena + 270351)[l27 * 8192 + l28]);
+                for (long long l30 = 0; l30 < 1; l30++) {
+                    for (long long l31 = 0; l31 < 16384; l31++) {
+                        (arena + 589839)[l30 * 16384 + l31] = ((arena + 475149)[l30 * 16384 + l31] - (arena + 540687)[l30 * 16384 + l31]);
                     }
                 }
-                for (long long l29 = 0; l29 < 1; l29++) {
-                    for (long long l30 = 0; l30 < 8192; l30++) {
-                        (arena + 286735)[l29 * 8192 + l30] = (arena + 319507)[l29 * 8192 + l30];
+                for (long long l32 = 0; l32 < 1; l32++) {
+                    for (long long l33 = 0; l33 < 16384; l33++) {
+                        (arena + 606223)[l32 * 16384 + l33] = expf((arena + 589839)[l32 * 16384 + l33]);
                     }
                 }
-                for (long long l31 = 0; l31 < 1; l31++) {
-                    for (long long l32 = 0; l32 < 8192; l32++) {
-                        (arena + 294927)[l31 * 8192 + l32] = ((arena + 286735)[l31 * 8192 + l32] * (arena + 262159)[l31 * 8192 + l32]);
+                for (long long l34 = 0; l34 < 1; l34++) {
+                    for (long long l35 = 0; l35 < 16384; l35++) {
+                        const long long f38 = l35 - l35 % 8;
+                        float a37 = 0e0f;
+                        for (long long r36 = f38; r36 < f38 + 8 && r36 < 16384; r36++) a37 = a37 + (arena + 606223)[l34 * 16384 + l35 + (r36 - l35) * 1];
+                        (arena + 622607)[l34 * 16384 + l35] = a37;
                     }
                 }
-                for (long long l33 = 0; l33 < 1; l33++) {
-                    for (long long l34 = 0; l34 < 8192; l34++) {
-                        (arena + 303119)[l33 * 8192 + l34] = ((arena + 294927)[l33 * 8192 + l34] + (arena + 278543)[l33 * 8192 + l34]);
+                for (long long l39 = 0; l39 < 1; l39++) {
+                    for (long long l40 = 0; l40 < 16384; l40++) {
+                        (arena + 638991)[l39 * 16384 + l40] = (arena + 704531)[l39 * 16384 + l40];
                     }
                 }
-                for (long long l35 = 0; l35 < 1; l35++) {
-                    for (long long l36 = 0; l36 < 8192; l36++) {
-                        (arena + 319507)[l35 * 8192 + l36] = (arena + 303119)[l35 * 8192 + l36];
+                for (long long l41 = 0; l41 < 1; l41++) {
+                    for (long long l42 = 0; l42 < 16384; l42++) {
+                        (arena + 655375)[l41 * 16384 + l42] = ((arena + 638991)[l41 * 16384 + l42] * (arena + 573455)[l41 * 16384 + l42]);
+                    }
+                }
+                for (long long l43 = 0; l43 < 1; l43++) {
+                    for (long long l44 = 0; l44 < 16384; l44++) {
+                        (arena + 671759)[l43 * 16384 + l44] = ((arena + 655375)[l43 * 16384 + l44] + (arena + 622607)[l43 * 16384 + l44]);
+                    }
+                }
+                for (long long l45 = 0; l45 < 1; l45++) {
+                    for (long long l46 = 0; l46 < 16384; l46++) {
+                        (arena + 704531)[l45 * 16384 + l46] = (arena + 671759)[l45 * 16384 + l46];
                     }
                 }
             }
-            /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass */
-            for (long long o37 = (s1 / 8192) * 8192; o37 < s1; o37 += 8192) {
-                for (long long l38 = 0; l38 < 1; l38++) {
-                    for (long long l39 = 0; l39 < 8192; l39++) {
-                        (arena + 98311)[l38 * 8192 + l39] = (arena + 311315)[l38 * 8192 + l39];
-                    }
-                }
-                for (long long l40 = 0; l40 < 1; l40++) {
-                    for (long long l41 = 0; l41 < 8192; l41++) {
-                        (arena + 0)[l40 * 8192 + l41] = (o1 + l40 < s0 && o37 + l41 < s1) ? dt_load_bf16(in0[(o1 + l40) * args->input_strides[0][0] + (o37 + l41) * args->input_strides[0][1]]) : (-INFINITY);
-                    }
-                }
-                for (long long l42 = 0; l42 < 1; l42++) {
-                    for (long long l43 = 0; l43 < 8192; l43++) {
-                        (arena + 311315)[l42 * 8192 + l43] = fmaxf((arena + 311315)[l42 * 8192 + l43], (arena + 0)[l42 * 8192 + l43]);
-                    }
-                }
-                for (long long l44 = 0; l44 < 1; l44++) {
-                    for (long long l45 = 0; l45 < 8192; l45++) {
-                        (arena + 106503)[l44 * 8192 + l45] = (arena + 311315)[l44 * 8192 + l45];
-                    }
-                }
-                (arena + 114695)[0] = (-INFINITY);
-                (arena + 114696)[0] = 0e0f;
-                for (long long l46 = 0; l46 < 1; l46++) {
-                    for (long long l47 = 0; l47 < 8192; l47++) {
-                        (arena + 114697)[l46 * 8192 + l47] = (((arena + 106503)[l46 * 8192 + l47]) == ((arena + 114695)[0]) ? 1.0f : 0.0f);
-                    }
-                }
+            /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+            for (long long o47 = (s1 / 16384) * 16384; o47 < s1; o47 += 16384) {
                 for (long long l48 = 0; l48 < 1; l48++) {
-                    for (long long l49 = 0; l49 < 8192; l49++) {
-                        (arena + 122889)[l48 * 8192 + l49] = (arena + 114697)[l48 * 8192 + l49] != 0.0f ? (arena + 114696)[0] : (arena + 106503)[l48 * 8192 + l49];
+                    for (long long l49 = 0; l49 < 16384; l49++) {
+                        (arena + 196615)[l48 * 16384 + l49] = (arena + 688147)[l48 * 16384 + l49];
                     }
                 }
                 for (long long l50 = 0; l50 < 1; l50++) {
-                    for (long long l51 = 0; l51 < 8192; l51++) {
-                        (arena + 131081)[l50 * 8192 + l51] = ((arena + 98311)[l50 * 8192 + l51] - (arena + 122889)[l50 * 8192 + l51]);
+                    for (long long l51 = 0; l51 < 16384; l51++) {
+                        (arena + 0)[l50 * 16384 + l51] = (o1 + l50 < s0 && o47 + l51 < s1) ? dt_load_bf16(in0[(o1 + l50) * args->input_strides[0][0] + (o47 + l51) * args->input_strides[0][1]]) : (-INFINITY);
                     }
                 }
                 for (long long l52 = 0; l52 < 1; l52++) {
-                    for (long long l53 = 0; l53 < 8192; l53++) {
-                        (arena + 139273)[l52 * 8192 + l53] = expf((arena + 131081)[l52 * 8192 + l53]);
+                    for (long long l53 = 0; l53 < 16384; l53++) {
+                        const long long f56 = l53 - l53 % 8;
+                        float a55 = (-INFINITY);
+                        for (long long r54 = f56; r54 < f56 + 8 && r54 < 16384; r54++) a55 = fmaxf(a55, (arena + 0)[l52 * 16384 + l53 + (r54 - l53) * 1]);
+                        (arena + 212999)[l52 * 16384 + l53] = a55;
                     }
                 }
-                for (long long l54 = 0; l54 < 1; l54++) {
-                    for (long long l55 = 0; l55 < 8192; l55++) {
-                        (arena + 16386)[l54 * 8192 + l55] = (o37 + l55 < s1) ? (arena + 0)[l54 * 8192 + l55] : 0e0f;
+                for (long long l57 = 0; l57 < 1; l57++) {
+                    for (long long l58 = 0; l58 < 16384; l58++) {
+                        (arena + 688147)[l57 * 16384 + l58] = fmaxf((arena + 688147)[l57 * 16384 + l58], (arena + 212999)[l57 * 16384 + l58]);
                     }
                 }
-                for (long long l56 = 0; l56 < 1; l56++) {
-                    for (long long l57 = 0; l57 < 8192; l57++) {
-                        (arena + 24579)[l56 * 8192 + l57] = ((arena + 16386)[l56 * 8192 + l57] - (arena + 122889)[l56 * 8192 + l57]);
+                for (long long l59 = 0; l59 < 1; l59++) {
+                    for (long long l60 = 0; l60 < 16384; l60++) {
+                        (arena + 229383)[l59 * 16384 + l60] = (arena + 688147)[l59 * 16384 + l60];
                     }
                 }
-                for (long long l58 = 0; l58 < 1; l58++) {
-                    for (long long l59 = 0; l59 < 8192; l59++) {
-                        (arena + 32771)[l58 * 8192 + l59] = expf((arena + 24579)[l58 * 8192 + l59]);
+                (arena + 245767)[0] = (-INFINITY);
+                (arena + 245768)[0] = 0e0f;
+                for (long long l61 = 0; l61 < 1; l61++) {
+                    for (long long l62 = 0; l62 < 16384; l62++) {
+                        (arena + 245769)[l61 * 16384 + l62] = (((arena + 229383)[l61 * 16384 + l62]) == ((arena + 245767)[0]) ? 1.0f : 0.0f);
                     }
                 }
-                for (long long l60 = 0; l60 < 1; l60++) {
-                    for (long long l61 = 0; l61 < 8192; l61++) {
-                        (arena + 40963)[l60 * 8192 + l61] = (o37 + l61 < s1) ? (arena + 32771)[l60 * 8192 + l61] : 0e0f;
+                for (long long l63 = 0; l63 < 1; l63++) {
+                    for (long long l64 = 0; l64 < 16384; l64++) {
+                        (arena + 262153)[l63 * 16384 + l64] = (arena + 245769)[l63 * 16384 + l64] != 0.0f ? (arena + 245768)[0] : (arena + 229383)[l63 * 16384 + l64];
                     }
                 }
-                for (long long l62 = 0; l62 < 1; l62++) {
-                    for (long long l63 = 0; l63 < 8192; l63++) {
-                        (arena + 147465)[l62 * 8192 + l63] = (arena + 319507)[l62 * 8192 + l63];
+                for (long long l65 = 0; l65 < 1; l65++) {
+                    for (long long l66 = 0; l66 < 16384; l66++) {
+                        (arena + 278537)[l65 * 16384 + l66] = ((arena + 196615)[l65 * 16384 + l66] - (arena + 262153)[l65 * 16384 + l66]);
                     }
                 }
-                for (long long l64 = 0; l64 < 1; l64++) {
-                    for (long long l65 = 0; l65 < 8192; l65++) {
-                        (arena + 155657)[l64 * 8192 + l65] = ((arena + 147465)[l64 * 8192 + l65] * (arena + 139273)[l64 * 8192 + l65]);
+                for (long long l67 = 0; l67 < 1; l67++) {
+                    for (long long l68 = 0; l68 < 16384; l68++) {
+                        (arena + 294921)[l67 * 16384 + l68] = expf((arena + 278537)[l67 * 16384 + l68]);
                     }
                 }
-                for (long long l66 = 0; l66 < 1; l66++) {
-                    for (long long l67 = 0; l67 < 8192; l67++) {
-                        (arena + 163849)[l66 * 8192 + l67] = ((arena + 155657)[l66 * 8192 + l67] + (arena + 40963)[l66 * 8192 + l67]);
+                for (long long l69 = 0; l69 < 1; l69++) {
+                    for (long long l70 = 0; l70 < 16384; l70++) {
+                        (arena + 32770)[l69 * 16384 + l70] = (o47 + l70 < s1) ? (arena + 0)[l69 * 16384 + l70] : 0e0f;
                     }
                 }
-                for (long long l68 = 0; l68 < 1; l68++) {
-                    for (long long l69 = 0; l69 < 8192; l69++) {
-                        (arena + 319507)[l68 * 8192 + l69] = (arena + 163849)[l68 * 8192 + l69];
+                for (long long l71 = 0; l71 < 1; l71++) {
+                    for (long long l72 = 0; l72 < 16384; l72++) {
+                        (arena + 49155)[l71 * 16384 + l72] = ((arena + 32770)[l71 * 16384 + l72] - (arena + 262153)[l71 * 16384 + l72]);
                     }
                 }
-            }
-            for (long long l70 = 0; l70 < 1; l70++) {
-                for (long long l71 = 0; l71 < 8192; l71++) {
-                    (arena + 81927)[l70 * 8192 + l71] = (arena + 311315)[l70 * 8192 + l71];
+                for (long long l73 = 0; l73 < 1; l73++) {
+                    for (long long l74 = 0; l74 < 16384; l74++) {
+                        (arena + 65539)[l73 * 16384 + l74] = expf((arena + 49155)[l73 * 16384 + l74]);
+                    }
                 }
-            }
-            for (long long l72 = 0; l72 < 1; l72++) {
-                float a74 = (-INFINITY);
-                for (long long r73 = 0; r73 < 8192; r73++) a74 = fmaxf(a74, (arena + 81927)[l72 * 8192 + r73 * 1]);
-                (arena + 16384)[l72] = a74;
-            }
-            for (long long l75 = 0; l75 < 1; l75++) {
-                (arena + 311311)[l75] = fmaxf((arena + 311311)[l75], (arena + 16384)[l75]);
-            }
-            for (long long l76 = 0; l76 < 1; l76++) {
-                (arena + 16385)[l76] = (arena + 311311)[l76];
-            }
-            for (long long l77 = 0; l77 < 1; l77++) {
-                for (long long l78 = 0; l78 < 8192; l78++) {
-                    (arena + 172041)[l77 * 8192 + l78] = (arena + 319507)[l77 * 8192 + l78];
+                for (long long l75 = 0; l75 < 1; l75++) {
+                    for (long long l76 = 0; l76 < 16384; l76++) {
+                        (arena + 81923)[l75 * 16384 + l76] = (o47 + l76 < s1) ? (arena + 65539)[l75 * 16384 + l76] : 0e0f;
+                    }
                 }
-            }
-            (arena + 188425)[0] = (-INFINITY);
-            (arena + 188426)[0] = 0e0f;
-            for (long long l79 = 0; l79 < 1; l79++) {
-                (arena + 188427)[l79] = (((arena + 16385)[l79]) == ((arena + 188425)[0]) ? 1.0f : 0.0f);
-            }
-            for (long long l80 = 0; l80 < 1; l80++) {
-                (arena + 188428)[l80] = (arena + 188427)[l80] != 0.0f ? (arena + 188426)[0] : (arena + 16385)[l80];
-            }
-            for (long long l81 = 0; l81 < 1; l81++) {
-                for (long long l82 = 0; l82 < 8192; l82++) {
-                    (arena + 188429)[l81 * 8192 + l82] = ((arena + 81927)[l81 * 8192 + l82] - (arena + 188428)[l81]);
+                for (long long l77 = 0; l77 < 1; l77++) {
+                    for (long long l78 = 0; l78 < 16384; l78++) {
+                        const long long f81 = l78 - l78 % 8;
+                        float a80 = 0e0f;
+                        for (long long r79 = f81; r79 < f81 + 8 && r79 < 16384; r79++) a80 = a80 + (arena + 81923)[l77 * 16384 + l78 + (r79 - l78) * 1];
+                        (arena + 311305)[l77 * 16384 + l78] = a80;
+                    }
                 }
-            }
-            for (long long l83 = 0; l83 < 1; l83++) {
-                for (long long l84 = 0; l84 < 8192; l84++) {
-                    (arena + 196621)[l83 * 8192 + l84] = expf((arena + 188429)[l83 * 8192 + l84]);
+                for (long long l82 = 0; l82 < 1; l82++) {
+                    for (long long l83 = 0; l83 < 16384; l83++) {
+                        (arena + 327689)[l82 * 16384 + l83] = (arena + 704531)[l82 * 16384 + l83];
+                    }
                 }
-            }
-            for (long long l85 = 0; l85 < 1; l85++) {
-                for (long long l86 = 0; l86 < 8192; l86++) {
-                    (arena + 204813)[l85 * 8192 + l86] = ((arena + 172041)[l85 * 8192 + l86] * (arena + 196621)[l85 * 8192 + l86]);
+                for (long long l84 = 0; l84 < 1; l84++) {
+                    for (long long l85 = 0; l85 < 16384; l85++) {
+                        (arena + 344073)[l84 * 16384 + l85] = ((arena + 327689)[l84 * 16384 + l85] * (arena + 294921)[l84 * 16384 + l85]);
+                    }
                 }
-            }
-            for (long long l87 = 0; l87 < 1; l87++) {
-                float a89 = 0e0f;
-                for (long long r88 = 0; r88 < 8192; r88++) a89 = a89 + (arena + 204813)[l87 * 8192 + r88 * 1];
-                (arena + 49155)[l87] = a89;
+                for (long long l86 = 0; l86 < 1; l86++) {
+                    for (long long l87 = 0; l87 < 16384; l87++) {
+                        (arena + 360457)[l86 * 16384 + l87] = ((arena + 344073)[l86 * 16384 + l87] + (arena + 311305)[l86 * 16384 + l87]);
+                    }
+                }
+                for (long long l88 = 0; l88 < 1; l88++) {
+                    for (long long l89 = 0; l89 < 16384; l89++) {
+                        (arena + 704531)[l88 * 16384 + l89] = (arena + 360457)[l88 * 16384 + l89];
+                    }
+                }
             }
             for (long long l90 = 0; l90 < 1; l90++) {
-                (arena + 311313)[l90] = (arena + 311313)[l90] + (arena + 49155)[l90];
+                for (long long l91 = 0; l91 < 16384; l91++) {
+                    (arena + 163847)[l90 * 16384 + l91] = (arena + 688147)[l90 * 16384 + l91];
+                }
             }
-            for (long long l91 = 0; l91 < 1; l91++) {
-                (arena + 49156)[l91] = (arena + 311313)[l91];
+            for (long long l92 = 0; l92 < 1; l92++) {
+                float a94 = (-INFINITY);
+                for (long long r93 = 0; r93 < 16384; r93 += 8) a94 = fmaxf(a94, (arena + 163847)[l92 * 16384 + r93 * 1]);
+                (arena + 32768)[l92] = a94;
             }
-            /* softmax.tensorize(y:8192) num_stages(2) */
-            for (long long o92 = (dt_cdiv(s1, 8192) - 1) * 8192; o92 >= 0; o92 -= 8192) {
-                for (long long l93 = 0; l93 < 1; l93++) {
-                    for (long long l94 = 0; l94 < 8192; l94++) {
-                        (arena + 49157)[l93 * 8192 + l94] = (o1 + l93 < s0 && o92 + l94 < s1) ? dt_load_bf16(in0[(o1 + l93) * args->input_strides[0][0] + (o92 + l94) * args->input_strides[0][1]]) : 0e0f;
+            for (long long l95 = 0; l95 < 1; l95++) {
+                (arena + 688143)[l95] = fmaxf((arena + 688143)[l95], (arena + 32768)[l95]);
+            }
+            for (long long l96 = 0; l96 < 1; l96++) {
+                (arena + 32769)[l96] = (arena + 688143)[l96];
+            }
+            for (long long l97 = 0; l97 < 1; l97++) {
+                for (long long l98 = 0; l98 < 16384; l98++) {
+                    (arena + 376841)[l97 * 16384 + l98] = (arena + 704531)[l97 * 16384 + l98];
+                }
+            }
+            (arena + 409609)[0] = (-INFINITY);
+            (arena + 409610)[0] = 0e0f;
+            for (long long l99 = 0; l99 < 1; l99++) {
+                (arena + 409611)[l99] = (((arena + 32769)[l99]) == ((arena + 409609)[0]) ? 1.0f : 0.0f);
+            }
+            for (long long l100 = 0; l100 < 1; l100++) {
+                (arena + 409612)[l100] = (arena + 409611)[l100] != 0.0f ? (arena + 409610)[0] : (arena + 32769)[l100];
+            }
+            for (long long l101 = 0; l101 < 1; l101++) {
+                for (long long l102 = 0; l102 < 16384; l102++) {
+                    (arena + 409613)[l101 * 16384 + l102] = ((arena + 163847)[l101 * 16384 + l102] - (arena + 409612)[l101]);
+                }
+            }
+            for (long long l103 = 0; l103 < 1; l103++) {
+                for (long long l104 = 0; l104 < 16384; l104++) {
+                    (arena + 425997)[l103 * 16384 + l104] = expf((arena + 409613)[l103 * 16384 + l104]);
+                }
+            }
+            for (long long l105 = 0; l105 < 1; l105++) {
+                for (long long l106 = 0; l106 < 16384; l106++) {
+                    (arena + 442381)[l105 * 16384 + l106] = ((arena + 376841)[l105 * 16384 + l106] * (arena + 425997)[l105 * 16384 + l106]);
+                }
+            }
+            for (long long l107 = 0; l107 < 1; l107++) {
+                float a109 = 0e0f;
+                for (long long r108 = 0; r108 < 16384; r108 += 8) a109 = a109 + (arena + 442381)[l107 * 16384 + r108 * 1];
+                (arena + 98307)[l107] = a109;
+            }
+            for (long long l110 = 0; l110 < 1; l110++) {
+                (arena + 688145)[l110] = (arena + 688145)[l110] + (arena + 98307)[l110];
+            }
+            for (long long l111 = 0; l111 < 1; l111++) {
+                (arena + 98308)[l111] = (arena + 688145)[l111];
+            }
+            /* softmax.tensorize(y:16384) */
+            for (long long o112 = (dt_cdiv(s1, 16384) - 1) * 16384; o112 >= 0; o112 -= 16384) {
+                for (long long l113 = 0; l113 < 1; l113++) {
+                    for (long long l114 = 0; l114 < 16384; l114++) {
+                        (arena + 98309)[l113 * 16384 + l114] = (o1 + l113 < s0 && o112 + l114 < s1) ? dt_load_bf16(in0[(o1 + l113) * args->input_strides[0][0] + (o112 + l114) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l95 = 0; l95 < 1; l95++) {
-                    for (long long l96 = 0; l96 < 8192; l96++) {
-                        (arena + 57350)[l95 * 8192 + l96] = ((arena + 49157)[l95 * 8192 + l96] - (arena + 16385)[l95]);
+                for (long long l115 = 0; l115 < 1; l115++) {
+                    for (long long l116 = 0; l116 < 16384; l116++) {
+                        (arena + 114694)[l115 * 16384 + l116] = ((arena + 98309)[l115 * 16384 + l116] - (arena + 32769)[l115]);
                     }
                 }
-                for (long long l97 = 0; l97 < 1; l97++) {
-                    for (long long l98 = 0; l98 < 8192; l98++) {
-                        (arena + 65542)[l97 * 8192 + l98] = expf((arena + 57350)[l97 * 8192 + l98]);
+                for (long long l117 = 0; l117 < 1; l117++) {
+                    for (long long l118 = 0; l118 < 16384; l118++) {
+                        (arena + 131078)[l117 * 16384 + l118] = expf((arena + 114694)[l117 * 16384 + l118]);
                     }
                 }
-                for (long long l99 = 0; l99 < 1; l99++) {
-                    for (long long l100 = 0; l100 < 8192; l100++) {
-                        (arena + 73735)[l99 * 8192 + l100] = ((arena + 65542)[l99 * 8192 + l100] / (arena + 49156)[l99]);
+                for (long long l119 = 0; l119 < 1; l119++) {
+                    for (long long l120 = 0; l120 < 16384; l120++) {
+                        (arena + 147463)[l119 * 16384 + l120] = ((arena + 131078)[l119 * 16384 + l120] / (arena + 98308)[l119]);
                     }
                 }
-                for (long long l101 = 0; l101 < 1; l101++) {
-                    for (long long l102 = 0; l102 < 8192; l102++) {
-                        if (o1 + l101 < s0 && o92 + l102 < s1) out[(o1 + l101) * args->output_strides[0] + (o92 + l102) * args->output_strides[1]] = dt_store_bf16((arena + 73735)[l101 * 8192 + l102]);
+                for (long long l121 = 0; l121 < 1; l121++) {
+                    for (long long l122 = 0; l122 < 16384; l122++) {
+                        if (o1 + l121 < s0 && o112 + l122 < s1) out[(o1 + l121) * args->output_strides[0] + (o112 + l122) * args->output_strides[1]] = dt_store_bf16((arena + 147463)[l121 * 16384 + l122]);
                     }
                 }
             }
@@ -1410,7 +1474,7 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* A */
     float* out = (float*)(uintptr_t)args->output; /* softmax */
-    float* arena = (float*)malloc(sizeof(float) * 327699);
+    float* arena = (float*)malloc(sizeof(float) * 720915);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1424,264 +1488,296 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 311311)[l2] = (-INFINITY);
+                (arena + 688143)[l2] = (-INFINITY);
             }
-            /* partial rmax over y, lane by lane */
+            /* partial rmax over y, by runs of 8 lanes */
             for (long long l3 = 0; l3 < 1; l3++) {
-                for (long long l4 = 0; l4 < 8192; l4++) {
-                    (arena + 311315)[l3 * 8192 + l4] = (-INFINITY);
+                for (long long l4 = 0; l4 < 16384; l4++) {
+                    (arena + 688147)[l3 * 16384 + l4] = (-INFINITY);
                 }
             }
             /* rsum identity */
             for (long long l5 = 0; l5 < 1; l5++) {
-                (arena + 311313)[l5] = 0e0f;
+                (arena + 688145)[l5] = 0e0f;
             }
-            /* partial rsum over y, lane by lane */
+            /* partial rsum over y, by runs of 8 lanes */
             for (long long l6 = 0; l6 < 1; l6++) {
-                for (long long l7 = 0; l7 < 8192; l7++) {
-                    (arena + 319507)[l6 * 8192 + l7] = 0e0f;
+                for (long long l7 = 0; l7 < 16384; l7++) {
+                    (arena + 704531)[l6 * 16384 + l7] = 0e0f;
                 }
             }
-            /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass */
-            for (long long o8 = 0; o8 < (s1 / 8192) * 8192; o8 += 8192) {
+            /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+            for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
                 for (long long l9 = 0; l9 < 1; l9++) {
-                    for (long long l10 = 0; l10 < 8192; l10++) {
-                        (arena + 213005)[l9 * 8192 + l10] = (arena + 311315)[l9 * 8192 + l10];
+                    for (long long l10 = 0; l10 < 16384; l10++) {
+                        (arena + 458765)[l9 * 16384 + l10] = (arena + 688147)[l9 * 16384 + l10];
                     }
                 }
                 for (long long l11 = 0; l11 < 1; l11++) {
-                    for (long long l12 = 0; l12 < 8192; l12++) {
-                        (arena + 221197)[l11 * 8192 + l12] = (o1 + l11 < s0 && o8 + l12 < s1) ? dt_load_f32(in0[(o1 + l11) * args->input_strides[0][0] + (o8 + l12) * args->input_strides[0][1]]) : (-INFINITY);
+                    for (long long l12 = 0; l12 < 16384; l12++) {
+                        (arena + 475149)[l11 * 16384 + l12] = (o1 + l11 < s0 && o8 + l12 < s1) ? dt_load_f32(in0[(o1 + l11) * args->input_strides[0][0] + (o8 + l12) * args->input_strides[0][1]]) : (-INFINITY);
                     }
                 }
                 for (long long l13 = 0; l13 < 1; l13++) {
-                    for (long long l14 = 0; l14 < 8192; l14++) {
-                        (arena + 311315)[l13 * 8192 + l14] = fmaxf((arena + 311315)[l13 * 8192 + l14], (arena + 221197)[l13 * 8192 + l14]);
+                    for (long long l14 = 0; l14 < 16384; l14++) {
+                        const long long f17 = l14 - l14 % 8;
+                        float a16 = (-INFINITY);
+                        for (long long r15 = f17; r15 < f17 + 8 && r15 < 16384; r15++) a16 = fmaxf(a16, (arena + 475149)[l13 * 16384 + l14 + (r15 - l14) * 1]);
+                        (arena + 491533)[l13 * 16384 + l14] = a16;
                     }
                 }
-                for (long long l15 = 0; l15 < 1; l15++) {
-                    for (long long l16 = 0; l16 < 8192; l16++) {
-                        (arena + 229389)[l15 * 8192 + l16] = (arena + 311315)[l15 * 8192 + l16];
+                for (long long l18 = 0; l18 < 1; l18++) {
+                    for (long long l19 = 0; l19 < 16384; l19++) {
+                        (arena + 688147)[l18 * 16384 + l19] = fmaxf((arena + 688147)[l18 * 16384 + l19], (arena + 491533)[l18 * 16384 + l19]);
                     }
                 }
-                (arena + 237581)[0] = (-INFINITY);
-                (arena + 237582)[0] = 0e0f;
-                for (long long l17 = 0; l17 < 1; l17++) {
-                    for (long long l18 = 0; l18 < 8192; l18++) {
-                        (arena + 237583)[l17 * 8192 + l18] = (((arena + 229389)[l17 * 8192 + l18]) == ((arena + 237581)[0]) ? 1.0f : 0.0f);
+                for (long long l20 = 0; l20 < 1; l20++) {
+                    for (long long l21 = 0; l21 < 16384; l21++) {
+                        (arena + 507917)[l20 * 16384 + l21] = (arena + 688147)[l20 * 16384 + l21];
                     }
                 }
-                for (long long l19 = 0; l19 < 1; l19++) {
-                    for (long long l20 = 0; l20 < 8192; l20++) {
-                        (arena + 245775)[l19 * 8192 + l20] = (arena + 237583)[l19 * 8192 + l20] != 0.0f ? (arena + 237582)[0] : (arena + 229389)[l19 * 8192 + l20];
+                (arena + 524301)[0] = (-INFINITY);
+                (arena + 524302)[0] = 0e0f;
+                for (long long l22 = 0; l22 < 1; l22++) {
+                    for (long long l23 = 0; l23 < 16384; l23++) {
+                        (arena + 524303)[l22 * 16384 + l23] = (((arena + 507917)[l22 * 16384 + l23]) == ((arena + 524301)[0]) ? 1.0f : 0.0f);
                     }
                 }
-                for (long long l21 = 0; l21 < 1; l21++) {
-                    for (long long l22 = 0; l22 < 8192; l22++) {
-                        (arena + 253967)[l21 * 8192 + l22] = ((arena + 213005)[l21 * 8192 + l22] - (arena + 245775)[l21 * 8192 + l22]);
+                for (long long l24 = 0; l24 < 1; l24++) {
+                    for (long long l25 = 0; l25 < 16384; l25++) {
+                        (arena + 540687)[l24 * 16384 + l25] = (arena + 524303)[l24 * 16384 + l25] != 0.0f ? (arena + 524302)[0] : (arena + 507917)[l24 * 16384 + l25];
                     }
                 }
-                for (long long l23 = 0; l23 < 1; l23++) {
-                    for (long long l24 = 0; l24 < 8192; l24++) {
-                        (arena + 262159)[l23 * 8192 + l24] = expf((arena + 253967)[l23 * 8192 + l24]);
+                for (long long l26 = 0; l26 < 1; l26++) {
+                    for (long long l27 = 0; l27 < 16384; l27++) {
+                        (arena + 557071)[l26 * 16384 + l27] = ((arena + 458765)[l26 * 16384 + l27] - (arena + 540687)[l26 * 16384 + l27]);
                     }
                 }
-                for (long long l25 = 0; l25 < 1; l25++) {
-                    for (long long l26 = 0; l26 < 8192; l26++) {
-                        (arena + 270351)[l25 * 8192 + l26] = ((arena + 221197)[l25 * 8192 + l26] - (arena + 245775)[l25 * 8192 + l26]);
+                for (long long l28 = 0; l28 < 1; l28++) {
+                    for (long long l29 = 0; l29 < 16384; l29++) {
+                        (arena + 573455)[l28 * 16384 + l29] = expf((arena + 557071)[l28 * 16384 + l29]);
                     }
                 }
-                for (long long l27 = 0; l27 < 1; l27++) {
-                    for (long long l28 = 0; l28 < 8192; l28++) {
-                        (arena + 278543)[l27 * 8192 + l28] = expf((arena + 270351)[l27 * 8192 + l28]);
+                for (long long l30 = 0; l30 < 1; l30++) {
+                    for (long long l31 = 0; l31 < 16384; l31++) {
+                        (arena + 589839)[l30 * 16384 + l31] = ((arena + 475149)[l30 * 16384 + l31] - (arena + 540687)[l30 * 16384 + l31]);
                     }
                 }
-                for (long long l29 = 0; l29 < 1; l29++) {
-                    for (long long l30 = 0; l30 < 8192; l30++) {
-                        (arena + 286735)[l29 * 8192 + l30] = (arena + 319507)[l29 * 8192 + l30];
+                for (long long l32 = 0; l32 < 1; l32++) {
+                    for (long long l33 = 0; l33 < 16384; l33++) {
+                        (arena + 606223)[l32 * 16384 + l33] = expf((arena + 589839)[l32 * 16384 + l33]);
                     }
                 }
-                for (long long l31 = 0; l31 < 1; l31++) {
-                    for (long long l32 = 0; l32 < 8192; l32++) {
-                        (arena + 294927)[l31 * 8192 + l32] = ((arena + 286735)[l31 * 8192 + l32] * (arena + 262159)[l31 * 8192 + l32]);
+                for (long long l34 = 0; l34 < 1; l34++) {
+                    for (long long l35 = 0; l35 < 16384; l35++) {
+                        const long long f38 = l35 - l35 % 8;
+                        float a37 = 0e0f;
+                        for (long long r36 = f38; r36 < f38 + 8 && r36 < 16384; r36++) a37 = a37 + (arena + 606223)[l34 * 16384 + l35 + (r36 - l35) * 1];
+                        (arena + 622607)[l34 * 16384 + l35] = a37;
                     }
                 }
-                for (long long l33 = 0; l33 < 1; l33++) {
-                    for (long long l34 = 0; l34 < 8192; l34++) {
-                        (arena + 303119)[l33 * 8192 + l34] = ((arena + 294927)[l33 * 8192 + l34] + (arena + 278543)[l33 * 8192 + l34]);
+                for (long long l39 = 0; l39 < 1; l39++) {
+                    for (long long l40 = 0; l40 < 16384; l40++) {
+                        (arena + 638991)[l39 * 16384 + l40] = (arena + 704531)[l39 * 16384 + l40];
                     }
                 }
-                for (long long l35 = 0; l35 < 1; l35++) {
-                    for (long long l36 = 0; l36 < 8192; l36++) {
-                        (arena + 319507)[l35 * 8192 + l36] = (arena + 303119)[l35 * 8192 + l36];
+                for (long long l41 = 0; l41 < 1; l41++) {
+                    for (long long l42 = 0; l42 < 16384; l42++) {
+                        (arena + 655375)[l41 * 16384 + l42] = ((arena + 638991)[l41 * 16384 + l42] * (arena + 573455)[l41 * 16384 + l42]);
+                    }
+                }
+                for (long long l43 = 0; l43 < 1; l43++) {
+                    for (long long l44 = 0; l44 < 16384; l44++) {
+                        (arena + 671759)[l43 * 16384 + l44] = ((arena + 655375)[l43 * 16384 + l44] + (arena + 622607)[l43 * 16384 + l44]);
+                    }
+                }
+                for (long long l45 = 0; l45 < 1; l45++) {
+                    for (long long l46 = 0; l46 < 16384; l46++) {
+                        (arena + 704531)[l45 * 16384 + l46] = (arena + 671759)[l45 * 16384 + l46];
                     }
                 }
             }
-            /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass */
-            for (long long o37 = (s1 / 8192) * 8192; o37 < s1; o37 += 8192) {
-                for (long long l38 = 0; l38 < 1; l38++) {
-                    for (long long l39 = 0; l39 < 8192; l39++) {
-                        (arena + 98311)[l38 * 8192 + l39] = (arena + 311315)[l38 * 8192 + l39];
-                    }
-                }
-                for (long long l40 = 0; l40 < 1; l40++) {
-                    for (long long l41 = 0; l41 < 8192; l41++) {
-                        (arena + 0)[l40 * 8192 + l41] = (o1 + l40 < s0 && o37 + l41 < s1) ? dt_load_f32(in0[(o1 + l40) * args->input_strides[0][0] + (o37 + l41) * args->input_strides[0][1]]) : (-INFINITY);
-                    }
-                }
-                for (long long l42 = 0; l42 < 1; l42++) {
-                    for (long long l43 = 0; l43 < 8192; l43++) {
-                        (arena + 311315)[l42 * 8192 + l43] = fmaxf((arena + 311315)[l42 * 8192 + l43], (arena + 0)[l42 * 8192 + l43]);
-                    }
-                }
-                for (long long l44 = 0; l44 < 1; l44++) {
-                    for (long long l45 = 0; l45 < 8192; l45++) {
-                        (arena + 106503)[l44 * 8192 + l45] = (arena + 311315)[l44 * 8192 + l45];
-                    }
-                }
-                (arena + 114695)[0] = (-INFINITY);
-                (arena + 114696)[0] = 0e0f;
-                for (long long l46 = 0; l46 < 1; l46++) {
-                    for (long long l47 = 0; l47 < 8192; l47++) {
-                        (arena + 114697)[l46 * 8192 + l47] = (((arena + 106503)[l46 * 8192 + l47]) == ((arena + 114695)[0]) ? 1.0f : 0.0f);
-                    }
-                }
+            /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+            for (long long o47 = (s1 / 16384) * 16384; o47 < s1; o47 += 16384) {
                 for (long long l48 = 0; l48 < 1; l48++) {
-                    for (long long l49 = 0; l49 < 8192; l49++) {
-                        (arena + 122889)[l48 * 8192 + l49] = (arena + 114697)[l48 * 8192 + l49] != 0.0f ? (arena + 114696)[0] : (arena + 106503)[l48 * 8192 + l49];
+                    for (long long l49 = 0; l49 < 16384; l49++) {
+                        (arena + 196615)[l48 * 16384 + l49] = (arena + 688147)[l48 * 16384 + l49];
                     }
                 }
                 for (long long l50 = 0; l50 < 1; l50++) {
-                    for (long long l51 = 0; l51 < 8192; l51++) {
-                        (arena + 131081)[l50 * 8192 + l51] = ((arena + 98311)[l50 * 8192 + l51] - (arena + 122889)[l50 * 8192 + l51]);
+                    for (long long l51 = 0; l51 < 16384; l51++) {
+                        (arena + 0)[l50 * 16384 + l51] = (o1 + l50 < s0 && o47 + l51 < s1) ? dt_load_f32(in0[(o1 + l50) * args->input_strides[0][0] + (o47 + l51) * args->input_strides[0][1]]) : (-INFINITY);
                     }
                 }
                 for (long long l52 = 0; l52 < 1; l52++) {
-                    for (long long l53 = 0; l53 < 8192; l53++) {
-                        (arena + 139273)[l52 * 8192 + l53] = expf((arena + 131081)[l52 * 8192 + l53]);
+                    for (long long l53 = 0; l53 < 16384; l53++) {
+                        const long long f56 = l53 - l53 % 8;
+                        float a55 = (-INFINITY);
+                        for (long long r54 = f56; r54 < f56 + 8 && r54 < 16384; r54++) a55 = fmaxf(a55, (arena + 0)[l52 * 16384 + l53 + (r54 - l53) * 1]);
+                        (arena + 212999)[l52 * 16384 + l53] = a55;
                     }
                 }
-                for (long long l54 = 0; l54 < 1; l54++) {
-                    for (long long l55 = 0; l55 < 8192; l55++) {
-                        (arena + 16386)[l54 * 8192 + l55] = (o37 + l55 < s1) ? (arena + 0)[l54 * 8192 + l55] : 0e0f;
+                for (long long l57 = 0; l57 < 1; l57++) {
+                    for (long long l58 = 0; l58 < 16384; l58++) {
+                        (arena + 688147)[l57 * 16384 + l58] = fmaxf((arena + 688147)[l57 * 16384 + l58], (arena + 212999)[l57 * 16384 + l58]);
                     }
                 }
-                for (long long l56 = 0; l56 < 1; l56++) {
-                    for (long long l57 = 0; l57 < 8192; l57++) {
-                        (arena + 24579)[l56 * 8192 + l57] = ((arena + 16386)[l56 * 8192 + l57] - (arena + 122889)[l56 * 8192 + l57]);
+                for (long long l59 = 0; l59 < 1; l59++) {
+                    for (long long l60 = 0; l60 < 16384; l60++) {
+                        (arena + 229383)[l59 * 16384 + l60] = (arena + 688147)[l59 * 16384 + l60];
                     }
                 }
-                for (long long l58 = 0; l58 < 1; l58++) {
-                    for (long long l59 = 0; l59 < 8192; l59++) {
-                        (arena + 32771)[l58 * 8192 + l59] = expf((arena + 24579)[l58 * 8192 + l59]);
+                (arena + 245767)[0] = (-INFINITY);
+                (arena + 245768)[0] = 0e0f;
+                for (long long l61 = 0; l61 < 1; l61++) {
+                    for (long long l62 = 0; l62 < 16384; l62++) {
+                        (arena + 245769)[l61 * 16384 + l62] = (((arena + 229383)[l61 * 16384 + l62]) == ((arena + 245767)[0]) ? 1.0f : 0.0f);
                     }
                 }
-                for (long long l60 = 0; l60 < 1; l60++) {
-                    for (long long l61 = 0; l61 < 8192; l61++) {
-                        (arena + 40963)[l60 * 8192 + l61] = (o37 + l61 < s1) ? (arena + 32771)[l60 * 8192 + l61] : 0e0f;
+                for (long long l63 = 0; l63 < 1; l63++) {
+                    for (long long l64 = 0; l64 < 16384; l64++) {
+                        (arena + 262153)[l63 * 16384 + l64] = (arena + 245769)[l63 * 16384 + l64] != 0.0f ? (arena + 245768)[0] : (arena + 229383)[l63 * 16384 + l64];
                     }
                 }
-                for (long long l62 = 0; l62 < 1; l62++) {
-                    for (long long l63 = 0; l63 < 8192; l63++) {
-                        (arena + 147465)[l62 * 8192 + l63] = (arena + 319507)[l62 * 8192 + l63];
+                for (long long l65 = 0; l65 < 1; l65++) {
+                    for (long long l66 = 0; l66 < 16384; l66++) {
+                        (arena + 278537)[l65 * 16384 + l66] = ((arena + 196615)[l65 * 16384 + l66] - (arena + 262153)[l65 * 16384 + l66]);
                     }
                 }
-                for (long long l64 = 0; l64 < 1; l64++) {
-                    for (long long l65 = 0; l65 < 8192; l65++) {
-                        (arena + 155657)[l64 * 8192 + l65] = ((arena + 147465)[l64 * 8192 + l65] * (arena + 139273)[l64 * 8192 + l65]);
+                for (long long l67 = 0; l67 < 1; l67++) {
+                    for (long long l68 = 0; l68 < 16384; l68++) {
+                        (arena + 294921)[l67 * 16384 + l68] = expf((arena + 278537)[l67 * 16384 + l68]);
                     }
                 }
-                for (long long l66 = 0; l66 < 1; l66++) {
-                    for (long long l67 = 0; l67 < 8192; l67++) {
-                        (arena + 163849)[l66 * 8192 + l67] = ((arena + 155657)[l66 * 8192 + l67] + (arena + 40963)[l66 * 8192 + l67]);
+                for (long long l69 = 0; l69 < 1; l69++) {
+                    for (long long l70 = 0; l70 < 16384; l70++) {
+                        (arena + 32770)[l69 * 16384 + l70] = (o47 + l70 < s1) ? (arena + 0)[l69 * 16384 + l70] : 0e0f;
                     }
                 }
-                for (long long l68 = 0; l68 < 1; l68++) {
-                    for (long long l69 = 0; l69 < 8192; l69++) {
-                        (arena + 319507)[l68 * 8192 + l69] = (arena + 163849)[l68 * 8192 + l69];
+                for (long long l71 = 0; l71 < 1; l71++) {
+                    for (long long l72 = 0; l72 < 16384; l72++) {
+                        (arena + 49155)[l71 * 16384 + l72] = ((arena + 32770)[l71 * 16384 + l72] - (arena + 262153)[l71 * 16384 + l72]);
                     }
                 }
-            }
-            for (long long l70 = 0; l70 < 1; l70++) {
-                for (long long l71 = 0; l71 < 8192; l71++) {
-                    (arena + 81927)[l70 * 8192 + l71] = (arena + 311315)[l70 * 8192 + l71];
+                for (long long l73 = 0; l73 < 1; l73++) {
+                    for (long long l74 = 0; l74 < 16384; l74++) {
+                        (arena + 65539)[l73 * 16384 + l74] = expf((arena + 49155)[l73 * 16384 + l74]);
+                    }
                 }
-            }
-            for (long long l72 = 0; l72 < 1; l72++) {
-                float a74 = (-INFINITY);
-                for (long long r73 = 0; r73 < 8192; r73++) a74 = fmaxf(a74, (arena + 81927)[l72 * 8192 + r73 * 1]);
-                (arena + 16384)[l72] = a74;
-            }
-            for (long long l75 = 0; l75 < 1; l75++) {
-                (arena + 311311)[l75] = fmaxf((arena + 311311)[l75], (arena + 16384)[l75]);
-            }
-            for (long long l76 = 0; l76 < 1; l76++) {
-                (arena + 16385)[l76] = (arena + 311311)[l76];
-            }
-            for (long long l77 = 0; l77 < 1; l77++) {
-                for (long long l78 = 0; l78 < 8192; l78++) {
-                    (arena + 172041)[l77 * 8192 + l78] = (arena + 319507)[l77 * 8192 + l78];
+                for (long long l75 = 0; l75 < 1; l75++) {
+                    for (long long l76 = 0; l76 < 16384; l76++) {
+                        (arena + 81923)[l75 * 16384 + l76] = (o47 + l76 < s1) ? (arena + 65539)[l75 * 16384 + l76] : 0e0f;
+                    }
                 }
-            }
-            (arena + 188425)[0] = (-INFINITY);
-            (arena + 188426)[0] = 0e0f;
-            for (long long l79 = 0; l79 < 1; l79++) {
-                (arena + 188427)[l79] = (((arena + 16385)[l79]) == ((arena + 188425)[0]) ? 1.0f : 0.0f);
-            }
-            for (long long l80 = 0; l80 < 1; l80++) {
-                (arena + 188428)[l80] = (arena + 188427)[l80] != 0.0f ? (arena + 188426)[0] : (arena + 16385)[l80];
-            }
-            for (long long l81 = 0; l81 < 1; l81++) {
-                for (long long l82 = 0; l82 < 8192; l82++) {
-                    (arena + 188429)[l81 * 8192 + l82] = ((arena + 81927)[l81 * 8192 + l82] - (arena + 188428)[l81]);
+                for (long long l77 = 0; l77 < 1; l77++) {
+                    for (long long l78 = 0; l78 < 16384; l78++) {
+                        const long long f81 = l78 - l78 % 8;
+                        float a80 = 0e0f;
+                        for (long long r79 = f81; r79 < f81 + 8 && r79 < 16384; r79++) a80 = a80 + (arena + 81923)[l77 * 16384 + l78 + (r79 - l78) * 1];
+                        (arena + 311305)[l77 * 16384 + l78] = a80;
+                    }
                 }
-            }
-            for (long long l83 = 0; l83 < 1; l83++) {
-                for (long long l84 = 0; l84 < 8192; l84++) {
-                    (arena + 196621)[l83 * 8192 + l84] = expf((arena + 188429)[l83 * 8192 + l84]);
+                for (long long l82 = 0; l82 < 1; l82++) {
+                    for (long long l83 = 0; l83 < 16384; l83++) {
+                        (arena + 327689)[l82 * 16384 + l83] = (arena + 704531)[l82 * 16384 + l83];
+                    }
                 }
-            }
-            for (long long l85 = 0; l85 < 1; l85++) {
-                for (long long l86 = 0; l86 < 8192; l86++) {
-                    (arena + 204813)[l85 * 8192 + l86] = ((arena + 172041)[l85 * 8192 + l86] * (arena + 196621)[l85 * 8192 + l86]);
+                for (long long l84 = 0; l84 < 1; l84++) {
+                    for (long long l85 = 0; l85 < 16384; l85++) {
+                        (arena + 344073)[l84 * 16384 + l85] = ((arena + 327689)[l84 * 16384 + l85] * (arena + 294921)[l84 * 16384 + l85]);
+                    }
                 }
-            }
-            for (long long l87 = 0; l87 < 1; l87++) {
-                float a89 = 0e0f;
-                for (long long r88 = 0; r88 < 8192; r88++) a89 = a89 + (arena + 204813)[l87 * 8192 + r88 * 1];
-                (arena + 49155)[l87] = a89;
+                for (long long l86 = 0; l86 < 1; l86++) {
+                    for (long long l87 = 0; l87 < 16384; l87++) {
+                        (arena + 360457)[l86 * 16384 + l87] = ((arena + 344073)[l86 * 16384 + l87] + (arena + 311305)[l86 * 16384 + l87]);
+                    }
+                }
+                for (long long l88 = 0; l88 < 1; l88++) {
+                    for (long long l89 = 0; l89 < 16384; l89++) {
+                        (arena + 704531)[l88 * 16384 + l89] = (arena + 360457)[l88 * 16384 + l89];
+                    }
+                }
             }
             for (long long l90 = 0; l90 < 1; l90++) {
-                (arena + 311313)[l90] = (arena + 311313)[l90] + (arena + 49155)[l90];
+                for (long long l91 = 0; l91 < 16384; l91++) {
+                    (arena + 163847)[l90 * 16384 + l91] = (arena + 688147)[l90 * 16384 + l91];
+                }
             }
-            for (long long l91 = 0; l91 < 1; l91++) {
-                (arena + 49156)[l91] = (arena + 311313)[l91];
+            for (long long l92 = 0; l92 < 1; l92++) {
+                float a94 = (-INFINITY);
+                for (long long r93 = 0; r93 < 16384; r93 += 8) a94 = fmaxf(a94, (arena + 163847)[l92 * 16384 + r93 * 1]);
+                (arena + 32768)[l92] = a94;
             }
-            /* softmax.tensorize(y:8192) num_stages(2) */
-            for (long long o92 = (dt_cdiv(s1, 8192) - 1) * 8192; o92 >= 0; o92 -= 8192) {
-                for (long long l93 = 0; l93 < 1; l93++) {
-                    for (long long l94 = 0; l94 < 8192; l94++) {
-                        (arena + 49157)[l93 * 8192 + l94] = (o1 + l93 < s0 && o92 + l94 < s1) ? dt_load_f32(in0[(o1 + l93) * args->input_strides[0][0] + (o92 + l94) * args->input_strides[0][1]]) : 0e0f;
+            for (long long l95 = 0; l95 < 1; l95++) {
+                (arena + 688143)[l95] = fmaxf((arena + 688143)[l95], (arena + 32768)[l95]);
+            }
+            for (long long l96 = 0; l96 < 1; l96++) {
+                (arena + 32769)[l96] = (arena + 688143)[l96];
+            }
+            for (long long l97 = 0; l97 < 1; l97++) {
+                for (long long l98 = 0; l98 < 16384; l98++) {
+                    (arena + 376841)[l97 * 16384 + l98] = (arena + 704531)[l97 * 16384 + l98];
+                }
+            }
+            (arena + 409609)[0] = (-INFINITY);
+            (arena + 409610)[0] = 0e0f;
+            for (long long l99 = 0; l99 < 1; l99++) {
+                (arena + 409611)[l99] = (((arena + 32769)[l99]) == ((arena + 409609)[0]) ? 1.0f : 0.0f);
+            }
+            for (long long l100 = 0; l100 < 1; l100++) {
+                (arena + 409612)[l100] = (arena + 409611)[l100] != 0.0f ? (arena + 409610)[0] : (arena + 32769)[l100];
+            }
+            for (long long l101 = 0; l101 < 1; l101++) {
+                for (long long l102 = 0; l102 < 16384; l102++) {
+                    (arena + 409613)[l101 * 16384 + l102] = ((arena + 163847)[l101 * 16384 + l102] - (arena + 409612)[l101]);
+                }
+            }
+            for (long long l103 = 0; l103 < 1; l103++) {
+                for (long long l104 = 0; l104 < 16384; l104++) {
+                    (arena + 425997)[l103 * 16384 + l104] = expf((arena + 409613)[l103 * 16384 + l104]);
+                }
+            }
+            for (long long l105 = 0; l105 < 1; l105++) {
+                for (long long l106 = 0; l106 < 16384; l106++) {
+                    (arena + 442381)[l105 * 16384 + l106] = ((arena + 376841)[l105 * 16384 + l106] * (arena + 425997)[l105 * 16384 + l106]);
+                }
+            }
+            for (long long l107 = 0; l107 < 1; l107++) {
+                float a109 = 0e0f;
+                for (long long r108 = 0; r108 < 16384; r108 += 8) a109 = a109 + (arena + 442381)[l107 * 16384 + r108 * 1];
+                (arena + 98307)[l107] = a109;
+            }
+            for (long long l110 = 0; l110 < 1; l110++) {
+                (arena + 688145)[l110] = (arena + 688145)[l110] + (arena + 98307)[l110];
+            }
+            for (long long l111 = 0; l111 < 1; l111++) {
+                (arena + 98308)[l111] = (arena + 688145)[l111];
+            }
+            /* softmax.tensorize(y:16384) */
+            for (long long o112 = (dt_cdiv(s1, 16384) - 1) * 16384; o112 >= 0; o112 -= 16384) {
+                for (long long l113 = 0; l113 < 1; l113++) {
+                    for (long long l114 = 0; l114 < 16384; l114++) {
+                        (arena + 98309)[l113 * 16384 + l114] = (o1 + l113 < s0 && o112 + l114 < s1) ? dt_load_f32(in0[(o1 + l113) * args->input_strides[0][0] + (o112 + l114) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l95 = 0; l95 < 1; l95++) {
-                    for (long long l96 = 0; l96 < 8192; l96++) {
-                        (arena + 57350)[l95 * 8192 + l96] = ((arena + 49157)[l95 * 8192 + l96] - (arena + 16385)[l95]);
+                for (long long l115 = 0; l115 < 1; l115++) {
+                    for (long long l116 = 0; l116 < 16384; l116++) {
+                        (arena + 114694)[l115 * 16384 + l116] = ((arena + 98309)[l115 * 16384 + l116] - (arena + 32769)[l115]);
                     }
                 }
-                for (long long l97 = 0; l97 < 1; l97++) {
-                    for (long long l98 = 0; l98 < 8192; l98++) {
-                        (arena + 65542)[l97 * 8192 + l98] = expf((arena + 57350)[l97 * 8192 + l98]);
+                for (long long l117 = 0; l117 < 1; l117++) {
+                    for (long long l118 = 0; l118 < 16384; l118++) {
+                        (arena + 131078)[l117 * 16384 + l118] = expf((arena + 114694)[l117 * 16384 + l118]);
                     }
                 }
-                for (long long l99 = 0; l99 < 1; l99++) {
-                    for (long long l100 = 0; l100 < 8192; l100++) {
-                        (arena + 73735)[l99 * 8192 + l100] = ((arena + 65542)[l99 * 8192 + l100] / (arena + 49156)[l99]);
+                for (long long l119 = 0; l119 < 1; l119++) {
+                    for (long long l120 = 0; l120 < 16384; l120++) {
+                        (arena + 147463)[l119 * 16384 + l120] = ((arena + 131078)[l119 * 16384 + l120] / (arena + 98308)[l119]);
                     }
                 }
-                for (long long l101 = 0; l101 < 1; l101++) {
-                    for (long long l102 = 0; l102 < 8192; l102++) {
-                        if (o1 + l101 < s0 && o92 + l102 < s1) out[(o1 + l101) * args->output_strides[0] + (o92 + l102) * args->output_strides[1]] = dt_store_f32((arena + 73735)[l101 * 8192 + l102]);
+                for (long long l121 = 0; l121 < 1; l121++) {
+                    for (long long l122 = 0; l122 < 16384; l122++) {
+                        if (o1 + l121 < s0 && o112 + l122 < s1) out[(o1 + l121) * args->output_strides[0] + (o112 + l122) * args->output_strides[1]] = dt_store_f32((arena + 147463)[l121 * 16384 + l122]);
                     }
                 }
             }

@@ -2035,11 +2035,11 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        /* partial rmax over y, lane by lane */
-        float acc4[8];
+        /* partial rmax over y, by runs of 8 lanes */
+        float acc4[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
                 acc4[r] = (-INFINITY);
             }
@@ -2051,380 +2051,382 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        /* partial rsum over y, lane by lane */
-        float acc5[8];
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
                 acc5[r] = 0e0f;
             }
         }
-        /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass: loads one step ahead */
-        uint4 qn9[1];
-        bool fn10[1];
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 1024 + tid) * 8;
-            const int l11 = (int)((unsigned)e / 8192u % 1u);
-            const int l12 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l12) * (unsigned)args.input_strides[0][1];
-            fn10[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)((0) + (l12 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (fn10[c]) qn9[c] = *(const uint4*)(in0 + a);
-        }
-        for (long long o8 = 0; o8 < (s1 / 8192) * 8192; o8 += 8192) {
-            uint4 q13[1];
-            bool f14[1];
+        /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+        for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
+            float v41[16];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q13[c] = qn9[c]; f14[c] = fn10[c]; }
-            if (o8 + 8192 < (s1 / 8192) * 8192) {
-                #pragma unroll
-                for (int c = 0; c < 1; c++) {
-                    const int e = (c * 1024 + tid) * 8;
-                    const int l15 = (int)((unsigned)e / 8192u % 1u);
-                    const int l16 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)((o8 + 8192) + l16) * (unsigned)args.input_strides[0][1];
-                    fn10[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fn10[c]) qn9[c] = *(const uint4*)(in0 + a);
-                }
-            }
-            float v39[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v39[r] = acc4[r];
-                }
-            }
-            dt_f16s<8> v40; /* 16-bit values as loaded */
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 1024 + tid) * 8;
-                const int l19 = (int)((unsigned)e / 8192u % 1u);
-                const int l20 = (int)((unsigned)e / 1u % 8192u);
-                if (f14[c]) {
-                    v40.w[c] = q13[c];
-                } else {
-                    const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l20) * (unsigned)args.input_strides[0][1];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[1] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[2] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[3] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[4] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[5] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[6] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[7] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    v40.w[c] = dt_pack8(h);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v40[r]);
-                }
-            }
-            float v41[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
                     v41[r] = acc4[r];
                 }
             }
-            float v42[1];
+            dt_f16s<16> v42; /* 16-bit values as loaded */
+            uint4 q11[2];
+            bool f12[2];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l13 = (int)((unsigned)e / 16384u % 1u);
+                const int l14 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l14) * (unsigned)args.input_strides[0][1];
+                f12[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l13) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f12[c]) q11[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l15 = (int)((unsigned)e / 16384u % 1u);
+                const int l16 = (int)((unsigned)e / 1u % 16384u);
+                if (f12[c]) {
+                    v42.w[c] = q11[c];
+                } else {
+                    const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l16) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[1] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[2] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[3] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[4] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[5] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[6] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[7] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    v42.w[c] = dt_pack8(h);
+                }
+            }
+            float v43[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v43[r] = fmaxf((fmaxf((fmaxf(v42[r * 8 + 0], v42[r * 8 + 1])), (fmaxf(v42[r * 8 + 2], v42[r * 8 + 3])))), (fmaxf((fmaxf(v42[r * 8 + 4], v42[r * 8 + 5])), (fmaxf(v42[r * 8 + 6], v42[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v43[r]);
+                }
+            }
+            float v44[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v44[r] = acc4[r];
+                }
+            }
+            float v45[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v42[r] = (-INFINITY);
+                v45[r] = (-INFINITY);
             }
-            float v43[1];
+            float v46[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v43[r] = 0e0f;
+                v46[r] = 0e0f;
             }
-            float v44[8];
+            float v47[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v44[r] = ((v41[r]) == (v42[0]) ? 1.0f : 0.0f);
+                    v47[r] = ((v44[r]) == (v45[0]) ? 1.0f : 0.0f);
                 }
             }
-            float v45[8];
+            float v48[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v45[r] = v44[r] != 0.0f ? v43[0] : v41[r];
+                    v48[r] = v47[r] != 0.0f ? v46[0] : v44[r];
                 }
             }
-            float v46[8];
+            float v49[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v46[r] = (v39[r] - v45[r]);
+                    v49[r] = (v41[r] - v48[r]);
                 }
             }
-            float v47[8];
+            float v50[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v47[r] = dt_fast_exp(v46[r]);
+                    v50[r] = dt_fast_exp(v49[r]);
                 }
             }
-            float v48[8];
+            float v51[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v48[r] = (v40[r] - v45[r]);
+                    v51[r] = (v42[r] - v48[r / 8]);
                 }
             }
-            float v49[8];
+            float v52[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v49[r] = dt_fast_exp(v48[r]);
+                    v52[r] = dt_fast_exp(v51[r]);
                 }
             }
-            float v50[8];
+            float v53[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v50[r] = acc5[r];
+                    v53[r] = ((v52[r * 8 + 0] + v52[r * 8 + 1]) + (v52[r * 8 + 2] + v52[r * 8 + 3])) + ((v52[r * 8 + 4] + v52[r * 8 + 5]) + (v52[r * 8 + 6] + v52[r * 8 + 7]));
                 }
             }
-            float v51[8];
+            float v54[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = (v50[r] * v47[r]);
+                    v54[r] = acc5[r];
                 }
             }
-            float v52[8];
+            float v55[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = (v51[r] + v49[r]);
+                    v55[r] = (v54[r] * v50[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = (v55[r] + v53[r]);
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v52[r];
+                    acc5[r] = v56[r];
                 }
             }
         }
-        /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass: loads one step ahead */
-        uint4 qn46[1];
-        bool fn47[1];
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 1024 + tid) * 8;
-            const int l48 = (int)((unsigned)e / 8192u % 1u);
-            const int l49 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l48) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l49) * (unsigned)args.input_strides[0][1];
-            fn47[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l48) < (unsigned)s0 && (unsigned)(((s1 / 8192) * 8192) + (l49 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (fn47[c]) qn46[c] = *(const uint4*)(in0 + a);
-        }
-        for (long long o45 = (s1 / 8192) * 8192; o45 < s1; o45 += 8192) {
-            uint4 q50[1];
-            bool f51[1];
+        /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+        for (long long o45 = (s1 / 16384) * 16384; o45 < s1; o45 += 16384) {
+            float v19[16];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q50[c] = qn46[c]; f51[c] = fn47[c]; }
-            if (o45 + 8192 < s1) {
-                #pragma unroll
-                for (int c = 0; c < 1; c++) {
-                    const int e = (c * 1024 + tid) * 8;
-                    const int l52 = (int)((unsigned)e / 8192u % 1u);
-                    const int l53 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l52) * (unsigned)args.input_strides[0][0] + (unsigned)((o45 + 8192) + l53) * (unsigned)args.input_strides[0][1];
-                    fn47[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)((o45 + 8192) + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fn47[c]) qn46[c] = *(const uint4*)(in0 + a);
-                }
-            }
-            float v19[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
                     v19[r] = acc4[r];
                 }
             }
-            dt_f16s<8> v0; /* 16-bit values as loaded */
+            dt_f16s<16> v0; /* 16-bit values as loaded */
+            uint4 q48[2];
+            bool f49[2];
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
+            for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l56 = (int)((unsigned)e / 8192u % 1u);
-                const int l57 = (int)((unsigned)e / 1u % 8192u);
-                if (f51[c]) {
-                    v0.w[c] = q50[c];
+                const int l50 = (int)((unsigned)e / 16384u % 1u);
+                const int l51 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l50) * (unsigned)args.input_strides[0][0] + (unsigned)(o45 + l51) * (unsigned)args.input_strides[0][1];
+                f49[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l50) < (unsigned)s0 && (unsigned)(o45 + (l51 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f49[c]) q48[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l52 = (int)((unsigned)e / 16384u % 1u);
+                const int l53 = (int)((unsigned)e / 1u % 16384u);
+                if (f49[c]) {
+                    v0.w[c] = q48[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l56) * (unsigned)args.input_strides[0][0] + (unsigned)(o45 + l57) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l52) * (unsigned)args.input_strides[0][0] + (unsigned)(o45 + l53) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + l57) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[1] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[2] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[3] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[4] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[5] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[6] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[7] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[0] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + l53) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[1] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[2] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[3] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[4] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[5] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[6] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[7] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
                     v0.w[c] = dt_pack8(h);
                 }
             }
+            float v20[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v0[r]);
+                    v20[r] = fmaxf((fmaxf((fmaxf(v0[r * 8 + 0], v0[r * 8 + 1])), (fmaxf(v0[r * 8 + 2], v0[r * 8 + 3])))), (fmaxf((fmaxf(v0[r * 8 + 4], v0[r * 8 + 5])), (fmaxf(v0[r * 8 + 6], v0[r * 8 + 7])))));
                 }
             }
-            float v20[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v20[r] = acc4[r];
+                    acc4[r] = fmaxf(acc4[r], v20[r]);
                 }
             }
-            float v21[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v21[r] = (-INFINITY);
+            float v21[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v21[r] = acc4[r];
+                }
             }
             float v22[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v22[r] = 0e0f;
+                v22[r] = (-INFINITY);
             }
-            float v23[8];
+            float v23[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v23[r] = 0e0f;
+            }
+            float v24[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v23[r] = ((v20[r]) == (v21[0]) ? 1.0f : 0.0f);
+                    v24[r] = ((v21[r]) == (v22[0]) ? 1.0f : 0.0f);
                 }
             }
-            float v24[8];
+            float v25[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v24[r] = v23[r] != 0.0f ? v22[0] : v20[r];
+                    v25[r] = v24[r] != 0.0f ? v23[0] : v21[r];
                 }
             }
-            float v25[8];
+            float v26[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v25[r] = (v19[r] - v24[r]);
+                    v26[r] = (v19[r] - v25[r]);
                 }
             }
-            float v26[8];
+            float v27[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v26[r] = dt_fast_exp(v25[r]);
+                    v27[r] = dt_fast_exp(v26[r]);
                 }
             }
-            float v4[8];
+            float v4[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l71 = (int)((unsigned)e / 1u % 8192u);
-                    v4[r] = ((unsigned)(o45 + l71) < (unsigned)s1) ? v0[r] : 0e0f;
+                    const int l69 = (int)((unsigned)e / 1u % 16384u);
+                    v4[r] = ((unsigned)(o45 + l69) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
-            float v6[8];
+            float v6[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v6[r] = (v4[r] - v24[r]);
+                    v6[r] = (v4[r] - v25[r / 8]);
                 }
             }
-            float v7[8];
+            float v7[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v7[r] = dt_fast_exp(v6[r]);
                 }
             }
-            float v8[8];
+            float v8[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l77 = (int)((unsigned)e / 1u % 8192u);
-                    v8[r] = ((unsigned)(o45 + l77) < (unsigned)s1) ? v7[r] : 0e0f;
+                    const int l75 = (int)((unsigned)e / 1u % 16384u);
+                    v8[r] = ((unsigned)(o45 + l75) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
-            float v27[8];
+            float v28[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v27[r] = acc5[r];
+                    v28[r] = ((v8[r * 8 + 0] + v8[r * 8 + 1]) + (v8[r * 8 + 2] + v8[r * 8 + 3])) + ((v8[r * 8 + 4] + v8[r * 8 + 5]) + (v8[r * 8 + 6] + v8[r * 8 + 7]));
                 }
             }
-            float v28[8];
+            float v29[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v28[r] = (v27[r] * v26[r]);
+                    v29[r] = acc5[r];
                 }
             }
-            float v29[8];
+            float v30[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v29[r] = (v28[r] + v8[r]);
+                    v30[r] = (v29[r] * v27[r]);
+                }
+            }
+            float v31[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v31[r] = (v30[r] + v28[r]);
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v29[r];
+                    acc5[r] = v31[r];
                 }
             }
         }
-        float v17[8];
+        float v17[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
                 v17[r] = acc4[r];
             }
         }
         float v2[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
+        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v17[i * 8 + q]);
+                for (int q = 0; q < 2; q++) p[i] = fmaxf(p[i], v17[i * 2 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
@@ -2449,71 +2451,71 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v30[8];
+        float v32[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v30[r] = acc5[r];
+                v32[r] = acc5[r];
             }
-        }
-        float v32[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v32[r] = (-INFINITY);
-        }
-        float v33[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v33[r] = 0e0f;
         }
         float v34[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v34[r] = ((v3[0]) == (v32[0]) ? 1.0f : 0.0f);
+            v34[r] = (-INFINITY);
         }
         float v35[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v35[r] = v34[0] != 0.0f ? v33[0] : v3[0];
+            v35[r] = 0e0f;
         }
-        float v36[8];
+        float v36[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v36[r] = ((v3[0]) == (v34[0]) ? 1.0f : 0.0f);
+        }
+        float v37[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
+        }
+        float v38[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v36[r] = (v17[r] - v35[0]);
+                v38[r] = (v17[r] - v37[0]);
             }
         }
-        float v37[8];
+        float v39[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v37[r] = dt_fast_exp(v36[r]);
+                v39[r] = dt_fast_exp(v38[r]);
             }
         }
-        float v38[8];
+        float v40[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v38[r] = (v30[r] * v37[r]);
+                v40[r] = (v32[r] * v39[r]);
             }
         }
         float v9[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
+        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v38[i * 8 + q];
+                for (int q = 0; q < 2; q++) p[i] = p[i] + v40[i * 2 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
@@ -2537,97 +2539,82 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        /* softmax.tensorize(y:8192) num_stages(2): loads one step ahead */
-        uint4 qn107[1];
-        bool fn108[1];
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 1024 + tid) * 8;
-            const int l109 = (int)((unsigned)e / 8192u % 1u);
-            const int l110 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l110) * (unsigned)args.input_strides[0][1];
-            fn108[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l110 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (fn108[c]) qn107[c] = dt_load_once((const uint4*)(in0 + a));
-        }
-        for (long long o106 = (dt_cdiv(s1, 8192) - 1) * 8192; o106 >= 0; o106 -= 8192) {
-            uint4 q111[1];
-            bool f112[1];
+        /* softmax.tensorize(y:16384) */
+        for (long long o106 = (dt_cdiv(s1, 16384) - 1) * 16384; o106 >= 0; o106 -= 16384) {
+            dt_f16s<16> v11; /* 16-bit values as loaded */
+            uint4 q107[2];
+            bool f108[2];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q111[c] = qn107[c]; f112[c] = fn108[c]; }
-            if (o106 - 8192 >= 0) {
-                #pragma unroll
-                for (int c = 0; c < 1; c++) {
-                    const int e = (c * 1024 + tid) * 8;
-                    const int l113 = (int)((unsigned)e / 8192u % 1u);
-                    const int l114 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l113) * (unsigned)args.input_strides[0][0] + (unsigned)((o106 - 8192) + l114) * (unsigned)args.input_strides[0][1];
-                    fn108[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l113) < (unsigned)s0 && (unsigned)((o106 - 8192) + (l114 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fn108[c]) qn107[c] = dt_load_once((const uint4*)(in0 + a));
-                }
-            }
-            dt_f16s<8> v11; /* 16-bit values as loaded */
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
+            for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l115 = (int)((unsigned)e / 8192u % 1u);
-                const int l116 = (int)((unsigned)e / 1u % 8192u);
-                if (f112[c]) {
-                    v11.w[c] = q111[c];
+                const int l109 = (int)((unsigned)e / 16384u % 1u);
+                const int l110 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l110) * (unsigned)args.input_strides[0][1];
+                f108[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(o106 + (l110 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f108[c]) q107[c] = dt_load_once((const uint4*)(in0 + a));
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l111 = (int)((unsigned)e / 16384u % 1u);
+                const int l112 = (int)((unsigned)e / 1u % 16384u);
+                if (f108[c]) {
+                    v11.w[c] = q107[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l115) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l116) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l111) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l112) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + l116) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + l112) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
                     v11.w[c] = dt_pack8(h);
                 }
             }
-            float v13[8];
+            float v13[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v13[r] = (v11[r] - v3[0]);
                 }
             }
-            float v14[8];
+            float v14[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v14[r] = dt_fast_exp(v13[r]);
                 }
             }
-            float v16[8];
+            float v16[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v16[r] = dt_fast_div(v14[r], v10[0]);
                 }
             }
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
+            for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l123 = (int)((unsigned)e / 8192u % 1u);
-                const int l124 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l123) * (unsigned)args.output_strides[0] + (unsigned)(o106 + l124) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l119 = (int)((unsigned)e / 16384u % 1u);
+                const int l120 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l119) * (unsigned)args.output_strides[0] + (unsigned)(o106 + l120) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + l124) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + l120) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
                 }
             }
         }
@@ -2659,11 +2646,11 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        /* partial rmax over y, lane by lane */
-        float acc4[8];
+        /* partial rmax over y, by runs of 8 lanes */
+        float acc4[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
                 acc4[r] = (-INFINITY);
             }
@@ -2675,380 +2662,382 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        /* partial rsum over y, lane by lane */
-        float acc5[8];
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
                 acc5[r] = 0e0f;
             }
         }
-        /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass: loads one step ahead */
-        uint4 qn9[1];
-        bool fn10[1];
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 1024 + tid) * 8;
-            const int l11 = (int)((unsigned)e / 8192u % 1u);
-            const int l12 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l12) * (unsigned)args.input_strides[0][1];
-            fn10[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)((0) + (l12 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (fn10[c]) qn9[c] = *(const uint4*)(in0 + a);
-        }
-        for (long long o8 = 0; o8 < (s1 / 8192) * 8192; o8 += 8192) {
-            uint4 q13[1];
-            bool f14[1];
+        /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+        for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
+            float v41[16];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q13[c] = qn9[c]; f14[c] = fn10[c]; }
-            if (o8 + 8192 < (s1 / 8192) * 8192) {
-                #pragma unroll
-                for (int c = 0; c < 1; c++) {
-                    const int e = (c * 1024 + tid) * 8;
-                    const int l15 = (int)((unsigned)e / 8192u % 1u);
-                    const int l16 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)((o8 + 8192) + l16) * (unsigned)args.input_strides[0][1];
-                    fn10[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fn10[c]) qn9[c] = *(const uint4*)(in0 + a);
-                }
-            }
-            float v39[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v39[r] = acc4[r];
-                }
-            }
-            dt_bf16s<8> v40; /* 16-bit values as loaded */
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 1024 + tid) * 8;
-                const int l19 = (int)((unsigned)e / 8192u % 1u);
-                const int l20 = (int)((unsigned)e / 1u % 8192u);
-                if (f14[c]) {
-                    v40.w[c] = q13[c];
-                } else {
-                    const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l20) * (unsigned)args.input_strides[0][1];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[1] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[2] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[3] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[4] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[5] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[6] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[7] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    v40.w[c] = dt_pack8(h);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v40[r]);
-                }
-            }
-            float v41[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
                     v41[r] = acc4[r];
                 }
             }
-            float v42[1];
+            dt_bf16s<16> v42; /* 16-bit values as loaded */
+            uint4 q11[2];
+            bool f12[2];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l13 = (int)((unsigned)e / 16384u % 1u);
+                const int l14 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l14) * (unsigned)args.input_strides[0][1];
+                f12[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l13) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f12[c]) q11[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l15 = (int)((unsigned)e / 16384u % 1u);
+                const int l16 = (int)((unsigned)e / 1u % 16384u);
+                if (f12[c]) {
+                    v42.w[c] = q11[c];
+                } else {
+                    const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l16) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[1] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[2] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[3] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[4] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[5] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[6] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[7] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    v42.w[c] = dt_pack8(h);
+                }
+            }
+            float v43[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v43[r] = fmaxf((fmaxf((fmaxf(v42[r * 8 + 0], v42[r * 8 + 1])), (fmaxf(v42[r * 8 + 2], v42[r * 8 + 3])))), (fmaxf((fmaxf(v42[r * 8 + 4], v42[r * 8 + 5])), (fmaxf(v42[r * 8 + 6], v42[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v43[r]);
+                }
+            }
+            float v44[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v44[r] = acc4[r];
+                }
+            }
+            float v45[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v42[r] = (-INFINITY);
+                v45[r] = (-INFINITY);
             }
-            float v43[1];
+            float v46[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v43[r] = 0e0f;
+                v46[r] = 0e0f;
             }
-            float v44[8];
+            float v47[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v44[r] = ((v41[r]) == (v42[0]) ? 1.0f : 0.0f);
+                    v47[r] = ((v44[r]) == (v45[0]) ? 1.0f : 0.0f);
                 }
             }
-            float v45[8];
+            float v48[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v45[r] = v44[r] != 0.0f ? v43[0] : v41[r];
+                    v48[r] = v47[r] != 0.0f ? v46[0] : v44[r];
                 }
             }
-            float v46[8];
+            float v49[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v46[r] = (v39[r] - v45[r]);
+                    v49[r] = (v41[r] - v48[r]);
                 }
             }
-            float v47[8];
+            float v50[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v47[r] = dt_fast_exp(v46[r]);
+                    v50[r] = dt_fast_exp(v49[r]);
                 }
             }
-            float v48[8];
+            float v51[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v48[r] = (v40[r] - v45[r]);
+                    v51[r] = (v42[r] - v48[r / 8]);
                 }
             }
-            float v49[8];
+            float v52[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v49[r] = dt_fast_exp(v48[r]);
+                    v52[r] = dt_fast_exp(v51[r]);
                 }
             }
-            float v50[8];
+            float v53[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v50[r] = acc5[r];
+                    v53[r] = ((v52[r * 8 + 0] + v52[r * 8 + 1]) + (v52[r * 8 + 2] + v52[r * 8 + 3])) + ((v52[r * 8 + 4] + v52[r * 8 + 5]) + (v52[r * 8 + 6] + v52[r * 8 + 7]));
                 }
             }
-            float v51[8];
+            float v54[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = (v50[r] * v47[r]);
+                    v54[r] = acc5[r];
                 }
             }
-            float v52[8];
+            float v55[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = (v51[r] + v49[r]);
+                    v55[r] = (v54[r] * v50[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = (v55[r] + v53[r]);
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v52[r];
+                    acc5[r] = v56[r];
                 }
             }
         }
-        /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass: loads one step ahead */
-        uint4 qn46[1];
-        bool fn47[1];
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 1024 + tid) * 8;
-            const int l48 = (int)((unsigned)e / 8192u % 1u);
-            const int l49 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l48) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l49) * (unsigned)args.input_strides[0][1];
-            fn47[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l48) < (unsigned)s0 && (unsigned)(((s1 / 8192) * 8192) + (l49 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (fn47[c]) qn46[c] = *(const uint4*)(in0 + a);
-        }
-        for (long long o45 = (s1 / 8192) * 8192; o45 < s1; o45 += 8192) {
-            uint4 q50[1];
-            bool f51[1];
+        /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+        for (long long o45 = (s1 / 16384) * 16384; o45 < s1; o45 += 16384) {
+            float v19[16];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q50[c] = qn46[c]; f51[c] = fn47[c]; }
-            if (o45 + 8192 < s1) {
-                #pragma unroll
-                for (int c = 0; c < 1; c++) {
-                    const int e = (c * 1024 + tid) * 8;
-                    const int l52 = (int)((unsigned)e / 8192u % 1u);
-                    const int l53 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l52) * (unsigned)args.input_strides[0][0] + (unsigned)((o45 + 8192) + l53) * (unsigned)args.input_strides[0][1];
-                    fn47[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)((o45 + 8192) + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fn47[c]) qn46[c] = *(const uint4*)(in0 + a);
-                }
-            }
-            float v19[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
                     v19[r] = acc4[r];
                 }
             }
-            dt_bf16s<8> v0; /* 16-bit values as loaded */
+            dt_bf16s<16> v0; /* 16-bit values as loaded */
+            uint4 q48[2];
+            bool f49[2];
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
+            for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l56 = (int)((unsigned)e / 8192u % 1u);
-                const int l57 = (int)((unsigned)e / 1u % 8192u);
-                if (f51[c]) {
-                    v0.w[c] = q50[c];
+                const int l50 = (int)((unsigned)e / 16384u % 1u);
+                const int l51 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l50) * (unsigned)args.input_strides[0][0] + (unsigned)(o45 + l51) * (unsigned)args.input_strides[0][1];
+                f49[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l50) < (unsigned)s0 && (unsigned)(o45 + (l51 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f49[c]) q48[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l52 = (int)((unsigned)e / 16384u % 1u);
+                const int l53 = (int)((unsigned)e / 1u % 16384u);
+                if (f49[c]) {
+                    v0.w[c] = q48[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l56) * (unsigned)args.input_strides[0][0] + (unsigned)(o45 + l57) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l52) * (unsigned)args.input_strides[0][0] + (unsigned)(o45 + l53) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + l57) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[1] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[2] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[3] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[4] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[5] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[6] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[7] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[0] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + l53) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[1] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[2] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[3] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[4] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[5] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[6] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[7] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
                     v0.w[c] = dt_pack8(h);
                 }
             }
+            float v20[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v0[r]);
+                    v20[r] = fmaxf((fmaxf((fmaxf(v0[r * 8 + 0], v0[r * 8 + 1])), (fmaxf(v0[r * 8 + 2], v0[r * 8 + 3])))), (fmaxf((fmaxf(v0[r * 8 + 4], v0[r * 8 + 5])), (fmaxf(v0[r * 8 + 6], v0[r * 8 + 7])))));
                 }
             }
-            float v20[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v20[r] = acc4[r];
+                    acc4[r] = fmaxf(acc4[r], v20[r]);
                 }
             }
-            float v21[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v21[r] = (-INFINITY);
+            float v21[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v21[r] = acc4[r];
+                }
             }
             float v22[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v22[r] = 0e0f;
+                v22[r] = (-INFINITY);
             }
-            float v23[8];
+            float v23[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v23[r] = 0e0f;
+            }
+            float v24[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v23[r] = ((v20[r]) == (v21[0]) ? 1.0f : 0.0f);
+                    v24[r] = ((v21[r]) == (v22[0]) ? 1.0f : 0.0f);
                 }
             }
-            float v24[8];
+            float v25[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v24[r] = v23[r] != 0.0f ? v22[0] : v20[r];
+                    v25[r] = v24[r] != 0.0f ? v23[0] : v21[r];
                 }
             }
-            float v25[8];
+            float v26[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v25[r] = (v19[r] - v24[r]);
+                    v26[r] = (v19[r] - v25[r]);
                 }
             }
-            float v26[8];
+            float v27[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v26[r] = dt_fast_exp(v25[r]);
+                    v27[r] = dt_fast_exp(v26[r]);
                 }
             }
-            float v4[8];
+            float v4[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l71 = (int)((unsigned)e / 1u % 8192u);
-                    v4[r] = ((unsigned)(o45 + l71) < (unsigned)s1) ? v0[r] : 0e0f;
+                    const int l69 = (int)((unsigned)e / 1u % 16384u);
+                    v4[r] = ((unsigned)(o45 + l69) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
-            float v6[8];
+            float v6[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v6[r] = (v4[r] - v24[r]);
+                    v6[r] = (v4[r] - v25[r / 8]);
                 }
             }
-            float v7[8];
+            float v7[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v7[r] = dt_fast_exp(v6[r]);
                 }
             }
-            float v8[8];
+            float v8[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l77 = (int)((unsigned)e / 1u % 8192u);
-                    v8[r] = ((unsigned)(o45 + l77) < (unsigned)s1) ? v7[r] : 0e0f;
+                    const int l75 = (int)((unsigned)e / 1u % 16384u);
+                    v8[r] = ((unsigned)(o45 + l75) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
-            float v27[8];
+            float v28[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v27[r] = acc5[r];
+                    v28[r] = ((v8[r * 8 + 0] + v8[r * 8 + 1]) + (v8[r * 8 + 2] + v8[r * 8 + 3])) + ((v8[r * 8 + 4] + v8[r * 8 + 5]) + (v8[r * 8 + 6] + v8[r * 8 + 7]));
                 }
             }
-            float v28[8];
+            float v29[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v28[r] = (v27[r] * v26[r]);
+                    v29[r] = acc5[r];
                 }
             }
-            float v29[8];
+            float v30[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v29[r] = (v28[r] + v8[r]);
+                    v30[r] = (v29[r] * v27[r]);
+                }
+            }
+            float v31[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v31[r] = (v30[r] + v28[r]);
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v29[r];
+                    acc5[r] = v31[r];
                 }
             }
         }
-        float v17[8];
+        float v17[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
                 v17[r] = acc4[r];
             }
         }
         float v2[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
+        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v17[i * 8 + q]);
+                for (int q = 0; q < 2; q++) p[i] = fmaxf(p[i], v17[i * 2 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
@@ -3073,71 +3062,71 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v30[8];
+        float v32[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v30[r] = acc5[r];
+                v32[r] = acc5[r];
             }
-        }
-        float v32[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v32[r] = (-INFINITY);
-        }
-        float v33[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v33[r] = 0e0f;
         }
         float v34[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v34[r] = ((v3[0]) == (v32[0]) ? 1.0f : 0.0f);
+            v34[r] = (-INFINITY);
         }
         float v35[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v35[r] = v34[0] != 0.0f ? v33[0] : v3[0];
+            v35[r] = 0e0f;
         }
-        float v36[8];
+        float v36[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v36[r] = ((v3[0]) == (v34[0]) ? 1.0f : 0.0f);
+        }
+        float v37[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
+        }
+        float v38[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v36[r] = (v17[r] - v35[0]);
+                v38[r] = (v17[r] - v37[0]);
             }
         }
-        float v37[8];
+        float v39[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v37[r] = dt_fast_exp(v36[r]);
+                v39[r] = dt_fast_exp(v38[r]);
             }
         }
-        float v38[8];
+        float v40[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v38[r] = (v30[r] * v37[r]);
+                v40[r] = (v32[r] * v39[r]);
             }
         }
         float v9[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
+        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v38[i * 8 + q];
+                for (int q = 0; q < 2; q++) p[i] = p[i] + v40[i * 2 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
@@ -3161,97 +3150,82 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        /* softmax.tensorize(y:8192) num_stages(2): loads one step ahead */
-        uint4 qn107[1];
-        bool fn108[1];
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 1024 + tid) * 8;
-            const int l109 = (int)((unsigned)e / 8192u % 1u);
-            const int l110 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l110) * (unsigned)args.input_strides[0][1];
-            fn108[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l110 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (fn108[c]) qn107[c] = dt_load_once((const uint4*)(in0 + a));
-        }
-        for (long long o106 = (dt_cdiv(s1, 8192) - 1) * 8192; o106 >= 0; o106 -= 8192) {
-            uint4 q111[1];
-            bool f112[1];
+        /* softmax.tensorize(y:16384) */
+        for (long long o106 = (dt_cdiv(s1, 16384) - 1) * 16384; o106 >= 0; o106 -= 16384) {
+            dt_bf16s<16> v11; /* 16-bit values as loaded */
+            uint4 q107[2];
+            bool f108[2];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q111[c] = qn107[c]; f112[c] = fn108[c]; }
-            if (o106 - 8192 >= 0) {
-                #pragma unroll
-                for (int c = 0; c < 1; c++) {
-                    const int e = (c * 1024 + tid) * 8;
-                    const int l113 = (int)((unsigned)e / 8192u % 1u);
-                    const int l114 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l113) * (unsigned)args.input_strides[0][0] + (unsigned)((o106 - 8192) + l114) * (unsigned)args.input_strides[0][1];
-                    fn108[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l113) < (unsigned)s0 && (unsigned)((o106 - 8192) + (l114 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fn108[c]) qn107[c] = dt_load_once((const uint4*)(in0 + a));
-                }
-            }
-            dt_bf16s<8> v11; /* 16-bit values as loaded */
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
+            for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l115 = (int)((unsigned)e / 8192u % 1u);
-                const int l116 = (int)((unsigned)e / 1u % 8192u);
-                if (f112[c]) {
-                    v11.w[c] = q111[c];
+                const int l109 = (int)((unsigned)e / 16384u % 1u);
+                const int l110 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l110) * (unsigned)args.input_strides[0][1];
+                f108[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(o106 + (l110 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f108[c]) q107[c] = dt_load_once((const uint4*)(in0 + a));
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l111 = (int)((unsigned)e / 16384u % 1u);
+                const int l112 = (int)((unsigned)e / 1u % 16384u);
+                if (f108[c]) {
+                    v11.w[c] = q107[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l115) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l116) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l111) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l112) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + l116) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + l112) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
                     v11.w[c] = dt_pack8(h);
                 }
             }
-            float v13[8];
+            float v13[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v13[r] = (v11[r] - v3[0]);
                 }
             }
-            float v14[8];
+            float v14[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v14[r] = dt_fast_exp(v13[r]);
                 }
             }
-            float v16[8];
+            float v16[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v16[r] = dt_fast_div(v14[r], v10[0]);
                 }
             }
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
+            for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l123 = (int)((unsigned)e / 8192u % 1u);
-                const int l124 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l123) * (unsigned)args.output_strides[0] + (unsigned)(o106 + l124) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l119 = (int)((unsigned)e / 16384u % 1u);
+                const int l120 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l119) * (unsigned)args.output_strides[0] + (unsigned)(o106 + l120) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + l124) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + l120) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
                 }
             }
         }
@@ -3283,11 +3257,11 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        /* partial rmax over y, lane by lane */
-        float acc4[8];
+        /* partial rmax over y, by runs of 8 lanes */
+        float acc4[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
                 acc4[r] = (-INFINITY);
             }
@@ -3299,324 +3273,356 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        /* partial rsum over y, lane by lane */
-        float acc5[8];
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
                 acc5[r] = 0e0f;
             }
         }
-        /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass */
-        for (long long o8 = 0; o8 < (s1 / 8192) * 8192; o8 += 8192) {
-            float v39[8];
+        /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+        for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
+            float v41[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v39[r] = acc4[r];
-                }
-            }
-            float v40[8];
-            #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 1024 + tid) * 4;
-                const int l11 = (int)((unsigned)e / 8192u % 1u);
-                const int l12 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l11) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in0 + a);
-                    v40[c * 4 + 0] = __uint_as_float(q.x);
-                    v40[c * 4 + 1] = __uint_as_float(q.y);
-                    v40[c * 4 + 2] = __uint_as_float(q.z);
-                    v40[c * 4 + 3] = __uint_as_float(q.w);
-                } else {
-                    v40[c * 4 + 0] = ((unsigned)(o1 + l11) < (unsigned)s0) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v40[c * 4 + 1] = ((unsigned)(o1 + l11) < (unsigned)s0) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v40[c * 4 + 2] = ((unsigned)(o1 + l11) < (unsigned)s0) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v40[c * 4 + 3] = ((unsigned)(o1 + l11) < (unsigned)s0) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v40[r]);
-                }
-            }
-            float v41[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v41[r] = acc4[r];
                 }
             }
-            float v42[1];
+            float v42[16];
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l11 = (int)((unsigned)e / 16384u % 1u);
+                const int l12 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l11) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v42[c * 4 + 0] = __uint_as_float(q.x);
+                    v42[c * 4 + 1] = __uint_as_float(q.y);
+                    v42[c * 4 + 2] = __uint_as_float(q.z);
+                    v42[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v42[c * 4 + 0] = ((unsigned)(o1 + l11) < (unsigned)s0) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v42[c * 4 + 1] = ((unsigned)(o1 + l11) < (unsigned)s0) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v42[c * 4 + 2] = ((unsigned)(o1 + l11) < (unsigned)s0) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v42[c * 4 + 3] = ((unsigned)(o1 + l11) < (unsigned)s0) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                }
+            }
+            float v43[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v43[r] = fmaxf((fmaxf(v42[r * 4 + 0], v42[r * 4 + 1])), (fmaxf(v42[r * 4 + 2], v42[r * 4 + 3])));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v43[r]);
+                }
+            }
+            float v44[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v44[r] = acc4[r];
+                }
+            }
+            float v45[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v42[r] = (-INFINITY);
+                v45[r] = (-INFINITY);
             }
-            float v43[1];
+            float v46[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v43[r] = 0e0f;
+                v46[r] = 0e0f;
             }
-            float v44[8];
+            float v47[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v44[r] = ((v41[r]) == (v42[0]) ? 1.0f : 0.0f);
+                    v47[r] = ((v44[r]) == (v45[0]) ? 1.0f : 0.0f);
                 }
             }
-            float v45[8];
+            float v48[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v45[r] = v44[r] != 0.0f ? v43[0] : v41[r];
+                    v48[r] = v47[r] != 0.0f ? v46[0] : v44[r];
                 }
             }
-            float v46[8];
+            float v49[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v46[r] = (v39[r] - v45[r]);
+                    v49[r] = (v41[r] - v48[r]);
                 }
             }
-            float v47[8];
+            float v50[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v47[r] = expf(v46[r]);
+                    v50[r] = expf(v49[r]);
                 }
             }
-            float v48[8];
+            float v51[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v48[r] = (v40[r] - v45[r]);
+                    v51[r] = (v42[r] - v48[r / 4]);
                 }
             }
-            float v49[8];
+            float v52[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v49[r] = expf(v48[r]);
+                    v52[r] = expf(v51[r]);
                 }
             }
-            float v50[8];
+            float v53[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v50[r] = acc5[r];
+                    v53[r] = (v52[r * 4 + 0] + v52[r * 4 + 1]) + (v52[r * 4 + 2] + v52[r * 4 + 3]);
                 }
             }
-            float v51[8];
+            float v54[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v51[r] = (v50[r] * v47[r]);
+                    v54[r] = acc5[r];
                 }
             }
-            float v52[8];
+            float v55[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v52[r] = (v51[r] + v49[r]);
+                    v55[r] = (v54[r] * v50[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v56[r] = (v55[r] + v53[r]);
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v52[r];
+                    acc5[r] = v56[r];
                 }
             }
         }
-        /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass */
-        for (long long o37 = (s1 / 8192) * 8192; o37 < s1; o37 += 8192) {
-            float v19[8];
+        /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+        for (long long o41 = (s1 / 16384) * 16384; o41 < s1; o41 += 16384) {
+            float v19[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v19[r] = acc4[r];
                 }
             }
-            float v0[8];
+            float v0[16];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
+            for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l40 = (int)((unsigned)e / 8192u % 1u);
-                const int l41 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l40) * (unsigned)args.input_strides[0][0] + (unsigned)(o37 + l41) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l40) < (unsigned)s0 && (unsigned)(o37 + (l41 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l44 = (int)((unsigned)e / 16384u % 1u);
+                const int l45 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l44) * (unsigned)args.input_strides[0][0] + (unsigned)(o41 + l45) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(o41 + (l45 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
                     v0[c * 4 + 2] = __uint_as_float(q.z);
                     v0[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v0[c * 4 + 0] = ((unsigned)(o1 + l40) < (unsigned)s0 && (unsigned)(o37 + l41) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 4 + 1] = ((unsigned)(o1 + l40) < (unsigned)s0 && (unsigned)(o37 + (l41 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 4 + 2] = ((unsigned)(o1 + l40) < (unsigned)s0 && (unsigned)(o37 + (l41 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 4 + 3] = ((unsigned)(o1 + l40) < (unsigned)s0 && (unsigned)(o37 + (l41 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 0] = ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(o41 + l45) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 1] = ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(o41 + (l45 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 2] = ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(o41 + (l45 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 3] = ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(o41 + (l45 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                }
+            }
+            float v20[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v20[r] = fmaxf((fmaxf(v0[r * 4 + 0], v0[r * 4 + 1])), (fmaxf(v0[r * 4 + 2], v0[r * 4 + 3])));
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v0[r]);
+                    acc4[r] = fmaxf(acc4[r], v20[r]);
                 }
             }
-            float v20[8];
+            float v21[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v20[r] = acc4[r];
+                    v21[r] = acc4[r];
                 }
-            }
-            float v21[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v21[r] = (-INFINITY);
             }
             float v22[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v22[r] = 0e0f;
+                v22[r] = (-INFINITY);
             }
-            float v23[8];
+            float v23[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v23[r] = 0e0f;
+            }
+            float v24[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v23[r] = ((v20[r]) == (v21[0]) ? 1.0f : 0.0f);
+                    v24[r] = ((v21[r]) == (v22[0]) ? 1.0f : 0.0f);
                 }
             }
-            float v24[8];
+            float v25[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v24[r] = v23[r] != 0.0f ? v22[0] : v20[r];
+                    v25[r] = v24[r] != 0.0f ? v23[0] : v21[r];
                 }
             }
-            float v25[8];
+            float v26[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v25[r] = (v19[r] - v24[r]);
+                    v26[r] = (v19[r] - v25[r]);
                 }
             }
-            float v26[8];
+            float v27[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v26[r] = expf(v25[r]);
+                    v27[r] = expf(v26[r]);
                 }
             }
-            float v4[8];
+            float v4[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l55 = (int)((unsigned)e / 1u % 8192u);
-                    v4[r] = ((unsigned)(o37 + l55) < (unsigned)s1) ? v0[r] : 0e0f;
+                    const int l61 = (int)((unsigned)e / 1u % 16384u);
+                    v4[r] = ((unsigned)(o41 + l61) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
-            float v6[8];
+            float v6[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v6[r] = (v4[r] - v24[r]);
+                    v6[r] = (v4[r] - v25[r / 4]);
                 }
             }
-            float v7[8];
+            float v7[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v7[r] = expf(v6[r]);
                 }
             }
-            float v8[8];
+            float v8[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l61 = (int)((unsigned)e / 1u % 8192u);
-                    v8[r] = ((unsigned)(o37 + l61) < (unsigned)s1) ? v7[r] : 0e0f;
+                    const int l67 = (int)((unsigned)e / 1u % 16384u);
+                    v8[r] = ((unsigned)(o41 + l67) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
-            float v27[8];
+            float v28[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v27[r] = acc5[r];
+                    v28[r] = (v8[r * 4 + 0] + v8[r * 4 + 1]) + (v8[r * 4 + 2] + v8[r * 4 + 3]);
                 }
             }
-            float v28[8];
+            float v29[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v28[r] = (v27[r] * v26[r]);
+                    v29[r] = acc5[r];
                 }
             }
-            float v29[8];
+            float v30[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v29[r] = (v28[r] + v8[r]);
+                    v30[r] = (v29[r] * v27[r]);
+                }
+            }
+            float v31[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v31[r] = (v30[r] + v28[r]);
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v29[r];
+                    acc5[r] = v31[r];
                 }
             }
         }
-        float v17[8];
+        float v17[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
                 v17[r] = acc4[r];
             }
         }
         float v2[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
+        /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v17[i * 8 + q]);
+                for (int q = 0; q < 4; q++) p[i] = fmaxf(p[i], v17[i * 4 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
@@ -3626,9 +3632,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a73 = (-INFINITY);
-            for (int g = 0; g < 32; g++) a73 = fmaxf(a73, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a73;
+            float a81 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a81 = fmaxf(a81, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a81;
         }
         {
             const int r = 0, e = 0;
@@ -3641,71 +3647,71 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v30[8];
+        float v32[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v30[r] = acc5[r];
+                v32[r] = acc5[r];
             }
-        }
-        float v32[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v32[r] = (-INFINITY);
-        }
-        float v33[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v33[r] = 0e0f;
         }
         float v34[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v34[r] = ((v3[0]) == (v32[0]) ? 1.0f : 0.0f);
+            v34[r] = (-INFINITY);
         }
         float v35[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v35[r] = v34[0] != 0.0f ? v33[0] : v3[0];
+            v35[r] = 0e0f;
         }
-        float v36[8];
+        float v36[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v36[r] = ((v3[0]) == (v34[0]) ? 1.0f : 0.0f);
+        }
+        float v37[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
+        }
+        float v38[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v36[r] = (v17[r] - v35[0]);
+                v38[r] = (v17[r] - v37[0]);
             }
         }
-        float v37[8];
+        float v39[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v37[r] = expf(v36[r]);
+                v39[r] = expf(v38[r]);
             }
         }
-        float v38[8];
+        float v40[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v38[r] = (v30[r] * v37[r]);
+                v40[r] = (v32[r] * v39[r]);
             }
         }
         float v9[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
+        /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v38[i * 8 + q];
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v40[i * 4 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
@@ -3714,9 +3720,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a87 = 0e0f;
-            for (int g = 0; g < 32; g++) a87 = a87 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a87;
+            float a95 = 0e0f;
+            for (int g = 0; g < 32; g++) a95 = a95 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a95;
         }
         {
             const int r = 0, e = 0;
@@ -3729,65 +3735,65 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        /* softmax.tensorize(y:8192) num_stages(2) */
-        for (long long o90 = (dt_cdiv(s1, 8192) - 1) * 8192; o90 >= 0; o90 -= 8192) {
-            float v11[8];
+        /* softmax.tensorize(y:16384) */
+        for (long long o98 = (dt_cdiv(s1, 16384) - 1) * 16384; o98 >= 0; o98 -= 16384) {
+            float v11[16];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
+            for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l91 = (int)((unsigned)e / 8192u % 1u);
-                const int l92 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l91) * (unsigned)args.input_strides[0][0] + (unsigned)(o90 + l92) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o90 + (l92 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l99 = (int)((unsigned)e / 16384u % 1u);
+                const int l100 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l99) * (unsigned)args.input_strides[0][0] + (unsigned)(o98 + l100) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o98 + (l100 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v11[c * 4 + 0] = __uint_as_float(q.x);
                     v11[c * 4 + 1] = __uint_as_float(q.y);
                     v11[c * 4 + 2] = __uint_as_float(q.z);
                     v11[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v11[c * 4 + 0] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o90 + l92) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 4 + 1] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o90 + (l92 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 4 + 2] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o90 + (l92 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 4 + 3] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o90 + (l92 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 0] = ((unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o98 + l100) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 1] = ((unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o98 + (l100 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 2] = ((unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o98 + (l100 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 3] = ((unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o98 + (l100 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            float v13[8];
+            float v13[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v13[r] = (v11[r] - v3[0]);
                 }
             }
-            float v14[8];
+            float v14[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v14[r] = expf(v13[r]);
                 }
             }
-            float v16[8];
+            float v16[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v16[r] = (v14[r] / v10[0]);
                 }
             }
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
+            for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l99 = (int)((unsigned)e / 8192u % 1u);
-                const int l100 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l99) * (unsigned)args.output_strides[0] + (unsigned)(o90 + l100) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o90 + (l100 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l107 = (int)((unsigned)e / 16384u % 1u);
+                const int l108 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l107) * (unsigned)args.output_strides[0] + (unsigned)(o98 + l108) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l107) < (unsigned)s0 && (unsigned)(o98 + (l108 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3])));
                 } else {
-                    if ((unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o90 + l100) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                    if ((unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o90 + (l100 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                    if ((unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o90 + (l100 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                    if ((unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o90 + (l100 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                    if ((unsigned)(o1 + l107) < (unsigned)s0 && (unsigned)(o98 + l108) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                    if ((unsigned)(o1 + l107) < (unsigned)s0 && (unsigned)(o98 + (l108 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                    if ((unsigned)(o1 + l107) < (unsigned)s0 && (unsigned)(o98 + (l108 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                    if ((unsigned)(o1 + l107) < (unsigned)s0 && (unsigned)(o98 + (l108 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
                 }
             }
         }

@@ -274,7 +274,7 @@ impl Emitter<'_> {
                     e.line(&format!("{dst}[{}] = ({cond}) ? {src}[{}] : {fill};", l.index(&shape), l.index(&sv)));
                 });
             }
-            Op::Reduce { op, value, dim } => {
+            Op::Reduce { op, value, dim, run } => {
                 let sv = shape_of(value);
                 let (src, n, st) = (self.val(*value), sv.extent(*dim).unwrap_or(1), sv.stride(*dim));
                 let id_lit = float_lit(op.identity());
@@ -283,8 +283,23 @@ impl Emitter<'_> {
                     let acc = e.fresh("a");
                     e.line(&format!("float {acc} = {id_lit};"));
                     e.line(&format!(
-                        "for (long long {r} = 0; {r} < {n}; {r}++) {acc} = {};",
+                        "for (long long {r} = 0; {r} < {n}; {r} += {run}) {acc} = {};",
                         combine(*op, &acc, &format!("{src}[{} + {r} * {st}]", l.index(&sv)))
+                    ));
+                    e.line(&format!("{dst}[{}] = {acc};", l.index(&shape)));
+                });
+            }
+            Op::RunReduce { op, value, dim, run } => {
+                let (src, n, st) = (self.val(*value), shape.extent(*dim).unwrap_or(1), shape.stride(*dim));
+                let id_lit = float_lit(op.identity());
+                self.for_lanes(&shape, |e, l| {
+                    let (r, acc, first) = (e.fresh("r"), e.fresh("a"), e.fresh("f"));
+                    let lane = l.lane(*dim);
+                    e.line(&format!("const long long {first} = {lane} - {lane} % {run};"));
+                    e.line(&format!("float {acc} = {id_lit};"));
+                    e.line(&format!(
+                        "for (long long {r} = {first}; {r} < {first} + {run} && {r} < {n}; {r}++) {acc} = {};",
+                        combine(*op, &acc, &format!("{src}[{} + ({r} - {lane}) * {st}]", l.index(&shape)))
                     ));
                     e.line(&format!("{dst}[{}] = {acc};", l.index(&shape)));
                 });

@@ -16,6 +16,8 @@
 mod mma;
 #[path = "gpu_replicate.rs"]
 mod replicate;
+#[path = "gpu_runs.rs"]
+mod runs;
 
 use super::expr::{binary_in, combine, float_lit, unary_in, Math};
 use super::{check_abi, program_coords, EmitError, Lanes};
@@ -119,6 +121,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> 
     let mapping = Mapping { threads: threads as usize, vector };
     let mut plan = mma::plan(k, dtype, dialect);
     replicate::replicate(k, mapping, &mut plan);
+    runs::runs(k, mapping, &mut plan);
     let publishing = plan_publishing(k, &plan, mapping);
     let mut offsets = Vec::new();
     let mut total = 0usize;
@@ -206,7 +209,7 @@ fn plan_publishing(k: &Kernel, plan: &Plan, mapping: Mapping) -> Publishing {
                             // Slot 1 receives the partial results of the threads (in registers)
                             // or of the cooperative groups (through slot 0).
                             let sv = &k.value(*operand).shape;
-                            let in_registers = layout(*operand) == RegLayout::Blocked;
+                            let in_registers = matches!(layout(*operand), RegLayout::Blocked | RegLayout::Runs(_));
                             let partials = match mapping.register_reduce(sv, *dim).filter(|_| in_registers) {
                                 Some(rows) => {
                                     p.partials = p.partials.max(rows * (mapping.threads / 32));
@@ -243,7 +246,7 @@ fn plan_publishing(k: &Kernel, plan: &Plan, mapping: Mapping) -> Publishing {
                     (Reader::Update(*var, *value), k.var(*var).clone(), plan.vars[var.0 as usize], vec![*value])
                 }
                 Stmt::Store { value, tile } => {
-                    let l = if k.value(*value).shape == *tile { layout(*value) } else { RegLayout::Blocked };
+                    let l = store_layout(layout(*value), &k.value(*value).shape, tile);
                     (Reader::Store(*value), tile.clone(), l, vec![*value])
                 }
                 Stmt::Loop(l) => {
@@ -256,8 +259,11 @@ fn plan_publishing(k: &Kernel, plan: &Plan, mapping: Mapping) -> Publishing {
                 .into_iter()
                 .filter(|o| {
                     let (ol, os) = (layout(*o), &k.value(*o).shape);
-                    // A replicated value is in every thread's registers, whoever reads it.
+                    // A replicated value is in every thread's registers, whoever reads it; a
+                    // value in runs, in the registers of every reader of its shape.
+                    let own_runs = matches!(ol, RegLayout::Runs(_)) && matches!(iter_layout, RegLayout::Blocked | RegLayout::Runs(_)) && same_layout(os, &shape);
                     ol != RegLayout::Replicated
+                        && !own_runs
                         && (ol != iter_layout || if ol == RegLayout::Blocked { !same_layout(os, &shape) } else { *os != shape })
                 })
                 .collect();
@@ -282,6 +288,16 @@ fn plan_publishing(k: &Kernel, plan: &Plan, mapping: Mapping) -> Publishing {
     }
     walk(k, plan, mapping, &k.body, &mut p);
     p
+}
+
+/// The layout a store of a tile of `shape` in `layout` to output tile `tile` runs in: the
+/// tile's own where it is the whole tile, else blocked; a tile in runs is stored lane by lane.
+fn store_layout(layout: RegLayout, shape: &Shape, tile: &Shape) -> RegLayout {
+    match layout {
+        RegLayout::Runs(_) => RegLayout::Blocked,
+        l if shape == tile => l,
+        _ => RegLayout::Blocked,
+    }
 }
 
 /// Whether tiles of shapes `a` and `b` put each element in the same register of the same thread:
@@ -411,6 +427,8 @@ struct Partials {
 enum Source {
     /// The thread's own registers, same shape: `name[r]`.
     Own(String),
+    /// A tile in runs of `n` (same shape) read by a blocked reader: `name[r / n]`.
+    Run(String, u32),
     /// A one-element tile every thread holds: `name[0]`.
     Replicated(String),
     /// A shared-memory slot holding the whole tile, indexed by the lanes.
@@ -490,12 +508,18 @@ impl Emitter<'_> {
         for (o, s) in &plan {
             self.publish(*o, *s);
         }
+        let iter_layout = match reader {
+            Reader::Let(v) => self.layout(v),
+            Reader::Update(var, _) => self.plan.vars[var.0 as usize],
+            Reader::Store(_) => RegLayout::Blocked,
+        };
         operands
             .iter()
-            .map(|o| match plan.iter().find(|(x, _)| x == o) {
-                Some((_, s)) => Source::Shared(*s, self.k.value(*o).shape.clone()),
-                None if self.layout(*o) == RegLayout::Replicated => Source::Replicated(format!("v{}", o.0)),
-                None => Source::Own(format!("v{}", o.0)),
+            .map(|o| match (plan.iter().find(|(x, _)| x == o), self.layout(*o)) {
+                (Some((_, s)), _) => Source::Shared(*s, self.k.value(*o).shape.clone()),
+                (None, RegLayout::Replicated) => Source::Replicated(format!("v{}", o.0)),
+                (None, RegLayout::Runs(n)) if iter_layout != RegLayout::Runs(n) => Source::Run(format!("v{}", o.0), n),
+                (None, _) => Source::Own(format!("v{}", o.0)),
             })
             .collect()
     }
@@ -503,6 +527,7 @@ impl Emitter<'_> {
     fn read(&self, src: &Source, lanes: &Lanes) -> String {
         match src {
             Source::Own(name) => format!("{name}[r]"),
+            Source::Run(name, n) => format!("{name}[r / {n}]"),
             Source::Replicated(name) => format!("{name}[0]"),
             Source::Shared(s, shape) => format!("{}[{}]", self.slot(*s), lanes.index(shape)),
         }
@@ -515,6 +540,7 @@ impl Emitter<'_> {
         match layout {
             RegLayout::Mma(t) => self.for_owned_mma(shape, t, body),
             RegLayout::Blocked => self.for_blocked(shape, unroll(self.regs(shape.elements())), body),
+            RegLayout::Runs(n) => self.for_run_registers(shape, n as usize, body),
             RegLayout::Replicated => {
                 // Every thread, its one register.
                 self.line("{");
@@ -539,6 +565,24 @@ impl Emitter<'_> {
         // Where every register holds an element, no guard: a guard makes each register's
         // assignment conditional, which costs registers.
         self.line(if self.covers(n) { "(void)e; {" } else { "if (e < N) {" }.replace('N', &n.to_string()).as_str());
+        self.depth += 1;
+        self.with_lanes(shape, body);
+        self.depth -= 1;
+        self.line("}");
+        self.depth -= 1;
+        self.line("}");
+    }
+
+    /// [`Self::for_owned`] for a tile in runs of `n`: register `r` holds the run that starts at
+    /// blocked register `r * n`, and `e` is the run's first element.
+    fn for_run_registers(&mut self, shape: &Shape, n: usize, body: impl FnOnce(&mut Self, &Lanes)) {
+        let elements = shape.elements();
+        let r = self.regs(elements) / n;
+        self.line(unroll(r));
+        self.line(&format!("for (int r = 0; r < {r}; r++) {{"));
+        self.depth += 1;
+        self.line(&format!("const int e = {};", self.mapping.element(elements, &format!("r * {n}"))));
+        self.line("(void)e; {");
         self.depth += 1;
         self.with_lanes(shape, body);
         self.depth -= 1;
@@ -646,11 +690,12 @@ impl Emitter<'_> {
         input: &Shape,
         dim: DimId,
         rows: usize,
+        lanes_per_register: usize,
         dst: &str,
         result: &Shape,
         layout: RegLayout,
     ) {
-        let per_row = input.extent(dim).unwrap_or(1) as usize / self.threads as usize;
+        let per_row = input.extent(dim).unwrap_or(1) as usize / self.threads as usize / lanes_per_register;
         let groups = self.threads as usize / 32;
         let (ident, red) = (float_lit(op.identity()), self.slot(1));
         if groups == 1 {
@@ -1059,7 +1104,8 @@ impl Emitter<'_> {
     fn reduces_in_registers(&self, s: &Stmt) -> bool {
         match s {
             Stmt::Let { op: Op::Reduce { value, dim, .. }, .. } => {
-                self.layout(*value) == RegLayout::Blocked && self.mapping.register_reduce(&self.k.value(*value).shape, *dim).is_some()
+                matches!(self.layout(*value), RegLayout::Blocked | RegLayout::Runs(_))
+                    && self.mapping.register_reduce(&self.k.value(*value).shape, *dim).is_some()
             }
             _ => false,
         }
@@ -1172,7 +1218,7 @@ impl Emitter<'_> {
                 let out_dims = self.k.output.dims.clone();
                 let store = format!("dt_store_{}", self.dtype.name());
                 // A store of a whole tile runs in the tile's layout; a broadcast one, blocked.
-                let layout = if self.k.value(*value).shape == *tile { self.layout(*value) } else { RegLayout::Blocked };
+                let layout = store_layout(self.layout(*value), &self.k.value(*value).shape, tile);
                 // A replicated tile is stored by one thread.
                 let writer = if layout == RegLayout::Replicated { "tid == 0 && " } else { "" };
                 self.for_owned(tile, layout, |e, l| {
@@ -1288,16 +1334,34 @@ impl Emitter<'_> {
                     e.line(&format!("{dst}[r] = ({cond}) ? {v} : {fill};"));
                 });
             }
-            Op::Reduce { op, value, dim }
-                if self.layout(*value) == RegLayout::Blocked
+            Op::Reduce { op, value, dim, .. }
+                if matches!(self.layout(*value), RegLayout::Blocked | RegLayout::Runs(_))
                     && self.mapping.register_reduce(&self.k.value(*value).shape, *dim).is_some() =>
             {
                 let sv = self.k.value(*value).shape.clone();
                 let rows = self.mapping.register_reduce(&sv, *dim).unwrap_or(1);
+                // A tile in runs holds one lane of each run: the one the reduction reads.
+                let lanes_per_register = match self.layout(*value) {
+                    RegLayout::Runs(n) => n as usize,
+                    _ => 1,
+                };
                 self.declare(&dst, &shape);
-                self.register_reduce(*op, &format!("v{}", value.0), &sv, *dim, rows, &dst, &shape, layout);
+                let src = format!("v{}", value.0);
+                self.register_reduce(*op, &src, &sv, *dim, rows, lanes_per_register, &dst, &shape, layout);
             }
-            Op::Reduce { op, value, dim } => {
+            // Where runs are split into single lanes (see `gpu_runs.rs`), every lane is a run.
+            Op::RunReduce { op, value, .. } => {
+                let src = format!("v{}", value.0);
+                self.declare(&dst, &shape);
+                match layout {
+                    RegLayout::Runs(n) => self.for_owned(&shape, layout, |e, _| {
+                        let lanes: Vec<String> = (0..n).map(|j| format!("{src}[r * {n} + {j}]")).collect();
+                        e.line(&format!("{dst}[r] = {};", combine_tree(*op, &lanes)));
+                    }),
+                    _ => self.for_owned(&shape, layout, |e, _| e.line(&format!("{dst}[r] = {src}[r];"))),
+                }
+            }
+            Op::Reduce { op, value, dim, .. } => {
                 let sv = self.k.value(*value).shape.clone();
                 self.sources(Reader::Let(id), &[*value]);
                 let slot = self.slot(0);
@@ -1351,6 +1415,19 @@ impl Emitter<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// `values` combined by `op` pairwise, as a balanced tree (independent operations first).
+fn combine_tree(op: dt_core::algo::RedOp, values: &[String]) -> String {
+    match values {
+        [] => float_lit(op.identity()),
+        [one] => one.clone(),
+        _ => {
+            let (a, b) = values.split_at(values.len() / 2);
+            let side = |half: &[String]| if half.len() > 1 { format!("({})", combine_tree(op, half)) } else { combine_tree(op, half) };
+            combine(op, &side(a), &side(b))
+        }
     }
 }
 

@@ -50,6 +50,9 @@ pub(super) enum RegLayout {
     Mma(MmaTile),
     /// A one-element tile every thread holds in its register slot 0 (see `gpu_replicate.rs`).
     Replicated,
+    /// A blocked tile whose lanes are equal in runs of `n` along the last dimension: register
+    /// `q` holds the run of blocked register `q * n` (see `gpu_runs.rs`).
+    Runs(u32),
 }
 
 /// The matrix instruction a tensor-core dot is built on: its fragment shape and which lane holds

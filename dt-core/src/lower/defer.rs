@@ -47,7 +47,7 @@ fn rewrite(k: &mut Kernel, stmts: Vec<Stmt>, uses: &[usize]) -> Vec<Stmt> {
         let mut after = Vec::new();
         if l.kind == LoopKind::Reduction {
             for (reduced, var) in deferrable(k, &l.body, l.dim, uses) {
-                let Some(Stmt::Let { op: Op::Reduce { op, value: chunk, dim }, .. }) =
+                let Some(Stmt::Let { op: Op::Reduce { op, value: chunk, dim, .. }, .. }) =
                     l.body.iter().find(|s| matches!(s, Stmt::Let { value, .. } if *value == reduced)).cloned()
                 else {
                     continue;
@@ -68,7 +68,7 @@ fn rewrite(k: &mut Kernel, stmts: Vec<Stmt>, uses: &[usize]) -> Vec<Stmt> {
                 }
                 let read = new_value(k, shape);
                 after.push(Stmt::Let { value: read, op: Op::Var(part) });
-                after.push(Stmt::Let { value: reduced, op: Op::Reduce { op, value: read, dim } });
+                after.push(Stmt::Let { value: reduced, op: Op::Reduce { op, value: read, dim, run: 1 } });
                 after.push(Stmt::Update { var, combine: Combine::Reduce(op), value: reduced });
             }
         }
@@ -84,7 +84,7 @@ fn deferrable(k: &Kernel, body: &[Stmt], dim: crate::algo::DimId, uses: &[usize]
     let threads = 32 * k.num_warps as usize;
     let mut found = Vec::new();
     for s in body {
-        let Stmt::Let { value: reduced, op: Op::Reduce { op, value: chunk, dim: d } } = s else { continue };
+        let Stmt::Let { value: reduced, op: Op::Reduce { op, value: chunk, dim: d, run: 1 } } = s else { continue };
         if *d != dim || uses[reduced.0 as usize] != 1 || k.value(*chunk).shape.elements() > MAX_PARTIAL_PER_THREAD * threads {
             continue;
         }

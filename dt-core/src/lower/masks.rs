@@ -85,7 +85,7 @@ fn hidden(uses: &[Vec<Use>], v: ValueId, d: DimId) -> bool {
         Use::Update => false,
         Use::Let(_, Op::MaskFill { dim, .. }) if *dim == d => true,
         Use::Let(w, Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::MaskFill { .. }) => hidden(uses, *w, d),
-        Use::Let(w, Op::Reduce { dim, .. }) => *dim != d && hidden(uses, *w, d),
+        Use::Let(w, Op::Reduce { dim, .. } | Op::RunReduce { dim, .. }) => *dim != d && hidden(uses, *w, d),
         Use::Let(..) => false,
     })
 }

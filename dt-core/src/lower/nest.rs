@@ -250,7 +250,7 @@ impl Builder<'_> {
                 let masked = self.value(self.shape(v), Op::MaskFill { value: v, dim: *dim, fill: op.identity() });
                 let mut rshape = self.shape(masked);
                 rshape.0.retain(|(d, _)| d != dim);
-                let r = self.value(rshape, Op::Reduce { op: *op, value: masked, dim: *dim });
+                let r = self.value(rshape, Op::Reduce { op: *op, value: masked, dim: *dim, run: 1 });
                 self.emit(Stmt::Update { var, combine: Combine::Reduce(*op), value: r });
                 let stages = self.chunk_stages();
                 self.close_loop(*dim, kind, step, stages, format!("{} {origin}", op.name()));
