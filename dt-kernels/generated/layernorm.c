@@ -1173,7 +1173,7 @@ void dt_layernorm_f16(const dt_args* args, long long first, long long last) {
                     (arena + 614423)[l10 * 8192 + l11] = 0e0f;
                 }
             }
-            /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass */
+            /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
             for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
                 for (long long l13 = 0; l13 < 1; l13++) {
                     for (long long l14 = 0; l14 < 8192; l14++) {
@@ -1315,7 +1315,7 @@ void dt_layernorm_f16(const dt_args* args, long long first, long long last) {
                     }
                 }
             }
-            /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass */
+            /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
             for (long long o73 = (s1 / 8192) * 8192; o73 < s1; o73 += 8192) {
                 for (long long l74 = 0; l74 < 1; l74++) {
                     for (long long l75 = 0; l75 < 8192; l75++) {
@@ -1529,7 +1529,7 @@ void dt_layernorm_f16(const dt_args* args, long long first, long long last) {
             for (long long l162 = 0; l162 < 1; l162++) {
                 (arena + 65545)[l162] = ((arena + 65543)[l162] / (arena + 16386)[0]);
             }
-            /* layernorm.tensorize(y:8192) num_stages(2) */
+            /* layernorm.tensorize(y:8192) num_stages(4) */
             for (long long o163 = (dt_cdiv(s1, 8192) - 1) * 8192; o163 >= 0; o163 -= 8192) {
                 for (long long l164 = 0; l164 < 1; l164++) {
                     for (long long l165 = 0; l165 < 8192; l165++) {
@@ -1633,7 +1633,7 @@ void dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
                     (arena + 614423)[l10 * 8192 + l11] = 0e0f;
                 }
             }
-            /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass */
+            /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
             for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
                 for (long long l13 = 0; l13 < 1; l13++) {
                     for (long long l14 = 0; l14 < 8192; l14++) {
@@ -1775,7 +1775,7 @@ void dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
                     }
                 }
             }
-            /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass */
+            /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
             for (long long o73 = (s1 / 8192) * 8192; o73 < s1; o73 += 8192) {
                 for (long long l74 = 0; l74 < 1; l74++) {
                     for (long long l75 = 0; l75 < 8192; l75++) {
@@ -1989,7 +1989,7 @@ void dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
             for (long long l162 = 0; l162 < 1; l162++) {
                 (arena + 65545)[l162] = ((arena + 65543)[l162] / (arena + 16386)[0]);
             }
-            /* layernorm.tensorize(y:8192) num_stages(2) */
+            /* layernorm.tensorize(y:8192) num_stages(4) */
             for (long long o163 = (dt_cdiv(s1, 8192) - 1) * 8192; o163 >= 0; o163 -= 8192) {
                 for (long long l164 = 0; l164 < 1; l164++) {
                     for (long long l165 = 0; l165 < 8192; l165++) {
@@ -2093,7 +2093,7 @@ void dt_layernorm_f32(const dt_args* args, long long first, long long last) {
                     (arena + 614423)[l10 * 8192 + l11] = 0e0f;
                 }
             }
-            /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass */
+            /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
             for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
                 for (long long l13 = 0; l13 < 1; l13++) {
                     for (long long l14 = 0; l14 < 8192; l14++) {
@@ -2235,7 +2235,7 @@ void dt_layernorm_f32(const dt_args* args, long long first, long long last) {
                     }
                 }
             }
-            /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass */
+            /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
             for (long long o73 = (s1 / 8192) * 8192; o73 < s1; o73 += 8192) {
                 for (long long l74 = 0; l74 < 1; l74++) {
                     for (long long l75 = 0; l75 < 8192; l75++) {
@@ -2449,7 +2449,7 @@ void dt_layernorm_f32(const dt_args* args, long long first, long long last) {
             for (long long l162 = 0; l162 < 1; l162++) {
                 (arena + 65545)[l162] = ((arena + 65543)[l162] / (arena + 16386)[0]);
             }
-            /* layernorm.tensorize(y:8192) num_stages(2) */
+            /* layernorm.tensorize(y:8192) num_stages(4) */
             for (long long o163 = (dt_cdiv(s1, 8192) - 1) * 8192; o163 >= 0; o163 -= 8192) {
                 for (long long l164 = 0; l164 < 1; l164++) {
                     for (long long l165 = 0; l165 < 8192; l165++) {

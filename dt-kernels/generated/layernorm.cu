@@ -3054,7 +3054,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32(const dt_
     }
 }
 
-/* kernel layernorm for f16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+/* kernel layernorm for f16: grid block(x:1); 1024 threads, 65792 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -3130,33 +3130,81 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 acc7[r] = 0e0f;
             }
         }
-        /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass: loads one step ahead */
-        uint4 qn13[1];
-        bool fn14[1];
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 1024 + tid) * 8;
-            const int l15 = (int)((unsigned)e / 8192u % 1u);
-            const int l16 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l16) * (unsigned)args.input_strides[0][1];
-            fn14[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)((0) + (l16 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
-        }
-        for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
-            uint4 q17[1];
-            bool f18[1];
+        /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads 3 steps ahead, staged in shared memory */
+        uint4* const ring12 = (uint4*)(dt_smem + 64);
+        if ((0) < (s1 / 8192) * 8192) {
+            bool fs13[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q17[c] = qn13[c]; f18[c] = fn14[c]; }
-            if (o12 + 8192 < (s1 / 8192) * 8192) {
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l14 = (int)((unsigned)e / 8192u % 1u);
+                const int l15 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l14) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l15) * (unsigned)args.input_strides[0][1];
+                fs13[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)((0) + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs13[c]) dt_cp_async16(ring12 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((0) + 8192) < (s1 / 8192) * 8192) {
+            bool fs16[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l17 = (int)((unsigned)e / 8192u % 1u);
+                const int l18 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(((0) + 8192) + l18) * (unsigned)args.input_strides[0][1];
+                fs16[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(((0) + 8192) + (l18 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs16[c]) dt_cp_async16(ring12 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((0) + 8192) + 8192) < (s1 / 8192) * 8192) {
+            bool fs19[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l20 = (int)((unsigned)e / 8192u % 1u);
+                const int l21 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)((((0) + 8192) + 8192) + l21) * (unsigned)args.input_strides[0][1];
+                fs19[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)((((0) + 8192) + 8192) + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs19[c]) dt_cp_async16(ring12 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        unsigned st23 = 0; /* the buffer of this step */
+        for (long long o22 = 0; o22 < (s1 / 8192) * 8192; o22 += 8192) {
+            if ((((o22 + 8192) + 8192) + 8192) < (s1 / 8192) * 8192) {
+                bool fs24[1];
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l19 = (int)((unsigned)e / 8192u % 1u);
-                    const int l20 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)((o12 + 8192) + l20) * (unsigned)args.input_strides[0][1];
-                    fn14[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
+                    const int l25 = (int)((unsigned)e / 8192u % 1u);
+                    const int l26 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)((((o22 + 8192) + 8192) + 8192) + l26) * (unsigned)args.input_strides[0][1];
+                    fs24[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fs24[c]) dt_cp_async16(ring12 + 0 + (((st23 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
                 }
+                dt_cp_async_commit();
+            } else {
+                dt_cp_async_commit();
+            }
+            dt_cp_async_wait<3>();
+            uint4 q27[1];
+            bool f28[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l29 = (int)((unsigned)e / 8192u % 1u);
+                const int l30 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(o22 + l30) * (unsigned)args.input_strides[0][1];
+                f28[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l29) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f28[c]) q27[c] = ring12[0 + (st23 * 1 + c) * 1024 + tid];
             }
             float v65[8];
             #pragma unroll
@@ -3178,21 +3226,21 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l25 = (int)((unsigned)e / 8192u % 1u);
-                const int l26 = (int)((unsigned)e / 1u % 8192u);
-                if (f18[c]) {
-                    v67.w[c] = q17[c];
+                const int l35 = (int)((unsigned)e / 8192u % 1u);
+                const int l36 = (int)((unsigned)e / 1u % 8192u);
+                if (f28[c]) {
+                    v67.w[c] = q27[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l26) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l35) * (unsigned)args.input_strides[0][0] + (unsigned)(o22 + l36) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
                     v67.w[c] = dt_pack8(h);
                 }
             }
@@ -3390,34 +3438,83 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     acc5[r] = v90[r];
                 }
             }
+            st23 = (st23 + 1) % 4u;
         }
-        /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass: loads one step ahead */
-        uint4 qn73[1];
-        bool fn74[1];
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 1024 + tid) * 8;
-            const int l75 = (int)((unsigned)e / 8192u % 1u);
-            const int l76 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l75) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l76) * (unsigned)args.input_strides[0][1];
-            fn74[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(((s1 / 8192) * 8192) + (l76 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
-        }
-        for (long long o72 = (s1 / 8192) * 8192; o72 < s1; o72 += 8192) {
-            uint4 q77[1];
-            bool f78[1];
+        /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads 3 steps ahead, staged in shared memory */
+        uint4* const ring82 = (uint4*)(dt_smem + 64);
+        if (((s1 / 8192) * 8192) < s1) {
+            bool fs83[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q77[c] = qn73[c]; f78[c] = fn74[c]; }
-            if (o72 + 8192 < s1) {
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l84 = (int)((unsigned)e / 8192u % 1u);
+                const int l85 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l84) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l85) * (unsigned)args.input_strides[0][1];
+                fs83[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(((s1 / 8192) * 8192) + (l85 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs83[c]) dt_cp_async16(ring82 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((s1 / 8192) * 8192) + 8192) < s1) {
+            bool fs86[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l87 = (int)((unsigned)e / 8192u % 1u);
+                const int l88 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l87) * (unsigned)args.input_strides[0][0] + (unsigned)((((s1 / 8192) * 8192) + 8192) + l88) * (unsigned)args.input_strides[0][1];
+                fs86[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l87) < (unsigned)s0 && (unsigned)((((s1 / 8192) * 8192) + 8192) + (l88 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs86[c]) dt_cp_async16(ring82 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((((s1 / 8192) * 8192) + 8192) + 8192) < s1) {
+            bool fs89[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l90 = (int)((unsigned)e / 8192u % 1u);
+                const int l91 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l90) * (unsigned)args.input_strides[0][0] + (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + l91) * (unsigned)args.input_strides[0][1];
+                fs89[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + (l91 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs89[c]) dt_cp_async16(ring82 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        unsigned st93 = 0; /* the buffer of this step */
+        for (long long o92 = (s1 / 8192) * 8192; o92 < s1; o92 += 8192) {
+            if ((((o92 + 8192) + 8192) + 8192) < s1) {
+                bool fs94[1];
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l79 = (int)((unsigned)e / 8192u % 1u);
-                    const int l80 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l79) * (unsigned)args.input_strides[0][0] + (unsigned)((o72 + 8192) + l80) * (unsigned)args.input_strides[0][1];
-                    fn74[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)((o72 + 8192) + (l80 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
+                    const int l95 = (int)((unsigned)e / 8192u % 1u);
+                    const int l96 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o1 + l95) * (unsigned)args.input_strides[0][0] + (unsigned)((((o92 + 8192) + 8192) + 8192) + l96) * (unsigned)args.input_strides[0][1];
+                    fs94[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l95) < (unsigned)s0 && (unsigned)((((o92 + 8192) + 8192) + 8192) + (l96 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fs94[c]) dt_cp_async16(ring82 + 0 + (((st93 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
                 }
+                dt_cp_async_commit();
+            } else {
+                dt_cp_async_commit();
+            }
+            dt_cp_async_wait<3>();
+            uint4 q97[1];
+            bool f98[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l99 = (int)((unsigned)e / 8192u % 1u);
+                const int l100 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l99) * (unsigned)args.input_strides[0][0] + (unsigned)(o92 + l100) * (unsigned)args.input_strides[0][1];
+                f98[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o92 + (l100 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f98[c]) q97[c] = ring82[0 + (st93 * 1 + c) * 1024 + tid];
             }
             float v32[8];
             #pragma unroll
@@ -3439,21 +3536,21 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l85 = (int)((unsigned)e / 8192u % 1u);
-                const int l86 = (int)((unsigned)e / 1u % 8192u);
-                if (f78[c]) {
-                    v0.w[c] = q77[c];
+                const int l105 = (int)((unsigned)e / 8192u % 1u);
+                const int l106 = (int)((unsigned)e / 1u % 8192u);
+                if (f98[c]) {
+                    v0.w[c] = q97[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l85) * (unsigned)args.input_strides[0][0] + (unsigned)(o72 + l86) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l105) * (unsigned)args.input_strides[0][0] + (unsigned)(o92 + l106) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + l86) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + l106) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
                     v0.w[c] = dt_pack8(h);
                 }
             }
@@ -3477,8 +3574,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l91 = (int)((unsigned)e / 1u % 8192u);
-                    v35[r] = (float)(o72 + l91);
+                    const int l111 = (int)((unsigned)e / 1u % 8192u);
+                    v35[r] = (float)(o92 + l111);
                 }
             }
             float v36[1];
@@ -3666,6 +3763,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     acc5[r] = v57[r];
                 }
             }
+            st93 = (st93 + 1) % 4u;
         }
         float v30[8];
         #pragma unroll
@@ -3693,9 +3791,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a136 = 0e0f;
-            for (int g = 0; g < 32; g++) a136 = a136 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a136;
+            float a156 = 0e0f;
+            for (int g = 0; g < 32; g++) a156 = a156 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a156;
         }
         {
             const int r = 0, e = 0;
@@ -3787,9 +3885,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a155 = 0e0f;
-            for (int g = 0; g < 32; g++) a155 = a155 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v14[r] = a155;
+            float a175 = 0e0f;
+            for (int g = 0; g < 32; g++) a175 = a175 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v14[r] = a175;
         }
         {
             const int r = 0, e = 0;
@@ -3808,97 +3906,97 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
         }
-        /* layernorm.tensorize(y:8192) num_stages(2): loads one step ahead */
-        uint4 qn160[1];
-        bool fn161[1];
-        uint4 qn162[1];
-        bool fn163[1];
-        uint4 qn164[1];
-        bool fn165[1];
+        /* layernorm.tensorize(y:8192) num_stages(4): loads one step ahead */
+        uint4 qn180[1];
+        bool fn181[1];
+        uint4 qn182[1];
+        bool fn183[1];
+        uint4 qn184[1];
+        bool fn185[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l166 = (int)((unsigned)e / 8192u % 1u);
-            const int l167 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l166) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l167) * (unsigned)args.input_strides[0][1];
-            fn161[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l166) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l167 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (fn161[c]) qn160[c] = dt_load_once((const uint4*)(in0 + a));
+            const int l186 = (int)((unsigned)e / 8192u % 1u);
+            const int l187 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o1 + l186) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l187) * (unsigned)args.input_strides[0][1];
+            fn181[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l186) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l187 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (fn181[c]) qn180[c] = dt_load_once((const uint4*)(in0 + a));
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l168 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l168) * (unsigned)args.input_strides[1][0];
-            fn163[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l168 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-            if (fn163[c]) qn162[c] = *(const uint4*)(in1 + a);
+            const int l188 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l188) * (unsigned)args.input_strides[1][0];
+            fn183[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l188 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+            if (fn183[c]) qn182[c] = *(const uint4*)(in1 + a);
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l169 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l169) * (unsigned)args.input_strides[2][0];
-            fn165[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l169 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-            if (fn165[c]) qn164[c] = *(const uint4*)(in2 + a);
+            const int l189 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l189) * (unsigned)args.input_strides[2][0];
+            fn185[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l189 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+            if (fn185[c]) qn184[c] = *(const uint4*)(in2 + a);
         }
-        for (long long o159 = (dt_cdiv(s1, 8192) - 1) * 8192; o159 >= 0; o159 -= 8192) {
-            uint4 q170[1];
-            bool f171[1];
+        for (long long o179 = (dt_cdiv(s1, 8192) - 1) * 8192; o179 >= 0; o179 -= 8192) {
+            uint4 q190[1];
+            bool f191[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q170[c] = qn160[c]; f171[c] = fn161[c]; }
-            uint4 q172[1];
-            bool f173[1];
+            for (int c = 0; c < 1; c++) { q190[c] = qn180[c]; f191[c] = fn181[c]; }
+            uint4 q192[1];
+            bool f193[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q172[c] = qn162[c]; f173[c] = fn163[c]; }
-            uint4 q174[1];
-            bool f175[1];
+            for (int c = 0; c < 1; c++) { q192[c] = qn182[c]; f193[c] = fn183[c]; }
+            uint4 q194[1];
+            bool f195[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q174[c] = qn164[c]; f175[c] = fn165[c]; }
-            if (o159 - 8192 >= 0) {
+            for (int c = 0; c < 1; c++) { q194[c] = qn184[c]; f195[c] = fn185[c]; }
+            if (o179 - 8192 >= 0) {
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l176 = (int)((unsigned)e / 8192u % 1u);
-                    const int l177 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l176) * (unsigned)args.input_strides[0][0] + (unsigned)((o159 - 8192) + l177) * (unsigned)args.input_strides[0][1];
-                    fn161[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l176) < (unsigned)s0 && (unsigned)((o159 - 8192) + (l177 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fn161[c]) qn160[c] = dt_load_once((const uint4*)(in0 + a));
+                    const int l196 = (int)((unsigned)e / 8192u % 1u);
+                    const int l197 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o1 + l196) * (unsigned)args.input_strides[0][0] + (unsigned)((o179 - 8192) + l197) * (unsigned)args.input_strides[0][1];
+                    fn181[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)((o179 - 8192) + (l197 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fn181[c]) qn180[c] = dt_load_once((const uint4*)(in0 + a));
                 }
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l178 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o159 - 8192) + l178) * (unsigned)args.input_strides[1][0];
-                    fn163[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)((o159 - 8192) + (l178 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-                    if (fn163[c]) qn162[c] = *(const uint4*)(in1 + a);
+                    const int l198 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o179 - 8192) + l198) * (unsigned)args.input_strides[1][0];
+                    fn183[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)((o179 - 8192) + (l198 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                    if (fn183[c]) qn182[c] = *(const uint4*)(in1 + a);
                 }
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l179 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o159 - 8192) + l179) * (unsigned)args.input_strides[2][0];
-                    fn165[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)((o159 - 8192) + (l179 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-                    if (fn165[c]) qn164[c] = *(const uint4*)(in2 + a);
+                    const int l199 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o179 - 8192) + l199) * (unsigned)args.input_strides[2][0];
+                    fn185[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)((o179 - 8192) + (l199 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                    if (fn185[c]) qn184[c] = *(const uint4*)(in2 + a);
                 }
             }
             dt_f16s<8> v18; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l180 = (int)((unsigned)e / 8192u % 1u);
-                const int l181 = (int)((unsigned)e / 1u % 8192u);
-                if (f171[c]) {
-                    v18.w[c] = q170[c];
+                const int l200 = (int)((unsigned)e / 8192u % 1u);
+                const int l201 = (int)((unsigned)e / 1u % 8192u);
+                if (f191[c]) {
+                    v18.w[c] = q190[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l180) * (unsigned)args.input_strides[0][0] + (unsigned)(o159 + l181) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l200) * (unsigned)args.input_strides[0][0] + (unsigned)(o179 + l201) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + l181) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + l201) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
                     v18.w[c] = dt_pack8(h);
                 }
             }
@@ -3940,20 +4038,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l188 = (int)((unsigned)e / 1u % 8192u);
-                if (f173[c]) {
-                    v26.w[c] = q172[c];
+                const int l208 = (int)((unsigned)e / 1u % 8192u);
+                if (f193[c]) {
+                    v26.w[c] = q192[c];
                 } else {
-                    const unsigned a = (unsigned)(o159 + l188) * (unsigned)args.input_strides[1][0];
+                    const unsigned a = (unsigned)(o179 + l208) * (unsigned)args.input_strides[1][0];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o159 + l188) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o159 + (l188 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o159 + (l188 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o159 + (l188 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o159 + (l188 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o159 + (l188 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o159 + (l188 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o159 + (l188 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o179 + l208) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o179 + (l208 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o179 + (l208 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o179 + (l208 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o179 + (l208 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o179 + (l208 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o179 + (l208 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o179 + (l208 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
                     v26.w[c] = dt_pack8(h);
                 }
             }
@@ -3969,20 +4067,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l191 = (int)((unsigned)e / 1u % 8192u);
-                if (f175[c]) {
-                    v28.w[c] = q174[c];
+                const int l211 = (int)((unsigned)e / 1u % 8192u);
+                if (f195[c]) {
+                    v28.w[c] = q194[c];
                 } else {
-                    const unsigned a = (unsigned)(o159 + l191) * (unsigned)args.input_strides[2][0];
+                    const unsigned a = (unsigned)(o179 + l211) * (unsigned)args.input_strides[2][0];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o159 + l191) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o159 + (l191 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o159 + (l191 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o159 + (l191 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o159 + (l191 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o159 + (l191 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o159 + (l191 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o159 + (l191 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o179 + l211) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o179 + (l211 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o179 + (l211 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o179 + (l211 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o179 + (l211 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o179 + (l211 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o179 + (l211 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o179 + (l211 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
                     v28.w[c] = dt_pack8(h);
                 }
             }
@@ -3997,27 +4095,27 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l194 = (int)((unsigned)e / 8192u % 1u);
-                const int l195 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l194) * (unsigned)args.output_strides[0] + (unsigned)(o159 + l195) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l214 = (int)((unsigned)e / 8192u % 1u);
+                const int l215 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l214) * (unsigned)args.output_strides[0] + (unsigned)(o179 + l215) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + l195) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + l215) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
                 }
             }
         }
     }
 }
 
-/* kernel layernorm for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+/* kernel layernorm for bf16: grid block(x:1); 1024 threads, 65792 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -4093,33 +4191,81 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 acc7[r] = 0e0f;
             }
         }
-        /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass: loads one step ahead */
-        uint4 qn13[1];
-        bool fn14[1];
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 1024 + tid) * 8;
-            const int l15 = (int)((unsigned)e / 8192u % 1u);
-            const int l16 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l16) * (unsigned)args.input_strides[0][1];
-            fn14[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)((0) + (l16 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
-        }
-        for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
-            uint4 q17[1];
-            bool f18[1];
+        /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads 3 steps ahead, staged in shared memory */
+        uint4* const ring12 = (uint4*)(dt_smem + 64);
+        if ((0) < (s1 / 8192) * 8192) {
+            bool fs13[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q17[c] = qn13[c]; f18[c] = fn14[c]; }
-            if (o12 + 8192 < (s1 / 8192) * 8192) {
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l14 = (int)((unsigned)e / 8192u % 1u);
+                const int l15 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l14) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l15) * (unsigned)args.input_strides[0][1];
+                fs13[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)((0) + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs13[c]) dt_cp_async16(ring12 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((0) + 8192) < (s1 / 8192) * 8192) {
+            bool fs16[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l17 = (int)((unsigned)e / 8192u % 1u);
+                const int l18 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(((0) + 8192) + l18) * (unsigned)args.input_strides[0][1];
+                fs16[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(((0) + 8192) + (l18 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs16[c]) dt_cp_async16(ring12 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((0) + 8192) + 8192) < (s1 / 8192) * 8192) {
+            bool fs19[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l20 = (int)((unsigned)e / 8192u % 1u);
+                const int l21 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)((((0) + 8192) + 8192) + l21) * (unsigned)args.input_strides[0][1];
+                fs19[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)((((0) + 8192) + 8192) + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs19[c]) dt_cp_async16(ring12 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        unsigned st23 = 0; /* the buffer of this step */
+        for (long long o22 = 0; o22 < (s1 / 8192) * 8192; o22 += 8192) {
+            if ((((o22 + 8192) + 8192) + 8192) < (s1 / 8192) * 8192) {
+                bool fs24[1];
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l19 = (int)((unsigned)e / 8192u % 1u);
-                    const int l20 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)((o12 + 8192) + l20) * (unsigned)args.input_strides[0][1];
-                    fn14[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
+                    const int l25 = (int)((unsigned)e / 8192u % 1u);
+                    const int l26 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)((((o22 + 8192) + 8192) + 8192) + l26) * (unsigned)args.input_strides[0][1];
+                    fs24[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fs24[c]) dt_cp_async16(ring12 + 0 + (((st23 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
                 }
+                dt_cp_async_commit();
+            } else {
+                dt_cp_async_commit();
+            }
+            dt_cp_async_wait<3>();
+            uint4 q27[1];
+            bool f28[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l29 = (int)((unsigned)e / 8192u % 1u);
+                const int l30 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(o22 + l30) * (unsigned)args.input_strides[0][1];
+                f28[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l29) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f28[c]) q27[c] = ring12[0 + (st23 * 1 + c) * 1024 + tid];
             }
             float v65[8];
             #pragma unroll
@@ -4141,21 +4287,21 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l25 = (int)((unsigned)e / 8192u % 1u);
-                const int l26 = (int)((unsigned)e / 1u % 8192u);
-                if (f18[c]) {
-                    v67.w[c] = q17[c];
+                const int l35 = (int)((unsigned)e / 8192u % 1u);
+                const int l36 = (int)((unsigned)e / 1u % 8192u);
+                if (f28[c]) {
+                    v67.w[c] = q27[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l26) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l35) * (unsigned)args.input_strides[0][0] + (unsigned)(o22 + l36) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l25) < (unsigned)s0) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
                     v67.w[c] = dt_pack8(h);
                 }
             }
@@ -4353,34 +4499,83 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     acc5[r] = v90[r];
                 }
             }
+            st23 = (st23 + 1) % 4u;
         }
-        /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass: loads one step ahead */
-        uint4 qn73[1];
-        bool fn74[1];
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 1024 + tid) * 8;
-            const int l75 = (int)((unsigned)e / 8192u % 1u);
-            const int l76 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l75) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l76) * (unsigned)args.input_strides[0][1];
-            fn74[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(((s1 / 8192) * 8192) + (l76 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
-        }
-        for (long long o72 = (s1 / 8192) * 8192; o72 < s1; o72 += 8192) {
-            uint4 q77[1];
-            bool f78[1];
+        /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads 3 steps ahead, staged in shared memory */
+        uint4* const ring82 = (uint4*)(dt_smem + 64);
+        if (((s1 / 8192) * 8192) < s1) {
+            bool fs83[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q77[c] = qn73[c]; f78[c] = fn74[c]; }
-            if (o72 + 8192 < s1) {
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l84 = (int)((unsigned)e / 8192u % 1u);
+                const int l85 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l84) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l85) * (unsigned)args.input_strides[0][1];
+                fs83[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(((s1 / 8192) * 8192) + (l85 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs83[c]) dt_cp_async16(ring82 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((s1 / 8192) * 8192) + 8192) < s1) {
+            bool fs86[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l87 = (int)((unsigned)e / 8192u % 1u);
+                const int l88 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l87) * (unsigned)args.input_strides[0][0] + (unsigned)((((s1 / 8192) * 8192) + 8192) + l88) * (unsigned)args.input_strides[0][1];
+                fs86[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l87) < (unsigned)s0 && (unsigned)((((s1 / 8192) * 8192) + 8192) + (l88 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs86[c]) dt_cp_async16(ring82 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((((s1 / 8192) * 8192) + 8192) + 8192) < s1) {
+            bool fs89[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l90 = (int)((unsigned)e / 8192u % 1u);
+                const int l91 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l90) * (unsigned)args.input_strides[0][0] + (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + l91) * (unsigned)args.input_strides[0][1];
+                fs89[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + (l91 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs89[c]) dt_cp_async16(ring82 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        unsigned st93 = 0; /* the buffer of this step */
+        for (long long o92 = (s1 / 8192) * 8192; o92 < s1; o92 += 8192) {
+            if ((((o92 + 8192) + 8192) + 8192) < s1) {
+                bool fs94[1];
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l79 = (int)((unsigned)e / 8192u % 1u);
-                    const int l80 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l79) * (unsigned)args.input_strides[0][0] + (unsigned)((o72 + 8192) + l80) * (unsigned)args.input_strides[0][1];
-                    fn74[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)((o72 + 8192) + (l80 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
+                    const int l95 = (int)((unsigned)e / 8192u % 1u);
+                    const int l96 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o1 + l95) * (unsigned)args.input_strides[0][0] + (unsigned)((((o92 + 8192) + 8192) + 8192) + l96) * (unsigned)args.input_strides[0][1];
+                    fs94[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l95) < (unsigned)s0 && (unsigned)((((o92 + 8192) + 8192) + 8192) + (l96 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fs94[c]) dt_cp_async16(ring82 + 0 + (((st93 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
                 }
+                dt_cp_async_commit();
+            } else {
+                dt_cp_async_commit();
+            }
+            dt_cp_async_wait<3>();
+            uint4 q97[1];
+            bool f98[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l99 = (int)((unsigned)e / 8192u % 1u);
+                const int l100 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l99) * (unsigned)args.input_strides[0][0] + (unsigned)(o92 + l100) * (unsigned)args.input_strides[0][1];
+                f98[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o92 + (l100 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f98[c]) q97[c] = ring82[0 + (st93 * 1 + c) * 1024 + tid];
             }
             float v32[8];
             #pragma unroll
@@ -4402,21 +4597,21 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l85 = (int)((unsigned)e / 8192u % 1u);
-                const int l86 = (int)((unsigned)e / 1u % 8192u);
-                if (f78[c]) {
-                    v0.w[c] = q77[c];
+                const int l105 = (int)((unsigned)e / 8192u % 1u);
+                const int l106 = (int)((unsigned)e / 1u % 8192u);
+                if (f98[c]) {
+                    v0.w[c] = q97[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l85) * (unsigned)args.input_strides[0][0] + (unsigned)(o72 + l86) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l105) * (unsigned)args.input_strides[0][0] + (unsigned)(o92 + l106) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + l86) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + l106) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
                     v0.w[c] = dt_pack8(h);
                 }
             }
@@ -4440,8 +4635,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l91 = (int)((unsigned)e / 1u % 8192u);
-                    v35[r] = (float)(o72 + l91);
+                    const int l111 = (int)((unsigned)e / 1u % 8192u);
+                    v35[r] = (float)(o92 + l111);
                 }
             }
             float v36[1];
@@ -4629,6 +4824,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     acc5[r] = v57[r];
                 }
             }
+            st93 = (st93 + 1) % 4u;
         }
         float v30[8];
         #pragma unroll
@@ -4656,9 +4852,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a136 = 0e0f;
-            for (int g = 0; g < 32; g++) a136 = a136 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a136;
+            float a156 = 0e0f;
+            for (int g = 0; g < 32; g++) a156 = a156 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a156;
         }
         {
             const int r = 0, e = 0;
@@ -4750,9 +4946,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a155 = 0e0f;
-            for (int g = 0; g < 32; g++) a155 = a155 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v14[r] = a155;
+            float a175 = 0e0f;
+            for (int g = 0; g < 32; g++) a175 = a175 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v14[r] = a175;
         }
         {
             const int r = 0, e = 0;
@@ -4771,97 +4967,97 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
         }
-        /* layernorm.tensorize(y:8192) num_stages(2): loads one step ahead */
-        uint4 qn160[1];
-        bool fn161[1];
-        uint4 qn162[1];
-        bool fn163[1];
-        uint4 qn164[1];
-        bool fn165[1];
+        /* layernorm.tensorize(y:8192) num_stages(4): loads one step ahead */
+        uint4 qn180[1];
+        bool fn181[1];
+        uint4 qn182[1];
+        bool fn183[1];
+        uint4 qn184[1];
+        bool fn185[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l166 = (int)((unsigned)e / 8192u % 1u);
-            const int l167 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l166) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l167) * (unsigned)args.input_strides[0][1];
-            fn161[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l166) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l167 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (fn161[c]) qn160[c] = dt_load_once((const uint4*)(in0 + a));
+            const int l186 = (int)((unsigned)e / 8192u % 1u);
+            const int l187 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o1 + l186) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l187) * (unsigned)args.input_strides[0][1];
+            fn181[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l186) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l187 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (fn181[c]) qn180[c] = dt_load_once((const uint4*)(in0 + a));
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l168 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l168) * (unsigned)args.input_strides[1][0];
-            fn163[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l168 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-            if (fn163[c]) qn162[c] = *(const uint4*)(in1 + a);
+            const int l188 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l188) * (unsigned)args.input_strides[1][0];
+            fn183[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l188 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+            if (fn183[c]) qn182[c] = *(const uint4*)(in1 + a);
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l169 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l169) * (unsigned)args.input_strides[2][0];
-            fn165[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l169 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-            if (fn165[c]) qn164[c] = *(const uint4*)(in2 + a);
+            const int l189 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l189) * (unsigned)args.input_strides[2][0];
+            fn185[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l189 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+            if (fn185[c]) qn184[c] = *(const uint4*)(in2 + a);
         }
-        for (long long o159 = (dt_cdiv(s1, 8192) - 1) * 8192; o159 >= 0; o159 -= 8192) {
-            uint4 q170[1];
-            bool f171[1];
+        for (long long o179 = (dt_cdiv(s1, 8192) - 1) * 8192; o179 >= 0; o179 -= 8192) {
+            uint4 q190[1];
+            bool f191[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q170[c] = qn160[c]; f171[c] = fn161[c]; }
-            uint4 q172[1];
-            bool f173[1];
+            for (int c = 0; c < 1; c++) { q190[c] = qn180[c]; f191[c] = fn181[c]; }
+            uint4 q192[1];
+            bool f193[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q172[c] = qn162[c]; f173[c] = fn163[c]; }
-            uint4 q174[1];
-            bool f175[1];
+            for (int c = 0; c < 1; c++) { q192[c] = qn182[c]; f193[c] = fn183[c]; }
+            uint4 q194[1];
+            bool f195[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q174[c] = qn164[c]; f175[c] = fn165[c]; }
-            if (o159 - 8192 >= 0) {
+            for (int c = 0; c < 1; c++) { q194[c] = qn184[c]; f195[c] = fn185[c]; }
+            if (o179 - 8192 >= 0) {
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l176 = (int)((unsigned)e / 8192u % 1u);
-                    const int l177 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l176) * (unsigned)args.input_strides[0][0] + (unsigned)((o159 - 8192) + l177) * (unsigned)args.input_strides[0][1];
-                    fn161[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l176) < (unsigned)s0 && (unsigned)((o159 - 8192) + (l177 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fn161[c]) qn160[c] = dt_load_once((const uint4*)(in0 + a));
+                    const int l196 = (int)((unsigned)e / 8192u % 1u);
+                    const int l197 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o1 + l196) * (unsigned)args.input_strides[0][0] + (unsigned)((o179 - 8192) + l197) * (unsigned)args.input_strides[0][1];
+                    fn181[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)((o179 - 8192) + (l197 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fn181[c]) qn180[c] = dt_load_once((const uint4*)(in0 + a));
                 }
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l178 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o159 - 8192) + l178) * (unsigned)args.input_strides[1][0];
-                    fn163[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)((o159 - 8192) + (l178 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-                    if (fn163[c]) qn162[c] = *(const uint4*)(in1 + a);
+                    const int l198 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o179 - 8192) + l198) * (unsigned)args.input_strides[1][0];
+                    fn183[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)((o179 - 8192) + (l198 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                    if (fn183[c]) qn182[c] = *(const uint4*)(in1 + a);
                 }
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l179 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o159 - 8192) + l179) * (unsigned)args.input_strides[2][0];
-                    fn165[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)((o159 - 8192) + (l179 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-                    if (fn165[c]) qn164[c] = *(const uint4*)(in2 + a);
+                    const int l199 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o179 - 8192) + l199) * (unsigned)args.input_strides[2][0];
+                    fn185[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)((o179 - 8192) + (l199 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                    if (fn185[c]) qn184[c] = *(const uint4*)(in2 + a);
                 }
             }
             dt_bf16s<8> v18; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l180 = (int)((unsigned)e / 8192u % 1u);
-                const int l181 = (int)((unsigned)e / 1u % 8192u);
-                if (f171[c]) {
-                    v18.w[c] = q170[c];
+                const int l200 = (int)((unsigned)e / 8192u % 1u);
+                const int l201 = (int)((unsigned)e / 1u % 8192u);
+                if (f191[c]) {
+                    v18.w[c] = q190[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l180) * (unsigned)args.input_strides[0][0] + (unsigned)(o159 + l181) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l200) * (unsigned)args.input_strides[0][0] + (unsigned)(o179 + l201) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + l181) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + l201) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
                     v18.w[c] = dt_pack8(h);
                 }
             }
@@ -4903,20 +5099,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l188 = (int)((unsigned)e / 1u % 8192u);
-                if (f173[c]) {
-                    v26.w[c] = q172[c];
+                const int l208 = (int)((unsigned)e / 1u % 8192u);
+                if (f193[c]) {
+                    v26.w[c] = q192[c];
                 } else {
-                    const unsigned a = (unsigned)(o159 + l188) * (unsigned)args.input_strides[1][0];
+                    const unsigned a = (unsigned)(o179 + l208) * (unsigned)args.input_strides[1][0];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o159 + l188) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o159 + (l188 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o159 + (l188 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o159 + (l188 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o159 + (l188 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o159 + (l188 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o159 + (l188 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o159 + (l188 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o179 + l208) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o179 + (l208 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o179 + (l208 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o179 + (l208 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o179 + (l208 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o179 + (l208 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o179 + (l208 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o179 + (l208 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
                     v26.w[c] = dt_pack8(h);
                 }
             }
@@ -4932,20 +5128,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l191 = (int)((unsigned)e / 1u % 8192u);
-                if (f175[c]) {
-                    v28.w[c] = q174[c];
+                const int l211 = (int)((unsigned)e / 1u % 8192u);
+                if (f195[c]) {
+                    v28.w[c] = q194[c];
                 } else {
-                    const unsigned a = (unsigned)(o159 + l191) * (unsigned)args.input_strides[2][0];
+                    const unsigned a = (unsigned)(o179 + l211) * (unsigned)args.input_strides[2][0];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o159 + l191) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o159 + (l191 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o159 + (l191 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o159 + (l191 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o159 + (l191 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o159 + (l191 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o159 + (l191 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o159 + (l191 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o179 + l211) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o179 + (l211 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o179 + (l211 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o179 + (l211 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o179 + (l211 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o179 + (l211 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o179 + (l211 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o179 + (l211 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
                     v28.w[c] = dt_pack8(h);
                 }
             }
@@ -4960,20 +5156,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l194 = (int)((unsigned)e / 8192u % 1u);
-                const int l195 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l194) * (unsigned)args.output_strides[0] + (unsigned)(o159 + l195) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l214 = (int)((unsigned)e / 8192u % 1u);
+                const int l215 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l214) * (unsigned)args.output_strides[0] + (unsigned)(o179 + l215) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + l195) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + l215) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
                 }
             }
         }
@@ -5056,7 +5252,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                 acc7[r] = 0e0f;
             }
         }
-        /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass */
+        /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
         for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
             float v65[8];
             #pragma unroll
@@ -5289,7 +5485,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                 }
             }
         }
-        /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass */
+        /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
         for (long long o64 = (s1 / 8192) * 8192; o64 < s1; o64 += 8192) {
             float v32[8];
             #pragma unroll
@@ -5678,7 +5874,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             (void)r; (void)e;
             v17[r] = (v15[0] / v4[0]);
         }
-        /* layernorm.tensorize(y:8192) num_stages(2) */
+        /* layernorm.tensorize(y:8192) num_stages(4) */
         for (long long o143 = (dt_cdiv(s1, 8192) - 1) * 8192; o143 >= 0; o143 -= 8192) {
             float v18[8];
             #pragma unroll

@@ -3148,7 +3148,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 acc7[r] = 0e0f;
             }
         }
-        /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass: loads one step ahead */
+        /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads one step ahead */
         uint4 qn13[1];
         bool fn14[1];
         #pragma unroll
@@ -3409,7 +3409,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 }
             }
         }
-        /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass: loads one step ahead */
+        /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads one step ahead */
         uint4 qn73[1];
         bool fn74[1];
         #pragma unroll
@@ -3826,7 +3826,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
         }
-        /* layernorm.tensorize(y:8192) num_stages(2): loads one step ahead */
+        /* layernorm.tensorize(y:8192) num_stages(4): loads one step ahead */
         uint4 qn160[1];
         bool fn161[1];
         uint4 qn162[1];
@@ -4111,7 +4111,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 acc7[r] = 0e0f;
             }
         }
-        /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass: loads one step ahead */
+        /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads one step ahead */
         uint4 qn13[1];
         bool fn14[1];
         #pragma unroll
@@ -4372,7 +4372,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 }
             }
         }
-        /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass: loads one step ahead */
+        /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads one step ahead */
         uint4 qn73[1];
         bool fn74[1];
         #pragma unroll
@@ -4789,7 +4789,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
         }
-        /* layernorm.tensorize(y:8192) num_stages(2): loads one step ahead */
+        /* layernorm.tensorize(y:8192) num_stages(4): loads one step ahead */
         uint4 qn160[1];
         bool fn161[1];
         uint4 qn162[1];
@@ -5074,7 +5074,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                 acc7[r] = 0e0f;
             }
         }
-        /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass */
+        /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
         for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
             float v65[8];
             #pragma unroll
@@ -5307,7 +5307,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                 }
             }
         }
-        /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass */
+        /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
         for (long long o64 = (s1 / 8192) * 8192; o64 < s1; o64 += 8192) {
             float v32[8];
             #pragma unroll
@@ -5696,7 +5696,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             (void)r; (void)e;
             v17[r] = (v15[0] / v4[0]);
         }
-        /* layernorm.tensorize(y:8192) num_stages(2) */
+        /* layernorm.tensorize(y:8192) num_stages(4) */
         for (long long o143 = (dt_cdiv(s1, 8192) - 1) * 8192; o143 >= 0; o143 -= 8192) {
             float v18[8];
             #pragma unroll

@@ -70,6 +70,11 @@ pub struct LaunchInfo {
 /// Most dynamic shared memory a program may ask for (bytes): what an sm_80 GPU and an MI200
 /// offer, so a kernel runs on every supported GPU.
 pub const MAX_SHARED_BYTES: u32 = 64 * 1024;
+
+/// Most shared memory a kernel with loads staged in shared memory (`num_stages` above 2) may take,
+/// its tiles' slots included: what every GPU of sm_80 and newer (sm_86 and sm_89 give 99 KiB) lets
+/// a block have. A loop whose stages do not fit keeps its loads one step ahead in registers.
+pub const MAX_STAGED_SHARED_BYTES: u32 = 99 * 1024;
 /// 32-bit registers of one multiprocessor (sm_80, sm_90).
 const REGISTERS_PER_SM: u32 = 64 * 1024;
 
@@ -155,13 +160,11 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> 
         once: false,
         full: Vec::new(),
         cluster_arrived: false,
+        dialect,
+        ring_offset: total,
+        ring_words: 0,
     };
     let t = c_type(dtype);
-    let _ = writeln!(
-        e.out,
-        "/* kernel {} for {dtype}: grid {}; {threads} threads, {shared_bytes} bytes of shared memory */",
-        k.name, k.grid.origin
-    );
     // max_registers(n): ask for as many resident programs per multiprocessor as n registers per
     // thread leave room for in its 64K registers; the compiler then keeps within n (spilling
     // what does not fit). HIP's second bound means something else, so it is left out there.
@@ -188,7 +191,10 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> 
     e.stmts(&k.body)?;
     e.settle_cluster();
     e.out += "}\n";
-    Ok((e.out, LaunchInfo { symbol: symbol.to_string(), threads, shared_bytes }))
+    // The rings of loads staged in shared memory come after the slots.
+    let shared_bytes = shared_bytes + (e.ring_words * 4) as u32;
+    let head = format!("/* kernel {} for {dtype}: grid {}; {threads} threads, {shared_bytes} bytes of shared memory */\n", k.name, k.grid.origin);
+    Ok((head + &e.out, LaunchInfo { symbol: symbol.to_string(), threads, shared_bytes }))
 }
 
 /// Assigns a shared-memory slot to every operand read under a shape or a layout other than its
@@ -402,6 +408,12 @@ struct Emitter<'a> {
     /// Whether the printed code has arrived at a cluster barrier it has not yet waited on (see
     /// [`Emitter::cluster_reduce`]).
     cluster_arrived: bool,
+    /// The dialect printed for (loads staged in shared memory need CUDA's asynchronous copies).
+    dialect: Dialect,
+    /// Where the rings of [`Emitter::staged_rows`] start in shared memory (in 4-byte words, after
+    /// every slot), and the most words one of them takes.
+    ring_offset: usize,
+    ring_words: usize,
 }
 
 /// A load that [`Emitter::pipelined_rows`] issues ahead, with the offsets of the single-step
@@ -878,15 +890,21 @@ impl Emitter<'_> {
     /// element at a time where they are unpacked).
     fn issue_vector_loads(&mut self, shape: &Shape, input: usize, axes: &[DimId], q: &str, fast: &str) {
         let v = self.vector_run(shape, axes).unwrap_or(1);
-        let stride = |a: usize| input_stride(input, a);
-        let last = axes.len() - 1;
         self.for_runs(shape, v, |e, lanes, _| {
-            let (_, addr) = e.address(axes, lanes, stride);
-            let (end_ok, _) = e.address(axes, &lanes.shifted(axes[last], v - 1), stride);
-            e.line(&format!("const {} a = {addr};", super::GPU_INDEX));
-            e.line(&format!("{fast}[c] = {} == 1 && {end_ok} && ((unsigned long long)(in{input} + a) & 15) == 0;", stride(last)));
+            e.vector_access(input, axes, lanes, v, fast);
             e.line(&format!("if ({fast}[c]) {q}[c] = {};", e.vector_load(&format!("in{input} + a"), axes)));
         });
+    }
+
+    /// Prints, for the run at `lanes` of a load of input `input`, its element offset `a` and
+    /// `fast[c]`: whether it is one 16-byte access (contiguous, inside the tensor, aligned).
+    fn vector_access(&mut self, input: usize, axes: &[DimId], lanes: &Lanes, v: usize, fast: &str) {
+        let stride = |a: usize| input_stride(input, a);
+        let last = axes.len() - 1;
+        let (_, addr) = self.address(axes, lanes, stride);
+        let (end_ok, _) = self.address(axes, &lanes.shifted(axes[last], v - 1), stride);
+        self.line(&format!("const {} a = {addr};", super::GPU_INDEX));
+        self.line(&format!("{fast}[c] = {} == 1 && {end_ok} && ((unsigned long long)(in{input} + a) & 15) == 0;", stride(last)));
     }
 
     /// Whether value `id` is a 16-bit load kept as loaded: in a 16-bit kernel, a tile read in
@@ -1059,6 +1077,135 @@ impl Emitter<'_> {
 
     /// Notes, at the top of the body of loop `l`, that every lane along its dimension is valid
     /// there if it runs full steps; returns what to truncate [`Self::full`] to after the body.
+    /// [`Self::pipelined_rows`] with `num_stages(S)`, S > 2, on CUDA: the loads of the next S - 1
+    /// steps are in flight while a step is computed, held in shared memory rather than in
+    /// registers. Each thread copies its own 16-byte runs there with `cp.async`
+    /// (`dt_cp_async16`), one group per step, into a ring of S buffers, and reads back only its
+    /// own runs, after waiting for the step's group: no barrier is needed. A run that is not one
+    /// aligned 16-byte access is not staged; it is read as it is used.
+    fn staged_rows(&mut self, l: &Loop, loads: &[Prefetch]) -> Result<(), EmitError> {
+        let stages = l.stages as usize;
+        let steps = super::LoopSteps::of(self.k, l);
+        let threads = self.threads as usize;
+        let moving: Vec<&Prefetch> = loads.iter().filter(|p| p.axes.contains(&l.dim)).collect();
+        // Each staged load: its ring (offset in 16-byte words) and its runs per thread.
+        let mut rings = Vec::new();
+        let mut words = 0usize;
+        for p in &moving {
+            let runs = self.runs_per_thread(p);
+            rings.push((words, runs));
+            words += stages * runs * threads;
+        }
+        self.ring_words = self.ring_words.max(self.ring_words_for(l, loads));
+        let ring = self.fresh("ring");
+        self.line(&format!("/* {}: loads {} steps ahead, staged in shared memory */", l.origin, stages - 1));
+        self.line(&format!("uint4* const {ring} = (uint4*)(dt_smem + {});", self.ring_offset));
+        // The loads that do not move with the loop are made once, before it.
+        let mut current = Vec::new();
+        for p in loads.iter().filter(|p| !p.axes.contains(&l.dim)) {
+            let shape = self.k.value(p.value).shape.clone();
+            let runs = self.regs(shape.elements()) / self.vector_run(&shape, &p.axes).unwrap_or(1);
+            let (q, f) = (self.fresh("qn"), self.fresh("fn"));
+            self.line(&format!("uint4 {q}[{runs}];"));
+            self.line(&format!("bool {f}[{runs}];"));
+            self.at_step(l.dim, format!("({})", steps.first()), &p.at, |e| e.issue_vector_loads(&shape, p.input, &p.axes, &q, &f));
+            current.push((p.value, q, f));
+        }
+        // Copies the runs of step `at` into buffer `stage` of each ring.
+        let stage_step = |e: &mut Self, at: String, stage: String| {
+            for (p, (base, runs)) in moving.iter().zip(&rings) {
+                let shape = e.k.value(p.value).shape.clone();
+                let v = e.vector_run(&shape, &p.axes).unwrap_or(1);
+                let fast = e.fresh("fs");
+                e.at_step(l.dim, at.clone(), &p.at, |e| {
+                    e.line(&format!("bool {fast}[{runs}];"));
+                    e.for_runs(&shape, v, |e, lanes, _| {
+                        e.vector_access(p.input, &p.axes, lanes, v, &fast);
+                        let slot = format!("{ring} + {base} + (({stage}) * {runs} + c) * {threads} + tid");
+                        e.line(&format!("if ({fast}[c]) dt_cp_async16({slot}, in{} + a);", p.input));
+                    });
+                });
+            }
+            e.line("dt_cp_async_commit();");
+        };
+        let mut ahead = format!("({})", steps.first());
+        for k in 0..stages - 1 {
+            self.line(&format!("if ({}) {{", steps.in_range(&ahead)));
+            self.depth += 1;
+            stage_step(self, ahead.clone(), k.to_string());
+            self.depth -= 1;
+            self.line("} else {");
+            self.line("    dt_cp_async_commit();");
+            self.line("}");
+            ahead = format!("({})", steps.next(&ahead));
+        }
+        let (o, st) = (self.fresh("o"), self.fresh("st"));
+        self.line(&format!("unsigned {st} = 0; /* the buffer of this step */"));
+        self.line(&super::loop_header(self.k, l, &o));
+        self.depth += 1;
+        self.offsets.push((l.dim, o.clone()));
+        let full = self.enter_steps(l);
+        let mut next = o.clone();
+        for _ in 0..stages - 1 {
+            next = format!("({})", steps.next(&next));
+        }
+        self.line(&format!("if ({}) {{", steps.in_range(&next)));
+        self.depth += 1;
+        stage_step(self, next, format!("({st} + {}) % {stages}u", stages - 1));
+        self.depth -= 1;
+        self.line("} else {");
+        self.line("    dt_cp_async_commit();");
+        self.line("}");
+        self.line(&format!("dt_cp_async_wait<{}>();", stages - 1));
+        for (p, (base, runs)) in moving.iter().zip(&rings) {
+            let shape = self.k.value(p.value).shape.clone();
+            let v = self.vector_run(&shape, &p.axes).unwrap_or(1);
+            let (q, f) = (self.fresh("q"), self.fresh("f"));
+            self.line(&format!("uint4 {q}[{runs}];"));
+            self.line(&format!("bool {f}[{runs}];"));
+            self.at_step(l.dim, o.clone(), &p.at, |e| {
+                e.for_runs(&shape, v, |e, lanes, _| {
+                    e.vector_access(p.input, &p.axes, lanes, v, f.as_str());
+                    e.line(&format!("if ({f}[c]) {q}[c] = {ring}[{base} + ({st} * {runs} + c) * {threads} + tid];"));
+                });
+            });
+            current.push((p.value, q, f));
+        }
+        self.prefetched.extend(current);
+        self.stmts(&l.body)?;
+        self.settle_cluster();
+        self.prefetched.clear();
+        self.line(&format!("{st} = ({st} + 1) % {stages}u;"));
+        self.full.truncate(full);
+        self.offsets.pop();
+        self.depth -= 1;
+        self.line("}");
+        Ok(())
+    }
+
+    /// The 16-byte runs per thread of prefetched load `p`.
+    fn runs_per_thread(&self, p: &Prefetch) -> usize {
+        let shape = &self.k.value(p.value).shape;
+        self.regs(shape.elements()) / self.vector_run(shape, &p.axes).unwrap_or(1)
+    }
+
+    /// The 4-byte words of shared memory [`Self::staged_rows`] takes for loop `l`: a buffer per
+    /// stage for each load that moves with the loop.
+    fn ring_words_for(&self, l: &Loop, loads: &[Prefetch]) -> usize {
+        let per_stage: usize = loads.iter().filter(|p| p.axes.contains(&l.dim)).map(|p| self.runs_per_thread(p)).sum();
+        per_stage * self.threads as usize * l.stages as usize * 4
+    }
+
+    /// Prints `body` with the offset of `dim` at `at` and the offsets of the single-step loops
+    /// `inner` (as [`Prefetch::at`] holds them).
+    fn at_step(&mut self, dim: DimId, at: String, inner: &[(DimId, String)], body: impl FnOnce(&mut Self)) {
+        let depth = self.offsets.len();
+        self.offsets.push((dim, at));
+        self.offsets.extend(inner.iter().cloned());
+        body(self);
+        self.offsets.truncate(depth);
+    }
+
     fn enter_steps(&mut self, l: &Loop) -> usize {
         let before = self.full.len();
         if l.steps == Steps::Full {
@@ -1126,6 +1273,10 @@ impl Emitter<'_> {
             return self.pipelined_loop(l, id, &d);
         }
         let loads = self.prefetchable(l);
+        let ring_fits = (self.ring_offset + self.ring_words_for(l, &loads)) * 4 <= MAX_STAGED_SHARED_BYTES as usize;
+        if !loads.is_empty() && l.stages > 2 && self.dialect == Dialect::Cuda && ring_fits {
+            return self.staged_rows(l, &loads);
+        }
         if !loads.is_empty() {
             return self.pipelined_rows(l, &loads);
         }

@@ -1,0 +1,50 @@
+//! `num_stages(S)` above 2 on a looped row: on CUDA, where the S buffers fit in shared memory,
+//! the loads of the next S - 1 steps are copied there asynchronously (`dt_cp_async16`) and the
+//! kernel asks for the ring's shared memory; otherwise (HIP, or a ring too large) the loads go
+//! one step ahead in registers. That the staged code computes what the reference does is checked
+//! on the GPU by `gpu_matches_reference` (random schedules draw `num_stages` up to 4).
+
+use dt_codegen::emit::gpu::{self, Dialect, LaunchInfo, MAX_STAGED_SHARED_BYTES};
+use dt_core::kir::Kernel;
+use dt_core::DType;
+
+/// A looped row mean in f16 with steps of `step` columns over 32 warps and `stages` stages.
+fn row_mean(step: u32, stages: u32) -> String {
+    format!(
+        "Func out; In A; Var x; RVar y;
+        out[x] = rsum(A[x, y], y) / len(y);
+        out.block(x:1); out.tensorize(x:0, y:{step}); out.num_warps(32); out.num_stages({stages});
+        out.dtypes(f16); out.compile();"
+    )
+}
+
+fn emitted(src: &str, dialect: Dialect) -> (String, LaunchInfo) {
+    let p = dt_core::compile_spec(src).expect("spec checks");
+    let kernels = dt_core::lower::lower_all(&p).expect("lowers");
+    let items: Vec<(&Kernel, DType, String)> = kernels.iter().map(|k| (k, DType::F16, dt_codegen::emit::symbol(k, DType::F16))).collect();
+    let (text, mut infos) = gpu::emit_file("test", dialect, &items).expect("emits");
+    (text, infos.remove(0))
+}
+
+#[test]
+fn staged_loads_take_shared_memory_where_they_fit() {
+    // 8192 columns per step: 16 KiB per stage, 4 stages.
+    let (cuda, info) = emitted(&row_mean(8192, 4), Dialect::Cuda);
+    assert!(cuda.contains("loads 3 steps ahead, staged in shared memory") && cuda.contains("dt_cp_async_wait<3>()"), "{cuda}");
+    assert!(info.shared_bytes >= 4 * 16 * 1024 && info.shared_bytes <= MAX_STAGED_SHARED_BYTES, "{}", info.shared_bytes);
+    // Two stages: one step ahead in registers, as before.
+    let (cuda, info) = emitted(&row_mean(8192, 2), Dialect::Cuda);
+    assert!(!cuda.contains("dt_cp_async16(ring") && cuda.contains("loads one step ahead"), "{cuda}");
+    assert!(info.shared_bytes < 16 * 1024, "{}", info.shared_bytes);
+}
+
+#[test]
+fn loads_that_cannot_be_staged_go_one_step_ahead_in_registers() {
+    // 32768 columns per step: 64 KiB per stage, 4 stages do not fit.
+    let (cuda, info) = emitted(&row_mean(32768, 4), Dialect::Cuda);
+    assert!(!cuda.contains("dt_cp_async16(ring") && cuda.contains("loads one step ahead"), "{cuda}");
+    assert!(info.shared_bytes <= MAX_STAGED_SHARED_BYTES, "{}", info.shared_bytes);
+    // HIP has no asynchronous copies to shared memory.
+    let (hip, _) = emitted(&row_mean(8192, 4), Dialect::Hip);
+    assert!(!hip.contains("dt_cp_async16(ring") && hip.contains("loads one step ahead"), "{hip}");
+}
