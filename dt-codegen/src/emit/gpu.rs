@@ -193,7 +193,8 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> 
     e.out += "}\n";
     // The rings of loads staged in shared memory come after the slots.
     let shared_bytes = shared_bytes + (e.ring_words * 4) as u32;
-    let head = format!("/* kernel {} for {dtype}: grid {}; {threads} threads, {shared_bytes} bytes of shared memory */\n", k.name, k.grid.origin);
+    let head =
+        format!("/* kernel {} for {dtype}: grid {}; {threads} threads, {shared_bytes} bytes of shared memory */\n", k.name, k.grid.origin);
     Ok((head + &e.out, LaunchInfo { symbol: symbol.to_string(), threads, shared_bytes }))
 }
 
@@ -267,7 +268,9 @@ fn plan_publishing(k: &Kernel, plan: &Plan, mapping: Mapping) -> Publishing {
                     let (ol, os) = (layout(*o), &k.value(*o).shape);
                     // A replicated value is in every thread's registers, whoever reads it; a
                     // value in runs, in the registers of every reader of its shape.
-                    let own_runs = matches!(ol, RegLayout::Runs(_)) && matches!(iter_layout, RegLayout::Blocked | RegLayout::Runs(_)) && same_layout(os, &shape);
+                    let own_runs = matches!(ol, RegLayout::Runs(_))
+                        && matches!(iter_layout, RegLayout::Blocked | RegLayout::Runs(_))
+                        && same_layout(os, &shape);
                     ol != RegLayout::Replicated
                         && !own_runs
                         && (ol != iter_layout || if ol == RegLayout::Blocked { !same_layout(os, &shape) } else { *os != shape })

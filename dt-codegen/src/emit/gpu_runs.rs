@@ -64,7 +64,12 @@ pub(super) fn runs(k: &Kernel, mapping: Mapping, p: &mut Plan) {
             }
         }
         let before = vars.len();
-        vars.retain(|v| updates.iter().filter(|(x, _)| x.0 as usize == *v).all(|(_, val)| values.contains(val) && same_layout(&k.value(*val).shape, &k.vars[*v])));
+        vars.retain(|v| {
+            updates
+                .iter()
+                .filter(|(x, _)| x.0 as usize == *v)
+                .all(|(_, val)| values.contains(val) && same_layout(&k.value(*val).shape, &k.vars[*v]))
+        });
         if vars.len() == before {
             break;
         }

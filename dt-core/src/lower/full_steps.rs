@@ -74,7 +74,8 @@ fn rewrite(k: &mut Kernel, uses: &[usize], stmts: Vec<Stmt>) -> Vec<Stmt> {
 /// The values of `body` that test whether a lane along `dim` is valid: `index < len`, as pass
 /// `online` counts lanes.
 fn lane_tests(body: &[Stmt], dim: DimId) -> Vec<ValueId> {
-    let defs: HashMap<ValueId, &Op> = body.iter().filter_map(|s| if let Stmt::Let { value, op } = s { Some((*value, op)) } else { None }).collect();
+    let defs: HashMap<ValueId, &Op> =
+        body.iter().filter_map(|s| if let Stmt::Let { value, op } = s { Some((*value, op)) } else { None }).collect();
     let is = |v: &ValueId, want: fn(&Op, DimId) -> bool| defs.get(v).is_some_and(|op| want(op, dim));
     body.iter()
         .filter_map(|s| match s {

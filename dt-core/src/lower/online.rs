@@ -517,7 +517,16 @@ fn welford(k: &mut Kernel, body: &mut Vec<Stmt>, vars: [VarId; 3], old: [ValueId
 /// parallel variance does: the mean moves by `delta b / (a + b)`, and the squares gain the
 /// step's own plus `delta^2 a b / (a + b)`. One division per run rather than one per lane.
 #[allow(clippy::too_many_arguments)]
-fn combine_runs(k: &mut Kernel, body: &mut Vec<Stmt>, vars: [VarId; 3], old: [ValueId; 2], z: ValueId, valid: ValueId, pshape: &Shape, dim: DimId) {
+fn combine_runs(
+    k: &mut Kernel,
+    body: &mut Vec<Stmt>,
+    vars: [VarId; 3],
+    old: [ValueId; 2],
+    z: ValueId,
+    valid: ValueId,
+    pshape: &Shape,
+    dim: DimId,
+) {
     let ([count, mean, m2], [count_old, mean_old]) = (vars, old);
     let lanes = k.value(valid).shape.clone();
     let run_sum = |k: &mut Kernel, body: &mut Vec<Stmt>, shape: &Shape, value| {
@@ -744,9 +753,20 @@ mod tests {
     /// the end: the running statistics per run give the reference's results.
     #[test]
     fn statistics_per_run_match_reference() {
-        let rows: Vec<Vec<f32>> = (0..4)
-            .map(|r| (0..70).map(|i| if r == 3 && i % 9 < 4 { f32::NEG_INFINITY } else { ((i * 13 + r * 5) % 17) as f32 * 0.6 - 4.0 + r as f32 * 30.0 }).collect())
-            .collect();
+        let rows: Vec<Vec<f32>> =
+            (0..4)
+                .map(|r| {
+                    (0..70)
+                        .map(|i| {
+                            if r == 3 && i % 9 < 4 {
+                                f32::NEG_INFINITY
+                            } else {
+                                ((i * 13 + r * 5) % 17) as f32 * 0.6 - 4.0 + r as f32 * 30.0
+                            }
+                        })
+                        .collect()
+                })
+                .collect();
         let (_, k) = lowered(&SOFTMAX.replace("y:8", "y:32"));
         assert!(crate::kir::print(&k).contains("over runs of 8"), "{}", crate::kir::print(&k));
         check(&SOFTMAX.replace("y:8", "y:32"), "A", &rows, 1e-5);
