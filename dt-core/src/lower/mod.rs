@@ -12,13 +12,15 @@
 //! 7. [`defer::defer_lane_reductions`]: a reduction loop that runs more than once combines its
 //!    chunks lane by lane and reduces across lanes once, after the loop.
 //! 8. [`online::merge_statistic_loops`]: a statistic that needs another one first (softmax's
-//!    sum, layernorm's variance) is computed in the other's loop; [`cse`] and [`dead`] then run
-//!    again over the merged loops.
+//!    sum, layernorm's variance) is computed in the other's loop, both kept per run of lanes
+//!    where the reads after the loop allow; [`cse`] and [`dead`] then run again over the merged
+//!    loops.
 //! 9. [`layout::assign_layouts`]: tensor-core layouts for `rdot` operands and accumulators.
 //! 10. [`reverse::reverse_second_passes`]: a `whole` loop that reads again what a `reduce` loop
 //!     before it read runs backward, starting with the chunks still in the L2 cache.
 //! 11. [`full_steps::split_full_steps`]: a `whole` or `reduce` loop runs its full steps without
-//!     masks, and its partial last step, if any, with them; [`dead`] then runs again.
+//!     masks or lane tests, and its partial last step, if any, with them; [`dead`] then runs
+//!     again.
 //!
 //! Set `DT_PRINT_KIR=1` to print the kernel IR after each pass (on stderr).
 
