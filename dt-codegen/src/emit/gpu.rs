@@ -555,7 +555,10 @@ impl Emitter<'_> {
         match layout {
             RegLayout::Mma(t) => self.for_owned_mma(shape, t, body),
             RegLayout::Blocked => self.for_blocked(shape, unroll(self.regs(shape.elements())), body),
-            RegLayout::Runs(n) => self.for_run_registers(shape, n as usize, body),
+            RegLayout::Runs(n) => {
+                let n = n as usize;
+                self.for_registers(shape, unroll(self.regs(shape.elements()) / n), n, body)
+            }
             RegLayout::Replicated => {
                 // Every thread, its one register.
                 self.line("{");
@@ -571,33 +574,23 @@ impl Emitter<'_> {
 
     /// [`Self::for_owned`] for the blocked layout, the loop preceded by `pragma`.
     fn for_blocked(&mut self, shape: &Shape, pragma: &str, body: impl FnOnce(&mut Self, &Lanes)) {
-        let n = shape.elements();
-        let r = self.regs(n);
+        self.for_registers(shape, pragma, 1, body);
+    }
+
+    /// [`Self::for_owned`] for a tile in runs of `n` lanes: register `r` holds the run that starts
+    /// at blocked register `r * n` (`n` = 1: the blocked layout), and `e` is its first element.
+    fn for_registers(&mut self, shape: &Shape, pragma: &str, n: usize, body: impl FnOnce(&mut Self, &Lanes)) {
+        let elements = shape.elements();
+        let r = self.regs(elements) / n;
+        let first = if n == 1 { "r".to_string() } else { format!("r * {n}") };
         self.line(pragma);
         self.line(&format!("for (int r = 0; r < {r}; r++) {{"));
         self.depth += 1;
-        self.line(&format!("const int e = {};", self.mapping.element(n, "r")));
+        self.line(&format!("const int e = {};", self.mapping.element(elements, &first)));
         // Where every register holds an element, no guard: a guard makes each register's
         // assignment conditional, which costs registers.
-        self.line(if self.covers(n) { "(void)e; {" } else { "if (e < N) {" }.replace('N', &n.to_string()).as_str());
-        self.depth += 1;
-        self.with_lanes(shape, body);
-        self.depth -= 1;
-        self.line("}");
-        self.depth -= 1;
-        self.line("}");
-    }
-
-    /// [`Self::for_owned`] for a tile in runs of `n`: register `r` holds the run that starts at
-    /// blocked register `r * n`, and `e` is the run's first element.
-    fn for_run_registers(&mut self, shape: &Shape, n: usize, body: impl FnOnce(&mut Self, &Lanes)) {
-        let elements = shape.elements();
-        let r = self.regs(elements) / n;
-        self.line(unroll(r));
-        self.line(&format!("for (int r = 0; r < {r}; r++) {{"));
-        self.depth += 1;
-        self.line(&format!("const int e = {};", self.mapping.element(elements, &format!("r * {n}"))));
-        self.line("(void)e; {");
+        let guard = if self.covers(elements) { "(void)e; {".to_string() } else { format!("if (e < {elements}) {{") };
+        self.line(&guard);
         self.depth += 1;
         self.with_lanes(shape, body);
         self.depth -= 1;
