@@ -48,3 +48,27 @@ fn loads_that_cannot_be_staged_go_one_step_ahead_in_registers() {
     let (hip, _) = emitted(&row_mean(8192, 4), Dialect::Hip);
     assert!(!hip.contains("dt_cp_async16(ring") && hip.contains("loads one step ahead"), "{hip}");
 }
+
+/// Two staged loops, one inside the other (four rows per program, each row's second reduction
+/// looped): each has a ring of its own, the inner one after the outer one, and the kernel asks
+/// for both.
+#[test]
+fn nested_staged_loops_take_rings_of_their_own() {
+    let src = "Func s1, s2, out; In A, B; Var x; RVar y, k;
+        s1[x] = rsum(A[x, y], y);
+        s2[x] = rsum(B[x, k], k);
+        out[x] = s1[x] + s2[x];
+        out.block(x:4); out.tensorize(x:1, y:0, k:1024); out.num_warps(4); out.num_stages(4); out.bound(y:1024);
+        s1.fuse_at(out, x); s2.fuse_at(out, x);
+        out.dtypes(f16); out.compile();";
+    let (cuda, info) = emitted(src, Dialect::Cuda);
+    let offsets: Vec<usize> = cuda
+        .lines()
+        .filter_map(|l| l.split("(uint4*)(dt_smem + ").nth(1))
+        .map(|rest| rest.trim_end_matches(");").parse().expect("a ring's offset"))
+        .collect();
+    assert_eq!(offsets.len(), 2, "{cuda}");
+    // 4 stages of one 16-byte run per thread, 128 threads: 2048 words per ring.
+    assert_eq!(offsets[1], offsets[0] + 2048, "{cuda}");
+    assert!(info.shared_bytes as usize >= (offsets[1] + 2048) * 4, "{}", info.shared_bytes);
+}

@@ -162,6 +162,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> 
         cluster_arrived: false,
         dialect,
         ring_offset: total,
+        ring_used: 0,
         ring_words: 0,
     };
     let t = c_type(dtype);
@@ -414,8 +415,10 @@ struct Emitter<'a> {
     /// The dialect printed for (loads staged in shared memory need CUDA's asynchronous copies).
     dialect: Dialect,
     /// Where the rings of [`Emitter::staged_rows`] start in shared memory (in 4-byte words, after
-    /// every slot), and the most words one of them takes.
+    /// every slot), the words the rings of the staged loops the printed code is in take (a
+    /// nested loop's ring comes after them), and the most words they ever take together.
     ring_offset: usize,
+    ring_used: usize,
     ring_words: usize,
 }
 
@@ -1092,10 +1095,11 @@ impl Emitter<'_> {
             rings.push((words, runs));
             words += stages * runs * threads;
         }
-        self.ring_words = self.ring_words.max(self.ring_words_for(l, loads));
+        let (outer, own) = (self.ring_used, self.ring_words_for(l, loads));
+        self.ring_words = self.ring_words.max(outer + own);
         let ring = self.fresh("ring");
         self.line(&format!("/* {}: loads {} steps ahead, staged in shared memory */", l.origin, stages - 1));
-        self.line(&format!("uint4* const {ring} = (uint4*)(dt_smem + {});", self.ring_offset));
+        self.line(&format!("uint4* const {ring} = (uint4*)(dt_smem + {});", self.ring_offset + outer));
         // The loads that do not move with the loop are made once, before it.
         let mut current = Vec::new();
         for p in loads.iter().filter(|p| !p.axes.contains(&l.dim)) {
@@ -1168,7 +1172,11 @@ impl Emitter<'_> {
             current.push((p.value, q, f));
         }
         self.prefetched.extend(current);
-        self.stmts(&l.body)?;
+        // A staged loop inside this one takes the shared memory after this ring.
+        self.ring_used = outer + own;
+        let body = self.stmts(&l.body);
+        self.ring_used = outer;
+        body?;
         self.settle_cluster();
         self.prefetched.clear();
         self.line(&format!("{st} = ({st} + 1) % {stages}u;"));
@@ -1269,7 +1277,7 @@ impl Emitter<'_> {
             return self.pipelined_loop(l, id, &d);
         }
         let loads = self.prefetchable(l);
-        let ring_fits = (self.ring_offset + self.ring_words_for(l, &loads)) * 4 <= MAX_STAGED_SHARED_BYTES as usize;
+        let ring_fits = (self.ring_offset + self.ring_used + self.ring_words_for(l, &loads)) * 4 <= MAX_STAGED_SHARED_BYTES as usize;
         if !loads.is_empty() && l.stages > 2 && self.dialect == Dialect::Cuda && ring_fits {
             return self.staged_rows(l, &loads);
         }

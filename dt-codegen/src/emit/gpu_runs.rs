@@ -74,7 +74,7 @@ pub(super) fn runs(k: &Kernel, mapping: Mapping, p: &mut Plan) {
             break;
         }
     }
-    if !reads_allowed(k, &lets, &values) {
+    if !reads_allowed(k, mapping, &lets, &values) {
         return;
     }
     for v in &values {
@@ -109,10 +109,14 @@ fn split(k: &Kernel, mapping: Mapping, lets: &[(ValueId, &Op)], p: &Plan) -> Opt
 }
 
 /// Whether every read of a value in `runs` is one the emitter serves (see the module docs), and
-/// every reduction that reads one lane per run reads a value in runs.
-fn reads_allowed(k: &Kernel, lets: &[(ValueId, &Op)], runs: &HashSet<ValueId>) -> bool {
+/// every reduction that reads one lane per run reads a value in runs, in registers (a reduction
+/// through shared memory reads every lane of the tile it publishes).
+fn reads_allowed(k: &Kernel, mapping: Mapping, lets: &[(ValueId, &Op)], runs: &HashSet<ValueId>) -> bool {
     let ok_let = |(id, op): &(ValueId, &Op)| match op {
-        Op::Reduce { value, run, .. } => (*run > 1) == runs.contains(value),
+        Op::Reduce { value, run, dim, .. } if runs.contains(value) => {
+            *run > 1 && mapping.register_reduce(&k.value(*value).shape, *dim).is_some()
+        }
+        Op::Reduce { run, .. } => *run == 1,
         Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::MaskFill { .. } => {
             op.operands().iter().filter(|o| runs.contains(o)).all(|o| same_layout(&k.value(*o).shape, &k.value(*id).shape))
         }

@@ -606,7 +606,7 @@ fn partials_end_in_reductions(k: &Kernel, kept: &[Stmt], after: &[Stmt], vars: &
 /// Makes each reduction over `dim` of a value uniform in the runs of `vars` read one lane per
 /// run (see [`partials_end_in_reductions`]).
 fn read_one_lane_per_run(k: &Kernel, stmts: &mut [Stmt], vars: &[VarId], dim: DimId) {
-    let uniform = run_uniform(stmts, k, vars, dim).unwrap_or_default();
+    let uniform = run_uniform(stmts, k, vars, dim).expect("the reads after the loop end in reductions (partials_end_in_reductions)");
     for s in stmts {
         if let Stmt::Let { op: Op::Reduce { value, dim: d, run, .. }, .. } = s {
             if *d == dim && uniform.contains(value) {
