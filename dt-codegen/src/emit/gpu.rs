@@ -1029,12 +1029,8 @@ impl Emitter<'_> {
                 if only_moving && !moving(p) {
                     continue;
                 }
-                let depth = e.offsets.len();
-                e.offsets.push((l.dim, at.clone()));
-                e.offsets.extend(p.at.iter().cloned());
                 let shape = e.k.value(p.value).shape.clone();
-                e.issue_vector_loads(&shape, p.input, &p.axes, q, f);
-                e.offsets.truncate(depth);
+                e.at_step(l.dim, at.clone(), &p.at, |e| e.issue_vector_loads(&shape, p.input, &p.axes, q, f));
             }
         };
         issue(self, format!("({})", steps.first()), false);
@@ -1111,8 +1107,11 @@ impl Emitter<'_> {
             self.at_step(l.dim, format!("({})", steps.first()), &p.at, |e| e.issue_vector_loads(&shape, p.input, &p.axes, &q, &f));
             current.push((p.value, q, f));
         }
-        // Copies the runs of step `at` into buffer `stage` of each ring.
+        // Copies the runs of step `at`, if it is one of the loop's, into buffer `stage` of each
+        // ring; one group either way, so that the group of a step is always its step's number.
         let stage_step = |e: &mut Self, at: String, stage: String| {
+            e.line(&format!("if ({}) {{", steps.in_range(&at)));
+            e.depth += 1;
             for (p, (base, runs)) in moving.iter().zip(&rings) {
                 let shape = e.k.value(p.value).shape.clone();
                 let v = e.vector_run(&shape, &p.axes).unwrap_or(1);
@@ -1127,16 +1126,14 @@ impl Emitter<'_> {
                 });
             }
             e.line("dt_cp_async_commit();");
+            e.depth -= 1;
+            e.line("} else {");
+            e.line("    dt_cp_async_commit();");
+            e.line("}");
         };
         let mut ahead = format!("({})", steps.first());
         for k in 0..stages - 1 {
-            self.line(&format!("if ({}) {{", steps.in_range(&ahead)));
-            self.depth += 1;
             stage_step(self, ahead.clone(), k.to_string());
-            self.depth -= 1;
-            self.line("} else {");
-            self.line("    dt_cp_async_commit();");
-            self.line("}");
             ahead = format!("({})", steps.next(&ahead));
         }
         let (o, st) = (self.fresh("o"), self.fresh("st"));
@@ -1149,13 +1146,7 @@ impl Emitter<'_> {
         for _ in 0..stages - 1 {
             next = format!("({})", steps.next(&next));
         }
-        self.line(&format!("if ({}) {{", steps.in_range(&next)));
-        self.depth += 1;
         stage_step(self, next, format!("({st} + {}) % {stages}u", stages - 1));
-        self.depth -= 1;
-        self.line("} else {");
-        self.line("    dt_cp_async_commit();");
-        self.line("}");
         self.line(&format!("dt_cp_async_wait<{}>();", stages - 1));
         for (p, (base, runs)) in moving.iter().zip(&rings) {
             let shape = self.k.value(p.value).shape.clone();

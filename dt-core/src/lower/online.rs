@@ -358,15 +358,7 @@ fn merge(k: &mut Kernel, mut stmts: Vec<Stmt>, m: Match) -> Vec<Stmt> {
                 })
                 .collect();
             // The running maximum moves once per run: by the largest of the run's lanes.
-            for s in l1.body {
-                match s {
-                    Stmt::Update { var, combine, value } if var == m.p1 && runs => {
-                        let run_max = push(k, &mut body, pshape.clone(), Op::RunReduce { op: RedOp::Max, value, dim, run: RUN });
-                        body.push(Stmt::Update { var, combine, value: run_max });
-                    }
-                    s => body.push(s),
-                }
-            }
+            first_loop_body(k, &mut body, l1.body, m.p1, runs.then_some(&pshape), dim);
             let new = push(k, &mut body, pshape.clone(), Op::Var(m.p1));
             let new0 = finite_or_zero(k, &mut body, new);
             let shift = push(k, &mut body, pshape.clone(), Op::Binary(BinOp::Sub, old, new0));
@@ -425,16 +417,8 @@ fn merge(k: &mut Kernel, mut stmts: Vec<Stmt>, m: Match) -> Vec<Stmt> {
                 out.push(Stmt::Init { var, value: 0.0, origin: format!("{by} {what} over {}", k.dim_name(dim)) });
             }
             let old = [push(k, &mut body, pshape.clone(), Op::Var(count)), push(k, &mut body, pshape.clone(), Op::Var(mean))];
-            for s in l1.body {
-                match s {
-                    // Each run adds its sum to the first statistic's partial.
-                    Stmt::Update { var, combine, value } if var == m.p1 && runs => {
-                        let sum = push(k, &mut body, pshape.clone(), Op::RunReduce { op: RedOp::Sum, value, dim, run: RUN });
-                        body.push(Stmt::Update { var, combine, value: sum });
-                    }
-                    s => body.push(s),
-                }
-            }
+            // Each run adds its sum to the first statistic's partial.
+            first_loop_body(k, &mut body, l1.body, m.p1, runs.then_some(&pshape), dim);
             let lane_shape = Shape(vec![(dim, l1.step)]);
             let index = push(k, &mut body, lane_shape.clone(), Op::Index(dim));
             let len = push(k, &mut body, Shape::default(), Op::Len(dim));
@@ -488,6 +472,21 @@ fn merge(k: &mut Kernel, mut stmts: Vec<Stmt>, m: Match) -> Vec<Stmt> {
     }));
     out.extend(tail);
     out
+}
+
+/// Appends the first loop's statements to `body`. With `runs` (the partial's shape), the update
+/// of partial `p1` combines the run's lanes first (`RunReduce` by the update's own operation),
+/// so that the partial holds one value per run.
+fn first_loop_body(k: &mut Kernel, body: &mut Vec<Stmt>, first: Vec<Stmt>, p1: VarId, runs: Option<&Shape>, dim: DimId) {
+    for s in first {
+        match (s, runs) {
+            (Stmt::Update { var, combine: Combine::Reduce(op), value }, Some(shape)) if var == p1 => {
+                let run = push(k, body, shape.clone(), Op::RunReduce { op, value, dim, run: RUN });
+                body.push(Stmt::Update { var, combine: Combine::Reduce(op), value: run });
+            }
+            (s, _) => body.push(s),
+        }
+    }
 }
 
 /// Welford's update, lane by lane: `vars` are the count, the running mean and the sum of
