@@ -90,7 +90,13 @@ fn cuda_matches_reference_evaluator() {
                                 failures.push(format!("{rel} schedule {si} kernel {} {dtype} sizes {:?}: {e}\n{spec}", k.name, sizes));
                             }
                         }
-                        Err(e) => failures.push(format!("{rel} schedule {si} kernel {} {dtype} sizes {:?}: {e}", k.name, sizes)),
+                        Err(e) => {
+                            // Printed now too: a launch that fails takes the context with it, so the
+                            // next compile or launch panics before the summary.
+                            let failure = format!("{rel} schedule {si} kernel {} {dtype} sizes {:?}: {e}", k.name, sizes);
+                            eprintln!("{failure}");
+                            failures.push(failure);
+                        }
                     }
                 }
             }

@@ -143,7 +143,12 @@ impl Machine<'_> {
                     let (start, end) = match l.kind {
                         LoopKind::Block => {
                             let (start, b) = (self.block_start(l.dim), self.k.grid.block_extent(l.dim).unwrap_or(1) as usize);
-                            (start, (start + b).min(size))
+                            let full = (size - size % l.step as usize).clamp(start, start + b);
+                            match l.steps {
+                                Steps::All => (start, (start + b).min(size)),
+                                Steps::Full => (start, full),
+                                Steps::Partial => (full, (start + b).min(size)),
+                            }
                         }
                         LoopKind::Whole | LoopKind::Reduction => {
                             let full = size - size % l.step as usize;

@@ -279,6 +279,15 @@ impl Grid {
             .collect()
     }
 
+    /// Whether some program of each cluster would get no columns of the clustered dimension, of
+    /// size `n`: at most N - 1 blocks, for a cluster of N. Such a program still runs and the
+    /// others wait for it at every cluster reduction, so the library prefers a later size class
+    /// where one admits the sizes.
+    pub fn cluster_leaves_programs_idle(&self, n: usize) -> bool {
+        let Some((d, programs)) = self.cluster else { return false };
+        n <= (programs as usize - 1) * self.block_extent(d).unwrap_or(1) as usize
+    }
+
     /// Number of programs to launch.
     pub fn programs(&self, sizes: &[usize]) -> usize {
         self.counts(sizes).iter().product()

@@ -82,9 +82,51 @@ fn clustered_rows_are_read_once_and_combined_once_per_statistic() {
     }
 }
 
+/// Loops over `y` (a program's block in steps of the tile) that accumulate (statistics) and
+/// that store (the output), the partial steps of loops split by `full_steps` not counted; and
+/// whether every storing loop runs backward.
+fn row_loops(stmts: &[Stmt]) -> (usize, usize, bool) {
+    let (mut stats, mut outputs, mut backward) = (0, 0, true);
+    for s in stmts {
+        let Stmt::Loop(l) = s else { continue };
+        if l.dim.index() == 0 || l.body.iter().any(|s| matches!(s, Stmt::Loop(_))) {
+            let inner = row_loops(&l.body);
+            (stats, outputs, backward) = (stats + inner.0, outputs + inner.1, backward && inner.2);
+            continue;
+        }
+        if l.steps == dt_core::kir::Steps::Partial {
+            continue;
+        }
+        if l.body.iter().any(|s| matches!(s, Stmt::Store { .. })) {
+            outputs += 1;
+            backward &= l.backward;
+        } else {
+            stats += 1;
+        }
+    }
+    (stats, outputs, backward)
+}
+
+/// With a tile narrower than the block, a program loops over its block: both statistics in
+/// one loop (pass `online`, the second rescaled to the cluster's first statistic after it),
+/// kept per run of 8 lanes, and the output loop backward.
+#[test]
+fn clustered_looped_rows_carry_both_statistics_in_one_loop() {
+    for src in [SOFTMAX, LAYERNORM] {
+        for tile in ["4", "8"] {
+            let (_, k) = lowered(&src.replace("TILE", tile));
+            let text = dt_core::kir::print(&k);
+            assert_eq!(row_loops(&k.body), (1, 1, true), "{text}");
+            assert_eq!(ops(&k.body).iter().filter(|o| matches!(o, Op::ClusterReduce { .. })).count(), 2, "{text}");
+            assert!(text.contains("over runs of 8"), "{text}");
+            assert!(text.contains("full steps"), "{text}");
+        }
+    }
+}
+
 #[test]
 fn clustered_softmax_matches_reference() {
-    for tile in ["0", "4"] {
+    for tile in ["0", "4", "8"] {
         let src = SOFTMAX.replace("TILE", tile);
         for (rows, cols) in [(1, 1), (3, 5), (2, 16), (3, 17), (5, 47), (2, 64), (4, 63)] {
             check(&src, rows, cols, 12.0);
@@ -94,7 +136,7 @@ fn clustered_softmax_matches_reference() {
 
 #[test]
 fn clustered_layernorm_matches_reference() {
-    for tile in ["0", "8"] {
+    for tile in ["0", "4", "8"] {
         let src = LAYERNORM.replace("TILE", tile);
         for (rows, cols) in [(1, 1), (3, 5), (2, 16), (3, 33), (5, 50), (2, 64)] {
             check(&src, rows, cols, 4.0);

@@ -332,6 +332,7 @@ DT_FN float dt_fast_tanh(float a) {
 }
 #endif
 DT_FN long long dt_min_ll(long long a, long long b) { return a < b ? a : b; }
+DT_FN long long dt_max_ll(long long a, long long b) { return a > b ? a : b; }
 DT_FN long long dt_cdiv(long long a, long long b) { return (a + b - 1) / b; }
 
 #if !defined(__HIPCC__)
@@ -343,6 +344,9 @@ DT_FN long long dt_cdiv(long long a, long long b) { return (a + b - 1) / b; }
  * writes before it visible to the cluster's reads after it.
  * dt_cluster_arrive / dt_cluster_wait: the same barrier in two halves, for a program to say it
  * is done reading the others' shared memory (arrive) and to wait, later, until all are (wait).
+ * The arrive is a release: the reads before it are done when another program's wait returns,
+ * so a program may exit then (a relaxed arrive let a program leave while a read of its shared
+ * memory was still in flight, and the GPU failed the launch).
  * dt_cluster_load: the float at `p` (in this program's shared memory) in program `rank` of the
  * cluster's shared memory. */
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
@@ -359,7 +363,7 @@ DT_FN void dt_cluster_sync() {
 }
 DT_FN void dt_cluster_arrive() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
 #else
     __trap();
 #endif

@@ -332,6 +332,7 @@ DT_FN float dt_fast_tanh(float a) {
 }
 #endif
 DT_FN long long dt_min_ll(long long a, long long b) { return a < b ? a : b; }
+DT_FN long long dt_max_ll(long long a, long long b) { return a > b ? a : b; }
 DT_FN long long dt_cdiv(long long a, long long b) { return (a + b - 1) / b; }
 
 #if !defined(__HIPCC__)
@@ -343,6 +344,9 @@ DT_FN long long dt_cdiv(long long a, long long b) { return (a + b - 1) / b; }
  * writes before it visible to the cluster's reads after it.
  * dt_cluster_arrive / dt_cluster_wait: the same barrier in two halves, for a program to say it
  * is done reading the others' shared memory (arrive) and to wait, later, until all are (wait).
+ * The arrive is a release: the reads before it are done when another program's wait returns,
+ * so a program may exit then (a relaxed arrive let a program leave while a read of its shared
+ * memory was still in flight, and the GPU failed the launch).
  * dt_cluster_load: the float at `p` (in this program's shared memory) in program `rank` of the
  * cluster's shared memory. */
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
@@ -359,7 +363,7 @@ DT_FN void dt_cluster_sync() {
 }
 DT_FN void dt_cluster_arrive() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
 #else
     __trap();
 #endif
@@ -3049,6 +3053,860 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32(const dt_
                 if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
                 if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
                 if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+            }
+        }
+    }
+}
+
+/* kernel layernorm_256k for f32: grid block(x:1, y:65536); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_256k_f32(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
+    const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
+    const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
+    float* __restrict__ out = (float*)args.output; /* layernorm_256k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n1 = (unsigned)(4);
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    /* block(x:1) layernorm_256k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc4[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc4[r] = 0e0f;
+            }
+        }
+        float v5[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v5[r] = (float)s1;
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* run count over y */
+        float acc6[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc6[r] = 0e0f;
+            }
+        }
+        /* run running mean over y */
+        float acc7[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc7[r] = 0e0f;
+            }
+        }
+        /* rsum layernorm_256k.tensorize(y:16384) + rsum layernorm_256k.tensorize(y:16384), in one pass */
+        for (long long o12 = b1 * 65536; o12 < dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o12 += 16384) {
+            float v67[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v67[r] = acc6[r];
+                }
+            }
+            float v68[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v68[r] = acc7[r];
+                }
+            }
+            float v69[16];
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l17 = (int)((unsigned)e / 16384u % 1u);
+                const int l18 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l18) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l17) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v69[c * 4 + 0] = __uint_as_float(q.x);
+                    v69[c * 4 + 1] = __uint_as_float(q.y);
+                    v69[c * 4 + 2] = __uint_as_float(q.z);
+                    v69[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v69[c * 4 + 0] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v69[c * 4 + 1] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v69[c * 4 + 2] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v69[c * 4 + 3] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                }
+            }
+            float v70[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v70[r] = (v69[r * 4 + 0] + v69[r * 4 + 1]) + (v69[r * 4 + 2] + v69[r * 4 + 3]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = acc4[r] + v70[r];
+                }
+            }
+            float v73[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v73[r] = 1e0f;
+                }
+            }
+            float v74[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v74[r] = (v73[r * 4 + 0] + v73[r * 4 + 1]) + (v73[r * 4 + 2] + v73[r * 4 + 3]);
+                }
+            }
+            float v75[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v75[r] = 1e0f;
+            }
+            float v76[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v76[r] = fmaxf(v74[r], v75[0]);
+                }
+            }
+            float v77[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v77[r] = (v70[r] / v76[r]);
+                }
+            }
+            float v78[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v78[r] = (v69[r] - v77[r / 4]);
+                }
+            }
+            float v79[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v79[r] = (v78[r] * v73[r]);
+                }
+            }
+            float v80[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v80[r] = (v79[r] * v79[r]);
+                }
+            }
+            float v81[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v81[r] = (v80[r * 4 + 0] + v80[r * 4 + 1]) + (v80[r * 4 + 2] + v80[r * 4 + 3]);
+                }
+            }
+            float v82[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v82[r] = (v67[r] + v74[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc6[r] = v82[r];
+                }
+            }
+            float v83[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v83[r] = fmaxf(v82[r], v75[0]);
+                }
+            }
+            float v84[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v84[r] = (v74[r] / v83[r]);
+                }
+            }
+            float v85[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v85[r] = (v77[r] - v68[r]);
+                }
+            }
+            float v86[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v86[r] = (v85[r] * v84[r]);
+                }
+            }
+            float v87[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v87[r] = (v68[r] + v86[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v87[r];
+                }
+            }
+            float v88[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v88[r] = (v86[r] * v85[r]);
+                }
+            }
+            float v89[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v89[r] = (v88[r] * v67[r]);
+                }
+            }
+            float v90[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v90[r] = acc5[r];
+                }
+            }
+            float v91[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v91[r] = (v90[r] + v81[r]);
+                }
+            }
+            float v92[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v92[r] = (v91[r] + v89[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc5[r] = v92[r];
+                }
+            }
+        }
+        /* rsum layernorm_256k.tensorize(y:16384) + rsum layernorm_256k.tensorize(y:16384), in one pass */
+        for (long long o64 = dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o64 < dt_min_ll(b1 * 65536 + 65536, s1); o64 += 16384) {
+            float v34[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v34[r] = acc6[r];
+                }
+            }
+            float v35[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v35[r] = acc7[r];
+                }
+            }
+            float v0[16];
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l69 = (int)((unsigned)e / 16384u % 1u);
+                const int l70 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l69) * (unsigned)args.input_strides[0][0] + (unsigned)(o64 + l70) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + (l70 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v0[c * 4 + 0] = __uint_as_float(q.x);
+                    v0[c * 4 + 1] = __uint_as_float(q.y);
+                    v0[c * 4 + 2] = __uint_as_float(q.z);
+                    v0[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v0[c * 4 + 0] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + l70) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 1] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + (l70 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 2] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + (l70 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 3] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + (l70 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                }
+            }
+            float v36[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v36[r] = (v0[r * 4 + 0] + v0[r * 4 + 1]) + (v0[r * 4 + 2] + v0[r * 4 + 3]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = acc4[r] + v36[r];
+                }
+            }
+            float v37[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    const int l75 = (int)((unsigned)e / 1u % 16384u);
+                    v37[r] = (float)(o64 + l75);
+                }
+            }
+            float v38[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v38[r] = (float)s1;
+            }
+            float v39[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v39[r] = ((v37[r]) < (v38[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v40[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v40[r] = (v39[r * 4 + 0] + v39[r * 4 + 1]) + (v39[r * 4 + 2] + v39[r * 4 + 3]);
+                }
+            }
+            float v42[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v42[r] = 1e0f;
+            }
+            float v43[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v43[r] = fmaxf(v40[r], v42[0]);
+                }
+            }
+            float v44[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v44[r] = (v36[r] / v43[r]);
+                }
+            }
+            float v45[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v45[r] = (v0[r] - v44[r / 4]);
+                }
+            }
+            float v46[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v46[r] = (v45[r] * v39[r]);
+                }
+            }
+            float v47[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v47[r] = (v46[r] * v46[r]);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v48[r] = (v47[r * 4 + 0] + v47[r * 4 + 1]) + (v47[r * 4 + 2] + v47[r * 4 + 3]);
+                }
+            }
+            float v49[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v49[r] = (v34[r] + v40[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc6[r] = v49[r];
+                }
+            }
+            float v50[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v50[r] = fmaxf(v49[r], v42[0]);
+                }
+            }
+            float v51[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v51[r] = (v40[r] / v50[r]);
+                }
+            }
+            float v52[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v52[r] = (v44[r] - v35[r]);
+                }
+            }
+            float v53[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v53[r] = (v52[r] * v51[r]);
+                }
+            }
+            float v54[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v54[r] = (v35[r] + v53[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v54[r];
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v55[r] = (v53[r] * v52[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v56[r] = (v55[r] * v34[r]);
+                }
+            }
+            float v57[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v57[r] = acc5[r];
+                }
+            }
+            float v58[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v58[r] = (v57[r] + v48[r]);
+                }
+            }
+            float v59[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v59[r] = (v58[r] + v56[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc5[r] = v59[r];
+                }
+            }
+        }
+        float v32[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v32[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v32[i * 4 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a120 = 0e0f;
+            for (int g = 0; g < 32; g++) a120 = a120 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a120;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v4[1];
+        /* rsum over the 4 programs of the cluster along y */
+        __shared__ float cl123[1];
+        if (tid == 0) cl123[0] = v3[0];
+        dt_cluster_sync();
+        {
+            float p = (tid % 32) < 4 ? dt_cluster_load(&cl123[0], (unsigned)(tid % 32)) : 0e0f;
+            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
+            v4[0] = p;
+        }
+        dt_cluster_arrive();
+        float v6[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v6[r] = (v4[0] / v5[0]);
+        }
+        float v60[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v60[r] = acc5[r];
+            }
+        }
+        float v61[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v61[r] = acc6[r];
+            }
+        }
+        float v62[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v62[r] = acc7[r];
+            }
+        }
+        float v63[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v63[r] = (v62[r] - v6[0]);
+            }
+        }
+        float v64[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v64[r] = (v63[r] * v63[r]);
+            }
+        }
+        float v65[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v65[r] = (v61[r] * v64[r]);
+            }
+        }
+        float v66[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v66[r] = (v60[r] + v65[r]);
+            }
+        }
+        float v15[1];
+        /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v66[i * 4 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a140 = 0e0f;
+            for (int g = 0; g < 32; g++) a140 = a140 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v15[r] = a140;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v15[0];
+        }
+        float v16[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v16[r] = acc2[r];
+        }
+        float v17[1];
+        /* rsum over the 4 programs of the cluster along y */
+        __shared__ float cl143[1];
+        dt_cluster_wait();
+        if (tid == 0) cl143[0] = v16[0];
+        dt_cluster_sync();
+        {
+            float p = (tid % 32) < 4 ? dt_cluster_load(&cl143[0], (unsigned)(tid % 32)) : 0e0f;
+            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
+            v17[0] = p;
+        }
+        dt_cluster_arrive();
+        float v19[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v19[r] = (v17[0] / v5[0]);
+        }
+        dt_cluster_wait();
+        /* block(y:65536) layernorm_256k.tensorize(y:16384) */
+        for (long long o145 = b1 * 65536 + (dt_cdiv(dt_min_ll(b1 * 65536 + 65536, s1) - (b1 * 65536), 16384) - 1) * 16384; o145 >= b1 * 65536; o145 -= 16384) {
+            float v20[16];
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l146 = (int)((unsigned)e / 16384u % 1u);
+                const int l147 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l146) * (unsigned)args.input_strides[0][0] + (unsigned)(o145 + l147) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l146) < (unsigned)s0 && (unsigned)(o145 + (l147 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = dt_load_once((const uint4*)(in0 + a));
+                    v20[c * 4 + 0] = __uint_as_float(q.x);
+                    v20[c * 4 + 1] = __uint_as_float(q.y);
+                    v20[c * 4 + 2] = __uint_as_float(q.z);
+                    v20[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v20[c * 4 + 0] = ((unsigned)(o1 + l146) < (unsigned)s0 && (unsigned)(o145 + l147) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v20[c * 4 + 1] = ((unsigned)(o1 + l146) < (unsigned)s0 && (unsigned)(o145 + (l147 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v20[c * 4 + 2] = ((unsigned)(o1 + l146) < (unsigned)s0 && (unsigned)(o145 + (l147 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v20[c * 4 + 3] = ((unsigned)(o1 + l146) < (unsigned)s0 && (unsigned)(o145 + (l147 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                }
+            }
+            float v22[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v22[r] = (v20[r] - v6[0]);
+                }
+            }
+            float v24[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v24[r] = args.scalars[0];
+            }
+            float v25[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v25[r] = (v19[0] + v24[0]);
+            }
+            float v26[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v26[r] = dt_rsqrt(v25[0]);
+            }
+            float v27[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v27[r] = (v22[r] * v26[0]);
+                }
+            }
+            float v28[16];
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l154 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o145 + l154) * (unsigned)args.input_strides[1][0];
+                if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(o145 + (l154 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in1 + a);
+                    v28[c * 4 + 0] = __uint_as_float(q.x);
+                    v28[c * 4 + 1] = __uint_as_float(q.y);
+                    v28[c * 4 + 2] = __uint_as_float(q.z);
+                    v28[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v28[c * 4 + 0] = ((unsigned)(o145 + l154) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v28[c * 4 + 1] = ((unsigned)(o145 + (l154 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v28[c * 4 + 2] = ((unsigned)(o145 + (l154 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v28[c * 4 + 3] = ((unsigned)(o145 + (l154 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                }
+            }
+            float v29[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v29[r] = (v27[r] * v28[r]);
+                }
+            }
+            float v30[16];
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l157 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o145 + l157) * (unsigned)args.input_strides[2][0];
+                if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(o145 + (l157 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in2 + a);
+                    v30[c * 4 + 0] = __uint_as_float(q.x);
+                    v30[c * 4 + 1] = __uint_as_float(q.y);
+                    v30[c * 4 + 2] = __uint_as_float(q.z);
+                    v30[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v30[c * 4 + 0] = ((unsigned)(o145 + l157) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v30[c * 4 + 1] = ((unsigned)(o145 + (l157 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v30[c * 4 + 2] = ((unsigned)(o145 + (l157 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v30[c * 4 + 3] = ((unsigned)(o145 + (l157 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                }
+            }
+            float v31[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v31[r] = (v29[r] + v30[r]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l160 = (int)((unsigned)e / 16384u % 1u);
+                const int l161 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l160) * (unsigned)args.output_strides[0] + (unsigned)(o145 + l161) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l160) < (unsigned)s0 && (unsigned)(o145 + (l161 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v31[c * 4 + 0]), __float_as_uint(v31[c * 4 + 1]), __float_as_uint(v31[c * 4 + 2]), __float_as_uint(v31[c * 4 + 3])));
+                } else {
+                    if ((unsigned)(o1 + l160) < (unsigned)s0 && (unsigned)(o145 + l161) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 0]);
+                    if ((unsigned)(o1 + l160) < (unsigned)s0 && (unsigned)(o145 + (l161 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 1]);
+                    if ((unsigned)(o1 + l160) < (unsigned)s0 && (unsigned)(o145 + (l161 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 2]);
+                    if ((unsigned)(o1 + l160) < (unsigned)s0 && (unsigned)(o145 + (l161 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 3]);
+                }
             }
         }
     }

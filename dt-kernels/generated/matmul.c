@@ -74,6 +74,7 @@ DT_FN dt_bf16 dt_store_bf16(float v) { return dt_f32_to_bf16(v); }
 DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
 DT_FN long long dt_min_ll(long long a, long long b) { return a < b ? a : b; }
+DT_FN long long dt_max_ll(long long a, long long b) { return a > b ? a : b; }
 DT_FN long long dt_cdiv(long long a, long long b) { return (a + b - 1) / b; }
 
 typedef struct dt_args {

@@ -332,6 +332,7 @@ DT_FN float dt_fast_tanh(float a) {
 }
 #endif
 DT_FN long long dt_min_ll(long long a, long long b) { return a < b ? a : b; }
+DT_FN long long dt_max_ll(long long a, long long b) { return a > b ? a : b; }
 DT_FN long long dt_cdiv(long long a, long long b) { return (a + b - 1) / b; }
 
 #if !defined(__HIPCC__)
@@ -343,6 +344,9 @@ DT_FN long long dt_cdiv(long long a, long long b) { return (a + b - 1) / b; }
  * writes before it visible to the cluster's reads after it.
  * dt_cluster_arrive / dt_cluster_wait: the same barrier in two halves, for a program to say it
  * is done reading the others' shared memory (arrive) and to wait, later, until all are (wait).
+ * The arrive is a release: the reads before it are done when another program's wait returns,
+ * so a program may exit then (a relaxed arrive let a program leave while a read of its shared
+ * memory was still in flight, and the GPU failed the launch).
  * dt_cluster_load: the float at `p` (in this program's shared memory) in program `rank` of the
  * cluster's shared memory. */
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
@@ -359,7 +363,7 @@ DT_FN void dt_cluster_sync() {
 }
 DT_FN void dt_cluster_arrive() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
 #else
     __trap();
 #endif
@@ -2005,6 +2009,601 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_f32(const dt_ar
                 if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
                 if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
                 if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+            }
+        }
+    }
+}
+
+/* kernel softmax_256k for f32: grid block(x:1, y:65536); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k_f32(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    float* __restrict__ out = (float*)args.output; /* softmax_256k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n1 = (unsigned)(4);
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    /* block(x:1) softmax_256k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        /* partial rmax over y, by runs of 8 lanes */
+        float acc4[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc4[r] = (-INFINITY);
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* rmax softmax_256k.tensorize(y:16384) + rsum softmax_256k.tensorize(y:16384), in one pass */
+        for (long long o8 = b1 * 65536; o8 < dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o8 += 16384) {
+            float v43[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v43[r] = acc4[r];
+                }
+            }
+            float v44[16];
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l11 = (int)((unsigned)e / 16384u % 1u);
+                const int l12 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l11) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v44[c * 4 + 0] = __uint_as_float(q.x);
+                    v44[c * 4 + 1] = __uint_as_float(q.y);
+                    v44[c * 4 + 2] = __uint_as_float(q.z);
+                    v44[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v44[c * 4 + 0] = ((unsigned)(o1 + l11) < (unsigned)s0) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v44[c * 4 + 1] = ((unsigned)(o1 + l11) < (unsigned)s0) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v44[c * 4 + 2] = ((unsigned)(o1 + l11) < (unsigned)s0) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v44[c * 4 + 3] = ((unsigned)(o1 + l11) < (unsigned)s0) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                }
+            }
+            float v45[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v45[r] = fmaxf((fmaxf(v44[r * 4 + 0], v44[r * 4 + 1])), (fmaxf(v44[r * 4 + 2], v44[r * 4 + 3])));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v45[r]);
+                }
+            }
+            float v46[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v46[r] = acc4[r];
+                }
+            }
+            float v47[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v47[r] = (-INFINITY);
+            }
+            float v48[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v48[r] = 0e0f;
+            }
+            float v49[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v49[r] = ((v46[r]) == (v47[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v50[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v50[r] = v49[r] != 0.0f ? v48[0] : v46[r];
+                }
+            }
+            float v51[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v51[r] = (v43[r] - v50[r]);
+                }
+            }
+            float v52[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v52[r] = expf(v51[r]);
+                }
+            }
+            float v53[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v53[r] = (v44[r] - v50[r / 4]);
+                }
+            }
+            float v54[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v54[r] = expf(v53[r]);
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v55[r] = (v54[r * 4 + 0] + v54[r * 4 + 1]) + (v54[r * 4 + 2] + v54[r * 4 + 3]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v56[r] = acc5[r];
+                }
+            }
+            float v57[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v57[r] = (v56[r] * v52[r]);
+                }
+            }
+            float v58[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v58[r] = (v57[r] + v55[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc5[r] = v58[r];
+                }
+            }
+        }
+        /* rmax softmax_256k.tensorize(y:16384) + rsum softmax_256k.tensorize(y:16384), in one pass */
+        for (long long o41 = dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o41 < dt_min_ll(b1 * 65536 + 65536, s1); o41 += 16384) {
+            float v21[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v21[r] = acc4[r];
+                }
+            }
+            float v0[16];
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l44 = (int)((unsigned)e / 16384u % 1u);
+                const int l45 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l44) * (unsigned)args.input_strides[0][0] + (unsigned)(o41 + l45) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(o41 + (l45 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v0[c * 4 + 0] = __uint_as_float(q.x);
+                    v0[c * 4 + 1] = __uint_as_float(q.y);
+                    v0[c * 4 + 2] = __uint_as_float(q.z);
+                    v0[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v0[c * 4 + 0] = ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(o41 + l45) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 1] = ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(o41 + (l45 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 2] = ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(o41 + (l45 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 3] = ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(o41 + (l45 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                }
+            }
+            float v22[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v22[r] = fmaxf((fmaxf(v0[r * 4 + 0], v0[r * 4 + 1])), (fmaxf(v0[r * 4 + 2], v0[r * 4 + 3])));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v22[r]);
+                }
+            }
+            float v23[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v23[r] = acc4[r];
+                }
+            }
+            float v24[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v24[r] = (-INFINITY);
+            }
+            float v25[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v25[r] = 0e0f;
+            }
+            float v26[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v26[r] = ((v23[r]) == (v24[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v27[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v27[r] = v26[r] != 0.0f ? v25[0] : v23[r];
+                }
+            }
+            float v28[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v28[r] = (v21[r] - v27[r]);
+                }
+            }
+            float v29[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v29[r] = expf(v28[r]);
+                }
+            }
+            float v5[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    const int l61 = (int)((unsigned)e / 1u % 16384u);
+                    v5[r] = ((unsigned)(o41 + l61) < (unsigned)s1) ? v0[r] : 0e0f;
+                }
+            }
+            float v7[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v7[r] = (v5[r] - v27[r / 4]);
+                }
+            }
+            float v8[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v8[r] = expf(v7[r]);
+                }
+            }
+            float v9[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    const int l67 = (int)((unsigned)e / 1u % 16384u);
+                    v9[r] = ((unsigned)(o41 + l67) < (unsigned)s1) ? v8[r] : 0e0f;
+                }
+            }
+            float v30[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v30[r] = (v9[r * 4 + 0] + v9[r * 4 + 1]) + (v9[r * 4 + 2] + v9[r * 4 + 3]);
+                }
+            }
+            float v31[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v31[r] = acc5[r];
+                }
+            }
+            float v32[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v32[r] = (v31[r] * v29[r]);
+                }
+            }
+            float v33[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v33[r] = (v32[r] + v30[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc5[r] = v33[r];
+                }
+            }
+        }
+        float v19[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v19[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 4; q++) p[i] = fmaxf(p[i], v19[i * 4 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a81 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a81 = fmaxf(a81, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a81;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v4[1];
+        /* rmax over the 4 programs of the cluster along y */
+        __shared__ float cl84[1];
+        if (tid == 0) cl84[0] = v3[0];
+        dt_cluster_sync();
+        {
+            float p = (tid % 32) < 4 ? dt_cluster_load(&cl84[0], (unsigned)(tid % 32)) : (-INFINITY);
+            for (int m = 16; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 32));
+            v4[0] = p;
+        }
+        dt_cluster_arrive();
+        float v34[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v34[r] = acc5[r];
+            }
+        }
+        float v36[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v36[r] = (-INFINITY);
+        }
+        float v37[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v37[r] = 0e0f;
+        }
+        float v38[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v38[r] = ((v4[0]) == (v36[0]) ? 1.0f : 0.0f);
+        }
+        float v39[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v39[r] = v38[0] != 0.0f ? v37[0] : v4[0];
+        }
+        float v40[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v40[r] = (v19[r] - v39[0]);
+            }
+        }
+        float v41[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v41[r] = expf(v40[r]);
+            }
+        }
+        float v42[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v42[r] = (v34[r] * v41[r]);
+            }
+        }
+        float v10[1];
+        /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v42[i * 4 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a96 = 0e0f;
+            for (int g = 0; g < 32; g++) a96 = a96 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v10[r] = a96;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v10[0];
+        }
+        float v11[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v11[r] = acc2[r];
+        }
+        float v12[1];
+        /* rsum over the 4 programs of the cluster along y */
+        __shared__ float cl99[1];
+        dt_cluster_wait();
+        if (tid == 0) cl99[0] = v11[0];
+        dt_cluster_sync();
+        {
+            float p = (tid % 32) < 4 ? dt_cluster_load(&cl99[0], (unsigned)(tid % 32)) : 0e0f;
+            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
+            v12[0] = p;
+        }
+        dt_cluster_arrive();
+        dt_cluster_wait();
+        /* block(y:65536) softmax_256k.tensorize(y:16384) */
+        for (long long o100 = b1 * 65536 + (dt_cdiv(dt_min_ll(b1 * 65536 + 65536, s1) - (b1 * 65536), 16384) - 1) * 16384; o100 >= b1 * 65536; o100 -= 16384) {
+            float v13[16];
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l101 = (int)((unsigned)e / 16384u % 1u);
+                const int l102 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l101) * (unsigned)args.input_strides[0][0] + (unsigned)(o100 + l102) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l101) < (unsigned)s0 && (unsigned)(o100 + (l102 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = dt_load_once((const uint4*)(in0 + a));
+                    v13[c * 4 + 0] = __uint_as_float(q.x);
+                    v13[c * 4 + 1] = __uint_as_float(q.y);
+                    v13[c * 4 + 2] = __uint_as_float(q.z);
+                    v13[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v13[c * 4 + 0] = ((unsigned)(o1 + l101) < (unsigned)s0 && (unsigned)(o100 + l102) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v13[c * 4 + 1] = ((unsigned)(o1 + l101) < (unsigned)s0 && (unsigned)(o100 + (l102 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v13[c * 4 + 2] = ((unsigned)(o1 + l101) < (unsigned)s0 && (unsigned)(o100 + (l102 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v13[c * 4 + 3] = ((unsigned)(o1 + l101) < (unsigned)s0 && (unsigned)(o100 + (l102 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                }
+            }
+            float v15[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v15[r] = (v13[r] - v4[0]);
+                }
+            }
+            float v16[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v16[r] = expf(v15[r]);
+                }
+            }
+            float v18[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v18[r] = (v16[r] / v12[0]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l109 = (int)((unsigned)e / 16384u % 1u);
+                const int l110 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.output_strides[0] + (unsigned)(o100 + l110) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(o100 + (l110 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v18[c * 4 + 0]), __float_as_uint(v18[c * 4 + 1]), __float_as_uint(v18[c * 4 + 2]), __float_as_uint(v18[c * 4 + 3])));
+                } else {
+                    if ((unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(o100 + l110) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 0]);
+                    if ((unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(o100 + (l110 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 1]);
+                    if ((unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(o100 + (l110 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 2]);
+                    if ((unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(o100 + (l110 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 3]);
+                }
             }
         }
     }

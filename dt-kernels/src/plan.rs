@@ -72,19 +72,31 @@ pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], s
         .filter(|k| dt_core::kir::is_variant_of(&k.name, op.kernel))
         .filter(|k| device.clusters || k.grid.cluster.is_none())
         .collect();
+    // A clustered class whose rows would leave a program of each cluster without columns runs
+    // only where no later class admits the sizes.
     // Where none runs: the error of the last variant built for the dtype (its bounds), else
     // that of the first (not built for it).
-    let (mut bound, mut not_built) = (None, None);
+    let (mut bound, mut not_built, mut idle) = (None, None, None);
     for kernel in variants {
         match plan_kernel(op, kernel, dtype, shapes, scalars) {
             Err(e @ Error::BoundExceeded { .. }) => bound = Some(e),
             Err(e @ Error::DTypeNotBuilt { .. }) => {
                 not_built.get_or_insert(e);
             }
+            Ok(planned) if idle.is_none() && leaves_programs_idle(kernel, &planned) => idle = Some(planned),
             planned => return planned,
         }
     }
+    if let Some(planned) = idle {
+        return Ok(planned);
+    }
     Err(bound.or(not_built).unwrap_or_else(|| Error::Internal(format!("spec `{}` has no kernel `{}`", spec.name, op.kernel))))
+}
+
+/// Whether clustered `kernel` planned as `planned` gives some program of each cluster no
+/// columns ([`dt_core::kir::Grid::cluster_leaves_programs_idle`]).
+fn leaves_programs_idle(kernel: &Kernel, planned: &Plan) -> bool {
+    kernel.grid.cluster.is_some_and(|(d, _)| kernel.grid.cluster_leaves_programs_idle(planned.args.sizes[kernel.dim_slot(d)] as usize))
 }
 
 /// [`plan`] for one kernel.

@@ -260,7 +260,14 @@ fn long_rows_match_reference() {
         let dtype = dtype_of::<T>();
         let (flat, padded, transposed) =
             (Placement::row_major(2), Placement { order: vec![0, 1], pad: 1 }, Placement { order: vec![1, 0], pad: 0 });
-        let shapes = [(3, 40000, &padded), (2, 65536, &flat), (5, 65537, &padded), (2, 262144, &flat), (3, 30000, &transposed)];
+        let shapes = [
+            (3, 40000, &padded),
+            (2, 65536, &flat),
+            (5, 65537, &padded),
+            (2, 262144, &flat),
+            (3, 200001, &padded),
+            (3, 30000, &transposed),
+        ];
         let vector = Placement::row_major(1);
         for (seed, (r, c, p)) in shapes.into_iter().enumerate() {
             let (seed, std) = (seed as u64, if seed % 2 == 0 { 1.0 } else { 8.0 });

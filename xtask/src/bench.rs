@@ -474,7 +474,8 @@ fn to_json(rows: &[Row]) -> String {
 
 /// The size-class variant of the job's kernel that the library runs: the first, in the spec's
 /// order, built for the job's dtype, whose bounds admit the sizes of `args` (among the
-/// unclustered ones where there are no thread-block `clusters`).
+/// unclustered ones where there are no thread-block `clusters`; a clustered one that would
+/// leave programs idle only where no other admits them).
 fn choose_variant<'a, 'b>(
     program: &dt_core::algo::Program,
     kernels: &'a [Kernel],
@@ -483,14 +484,19 @@ fn choose_variant<'a, 'b>(
     clusters: bool,
 ) -> Result<(&'a Kernel, dt_core::tensor::Bound<'b>), String> {
     let runnable = |k: &&Kernel| (clusters || k.grid.cluster.is_none()) && k.dtypes.contains(&job.dtype);
+    let mut idle = None;
     for kernel in kernels.iter().filter(|k| dt_core::kir::is_variant_of(&k.name, job.kernel())).filter(runnable) {
         let fid = program.kernel_by_name(&kernel.name).ok_or("kernel")?;
         let bound = dt_core::tensor::bind(program, fid, args).map_err(|e| e.to_string())?;
         if dt_codegen::host::check_bounds(kernel, &bound).is_ok() {
-            return Ok((kernel, bound));
+            // As the library does: a clustered class that leaves programs idle comes last.
+            match kernel.grid.cluster {
+                Some((d, _)) if idle.is_none() && kernel.grid.cluster_leaves_programs_idle(bound.size(d)) => idle = Some((kernel, bound)),
+                _ => return Ok((kernel, bound)),
+            }
         }
     }
-    Err(format!("no variant of kernel `{}` admits these sizes", job.kernel()))
+    idle.ok_or_else(|| format!("no variant of kernel `{}` admits these sizes", job.kernel()))
 }
 
 /// Most work a CPU row may take: 2^31 floating-point operations or 2^27 bytes moved.

@@ -197,7 +197,16 @@ impl LoopSteps {
         let (start, end, last) = match l.kind {
             LoopKind::Block => {
                 let b = k.grid.block_extent(l.dim).unwrap_or(1);
-                let (start, end) = (format!("b{slot} * {b}"), format!("dt_min_ll(b{slot} * {b} + {b}, {size})"));
+                let start = format!("b{slot} * {b}");
+                // The block's full steps end where the dimension's do, within the block.
+                let full = format!("dt_max_ll({start}, dt_min_ll({start} + {b}, ({size} / {step}) * {step}))");
+                let end = format!("dt_min_ll({start} + {b}, {size})");
+                let (start, end) = match l.steps {
+                    Steps::All => (start, end),
+                    Steps::Full => (start, full),
+                    // At most one step: its direction does not matter.
+                    Steps::Partial => return LoopSteps { start: full.clone(), end, last: full, step, backward: false },
+                };
                 let last = format!("{start} + (dt_cdiv({end} - ({start}), {step}) - 1) * {step}");
                 (start, end, last)
             }

@@ -22,7 +22,9 @@
 //! already replaced by the identity before the reduction (or read as it), so they stay neutral
 //! in the partial tile. It applies to a reduction whose result only feeds that accumulator,
 //! where nothing else in the loop reads or writes the accumulator, and where the partial tile
-//! costs at most [`MAX_PARTIAL_PER_THREAD`] registers per thread of a 32-lane warp.
+//! costs at most [`MAX_PARTIAL_PER_THREAD`] registers per thread of a 32-lane warp. The loop is a
+//! `reduce` loop over the row or, where the row is split over a cluster, the loop over this
+//! program's block of it (whose result is combined over the cluster after it).
 
 use crate::kir::{reads_var, written_vars, Combine, Kernel, LoopKind, Op, Shape, Stmt, Value, ValueId, VarId};
 
@@ -45,7 +47,8 @@ fn rewrite(k: &mut Kernel, stmts: Vec<Stmt>, uses: &[usize]) -> Vec<Stmt> {
         };
         l.body = rewrite(k, std::mem::take(&mut l.body), uses);
         let mut after = Vec::new();
-        if l.kind == LoopKind::Reduction {
+        // A loop over a clustered row's chunks is a `Block` loop (over this program's block).
+        if matches!(l.kind, LoopKind::Reduction | LoopKind::Block) {
             for (reduced, var) in deferrable(k, &l.body, l.dim, uses) {
                 let Some(Stmt::Let { op: Op::Reduce { op, value: chunk, dim, .. }, .. }) =
                     l.body.iter().find(|s| matches!(s, Stmt::Let { value, .. } if *value == reduced)).cloned()

@@ -26,6 +26,10 @@
 //! counts): in the full copy each such test is the constant 1, and the C compiler folds what
 //! follows (a run's count of 8, multiplications by 1).
 //!
+//! A loop over this program's block of a dimension (`in block`, a row split over a cluster) is
+//! split the same way where its step divides the block: its full steps are those of its block
+//! that lie inside the dimension.
+//!
 //! It applies to innermost loops with a mask or a lane test along their dimension, without a
 //! tensor-core dot (those pipeline their own steps), whose values are read only inside them. A
 //! loop whose only checks are the bounds of its loads and stores (one comparison per 16-byte
@@ -93,7 +97,13 @@ fn splittable(k: &Kernel, uses: &[usize], l: &Loop) -> bool {
     let masks = l.body.iter().any(|s| matches!(s, Stmt::Let { op: Op::MaskFill { dim, .. }, .. } if *dim == l.dim))
         || !lane_tests(&l.body, l.dim).is_empty();
     let plain = l.body.iter().all(|s| !matches!(s, Stmt::Loop(_) | Stmt::Let { op: Op::Dot { .. }, .. }));
-    if !matches!(l.kind, LoopKind::Whole | LoopKind::Reduction) || l.steps != Steps::All || !masks || !plain {
+    // A loop over this program's block (a row split over a cluster) splits where its steps
+    // tile the block.
+    let kind_ok = match l.kind {
+        LoopKind::Whole | LoopKind::Reduction => true,
+        LoopKind::Block => k.grid.block_extent(l.dim).is_some_and(|b| b % l.step == 0),
+    };
+    if !kind_ok || l.steps != Steps::All || !masks || !plain {
         return false;
     }
     // The copies take fresh values: nothing after the loop may read one of its own.

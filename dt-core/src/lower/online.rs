@@ -30,6 +30,13 @@
 //! H100 (docs/bench/h100.md) the looped layernorm went from 0.66 to 0.73 of a copy in 16-bit
 //! types at 128x65536; softmax, with 16384 columns per step, from 0.79 to 0.88.
 //!
+//! **Rows split over a cluster.** Each program loops over its block of the row (`in block`
+//! loops) and the first statistic is combined over the cluster before the second loop reads it
+//! (`ClusterReduce` after the accumulator's read, and before the division of the mean). The
+//! merged loop is the same: after it, each lane's second statistic is rescaled to the first one
+//! as combined over the cluster, so that the program's share, combined over the cluster in turn,
+//! is the row's.
+//!
 //! It applies to two consecutive reduction loops over the same dimension, chunk and pipeline depth
 //! with no inner loop, where the second updates only its own partial tile (of the first's
 //! shape) and reads nothing computed from the first loop but the statistic. Statements between
@@ -86,10 +93,13 @@ enum Rule {
     },
 }
 
-/// A reduction loop with no inner loop.
+/// A reduction loop with no inner loop: over the whole row, or over this program's block of a
+/// row split over a cluster (its statistics are then combined over the cluster after it).
 fn plain_reduction(s: &Stmt) -> Option<&Loop> {
     match s {
-        Stmt::Loop(l) if l.kind == LoopKind::Reduction && !l.body.iter().any(|s| matches!(s, Stmt::Loop(_))) => Some(l),
+        Stmt::Loop(l) if matches!(l.kind, LoopKind::Reduction | LoopKind::Block) && !l.body.iter().any(|s| matches!(s, Stmt::Loop(_))) => {
+            Some(l)
+        }
         _ => None,
     }
 }
@@ -99,7 +109,7 @@ fn find(k: &Kernel, stmts: &[Stmt], from: usize) -> Option<Match> {
         let Some(l1) = plain_reduction(&stmts[i]) else { continue };
         let Some(j) = (i + 1..stmts.len()).find(|&j| matches!(stmts[j], Stmt::Loop(_))) else { return None };
         let Some(l2) = plain_reduction(&stmts[j]) else { continue };
-        if l1.dim != l2.dim || l1.step != l2.step || l1.stages != l2.stages {
+        if l1.kind != l2.kind || l1.dim != l2.dim || l1.step != l2.step || l1.stages != l2.stages {
             continue;
         }
         if let Some(m) = match_loops(k, stmts, i, j) {
@@ -187,11 +197,17 @@ fn match_loops(k: &Kernel, stmts: &[Stmt], i: usize, j: usize) -> Option<Match> 
     let [stat] = from_first[..] else { return None };
     let between_defs = defs(between);
     // The statistic: an accumulator read, itself the reduction across lanes of partial p1 (or
-    // that over the length of the row, for the mean).
+    // that over the length of the row, for the mean), combined over the cluster where the row
+    // is split over one. Whatever the statistic, the merged loop's rescaling after it gives
+    // what the second loop would have summed over this program's lanes.
     let (acc_read, rule_op) = match between_defs.get(&stat)? {
-        Op::Var(_) => (stat, RedOp::Max),
+        Op::Var(_) | Op::ClusterReduce { op: RedOp::Max, .. } => (stat, RedOp::Max),
         Op::Binary(BinOp::Div, s, len) if len_of(&between_defs, stmts, i, *len) == Some(l1.dim) => (*s, RedOp::Sum),
         _ => return None,
+    };
+    let acc_read = match between_defs.get(&acc_read)? {
+        Op::ClusterReduce { op, value, dim } if *op == rule_op && *dim == l1.dim => *value,
+        _ => acc_read,
     };
     let Op::Var(acc) = between_defs.get(&acc_read)? else { return None };
     let combined = between.iter().find_map(|s| match s {
@@ -462,7 +478,7 @@ fn merge(k: &mut Kernel, mut stmts: Vec<Stmt>, m: Match) -> Vec<Stmt> {
     }
     out.push(Stmt::Loop(Loop {
         dim,
-        kind: LoopKind::Reduction,
+        kind: l1.kind,
         step: l1.step,
         stages: l1.stages,
         backward: false,

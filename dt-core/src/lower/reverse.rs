@@ -18,7 +18,9 @@
 //! A `whole` loop's iterations are independent (each computes and stores its own tile), so the
 //! order changes no result. It applies to a `whole` loop with no loop inside it that loads an
 //! input which a `reduce` loop earlier in the same statement list, over the same dimension and
-//! step and with no loop inside it, also loads.
+//! step and with no loop inside it, also loads. A row split over a cluster (`cluster`) loops
+//! over this program's block of it: there the loops are `in block`, and the first must only
+//! accumulate, the second only store.
 
 use crate::kir::{Kernel, Loop, LoopKind, Op, Stmt};
 
@@ -29,10 +31,10 @@ pub fn reverse_second_passes(k: &mut Kernel) {
 fn rewrite(stmts: &mut [Stmt]) {
     for i in 0..stmts.len() {
         let Stmt::Loop(l) = &stmts[i] else { continue };
-        let follows_a_reduction = l.kind == LoopKind::Whole
+        let follows_a_reduction = writes_output(l)
             && innermost(l)
             && stmts[..i].iter().any(|s| {
-                matches!(s, Stmt::Loop(r) if r.kind == LoopKind::Reduction && innermost(r) && r.dim == l.dim && r.step == l.step
+                matches!(s, Stmt::Loop(r) if reduces(r) && innermost(r) && r.dim == l.dim && r.step == l.step
                     && shares_an_input(r, l))
             });
         let Stmt::Loop(l) = &mut stmts[i] else { continue };
@@ -40,6 +42,30 @@ fn rewrite(stmts: &mut [Stmt]) {
             l.backward = true;
         }
         rewrite(&mut l.body);
+    }
+}
+
+/// A `whole` loop, or a loop over the chunks of this program's block of a row split over a
+/// cluster, that stores and updates no accumulator: its iterations are independent.
+fn writes_output(l: &Loop) -> bool {
+    let updates = l.body.iter().any(|s| matches!(s, Stmt::Update { .. } | Stmt::Init { .. }));
+    let stores = l.body.iter().any(|s| matches!(s, Stmt::Store { .. }));
+    match l.kind {
+        LoopKind::Whole => true,
+        LoopKind::Block => stores && !updates,
+        LoopKind::Reduction => false,
+    }
+}
+
+/// A `reduce` loop, or a loop over the chunks of this program's block of a row split over a
+/// cluster that only accumulates.
+fn reduces(l: &Loop) -> bool {
+    let updates = l.body.iter().any(|s| matches!(s, Stmt::Update { .. }));
+    let stores = l.body.iter().any(|s| matches!(s, Stmt::Store { .. }));
+    match l.kind {
+        LoopKind::Reduction => true,
+        LoopKind::Block => updates && !stores,
+        LoopKind::Whole => false,
     }
 }
 
