@@ -31,10 +31,10 @@ pub fn reverse_second_passes(k: &mut Kernel) {
 fn rewrite(stmts: &mut [Stmt]) {
     for i in 0..stmts.len() {
         let Stmt::Loop(l) = &stmts[i] else { continue };
-        let follows_a_reduction = writes_output(l)
+        let follows_a_reduction = pass_of(l) == Some(Pass::Output)
             && innermost(l)
             && stmts[..i].iter().any(|s| {
-                matches!(s, Stmt::Loop(r) if reduces(r) && innermost(r) && r.dim == l.dim && r.step == l.step
+                matches!(s, Stmt::Loop(r) if pass_of(r) == Some(Pass::Statistics) && innermost(r) && r.dim == l.dim && r.step == l.step
                     && shares_an_input(r, l))
             });
         let Stmt::Loop(l) = &mut stmts[i] else { continue };
@@ -45,27 +45,24 @@ fn rewrite(stmts: &mut [Stmt]) {
     }
 }
 
-/// A `whole` loop, or a loop over the chunks of this program's block of a row split over a
-/// cluster, that stores and updates no accumulator: its iterations are independent.
-fn writes_output(l: &Loop) -> bool {
-    let updates = l.body.iter().any(|s| matches!(s, Stmt::Update { .. } | Stmt::Init { .. }));
-    let stores = l.body.iter().any(|s| matches!(s, Stmt::Store { .. }));
-    match l.kind {
-        LoopKind::Whole => true,
-        LoopKind::Block => stores && !updates,
-        LoopKind::Reduction => false,
-    }
+/// What a loop's iterations do: accumulate a row's statistics, or compute and store its output
+/// (each iteration on its own).
+#[derive(PartialEq, Eq)]
+enum Pass {
+    Statistics,
+    Output,
 }
 
-/// A `reduce` loop, or a loop over the chunks of this program's block of a row split over a
-/// cluster that only accumulates.
-fn reduces(l: &Loop) -> bool {
-    let updates = l.body.iter().any(|s| matches!(s, Stmt::Update { .. }));
+/// The pass loop `l` makes: a `reduce` loop accumulates and a `whole` loop stores; a loop over
+/// the chunks of this program's block of a row split over a cluster does what its body does,
+/// if only one of the two.
+fn pass_of(l: &Loop) -> Option<Pass> {
+    let updates = l.body.iter().any(|s| matches!(s, Stmt::Update { .. } | Stmt::Init { .. }));
     let stores = l.body.iter().any(|s| matches!(s, Stmt::Store { .. }));
-    match l.kind {
-        LoopKind::Reduction => true,
-        LoopKind::Block => updates && !stores,
-        LoopKind::Whole => false,
+    match (l.kind, updates, stores) {
+        (LoopKind::Reduction, ..) | (LoopKind::Block, true, false) => Some(Pass::Statistics),
+        (LoopKind::Whole, ..) | (LoopKind::Block, false, true) => Some(Pass::Output),
+        _ => None,
     }
 }
 
