@@ -107,7 +107,7 @@ fn plain_reduction(s: &Stmt) -> Option<&Loop> {
 fn find(k: &Kernel, stmts: &[Stmt], from: usize) -> Option<Match> {
     for i in from..stmts.len() {
         let Some(l1) = plain_reduction(&stmts[i]) else { continue };
-        let Some(j) = (i + 1..stmts.len()).find(|&j| matches!(stmts[j], Stmt::Loop(_))) else { return None };
+        let j = (i + 1..stmts.len()).find(|&j| matches!(stmts[j], Stmt::Loop(_)))?;
         let Some(l2) = plain_reduction(&stmts[j]) else { continue };
         if l1.kind != l2.kind || l1.dim != l2.dim || l1.step != l2.step || l1.stages != l2.stages {
             continue;
