@@ -124,6 +124,16 @@ fn clustered_looped_rows_carry_both_statistics_in_one_loop() {
     }
 }
 
+/// A cluster of 4 blocks of 16 leaves its last program without columns for rows of up to 48
+/// (the library then prefers a later size class), and none from 49 on.
+#[test]
+fn idle_programs_are_told_by_the_row_length() {
+    let (_, k) = lowered(&SOFTMAX.replace("TILE", "8"));
+    for (n, idle) in [(1, true), (16, true), (48, true), (49, false), (64, false)] {
+        assert_eq!(k.grid.cluster_leaves_programs_idle(n), idle, "rows of {n}");
+    }
+}
+
 #[test]
 fn clustered_softmax_matches_reference() {
     for tile in ["0", "4", "8"] {

@@ -83,7 +83,9 @@ pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], s
             Err(e @ Error::DTypeNotBuilt { .. }) => {
                 not_built.get_or_insert(e);
             }
-            Ok(planned) if idle.is_none() && leaves_programs_idle(kernel, &planned) => idle = Some(planned),
+            Ok(planned) if leaves_programs_idle(kernel, &planned) => {
+                idle.get_or_insert(planned);
+            }
             planned => return planned,
         }
     }

@@ -491,7 +491,9 @@ fn choose_variant<'a, 'b>(
         if dt_codegen::host::check_bounds(kernel, &bound).is_ok() {
             // As the library does: a clustered class that leaves programs idle comes last.
             match kernel.grid.cluster {
-                Some((d, _)) if idle.is_none() && kernel.grid.cluster_leaves_programs_idle(bound.size(d)) => idle = Some((kernel, bound)),
+                Some((d, _)) if kernel.grid.cluster_leaves_programs_idle(bound.size(d)) => {
+                    idle.get_or_insert((kernel, bound));
+                }
                 _ => return Ok((kernel, bound)),
             }
         }

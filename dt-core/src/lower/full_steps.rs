@@ -98,10 +98,11 @@ fn splittable(k: &Kernel, uses: &[usize], l: &Loop) -> bool {
         || !lane_tests(&l.body, l.dim).is_empty();
     let plain = l.body.iter().all(|s| !matches!(s, Stmt::Loop(_) | Stmt::Let { op: Op::Dot { .. }, .. }));
     // A loop over this program's block (a row split over a cluster) splits where its steps
-    // tile the block.
+    // tile the block, more than one of them (a loop of one step runs once: the GPU emitter
+    // prints it as straight-line code, which two copies would not be).
     let kind_ok = match l.kind {
         LoopKind::Whole | LoopKind::Reduction => true,
-        LoopKind::Block => k.grid.block_extent(l.dim).is_some_and(|b| b % l.step == 0),
+        LoopKind::Block => k.grid.block_extent(l.dim).is_some_and(|b| b % l.step == 0 && b > l.step),
     };
     if !kind_ok || l.steps != Steps::All || !masks || !plain {
         return false;

@@ -35,7 +35,7 @@ fn rewrite(stmts: &mut [Stmt]) {
             && innermost(l)
             && stmts[..i].iter().any(|s| {
                 matches!(s, Stmt::Loop(r) if pass_of(r) == Some(Pass::Statistics) && innermost(r) && r.dim == l.dim && r.step == l.step
-                    && shares_an_input(r, l))
+                    && over_the_same_range(r, l) && shares_an_input(r, l))
             });
         let Stmt::Loop(l) = &mut stmts[i] else { continue };
         if follows_a_reduction {
@@ -64,6 +64,13 @@ fn pass_of(l: &Loop) -> Option<Pass> {
         (LoopKind::Whole, ..) | (LoopKind::Block, false, true) => Some(Pass::Output),
         _ => None,
     }
+}
+
+/// Whether both loops run over the whole row, or both over this program's block of it (an
+/// output loop over a block that follows statistics over the whole row shares its lines with the
+/// other programs of the row, which still read them).
+fn over_the_same_range(a: &Loop, b: &Loop) -> bool {
+    (a.kind == LoopKind::Block) == (b.kind == LoopKind::Block)
 }
 
 fn innermost(l: &Loop) -> bool {
