@@ -279,13 +279,13 @@ impl Grid {
             .collect()
     }
 
-    /// Whether some program of each cluster would get no columns of the clustered dimension, of
-    /// size `n`: at most N - 1 blocks, for a cluster of N. Such a program still runs and the
-    /// others wait for it at every cluster reduction, so the library prefers a later size class
-    /// where one admits the sizes.
-    pub fn cluster_leaves_programs_idle(&self, n: usize) -> bool {
+    /// Whether some program of each cluster would get no columns of the clustered dimension,
+    /// whose size `size_of` gives: at most N - 1 blocks, for a cluster of N (never, unclustered).
+    /// Such a program still runs and the others wait for it at every cluster reduction, so the
+    /// library prefers a later size class where one admits the sizes.
+    pub fn cluster_leaves_programs_idle(&self, size_of: impl Fn(DimId) -> usize) -> bool {
         let Some((d, programs)) = self.cluster else { return false };
-        n <= (programs as usize - 1) * self.block_extent(d).unwrap_or(1) as usize
+        size_of(d) <= (programs as usize - 1) * self.block_extent(d).unwrap_or(1) as usize
     }
 
     /// Number of programs to launch.

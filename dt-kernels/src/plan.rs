@@ -83,7 +83,7 @@ pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], s
             Err(e @ Error::DTypeNotBuilt { .. }) => {
                 not_built.get_or_insert(e);
             }
-            Ok(planned) if leaves_programs_idle(kernel, &planned) => {
+            Ok(planned) if kernel.grid.cluster_leaves_programs_idle(|d| planned.args.sizes[kernel.dim_slot(d)] as usize) => {
                 idle.get_or_insert(planned);
             }
             planned => return planned,
@@ -93,12 +93,6 @@ pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], s
         return Ok(planned);
     }
     Err(bound.or(not_built).unwrap_or_else(|| Error::Internal(format!("spec `{}` has no kernel `{}`", spec.name, op.kernel))))
-}
-
-/// Whether clustered `kernel` planned as `planned` gives some program of each cluster no
-/// columns ([`dt_core::kir::Grid::cluster_leaves_programs_idle`]).
-fn leaves_programs_idle(kernel: &Kernel, planned: &Plan) -> bool {
-    kernel.grid.cluster.is_some_and(|(d, _)| kernel.grid.cluster_leaves_programs_idle(planned.args.sizes[kernel.dim_slot(d)] as usize))
 }
 
 /// [`plan`] for one kernel.

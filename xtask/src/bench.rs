@@ -490,12 +490,10 @@ fn choose_variant<'a, 'b>(
         let bound = dt_core::tensor::bind(program, fid, args).map_err(|e| e.to_string())?;
         if dt_codegen::host::check_bounds(kernel, &bound).is_ok() {
             // As the library does: a clustered class that leaves programs idle comes last.
-            match kernel.grid.cluster {
-                Some((d, _)) if kernel.grid.cluster_leaves_programs_idle(bound.size(d)) => {
-                    idle.get_or_insert((kernel, bound));
-                }
-                _ => return Ok((kernel, bound)),
+            if !kernel.grid.cluster_leaves_programs_idle(|d| bound.size(d)) {
+                return Ok((kernel, bound));
             }
+            idle.get_or_insert((kernel, bound));
         }
     }
     idle.ok_or_else(|| format!("no variant of kernel `{}` admits these sizes", job.kernel()))
