@@ -44,7 +44,7 @@ fn cuda_matches_reference_evaluator() {
     // DT_GPU_SPECS=a,b runs only the specs whose path contains one of the names.
     let only: Vec<String> = std::env::var("DT_GPU_SPECS").map(|s| s.split(',').map(str::to_string).collect()).unwrap_or_default();
     // The clustered test specs, which only CUDA runs, besides those every backend runs.
-    let specs = SPECS.iter().chain(&["dt-codegen/tests/cluster/row_stats_cluster.dt"]);
+    let specs = SPECS.iter().chain(&["dt-codegen/tests/cluster/row_stats_cluster.dt", "dt-codegen/tests/cluster/held_rows_cluster.dt"]);
     for rel in specs.filter(|r| only.is_empty() || only.iter().any(|o| r.contains(o.as_str()))) {
         let src = read_spec(rel);
         let base = dt_core::compile_spec(&src).expect("spec checks");

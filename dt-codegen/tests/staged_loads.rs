@@ -2,7 +2,9 @@
 //! the loads of the next S - 1 steps are copied there asynchronously (`dt_cp_async16`) and the
 //! kernel asks for the ring's shared memory; otherwise (HIP, or a ring too large) the loads go
 //! one step ahead in registers. That the staged code computes what the reference does is checked
-//! on the GPU by `gpu_matches_reference` (random schedules draw `num_stages` up to 4).
+//! on the GPU by `gpu_matches_reference` (random schedules draw `num_stages` up to 4). A loop
+//! over a block of no more steps than stages holds the block there for the loops after it
+//! (`dt-codegen/tests/cluster/held_rows_cluster.dt` runs such kernels on the GPU).
 
 use dt_codegen::emit::gpu::{self, Dialect, LaunchInfo, MAX_STAGED_SHARED_BYTES};
 use dt_core::kir::Kernel;
@@ -71,4 +73,41 @@ fn nested_staged_loops_take_rings_of_their_own() {
     // 4 stages of one 16-byte run per thread, 128 threads: 2048 words per ring.
     assert_eq!(offsets[1], offsets[0] + 2048, "{cuda}");
     assert!(info.shared_bytes as usize >= (offsets[1] + 2048) * 4, "{}", info.shared_bytes);
+}
+
+/// A softmax in f16 whose rows are split over a cluster of 4, each program looping over its
+/// block of 2048 columns in steps of 256 with `stages` stages.
+fn clustered_softmax(stages: u32) -> String {
+    format!(
+        "Func m, s, out; In A; Var x; RVar y;
+        m[x] = rmax(A[x, y], y);
+        s[x] = rsum(exp(A[x, y] - m[x]), y);
+        out[x, y] = exp(A[x, y] - m[x]) / reshape(s[x], x, 1);
+        out.block(x:1, y:2048); out.tensorize(x:0, y:256); out.cluster(y:4); out.num_warps(1);
+        out.num_stages({stages}); m.fuse_at(out, x); s.fuse_at(out, x);
+        out.dtypes(f16); out.compile();"
+    )
+}
+
+/// A block of no more steps than stages is held in shared memory: the statistics loop stages
+/// every step of its block, each in a buffer of its own, and the loop over the block's partial
+/// step and the output loop read it there; neither loads the row from memory again.
+#[test]
+fn a_block_of_no_more_steps_than_stages_is_held_for_the_loops_after_it() {
+    let (cuda, info) = emitted(&clustered_softmax(8), Dialect::Cuda);
+    assert!(cuda.contains("loads the block's steps, staged in shared memory"), "{cuda}");
+    assert_eq!(cuda.matches("dt_cp_async_wait<0>(); /* the block held in shared memory */").count(), 2, "{cuda}");
+    // Every 16-byte read of A goes through the ring: the copies into it, and the reads back.
+    assert!(!cuda.contains("*(const uint4*)(in0 + a)") && !cuda.contains("dt_load_once((const uint4*)(in0 + a))"), "{cuda}");
+    // A buffer per step: 8 steps of one 16-byte run per thread, 32 threads.
+    assert!(info.shared_bytes >= 8 * 32 * 16 && info.shared_bytes < 2 * 8 * 32 * 16, "{}", info.shared_bytes);
+}
+
+/// With fewer stages than steps, the ring turns over and the output loop reads memory again
+/// (staging its own loads).
+#[test]
+fn a_block_of_more_steps_than_stages_is_read_again() {
+    let (cuda, _) = emitted(&clustered_softmax(4), Dialect::Cuda);
+    assert!(!cuda.contains("the block held") && !cuda.contains("the block's steps"), "{cuda}");
+    assert!(cuda.contains("block(y:2048) out.tensorize(y:256) num_stages(4): loads 3 steps ahead, staged in shared memory"), "{cuda}");
 }

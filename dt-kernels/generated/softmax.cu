@@ -2014,6 +2014,1534 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_f32(const dt_ar
     }
 }
 
+/* kernel softmax_256k_16bit for f16: grid block(x:1, y:32768); 512 threads, 65664 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_256k_16bit_f16(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_256k_16bit */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n1 = (unsigned)(8);
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    /* block(x:1) softmax_256k_16bit.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        /* partial rmax over y, by runs of 8 lanes */
+        float acc4[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc4[r] = (-INFINITY);
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* rmax softmax_256k_16bit.tensorize(y:4096) num_stages(8) + rsum softmax_256k_16bit.tensorize(y:4096) num_stages(8), in one pass: loads the block's steps, staged in shared memory */
+        uint4* const ring8 = (uint4*)(dt_smem + 32);
+        if ((b1 * 32768) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs9[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l10 = (int)((unsigned)e / 4096u % 1u);
+                const int l11 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)((b1 * 32768) + l11) * (unsigned)args.input_strides[0][1];
+                fs9[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)((b1 * 32768) + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs9[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((b1 * 32768) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((b1 * 32768) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs12[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l13 = (int)((unsigned)e / 4096u % 1u);
+                const int l14 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(((b1 * 32768) + 4096) + l14) * (unsigned)args.input_strides[0][1];
+                fs12[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(((b1 * 32768) + 4096) + (l14 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs12[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)(((b1 * 32768) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((b1 * 32768) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs15[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l16 = (int)((unsigned)e / 4096u % 1u);
+                const int l17 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)((((b1 * 32768) + 4096) + 4096) + l17) * (unsigned)args.input_strides[0][1];
+                fs15[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)((((b1 * 32768) + 4096) + 4096) + (l17 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs15[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((b1 * 32768) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((((b1 * 32768) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs18[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l19 = (int)((unsigned)e / 4096u % 1u);
+                const int l20 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l20) * (unsigned)args.input_strides[0][1];
+                fs18[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + (l20 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs18[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs21[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l22 = (int)((unsigned)e / 4096u % 1u);
+                const int l23 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l23) * (unsigned)args.input_strides[0][1];
+                fs21[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + (l23 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs21[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs24[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l25 = (int)((unsigned)e / 4096u % 1u);
+                const int l26 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l26) * (unsigned)args.input_strides[0][1];
+                fs24[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs24[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs27[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l28 = (int)((unsigned)e / 4096u % 1u);
+                const int l29 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l28) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l29) * (unsigned)args.input_strides[0][1];
+                fs27[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l29 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs27[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        for (long long o30 = b1 * 32768; o30 < dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o30 += 4096) {
+            if ((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+                bool fs32[1];
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 512 + tid) * 8;
+                    const int l33 = (int)((unsigned)e / 4096u % 1u);
+                    const int l34 = (int)((unsigned)e / 1u % 4096u);
+                    const unsigned a = (unsigned)(o1 + l33) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l34) * (unsigned)args.input_strides[0][1];
+                    fs32[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l34 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fs32[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                }
+                dt_cp_async_commit();
+            } else {
+                dt_cp_async_commit();
+            }
+            dt_cp_async_wait<7>();
+            uint4 q35[1];
+            bool f36[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l37 = (int)((unsigned)e / 4096u % 1u);
+                const int l38 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l37) * (unsigned)args.input_strides[0][0] + (unsigned)(o30 + l38) * (unsigned)args.input_strides[0][1];
+                f36[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l37) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f36[c]) q35[c] = ring8[0 + (((unsigned)(o30 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            float v43[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v43[r] = acc4[r];
+                }
+            }
+            dt_f16s<8> v44; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l41 = (int)((unsigned)e / 4096u % 1u);
+                const int l42 = (int)((unsigned)e / 1u % 4096u);
+                if (f36[c]) {
+                    v44.w[c] = q35[c];
+                } else {
+                    const unsigned a = (unsigned)(o1 + l41) * (unsigned)args.input_strides[0][0] + (unsigned)(o30 + l42) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l41) < (unsigned)s0) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[1] = ((unsigned)(o1 + l41) < (unsigned)s0) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[2] = ((unsigned)(o1 + l41) < (unsigned)s0) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[3] = ((unsigned)(o1 + l41) < (unsigned)s0) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[4] = ((unsigned)(o1 + l41) < (unsigned)s0) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[5] = ((unsigned)(o1 + l41) < (unsigned)s0) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[6] = ((unsigned)(o1 + l41) < (unsigned)s0) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[7] = ((unsigned)(o1 + l41) < (unsigned)s0) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    v44.w[c] = dt_pack8(h);
+                }
+            }
+            float v45[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v45[r] = fmaxf((fmaxf((fmaxf(v44[r * 8 + 0], v44[r * 8 + 1])), (fmaxf(v44[r * 8 + 2], v44[r * 8 + 3])))), (fmaxf((fmaxf(v44[r * 8 + 4], v44[r * 8 + 5])), (fmaxf(v44[r * 8 + 6], v44[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v45[r]);
+                }
+            }
+            float v46[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v46[r] = acc4[r];
+                }
+            }
+            float v47[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v47[r] = (-INFINITY);
+            }
+            float v48[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v48[r] = 0e0f;
+            }
+            float v49[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v49[r] = ((v46[r]) == (v47[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v50[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v50[r] = v49[r] != 0.0f ? v48[0] : v46[r];
+                }
+            }
+            float v51[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v51[r] = (v43[r] - v50[r]);
+                }
+            }
+            float v52[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v52[r] = dt_fast_exp(v51[r]);
+                }
+            }
+            float v53[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v53[r] = (v44[r] - v50[r / 8]);
+                }
+            }
+            float v54[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v54[r] = dt_fast_exp(v53[r]);
+                }
+            }
+            float v55[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = ((v54[r * 8 + 0] + v54[r * 8 + 1]) + (v54[r * 8 + 2] + v54[r * 8 + 3])) + ((v54[r * 8 + 4] + v54[r * 8 + 5]) + (v54[r * 8 + 6] + v54[r * 8 + 7]));
+                }
+            }
+            float v56[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = acc5[r];
+                }
+            }
+            float v57[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v57[r] = (v56[r] * v52[r]);
+                }
+            }
+            float v58[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v58[r] = (v57[r] + v55[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v58[r];
+                }
+            }
+        }
+        /* rmax softmax_256k_16bit.tensorize(y:4096) num_stages(8) + rsum softmax_256k_16bit.tensorize(y:4096) num_stages(8), in one pass */
+        for (long long o71 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o71 < dt_min_ll(b1 * 32768 + 32768, s1); o71 += 4096) {
+            dt_cp_async_wait<0>(); /* the block held in shared memory */
+            const uint4* const held72 = (const uint4*)(dt_smem + 32);
+            uint4 q73[1];
+            bool f74[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l75 = (int)((unsigned)e / 4096u % 1u);
+                const int l76 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l75) * (unsigned)args.input_strides[0][0] + (unsigned)(o71 + l76) * (unsigned)args.input_strides[0][1];
+                f74[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(o71 + (l76 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f74[c]) q73[c] = held72[0 + (((unsigned)(o71 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            float v21[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v21[r] = acc4[r];
+                }
+            }
+            dt_f16s<8> v0; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l79 = (int)((unsigned)e / 4096u % 1u);
+                const int l80 = (int)((unsigned)e / 1u % 4096u);
+                if (f74[c]) {
+                    v0.w[c] = q73[c];
+                } else {
+                    const unsigned a = (unsigned)(o1 + l79) * (unsigned)args.input_strides[0][0] + (unsigned)(o71 + l80) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o71 + l80) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[1] = ((unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o71 + (l80 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[2] = ((unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o71 + (l80 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[3] = ((unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o71 + (l80 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[4] = ((unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o71 + (l80 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[5] = ((unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o71 + (l80 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[6] = ((unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o71 + (l80 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[7] = ((unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o71 + (l80 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    v0.w[c] = dt_pack8(h);
+                }
+            }
+            float v22[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v22[r] = fmaxf((fmaxf((fmaxf(v0[r * 8 + 0], v0[r * 8 + 1])), (fmaxf(v0[r * 8 + 2], v0[r * 8 + 3])))), (fmaxf((fmaxf(v0[r * 8 + 4], v0[r * 8 + 5])), (fmaxf(v0[r * 8 + 6], v0[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v22[r]);
+                }
+            }
+            float v23[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v23[r] = acc4[r];
+                }
+            }
+            float v24[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v24[r] = (-INFINITY);
+            }
+            float v25[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v25[r] = 0e0f;
+            }
+            float v26[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v26[r] = ((v23[r]) == (v24[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v27[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v27[r] = v26[r] != 0.0f ? v25[0] : v23[r];
+                }
+            }
+            float v28[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v28[r] = (v21[r] - v27[r]);
+                }
+            }
+            float v29[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v29[r] = dt_fast_exp(v28[r]);
+                }
+            }
+            float v5[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    const int l96 = (int)((unsigned)e / 1u % 4096u);
+                    v5[r] = ((unsigned)(o71 + l96) < (unsigned)s1) ? v0[r] : 0e0f;
+                }
+            }
+            float v7[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v7[r] = (v5[r] - v27[r / 8]);
+                }
+            }
+            float v8[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v8[r] = dt_fast_exp(v7[r]);
+                }
+            }
+            float v9[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    const int l102 = (int)((unsigned)e / 1u % 4096u);
+                    v9[r] = ((unsigned)(o71 + l102) < (unsigned)s1) ? v8[r] : 0e0f;
+                }
+            }
+            float v30[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v30[r] = ((v9[r * 8 + 0] + v9[r * 8 + 1]) + (v9[r * 8 + 2] + v9[r * 8 + 3])) + ((v9[r * 8 + 4] + v9[r * 8 + 5]) + (v9[r * 8 + 6] + v9[r * 8 + 7]));
+                }
+            }
+            float v31[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v31[r] = acc5[r];
+                }
+            }
+            float v32[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v32[r] = (v31[r] * v29[r]);
+                }
+            }
+            float v33[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v33[r] = (v32[r] + v30[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v33[r];
+                }
+            }
+        }
+        float v19[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v19[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = fmaxf(p[i], v19[i * 1 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a116 = (-INFINITY);
+            for (int g = 0; g < 16; g++) a116 = fmaxf(a116, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a116;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v4[1];
+        /* rmax over the 8 programs of the cluster along y */
+        __shared__ float cl119[1];
+        if (tid == 0) cl119[0] = v3[0];
+        dt_cluster_sync();
+        {
+            float p = (tid % 32) < 8 ? dt_cluster_load(&cl119[0], (unsigned)(tid % 32)) : (-INFINITY);
+            for (int m = 16; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 32));
+            v4[0] = p;
+        }
+        dt_cluster_arrive();
+        float v34[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v34[r] = acc5[r];
+            }
+        }
+        float v36[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v36[r] = (-INFINITY);
+        }
+        float v37[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v37[r] = 0e0f;
+        }
+        float v38[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v38[r] = ((v4[0]) == (v36[0]) ? 1.0f : 0.0f);
+        }
+        float v39[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v39[r] = v38[0] != 0.0f ? v37[0] : v4[0];
+        }
+        float v40[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v40[r] = (v19[r] - v39[0]);
+            }
+        }
+        float v41[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v41[r] = dt_fast_exp(v40[r]);
+            }
+        }
+        float v42[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v42[r] = (v34[r] * v41[r]);
+            }
+        }
+        float v10[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v42[i * 1 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a131 = 0e0f;
+            for (int g = 0; g < 16; g++) a131 = a131 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v10[r] = a131;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v10[0];
+        }
+        float v11[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v11[r] = acc2[r];
+        }
+        float v12[1];
+        /* rsum over the 8 programs of the cluster along y */
+        __shared__ float cl134[1];
+        dt_cluster_wait();
+        if (tid == 0) cl134[0] = v11[0];
+        dt_cluster_sync();
+        {
+            float p = (tid % 32) < 8 ? dt_cluster_load(&cl134[0], (unsigned)(tid % 32)) : 0e0f;
+            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
+            v12[0] = p;
+        }
+        dt_cluster_arrive();
+        dt_cluster_wait();
+        /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
+        for (long long o135 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o135 >= b1 * 32768; o135 -= 4096) {
+            dt_cp_async_wait<0>(); /* the block held in shared memory */
+            const uint4* const held136 = (const uint4*)(dt_smem + 32);
+            uint4 q137[1];
+            bool f138[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l139 = (int)((unsigned)e / 4096u % 1u);
+                const int l140 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l139) * (unsigned)args.input_strides[0][0] + (unsigned)(o135 + l140) * (unsigned)args.input_strides[0][1];
+                f138[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l139) < (unsigned)s0 && (unsigned)(o135 + (l140 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f138[c]) q137[c] = held136[0 + (((unsigned)(o135 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            dt_f16s<8> v13; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l141 = (int)((unsigned)e / 4096u % 1u);
+                const int l142 = (int)((unsigned)e / 1u % 4096u);
+                if (f138[c]) {
+                    v13.w[c] = q137[c];
+                } else {
+                    const unsigned a = (unsigned)(o1 + l141) * (unsigned)args.input_strides[0][0] + (unsigned)(o135 + l142) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l141) < (unsigned)s0 && (unsigned)(o135 + l142) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l141) < (unsigned)s0 && (unsigned)(o135 + (l142 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l141) < (unsigned)s0 && (unsigned)(o135 + (l142 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l141) < (unsigned)s0 && (unsigned)(o135 + (l142 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l141) < (unsigned)s0 && (unsigned)(o135 + (l142 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l141) < (unsigned)s0 && (unsigned)(o135 + (l142 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l141) < (unsigned)s0 && (unsigned)(o135 + (l142 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l141) < (unsigned)s0 && (unsigned)(o135 + (l142 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    v13.w[c] = dt_pack8(h);
+                }
+            }
+            float v15[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v15[r] = (v13[r] - v4[0]);
+                }
+            }
+            float v16[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v16[r] = dt_fast_exp(v15[r]);
+                }
+            }
+            float v18[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v18[r] = dt_fast_div(v16[r], v12[0]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l149 = (int)((unsigned)e / 4096u % 1u);
+                const int l150 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l149) * (unsigned)args.output_strides[0] + (unsigned)(o135 + l150) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_f16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_f16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_f16(v18[c * 8 + 6], v18[c * 8 + 7])));
+                } else {
+                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + l150) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 0]);
+                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 1]);
+                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 2]);
+                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 3]);
+                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 4]);
+                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 5]);
+                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 6]);
+                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 7]);
+                }
+            }
+        }
+    }
+}
+
+/* kernel softmax_256k_16bit for bf16: grid block(x:1, y:32768); 512 threads, 65664 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_256k_16bit_bf16(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_256k_16bit */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n1 = (unsigned)(8);
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    /* block(x:1) softmax_256k_16bit.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        /* partial rmax over y, by runs of 8 lanes */
+        float acc4[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc4[r] = (-INFINITY);
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* rmax softmax_256k_16bit.tensorize(y:4096) num_stages(8) + rsum softmax_256k_16bit.tensorize(y:4096) num_stages(8), in one pass: loads the block's steps, staged in shared memory */
+        uint4* const ring8 = (uint4*)(dt_smem + 32);
+        if ((b1 * 32768) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs9[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l10 = (int)((unsigned)e / 4096u % 1u);
+                const int l11 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)((b1 * 32768) + l11) * (unsigned)args.input_strides[0][1];
+                fs9[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)((b1 * 32768) + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs9[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((b1 * 32768) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((b1 * 32768) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs12[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l13 = (int)((unsigned)e / 4096u % 1u);
+                const int l14 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(((b1 * 32768) + 4096) + l14) * (unsigned)args.input_strides[0][1];
+                fs12[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(((b1 * 32768) + 4096) + (l14 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs12[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)(((b1 * 32768) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((b1 * 32768) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs15[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l16 = (int)((unsigned)e / 4096u % 1u);
+                const int l17 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)((((b1 * 32768) + 4096) + 4096) + l17) * (unsigned)args.input_strides[0][1];
+                fs15[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)((((b1 * 32768) + 4096) + 4096) + (l17 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs15[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((b1 * 32768) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((((b1 * 32768) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs18[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l19 = (int)((unsigned)e / 4096u % 1u);
+                const int l20 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l20) * (unsigned)args.input_strides[0][1];
+                fs18[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + (l20 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs18[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs21[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l22 = (int)((unsigned)e / 4096u % 1u);
+                const int l23 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l23) * (unsigned)args.input_strides[0][1];
+                fs21[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + (l23 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs21[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs24[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l25 = (int)((unsigned)e / 4096u % 1u);
+                const int l26 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l26) * (unsigned)args.input_strides[0][1];
+                fs24[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs24[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs27[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l28 = (int)((unsigned)e / 4096u % 1u);
+                const int l29 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l28) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l29) * (unsigned)args.input_strides[0][1];
+                fs27[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l29 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs27[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        for (long long o30 = b1 * 32768; o30 < dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o30 += 4096) {
+            if ((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+                bool fs32[1];
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 512 + tid) * 8;
+                    const int l33 = (int)((unsigned)e / 4096u % 1u);
+                    const int l34 = (int)((unsigned)e / 1u % 4096u);
+                    const unsigned a = (unsigned)(o1 + l33) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l34) * (unsigned)args.input_strides[0][1];
+                    fs32[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l34 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fs32[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                }
+                dt_cp_async_commit();
+            } else {
+                dt_cp_async_commit();
+            }
+            dt_cp_async_wait<7>();
+            uint4 q35[1];
+            bool f36[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l37 = (int)((unsigned)e / 4096u % 1u);
+                const int l38 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l37) * (unsigned)args.input_strides[0][0] + (unsigned)(o30 + l38) * (unsigned)args.input_strides[0][1];
+                f36[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l37) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f36[c]) q35[c] = ring8[0 + (((unsigned)(o30 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            float v43[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v43[r] = acc4[r];
+                }
+            }
+            dt_bf16s<8> v44; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l41 = (int)((unsigned)e / 4096u % 1u);
+                const int l42 = (int)((unsigned)e / 1u % 4096u);
+                if (f36[c]) {
+                    v44.w[c] = q35[c];
+                } else {
+                    const unsigned a = (unsigned)(o1 + l41) * (unsigned)args.input_strides[0][0] + (unsigned)(o30 + l42) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l41) < (unsigned)s0) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[1] = ((unsigned)(o1 + l41) < (unsigned)s0) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[2] = ((unsigned)(o1 + l41) < (unsigned)s0) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[3] = ((unsigned)(o1 + l41) < (unsigned)s0) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[4] = ((unsigned)(o1 + l41) < (unsigned)s0) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[5] = ((unsigned)(o1 + l41) < (unsigned)s0) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[6] = ((unsigned)(o1 + l41) < (unsigned)s0) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[7] = ((unsigned)(o1 + l41) < (unsigned)s0) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    v44.w[c] = dt_pack8(h);
+                }
+            }
+            float v45[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v45[r] = fmaxf((fmaxf((fmaxf(v44[r * 8 + 0], v44[r * 8 + 1])), (fmaxf(v44[r * 8 + 2], v44[r * 8 + 3])))), (fmaxf((fmaxf(v44[r * 8 + 4], v44[r * 8 + 5])), (fmaxf(v44[r * 8 + 6], v44[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v45[r]);
+                }
+            }
+            float v46[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v46[r] = acc4[r];
+                }
+            }
+            float v47[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v47[r] = (-INFINITY);
+            }
+            float v48[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v48[r] = 0e0f;
+            }
+            float v49[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v49[r] = ((v46[r]) == (v47[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v50[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v50[r] = v49[r] != 0.0f ? v48[0] : v46[r];
+                }
+            }
+            float v51[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v51[r] = (v43[r] - v50[r]);
+                }
+            }
+            float v52[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v52[r] = dt_fast_exp(v51[r]);
+                }
+            }
+            float v53[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v53[r] = (v44[r] - v50[r / 8]);
+                }
+            }
+            float v54[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v54[r] = dt_fast_exp(v53[r]);
+                }
+            }
+            float v55[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = ((v54[r * 8 + 0] + v54[r * 8 + 1]) + (v54[r * 8 + 2] + v54[r * 8 + 3])) + ((v54[r * 8 + 4] + v54[r * 8 + 5]) + (v54[r * 8 + 6] + v54[r * 8 + 7]));
+                }
+            }
+            float v56[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = acc5[r];
+                }
+            }
+            float v57[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v57[r] = (v56[r] * v52[r]);
+                }
+            }
+            float v58[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v58[r] = (v57[r] + v55[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v58[r];
+                }
+            }
+        }
+        /* rmax softmax_256k_16bit.tensorize(y:4096) num_stages(8) + rsum softmax_256k_16bit.tensorize(y:4096) num_stages(8), in one pass */
+        for (long long o71 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o71 < dt_min_ll(b1 * 32768 + 32768, s1); o71 += 4096) {
+            dt_cp_async_wait<0>(); /* the block held in shared memory */
+            const uint4* const held72 = (const uint4*)(dt_smem + 32);
+            uint4 q73[1];
+            bool f74[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l75 = (int)((unsigned)e / 4096u % 1u);
+                const int l76 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l75) * (unsigned)args.input_strides[0][0] + (unsigned)(o71 + l76) * (unsigned)args.input_strides[0][1];
+                f74[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(o71 + (l76 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f74[c]) q73[c] = held72[0 + (((unsigned)(o71 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            float v21[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v21[r] = acc4[r];
+                }
+            }
+            dt_bf16s<8> v0; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l79 = (int)((unsigned)e / 4096u % 1u);
+                const int l80 = (int)((unsigned)e / 1u % 4096u);
+                if (f74[c]) {
+                    v0.w[c] = q73[c];
+                } else {
+                    const unsigned a = (unsigned)(o1 + l79) * (unsigned)args.input_strides[0][0] + (unsigned)(o71 + l80) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o71 + l80) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[1] = ((unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o71 + (l80 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[2] = ((unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o71 + (l80 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[3] = ((unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o71 + (l80 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[4] = ((unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o71 + (l80 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[5] = ((unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o71 + (l80 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[6] = ((unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o71 + (l80 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[7] = ((unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o71 + (l80 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    v0.w[c] = dt_pack8(h);
+                }
+            }
+            float v22[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v22[r] = fmaxf((fmaxf((fmaxf(v0[r * 8 + 0], v0[r * 8 + 1])), (fmaxf(v0[r * 8 + 2], v0[r * 8 + 3])))), (fmaxf((fmaxf(v0[r * 8 + 4], v0[r * 8 + 5])), (fmaxf(v0[r * 8 + 6], v0[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v22[r]);
+                }
+            }
+            float v23[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v23[r] = acc4[r];
+                }
+            }
+            float v24[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v24[r] = (-INFINITY);
+            }
+            float v25[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v25[r] = 0e0f;
+            }
+            float v26[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v26[r] = ((v23[r]) == (v24[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v27[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v27[r] = v26[r] != 0.0f ? v25[0] : v23[r];
+                }
+            }
+            float v28[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v28[r] = (v21[r] - v27[r]);
+                }
+            }
+            float v29[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v29[r] = dt_fast_exp(v28[r]);
+                }
+            }
+            float v5[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    const int l96 = (int)((unsigned)e / 1u % 4096u);
+                    v5[r] = ((unsigned)(o71 + l96) < (unsigned)s1) ? v0[r] : 0e0f;
+                }
+            }
+            float v7[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v7[r] = (v5[r] - v27[r / 8]);
+                }
+            }
+            float v8[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v8[r] = dt_fast_exp(v7[r]);
+                }
+            }
+            float v9[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    const int l102 = (int)((unsigned)e / 1u % 4096u);
+                    v9[r] = ((unsigned)(o71 + l102) < (unsigned)s1) ? v8[r] : 0e0f;
+                }
+            }
+            float v30[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v30[r] = ((v9[r * 8 + 0] + v9[r * 8 + 1]) + (v9[r * 8 + 2] + v9[r * 8 + 3])) + ((v9[r * 8 + 4] + v9[r * 8 + 5]) + (v9[r * 8 + 6] + v9[r * 8 + 7]));
+                }
+            }
+            float v31[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v31[r] = acc5[r];
+                }
+            }
+            float v32[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v32[r] = (v31[r] * v29[r]);
+                }
+            }
+            float v33[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v33[r] = (v32[r] + v30[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v33[r];
+                }
+            }
+        }
+        float v19[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v19[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = fmaxf(p[i], v19[i * 1 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a116 = (-INFINITY);
+            for (int g = 0; g < 16; g++) a116 = fmaxf(a116, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a116;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v4[1];
+        /* rmax over the 8 programs of the cluster along y */
+        __shared__ float cl119[1];
+        if (tid == 0) cl119[0] = v3[0];
+        dt_cluster_sync();
+        {
+            float p = (tid % 32) < 8 ? dt_cluster_load(&cl119[0], (unsigned)(tid % 32)) : (-INFINITY);
+            for (int m = 16; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 32));
+            v4[0] = p;
+        }
+        dt_cluster_arrive();
+        float v34[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v34[r] = acc5[r];
+            }
+        }
+        float v36[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v36[r] = (-INFINITY);
+        }
+        float v37[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v37[r] = 0e0f;
+        }
+        float v38[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v38[r] = ((v4[0]) == (v36[0]) ? 1.0f : 0.0f);
+        }
+        float v39[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v39[r] = v38[0] != 0.0f ? v37[0] : v4[0];
+        }
+        float v40[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v40[r] = (v19[r] - v39[0]);
+            }
+        }
+        float v41[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v41[r] = dt_fast_exp(v40[r]);
+            }
+        }
+        float v42[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v42[r] = (v34[r] * v41[r]);
+            }
+        }
+        float v10[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v42[i * 1 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a131 = 0e0f;
+            for (int g = 0; g < 16; g++) a131 = a131 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v10[r] = a131;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v10[0];
+        }
+        float v11[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v11[r] = acc2[r];
+        }
+        float v12[1];
+        /* rsum over the 8 programs of the cluster along y */
+        __shared__ float cl134[1];
+        dt_cluster_wait();
+        if (tid == 0) cl134[0] = v11[0];
+        dt_cluster_sync();
+        {
+            float p = (tid % 32) < 8 ? dt_cluster_load(&cl134[0], (unsigned)(tid % 32)) : 0e0f;
+            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
+            v12[0] = p;
+        }
+        dt_cluster_arrive();
+        dt_cluster_wait();
+        /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
+        for (long long o135 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o135 >= b1 * 32768; o135 -= 4096) {
+            dt_cp_async_wait<0>(); /* the block held in shared memory */
+            const uint4* const held136 = (const uint4*)(dt_smem + 32);
+            uint4 q137[1];
+            bool f138[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l139 = (int)((unsigned)e / 4096u % 1u);
+                const int l140 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l139) * (unsigned)args.input_strides[0][0] + (unsigned)(o135 + l140) * (unsigned)args.input_strides[0][1];
+                f138[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l139) < (unsigned)s0 && (unsigned)(o135 + (l140 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f138[c]) q137[c] = held136[0 + (((unsigned)(o135 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            dt_bf16s<8> v13; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l141 = (int)((unsigned)e / 4096u % 1u);
+                const int l142 = (int)((unsigned)e / 1u % 4096u);
+                if (f138[c]) {
+                    v13.w[c] = q137[c];
+                } else {
+                    const unsigned a = (unsigned)(o1 + l141) * (unsigned)args.input_strides[0][0] + (unsigned)(o135 + l142) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l141) < (unsigned)s0 && (unsigned)(o135 + l142) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l141) < (unsigned)s0 && (unsigned)(o135 + (l142 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l141) < (unsigned)s0 && (unsigned)(o135 + (l142 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l141) < (unsigned)s0 && (unsigned)(o135 + (l142 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l141) < (unsigned)s0 && (unsigned)(o135 + (l142 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l141) < (unsigned)s0 && (unsigned)(o135 + (l142 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l141) < (unsigned)s0 && (unsigned)(o135 + (l142 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l141) < (unsigned)s0 && (unsigned)(o135 + (l142 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    v13.w[c] = dt_pack8(h);
+                }
+            }
+            float v15[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v15[r] = (v13[r] - v4[0]);
+                }
+            }
+            float v16[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v16[r] = dt_fast_exp(v15[r]);
+                }
+            }
+            float v18[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v18[r] = dt_fast_div(v16[r], v12[0]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l149 = (int)((unsigned)e / 4096u % 1u);
+                const int l150 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l149) * (unsigned)args.output_strides[0] + (unsigned)(o135 + l150) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_bf16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_bf16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_bf16(v18[c * 8 + 6], v18[c * 8 + 7])));
+                } else {
+                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + l150) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 0]);
+                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 1]);
+                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 2]);
+                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 3]);
+                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 4]);
+                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 5]);
+                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 6]);
+                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 7]);
+                }
+            }
+        }
+    }
+}
+
 /* kernel softmax_256k for f32: grid block(x:1, y:65536); 1024 threads, 256 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];

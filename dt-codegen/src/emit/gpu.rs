@@ -75,6 +75,10 @@ pub const MAX_SHARED_BYTES: u32 = 64 * 1024;
 /// its tiles' slots included: what every GPU of sm_80 and newer (sm_86 and sm_89 give 99 KiB) lets
 /// a block have. A loop whose stages do not fit keeps its loads one step ahead in registers.
 pub const MAX_STAGED_SHARED_BYTES: u32 = 99 * 1024;
+/// The same for a clustered kernel's loop that holds its block in shared memory (see
+/// `Emitter::staged_rows`): such a kernel runs only on sm_90 and newer, which give a block 227
+/// KiB, less room here for the slots of its cluster reductions (static shared memory).
+pub const MAX_CLUSTER_STAGED_SHARED_BYTES: u32 = 224 * 1024;
 /// 32-bit registers of one multiprocessor (sm_80, sm_90).
 const REGISTERS_PER_SM: u32 = 64 * 1024;
 
@@ -164,6 +168,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> 
         ring_offset: total,
         ring_used: 0,
         ring_words: 0,
+        held: Vec::new(),
     };
     let t = c_type(dtype);
     // max_registers(n): ask for as many resident programs per multiprocessor as n registers per
@@ -420,6 +425,31 @@ struct Emitter<'a> {
     ring_offset: usize,
     ring_used: usize,
     ring_words: usize,
+    /// The blocks that staged loops left in shared memory, for later loops over the same block.
+    held: Vec<HeldRing>,
+}
+
+/// The ring of a staged loop over a block that has a buffer per step of the block
+/// ([`Emitter::staged_rows`]): after the loop it holds the whole block of each of its loads, and
+/// a later loop over the same block reads them there instead of from memory.
+#[derive(Clone, Debug)]
+struct HeldRing {
+    dim: DimId,
+    step: u32,
+    /// Where it starts in shared memory, in 4-byte words.
+    offset: usize,
+    /// Its loads: the input, its axes, the tile's shape, where its buffers start in the ring
+    /// (16-byte words) and its 16-byte runs per thread.
+    loads: Vec<(usize, Vec<DimId>, Shape, usize, usize)>,
+}
+
+/// A load of a loop that a [`HeldRing`] holds: where the ring starts in shared memory (4-byte
+/// words), where the load's buffers start in it (16-byte words), and its runs per thread.
+#[derive(Clone, Copy, Debug)]
+struct HeldLoad {
+    offset: usize,
+    base: usize,
+    runs: usize,
 }
 
 /// A load that [`Emitter::pipelined_rows`] issues ahead, with the offsets of the single-step
@@ -1010,7 +1040,7 @@ impl Emitter<'_> {
     /// of the next, into registers the work then no longer needs (a double buffer of raw
     /// 16-byte words). The memory system so always has a step's loads in flight. A load that
     /// does not move with the loop (layernorm's weights) is issued once, before it.
-    fn pipelined_rows(&mut self, l: &Loop, loads: &[Prefetch]) -> Result<(), EmitError> {
+    fn pipelined_rows(&mut self, l: &Loop, loads: &[Prefetch], held: &[(Prefetch, HeldLoad)]) -> Result<(), EmitError> {
         let steps = super::LoopSteps::of(self.k, l);
         let o = self.fresh("o");
         self.line(&format!("/* {}: loads one step ahead */", l.origin));
@@ -1059,6 +1089,7 @@ impl Emitter<'_> {
         issue(self, format!("({next})"), true);
         self.depth -= 1;
         self.line("}");
+        current.extend(self.read_held(l, &o, held));
         self.prefetched.extend(current);
         self.stmts(&l.body)?;
         self.settle_cluster();
@@ -1070,17 +1101,24 @@ impl Emitter<'_> {
         Ok(())
     }
 
-    /// Notes, at the top of the body of loop `l`, that every lane along its dimension is valid
-    /// there if it runs full steps; returns what to truncate [`Self::full`] to after the body.
     /// [`Self::pipelined_rows`] with `num_stages(S)`, S > 2, on CUDA: the loads of the next S - 1
     /// steps are in flight while a step is computed, held in shared memory rather than in
     /// registers. Each thread copies its own 16-byte runs there with `cp.async`
     /// (`dt_cp_async16`), one group per step, into a ring of S buffers, and reads back only its
     /// own runs, after waiting for the step's group: no barrier is needed. A run that is not one
     /// aligned 16-byte access is not staged; it is read as it is used.
-    fn staged_rows(&mut self, l: &Loop, loads: &[Prefetch]) -> Result<(), EmitError> {
+    ///
+    /// A loop over a block of no more steps than stages holds the block ([`HeldRing`]): its ring
+    /// has a buffer per step of the block, and it stages every step of the block, also those of
+    /// the loop over the block's other steps (its partial step, [`Steps`]), which then reads them
+    /// there, as later loops over the block do ([`Self::held_loads`]).
+    fn staged_rows(&mut self, l: &Loop, loads: &[Prefetch], held: &[(Prefetch, HeldLoad)]) -> Result<(), EmitError> {
         let stages = l.stages as usize;
         let steps = super::LoopSteps::of(self.k, l);
+        let holds = self.holds_block(l, loads);
+        // Where a held block's steps are staged from: every step of the block.
+        let staged = super::LoopSteps::of(self.k, &Loop { steps: if holds { Steps::All } else { l.steps }, body: Vec::new(), ..l.clone() });
+        let buffers = self.ring_buffers(l, loads);
         let threads = self.threads as usize;
         let moving: Vec<&Prefetch> = loads.iter().filter(|p| p.axes.contains(&l.dim)).collect();
         // Each staged load: its ring (offset in 16-byte words) and its runs per thread.
@@ -1089,13 +1127,16 @@ impl Emitter<'_> {
         for p in &moving {
             let runs = self.runs_per_thread(p);
             rings.push((words, runs));
-            words += stages * runs * threads;
+            words += buffers * runs * threads;
         }
         let (outer, own) = (self.ring_used, self.ring_words_for(l, loads));
         self.ring_words = self.ring_words.max(outer + own);
         let ring = self.fresh("ring");
-        self.line(&format!("/* {}: loads {} steps ahead, staged in shared memory */", l.origin, stages - 1));
+        let ahead = if holds { "the block's steps".to_string() } else { format!("{} steps ahead", stages - 1) };
+        self.line(&format!("/* {}: loads {ahead}, staged in shared memory */", l.origin));
         self.line(&format!("uint4* const {ring} = (uint4*)(dt_smem + {});", self.ring_offset + outer));
+        // The buffer of the step at offset `at`; `rotating` where the ring does not hold the block.
+        let buffer = |e: &Self, at: &str, rotating: String| if holds { e.block_step(l, at) } else { rotating };
         // The loads that do not move with the loop are made once, before it.
         let mut current = Vec::new();
         for p in loads.iter().filter(|p| !p.axes.contains(&l.dim)) {
@@ -1107,10 +1148,10 @@ impl Emitter<'_> {
             self.at_step(l.dim, format!("({})", steps.first()), &p.at, |e| e.issue_vector_loads(&shape, p.input, &p.axes, &q, &f));
             current.push((p.value, q, f));
         }
-        // Copies the runs of step `at`, if it is one of the loop's, into buffer `stage` of each
-        // ring; one group either way, so that the group of a step is always its step's number.
+        // Copies the runs of step `at`, if it is one to stage, into buffer `stage` of each ring;
+        // one group either way, so that the group of a step is always its step's number.
         let stage_step = |e: &mut Self, at: String, stage: String| {
-            e.line(&format!("if ({}) {{", steps.in_range(&at)));
+            e.line(&format!("if ({}) {{", staged.in_range(&at)));
             e.depth += 1;
             for (p, (base, runs)) in moving.iter().zip(&rings) {
                 let shape = e.k.value(p.value).shape.clone();
@@ -1133,35 +1174,36 @@ impl Emitter<'_> {
         };
         let mut ahead = format!("({})", steps.first());
         for k in 0..stages - 1 {
-            stage_step(self, ahead.clone(), k.to_string());
+            let stage = buffer(self, &ahead, k.to_string());
+            stage_step(self, ahead.clone(), stage);
             ahead = format!("({})", steps.next(&ahead));
         }
         let (o, st) = (self.fresh("o"), self.fresh("st"));
-        self.line(&format!("unsigned {st} = 0; /* the buffer of this step */"));
+        if !holds {
+            self.line(&format!("unsigned {st} = 0; /* the buffer of this step */"));
+        }
         self.line(&super::loop_header(self.k, l, &o));
         self.depth += 1;
         self.offsets.push((l.dim, o.clone()));
-        let full = self.enter_steps(l);
         let mut next = o.clone();
         for _ in 0..stages - 1 {
             next = format!("({})", steps.next(&next));
         }
-        stage_step(self, next, format!("({st} + {}) % {stages}u", stages - 1));
+        // A held block's steps past the loop's (its partial step) are staged too, so the lanes
+        // of the step staged are checked even in a loop of full steps.
+        let full = if holds { self.full.len() } else { self.enter_steps(l) };
+        let stage = buffer(self, &next, format!("({st} + {}) % {stages}u", stages - 1));
+        stage_step(self, next, stage);
+        if holds {
+            self.enter_steps(l);
+        }
         self.line(&format!("dt_cp_async_wait<{}>();", stages - 1));
+        let this = buffer(self, &o, st.clone());
         for (p, (base, runs)) in moving.iter().zip(&rings) {
-            let shape = self.k.value(p.value).shape.clone();
-            let v = self.vector_run(&shape, &p.axes).unwrap_or(1);
-            let (q, f) = (self.fresh("q"), self.fresh("f"));
-            self.line(&format!("uint4 {q}[{runs}];"));
-            self.line(&format!("bool {f}[{runs}];"));
-            self.at_step(l.dim, o.clone(), &p.at, |e| {
-                e.for_runs(&shape, v, |e, lanes, _| {
-                    e.vector_access(p.input, &p.axes, lanes, v, f.as_str());
-                    e.line(&format!("if ({f}[c]) {q}[c] = {ring}[{base} + ({st} * {runs} + c) * {threads} + tid];"));
-                });
-            });
+            let (q, f) = self.read_ring(p, &o, &ring, *base, *runs, &this);
             current.push((p.value, q, f));
         }
+        current.extend(self.read_held(l, &o, held));
         self.prefetched.extend(current);
         // A staged loop inside this one takes the shared memory after this ring.
         self.ring_used = outer + own;
@@ -1170,12 +1212,119 @@ impl Emitter<'_> {
         body?;
         self.settle_cluster();
         self.prefetched.clear();
-        self.line(&format!("{st} = ({st} + 1) % {stages}u;"));
+        if !holds {
+            self.line(&format!("{st} = ({st} + 1) % {stages}u;"));
+        }
         self.full.truncate(full);
         self.offsets.pop();
         self.depth -= 1;
         self.line("}");
+        if holds {
+            // Kept until the end of the statements the loop is in.
+            let loads = moving.iter().zip(&rings).map(|(p, (base, runs))| (p.input, p.axes.clone(), self.k.value(p.value).shape.clone(), *base, *runs)).collect();
+            self.held.push(HeldRing { dim: l.dim, step: l.step, offset: self.ring_offset + outer, loads });
+            self.ring_used = outer + own;
+        }
         Ok(())
+    }
+
+    /// Reads back, at the step at offset `o` of loop `l`, the runs of load `p` that `ring` holds
+    /// from `base` (16-byte words) in buffer `buffer`, `runs` per thread: its words and flags.
+    fn read_ring(&mut self, p: &Prefetch, o: &str, ring: &str, base: usize, runs: usize, buffer: &str) -> (String, String) {
+        let shape = self.k.value(p.value).shape.clone();
+        let v = self.vector_run(&shape, &p.axes).unwrap_or(1);
+        let threads = self.threads;
+        let (q, f) = (self.fresh("q"), self.fresh("f"));
+        self.line(&format!("uint4 {q}[{runs}];"));
+        self.line(&format!("bool {f}[{runs}];"));
+        let dim = self.offsets.last().expect("inside a loop").0;
+        self.at_step(dim, o.to_string(), &p.at, |e| {
+            e.for_runs(&shape, v, |e, lanes, _| {
+                e.vector_access(p.input, &p.axes, lanes, v, f.as_str());
+                e.line(&format!("if ({f}[c]) {q}[c] = {ring}[{base} + ({buffer} * {runs} + c) * {threads} + tid];"));
+            });
+        });
+        (q, f)
+    }
+
+    /// Whether staged loop `l` holds its block ([`HeldRing`]): a loop over a block of several
+    /// steps, but no more than its stages, that is not the partial step of the block, and whose
+    /// staged loads a later loop over the same block reads again.
+    fn holds_block(&self, l: &Loop, loads: &[Prefetch]) -> bool {
+        let fits = self.k.grid.block_extent(l.dim).is_some_and(|b| b > l.step && b.div_ceil(l.step) <= l.stages);
+        if l.kind != LoopKind::Block || l.steps == Steps::Partial || !fits {
+            return false;
+        }
+        let Some(rest) = statements_after(&self.k.body, l) else { return false };
+        let tile = |p: &Prefetch| (p.input, p.axes.clone(), self.k.value(p.value).shape.clone());
+        let moving: Vec<_> = loads.iter().filter(|p| p.axes.contains(&l.dim)).map(tile).collect();
+        rest.iter().any(|s| match s {
+            Stmt::Loop(later) if later.kind == LoopKind::Block && later.dim == l.dim && later.step == l.step => {
+                let mut theirs = Vec::new();
+                self.collect_prefetchable(&later.body, &mut Vec::new(), &mut theirs);
+                let theirs: Vec<_> = theirs.iter().map(tile).collect();
+                !moving.is_empty() && moving.iter().all(|t| theirs.contains(t))
+            }
+            _ => false,
+        })
+    }
+
+    /// The buffers of the ring of staged loop `l` with `loads`: one per stage, or one per step
+    /// of the block it holds.
+    fn ring_buffers(&self, l: &Loop, loads: &[Prefetch]) -> usize {
+        match self.k.grid.block_extent(l.dim) {
+            Some(b) if self.holds_block(l, loads) => b.div_ceil(l.step) as usize,
+            _ => l.stages as usize,
+        }
+    }
+
+    /// The number of the step at offset `at` of a loop over this program's block of its
+    /// dimension.
+    fn block_step(&self, l: &Loop, at: &str) -> String {
+        let b = self.k.grid.block_extent(l.dim).expect("a loop over a block");
+        format!("((unsigned)({at} - b{} * {b}) / {}u)", self.k.dim_slot(l.dim), l.step)
+    }
+
+    /// The loads of loop `l` that a staged loop before it left in shared memory ([`HeldRing`]):
+    /// a 16-bit tile of the same input, axes and shape, over the same block in the same steps.
+    fn held_loads(&self, l: &Loop) -> Vec<(Prefetch, HeldLoad)> {
+        if l.kind != LoopKind::Block || self.single_iteration(l) || self.dtype.size_bytes() != 2 {
+            return Vec::new();
+        }
+        let mut loads = Vec::new();
+        self.collect_prefetchable(&l.body, &mut Vec::new(), &mut loads);
+        loads
+            .into_iter()
+            .filter_map(|p| {
+                let shape = &self.k.value(p.value).shape;
+                let found = self.held.iter().filter(|h| h.dim == l.dim && h.step == l.step).find_map(|h| {
+                    h.loads.iter().find(|(input, axes, s, ..)| *input == p.input && *axes == p.axes && s == shape).map(|(.., base, runs)| HeldLoad {
+                        offset: h.offset,
+                        base: *base,
+                        runs: *runs,
+                    })
+                });
+                found.map(|h| (p, h))
+            })
+            .collect()
+    }
+
+    /// Reads, at the step at offset `o` of loop `l`, its `held` loads from shared memory, after
+    /// the copies there are complete: their words and flags, for [`Self::prefetched`].
+    fn read_held(&mut self, l: &Loop, o: &str, held: &[(Prefetch, HeldLoad)]) -> Vec<(ValueId, String, String)> {
+        if held.is_empty() {
+            return Vec::new();
+        }
+        self.line("dt_cp_async_wait<0>(); /* the block held in shared memory */");
+        let buffer = self.block_step(l, o);
+        let mut read = Vec::new();
+        for (p, h) in held {
+            let ring = self.fresh("held");
+            self.line(&format!("const uint4* const {ring} = (const uint4*)(dt_smem + {});", h.offset));
+            let (q, f) = self.read_ring(p, o, &ring, h.base, h.runs, &buffer);
+            read.push((p.value, q, f));
+        }
+        read
     }
 
     /// The 16-byte runs per thread of prefetched load `p`.
@@ -1184,11 +1333,11 @@ impl Emitter<'_> {
         self.regs(shape.elements()) / self.vector_run(shape, &p.axes).unwrap_or(1)
     }
 
-    /// The 4-byte words of shared memory [`Self::staged_rows`] takes for loop `l`: a buffer per
-    /// stage for each load that moves with the loop.
+    /// The 4-byte words of shared memory [`Self::staged_rows`] takes for loop `l`: its buffers
+    /// ([`Self::ring_buffers`]) for each load that moves with the loop.
     fn ring_words_for(&self, l: &Loop, loads: &[Prefetch]) -> usize {
         let per_stage: usize = loads.iter().filter(|p| p.axes.contains(&l.dim)).map(|p| self.runs_per_thread(p)).sum();
-        per_stage * self.threads as usize * l.stages as usize * 4
+        per_stage * self.threads as usize * self.ring_buffers(l, loads) * 4
     }
 
     /// Prints `body` with the offset of `dim` at `at` and the offsets of the single-step loops
@@ -1201,6 +1350,8 @@ impl Emitter<'_> {
         self.offsets.truncate(depth);
     }
 
+    /// Notes, at the top of the body of loop `l`, that every lane along its dimension is valid
+    /// there if it runs full steps; returns what to truncate [`Self::full`] to after the body.
     fn enter_steps(&mut self, l: &Loop) -> usize {
         let before = self.full.len();
         if l.steps == Steps::Full {
@@ -1215,9 +1366,14 @@ impl Emitter<'_> {
     }
 
     fn stmts(&mut self, stmts: &[Stmt]) -> Result<(), EmitError> {
+        // A block a staged loop here holds stays in shared memory until the end of these
+        // statements ([`HeldRing`]).
+        let (held, ring_used) = (self.held.len(), self.ring_used);
         for s in stmts {
             self.stmt(s)?;
         }
+        self.held.truncate(held);
+        self.ring_used = ring_used;
         Ok(())
     }
 
@@ -1267,13 +1423,17 @@ impl Emitter<'_> {
         if let Some((id, d)) = self.plan.pipelined(l).map(|(id, d)| (id, d.clone())) {
             return self.pipelined_loop(l, id, &d);
         }
-        let loads = self.prefetchable(l);
-        let ring_fits = (self.ring_offset + self.ring_used + self.ring_words_for(l, &loads)) * 4 <= MAX_STAGED_SHARED_BYTES as usize;
+        // Loads a loop before this one left in shared memory are read there; the others may be
+        // issued ahead.
+        let held = self.held_loads(l);
+        let loads: Vec<Prefetch> = self.prefetchable(l).into_iter().filter(|p| !held.iter().any(|(h, _)| h.value == p.value)).collect();
+        let limit = if self.k.grid.cluster.is_some() && self.holds_block(l, &loads) { MAX_CLUSTER_STAGED_SHARED_BYTES } else { MAX_STAGED_SHARED_BYTES };
+        let ring_fits = (self.ring_offset + self.ring_used + self.ring_words_for(l, &loads)) * 4 <= limit as usize;
         if !loads.is_empty() && l.stages > 2 && self.dialect == Dialect::Cuda && ring_fits {
-            return self.staged_rows(l, &loads);
+            return self.staged_rows(l, &loads, &held);
         }
         if !loads.is_empty() {
-            return self.pipelined_rows(l, &loads);
+            return self.pipelined_rows(l, &loads, &held);
         }
         let o = self.fresh("o");
         if !l.origin.is_empty() {
@@ -1281,10 +1441,14 @@ impl Emitter<'_> {
         }
         self.line(&super::loop_header(self.k, l, &o));
         self.depth += 1;
-        self.offsets.push((l.dim, o));
+        self.offsets.push((l.dim, o.clone()));
         let full = self.enter_steps(l);
+        let prefetched = self.prefetched.len();
+        let read = self.read_held(l, &o, &held);
+        self.prefetched.extend(read);
         self.stmts(&l.body)?;
         self.settle_cluster();
+        self.prefetched.truncate(prefetched);
         self.full.truncate(full);
         self.offsets.pop();
         self.depth -= 1;
@@ -1565,6 +1729,15 @@ impl Emitter<'_> {
 }
 
 /// `values` combined by `op` pairwise, as a balanced tree (independent operations first).
+/// The statements after loop `l` in the list of statements that holds it.
+fn statements_after<'a>(stmts: &'a [Stmt], l: &Loop) -> Option<&'a [Stmt]> {
+    stmts.iter().enumerate().find_map(|(i, s)| match s {
+        Stmt::Loop(x) if std::ptr::eq(x, l) => Some(&stmts[i + 1..]),
+        Stmt::Loop(x) => statements_after(&x.body, l),
+        _ => None,
+    })
+}
+
 fn combine_tree(op: dt_core::algo::RedOp, values: &[String]) -> String {
     match values {
         [] => float_lit(op.identity()),
