@@ -316,12 +316,30 @@ DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
 /* Approximations for kernels that store 16-bit results (emit/expr.rs, Math::Fast): errors of a
  * few units of f32 (2 + 1.2 |x| for exp(x); division needs |b| below 2^126) and 2^-10.9 relative
  * (tanh), under the rounding of an f16 or bf16 result. */
-DT_FN float dt_fast_exp(float a) { return __expf(a); }
 DT_FN float dt_fast_log(float a) { return __logf(a); }
+#if defined(__HIPCC__)
+DT_FN float dt_fast_exp(float a) { return __expf(a); }
+DT_FN float dt_fast_rcp(float b) { return __fdividef(1.0f, b); }
+#else
+/* exp(a) as 2^(a log2 e), and 1/b, with results below 2^-126 flushed to zero (`.ftz`): without
+ * it the hardware approximations take a range check and two rescalings each, half of the
+ * instructions of a 16-bit softmax step. Such a value rounds to zero in f16, and in bf16 is
+ * below 2^-126 of the row's largest term. */
+DT_FN float dt_fast_exp(float a) {
+    float t;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(a * 1.4426950408889634f));
+    return t;
+}
+DT_FN float dt_fast_rcp(float b) {
+    float t;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(b));
+    return t;
+}
+#endif
 /* a * (1/b), as the approximate division computes it anyway: the reciprocal of a value every
  * element divides by (a row's sum) is then computed once, not per element. */
-DT_FN float dt_fast_div(float a, float b) { return a * __fdividef(1.0f, b); }
-DT_FN float dt_fast_sigmoid(float a) { return __fdividef(1.0f, 1.0f + __expf(-a)); }
+DT_FN float dt_fast_div(float a, float b) { return a * dt_fast_rcp(b); }
+DT_FN float dt_fast_sigmoid(float a) { return dt_fast_rcp(1.0f + dt_fast_exp(-a)); }
 #if defined(__HIPCC__)
 DT_FN float dt_fast_tanh(float a) { return tanhf(a); }
 #else

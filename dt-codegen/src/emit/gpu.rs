@@ -438,9 +438,20 @@ struct HeldRing {
     step: u32,
     /// Where it starts in shared memory, in 4-byte words.
     offset: usize,
-    /// Its loads: the input, its axes, the tile's shape, where its buffers start in the ring
-    /// (16-byte words) and its 16-byte runs per thread.
-    loads: Vec<(usize, Vec<DimId>, Shape, usize, usize)>,
+    loads: Vec<HeldTile>,
+}
+
+/// A load a [`HeldRing`] holds.
+#[derive(Clone, Debug)]
+struct HeldTile {
+    input: usize,
+    axes: Vec<DimId>,
+    shape: Shape,
+    /// The offsets of its other axes (the row it belongs to), as printed.
+    at: Vec<String>,
+    /// Where its buffers start in the ring (16-byte words), and its 16-byte runs per thread.
+    base: usize,
+    runs: usize,
 }
 
 /// A load of a loop that a [`HeldRing`] holds: where the ring starts in shared memory (4-byte
@@ -1221,7 +1232,18 @@ impl Emitter<'_> {
         self.line("}");
         if holds {
             // Kept until the end of the statements the loop is in.
-            let loads = moving.iter().zip(&rings).map(|(p, (base, runs))| (p.input, p.axes.clone(), self.k.value(p.value).shape.clone(), *base, *runs)).collect();
+            let loads = moving
+                .iter()
+                .zip(&rings)
+                .map(|(p, (base, runs))| HeldTile {
+                    input: p.input,
+                    axes: p.axes.clone(),
+                    shape: self.k.value(p.value).shape.clone(),
+                    at: self.other_offsets(p, l.dim),
+                    base: *base,
+                    runs: *runs,
+                })
+                .collect();
             self.held.push(HeldRing { dim: l.dim, step: l.step, offset: self.ring_offset + outer, loads });
             self.ring_used = outer + own;
         }
@@ -1252,7 +1274,11 @@ impl Emitter<'_> {
     /// staged loads a later loop over the same block reads again.
     fn holds_block(&self, l: &Loop, loads: &[Prefetch]) -> bool {
         let fits = self.k.grid.block_extent(l.dim).is_some_and(|b| b > l.step && b.div_ceil(l.step) <= l.stages);
-        if l.kind != LoopKind::Block || l.steps == Steps::Partial || !fits {
+        // A backward loop would stage from its last full step down, never its partial step.
+        if l.kind != LoopKind::Block || l.steps == Steps::Partial || l.backward || !fits {
+            return false;
+        }
+        if loads.iter().any(|p| !p.at.is_empty()) {
             return false;
         }
         let Some(rest) = statements_after(&self.k.body, l) else { return false };
@@ -1297,25 +1323,31 @@ impl Emitter<'_> {
             .into_iter()
             .filter_map(|p| {
                 let shape = &self.k.value(p.value).shape;
+                let at = self.other_offsets(&p, l.dim);
                 let found = self.held.iter().filter(|h| h.dim == l.dim && h.step == l.step).find_map(|h| {
-                    h.loads.iter().find(|(input, axes, s, ..)| *input == p.input && *axes == p.axes && s == shape).map(|(.., base, runs)| HeldLoad {
-                        offset: h.offset,
-                        base: *base,
-                        runs: *runs,
-                    })
+                    h.loads
+                        .iter()
+                        .find(|t| t.input == p.input && t.axes == p.axes && t.shape == *shape && t.at == at && p.at.is_empty())
+                        .map(|t| HeldLoad { offset: h.offset, base: t.base, runs: t.runs })
                 });
                 found.map(|h| (p, h))
             })
             .collect()
     }
 
-    /// Reads, at the step at offset `o` of loop `l`, its `held` loads from shared memory, after
-    /// the copies there are complete: their words and flags, for [`Self::prefetched`].
+    /// The offsets, as printed here, of the axes of load `p` other than `dim`: which row of a
+    /// block it reads.
+    fn other_offsets(&self, p: &Prefetch, dim: DimId) -> Vec<String> {
+        p.axes.iter().filter(|d| **d != dim).map(|d| self.offset(*d)).collect()
+    }
+
+    /// Reads, at the step at offset `o` of loop `l`, its `held` loads from shared memory (the
+    /// copies there complete before the loop, [`Self::loop_stmt`]): their words and flags, for
+    /// [`Self::prefetched`].
     fn read_held(&mut self, l: &Loop, o: &str, held: &[(Prefetch, HeldLoad)]) -> Vec<(ValueId, String, String)> {
         if held.is_empty() {
             return Vec::new();
         }
-        self.line("dt_cp_async_wait<0>(); /* the block held in shared memory */");
         let buffer = self.block_step(l, o);
         let mut read = Vec::new();
         for (p, h) in held {
@@ -1426,6 +1458,10 @@ impl Emitter<'_> {
         // Loads a loop before this one left in shared memory are read there; the others may be
         // issued ahead.
         let held = self.held_loads(l);
+        if !held.is_empty() {
+            // Once, before the loop: its own copies ahead, if staged, come after these.
+            self.line("dt_cp_async_wait<0>(); /* the block held in shared memory */");
+        }
         let loads: Vec<Prefetch> = self.prefetchable(l).into_iter().filter(|p| !held.iter().any(|(h, _)| h.value == p.value)).collect();
         let limit = if self.k.grid.cluster.is_some() && self.holds_block(l, &loads) { MAX_CLUSTER_STAGED_SHARED_BYTES } else { MAX_STAGED_SHARED_BYTES };
         let ring_fits = (self.ring_offset + self.ring_used + self.ring_words_for(l, &loads)) * 4 <= limit as usize;
@@ -1728,7 +1764,6 @@ impl Emitter<'_> {
     }
 }
 
-/// `values` combined by `op` pairwise, as a balanced tree (independent operations first).
 /// The statements after loop `l` in the list of statements that holds it.
 fn statements_after<'a>(stmts: &'a [Stmt], l: &Loop) -> Option<&'a [Stmt]> {
     stmts.iter().enumerate().find_map(|(i, s)| match s {
@@ -1738,6 +1773,7 @@ fn statements_after<'a>(stmts: &'a [Stmt], l: &Loop) -> Option<&'a [Stmt]> {
     })
 }
 
+/// `values` combined by `op` pairwise, as a balanced tree (independent operations first).
 fn combine_tree(op: dt_core::algo::RedOp, values: &[String]) -> String {
     match values {
         [] => float_lit(op.identity()),
