@@ -12,7 +12,6 @@ use dt_core::explore::{self, Rng};
 use dt_core::kir::Kernel;
 use dt_core::DType;
 
-
 /// Random schedules per spec, besides its own.
 const RANDOM_SCHEDULES: usize = 6;
 /// Size draws per (schedule, kernel, dtype).

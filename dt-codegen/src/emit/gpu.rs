@@ -1463,7 +1463,11 @@ impl Emitter<'_> {
             self.line("dt_cp_async_wait<0>(); /* the block held in shared memory */");
         }
         let loads: Vec<Prefetch> = self.prefetchable(l).into_iter().filter(|p| !held.iter().any(|(h, _)| h.value == p.value)).collect();
-        let limit = if self.k.grid.cluster.is_some() && self.holds_block(l, &loads) { MAX_CLUSTER_STAGED_SHARED_BYTES } else { MAX_STAGED_SHARED_BYTES };
+        let limit = if self.k.grid.cluster.is_some() && self.holds_block(l, &loads) {
+            MAX_CLUSTER_STAGED_SHARED_BYTES
+        } else {
+            MAX_STAGED_SHARED_BYTES
+        };
         let ring_fits = (self.ring_offset + self.ring_used + self.ring_words_for(l, &loads)) * 4 <= limit as usize;
         if !loads.is_empty() && l.stages > 2 && self.dialect == Dialect::Cuda && ring_fits {
             return self.staged_rows(l, &loads, &held);
