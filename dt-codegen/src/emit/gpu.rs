@@ -1123,13 +1123,12 @@ impl Emitter<'_> {
     /// has a buffer per step of the block, and it stages every step of the block, also those of
     /// the loop over the block's other steps (its partial step, [`Steps`]), which then reads them
     /// there, as later loops over the block do ([`Self::held_loads`]).
-    fn staged_rows(&mut self, l: &Loop, loads: &[Prefetch], held: &[(Prefetch, HeldLoad)]) -> Result<(), EmitError> {
+    fn staged_rows(&mut self, l: &Loop, loads: &[Prefetch], held: &[(Prefetch, HeldLoad)], holds: bool) -> Result<(), EmitError> {
         let stages = l.stages as usize;
         let steps = super::LoopSteps::of(self.k, l);
-        let holds = self.holds_block(l, loads);
         // Where a held block's steps are staged from: every step of the block.
-        let staged = super::LoopSteps::of(self.k, &Loop { steps: if holds { Steps::All } else { l.steps }, body: Vec::new(), ..l.clone() });
-        let buffers = self.ring_buffers(l, loads);
+        let staged = super::LoopSteps::over(self.k, l, if holds { Steps::All } else { l.steps });
+        let buffers = self.ring_buffers(l, holds);
         let threads = self.threads as usize;
         let moving: Vec<&Prefetch> = loads.iter().filter(|p| p.axes.contains(&l.dim)).collect();
         // Each staged load: its ring (offset in 16-byte words) and its runs per thread.
@@ -1140,7 +1139,7 @@ impl Emitter<'_> {
             rings.push((words, runs));
             words += buffers * runs * threads;
         }
-        let (outer, own) = (self.ring_used, self.ring_words_for(l, loads));
+        let (outer, own) = (self.ring_used, self.ring_words_for(l, loads, holds));
         self.ring_words = self.ring_words.max(outer + own);
         let ring = self.fresh("ring");
         let ahead = if holds { "the block's steps".to_string() } else { format!("{} steps ahead", stages - 1) };
@@ -1211,7 +1210,7 @@ impl Emitter<'_> {
         self.line(&format!("dt_cp_async_wait<{}>();", stages - 1));
         let this = buffer(self, &o, st.clone());
         for (p, (base, runs)) in moving.iter().zip(&rings) {
-            let (q, f) = self.read_ring(p, &o, &ring, *base, *runs, &this);
+            let (q, f) = self.read_ring(p, l.dim, &o, &ring, *base, *runs, &this);
             current.push((p.value, q, f));
         }
         current.extend(self.read_held(l, &o, held));
@@ -1250,16 +1249,17 @@ impl Emitter<'_> {
         Ok(())
     }
 
-    /// Reads back, at the step at offset `o` of loop `l`, the runs of load `p` that `ring` holds
-    /// from `base` (16-byte words) in buffer `buffer`, `runs` per thread: its words and flags.
-    fn read_ring(&mut self, p: &Prefetch, o: &str, ring: &str, base: usize, runs: usize, buffer: &str) -> (String, String) {
+    /// Reads back, at offset `o` of `dim` (a step of the loop over it), the runs of load `p` that
+    /// `ring` holds from `base` (16-byte words) in buffer `buffer`, `runs` per thread: its words
+    /// and flags.
+    #[allow(clippy::too_many_arguments)]
+    fn read_ring(&mut self, p: &Prefetch, dim: DimId, o: &str, ring: &str, base: usize, runs: usize, buffer: &str) -> (String, String) {
         let shape = self.k.value(p.value).shape.clone();
         let v = self.vector_run(&shape, &p.axes).unwrap_or(1);
         let threads = self.threads;
         let (q, f) = (self.fresh("q"), self.fresh("f"));
         self.line(&format!("uint4 {q}[{runs}];"));
         self.line(&format!("bool {f}[{runs}];"));
-        let dim = self.offsets.last().expect("inside a loop").0;
         self.at_step(dim, o.to_string(), &p.at, |e| {
             e.for_runs(&shape, v, |e, lanes, _| {
                 e.vector_access(p.input, &p.axes, lanes, v, f.as_str());
@@ -1295,11 +1295,11 @@ impl Emitter<'_> {
         })
     }
 
-    /// The buffers of the ring of staged loop `l` with `loads`: one per stage, or one per step
-    /// of the block it holds.
-    fn ring_buffers(&self, l: &Loop, loads: &[Prefetch]) -> usize {
+    /// The buffers of the ring of staged loop `l`: one per stage, or, where it `holds` its block,
+    /// one per step of the block.
+    fn ring_buffers(&self, l: &Loop, holds: bool) -> usize {
         match self.k.grid.block_extent(l.dim) {
-            Some(b) if self.holds_block(l, loads) => b.div_ceil(l.step) as usize,
+            Some(b) if holds => b.div_ceil(l.step) as usize,
             _ => l.stages as usize,
         }
     }
@@ -1321,14 +1321,16 @@ impl Emitter<'_> {
         self.collect_prefetchable(&l.body, &mut Vec::new(), &mut loads);
         loads
             .into_iter()
+            .filter(|p| p.at.is_empty())
             .filter_map(|p| {
                 let shape = &self.k.value(p.value).shape;
                 let at = self.other_offsets(&p, l.dim);
                 let found = self.held.iter().filter(|h| h.dim == l.dim && h.step == l.step).find_map(|h| {
-                    h.loads
-                        .iter()
-                        .find(|t| t.input == p.input && t.axes == p.axes && t.shape == *shape && t.at == at && p.at.is_empty())
-                        .map(|t| HeldLoad { offset: h.offset, base: t.base, runs: t.runs })
+                    h.loads.iter().find(|t| t.input == p.input && t.axes == p.axes && t.shape == *shape && t.at == at).map(|t| HeldLoad {
+                        offset: h.offset,
+                        base: t.base,
+                        runs: t.runs,
+                    })
                 });
                 found.map(|h| (p, h))
             })
@@ -1353,7 +1355,7 @@ impl Emitter<'_> {
         for (p, h) in held {
             let ring = self.fresh("held");
             self.line(&format!("const uint4* const {ring} = (const uint4*)(dt_smem + {});", h.offset));
-            let (q, f) = self.read_ring(p, o, &ring, h.base, h.runs, &buffer);
+            let (q, f) = self.read_ring(p, l.dim, o, &ring, h.base, h.runs, &buffer);
             read.push((p.value, q, f));
         }
         read
@@ -1367,9 +1369,9 @@ impl Emitter<'_> {
 
     /// The 4-byte words of shared memory [`Self::staged_rows`] takes for loop `l`: its buffers
     /// ([`Self::ring_buffers`]) for each load that moves with the loop.
-    fn ring_words_for(&self, l: &Loop, loads: &[Prefetch]) -> usize {
+    fn ring_words_for(&self, l: &Loop, loads: &[Prefetch], holds: bool) -> usize {
         let per_stage: usize = loads.iter().filter(|p| p.axes.contains(&l.dim)).map(|p| self.runs_per_thread(p)).sum();
-        per_stage * self.threads as usize * self.ring_buffers(l, loads) * 4
+        per_stage * self.threads as usize * self.ring_buffers(l, holds) * 4
     }
 
     /// Prints `body` with the offset of `dim` at `at` and the offsets of the single-step loops
@@ -1463,14 +1465,11 @@ impl Emitter<'_> {
             self.line("dt_cp_async_wait<0>(); /* the block held in shared memory */");
         }
         let loads: Vec<Prefetch> = self.prefetchable(l).into_iter().filter(|p| !held.iter().any(|(h, _)| h.value == p.value)).collect();
-        let limit = if self.k.grid.cluster.is_some() && self.holds_block(l, &loads) {
-            MAX_CLUSTER_STAGED_SHARED_BYTES
-        } else {
-            MAX_STAGED_SHARED_BYTES
-        };
-        let ring_fits = (self.ring_offset + self.ring_used + self.ring_words_for(l, &loads)) * 4 <= limit as usize;
+        let holds = self.holds_block(l, &loads);
+        let limit = if self.k.grid.cluster.is_some() && holds { MAX_CLUSTER_STAGED_SHARED_BYTES } else { MAX_STAGED_SHARED_BYTES };
+        let ring_fits = (self.ring_offset + self.ring_used + self.ring_words_for(l, &loads, holds)) * 4 <= limit as usize;
         if !loads.is_empty() && l.stages > 2 && self.dialect == Dialect::Cuda && ring_fits {
-            return self.staged_rows(l, &loads, &held);
+            return self.staged_rows(l, &loads, &held, holds);
         }
         if !loads.is_empty() {
             return self.pipelined_rows(l, &loads, &held);

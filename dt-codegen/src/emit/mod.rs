@@ -191,6 +191,11 @@ pub(crate) struct LoopSteps {
 
 impl LoopSteps {
     pub(crate) fn of(k: &Kernel, l: &dt_core::kir::Loop) -> Self {
+        Self::over(k, l, l.steps)
+    }
+
+    /// The offsets of loop `l` as if it ran `steps` of its range.
+    pub(crate) fn over(k: &Kernel, l: &dt_core::kir::Loop, steps: dt_core::kir::Steps) -> Self {
         use dt_core::kir::{LoopKind, Steps};
         let slot = k.dim_slot(l.dim);
         let (size, step) = (format!("s{slot}"), l.step);
@@ -201,7 +206,7 @@ impl LoopSteps {
                 // The block's full steps end where the dimension's do, within the block.
                 let full = format!("dt_max_ll({start}, dt_min_ll({start} + {b}, ({size} / {step}) * {step}))");
                 let end = format!("dt_min_ll({start} + {b}, {size})");
-                let (start, end) = match l.steps {
+                let (start, end) = match steps {
                     Steps::All => (start, end),
                     Steps::Full => (start, full),
                     // At most one step: its direction does not matter.
@@ -212,7 +217,7 @@ impl LoopSteps {
             }
             LoopKind::Whole | LoopKind::Reduction => {
                 let full = format!("({size} / {step}) * {step}");
-                match l.steps {
+                match steps {
                     Steps::All => ("0".into(), size.clone(), format!("(dt_cdiv({size}, {step}) - 1) * {step}")),
                     Steps::Full => ("0".into(), full.clone(), format!("{full} - {step}")),
                     // At most one step: its direction does not matter.
