@@ -83,13 +83,13 @@ DT_FN unsigned short dt_half_at(const uint4& q, int j) {
     const unsigned x = (j >> 1) == 0 ? q.x : (j >> 1) == 1 ? q.y : (j >> 1) == 2 ? q.z : q.w;
     return (unsigned short)((j & 1) ? x >> 16 : x & 0xffffu);
 }
-DT_FN uint4 dt_pack8(const unsigned short* h) {
-    uint4 q;
-    q.x = (unsigned)h[0] | ((unsigned)h[1] << 16);
-    q.y = (unsigned)h[2] | ((unsigned)h[3] << 16);
-    q.z = (unsigned)h[4] | ((unsigned)h[5] << 16);
-    q.w = (unsigned)h[6] | ((unsigned)h[7] << 16);
-    return q;
+/* Shifts 16-bit element h into the top of the 8 in q, the others moving down one: after 8 calls
+ * q holds them in memory order (a 16-byte run read element by element, in an unrolled loop). */
+DT_FN void dt_shift_in8(uint4& q, unsigned h) {
+    q.x = (q.x >> 16) | (q.y << 16);
+    q.y = (q.y >> 16) | (q.z << 16);
+    q.z = (q.z >> 16) | (q.w << 16);
+    q.w = (q.w >> 16) | (h << 16);
 }
 template <int R>
 struct dt_f16s {

@@ -83,13 +83,13 @@ DT_FN unsigned short dt_half_at(const uint4& q, int j) {
     const unsigned x = (j >> 1) == 0 ? q.x : (j >> 1) == 1 ? q.y : (j >> 1) == 2 ? q.z : q.w;
     return (unsigned short)((j & 1) ? x >> 16 : x & 0xffffu);
 }
-DT_FN uint4 dt_pack8(const unsigned short* h) {
-    uint4 q;
-    q.x = (unsigned)h[0] | ((unsigned)h[1] << 16);
-    q.y = (unsigned)h[2] | ((unsigned)h[3] << 16);
-    q.z = (unsigned)h[4] | ((unsigned)h[5] << 16);
-    q.w = (unsigned)h[6] | ((unsigned)h[7] << 16);
-    return q;
+/* Shifts 16-bit element h into the top of the 8 in q, the others moving down one: after 8 calls
+ * q holds them in memory order (a 16-byte run read element by element, in an unrolled loop). */
+DT_FN void dt_shift_in8(uint4& q, unsigned h) {
+    q.x = (q.x >> 16) | (q.y << 16);
+    q.y = (q.y >> 16) | (q.z << 16);
+    q.z = (q.z >> 16) | (q.w << 16);
+    q.w = (q.w >> 16) | (h << 16);
 }
 template <int R>
 struct dt_f16s {
@@ -471,16 +471,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f16(const dt_args ar
                     v1.w[c] = q3[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[0][1];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    v1.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    v1.w[c] = w;
                 }
             }
             float v2[8];
@@ -518,16 +512,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f16(const dt_args ar
                     v4.w[c] = q13[c];
                 } else {
                     const unsigned a = (unsigned)(o2 + l16) * (unsigned)args.input_strides[1][0];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    v4.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o2 + (l16 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                    v4.w[c] = w;
                 }
             }
             float v5[8];
@@ -557,16 +545,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f16(const dt_args ar
                     v6.w[c] = q19[c];
                 } else {
                     const unsigned a = (unsigned)(o2 + l22) * (unsigned)args.input_strides[2][0];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    v6.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o2 + (l22 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                    v6.w[c] = w;
                 }
             }
             float v7[8];
@@ -653,16 +635,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16(const dt_args a
                     v1.w[c] = q3[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[0][1];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    v1.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    v1.w[c] = w;
                 }
             }
             float v2[8];
@@ -700,16 +676,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16(const dt_args a
                     v4.w[c] = q13[c];
                 } else {
                     const unsigned a = (unsigned)(o2 + l16) * (unsigned)args.input_strides[1][0];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    v4.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o2 + (l16 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                    v4.w[c] = w;
                 }
             }
             float v5[8];
@@ -739,16 +709,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16(const dt_args a
                     v6.w[c] = q19[c];
                 } else {
                     const unsigned a = (unsigned)(o2 + l22) * (unsigned)args.input_strides[2][0];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    v6.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o2 + (l22 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                    v6.w[c] = w;
                 }
             }
             float v7[8];
@@ -976,16 +940,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16(const dt_args args)
                     v1.w[c] = q3[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[0][1];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    v1.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    v1.w[c] = w;
                 }
             }
             float v2[8];
@@ -1023,16 +981,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16(const dt_args args)
                     v4.w[c] = q13[c];
                 } else {
                     const unsigned a = (unsigned)(o2 + l16) * (unsigned)args.input_strides[1][0];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    v4.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o2 + (l16 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                    v4.w[c] = w;
                 }
             }
             float v5[8];
@@ -1062,16 +1014,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16(const dt_args args)
                     v6.w[c] = q19[c];
                 } else {
                     const unsigned a = (unsigned)(o2 + l22) * (unsigned)args.input_strides[2][0];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    v6.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o2 + (l22 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                    v6.w[c] = w;
                 }
             }
             float v7[8];
@@ -1158,16 +1104,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16(const dt_args args
                     v1.w[c] = q3[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[0][1];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    v1.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    v1.w[c] = w;
                 }
             }
             float v2[8];
@@ -1205,16 +1145,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16(const dt_args args
                     v4.w[c] = q13[c];
                 } else {
                     const unsigned a = (unsigned)(o2 + l16) * (unsigned)args.input_strides[1][0];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    v4.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o2 + (l16 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                    v4.w[c] = w;
                 }
             }
             float v5[8];
@@ -1244,16 +1178,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16(const dt_args args
                     v6.w[c] = q19[c];
                 } else {
                     const unsigned a = (unsigned)(o2 + l22) * (unsigned)args.input_strides[2][0];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    v6.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o2 + (l22 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                    v6.w[c] = w;
                 }
             }
             float v7[8];

@@ -83,13 +83,13 @@ DT_FN unsigned short dt_half_at(const uint4& q, int j) {
     const unsigned x = (j >> 1) == 0 ? q.x : (j >> 1) == 1 ? q.y : (j >> 1) == 2 ? q.z : q.w;
     return (unsigned short)((j & 1) ? x >> 16 : x & 0xffffu);
 }
-DT_FN uint4 dt_pack8(const unsigned short* h) {
-    uint4 q;
-    q.x = (unsigned)h[0] | ((unsigned)h[1] << 16);
-    q.y = (unsigned)h[2] | ((unsigned)h[3] << 16);
-    q.z = (unsigned)h[4] | ((unsigned)h[5] << 16);
-    q.w = (unsigned)h[6] | ((unsigned)h[7] << 16);
-    return q;
+/* Shifts 16-bit element h into the top of the 8 in q, the others moving down one: after 8 calls
+ * q holds them in memory order (a 16-byte run read element by element, in an unrolled loop). */
+DT_FN void dt_shift_in8(uint4& q, unsigned h) {
+    q.x = (q.x >> 16) | (q.y << 16);
+    q.y = (q.y >> 16) | (q.z << 16);
+    q.z = (q.z >> 16) | (q.w << 16);
+    q.w = (q.w >> 16) | (h << 16);
 }
 template <int R>
 struct dt_f16s {
@@ -501,16 +501,10 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_f16(const
                 v0.w[c] = q12[c];
             } else {
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
-                unsigned short h[8];
-                h[0] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + l18) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[1] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[2] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[3] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[4] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[5] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[6] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[7] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                v0.w[c] = dt_pack8(h);
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                v0.w[c] = w;
             }
         }
         float v2[1];
@@ -654,16 +648,10 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_f16(const
                 v26.w[c] = qn4[c];
             } else {
                 const unsigned a = (unsigned)(0 + l38) * (unsigned)args.input_strides[1][0];
-                unsigned short h[8];
-                h[0] = ((unsigned)(0 + l38) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[1] = ((unsigned)(0 + (l38 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[2] = ((unsigned)(0 + (l38 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[3] = ((unsigned)(0 + (l38 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[4] = ((unsigned)(0 + (l38 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[5] = ((unsigned)(0 + (l38 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[6] = ((unsigned)(0 + (l38 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[7] = ((unsigned)(0 + (l38 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                v26.w[c] = dt_pack8(h);
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l38 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                v26.w[c] = w;
             }
         }
         float v27[32];
@@ -683,16 +671,10 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_f16(const
                 v28.w[c] = qn6[c];
             } else {
                 const unsigned a = (unsigned)(0 + l41) * (unsigned)args.input_strides[2][0];
-                unsigned short h[8];
-                h[0] = ((unsigned)(0 + l41) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[1] = ((unsigned)(0 + (l41 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[2] = ((unsigned)(0 + (l41 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[3] = ((unsigned)(0 + (l41 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[4] = ((unsigned)(0 + (l41 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[5] = ((unsigned)(0 + (l41 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[6] = ((unsigned)(0 + (l41 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[7] = ((unsigned)(0 + (l41 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                v28.w[c] = dt_pack8(h);
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l41 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                v28.w[c] = w;
             }
         }
         float v29[32];
@@ -808,16 +790,10 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_bf16(cons
                 v0.w[c] = q12[c];
             } else {
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
-                unsigned short h[8];
-                h[0] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + l18) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[1] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[2] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[3] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[4] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[5] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[6] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[7] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                v0.w[c] = dt_pack8(h);
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                v0.w[c] = w;
             }
         }
         float v2[1];
@@ -961,16 +937,10 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_bf16(cons
                 v26.w[c] = qn4[c];
             } else {
                 const unsigned a = (unsigned)(0 + l38) * (unsigned)args.input_strides[1][0];
-                unsigned short h[8];
-                h[0] = ((unsigned)(0 + l38) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[1] = ((unsigned)(0 + (l38 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[2] = ((unsigned)(0 + (l38 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[3] = ((unsigned)(0 + (l38 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[4] = ((unsigned)(0 + (l38 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[5] = ((unsigned)(0 + (l38 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[6] = ((unsigned)(0 + (l38 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[7] = ((unsigned)(0 + (l38 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                v26.w[c] = dt_pack8(h);
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l38 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                v26.w[c] = w;
             }
         }
         float v27[32];
@@ -990,16 +960,10 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_bf16(cons
                 v28.w[c] = qn6[c];
             } else {
                 const unsigned a = (unsigned)(0 + l41) * (unsigned)args.input_strides[2][0];
-                unsigned short h[8];
-                h[0] = ((unsigned)(0 + l41) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[1] = ((unsigned)(0 + (l41 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[2] = ((unsigned)(0 + (l41 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[3] = ((unsigned)(0 + (l41 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[4] = ((unsigned)(0 + (l41 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[5] = ((unsigned)(0 + (l41 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[6] = ((unsigned)(0 + (l41 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[7] = ((unsigned)(0 + (l41 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                v28.w[c] = dt_pack8(h);
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l41 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                v28.w[c] = w;
             }
         }
         float v29[32];
@@ -1292,8 +1256,8 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_f32(const d
     }
 }
 
-/* kernel layernorm_4k for f16: grid block(x:2); 128 threads, 32 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128, 4) dt_layernorm_4k_f16(const dt_args args) {
+/* kernel layernorm_4k for f16: grid block(x:2); 256 threads, 64 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1311,15 +1275,15 @@ extern "C" __global__ void __launch_bounds__(128, 4) dt_layernorm_4k_f16(const d
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2): loads one step ahead */
-    uint4 qn2[4];
-    bool fn3[4];
-    uint4 qn4[4];
-    bool fn5[4];
-    uint4 qn6[4];
-    bool fn7[4];
+    uint4 qn2[2];
+    bool fn3[2];
+    uint4 qn4[2];
+    bool fn5[2];
+    uint4 qn6[2];
+    bool fn7[2];
     #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 128 + tid) * 8;
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 256 + tid) * 8;
         const int l8 = (int)((unsigned)e / 4096u % 1u);
         const int l9 = (int)((unsigned)e / 1u % 4096u);
         const unsigned a = (unsigned)((b0 * 2) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
@@ -1327,30 +1291,30 @@ extern "C" __global__ void __launch_bounds__(128, 4) dt_layernorm_4k_f16(const d
         if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 128 + tid) * 8;
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 256 + tid) * 8;
         const int l10 = (int)((unsigned)e / 1u % 4096u);
         const unsigned a = (unsigned)(0 + l10) * (unsigned)args.input_strides[1][0];
         fn5[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l10 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
         if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 128 + tid) * 8;
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 256 + tid) * 8;
         const int l11 = (int)((unsigned)e / 1u % 4096u);
         const unsigned a = (unsigned)(0 + l11) * (unsigned)args.input_strides[2][0];
         fn7[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
     for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
-        uint4 q12[4];
-        bool f13[4];
+        uint4 q12[2];
+        bool f13[2];
         #pragma unroll
-        for (int c = 0; c < 4; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
+        for (int c = 0; c < 2; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
         if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
             #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int e = (c * 128 + tid) * 8;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
                 const int l14 = (int)((unsigned)e / 4096u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
@@ -1365,37 +1329,31 @@ extern "C" __global__ void __launch_bounds__(128, 4) dt_layernorm_4k_f16(const d
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_f16s<32> v0; /* 16-bit values as loaded */
+        dt_f16s<16> v0; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 128 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
             const int l17 = (int)((unsigned)e / 4096u % 1u);
             const int l18 = (int)((unsigned)e / 1u % 4096u);
             if (f13[c]) {
                 v0.w[c] = q12[c];
             } else {
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
-                unsigned short h[8];
-                h[0] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + l18) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[1] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[2] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[3] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[4] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[5] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[6] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[7] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                v0.w[c] = dt_pack8(h);
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                v0.w[c] = w;
             }
         }
         float v2[1];
-        /* reduction in registers: 32 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 32; q++) p[i] = p[i] + v0[i * 32 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v0[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
@@ -1406,7 +1364,7 @@ extern "C" __global__ void __launch_bounds__(128, 4) dt_layernorm_4k_f16(const d
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a20 = 0e0f;
-            for (int g = 0; g < 4; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            for (int g = 0; g < 8; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
             v2[r] = a20;
         }
         {
@@ -1439,50 +1397,50 @@ extern "C" __global__ void __launch_bounds__(128, 4) dt_layernorm_4k_f16(const d
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v8[32];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
                 v8[r] = (v0[r] - v5[0]);
             }
         }
-        float v12[32];
+        float v12[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
                 v12[r] = (v8[r] * v8[r]);
             }
         }
-        float v13[32];
+        float v13[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
                 const int l30 = (int)((unsigned)e / 1u % 4096u);
                 v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
-        /* reduction in registers: 32 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 32; q++) p[i] = p[i] + v13[i * 32 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a32 = 0e0f;
-            for (int g = 0; g < 4; g++) a32 = a32 + ((dt_smem + 0) + 4)[g * 1 + e];
+            for (int g = 0; g < 8; g++) a32 = a32 + ((dt_smem + 0) + 8)[g * 1 + e];
             v14[r] = a32;
         }
         {
@@ -1520,75 +1478,63 @@ extern "C" __global__ void __launch_bounds__(128, 4) dt_layernorm_4k_f16(const d
             (void)r; (void)e;
             v24[r] = dt_rsqrt(v23[0]);
         }
-        float v25[32];
+        float v25[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        dt_f16s<32> v26; /* 16-bit values as loaded */
+        dt_f16s<16> v26; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 128 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
             const int l40 = (int)((unsigned)e / 1u % 4096u);
             if (fn5[c]) {
                 v26.w[c] = qn4[c];
             } else {
                 const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
-                unsigned short h[8];
-                h[0] = ((unsigned)(0 + l40) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[1] = ((unsigned)(0 + (l40 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[2] = ((unsigned)(0 + (l40 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[3] = ((unsigned)(0 + (l40 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[4] = ((unsigned)(0 + (l40 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[5] = ((unsigned)(0 + (l40 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[6] = ((unsigned)(0 + (l40 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[7] = ((unsigned)(0 + (l40 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                v26.w[c] = dt_pack8(h);
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l40 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                v26.w[c] = w;
             }
         }
-        float v27[32];
+        float v27[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        dt_f16s<32> v28; /* 16-bit values as loaded */
+        dt_f16s<16> v28; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 128 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
             const int l43 = (int)((unsigned)e / 1u % 4096u);
             if (fn7[c]) {
                 v28.w[c] = qn6[c];
             } else {
                 const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
-                unsigned short h[8];
-                h[0] = ((unsigned)(0 + l43) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[1] = ((unsigned)(0 + (l43 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[2] = ((unsigned)(0 + (l43 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[3] = ((unsigned)(0 + (l43 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[4] = ((unsigned)(0 + (l43 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[5] = ((unsigned)(0 + (l43 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[6] = ((unsigned)(0 + (l43 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[7] = ((unsigned)(0 + (l43 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                v28.w[c] = dt_pack8(h);
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l43 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                v28.w[c] = w;
             }
         }
-        float v29[32];
+        float v29[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 128 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
             const int l46 = (int)((unsigned)e / 4096u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
@@ -1608,8 +1554,8 @@ extern "C" __global__ void __launch_bounds__(128, 4) dt_layernorm_4k_f16(const d
     }
 }
 
-/* kernel layernorm_4k for bf16: grid block(x:2); 128 threads, 32 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128, 4) dt_layernorm_4k_bf16(const dt_args args) {
+/* kernel layernorm_4k for bf16: grid block(x:2); 256 threads, 64 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1627,15 +1573,15 @@ extern "C" __global__ void __launch_bounds__(128, 4) dt_layernorm_4k_bf16(const 
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2): loads one step ahead */
-    uint4 qn2[4];
-    bool fn3[4];
-    uint4 qn4[4];
-    bool fn5[4];
-    uint4 qn6[4];
-    bool fn7[4];
+    uint4 qn2[2];
+    bool fn3[2];
+    uint4 qn4[2];
+    bool fn5[2];
+    uint4 qn6[2];
+    bool fn7[2];
     #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 128 + tid) * 8;
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 256 + tid) * 8;
         const int l8 = (int)((unsigned)e / 4096u % 1u);
         const int l9 = (int)((unsigned)e / 1u % 4096u);
         const unsigned a = (unsigned)((b0 * 2) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
@@ -1643,30 +1589,30 @@ extern "C" __global__ void __launch_bounds__(128, 4) dt_layernorm_4k_bf16(const 
         if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 128 + tid) * 8;
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 256 + tid) * 8;
         const int l10 = (int)((unsigned)e / 1u % 4096u);
         const unsigned a = (unsigned)(0 + l10) * (unsigned)args.input_strides[1][0];
         fn5[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l10 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
         if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 128 + tid) * 8;
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 256 + tid) * 8;
         const int l11 = (int)((unsigned)e / 1u % 4096u);
         const unsigned a = (unsigned)(0 + l11) * (unsigned)args.input_strides[2][0];
         fn7[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
     for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
-        uint4 q12[4];
-        bool f13[4];
+        uint4 q12[2];
+        bool f13[2];
         #pragma unroll
-        for (int c = 0; c < 4; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
+        for (int c = 0; c < 2; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
         if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
             #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int e = (c * 128 + tid) * 8;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
                 const int l14 = (int)((unsigned)e / 4096u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
@@ -1681,37 +1627,31 @@ extern "C" __global__ void __launch_bounds__(128, 4) dt_layernorm_4k_bf16(const 
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_bf16s<32> v0; /* 16-bit values as loaded */
+        dt_bf16s<16> v0; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 128 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
             const int l17 = (int)((unsigned)e / 4096u % 1u);
             const int l18 = (int)((unsigned)e / 1u % 4096u);
             if (f13[c]) {
                 v0.w[c] = q12[c];
             } else {
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
-                unsigned short h[8];
-                h[0] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + l18) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[1] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[2] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[3] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[4] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[5] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[6] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[7] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                v0.w[c] = dt_pack8(h);
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                v0.w[c] = w;
             }
         }
         float v2[1];
-        /* reduction in registers: 32 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 32; q++) p[i] = p[i] + v0[i * 32 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v0[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
@@ -1722,7 +1662,7 @@ extern "C" __global__ void __launch_bounds__(128, 4) dt_layernorm_4k_bf16(const 
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a20 = 0e0f;
-            for (int g = 0; g < 4; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            for (int g = 0; g < 8; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
             v2[r] = a20;
         }
         {
@@ -1755,50 +1695,50 @@ extern "C" __global__ void __launch_bounds__(128, 4) dt_layernorm_4k_bf16(const 
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v8[32];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
                 v8[r] = (v0[r] - v5[0]);
             }
         }
-        float v12[32];
+        float v12[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
                 v12[r] = (v8[r] * v8[r]);
             }
         }
-        float v13[32];
+        float v13[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
                 const int l30 = (int)((unsigned)e / 1u % 4096u);
                 v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
-        /* reduction in registers: 32 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 32; q++) p[i] = p[i] + v13[i * 32 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a32 = 0e0f;
-            for (int g = 0; g < 4; g++) a32 = a32 + ((dt_smem + 0) + 4)[g * 1 + e];
+            for (int g = 0; g < 8; g++) a32 = a32 + ((dt_smem + 0) + 8)[g * 1 + e];
             v14[r] = a32;
         }
         {
@@ -1836,75 +1776,63 @@ extern "C" __global__ void __launch_bounds__(128, 4) dt_layernorm_4k_bf16(const 
             (void)r; (void)e;
             v24[r] = dt_rsqrt(v23[0]);
         }
-        float v25[32];
+        float v25[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        dt_bf16s<32> v26; /* 16-bit values as loaded */
+        dt_bf16s<16> v26; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 128 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
             const int l40 = (int)((unsigned)e / 1u % 4096u);
             if (fn5[c]) {
                 v26.w[c] = qn4[c];
             } else {
                 const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
-                unsigned short h[8];
-                h[0] = ((unsigned)(0 + l40) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[1] = ((unsigned)(0 + (l40 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[2] = ((unsigned)(0 + (l40 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[3] = ((unsigned)(0 + (l40 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[4] = ((unsigned)(0 + (l40 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[5] = ((unsigned)(0 + (l40 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[6] = ((unsigned)(0 + (l40 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[7] = ((unsigned)(0 + (l40 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                v26.w[c] = dt_pack8(h);
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l40 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                v26.w[c] = w;
             }
         }
-        float v27[32];
+        float v27[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        dt_bf16s<32> v28; /* 16-bit values as loaded */
+        dt_bf16s<16> v28; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 128 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
             const int l43 = (int)((unsigned)e / 1u % 4096u);
             if (fn7[c]) {
                 v28.w[c] = qn6[c];
             } else {
                 const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
-                unsigned short h[8];
-                h[0] = ((unsigned)(0 + l43) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[1] = ((unsigned)(0 + (l43 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[2] = ((unsigned)(0 + (l43 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[3] = ((unsigned)(0 + (l43 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[4] = ((unsigned)(0 + (l43 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[5] = ((unsigned)(0 + (l43 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[6] = ((unsigned)(0 + (l43 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[7] = ((unsigned)(0 + (l43 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                v28.w[c] = dt_pack8(h);
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l43 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                v28.w[c] = w;
             }
         }
-        float v29[32];
+        float v29[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 128 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
             const int l46 = (int)((unsigned)e / 4096u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
@@ -1924,8 +1852,8 @@ extern "C" __global__ void __launch_bounds__(128, 4) dt_layernorm_4k_bf16(const 
     }
 }
 
-/* kernel layernorm_4k for f32: grid block(x:2); 128 threads, 32 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128, 4) dt_layernorm_4k_f32(const dt_args args) {
+/* kernel layernorm_4k for f32: grid block(x:2); 256 threads, 64 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1951,10 +1879,10 @@ extern "C" __global__ void __launch_bounds__(128, 4) dt_layernorm_4k_f32(const d
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        float v0[32];
+        float v0[16];
         #pragma unroll
-        for (int c = 0; c < 8; c++) {
-            const int e = (c * 128 + tid) * 4;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 256 + tid) * 4;
             const int l3 = (int)((unsigned)e / 4096u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
@@ -1972,14 +1900,14 @@ extern "C" __global__ void __launch_bounds__(128, 4) dt_layernorm_4k_f32(const d
             }
         }
         float v2[1];
-        /* reduction in registers: 32 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 32; q++) p[i] = p[i] + v0[i * 32 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v0[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
@@ -1990,7 +1918,7 @@ extern "C" __global__ void __launch_bounds__(128, 4) dt_layernorm_4k_f32(const d
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a6 = 0e0f;
-            for (int g = 0; g < 4; g++) a6 = a6 + ((dt_smem + 0) + 0)[g * 1 + e];
+            for (int g = 0; g < 8; g++) a6 = a6 + ((dt_smem + 0) + 0)[g * 1 + e];
             v2[r] = a6;
         }
         {
@@ -2023,50 +1951,50 @@ extern "C" __global__ void __launch_bounds__(128, 4) dt_layernorm_4k_f32(const d
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v8[32];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
             (void)e; {
                 v8[r] = (v0[r] - v5[0]);
             }
         }
-        float v12[32];
+        float v12[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
             (void)e; {
                 v12[r] = (v8[r] * v8[r]);
             }
         }
-        float v13[32];
+        float v13[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
             (void)e; {
                 const int l16 = (int)((unsigned)e / 1u % 4096u);
                 v13[r] = ((unsigned)(0 + l16) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
-        /* reduction in registers: 32 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 32; q++) p[i] = p[i] + v13[i * 32 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a18 = 0e0f;
-            for (int g = 0; g < 4; g++) a18 = a18 + ((dt_smem + 0) + 4)[g * 1 + e];
+            for (int g = 0; g < 8; g++) a18 = a18 + ((dt_smem + 0) + 8)[g * 1 + e];
             v14[r] = a18;
         }
         {
@@ -2104,18 +2032,18 @@ extern "C" __global__ void __launch_bounds__(128, 4) dt_layernorm_4k_f32(const d
             (void)r; (void)e;
             v24[r] = dt_rsqrt(v23[0]);
         }
-        float v25[32];
+        float v25[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
             (void)e; {
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        float v26[32];
+        float v26[16];
         #pragma unroll
-        for (int c = 0; c < 8; c++) {
-            const int e = (c * 128 + tid) * 4;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 256 + tid) * 4;
             const int l26 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(0 + l26) * (unsigned)args.input_strides[1][0];
             if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l26 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
@@ -2131,18 +2059,18 @@ extern "C" __global__ void __launch_bounds__(128, 4) dt_layernorm_4k_f32(const d
                 v26[c * 4 + 3] = ((unsigned)(0 + (l26 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
             }
         }
-        float v27[32];
+        float v27[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
             (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        float v28[32];
+        float v28[16];
         #pragma unroll
-        for (int c = 0; c < 8; c++) {
-            const int e = (c * 128 + tid) * 4;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 256 + tid) * 4;
             const int l29 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(0 + l29) * (unsigned)args.input_strides[2][0];
             if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l29 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
@@ -2158,17 +2086,17 @@ extern "C" __global__ void __launch_bounds__(128, 4) dt_layernorm_4k_f32(const d
                 v28[c * 4 + 3] = ((unsigned)(0 + (l29 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
             }
         }
-        float v29[32];
+        float v29[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
             (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 8; c++) {
-            const int e = (c * 128 + tid) * 4;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 256 + tid) * 4;
             const int l32 = (int)((unsigned)e / 4096u % 1u);
             const int l33 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
@@ -2267,16 +2195,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16(const dt_
                 v0.w[c] = q12[c];
             } else {
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
-                unsigned short h[8];
-                h[0] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + l18) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[1] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[2] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[3] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[4] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[5] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[6] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[7] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                v0.w[c] = dt_pack8(h);
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                v0.w[c] = w;
             }
         }
         float v2[1];
@@ -2429,16 +2351,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16(const dt_
                 v26.w[c] = qn4[c];
             } else {
                 const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
-                unsigned short h[8];
-                h[0] = ((unsigned)(0 + l40) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[1] = ((unsigned)(0 + (l40 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[2] = ((unsigned)(0 + (l40 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[3] = ((unsigned)(0 + (l40 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[4] = ((unsigned)(0 + (l40 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[5] = ((unsigned)(0 + (l40 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[6] = ((unsigned)(0 + (l40 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[7] = ((unsigned)(0 + (l40 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                v26.w[c] = dt_pack8(h);
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l40 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                v26.w[c] = w;
             }
         }
         float v27[32];
@@ -2458,16 +2374,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16(const dt_
                 v28.w[c] = qn6[c];
             } else {
                 const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
-                unsigned short h[8];
-                h[0] = ((unsigned)(0 + l43) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[1] = ((unsigned)(0 + (l43 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[2] = ((unsigned)(0 + (l43 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[3] = ((unsigned)(0 + (l43 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[4] = ((unsigned)(0 + (l43 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[5] = ((unsigned)(0 + (l43 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[6] = ((unsigned)(0 + (l43 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[7] = ((unsigned)(0 + (l43 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                v28.w[c] = dt_pack8(h);
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l43 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                v28.w[c] = w;
             }
         }
         float v29[32];
@@ -2583,16 +2493,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16(const dt
                 v0.w[c] = q12[c];
             } else {
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
-                unsigned short h[8];
-                h[0] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + l18) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[1] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[2] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[3] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[4] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[5] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[6] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                h[7] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                v0.w[c] = dt_pack8(h);
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                v0.w[c] = w;
             }
         }
         float v2[1];
@@ -2745,16 +2649,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16(const dt
                 v26.w[c] = qn4[c];
             } else {
                 const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
-                unsigned short h[8];
-                h[0] = ((unsigned)(0 + l40) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[1] = ((unsigned)(0 + (l40 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[2] = ((unsigned)(0 + (l40 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[3] = ((unsigned)(0 + (l40 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[4] = ((unsigned)(0 + (l40 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[5] = ((unsigned)(0 + (l40 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[6] = ((unsigned)(0 + (l40 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                h[7] = ((unsigned)(0 + (l40 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                v26.w[c] = dt_pack8(h);
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l40 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                v26.w[c] = w;
             }
         }
         float v27[32];
@@ -2774,16 +2672,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16(const dt
                 v28.w[c] = qn6[c];
             } else {
                 const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
-                unsigned short h[8];
-                h[0] = ((unsigned)(0 + l43) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[1] = ((unsigned)(0 + (l43 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[2] = ((unsigned)(0 + (l43 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[3] = ((unsigned)(0 + (l43 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[4] = ((unsigned)(0 + (l43 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[5] = ((unsigned)(0 + (l43 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[6] = ((unsigned)(0 + (l43 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                h[7] = ((unsigned)(0 + (l43 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                v28.w[c] = dt_pack8(h);
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l43 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                v28.w[c] = w;
             }
         }
         float v29[32];
@@ -4108,16 +4000,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     v67.w[c] = q27[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l35) * (unsigned)args.input_strides[0][0] + (unsigned)(o22 + l36) * (unsigned)args.input_strides[0][1];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    v67.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l35) < (unsigned)s0) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    v67.w[c] = w;
                 }
             }
             float v68[8];
@@ -4418,16 +4304,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     v0.w[c] = q97[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l105) * (unsigned)args.input_strides[0][0] + (unsigned)(o92 + l106) * (unsigned)args.input_strides[0][1];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + l106) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    v0.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    v0.w[c] = w;
                 }
             }
             float v34[8];
@@ -4864,16 +4744,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     v18.w[c] = q190[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l200) * (unsigned)args.input_strides[0][0] + (unsigned)(o179 + l201) * (unsigned)args.input_strides[0][1];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + l201) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    v18.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    v18.w[c] = w;
                 }
             }
             float v20[8];
@@ -4919,16 +4793,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     v26.w[c] = q192[c];
                 } else {
                     const unsigned a = (unsigned)(o179 + l208) * (unsigned)args.input_strides[1][0];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o179 + l208) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o179 + (l208 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o179 + (l208 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o179 + (l208 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o179 + (l208 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o179 + (l208 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o179 + (l208 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o179 + (l208 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    v26.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o179 + (l208 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                    v26.w[c] = w;
                 }
             }
             float v27[8];
@@ -4948,16 +4816,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     v28.w[c] = q194[c];
                 } else {
                     const unsigned a = (unsigned)(o179 + l211) * (unsigned)args.input_strides[2][0];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o179 + l211) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o179 + (l211 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o179 + (l211 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o179 + (l211 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o179 + (l211 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o179 + (l211 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o179 + (l211 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o179 + (l211 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    v28.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o179 + (l211 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                    v28.w[c] = w;
                 }
             }
             float v29[8];
@@ -5169,16 +5031,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     v67.w[c] = q27[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l35) * (unsigned)args.input_strides[0][0] + (unsigned)(o22 + l36) * (unsigned)args.input_strides[0][1];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l35) < (unsigned)s0) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    v67.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l35) < (unsigned)s0) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    v67.w[c] = w;
                 }
             }
             float v68[8];
@@ -5479,16 +5335,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     v0.w[c] = q97[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l105) * (unsigned)args.input_strides[0][0] + (unsigned)(o92 + l106) * (unsigned)args.input_strides[0][1];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + l106) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    v0.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    v0.w[c] = w;
                 }
             }
             float v34[8];
@@ -5925,16 +5775,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     v18.w[c] = q190[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l200) * (unsigned)args.input_strides[0][0] + (unsigned)(o179 + l201) * (unsigned)args.input_strides[0][1];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + l201) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    v18.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    v18.w[c] = w;
                 }
             }
             float v20[8];
@@ -5980,16 +5824,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     v26.w[c] = q192[c];
                 } else {
                     const unsigned a = (unsigned)(o179 + l208) * (unsigned)args.input_strides[1][0];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o179 + l208) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o179 + (l208 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o179 + (l208 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o179 + (l208 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o179 + (l208 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o179 + (l208 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o179 + (l208 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o179 + (l208 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    v26.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o179 + (l208 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                    v26.w[c] = w;
                 }
             }
             float v27[8];
@@ -6009,16 +5847,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     v28.w[c] = q194[c];
                 } else {
                     const unsigned a = (unsigned)(o179 + l211) * (unsigned)args.input_strides[2][0];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o179 + l211) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o179 + (l211 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o179 + (l211 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o179 + (l211 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o179 + (l211 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o179 + (l211 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o179 + (l211 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o179 + (l211 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    v28.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o179 + (l211 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                    v28.w[c] = w;
                 }
             }
             float v29[8];

@@ -83,13 +83,13 @@ DT_FN unsigned short dt_half_at(const uint4& q, int j) {
     const unsigned x = (j >> 1) == 0 ? q.x : (j >> 1) == 1 ? q.y : (j >> 1) == 2 ? q.z : q.w;
     return (unsigned short)((j & 1) ? x >> 16 : x & 0xffffu);
 }
-DT_FN uint4 dt_pack8(const unsigned short* h) {
-    uint4 q;
-    q.x = (unsigned)h[0] | ((unsigned)h[1] << 16);
-    q.y = (unsigned)h[2] | ((unsigned)h[3] << 16);
-    q.z = (unsigned)h[4] | ((unsigned)h[5] << 16);
-    q.w = (unsigned)h[6] | ((unsigned)h[7] << 16);
-    return q;
+/* Shifts 16-bit element h into the top of the 8 in q, the others moving down one: after 8 calls
+ * q holds them in memory order (a 16-byte run read element by element, in an unrolled loop). */
+DT_FN void dt_shift_in8(uint4& q, unsigned h) {
+    q.x = (q.x >> 16) | (q.y << 16);
+    q.y = (q.y >> 16) | (q.z << 16);
+    q.z = (q.z >> 16) | (q.w << 16);
+    q.w = (q.w >> 16) | (h << 16);
 }
 template <int R>
 struct dt_f16s {
@@ -464,16 +464,10 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16(const dt_args
                 v0.w[c] = q3[c];
             } else {
                 const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l8) * (unsigned)args.input_strides[0][1];
-                unsigned short h[8];
-                h[0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                v0.w[c] = dt_pack8(h);
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xfc00u);
+                v0.w[c] = w;
             }
         }
         float v2[1];
@@ -648,16 +642,10 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16(const dt_arg
                 v0.w[c] = q3[c];
             } else {
                 const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l8) * (unsigned)args.input_strides[0][1];
-                unsigned short h[8];
-                h[0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                v0.w[c] = dt_pack8(h);
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xff80u);
+                v0.w[c] = w;
             }
         }
         float v2[1];
@@ -953,8 +941,8 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32(const dt_args
     }
 }
 
-/* kernel softmax_4k for f16: grid block(x:1); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f16(const dt_args args) {
+/* kernel softmax_4k for f16: grid block(x:1); 512 threads, 128 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -978,12 +966,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f16(const dt_arg
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        dt_f16s<16> v0; /* 16-bit values as loaded */
-        uint4 q3[2];
-        bool f4[2];
+        dt_f16s<8> v0; /* 16-bit values as loaded */
+        uint4 q3[1];
+        bool f4[1];
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 256 + tid) * 8;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
             const int l5 = (int)((unsigned)e / 4096u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
@@ -991,35 +979,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f16(const dt_arg
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 256 + tid) * 8;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
             const int l7 = (int)((unsigned)e / 4096u % 1u);
             const int l8 = (int)((unsigned)e / 1u % 4096u);
             if (f4[c]) {
                 v0.w[c] = q3[c];
             } else {
                 const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l8) * (unsigned)args.input_strides[0][1];
-                unsigned short h[8];
-                h[0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                v0.w[c] = dt_pack8(h);
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xfc00u);
+                v0.w[c] = w;
             }
         }
         float v2[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
+                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
@@ -1029,7 +1011,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f16(const dt_arg
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a10 = (-INFINITY);
-            for (int g = 0; g < 8; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            for (int g = 0; g < 16; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
             v2[r] = a10;
         }
         {
@@ -1050,50 +1032,50 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f16(const dt_arg
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[16];
+        float v6[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[16];
+        float v7[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
                 v7[r] = dt_fast_exp(v6[r]);
             }
         }
-        float v8[16];
+        float v8[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
                 const int l19 = (int)((unsigned)e / 1u % 4096u);
                 v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a21 = 0e0f;
-            for (int g = 0; g < 8; g++) a21 = a21 + ((dt_smem + 0) + 8)[g * 1 + e];
+            for (int g = 0; g < 16; g++) a21 = a21 + ((dt_smem + 0) + 16)[g * 1 + e];
             v9[r] = a21;
         }
         {
@@ -1107,17 +1089,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f16(const dt_arg
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[16];
+        float v16[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
                 v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 256 + tid) * 8;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
             const int l26 = (int)((unsigned)e / 4096u % 1u);
             const int l27 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
@@ -1137,8 +1119,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f16(const dt_arg
     }
 }
 
-/* kernel softmax_4k for bf16: grid block(x:1); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_bf16(const dt_args args) {
+/* kernel softmax_4k for bf16: grid block(x:1); 512 threads, 128 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1162,12 +1144,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_bf16(const dt_ar
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        dt_bf16s<16> v0; /* 16-bit values as loaded */
-        uint4 q3[2];
-        bool f4[2];
+        dt_bf16s<8> v0; /* 16-bit values as loaded */
+        uint4 q3[1];
+        bool f4[1];
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 256 + tid) * 8;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
             const int l5 = (int)((unsigned)e / 4096u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
@@ -1175,35 +1157,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_bf16(const dt_ar
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 256 + tid) * 8;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
             const int l7 = (int)((unsigned)e / 4096u % 1u);
             const int l8 = (int)((unsigned)e / 1u % 4096u);
             if (f4[c]) {
                 v0.w[c] = q3[c];
             } else {
                 const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l8) * (unsigned)args.input_strides[0][1];
-                unsigned short h[8];
-                h[0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                v0.w[c] = dt_pack8(h);
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xff80u);
+                v0.w[c] = w;
             }
         }
         float v2[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
+                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
@@ -1213,7 +1189,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_bf16(const dt_ar
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a10 = (-INFINITY);
-            for (int g = 0; g < 8; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            for (int g = 0; g < 16; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
             v2[r] = a10;
         }
         {
@@ -1234,50 +1210,50 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_bf16(const dt_ar
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[16];
+        float v6[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[16];
+        float v7[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
                 v7[r] = dt_fast_exp(v6[r]);
             }
         }
-        float v8[16];
+        float v8[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
                 const int l19 = (int)((unsigned)e / 1u % 4096u);
                 v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a21 = 0e0f;
-            for (int g = 0; g < 8; g++) a21 = a21 + ((dt_smem + 0) + 8)[g * 1 + e];
+            for (int g = 0; g < 16; g++) a21 = a21 + ((dt_smem + 0) + 16)[g * 1 + e];
             v9[r] = a21;
         }
         {
@@ -1291,17 +1267,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_bf16(const dt_ar
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[16];
+        float v16[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
                 v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 256 + tid) * 8;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
             const int l26 = (int)((unsigned)e / 4096u % 1u);
             const int l27 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
@@ -1321,8 +1297,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_bf16(const dt_ar
     }
 }
 
-/* kernel softmax_4k for f32: grid block(x:1); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f32(const dt_args args) {
+/* kernel softmax_4k for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1346,10 +1322,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f32(const dt_arg
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        float v0[16];
+        float v0[8];
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 256 + tid) * 4;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 512 + tid) * 4;
             const int l3 = (int)((unsigned)e / 4096u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
@@ -1367,14 +1343,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f32(const dt_arg
             }
         }
         float v2[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
+                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
@@ -1384,7 +1360,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f32(const dt_arg
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a6 = (-INFINITY);
-            for (int g = 0; g < 8; g++) a6 = fmaxf(a6, ((dt_smem + 0) + 0)[g * 1 + e]);
+            for (int g = 0; g < 16; g++) a6 = fmaxf(a6, ((dt_smem + 0) + 0)[g * 1 + e]);
             v2[r] = a6;
         }
         {
@@ -1405,50 +1381,50 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f32(const dt_arg
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[16];
+        float v6[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[16];
+        float v7[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
                 v7[r] = expf(v6[r]);
             }
         }
-        float v8[16];
+        float v8[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
                 const int l15 = (int)((unsigned)e / 1u % 4096u);
                 v8[r] = ((unsigned)(0 + l15) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a17 = 0e0f;
-            for (int g = 0; g < 8; g++) a17 = a17 + ((dt_smem + 0) + 8)[g * 1 + e];
+            for (int g = 0; g < 16; g++) a17 = a17 + ((dt_smem + 0) + 16)[g * 1 + e];
             v9[r] = a17;
         }
         {
@@ -1462,17 +1438,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f32(const dt_arg
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[16];
+        float v16[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
                 v16[r] = (v7[r] / v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 256 + tid) * 4;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 512 + tid) * 4;
             const int l22 = (int)((unsigned)e / 4096u % 1u);
             const int l23 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
@@ -1549,16 +1525,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
                 v0.w[c] = q6[c];
             } else {
                 const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l12) * (unsigned)args.input_strides[0][1];
-                unsigned short h[8];
-                h[0] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + l12) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[1] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[2] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[3] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[4] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[5] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[6] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[7] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                v0.w[c] = dt_pack8(h);
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xfc00u);
+                v0.w[c] = w;
             }
         }
         float v2[1];
@@ -1749,16 +1719,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
                 v0.w[c] = q6[c];
             } else {
                 const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l12) * (unsigned)args.input_strides[0][1];
-                unsigned short h[8];
-                h[0] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + l12) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[1] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[2] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[3] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[4] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[5] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[6] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[7] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                v0.w[c] = dt_pack8(h);
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xff80u);
+                v0.w[c] = w;
             }
         }
         float v2[1];
@@ -2137,16 +2101,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
                     v42.w[c] = q11[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l16) * (unsigned)args.input_strides[0][1];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[1] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[2] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[3] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[4] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[5] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[6] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[7] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    v42.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l15) < (unsigned)s0) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xfc00u);
+                    v42.w[c] = w;
                 }
             }
             float v43[16];
@@ -2303,16 +2261,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
                     v0.w[c] = q48[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l52) * (unsigned)args.input_strides[0][0] + (unsigned)(o45 + l53) * (unsigned)args.input_strides[0][1];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + l53) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[1] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[2] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[3] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[4] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[5] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[6] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[7] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    v0.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xfc00u);
+                    v0.w[c] = w;
                 }
             }
             float v20[16];
@@ -2608,16 +2560,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
                     v11.w[c] = q107[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l111) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l112) * (unsigned)args.input_strides[0][1];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + l112) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    v11.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    v11.w[c] = w;
                 }
             }
             float v13[16];
@@ -2748,16 +2694,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
                     v42.w[c] = q11[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l16) * (unsigned)args.input_strides[0][1];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[1] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[2] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[3] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[4] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[5] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[6] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[7] = ((unsigned)(o1 + l15) < (unsigned)s0) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    v42.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l15) < (unsigned)s0) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xff80u);
+                    v42.w[c] = w;
                 }
             }
             float v43[16];
@@ -2914,16 +2854,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
                     v0.w[c] = q48[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l52) * (unsigned)args.input_strides[0][0] + (unsigned)(o45 + l53) * (unsigned)args.input_strides[0][1];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + l53) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[1] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[2] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[3] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[4] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[5] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[6] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[7] = ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    v0.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xff80u);
+                    v0.w[c] = w;
                 }
             }
             float v20[16];
@@ -3219,16 +3153,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
                     v11.w[c] = q107[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l111) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l112) * (unsigned)args.input_strides[0][1];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + l112) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    v11.w[c] = dt_pack8(h);
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    v11.w[c] = w;
                 }
             }
             float v13[16];

@@ -1007,12 +1007,11 @@ impl Emitter<'_> {
             e.line(&format!("    {dst}.w[c] = {q}[c];"));
             e.line("} else {");
             e.line(&format!("    const {} a = {addr};", super::GPU_INDEX));
-            e.line("    unsigned short h[8];");
-            for j in 0..v {
-                let (cond, _) = e.address(axes, &lanes.shifted(axes[last], j), stride);
-                e.line(&format!("    h[{j}] = ({cond}) ? in{input}[a + {j} * {}] : (unsigned short){bits:#06x}u;", stride(last)));
-            }
-            e.line(&format!("    {dst}.w[c] = dt_pack8(h);"));
+            e.line("    uint4 w = make_uint4(0u, 0u, 0u, 0u);");
+            let (cond, _) = e.address(axes, &lanes.shifted_by(axes[last], "j"), stride);
+            e.line("    #pragma unroll");
+            e.line(&format!("    for (int j = 0; j < {v}; j++) dt_shift_in8(w, ({cond}) ? (unsigned)in{input}[a + j * {}] : {bits:#06x}u);", stride(last)));
+            e.line(&format!("    {dst}.w[c] = w;"));
             e.line("}");
         });
     }

@@ -153,6 +153,11 @@ impl Lanes {
         Lanes(self.0.iter().map(|(x, l)| (*x, if *x == d && by > 0 { format!("({l} + {by})") } else { l.clone() })).collect())
     }
 
+    /// The same lanes with the lane along `d` advanced by the C expression `by`.
+    pub fn shifted_by(&self, d: dt_core::algo::DimId, by: &str) -> Lanes {
+        Lanes(self.0.iter().map(|(x, l)| (*x, if *x == d { format!("({l} + {by})") } else { l.clone() })).collect())
+    }
+
     pub fn lane(&self, d: dt_core::algo::DimId) -> &str {
         self.0.iter().find(|(x, _)| *x == d).map_or("0", |(_, l)| l.as_str())
     }
