@@ -114,9 +114,7 @@ fn check_spec(rel: &str) -> usize {
     let mut texts = vec![src.clone()];
     // 32 wavefronts of 64 lanes are more threads than an AMD GPU runs in a block: drawn
     // schedules get 16 instead.
-    texts.extend(
-        (0..RANDOM_SCHEDULES).map(|_| explore::random_spec(&algorithm, &base, &mut rng, &opts)),
-    );
+    texts.extend((0..RANDOM_SCHEDULES).map(|_| explore::random_spec(&algorithm, &base, &mut rng, &opts)));
     let schedules: Vec<Schedule> = texts
         .into_iter()
         .enumerate()
@@ -246,7 +244,6 @@ macro_rules! spec_test {
         }
     };
 }
-
 
 /// One test per spec, so that the test harness runs them on every core.
 mod hip_c_on_cpu_matches_reference_evaluator {

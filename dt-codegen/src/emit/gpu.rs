@@ -1010,7 +1010,10 @@ impl Emitter<'_> {
             e.line("    uint4 w = make_uint4(0u, 0u, 0u, 0u);");
             let (cond, _) = e.address(axes, &lanes.shifted_by(axes[last], "j"), stride);
             e.line("    #pragma unroll");
-            e.line(&format!("    for (int j = 0; j < {v}; j++) dt_shift_in8(w, ({cond}) ? (unsigned)in{input}[a + j * {}] : {bits:#06x}u);", stride(last)));
+            e.line(&format!(
+                "    for (int j = 0; j < {v}; j++) dt_shift_in8(w, ({cond}) ? (unsigned)in{input}[a + j * {}] : {bits:#06x}u);",
+                stride(last)
+            ));
             e.line(&format!("    {dst}.w[c] = w;"));
             e.line("}");
         });
