@@ -1440,8 +1440,8 @@ extern "C" __global__ void __launch_bounds__(256, 6) dt_softmax_4k_f32(const dt_
     }
 }
 
-/* kernel softmax_16k for f16: grid block(x:4); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_f16(const dt_args args) {
+/* kernel softmax_16k for f16: grid block(x:1); 512 threads, 128 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1452,38 +1452,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_f16(const dt_ar
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 4));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
-    /* block(x:4) softmax_16k.tensorize(x:1) num_stages(2): loads one step ahead */
-    uint4 qn2[4];
-    bool fn3[4];
-    #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 512 + tid) * 8;
-        const int l4 = (int)((unsigned)e / 16384u % 1u);
-        const int l5 = (int)((unsigned)e / 1u % 16384u);
-        const unsigned a = (unsigned)((b0 * 4) + l4) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l5) * (unsigned)args.input_strides[0][1];
-        fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((b0 * 4) + l4) < (unsigned)s0 && (unsigned)(0 + (l5 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-        if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
-    }
-    for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 1) {
-        uint4 q6[4];
-        bool f7[4];
-        #pragma unroll
-        for (int c = 0; c < 4; c++) { q6[c] = qn2[c]; f7[c] = fn3[c]; }
-        if (o1 + 1 < dt_min_ll(b0 * 4 + 4, s0)) {
-            #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l8 = (int)((unsigned)e / 16384u % 1u);
-                const int l9 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)((o1 + 1) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
-            }
-        }
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_16k.tensorize(x:1) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
         {
@@ -1492,18 +1466,29 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_f16(const dt_ar
             acc0[r] = (-INFINITY);
         }
         dt_f16s<32> v0; /* 16-bit values as loaded */
+        uint4 q3[4];
+        bool f4[4];
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l11 = (int)((unsigned)e / 16384u % 1u);
-            const int l12 = (int)((unsigned)e / 1u % 16384u);
-            if (f7[c]) {
-                v0.w[c] = q6[c];
+            const int l5 = (int)((unsigned)e / 16384u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l7 = (int)((unsigned)e / 16384u % 1u);
+            const int l8 = (int)((unsigned)e / 1u % 16384u);
+            if (f4[c]) {
+                v0.w[c] = q3[c];
             } else {
-                const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l12) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l8) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xfc00u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xfc00u);
                 v0.w[c] = w;
             }
         }
@@ -1518,16 +1503,15 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_f16(const dt_ar
                 for (int q = 0; q < 32; q++) p[i] = fmaxf(p[i], v0[i * 32 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a14 = (-INFINITY);
-            for (int g = 0; g < 16; g++) a14 = fmaxf(a14, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a14;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 16; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
         }
         {
             const int r = 0, e = 0;
@@ -1568,8 +1552,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_f16(const dt_ar
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l23 = (int)((unsigned)e / 1u % 16384u);
-                v8[r] = ((unsigned)(0 + l23) < (unsigned)s1) ? v7[r] : 0e0f;
+                const int l19 = (int)((unsigned)e / 1u % 16384u);
+                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1589,9 +1573,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_f16(const dt_ar
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a25 = 0e0f;
-            for (int g = 0; g < 16; g++) a25 = a25 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v9[r] = a25;
+            float a21 = 0e0f;
+            for (int g = 0; g < 16; g++) a21 = a21 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v9[r] = a21;
         }
         {
             const int r = 0, e = 0;
@@ -1615,27 +1599,27 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_f16(const dt_ar
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l30 = (int)((unsigned)e / 16384u % 1u);
-            const int l31 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(o1 + l30) * (unsigned)args.output_strides[0] + (unsigned)(0 + l31) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l26 = (int)((unsigned)e / 16384u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + l31) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel softmax_16k for bf16: grid block(x:4); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_bf16(const dt_args args) {
+/* kernel softmax_16k for bf16: grid block(x:1); 512 threads, 128 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1646,38 +1630,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_bf16(const dt_a
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 4));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
-    /* block(x:4) softmax_16k.tensorize(x:1) num_stages(2): loads one step ahead */
-    uint4 qn2[4];
-    bool fn3[4];
-    #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 512 + tid) * 8;
-        const int l4 = (int)((unsigned)e / 16384u % 1u);
-        const int l5 = (int)((unsigned)e / 1u % 16384u);
-        const unsigned a = (unsigned)((b0 * 4) + l4) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l5) * (unsigned)args.input_strides[0][1];
-        fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((b0 * 4) + l4) < (unsigned)s0 && (unsigned)(0 + (l5 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-        if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
-    }
-    for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 1) {
-        uint4 q6[4];
-        bool f7[4];
-        #pragma unroll
-        for (int c = 0; c < 4; c++) { q6[c] = qn2[c]; f7[c] = fn3[c]; }
-        if (o1 + 1 < dt_min_ll(b0 * 4 + 4, s0)) {
-            #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l8 = (int)((unsigned)e / 16384u % 1u);
-                const int l9 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)((o1 + 1) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
-            }
-        }
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_16k.tensorize(x:1) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
         {
@@ -1686,18 +1644,29 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_bf16(const dt_a
             acc0[r] = (-INFINITY);
         }
         dt_bf16s<32> v0; /* 16-bit values as loaded */
+        uint4 q3[4];
+        bool f4[4];
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l11 = (int)((unsigned)e / 16384u % 1u);
-            const int l12 = (int)((unsigned)e / 1u % 16384u);
-            if (f7[c]) {
-                v0.w[c] = q6[c];
+            const int l5 = (int)((unsigned)e / 16384u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l7 = (int)((unsigned)e / 16384u % 1u);
+            const int l8 = (int)((unsigned)e / 1u % 16384u);
+            if (f4[c]) {
+                v0.w[c] = q3[c];
             } else {
-                const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l12) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l8) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xff80u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xff80u);
                 v0.w[c] = w;
             }
         }
@@ -1712,16 +1681,15 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_bf16(const dt_a
                 for (int q = 0; q < 32; q++) p[i] = fmaxf(p[i], v0[i * 32 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a14 = (-INFINITY);
-            for (int g = 0; g < 16; g++) a14 = fmaxf(a14, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a14;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 16; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
         }
         {
             const int r = 0, e = 0;
@@ -1762,8 +1730,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_bf16(const dt_a
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l23 = (int)((unsigned)e / 1u % 16384u);
-                v8[r] = ((unsigned)(0 + l23) < (unsigned)s1) ? v7[r] : 0e0f;
+                const int l19 = (int)((unsigned)e / 1u % 16384u);
+                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1783,9 +1751,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_bf16(const dt_a
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a25 = 0e0f;
-            for (int g = 0; g < 16; g++) a25 = a25 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v9[r] = a25;
+            float a21 = 0e0f;
+            for (int g = 0; g < 16; g++) a21 = a21 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v9[r] = a21;
         }
         {
             const int r = 0, e = 0;
@@ -1809,27 +1777,27 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_bf16(const dt_a
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l30 = (int)((unsigned)e / 16384u % 1u);
-            const int l31 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(o1 + l30) * (unsigned)args.output_strides[0] + (unsigned)(0 + l31) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l26 = (int)((unsigned)e / 16384u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + l31) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel softmax_16k for f32: grid block(x:4); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_f32(const dt_args args) {
+/* kernel softmax_16k for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1840,12 +1808,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_f32(const dt_ar
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 4));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
-    /* block(x:4) softmax_16k.tensorize(x:1) num_stages(2) */
-    for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 1) {
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_16k.tensorize(x:1) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
         {
@@ -1884,7 +1852,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_f32(const dt_ar
                 for (int q = 0; q < 32; q++) p[i] = fmaxf(p[i], v0[i * 32 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
