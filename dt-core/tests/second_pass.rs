@@ -25,12 +25,7 @@ fn column_loops(k: &Kernel) -> Vec<(LoopKind, bool)> {
 fn looped_rows_write_backward_after_reading_forward() {
     for src in [SOFTMAX, LAYERNORM] {
         let (_, k) = lowered(src);
-        assert_eq!(
-            column_loops(&k),
-            vec![(LoopKind::Reduction, false), (LoopKind::Whole, true)],
-            "{}",
-            dt_core::kir::print(&k)
-        );
+        assert_eq!(column_loops(&k), vec![(LoopKind::Reduction, false), (LoopKind::Whole, true)], "{}", dt_core::kir::print(&k));
         assert!(dt_core::kir::print(&k).contains("(whole, backward)"));
     }
     let (_, k) = lowered(SCALE);

@@ -123,8 +123,14 @@ fn test_specs_compile_for_sm80_and_gfx90a() {
         let (cu, hip_src) = (dir.join(format!("{name}.cu")), dir.join(format!("{name}.hip")));
         std::fs::write(&cu, &outputs.cuda).expect("write");
         std::fs::write(&hip_src, &outputs.hip).expect("write");
-        cuda::compile_cubin(&nvcc, &cu, &dir.join(format!("{name}.cubin")), Arch::new(80), &["-Werror", "all-warnings", "-Xptxas", "-Werror"])
-            .unwrap_or_else(|e| panic!("{e}"));
+        cuda::compile_cubin(
+            &nvcc,
+            &cu,
+            &dir.join(format!("{name}.cubin")),
+            Arch::new(80),
+            &["-Werror", "all-warnings", "-Xptxas", "-Werror"],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         hip::compile_code_object(&hipcc, &hip_src, &dir.join(format!("{name}.gfx90a.hsaco")), "gfx90a", &["-Wall", "-Wextra", "-Werror"])
             .unwrap_or_else(|e| panic!("{e}"));
     }
