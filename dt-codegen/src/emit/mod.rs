@@ -150,7 +150,11 @@ impl Lanes {
 
     /// The same lanes with the lane along `d` advanced by `by`.
     pub fn shifted(&self, d: dt_core::algo::DimId, by: usize) -> Lanes {
-        Lanes(self.0.iter().map(|(x, l)| (*x, if *x == d && by > 0 { format!("({l} + {by})") } else { l.clone() })).collect())
+        if by == 0 {
+            Lanes(self.0.clone())
+        } else {
+            self.shifted_by(d, &by.to_string())
+        }
     }
 
     /// The same lanes with the lane along `d` advanced by the C expression `by`.
