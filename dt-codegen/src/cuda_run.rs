@@ -112,7 +112,8 @@ impl CudaRunner {
         if programs > i32::MAX as usize {
             return Err(GpuError(format!("kernel `{}` would need {programs} programs; at most 2^31-1 fit a grid", k.name)));
         }
-        Ok(Staged { _inputs: inputs, out, args, programs, out_shape: bound.out_shape.clone(), dtype })
+        let whole_runs = crate::host::runs_are_whole(k, dtype, &args);
+        Ok(Staged { _inputs: inputs, out, args, programs, out_shape: bound.out_shape.clone(), dtype, whole_runs })
     }
 
     /// The kernel function of `info` in `module`, allowed the shared memory it needs.
@@ -132,6 +133,12 @@ impl CudaRunner {
     pub fn launch(&self, f: &CudaFunction, info: &LaunchInfo, staged: &Staged) -> Result<(), GpuError> {
         if staged.programs == 0 || staged.out_shape.iter().product::<usize>() == 0 {
             return Ok(());
+        }
+        if info.layouts == crate::emit::gpu::Layouts::WholeRuns && !staged.whole_runs {
+            return Err(GpuError(format!(
+                "kernel `{}` is built for whole 16-byte runs, and this launch's tensors do not all have them",
+                info.symbol
+            )));
         }
         let cfg =
             LaunchConfig { grid_dim: (staged.programs as u32, 1, 1), block_dim: (info.threads, 1, 1), shared_mem_bytes: info.shared_bytes };
@@ -176,4 +183,6 @@ pub struct Staged {
     pub programs: usize,
     pub out_shape: Vec<usize>,
     dtype: DType,
+    /// Whether every tensor has whole 16-byte runs ([`crate::host::runs_are_whole`]).
+    pub whole_runs: bool,
 }

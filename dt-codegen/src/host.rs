@@ -118,6 +118,30 @@ pub fn fill_args(k: &Kernel, bound: &Bound, input_addrs: &[u64], output_addr: u6
     a
 }
 
+/// Whether every tensor of the launch of `k` with argument block `a` has whole 16-byte runs
+/// ([`dt_core::kir::runs_are_whole`]): the kernel built for
+/// [`Layouts::WholeRuns`](crate::emit::gpu::Layouts::WholeRuns) may run it.
+pub fn runs_are_whole(k: &Kernel, dtype: DType, a: &DtArgs) -> bool {
+    use dt_core::kir::LaunchTensor;
+    let inputs = (0..k.inputs.len()).map(|i| LaunchTensor { addr: a.inputs[i], strides: &a.input_strides[i] });
+    let tensors: Vec<LaunchTensor<'_>> = inputs.chain([LaunchTensor { addr: a.output, strides: &a.output_strides }]).collect();
+    dt_core::kir::runs_are_whole(k, dtype.size_bytes(), |slot| a.sizes[slot], &tensors)
+}
+
+/// Checks that kernel `k`, emitted with launch parameters `info`, may run with argument block
+/// `a`: one built for whole runs only where the tensors have them.
+pub fn check_layouts(k: &Kernel, info: &crate::emit::gpu::LaunchInfo, dtype: DType, a: &DtArgs) -> Result<(), HostError> {
+    if info.layouts == crate::emit::gpu::Layouts::WholeRuns && !runs_are_whole(k, dtype, a) {
+        return Err(HostError(format!(
+            "kernel `{}` is built for whole 16-byte runs, and the tensors of this launch do not all have them \
+             (16-byte aligned, contiguous along the last axis, its length and the other strides multiples of {})",
+            info.symbol,
+            dt_core::kir::RUN_BYTES / dtype.size_bytes()
+        )));
+    }
+    Ok(())
+}
+
 /// Checks sizes against the kernel's bounds.
 pub fn check_bounds(k: &Kernel, bound: &Bound) -> Result<(), HostError> {
     for (d, n) in &k.bounds {

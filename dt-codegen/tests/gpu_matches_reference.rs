@@ -66,7 +66,9 @@ fn cuda_matches_reference_evaluator() {
                 }
             };
             let module = gpu.compile(&cuda).unwrap_or_else(|e| panic!("{rel} schedule {si}: {e}\n{spec}"));
-            for ((k, dtype, _), info) in items.iter().zip(&infos) {
+            for info in &infos {
+                let (k, dtype) = kernel_of(&items, info);
+                let dtype = &dtype;
                 if k.grid.cluster.is_some() && !gpu.clusters() {
                     eprintln!("{rel} schedule {si}: kernel {} skipped: clustered, and this GPU has no clusters", k.name);
                     continue;
@@ -77,6 +79,9 @@ fn cuda_matches_reference_evaluator() {
                     // A kernel compiled for a bound runs only within it.
                     for (d, b) in &k.bounds {
                         sizes[d.index()] = sizes[d.index()].min(*b as usize);
+                    }
+                    if info.layouts == gpu::Layouts::WholeRuns {
+                        whole_run_sizes(&mut sizes, k);
                     }
                     let args = random_args(&p, fid, &sizes, *dtype, &mut rng);
                     let want = dt_core::eval::evaluate(&p, fid, &args, *dtype).expect("evaluates");

@@ -134,7 +134,7 @@ fn check_spec(rel: &str) -> usize {
         let unclustered = s.kernels.iter().filter(|k| k.grid.cluster.is_none());
         let emitted = unclustered.flat_map(|k| k.dtypes.iter().map(move |d| (k, *d))).try_for_each(|(k, dtype)| {
             let symbol = format!("{}_s{si}", dt_codegen::emit::symbol(k, dtype));
-            let (text, _) = gpu::emit_kernel(k, dtype, &symbol, Dialect::Hip)?;
+            let (text, _) = gpu::emit_kernel(k, dtype, &symbol, Dialect::Hip, gpu::Layouts::Any)?;
             mine.push((si, k, dtype, symbol, text));
             Ok::<(), dt_codegen::emit::EmitError>(())
         });
@@ -166,13 +166,18 @@ fn check_spec(rel: &str) -> usize {
     let compiled = t0.elapsed();
     let mut failures = Vec::new();
     let mut cases = 0;
-    for ((si, k, dtype, symbol, text), info) in items.iter().zip(&infos) {
+    for info in &infos {
+        // Each kernel, and after it its kernel for whole runs where it has one.
+        let whole = info.layouts == gpu::Layouts::WholeRuns;
+        let (si, k, dtype, _, text) = items
+            .iter()
+            .find(|(_, _, _, symbol, _)| *symbol == info.symbol || (whole && gpu::whole_runs_symbol(symbol) == info.symbol))
+            .unwrap_or_else(|| panic!("{rel}: no kernel for symbol `{}`", info.symbol));
         let s = &schedules[*si];
         let mut libs = vec![(true, &gfx90a)];
         if let Some(plain) = plain.as_ref().filter(|_| text.contains("dt_mfma_")) {
             libs.push((false, plain));
         }
-        debug_assert_eq!(&info.symbol, symbol);
         let p = &s.program;
         let fid = p.kernel_by_name(&k.name).expect("kernel");
         // Draws: small sizes, two programs or more along every blocked dimension, random sizes.
@@ -181,7 +186,10 @@ fn check_spec(rel: &str) -> usize {
         for draw in 0..3 {
             let mut tries = 0;
             'sizes: loop {
-                let sizes = draw_sizes(p, k, &mut rng, draw == 1, if draw == 0 { max_work >> 6 } else { max_work });
+                let mut sizes = draw_sizes(p, k, &mut rng, draw == 1, if draw == 0 { max_work >> 6 } else { max_work });
+                if whole {
+                    whole_run_sizes(&mut sizes, k);
+                }
                 let args = random_args(p, fid, &sizes, *dtype, &mut rng);
                 let want = dt_core::eval::evaluate(p, fid, &args, *dtype).expect("evaluates");
                 let bound = dt_core::tensor::bind(p, fid, &args).expect("binds");
@@ -292,7 +300,7 @@ fn hip_blocks_have_at_most_1024_threads() {
         let kernels = dt_core::lower::lower_all(&p).unwrap_or_else(|e| panic!("{rel}: {e}"));
         for k in &kernels {
             for dtype in &k.dtypes {
-                let emitted = gpu::emit_kernel(k, *dtype, &dt_codegen::emit::symbol(k, *dtype), Dialect::Hip);
+                let emitted = gpu::emit_kernel(k, *dtype, &dt_codegen::emit::symbol(k, *dtype), Dialect::Hip, gpu::Layouts::Any);
                 if let Some((_, info)) = emitted.ok().filter(|(_, info)| info.threads > gpu::MAX_THREADS) {
                     over.push(format!("{rel}: kernel `{}` {dtype} (num_warps({})): {} threads", k.name, k.num_warps, info.threads));
                 }

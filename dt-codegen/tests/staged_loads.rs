@@ -7,7 +7,6 @@
 //! (`dt-codegen/tests/cluster/held_rows_cluster.dt` runs such kernels on the GPU).
 
 use dt_codegen::emit::gpu::{self, Dialect, LaunchInfo, MAX_STAGED_SHARED_BYTES};
-use dt_core::kir::Kernel;
 use dt_core::DType;
 
 /// A looped row mean in f16 with steps of `step` columns over 32 warps and `stages` stages.
@@ -20,12 +19,12 @@ fn row_mean(step: u32, stages: u32) -> String {
     )
 }
 
+/// The f16 kernel of spec `src` built for any layout (its first kernel).
 fn emitted(src: &str, dialect: Dialect) -> (String, LaunchInfo) {
     let p = dt_core::compile_spec(src).expect("spec checks");
     let kernels = dt_core::lower::lower_all(&p).expect("lowers");
-    let items: Vec<(&Kernel, DType, String)> = kernels.iter().map(|k| (k, DType::F16, dt_codegen::emit::symbol(k, DType::F16))).collect();
-    let (text, mut infos) = gpu::emit_file("test", dialect, &items).expect("emits");
-    (text, infos.remove(0))
+    let k = &kernels[0];
+    gpu::emit_kernel(k, DType::F16, &dt_codegen::emit::symbol(k, DType::F16), dialect, gpu::Layouts::Any).expect("emits")
 }
 
 #[test]

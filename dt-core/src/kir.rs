@@ -546,6 +546,40 @@ fn print_stmts(k: &Kernel, stmts: &[Stmt], depth: usize, out: &mut String) {
     }
 }
 
+/// Bytes of one vector access: GPU kernels read and write runs of this many bytes of
+/// consecutive elements along a tensor's last axis.
+pub const RUN_BYTES: usize = 16;
+
+/// One tensor of a launch as the kernel sees it: its address and its strides (in elements) by
+/// axis.
+#[derive(Clone, Copy, Debug)]
+pub struct LaunchTensor<'a> {
+    pub addr: u64,
+    pub strides: &'a [i64],
+}
+
+/// Whether a launch of `k` on elements of `elem_bytes` bytes may run the kernel built for whole
+/// runs (`_whole`): every 16-byte run of every tensor is one aligned access, entirely inside or
+/// entirely outside it. So for each tensor (`tensors`: the inputs in order, then the output;
+/// `size(slot)` the size of the dimension in slot `slot`): its address is 16-byte aligned, its
+/// last axis has stride 1 and a length that is a multiple of the run (8 elements of 2 bytes, 4 of
+/// 4), and every other stride is a multiple of the run. The kernel built for any layout checks
+/// this per run instead.
+pub fn runs_are_whole(k: &Kernel, elem_bytes: usize, size: impl Fn(usize) -> i64, tensors: &[LaunchTensor<'_>]) -> bool {
+    let run = (RUN_BYTES / elem_bytes) as i64;
+    let params = k.inputs.iter().chain([&k.output]);
+    tensors.len() == k.inputs.len() + 1
+        && params.zip(tensors).all(|(p, t)| {
+            let Some((last, outer)) = p.dims.split_last() else { return true };
+            let n = p.dims.len();
+            t.addr.is_multiple_of(RUN_BYTES as u64)
+                && t.strides.len() >= n
+                && t.strides[n - 1] == 1
+                && size(k.dim_slot(*last)) % run == 0
+                && t.strides[..outer.len()].iter().all(|s| s % run == 0)
+        })
+}
+
 /// Whether a CUDA GPU of compute capability `major`.x has thread-block clusters (sm_90 and newer),
 /// which clustered kernels need.
 pub fn cuda_has_clusters(major: i32) -> bool {

@@ -582,6 +582,140 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f16(const dt_args ar
     }
 }
 
+/* kernel dyt_1k for f16: grid block(x:1, y:1024); 128 threads, 0 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f16_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
+    const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* dyt_1k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1024));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    if (b1 >= dt_cdiv(s1, 1024)) return; /* past the end of a short group */
+    /* block(x:1) dyt_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(y:1024) dyt_1k.tensorize(y:1024) */
+        for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
+            float v0[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v0[r] = args.scalars[0];
+            }
+            dt_f16s<8> v1; /* 16-bit values as loaded */
+            uint4 q3[1];
+            bool f4[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l5 = (int)((unsigned)e / 1024u % 1u);
+                const int l6 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l6) * (unsigned)args.input_strides[0][1];
+                f4[c] = (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + l6) < (unsigned)s1;
+                if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f4[c]) {
+                    v1.w[c] = q3[c];
+                } else {
+                    v1.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v2[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                (void)e; {
+                    v2[r] = (v0[0] * v1[r]);
+                }
+            }
+            float v3[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                (void)e; {
+                    v3[r] = dt_fast_tanh(v2[r]);
+                }
+            }
+            dt_f16s<8> v4; /* 16-bit values as loaded */
+            uint4 q13[1];
+            bool f14[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l15 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o2 + l15) * (unsigned)args.input_strides[1][0];
+                f14[c] = (unsigned)(o2 + l15) < (unsigned)s1;
+                if (f14[c]) q13[c] = *(const uint4*)(in1 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f14[c]) {
+                    v4.w[c] = q13[c];
+                } else {
+                    v4.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v5[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                (void)e; {
+                    v5[r] = (v3[r] * v4[r]);
+                }
+            }
+            dt_f16s<8> v6; /* 16-bit values as loaded */
+            uint4 q19[1];
+            bool f20[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l21 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o2 + l21) * (unsigned)args.input_strides[2][0];
+                f20[c] = (unsigned)(o2 + l21) < (unsigned)s1;
+                if (f20[c]) q19[c] = *(const uint4*)(in2 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f20[c]) {
+                    v6.w[c] = q19[c];
+                } else {
+                    v6.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v7[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                (void)e; {
+                    v7[r] = (v5[r] + v6[r]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l25 = (int)((unsigned)e / 1024u % 1u);
+                const int l26 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l26) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_f16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_f16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_f16(v7[c * 8 + 6], v7[c * 8 + 7]));
+            }
+        }
+    }
+}
+
 /* kernel dyt_1k for bf16: grid block(x:1, y:1024); 128 threads, 0 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
@@ -746,6 +880,140 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16(const dt_args a
     }
 }
 
+/* kernel dyt_1k for bf16: grid block(x:1, y:1024); 128 threads, 0 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
+    const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* dyt_1k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1024));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    if (b1 >= dt_cdiv(s1, 1024)) return; /* past the end of a short group */
+    /* block(x:1) dyt_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(y:1024) dyt_1k.tensorize(y:1024) */
+        for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
+            float v0[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v0[r] = args.scalars[0];
+            }
+            dt_bf16s<8> v1; /* 16-bit values as loaded */
+            uint4 q3[1];
+            bool f4[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l5 = (int)((unsigned)e / 1024u % 1u);
+                const int l6 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l6) * (unsigned)args.input_strides[0][1];
+                f4[c] = (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + l6) < (unsigned)s1;
+                if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f4[c]) {
+                    v1.w[c] = q3[c];
+                } else {
+                    v1.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v2[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                (void)e; {
+                    v2[r] = (v0[0] * v1[r]);
+                }
+            }
+            float v3[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                (void)e; {
+                    v3[r] = dt_fast_tanh(v2[r]);
+                }
+            }
+            dt_bf16s<8> v4; /* 16-bit values as loaded */
+            uint4 q13[1];
+            bool f14[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l15 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o2 + l15) * (unsigned)args.input_strides[1][0];
+                f14[c] = (unsigned)(o2 + l15) < (unsigned)s1;
+                if (f14[c]) q13[c] = *(const uint4*)(in1 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f14[c]) {
+                    v4.w[c] = q13[c];
+                } else {
+                    v4.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v5[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                (void)e; {
+                    v5[r] = (v3[r] * v4[r]);
+                }
+            }
+            dt_bf16s<8> v6; /* 16-bit values as loaded */
+            uint4 q19[1];
+            bool f20[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l21 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o2 + l21) * (unsigned)args.input_strides[2][0];
+                f20[c] = (unsigned)(o2 + l21) < (unsigned)s1;
+                if (f20[c]) q19[c] = *(const uint4*)(in2 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f20[c]) {
+                    v6.w[c] = q19[c];
+                } else {
+                    v6.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v7[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                (void)e; {
+                    v7[r] = (v5[r] + v6[r]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l25 = (int)((unsigned)e / 1024u % 1u);
+                const int l26 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l26) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_bf16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_bf16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_bf16(v7[c * 8 + 6], v7[c * 8 + 7]));
+            }
+        }
+    }
+}
+
 /* kernel dyt_1k for f32: grid block(x:1, y:1024); 128 threads, 0 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
@@ -882,6 +1150,140 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f32(const dt_args ar
                     if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 2]);
                     if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 3]);
                 }
+            }
+        }
+    }
+}
+
+/* kernel dyt_1k for f32: grid block(x:1, y:1024); 128 threads, 0 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f32_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
+    const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
+    const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
+    float* __restrict__ out = (float*)args.output; /* dyt_1k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1024));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    if (b1 >= dt_cdiv(s1, 1024)) return; /* past the end of a short group */
+    /* block(x:1) dyt_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(y:1024) dyt_1k.tensorize(y:1024) */
+        for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
+            float v0[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v0[r] = args.scalars[0];
+            }
+            float v1[8];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 128 + tid) * 4;
+                const int l3 = (int)((unsigned)e / 1024u % 1u);
+                const int l4 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l4) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + l4) < (unsigned)s1) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v1[c * 4 + 0] = __uint_as_float(q.x);
+                    v1[c * 4 + 1] = __uint_as_float(q.y);
+                    v1[c * 4 + 2] = __uint_as_float(q.z);
+                    v1[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v1[c * 4 + 0] = 0e0f;
+                    v1[c * 4 + 1] = 0e0f;
+                    v1[c * 4 + 2] = 0e0f;
+                    v1[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v2[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                (void)e; {
+                    v2[r] = (v0[0] * v1[r]);
+                }
+            }
+            float v3[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                (void)e; {
+                    v3[r] = tanhf(v2[r]);
+                }
+            }
+            float v4[8];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 128 + tid) * 4;
+                const int l9 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o2 + l9) * (unsigned)args.input_strides[1][0];
+                if ((unsigned)(o2 + l9) < (unsigned)s1) {
+                    const uint4 q = *(const uint4*)(in1 + a);
+                    v4[c * 4 + 0] = __uint_as_float(q.x);
+                    v4[c * 4 + 1] = __uint_as_float(q.y);
+                    v4[c * 4 + 2] = __uint_as_float(q.z);
+                    v4[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v4[c * 4 + 0] = 0e0f;
+                    v4[c * 4 + 1] = 0e0f;
+                    v4[c * 4 + 2] = 0e0f;
+                    v4[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v5[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                (void)e; {
+                    v5[r] = (v3[r] * v4[r]);
+                }
+            }
+            float v6[8];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 128 + tid) * 4;
+                const int l12 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o2 + l12) * (unsigned)args.input_strides[2][0];
+                if ((unsigned)(o2 + l12) < (unsigned)s1) {
+                    const uint4 q = *(const uint4*)(in2 + a);
+                    v6[c * 4 + 0] = __uint_as_float(q.x);
+                    v6[c * 4 + 1] = __uint_as_float(q.y);
+                    v6[c * 4 + 2] = __uint_as_float(q.z);
+                    v6[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v6[c * 4 + 0] = 0e0f;
+                    v6[c * 4 + 1] = 0e0f;
+                    v6[c * 4 + 2] = 0e0f;
+                    v6[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v7[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                (void)e; {
+                    v7[r] = (v5[r] + v6[r]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 128 + tid) * 4;
+                const int l15 = (int)((unsigned)e / 1024u % 1u);
+                const int l16 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l16) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v7[c * 4 + 0]), __float_as_uint(v7[c * 4 + 1]), __float_as_uint(v7[c * 4 + 2]), __float_as_uint(v7[c * 4 + 3]));
             }
         }
     }
@@ -1051,6 +1453,140 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16(const dt_args args)
     }
 }
 
+/* kernel dyt for f16: grid block(x:1, y:1024); 128 threads, 0 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
+    const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* dyt */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1024));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    if (b1 >= dt_cdiv(s1, 1024)) return; /* past the end of a short group */
+    /* block(x:1) dyt.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(y:1024) dyt.tensorize(y:1024) */
+        for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
+            float v0[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v0[r] = args.scalars[0];
+            }
+            dt_f16s<8> v1; /* 16-bit values as loaded */
+            uint4 q3[1];
+            bool f4[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l5 = (int)((unsigned)e / 1024u % 1u);
+                const int l6 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l6) * (unsigned)args.input_strides[0][1];
+                f4[c] = (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + l6) < (unsigned)s1;
+                if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f4[c]) {
+                    v1.w[c] = q3[c];
+                } else {
+                    v1.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v2[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                (void)e; {
+                    v2[r] = (v0[0] * v1[r]);
+                }
+            }
+            float v3[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                (void)e; {
+                    v3[r] = dt_fast_tanh(v2[r]);
+                }
+            }
+            dt_f16s<8> v4; /* 16-bit values as loaded */
+            uint4 q13[1];
+            bool f14[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l15 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o2 + l15) * (unsigned)args.input_strides[1][0];
+                f14[c] = (unsigned)(o2 + l15) < (unsigned)s1;
+                if (f14[c]) q13[c] = *(const uint4*)(in1 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f14[c]) {
+                    v4.w[c] = q13[c];
+                } else {
+                    v4.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v5[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                (void)e; {
+                    v5[r] = (v3[r] * v4[r]);
+                }
+            }
+            dt_f16s<8> v6; /* 16-bit values as loaded */
+            uint4 q19[1];
+            bool f20[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l21 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o2 + l21) * (unsigned)args.input_strides[2][0];
+                f20[c] = (unsigned)(o2 + l21) < (unsigned)s1;
+                if (f20[c]) q19[c] = *(const uint4*)(in2 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f20[c]) {
+                    v6.w[c] = q19[c];
+                } else {
+                    v6.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v7[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                (void)e; {
+                    v7[r] = (v5[r] + v6[r]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l25 = (int)((unsigned)e / 1024u % 1u);
+                const int l26 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l26) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_f16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_f16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_f16(v7[c * 8 + 6], v7[c * 8 + 7]));
+            }
+        }
+    }
+}
+
 /* kernel dyt for bf16: grid block(x:1, y:1024); 128 threads, 0 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
@@ -1215,6 +1751,140 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16(const dt_args args
     }
 }
 
+/* kernel dyt for bf16: grid block(x:1, y:1024); 128 threads, 0 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
+    const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* dyt */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1024));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    if (b1 >= dt_cdiv(s1, 1024)) return; /* past the end of a short group */
+    /* block(x:1) dyt.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(y:1024) dyt.tensorize(y:1024) */
+        for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
+            float v0[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v0[r] = args.scalars[0];
+            }
+            dt_bf16s<8> v1; /* 16-bit values as loaded */
+            uint4 q3[1];
+            bool f4[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l5 = (int)((unsigned)e / 1024u % 1u);
+                const int l6 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l6) * (unsigned)args.input_strides[0][1];
+                f4[c] = (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + l6) < (unsigned)s1;
+                if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f4[c]) {
+                    v1.w[c] = q3[c];
+                } else {
+                    v1.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v2[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                (void)e; {
+                    v2[r] = (v0[0] * v1[r]);
+                }
+            }
+            float v3[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                (void)e; {
+                    v3[r] = dt_fast_tanh(v2[r]);
+                }
+            }
+            dt_bf16s<8> v4; /* 16-bit values as loaded */
+            uint4 q13[1];
+            bool f14[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l15 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o2 + l15) * (unsigned)args.input_strides[1][0];
+                f14[c] = (unsigned)(o2 + l15) < (unsigned)s1;
+                if (f14[c]) q13[c] = *(const uint4*)(in1 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f14[c]) {
+                    v4.w[c] = q13[c];
+                } else {
+                    v4.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v5[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                (void)e; {
+                    v5[r] = (v3[r] * v4[r]);
+                }
+            }
+            dt_bf16s<8> v6; /* 16-bit values as loaded */
+            uint4 q19[1];
+            bool f20[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l21 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o2 + l21) * (unsigned)args.input_strides[2][0];
+                f20[c] = (unsigned)(o2 + l21) < (unsigned)s1;
+                if (f20[c]) q19[c] = *(const uint4*)(in2 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f20[c]) {
+                    v6.w[c] = q19[c];
+                } else {
+                    v6.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v7[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                (void)e; {
+                    v7[r] = (v5[r] + v6[r]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l25 = (int)((unsigned)e / 1024u % 1u);
+                const int l26 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l26) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_bf16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_bf16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_bf16(v7[c * 8 + 6], v7[c * 8 + 7]));
+            }
+        }
+    }
+}
+
 /* kernel dyt for f32: grid block(x:1, y:1024); 128 threads, 0 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_dyt_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
@@ -1351,6 +2021,140 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f32(const dt_args args)
                     if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 2]);
                     if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 3]);
                 }
+            }
+        }
+    }
+}
+
+/* kernel dyt for f32: grid block(x:1, y:1024); 128 threads, 0 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_dyt_f32_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
+    const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
+    const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
+    float* __restrict__ out = (float*)args.output; /* dyt */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1024));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    if (b1 >= dt_cdiv(s1, 1024)) return; /* past the end of a short group */
+    /* block(x:1) dyt.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(y:1024) dyt.tensorize(y:1024) */
+        for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
+            float v0[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v0[r] = args.scalars[0];
+            }
+            float v1[8];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 128 + tid) * 4;
+                const int l3 = (int)((unsigned)e / 1024u % 1u);
+                const int l4 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l4) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + l4) < (unsigned)s1) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v1[c * 4 + 0] = __uint_as_float(q.x);
+                    v1[c * 4 + 1] = __uint_as_float(q.y);
+                    v1[c * 4 + 2] = __uint_as_float(q.z);
+                    v1[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v1[c * 4 + 0] = 0e0f;
+                    v1[c * 4 + 1] = 0e0f;
+                    v1[c * 4 + 2] = 0e0f;
+                    v1[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v2[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                (void)e; {
+                    v2[r] = (v0[0] * v1[r]);
+                }
+            }
+            float v3[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                (void)e; {
+                    v3[r] = tanhf(v2[r]);
+                }
+            }
+            float v4[8];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 128 + tid) * 4;
+                const int l9 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o2 + l9) * (unsigned)args.input_strides[1][0];
+                if ((unsigned)(o2 + l9) < (unsigned)s1) {
+                    const uint4 q = *(const uint4*)(in1 + a);
+                    v4[c * 4 + 0] = __uint_as_float(q.x);
+                    v4[c * 4 + 1] = __uint_as_float(q.y);
+                    v4[c * 4 + 2] = __uint_as_float(q.z);
+                    v4[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v4[c * 4 + 0] = 0e0f;
+                    v4[c * 4 + 1] = 0e0f;
+                    v4[c * 4 + 2] = 0e0f;
+                    v4[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v5[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                (void)e; {
+                    v5[r] = (v3[r] * v4[r]);
+                }
+            }
+            float v6[8];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 128 + tid) * 4;
+                const int l12 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o2 + l12) * (unsigned)args.input_strides[2][0];
+                if ((unsigned)(o2 + l12) < (unsigned)s1) {
+                    const uint4 q = *(const uint4*)(in2 + a);
+                    v6[c * 4 + 0] = __uint_as_float(q.x);
+                    v6[c * 4 + 1] = __uint_as_float(q.y);
+                    v6[c * 4 + 2] = __uint_as_float(q.z);
+                    v6[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v6[c * 4 + 0] = 0e0f;
+                    v6[c * 4 + 1] = 0e0f;
+                    v6[c * 4 + 2] = 0e0f;
+                    v6[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v7[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                (void)e; {
+                    v7[r] = (v5[r] + v6[r]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 128 + tid) * 4;
+                const int l15 = (int)((unsigned)e / 1024u % 1u);
+                const int l16 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l16) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v7[c * 4 + 0]), __float_as_uint(v7[c * 4 + 1]), __float_as_uint(v7[c * 4 + 2]), __float_as_uint(v7[c * 4 + 3]));
             }
         }
     }

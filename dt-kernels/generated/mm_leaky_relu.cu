@@ -983,3 +983,156 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f32(const dt_args args)
         }
     }
 }
+
+/* kernel out for f32: grid block(x:128, y:128) map(x:x1/8, y, x1); 128 threads, 32768 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_out_f32_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const long long s2 = args.sizes[2]; /* size of k */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
+    float* __restrict__ out = (float*)args.output; /* out */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n2 = (unsigned)(8);
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0 * 8 + g2; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
+    /* block(x:128) out.tensorize(x:128) */
+    for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
+        /* block(y:128) out.tensorize(y:128) */
+        for (long long o2 = b1 * 128; o2 < dt_min_ll(b1 * 128 + 128, s1); o2 += 128) {
+            /* rdot accumulator */
+            float acc0[128];
+            #pragma unroll 1
+            for (int r = 0; r < 128; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                (void)e; {
+                    acc0[r] = 0e0f;
+                }
+            }
+            /* rdot out.tensorize(k:32) num_stages(3) */
+            for (long long o5 = 0; o5 < s2; o5 += 32) {
+                float v0[32];
+                #pragma unroll
+                for (int c = 0; c < 8; c++) {
+                    const int e = (c * 128 + tid) * 4;
+                    const int l6 = (int)((unsigned)e / 32u % 128u);
+                    const int l7 = (int)((unsigned)e / 1u % 32u);
+                    const unsigned a = (unsigned)(o1 + l6) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l7) * (unsigned)args.input_strides[0][1];
+                    if ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + l7) < (unsigned)s2) {
+                        const uint4 q = *(const uint4*)(in0 + a);
+                        v0[c * 4 + 0] = __uint_as_float(q.x);
+                        v0[c * 4 + 1] = __uint_as_float(q.y);
+                        v0[c * 4 + 2] = __uint_as_float(q.z);
+                        v0[c * 4 + 3] = __uint_as_float(q.w);
+                    } else {
+                        v0[c * 4 + 0] = 0e0f;
+                        v0[c * 4 + 1] = 0e0f;
+                        v0[c * 4 + 2] = 0e0f;
+                        v0[c * 4 + 3] = 0e0f;
+                    }
+                }
+                float v1[32];
+                #pragma unroll
+                for (int r = 0; r < 32; r++) {
+                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                    (void)e; {
+                        const int l8 = (int)((unsigned)e / 32u % 128u);
+                        const int l9 = (int)((unsigned)e / 1u % 32u);
+                        v1[r] = ((unsigned)(o5 + l9) < (unsigned)s2 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_f32(in1[(unsigned)(o5 + l9) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[1][1]]) : 0e0f;
+                    }
+                }
+                __syncthreads();
+                #pragma unroll
+                for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v0[r]; }
+                __syncthreads();
+                __syncthreads();
+                #pragma unroll
+                for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v1[r]; }
+                __syncthreads();
+                float v2[128];
+                #pragma unroll 1
+                for (int r = 0; r < 128; r++) {
+                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                    (void)e; {
+                        const int l10 = (int)((unsigned)e / 128u % 128u);
+                        const int l11 = (int)((unsigned)e / 1u % 128u);
+                        float a12 = 0.0f;
+                        for (int q = 0; q < 32; q++) a12 = fmaf((dt_smem + 0)[l10 * 32 + q * 1], (dt_smem + 4096)[l11 * 32 + q * 1], a12);
+                        v2[r] = a12;
+                    }
+                }
+                #pragma unroll 1
+                for (int r = 0; r < 128; r++) {
+                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                    (void)e; {
+                        acc0[r] = acc0[r] + v2[r];
+                    }
+                }
+            }
+            float v3[128];
+            #pragma unroll 1
+            for (int r = 0; r < 128; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                (void)e; {
+                    v3[r] = acc0[r];
+                }
+            }
+            float v5[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v5[r] = 0e0f;
+            }
+            float v6[128];
+            #pragma unroll 1
+            for (int r = 0; r < 128; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                (void)e; {
+                    v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v8[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v8[r] = 1e-2f;
+            }
+            float v10[128];
+            #pragma unroll 1
+            for (int r = 0; r < 128; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                (void)e; {
+                    v10[r] = (v8[0] * v3[r]);
+                }
+            }
+            float v11[128];
+            #pragma unroll 1
+            for (int r = 0; r < 128; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                (void)e; {
+                    v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 32; c++) {
+                const int e = (c * 128 + tid) * 4;
+                const int l23 = (int)((unsigned)e / 128u % 128u);
+                const int l24 = (int)((unsigned)e / 1u % 128u);
+                const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l24) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v11[c * 4 + 0]), __float_as_uint(v11[c * 4 + 1]), __float_as_uint(v11[c * 4 + 2]), __float_as_uint(v11[c * 4 + 3]));
+            }
+        }
+    }
+}

@@ -418,8 +418,8 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel softmax_1k for f16: grid block(x:1); 32 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(32, 32) dt_softmax_1k_f16(const dt_args args) {
+/* kernel softmax_1k for f16: grid block(x:1); 64 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -443,12 +443,12 @@ extern "C" __global__ void __launch_bounds__(32, 32) dt_softmax_1k_f16(const dt_
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        dt_f16s<32> v0; /* 16-bit values as loaded */
-        uint4 q3[4];
-        bool f4[4];
+        dt_f16s<16> v0; /* 16-bit values as loaded */
+        uint4 q3[2];
+        bool f4[2];
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 32 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
@@ -456,8 +456,8 @@ extern "C" __global__ void __launch_bounds__(32, 32) dt_softmax_1k_f16(const dt_
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 32 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
             const int l7 = (int)((unsigned)e / 1024u % 1u);
             const int l8 = (int)((unsigned)e / 1u % 1024u);
             if (f4[c]) {
@@ -471,21 +471,25 @@ extern "C" __global__ void __launch_bounds__(32, 32) dt_softmax_1k_f16(const dt_
             }
         }
         float v2[1];
-        /* reduction in registers: 32 per thread and row, then shuffles */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 32; q++) p[i] = fmaxf(p[i], v0[i * 32 + q]);
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v2[r] = p[e];
-            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 2; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
         }
         {
             const int r = 0, e = 0;
@@ -505,47 +509,51 @@ extern "C" __global__ void __launch_bounds__(32, 32) dt_softmax_1k_f16(const dt_
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[32];
+        float v6[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[32];
+        float v7[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v7[r] = dt_fast_exp(v6[r]);
             }
         }
-        float v8[32];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                const int l18 = (int)((unsigned)e / 1u % 1024u);
-                v8[r] = ((unsigned)(0 + l18) < (unsigned)s1) ? v7[r] : 0e0f;
+                const int l19 = (int)((unsigned)e / 1u % 1024u);
+                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 32 per thread and row, then shuffles */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 32; q++) p[i] = p[i] + v8[i * 32 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v9[r] = p[e];
-            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a21 = 0e0f;
+            for (int g = 0; g < 2; g++) a21 = a21 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v9[r] = a21;
         }
         {
             const int r = 0, e = 0;
@@ -558,38 +566,198 @@ extern "C" __global__ void __launch_bounds__(32, 32) dt_softmax_1k_f16(const dt_
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[32];
+        float v16[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 32 + tid) * 8;
-            const int l24 = (int)((unsigned)e / 1024u % 1u);
-            const int l25 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l24) * (unsigned)args.output_strides[0] + (unsigned)(0 + l25) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l26 = (int)((unsigned)e / 1024u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + l25) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel softmax_1k for bf16: grid block(x:1); 32 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(32, 32) dt_softmax_1k_bf16(const dt_args args) {
+/* kernel softmax_1k for f16: grid block(x:1); 64 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f16_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_1k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        dt_f16s<16> v0; /* 16-bit values as loaded */
+        uint4 q3[2];
+        bool f4[2];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l5 = (int)((unsigned)e / 1024u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            f4[c] = (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            if (f4[c]) {
+                v0.w[c] = q3[c];
+            } else {
+                v0.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 2; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v6[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v6[r] = (v0[r] - v3[0]);
+            }
+        }
+        float v7[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v7[r] = dt_fast_exp(v6[r]);
+            }
+        }
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                const int l19 = (int)((unsigned)e / 1u % 1024u);
+                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a21 = 0e0f;
+            for (int g = 0; g < 2; g++) a21 = a21 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v9[r] = a21;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        float v16[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v16[r] = dt_fast_div(v7[r], v10[0]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l26 = (int)((unsigned)e / 1024u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
+            if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
+        }
+    }
+}
+
+/* kernel softmax_1k for bf16: grid block(x:1); 64 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -613,12 +781,12 @@ extern "C" __global__ void __launch_bounds__(32, 32) dt_softmax_1k_bf16(const dt
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        dt_bf16s<32> v0; /* 16-bit values as loaded */
-        uint4 q3[4];
-        bool f4[4];
+        dt_bf16s<16> v0; /* 16-bit values as loaded */
+        uint4 q3[2];
+        bool f4[2];
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 32 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
@@ -626,8 +794,8 @@ extern "C" __global__ void __launch_bounds__(32, 32) dt_softmax_1k_bf16(const dt
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 32 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
             const int l7 = (int)((unsigned)e / 1024u % 1u);
             const int l8 = (int)((unsigned)e / 1u % 1024u);
             if (f4[c]) {
@@ -641,21 +809,25 @@ extern "C" __global__ void __launch_bounds__(32, 32) dt_softmax_1k_bf16(const dt
             }
         }
         float v2[1];
-        /* reduction in registers: 32 per thread and row, then shuffles */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 32; q++) p[i] = fmaxf(p[i], v0[i * 32 + q]);
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v2[r] = p[e];
-            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 2; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
         }
         {
             const int r = 0, e = 0;
@@ -675,47 +847,51 @@ extern "C" __global__ void __launch_bounds__(32, 32) dt_softmax_1k_bf16(const dt
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[32];
+        float v6[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[32];
+        float v7[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v7[r] = dt_fast_exp(v6[r]);
             }
         }
-        float v8[32];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                const int l18 = (int)((unsigned)e / 1u % 1024u);
-                v8[r] = ((unsigned)(0 + l18) < (unsigned)s1) ? v7[r] : 0e0f;
+                const int l19 = (int)((unsigned)e / 1u % 1024u);
+                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 32 per thread and row, then shuffles */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 32; q++) p[i] = p[i] + v8[i * 32 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v9[r] = p[e];
-            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a21 = 0e0f;
+            for (int g = 0; g < 2; g++) a21 = a21 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v9[r] = a21;
         }
         {
             const int r = 0, e = 0;
@@ -728,38 +904,198 @@ extern "C" __global__ void __launch_bounds__(32, 32) dt_softmax_1k_bf16(const dt
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[32];
+        float v16[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 32 + tid) * 8;
-            const int l24 = (int)((unsigned)e / 1024u % 1u);
-            const int l25 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l24) * (unsigned)args.output_strides[0] + (unsigned)(0 + l25) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l26 = (int)((unsigned)e / 1024u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + l25) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel softmax_1k for f32: grid block(x:1); 32 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(32, 32) dt_softmax_1k_f32(const dt_args args) {
+/* kernel softmax_1k for bf16: grid block(x:1); 64 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_bf16_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_1k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        dt_bf16s<16> v0; /* 16-bit values as loaded */
+        uint4 q3[2];
+        bool f4[2];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l5 = (int)((unsigned)e / 1024u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            f4[c] = (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            if (f4[c]) {
+                v0.w[c] = q3[c];
+            } else {
+                v0.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 2; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v6[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v6[r] = (v0[r] - v3[0]);
+            }
+        }
+        float v7[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v7[r] = dt_fast_exp(v6[r]);
+            }
+        }
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                const int l19 = (int)((unsigned)e / 1u % 1024u);
+                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a21 = 0e0f;
+            for (int g = 0; g < 2; g++) a21 = a21 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v9[r] = a21;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        float v16[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v16[r] = dt_fast_div(v7[r], v10[0]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l26 = (int)((unsigned)e / 1024u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
+            if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
+        }
+    }
+}
+
+/* kernel softmax_1k for f32: grid block(x:1); 64 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -783,10 +1119,10 @@ extern "C" __global__ void __launch_bounds__(32, 32) dt_softmax_1k_f32(const dt_
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        float v0[32];
+        float v0[16];
         #pragma unroll
-        for (int c = 0; c < 8; c++) {
-            const int e = (c * 32 + tid) * 4;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 64 + tid) * 4;
             const int l3 = (int)((unsigned)e / 1024u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
@@ -804,21 +1140,25 @@ extern "C" __global__ void __launch_bounds__(32, 32) dt_softmax_1k_f32(const dt_
             }
         }
         float v2[1];
-        /* reduction in registers: 32 per thread and row, then shuffles */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 32; q++) p[i] = fmaxf(p[i], v0[i * 32 + q]);
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v2[r] = p[e];
-            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a6 = (-INFINITY);
+            for (int g = 0; g < 2; g++) a6 = fmaxf(a6, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a6;
         }
         {
             const int r = 0, e = 0;
@@ -838,47 +1178,51 @@ extern "C" __global__ void __launch_bounds__(32, 32) dt_softmax_1k_f32(const dt_
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[32];
+        float v6[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 4) * 32 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[32];
+        float v7[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 4) * 32 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
                 v7[r] = expf(v6[r]);
             }
         }
-        float v8[32];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 4) * 32 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
-                const int l14 = (int)((unsigned)e / 1u % 1024u);
-                v8[r] = ((unsigned)(0 + l14) < (unsigned)s1) ? v7[r] : 0e0f;
+                const int l15 = (int)((unsigned)e / 1u % 1024u);
+                v8[r] = ((unsigned)(0 + l15) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 32 per thread and row, then shuffles */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 32; q++) p[i] = p[i] + v8[i * 32 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v9[r] = p[e];
-            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a17 = 0e0f;
+            for (int g = 0; g < 2; g++) a17 = a17 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v9[r] = a17;
         }
         {
             const int r = 0, e = 0;
@@ -891,28 +1235,188 @@ extern "C" __global__ void __launch_bounds__(32, 32) dt_softmax_1k_f32(const dt_
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[32];
+        float v16[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 4) * 32 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
                 v16[r] = (v7[r] / v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 8; c++) {
-            const int e = (c * 32 + tid) * 4;
-            const int l20 = (int)((unsigned)e / 1024u % 1u);
-            const int l21 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.output_strides[0] + (unsigned)(0 + l21) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(0 + (l21 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 64 + tid) * 4;
+            const int l22 = (int)((unsigned)e / 1024u % 1u);
+            const int l23 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
             } else {
-                if ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(0 + l21) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                if ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(0 + (l21 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                if ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(0 + (l21 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                if ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(0 + (l21 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + l23) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
             }
+        }
+    }
+}
+
+/* kernel softmax_1k for f32: grid block(x:1); 64 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f32_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    float* __restrict__ out = (float*)args.output; /* softmax_1k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        float v0[16];
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 64 + tid) * 4;
+            const int l3 = (int)((unsigned)e / 1024u % 1u);
+            const int l4 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
+            if ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 4 + 0] = __uint_as_float(q.x);
+                v0[c * 4 + 1] = __uint_as_float(q.y);
+                v0[c * 4 + 2] = __uint_as_float(q.z);
+                v0[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v0[c * 4 + 0] = (-INFINITY);
+                v0[c * 4 + 1] = (-INFINITY);
+                v0[c * 4 + 2] = (-INFINITY);
+                v0[c * 4 + 3] = (-INFINITY);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a6 = (-INFINITY);
+            for (int g = 0; g < 2; g++) a6 = fmaxf(a6, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a6;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v6[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
+            (void)e; {
+                v6[r] = (v0[r] - v3[0]);
+            }
+        }
+        float v7[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
+            (void)e; {
+                v7[r] = expf(v6[r]);
+            }
+        }
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
+            (void)e; {
+                const int l15 = (int)((unsigned)e / 1u % 1024u);
+                v8[r] = ((unsigned)(0 + l15) < (unsigned)s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a17 = 0e0f;
+            for (int g = 0; g < 2; g++) a17 = a17 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v9[r] = a17;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        float v16[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
+            (void)e; {
+                v16[r] = (v7[r] / v10[0]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 64 + tid) * 4;
+            const int l22 = (int)((unsigned)e / 1024u % 1u);
+            const int l23 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
+            if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + l23) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
         }
     }
 }
@@ -1095,6 +1599,166 @@ extern "C" __global__ void __launch_bounds__(256, 6) dt_softmax_4k_f16(const dt_
     }
 }
 
+/* kernel softmax_4k for f16: grid block(x:1); 256 threads, 64 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256, 6) dt_softmax_4k_f16_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_4k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_4k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        dt_f16s<16> v0; /* 16-bit values as loaded */
+        uint4 q3[2];
+        bool f4[2];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l5 = (int)((unsigned)e / 4096u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            f4[c] = (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            if (f4[c]) {
+                v0.w[c] = q3[c];
+            } else {
+                v0.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 8; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v6[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v6[r] = (v0[r] - v3[0]);
+            }
+        }
+        float v7[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v7[r] = dt_fast_exp(v6[r]);
+            }
+        }
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                const int l19 = (int)((unsigned)e / 1u % 4096u);
+                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a21 = 0e0f;
+            for (int g = 0; g < 8; g++) a21 = a21 + ((dt_smem + 0) + 8)[g * 1 + e];
+            v9[r] = a21;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        float v16[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v16[r] = dt_fast_div(v7[r], v10[0]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l26 = (int)((unsigned)e / 4096u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
+            if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
+        }
+    }
+}
+
 /* kernel softmax_4k for bf16: grid block(x:1); 256 threads, 64 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256, 6) dt_softmax_4k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
@@ -1273,6 +1937,166 @@ extern "C" __global__ void __launch_bounds__(256, 6) dt_softmax_4k_bf16(const dt
     }
 }
 
+/* kernel softmax_4k for bf16: grid block(x:1); 256 threads, 64 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256, 6) dt_softmax_4k_bf16_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_4k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_4k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        dt_bf16s<16> v0; /* 16-bit values as loaded */
+        uint4 q3[2];
+        bool f4[2];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l5 = (int)((unsigned)e / 4096u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            f4[c] = (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            if (f4[c]) {
+                v0.w[c] = q3[c];
+            } else {
+                v0.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 8; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v6[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v6[r] = (v0[r] - v3[0]);
+            }
+        }
+        float v7[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v7[r] = dt_fast_exp(v6[r]);
+            }
+        }
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                const int l19 = (int)((unsigned)e / 1u % 4096u);
+                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a21 = 0e0f;
+            for (int g = 0; g < 8; g++) a21 = a21 + ((dt_smem + 0) + 8)[g * 1 + e];
+            v9[r] = a21;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        float v16[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v16[r] = dt_fast_div(v7[r], v10[0]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l26 = (int)((unsigned)e / 4096u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
+            if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
+        }
+    }
+}
+
 /* kernel softmax_4k for f32: grid block(x:1); 256 threads, 64 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256, 6) dt_softmax_4k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
@@ -1436,6 +2260,166 @@ extern "C" __global__ void __launch_bounds__(256, 6) dt_softmax_4k_f32(const dt_
                 if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
                 if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
             }
+        }
+    }
+}
+
+/* kernel softmax_4k for f32: grid block(x:1); 256 threads, 64 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256, 6) dt_softmax_4k_f32_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    float* __restrict__ out = (float*)args.output; /* softmax_4k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_4k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        float v0[16];
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 256 + tid) * 4;
+            const int l3 = (int)((unsigned)e / 4096u % 1u);
+            const int l4 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
+            if ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 4 + 0] = __uint_as_float(q.x);
+                v0[c * 4 + 1] = __uint_as_float(q.y);
+                v0[c * 4 + 2] = __uint_as_float(q.z);
+                v0[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v0[c * 4 + 0] = (-INFINITY);
+                v0[c * 4 + 1] = (-INFINITY);
+                v0[c * 4 + 2] = (-INFINITY);
+                v0[c * 4 + 3] = (-INFINITY);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a6 = (-INFINITY);
+            for (int g = 0; g < 8; g++) a6 = fmaxf(a6, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a6;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v6[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            (void)e; {
+                v6[r] = (v0[r] - v3[0]);
+            }
+        }
+        float v7[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            (void)e; {
+                v7[r] = expf(v6[r]);
+            }
+        }
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            (void)e; {
+                const int l15 = (int)((unsigned)e / 1u % 4096u);
+                v8[r] = ((unsigned)(0 + l15) < (unsigned)s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a17 = 0e0f;
+            for (int g = 0; g < 8; g++) a17 = a17 + ((dt_smem + 0) + 8)[g * 1 + e];
+            v9[r] = a17;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        float v16[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            (void)e; {
+                v16[r] = (v7[r] / v10[0]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 256 + tid) * 4;
+            const int l22 = (int)((unsigned)e / 4096u % 1u);
+            const int l23 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
+            if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + l23) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
         }
     }
 }
@@ -1618,6 +2602,166 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f16(const dt
     }
 }
 
+/* kernel softmax_16k for f16: grid block(x:1); 512 threads, 128 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f16_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_16k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_16k.tensorize(x:1) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        dt_f16s<32> v0; /* 16-bit values as loaded */
+        uint4 q3[4];
+        bool f4[4];
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l5 = (int)((unsigned)e / 16384u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            f4[c] = (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            if (f4[c]) {
+                v0.w[c] = q3[c];
+            } else {
+                v0.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 32 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 32; q++) p[i] = fmaxf(p[i], v0[i * 32 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 16; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v6[32];
+        #pragma unroll
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v6[r] = (v0[r] - v3[0]);
+            }
+        }
+        float v7[32];
+        #pragma unroll
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v7[r] = dt_fast_exp(v6[r]);
+            }
+        }
+        float v8[32];
+        #pragma unroll
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                const int l19 = (int)((unsigned)e / 1u % 16384u);
+                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 32 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 32; q++) p[i] = p[i] + v8[i * 32 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a21 = 0e0f;
+            for (int g = 0; g < 16; g++) a21 = a21 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v9[r] = a21;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        float v16[32];
+        #pragma unroll
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v16[r] = dt_fast_div(v7[r], v10[0]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l26 = (int)((unsigned)e / 16384u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
+            if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
+        }
+    }
+}
+
 /* kernel softmax_16k for bf16: grid block(x:1); 512 threads, 128 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
@@ -1796,6 +2940,166 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16(const d
     }
 }
 
+/* kernel softmax_16k for bf16: grid block(x:1); 512 threads, 128 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_16k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_16k.tensorize(x:1) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        dt_bf16s<32> v0; /* 16-bit values as loaded */
+        uint4 q3[4];
+        bool f4[4];
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l5 = (int)((unsigned)e / 16384u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            f4[c] = (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            if (f4[c]) {
+                v0.w[c] = q3[c];
+            } else {
+                v0.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 32 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 32; q++) p[i] = fmaxf(p[i], v0[i * 32 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 16; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v6[32];
+        #pragma unroll
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v6[r] = (v0[r] - v3[0]);
+            }
+        }
+        float v7[32];
+        #pragma unroll
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v7[r] = dt_fast_exp(v6[r]);
+            }
+        }
+        float v8[32];
+        #pragma unroll
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                const int l19 = (int)((unsigned)e / 1u % 16384u);
+                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 32 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 32; q++) p[i] = p[i] + v8[i * 32 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a21 = 0e0f;
+            for (int g = 0; g < 16; g++) a21 = a21 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v9[r] = a21;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        float v16[32];
+        #pragma unroll
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v16[r] = dt_fast_div(v7[r], v10[0]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l26 = (int)((unsigned)e / 16384u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
+            if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
+        }
+    }
+}
+
 /* kernel softmax_16k for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
@@ -1959,6 +3263,166 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f32(const dt
                 if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
                 if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
             }
+        }
+    }
+}
+
+/* kernel softmax_16k for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f32_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    float* __restrict__ out = (float*)args.output; /* softmax_16k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_16k.tensorize(x:1) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        float v0[32];
+        #pragma unroll
+        for (int c = 0; c < 8; c++) {
+            const int e = (c * 512 + tid) * 4;
+            const int l3 = (int)((unsigned)e / 16384u % 1u);
+            const int l4 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
+            if ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 4 + 0] = __uint_as_float(q.x);
+                v0[c * 4 + 1] = __uint_as_float(q.y);
+                v0[c * 4 + 2] = __uint_as_float(q.z);
+                v0[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v0[c * 4 + 0] = (-INFINITY);
+                v0[c * 4 + 1] = (-INFINITY);
+                v0[c * 4 + 2] = (-INFINITY);
+                v0[c * 4 + 3] = (-INFINITY);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 32 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 32; q++) p[i] = fmaxf(p[i], v0[i * 32 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a6 = (-INFINITY);
+            for (int g = 0; g < 16; g++) a6 = fmaxf(a6, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a6;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v6[32];
+        #pragma unroll
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                v6[r] = (v0[r] - v3[0]);
+            }
+        }
+        float v7[32];
+        #pragma unroll
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                v7[r] = expf(v6[r]);
+            }
+        }
+        float v8[32];
+        #pragma unroll
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                const int l15 = (int)((unsigned)e / 1u % 16384u);
+                v8[r] = ((unsigned)(0 + l15) < (unsigned)s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 32 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 32; q++) p[i] = p[i] + v8[i * 32 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a17 = 0e0f;
+            for (int g = 0; g < 16; g++) a17 = a17 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v9[r] = a17;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        float v16[32];
+        #pragma unroll
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                v16[r] = (v7[r] / v10[0]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 8; c++) {
+            const int e = (c * 512 + tid) * 4;
+            const int l22 = (int)((unsigned)e / 16384u % 1u);
+            const int l23 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
+            if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + l23) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
         }
     }
 }
@@ -2704,6 +4168,716 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                     if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 6]);
                     if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 7]);
                 }
+            }
+        }
+    }
+}
+
+/* kernel softmax_256k_16bit for f16: grid block(x:1, y:32768); 512 threads, 65664 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_256k_16bit_f16_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_256k_16bit */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n1 = (unsigned)(8);
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    /* block(x:1) softmax_256k_16bit.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        /* partial rmax over y, by runs of 8 lanes */
+        float acc4[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc4[r] = (-INFINITY);
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* rmax softmax_256k_16bit.tensorize(y:4096) num_stages(8) + rsum softmax_256k_16bit.tensorize(y:4096) num_stages(8), in one pass: loads the block's steps, staged in shared memory */
+        uint4* const ring8 = (uint4*)(dt_smem + 32);
+        if ((b1 * 32768) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs9[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l10 = (int)((unsigned)e / 4096u % 1u);
+                const int l11 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)((b1 * 32768) + l11) * (unsigned)args.input_strides[0][1];
+                fs9[c] = (unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)((b1 * 32768) + l11) < (unsigned)s1;
+                if (fs9[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((b1 * 32768) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((b1 * 32768) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs12[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l13 = (int)((unsigned)e / 4096u % 1u);
+                const int l14 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(((b1 * 32768) + 4096) + l14) * (unsigned)args.input_strides[0][1];
+                fs12[c] = (unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(((b1 * 32768) + 4096) + l14) < (unsigned)s1;
+                if (fs12[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)(((b1 * 32768) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((b1 * 32768) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs15[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l16 = (int)((unsigned)e / 4096u % 1u);
+                const int l17 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)((((b1 * 32768) + 4096) + 4096) + l17) * (unsigned)args.input_strides[0][1];
+                fs15[c] = (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)((((b1 * 32768) + 4096) + 4096) + l17) < (unsigned)s1;
+                if (fs15[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((b1 * 32768) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((((b1 * 32768) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs18[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l19 = (int)((unsigned)e / 4096u % 1u);
+                const int l20 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l20) * (unsigned)args.input_strides[0][1];
+                fs18[c] = (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l20) < (unsigned)s1;
+                if (fs18[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs21[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l22 = (int)((unsigned)e / 4096u % 1u);
+                const int l23 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l23) * (unsigned)args.input_strides[0][1];
+                fs21[c] = (unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l23) < (unsigned)s1;
+                if (fs21[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs24[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l25 = (int)((unsigned)e / 4096u % 1u);
+                const int l26 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l26) * (unsigned)args.input_strides[0][1];
+                fs24[c] = (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l26) < (unsigned)s1;
+                if (fs24[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs27[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l28 = (int)((unsigned)e / 4096u % 1u);
+                const int l29 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l28) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l29) * (unsigned)args.input_strides[0][1];
+                fs27[c] = (unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l29) < (unsigned)s1;
+                if (fs27[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        for (long long o30 = b1 * 32768; o30 < dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o30 += 4096) {
+            if ((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+                bool fs32[1];
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 512 + tid) * 8;
+                    const int l33 = (int)((unsigned)e / 4096u % 1u);
+                    const int l34 = (int)((unsigned)e / 1u % 4096u);
+                    const unsigned a = (unsigned)(o1 + l33) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l34) * (unsigned)args.input_strides[0][1];
+                    fs32[c] = (unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l34) < (unsigned)s1;
+                    if (fs32[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                }
+                dt_cp_async_commit();
+            } else {
+                dt_cp_async_commit();
+            }
+            dt_cp_async_wait<7>();
+            uint4 q35[1];
+            bool f36[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l37 = (int)((unsigned)e / 4096u % 1u);
+                f36[c] = (unsigned)(o1 + l37) < (unsigned)s0;
+                if (f36[c]) q35[c] = ring8[0 + (((unsigned)(o30 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            float v43[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v43[r] = acc4[r];
+                }
+            }
+            dt_f16s<8> v44; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f36[c]) {
+                    v44.w[c] = q35[c];
+                } else {
+                    v44.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
+                }
+            }
+            float v45[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v45[r] = fmaxf((fmaxf((fmaxf(v44[r * 8 + 0], v44[r * 8 + 1])), (fmaxf(v44[r * 8 + 2], v44[r * 8 + 3])))), (fmaxf((fmaxf(v44[r * 8 + 4], v44[r * 8 + 5])), (fmaxf(v44[r * 8 + 6], v44[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v45[r]);
+                }
+            }
+            float v46[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v46[r] = acc4[r];
+                }
+            }
+            float v47[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v47[r] = (-INFINITY);
+            }
+            float v48[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v48[r] = 0e0f;
+            }
+            float v49[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v49[r] = ((v46[r]) == (v47[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v50[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v50[r] = v49[r] != 0.0f ? v48[0] : v46[r];
+                }
+            }
+            float v51[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v51[r] = (v43[r] - v50[r]);
+                }
+            }
+            float v52[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v52[r] = dt_fast_exp(v51[r]);
+                }
+            }
+            float v53[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v53[r] = (v44[r] - v50[r / 8]);
+                }
+            }
+            float v54[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v54[r] = dt_fast_exp(v53[r]);
+                }
+            }
+            float v55[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = ((v54[r * 8 + 0] + v54[r * 8 + 1]) + (v54[r * 8 + 2] + v54[r * 8 + 3])) + ((v54[r * 8 + 4] + v54[r * 8 + 5]) + (v54[r * 8 + 6] + v54[r * 8 + 7]));
+                }
+            }
+            float v56[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = acc5[r];
+                }
+            }
+            float v57[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v57[r] = (v56[r] * v52[r]);
+                }
+            }
+            float v58[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v58[r] = (v57[r] + v55[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v58[r];
+                }
+            }
+        }
+        dt_cp_async_wait<0>(); /* the block held in shared memory */
+        /* rmax softmax_256k_16bit.tensorize(y:4096) num_stages(8) + rsum softmax_256k_16bit.tensorize(y:4096) num_stages(8), in one pass */
+        for (long long o71 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o71 < dt_min_ll(b1 * 32768 + 32768, s1); o71 += 4096) {
+            const uint4* const held72 = (const uint4*)(dt_smem + 32);
+            uint4 q73[1];
+            bool f74[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l75 = (int)((unsigned)e / 4096u % 1u);
+                const int l76 = (int)((unsigned)e / 1u % 4096u);
+                f74[c] = (unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(o71 + l76) < (unsigned)s1;
+                if (f74[c]) q73[c] = held72[0 + (((unsigned)(o71 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            float v21[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v21[r] = acc4[r];
+                }
+            }
+            dt_f16s<8> v0; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f74[c]) {
+                    v0.w[c] = q73[c];
+                } else {
+                    v0.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
+                }
+            }
+            float v22[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v22[r] = fmaxf((fmaxf((fmaxf(v0[r * 8 + 0], v0[r * 8 + 1])), (fmaxf(v0[r * 8 + 2], v0[r * 8 + 3])))), (fmaxf((fmaxf(v0[r * 8 + 4], v0[r * 8 + 5])), (fmaxf(v0[r * 8 + 6], v0[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v22[r]);
+                }
+            }
+            float v23[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v23[r] = acc4[r];
+                }
+            }
+            float v24[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v24[r] = (-INFINITY);
+            }
+            float v25[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v25[r] = 0e0f;
+            }
+            float v26[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v26[r] = ((v23[r]) == (v24[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v27[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v27[r] = v26[r] != 0.0f ? v25[0] : v23[r];
+                }
+            }
+            float v28[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v28[r] = (v21[r] - v27[r]);
+                }
+            }
+            float v29[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v29[r] = dt_fast_exp(v28[r]);
+                }
+            }
+            float v5[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    const int l96 = (int)((unsigned)e / 1u % 4096u);
+                    v5[r] = ((unsigned)(o71 + l96) < (unsigned)s1) ? v0[r] : 0e0f;
+                }
+            }
+            float v7[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v7[r] = (v5[r] - v27[r / 8]);
+                }
+            }
+            float v8[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v8[r] = dt_fast_exp(v7[r]);
+                }
+            }
+            float v9[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    const int l102 = (int)((unsigned)e / 1u % 4096u);
+                    v9[r] = ((unsigned)(o71 + l102) < (unsigned)s1) ? v8[r] : 0e0f;
+                }
+            }
+            float v30[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v30[r] = ((v9[r * 8 + 0] + v9[r * 8 + 1]) + (v9[r * 8 + 2] + v9[r * 8 + 3])) + ((v9[r * 8 + 4] + v9[r * 8 + 5]) + (v9[r * 8 + 6] + v9[r * 8 + 7]));
+                }
+            }
+            float v31[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v31[r] = acc5[r];
+                }
+            }
+            float v32[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v32[r] = (v31[r] * v29[r]);
+                }
+            }
+            float v33[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v33[r] = (v32[r] + v30[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v33[r];
+                }
+            }
+        }
+        float v19[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v19[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = fmaxf(p[i], v19[i * 1 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a116 = (-INFINITY);
+            for (int g = 0; g < 16; g++) a116 = fmaxf(a116, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a116;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v4[1];
+        /* rmax over the 8 programs of the cluster along y */
+        __shared__ float cl119[1];
+        if (tid == 0) cl119[0] = v3[0];
+        dt_cluster_sync();
+        {
+            float p = (tid % 32) < 8 ? dt_cluster_load(&cl119[0], (unsigned)(tid % 32)) : (-INFINITY);
+            for (int m = 16; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 32));
+            v4[0] = p;
+        }
+        dt_cluster_arrive();
+        float v34[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v34[r] = acc5[r];
+            }
+        }
+        float v36[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v36[r] = (-INFINITY);
+        }
+        float v37[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v37[r] = 0e0f;
+        }
+        float v38[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v38[r] = ((v4[0]) == (v36[0]) ? 1.0f : 0.0f);
+        }
+        float v39[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v39[r] = v38[0] != 0.0f ? v37[0] : v4[0];
+        }
+        float v40[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v40[r] = (v19[r] - v39[0]);
+            }
+        }
+        float v41[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v41[r] = dt_fast_exp(v40[r]);
+            }
+        }
+        float v42[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v42[r] = (v34[r] * v41[r]);
+            }
+        }
+        float v10[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v42[i * 1 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a131 = 0e0f;
+            for (int g = 0; g < 16; g++) a131 = a131 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v10[r] = a131;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v10[0];
+        }
+        float v11[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v11[r] = acc2[r];
+        }
+        float v12[1];
+        /* rsum over the 8 programs of the cluster along y */
+        __shared__ float cl134[1];
+        dt_cluster_wait();
+        if (tid == 0) cl134[0] = v11[0];
+        dt_cluster_sync();
+        {
+            float p = (tid % 32) < 8 ? dt_cluster_load(&cl134[0], (unsigned)(tid % 32)) : 0e0f;
+            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
+            v12[0] = p;
+        }
+        dt_cluster_arrive();
+        dt_cluster_wait();
+        dt_cp_async_wait<0>(); /* the block held in shared memory */
+        /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
+        for (long long o135 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o135 >= b1 * 32768; o135 -= 4096) {
+            const uint4* const held136 = (const uint4*)(dt_smem + 32);
+            uint4 q137[1];
+            bool f138[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l139 = (int)((unsigned)e / 4096u % 1u);
+                const int l140 = (int)((unsigned)e / 1u % 4096u);
+                f138[c] = (unsigned)(o1 + l139) < (unsigned)s0 && (unsigned)(o135 + l140) < (unsigned)s1;
+                if (f138[c]) q137[c] = held136[0 + (((unsigned)(o135 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            dt_f16s<8> v13; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f138[c]) {
+                    v13.w[c] = q137[c];
+                } else {
+                    v13.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v15[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v15[r] = (v13[r] - v4[0]);
+                }
+            }
+            float v16[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v16[r] = dt_fast_exp(v15[r]);
+                }
+            }
+            float v18[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v18[r] = dt_fast_div(v16[r], v12[0]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l149 = (int)((unsigned)e / 4096u % 1u);
+                const int l150 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l149) * (unsigned)args.output_strides[0] + (unsigned)(o135 + l150) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + l150) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_f16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_f16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_f16(v18[c * 8 + 6], v18[c * 8 + 7])));
             }
         }
     }
@@ -3455,6 +5629,716 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
     }
 }
 
+/* kernel softmax_256k_16bit for bf16: grid block(x:1, y:32768); 512 threads, 65664 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_256k_16bit_bf16_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_256k_16bit */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n1 = (unsigned)(8);
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    /* block(x:1) softmax_256k_16bit.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        /* partial rmax over y, by runs of 8 lanes */
+        float acc4[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc4[r] = (-INFINITY);
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* rmax softmax_256k_16bit.tensorize(y:4096) num_stages(8) + rsum softmax_256k_16bit.tensorize(y:4096) num_stages(8), in one pass: loads the block's steps, staged in shared memory */
+        uint4* const ring8 = (uint4*)(dt_smem + 32);
+        if ((b1 * 32768) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs9[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l10 = (int)((unsigned)e / 4096u % 1u);
+                const int l11 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)((b1 * 32768) + l11) * (unsigned)args.input_strides[0][1];
+                fs9[c] = (unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)((b1 * 32768) + l11) < (unsigned)s1;
+                if (fs9[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((b1 * 32768) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((b1 * 32768) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs12[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l13 = (int)((unsigned)e / 4096u % 1u);
+                const int l14 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(((b1 * 32768) + 4096) + l14) * (unsigned)args.input_strides[0][1];
+                fs12[c] = (unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(((b1 * 32768) + 4096) + l14) < (unsigned)s1;
+                if (fs12[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)(((b1 * 32768) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((b1 * 32768) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs15[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l16 = (int)((unsigned)e / 4096u % 1u);
+                const int l17 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)((((b1 * 32768) + 4096) + 4096) + l17) * (unsigned)args.input_strides[0][1];
+                fs15[c] = (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)((((b1 * 32768) + 4096) + 4096) + l17) < (unsigned)s1;
+                if (fs15[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((b1 * 32768) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((((b1 * 32768) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs18[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l19 = (int)((unsigned)e / 4096u % 1u);
+                const int l20 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l20) * (unsigned)args.input_strides[0][1];
+                fs18[c] = (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l20) < (unsigned)s1;
+                if (fs18[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs21[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l22 = (int)((unsigned)e / 4096u % 1u);
+                const int l23 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l23) * (unsigned)args.input_strides[0][1];
+                fs21[c] = (unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l23) < (unsigned)s1;
+                if (fs21[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs24[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l25 = (int)((unsigned)e / 4096u % 1u);
+                const int l26 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l26) * (unsigned)args.input_strides[0][1];
+                fs24[c] = (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l26) < (unsigned)s1;
+                if (fs24[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs27[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l28 = (int)((unsigned)e / 4096u % 1u);
+                const int l29 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l28) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l29) * (unsigned)args.input_strides[0][1];
+                fs27[c] = (unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l29) < (unsigned)s1;
+                if (fs27[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        for (long long o30 = b1 * 32768; o30 < dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o30 += 4096) {
+            if ((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+                bool fs32[1];
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 512 + tid) * 8;
+                    const int l33 = (int)((unsigned)e / 4096u % 1u);
+                    const int l34 = (int)((unsigned)e / 1u % 4096u);
+                    const unsigned a = (unsigned)(o1 + l33) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l34) * (unsigned)args.input_strides[0][1];
+                    fs32[c] = (unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l34) < (unsigned)s1;
+                    if (fs32[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                }
+                dt_cp_async_commit();
+            } else {
+                dt_cp_async_commit();
+            }
+            dt_cp_async_wait<7>();
+            uint4 q35[1];
+            bool f36[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l37 = (int)((unsigned)e / 4096u % 1u);
+                f36[c] = (unsigned)(o1 + l37) < (unsigned)s0;
+                if (f36[c]) q35[c] = ring8[0 + (((unsigned)(o30 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            float v43[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v43[r] = acc4[r];
+                }
+            }
+            dt_bf16s<8> v44; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f36[c]) {
+                    v44.w[c] = q35[c];
+                } else {
+                    v44.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
+                }
+            }
+            float v45[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v45[r] = fmaxf((fmaxf((fmaxf(v44[r * 8 + 0], v44[r * 8 + 1])), (fmaxf(v44[r * 8 + 2], v44[r * 8 + 3])))), (fmaxf((fmaxf(v44[r * 8 + 4], v44[r * 8 + 5])), (fmaxf(v44[r * 8 + 6], v44[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v45[r]);
+                }
+            }
+            float v46[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v46[r] = acc4[r];
+                }
+            }
+            float v47[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v47[r] = (-INFINITY);
+            }
+            float v48[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v48[r] = 0e0f;
+            }
+            float v49[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v49[r] = ((v46[r]) == (v47[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v50[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v50[r] = v49[r] != 0.0f ? v48[0] : v46[r];
+                }
+            }
+            float v51[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v51[r] = (v43[r] - v50[r]);
+                }
+            }
+            float v52[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v52[r] = dt_fast_exp(v51[r]);
+                }
+            }
+            float v53[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v53[r] = (v44[r] - v50[r / 8]);
+                }
+            }
+            float v54[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v54[r] = dt_fast_exp(v53[r]);
+                }
+            }
+            float v55[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = ((v54[r * 8 + 0] + v54[r * 8 + 1]) + (v54[r * 8 + 2] + v54[r * 8 + 3])) + ((v54[r * 8 + 4] + v54[r * 8 + 5]) + (v54[r * 8 + 6] + v54[r * 8 + 7]));
+                }
+            }
+            float v56[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = acc5[r];
+                }
+            }
+            float v57[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v57[r] = (v56[r] * v52[r]);
+                }
+            }
+            float v58[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v58[r] = (v57[r] + v55[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v58[r];
+                }
+            }
+        }
+        dt_cp_async_wait<0>(); /* the block held in shared memory */
+        /* rmax softmax_256k_16bit.tensorize(y:4096) num_stages(8) + rsum softmax_256k_16bit.tensorize(y:4096) num_stages(8), in one pass */
+        for (long long o71 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o71 < dt_min_ll(b1 * 32768 + 32768, s1); o71 += 4096) {
+            const uint4* const held72 = (const uint4*)(dt_smem + 32);
+            uint4 q73[1];
+            bool f74[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l75 = (int)((unsigned)e / 4096u % 1u);
+                const int l76 = (int)((unsigned)e / 1u % 4096u);
+                f74[c] = (unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(o71 + l76) < (unsigned)s1;
+                if (f74[c]) q73[c] = held72[0 + (((unsigned)(o71 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            float v21[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v21[r] = acc4[r];
+                }
+            }
+            dt_bf16s<8> v0; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f74[c]) {
+                    v0.w[c] = q73[c];
+                } else {
+                    v0.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
+                }
+            }
+            float v22[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v22[r] = fmaxf((fmaxf((fmaxf(v0[r * 8 + 0], v0[r * 8 + 1])), (fmaxf(v0[r * 8 + 2], v0[r * 8 + 3])))), (fmaxf((fmaxf(v0[r * 8 + 4], v0[r * 8 + 5])), (fmaxf(v0[r * 8 + 6], v0[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v22[r]);
+                }
+            }
+            float v23[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v23[r] = acc4[r];
+                }
+            }
+            float v24[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v24[r] = (-INFINITY);
+            }
+            float v25[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v25[r] = 0e0f;
+            }
+            float v26[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v26[r] = ((v23[r]) == (v24[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v27[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v27[r] = v26[r] != 0.0f ? v25[0] : v23[r];
+                }
+            }
+            float v28[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v28[r] = (v21[r] - v27[r]);
+                }
+            }
+            float v29[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v29[r] = dt_fast_exp(v28[r]);
+                }
+            }
+            float v5[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    const int l96 = (int)((unsigned)e / 1u % 4096u);
+                    v5[r] = ((unsigned)(o71 + l96) < (unsigned)s1) ? v0[r] : 0e0f;
+                }
+            }
+            float v7[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v7[r] = (v5[r] - v27[r / 8]);
+                }
+            }
+            float v8[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v8[r] = dt_fast_exp(v7[r]);
+                }
+            }
+            float v9[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    const int l102 = (int)((unsigned)e / 1u % 4096u);
+                    v9[r] = ((unsigned)(o71 + l102) < (unsigned)s1) ? v8[r] : 0e0f;
+                }
+            }
+            float v30[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v30[r] = ((v9[r * 8 + 0] + v9[r * 8 + 1]) + (v9[r * 8 + 2] + v9[r * 8 + 3])) + ((v9[r * 8 + 4] + v9[r * 8 + 5]) + (v9[r * 8 + 6] + v9[r * 8 + 7]));
+                }
+            }
+            float v31[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v31[r] = acc5[r];
+                }
+            }
+            float v32[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v32[r] = (v31[r] * v29[r]);
+                }
+            }
+            float v33[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v33[r] = (v32[r] + v30[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v33[r];
+                }
+            }
+        }
+        float v19[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v19[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = fmaxf(p[i], v19[i * 1 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a116 = (-INFINITY);
+            for (int g = 0; g < 16; g++) a116 = fmaxf(a116, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a116;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v4[1];
+        /* rmax over the 8 programs of the cluster along y */
+        __shared__ float cl119[1];
+        if (tid == 0) cl119[0] = v3[0];
+        dt_cluster_sync();
+        {
+            float p = (tid % 32) < 8 ? dt_cluster_load(&cl119[0], (unsigned)(tid % 32)) : (-INFINITY);
+            for (int m = 16; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 32));
+            v4[0] = p;
+        }
+        dt_cluster_arrive();
+        float v34[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v34[r] = acc5[r];
+            }
+        }
+        float v36[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v36[r] = (-INFINITY);
+        }
+        float v37[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v37[r] = 0e0f;
+        }
+        float v38[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v38[r] = ((v4[0]) == (v36[0]) ? 1.0f : 0.0f);
+        }
+        float v39[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v39[r] = v38[0] != 0.0f ? v37[0] : v4[0];
+        }
+        float v40[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v40[r] = (v19[r] - v39[0]);
+            }
+        }
+        float v41[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v41[r] = dt_fast_exp(v40[r]);
+            }
+        }
+        float v42[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v42[r] = (v34[r] * v41[r]);
+            }
+        }
+        float v10[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v42[i * 1 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a131 = 0e0f;
+            for (int g = 0; g < 16; g++) a131 = a131 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v10[r] = a131;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v10[0];
+        }
+        float v11[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v11[r] = acc2[r];
+        }
+        float v12[1];
+        /* rsum over the 8 programs of the cluster along y */
+        __shared__ float cl134[1];
+        dt_cluster_wait();
+        if (tid == 0) cl134[0] = v11[0];
+        dt_cluster_sync();
+        {
+            float p = (tid % 32) < 8 ? dt_cluster_load(&cl134[0], (unsigned)(tid % 32)) : 0e0f;
+            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
+            v12[0] = p;
+        }
+        dt_cluster_arrive();
+        dt_cluster_wait();
+        dt_cp_async_wait<0>(); /* the block held in shared memory */
+        /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
+        for (long long o135 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o135 >= b1 * 32768; o135 -= 4096) {
+            const uint4* const held136 = (const uint4*)(dt_smem + 32);
+            uint4 q137[1];
+            bool f138[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l139 = (int)((unsigned)e / 4096u % 1u);
+                const int l140 = (int)((unsigned)e / 1u % 4096u);
+                f138[c] = (unsigned)(o1 + l139) < (unsigned)s0 && (unsigned)(o135 + l140) < (unsigned)s1;
+                if (f138[c]) q137[c] = held136[0 + (((unsigned)(o135 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            dt_bf16s<8> v13; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f138[c]) {
+                    v13.w[c] = q137[c];
+                } else {
+                    v13.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v15[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v15[r] = (v13[r] - v4[0]);
+                }
+            }
+            float v16[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v16[r] = dt_fast_exp(v15[r]);
+                }
+            }
+            float v18[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v18[r] = dt_fast_div(v16[r], v12[0]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l149 = (int)((unsigned)e / 4096u % 1u);
+                const int l150 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l149) * (unsigned)args.output_strides[0] + (unsigned)(o135 + l150) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + l150) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_bf16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_bf16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_bf16(v18[c * 8 + 6], v18[c * 8 + 7])));
+            }
+        }
+    }
+}
+
 /* kernel softmax_256k for f32: grid block(x:1, y:65536); 1024 threads, 256 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
@@ -4045,6 +6929,594 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
                     if ((unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(o100 + (l110 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 2]);
                     if ((unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(o100 + (l110 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 3]);
                 }
+            }
+        }
+    }
+}
+
+/* kernel softmax_256k for f32: grid block(x:1, y:65536); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k_f32_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    float* __restrict__ out = (float*)args.output; /* softmax_256k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n1 = (unsigned)(4);
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    /* block(x:1) softmax_256k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        /* partial rmax over y, by runs of 8 lanes */
+        float acc4[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc4[r] = (-INFINITY);
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* rmax softmax_256k.tensorize(y:16384) + rsum softmax_256k.tensorize(y:16384), in one pass */
+        for (long long o8 = b1 * 65536; o8 < dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o8 += 16384) {
+            float v43[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v43[r] = acc4[r];
+                }
+            }
+            float v44[16];
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l11 = (int)((unsigned)e / 16384u % 1u);
+                const int l12 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)(o1 + l11) < (unsigned)s0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v44[c * 4 + 0] = __uint_as_float(q.x);
+                    v44[c * 4 + 1] = __uint_as_float(q.y);
+                    v44[c * 4 + 2] = __uint_as_float(q.z);
+                    v44[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v44[c * 4 + 0] = (-INFINITY);
+                    v44[c * 4 + 1] = (-INFINITY);
+                    v44[c * 4 + 2] = (-INFINITY);
+                    v44[c * 4 + 3] = (-INFINITY);
+                }
+            }
+            float v45[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v45[r] = fmaxf((fmaxf(v44[r * 4 + 0], v44[r * 4 + 1])), (fmaxf(v44[r * 4 + 2], v44[r * 4 + 3])));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v45[r]);
+                }
+            }
+            float v46[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v46[r] = acc4[r];
+                }
+            }
+            float v47[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v47[r] = (-INFINITY);
+            }
+            float v48[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v48[r] = 0e0f;
+            }
+            float v49[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v49[r] = ((v46[r]) == (v47[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v50[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v50[r] = v49[r] != 0.0f ? v48[0] : v46[r];
+                }
+            }
+            float v51[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v51[r] = (v43[r] - v50[r]);
+                }
+            }
+            float v52[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v52[r] = expf(v51[r]);
+                }
+            }
+            float v53[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v53[r] = (v44[r] - v50[r / 4]);
+                }
+            }
+            float v54[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v54[r] = expf(v53[r]);
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v55[r] = (v54[r * 4 + 0] + v54[r * 4 + 1]) + (v54[r * 4 + 2] + v54[r * 4 + 3]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v56[r] = acc5[r];
+                }
+            }
+            float v57[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v57[r] = (v56[r] * v52[r]);
+                }
+            }
+            float v58[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v58[r] = (v57[r] + v55[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc5[r] = v58[r];
+                }
+            }
+        }
+        /* rmax softmax_256k.tensorize(y:16384) + rsum softmax_256k.tensorize(y:16384), in one pass */
+        for (long long o41 = dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o41 < dt_min_ll(b1 * 65536 + 65536, s1); o41 += 16384) {
+            float v21[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v21[r] = acc4[r];
+                }
+            }
+            float v0[16];
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l44 = (int)((unsigned)e / 16384u % 1u);
+                const int l45 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l44) * (unsigned)args.input_strides[0][0] + (unsigned)(o41 + l45) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(o41 + l45) < (unsigned)s1) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v0[c * 4 + 0] = __uint_as_float(q.x);
+                    v0[c * 4 + 1] = __uint_as_float(q.y);
+                    v0[c * 4 + 2] = __uint_as_float(q.z);
+                    v0[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v0[c * 4 + 0] = (-INFINITY);
+                    v0[c * 4 + 1] = (-INFINITY);
+                    v0[c * 4 + 2] = (-INFINITY);
+                    v0[c * 4 + 3] = (-INFINITY);
+                }
+            }
+            float v22[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v22[r] = fmaxf((fmaxf(v0[r * 4 + 0], v0[r * 4 + 1])), (fmaxf(v0[r * 4 + 2], v0[r * 4 + 3])));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v22[r]);
+                }
+            }
+            float v23[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v23[r] = acc4[r];
+                }
+            }
+            float v24[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v24[r] = (-INFINITY);
+            }
+            float v25[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v25[r] = 0e0f;
+            }
+            float v26[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v26[r] = ((v23[r]) == (v24[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v27[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v27[r] = v26[r] != 0.0f ? v25[0] : v23[r];
+                }
+            }
+            float v28[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v28[r] = (v21[r] - v27[r]);
+                }
+            }
+            float v29[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v29[r] = expf(v28[r]);
+                }
+            }
+            float v5[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    const int l61 = (int)((unsigned)e / 1u % 16384u);
+                    v5[r] = ((unsigned)(o41 + l61) < (unsigned)s1) ? v0[r] : 0e0f;
+                }
+            }
+            float v7[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v7[r] = (v5[r] - v27[r / 4]);
+                }
+            }
+            float v8[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v8[r] = expf(v7[r]);
+                }
+            }
+            float v9[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    const int l67 = (int)((unsigned)e / 1u % 16384u);
+                    v9[r] = ((unsigned)(o41 + l67) < (unsigned)s1) ? v8[r] : 0e0f;
+                }
+            }
+            float v30[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v30[r] = (v9[r * 4 + 0] + v9[r * 4 + 1]) + (v9[r * 4 + 2] + v9[r * 4 + 3]);
+                }
+            }
+            float v31[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v31[r] = acc5[r];
+                }
+            }
+            float v32[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v32[r] = (v31[r] * v29[r]);
+                }
+            }
+            float v33[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v33[r] = (v32[r] + v30[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc5[r] = v33[r];
+                }
+            }
+        }
+        float v19[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v19[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 4; q++) p[i] = fmaxf(p[i], v19[i * 4 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a81 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a81 = fmaxf(a81, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a81;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v4[1];
+        /* rmax over the 4 programs of the cluster along y */
+        __shared__ float cl84[1];
+        if (tid == 0) cl84[0] = v3[0];
+        dt_cluster_sync();
+        {
+            float p = (tid % 32) < 4 ? dt_cluster_load(&cl84[0], (unsigned)(tid % 32)) : (-INFINITY);
+            for (int m = 16; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 32));
+            v4[0] = p;
+        }
+        dt_cluster_arrive();
+        float v34[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v34[r] = acc5[r];
+            }
+        }
+        float v36[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v36[r] = (-INFINITY);
+        }
+        float v37[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v37[r] = 0e0f;
+        }
+        float v38[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v38[r] = ((v4[0]) == (v36[0]) ? 1.0f : 0.0f);
+        }
+        float v39[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v39[r] = v38[0] != 0.0f ? v37[0] : v4[0];
+        }
+        float v40[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v40[r] = (v19[r] - v39[0]);
+            }
+        }
+        float v41[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v41[r] = expf(v40[r]);
+            }
+        }
+        float v42[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v42[r] = (v34[r] * v41[r]);
+            }
+        }
+        float v10[1];
+        /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v42[i * 4 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a96 = 0e0f;
+            for (int g = 0; g < 32; g++) a96 = a96 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v10[r] = a96;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v10[0];
+        }
+        float v11[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v11[r] = acc2[r];
+        }
+        float v12[1];
+        /* rsum over the 4 programs of the cluster along y */
+        __shared__ float cl99[1];
+        dt_cluster_wait();
+        if (tid == 0) cl99[0] = v11[0];
+        dt_cluster_sync();
+        {
+            float p = (tid % 32) < 4 ? dt_cluster_load(&cl99[0], (unsigned)(tid % 32)) : 0e0f;
+            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
+            v12[0] = p;
+        }
+        dt_cluster_arrive();
+        dt_cluster_wait();
+        /* block(y:65536) softmax_256k.tensorize(y:16384) */
+        for (long long o100 = b1 * 65536 + (dt_cdiv(dt_min_ll(b1 * 65536 + 65536, s1) - (b1 * 65536), 16384) - 1) * 16384; o100 >= b1 * 65536; o100 -= 16384) {
+            float v13[16];
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l101 = (int)((unsigned)e / 16384u % 1u);
+                const int l102 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l101) * (unsigned)args.input_strides[0][0] + (unsigned)(o100 + l102) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)(o1 + l101) < (unsigned)s0 && (unsigned)(o100 + l102) < (unsigned)s1) {
+                    const uint4 q = dt_load_once((const uint4*)(in0 + a));
+                    v13[c * 4 + 0] = __uint_as_float(q.x);
+                    v13[c * 4 + 1] = __uint_as_float(q.y);
+                    v13[c * 4 + 2] = __uint_as_float(q.z);
+                    v13[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v13[c * 4 + 0] = 0e0f;
+                    v13[c * 4 + 1] = 0e0f;
+                    v13[c * 4 + 2] = 0e0f;
+                    v13[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v15[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v15[r] = (v13[r] - v4[0]);
+                }
+            }
+            float v16[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v16[r] = expf(v15[r]);
+                }
+            }
+            float v18[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v18[r] = (v16[r] / v12[0]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l109 = (int)((unsigned)e / 16384u % 1u);
+                const int l110 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.output_strides[0] + (unsigned)(o100 + l110) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(o100 + l110) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v18[c * 4 + 0]), __float_as_uint(v18[c * 4 + 1]), __float_as_uint(v18[c * 4 + 2]), __float_as_uint(v18[c * 4 + 3])));
             }
         }
     }
@@ -4643,6 +8115,567 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
     }
 }
 
+/* kernel softmax for f16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        /* partial rmax over y, by runs of 8 lanes */
+        float acc4[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc4[r] = (-INFINITY);
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+        for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
+            float v41[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v41[r] = acc4[r];
+                }
+            }
+            dt_f16s<16> v42; /* 16-bit values as loaded */
+            uint4 q11[2];
+            bool f12[2];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l13 = (int)((unsigned)e / 16384u % 1u);
+                const int l14 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l14) * (unsigned)args.input_strides[0][1];
+                f12[c] = (unsigned)(o1 + l13) < (unsigned)s0;
+                if (f12[c]) q11[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                if (f12[c]) {
+                    v42.w[c] = q11[c];
+                } else {
+                    v42.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
+                }
+            }
+            float v43[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v43[r] = fmaxf((fmaxf((fmaxf(v42[r * 8 + 0], v42[r * 8 + 1])), (fmaxf(v42[r * 8 + 2], v42[r * 8 + 3])))), (fmaxf((fmaxf(v42[r * 8 + 4], v42[r * 8 + 5])), (fmaxf(v42[r * 8 + 6], v42[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v43[r]);
+                }
+            }
+            float v44[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v44[r] = acc4[r];
+                }
+            }
+            float v45[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v45[r] = (-INFINITY);
+            }
+            float v46[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v46[r] = 0e0f;
+            }
+            float v47[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v47[r] = ((v44[r]) == (v45[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v48[r] = v47[r] != 0.0f ? v46[0] : v44[r];
+                }
+            }
+            float v49[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v49[r] = (v41[r] - v48[r]);
+                }
+            }
+            float v50[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v50[r] = dt_fast_exp(v49[r]);
+                }
+            }
+            float v51[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v51[r] = (v42[r] - v48[r / 8]);
+                }
+            }
+            float v52[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v52[r] = dt_fast_exp(v51[r]);
+                }
+            }
+            float v53[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v53[r] = ((v52[r * 8 + 0] + v52[r * 8 + 1]) + (v52[r * 8 + 2] + v52[r * 8 + 3])) + ((v52[r * 8 + 4] + v52[r * 8 + 5]) + (v52[r * 8 + 6] + v52[r * 8 + 7]));
+                }
+            }
+            float v54[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v54[r] = acc5[r];
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = (v54[r] * v50[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = (v55[r] + v53[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v56[r];
+                }
+            }
+        }
+        /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+        for (long long o45 = (s1 / 16384) * 16384; o45 < s1; o45 += 16384) {
+            float v19[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v19[r] = acc4[r];
+                }
+            }
+            dt_f16s<16> v0; /* 16-bit values as loaded */
+            uint4 q48[2];
+            bool f49[2];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l50 = (int)((unsigned)e / 16384u % 1u);
+                const int l51 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l50) * (unsigned)args.input_strides[0][0] + (unsigned)(o45 + l51) * (unsigned)args.input_strides[0][1];
+                f49[c] = (unsigned)(o1 + l50) < (unsigned)s0 && (unsigned)(o45 + l51) < (unsigned)s1;
+                if (f49[c]) q48[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                if (f49[c]) {
+                    v0.w[c] = q48[c];
+                } else {
+                    v0.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
+                }
+            }
+            float v20[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v20[r] = fmaxf((fmaxf((fmaxf(v0[r * 8 + 0], v0[r * 8 + 1])), (fmaxf(v0[r * 8 + 2], v0[r * 8 + 3])))), (fmaxf((fmaxf(v0[r * 8 + 4], v0[r * 8 + 5])), (fmaxf(v0[r * 8 + 6], v0[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v20[r]);
+                }
+            }
+            float v21[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v21[r] = acc4[r];
+                }
+            }
+            float v22[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v22[r] = (-INFINITY);
+            }
+            float v23[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v23[r] = 0e0f;
+            }
+            float v24[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v24[r] = ((v21[r]) == (v22[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v25[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v25[r] = v24[r] != 0.0f ? v23[0] : v21[r];
+                }
+            }
+            float v26[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v26[r] = (v19[r] - v25[r]);
+                }
+            }
+            float v27[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v27[r] = dt_fast_exp(v26[r]);
+                }
+            }
+            float v4[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    const int l69 = (int)((unsigned)e / 1u % 16384u);
+                    v4[r] = ((unsigned)(o45 + l69) < (unsigned)s1) ? v0[r] : 0e0f;
+                }
+            }
+            float v6[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v6[r] = (v4[r] - v25[r / 8]);
+                }
+            }
+            float v7[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v7[r] = dt_fast_exp(v6[r]);
+                }
+            }
+            float v8[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    const int l75 = (int)((unsigned)e / 1u % 16384u);
+                    v8[r] = ((unsigned)(o45 + l75) < (unsigned)s1) ? v7[r] : 0e0f;
+                }
+            }
+            float v28[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v28[r] = ((v8[r * 8 + 0] + v8[r * 8 + 1]) + (v8[r * 8 + 2] + v8[r * 8 + 3])) + ((v8[r * 8 + 4] + v8[r * 8 + 5]) + (v8[r * 8 + 6] + v8[r * 8 + 7]));
+                }
+            }
+            float v29[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v29[r] = acc5[r];
+                }
+            }
+            float v30[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v30[r] = (v29[r] * v27[r]);
+                }
+            }
+            float v31[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v31[r] = (v30[r] + v28[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v31[r];
+                }
+            }
+        }
+        float v17[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v17[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 2; q++) p[i] = fmaxf(p[i], v17[i * 2 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a89 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a89 = fmaxf(a89, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a89;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v32[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v32[r] = acc5[r];
+            }
+        }
+        float v34[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v34[r] = (-INFINITY);
+        }
+        float v35[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v35[r] = 0e0f;
+        }
+        float v36[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v36[r] = ((v3[0]) == (v34[0]) ? 1.0f : 0.0f);
+        }
+        float v37[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
+        }
+        float v38[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v38[r] = (v17[r] - v37[0]);
+            }
+        }
+        float v39[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v39[r] = dt_fast_exp(v38[r]);
+            }
+        }
+        float v40[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v40[r] = (v32[r] * v39[r]);
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 2; q++) p[i] = p[i] + v40[i * 2 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a103 = 0e0f;
+            for (int g = 0; g < 32; g++) a103 = a103 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a103;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        /* softmax.tensorize(y:16384) */
+        for (long long o106 = (dt_cdiv(s1, 16384) - 1) * 16384; o106 >= 0; o106 -= 16384) {
+            dt_f16s<16> v11; /* 16-bit values as loaded */
+            uint4 q107[2];
+            bool f108[2];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l109 = (int)((unsigned)e / 16384u % 1u);
+                const int l110 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l110) * (unsigned)args.input_strides[0][1];
+                f108[c] = (unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(o106 + l110) < (unsigned)s1;
+                if (f108[c]) q107[c] = dt_load_once((const uint4*)(in0 + a));
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                if (f108[c]) {
+                    v11.w[c] = q107[c];
+                } else {
+                    v11.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v13[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v13[r] = (v11[r] - v3[0]);
+                }
+            }
+            float v14[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v14[r] = dt_fast_exp(v13[r]);
+                }
+            }
+            float v16[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v16[r] = dt_fast_div(v14[r], v10[0]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l119 = (int)((unsigned)e / 16384u % 1u);
+                const int l120 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l119) * (unsigned)args.output_strides[0] + (unsigned)(o106 + l120) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + l120) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7])));
+            }
+        }
+    }
+}
+
 /* kernel softmax for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
@@ -5236,6 +9269,567 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
     }
 }
 
+/* kernel softmax for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        /* partial rmax over y, by runs of 8 lanes */
+        float acc4[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc4[r] = (-INFINITY);
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+        for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
+            float v41[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v41[r] = acc4[r];
+                }
+            }
+            dt_bf16s<16> v42; /* 16-bit values as loaded */
+            uint4 q11[2];
+            bool f12[2];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l13 = (int)((unsigned)e / 16384u % 1u);
+                const int l14 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l14) * (unsigned)args.input_strides[0][1];
+                f12[c] = (unsigned)(o1 + l13) < (unsigned)s0;
+                if (f12[c]) q11[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                if (f12[c]) {
+                    v42.w[c] = q11[c];
+                } else {
+                    v42.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
+                }
+            }
+            float v43[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v43[r] = fmaxf((fmaxf((fmaxf(v42[r * 8 + 0], v42[r * 8 + 1])), (fmaxf(v42[r * 8 + 2], v42[r * 8 + 3])))), (fmaxf((fmaxf(v42[r * 8 + 4], v42[r * 8 + 5])), (fmaxf(v42[r * 8 + 6], v42[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v43[r]);
+                }
+            }
+            float v44[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v44[r] = acc4[r];
+                }
+            }
+            float v45[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v45[r] = (-INFINITY);
+            }
+            float v46[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v46[r] = 0e0f;
+            }
+            float v47[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v47[r] = ((v44[r]) == (v45[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v48[r] = v47[r] != 0.0f ? v46[0] : v44[r];
+                }
+            }
+            float v49[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v49[r] = (v41[r] - v48[r]);
+                }
+            }
+            float v50[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v50[r] = dt_fast_exp(v49[r]);
+                }
+            }
+            float v51[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v51[r] = (v42[r] - v48[r / 8]);
+                }
+            }
+            float v52[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v52[r] = dt_fast_exp(v51[r]);
+                }
+            }
+            float v53[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v53[r] = ((v52[r * 8 + 0] + v52[r * 8 + 1]) + (v52[r * 8 + 2] + v52[r * 8 + 3])) + ((v52[r * 8 + 4] + v52[r * 8 + 5]) + (v52[r * 8 + 6] + v52[r * 8 + 7]));
+                }
+            }
+            float v54[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v54[r] = acc5[r];
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = (v54[r] * v50[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = (v55[r] + v53[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v56[r];
+                }
+            }
+        }
+        /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+        for (long long o45 = (s1 / 16384) * 16384; o45 < s1; o45 += 16384) {
+            float v19[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v19[r] = acc4[r];
+                }
+            }
+            dt_bf16s<16> v0; /* 16-bit values as loaded */
+            uint4 q48[2];
+            bool f49[2];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l50 = (int)((unsigned)e / 16384u % 1u);
+                const int l51 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l50) * (unsigned)args.input_strides[0][0] + (unsigned)(o45 + l51) * (unsigned)args.input_strides[0][1];
+                f49[c] = (unsigned)(o1 + l50) < (unsigned)s0 && (unsigned)(o45 + l51) < (unsigned)s1;
+                if (f49[c]) q48[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                if (f49[c]) {
+                    v0.w[c] = q48[c];
+                } else {
+                    v0.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
+                }
+            }
+            float v20[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v20[r] = fmaxf((fmaxf((fmaxf(v0[r * 8 + 0], v0[r * 8 + 1])), (fmaxf(v0[r * 8 + 2], v0[r * 8 + 3])))), (fmaxf((fmaxf(v0[r * 8 + 4], v0[r * 8 + 5])), (fmaxf(v0[r * 8 + 6], v0[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v20[r]);
+                }
+            }
+            float v21[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v21[r] = acc4[r];
+                }
+            }
+            float v22[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v22[r] = (-INFINITY);
+            }
+            float v23[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v23[r] = 0e0f;
+            }
+            float v24[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v24[r] = ((v21[r]) == (v22[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v25[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v25[r] = v24[r] != 0.0f ? v23[0] : v21[r];
+                }
+            }
+            float v26[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v26[r] = (v19[r] - v25[r]);
+                }
+            }
+            float v27[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v27[r] = dt_fast_exp(v26[r]);
+                }
+            }
+            float v4[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    const int l69 = (int)((unsigned)e / 1u % 16384u);
+                    v4[r] = ((unsigned)(o45 + l69) < (unsigned)s1) ? v0[r] : 0e0f;
+                }
+            }
+            float v6[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v6[r] = (v4[r] - v25[r / 8]);
+                }
+            }
+            float v7[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v7[r] = dt_fast_exp(v6[r]);
+                }
+            }
+            float v8[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    const int l75 = (int)((unsigned)e / 1u % 16384u);
+                    v8[r] = ((unsigned)(o45 + l75) < (unsigned)s1) ? v7[r] : 0e0f;
+                }
+            }
+            float v28[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v28[r] = ((v8[r * 8 + 0] + v8[r * 8 + 1]) + (v8[r * 8 + 2] + v8[r * 8 + 3])) + ((v8[r * 8 + 4] + v8[r * 8 + 5]) + (v8[r * 8 + 6] + v8[r * 8 + 7]));
+                }
+            }
+            float v29[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v29[r] = acc5[r];
+                }
+            }
+            float v30[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v30[r] = (v29[r] * v27[r]);
+                }
+            }
+            float v31[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v31[r] = (v30[r] + v28[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v31[r];
+                }
+            }
+        }
+        float v17[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v17[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 2; q++) p[i] = fmaxf(p[i], v17[i * 2 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a89 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a89 = fmaxf(a89, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a89;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v32[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v32[r] = acc5[r];
+            }
+        }
+        float v34[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v34[r] = (-INFINITY);
+        }
+        float v35[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v35[r] = 0e0f;
+        }
+        float v36[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v36[r] = ((v3[0]) == (v34[0]) ? 1.0f : 0.0f);
+        }
+        float v37[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
+        }
+        float v38[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v38[r] = (v17[r] - v37[0]);
+            }
+        }
+        float v39[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v39[r] = dt_fast_exp(v38[r]);
+            }
+        }
+        float v40[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v40[r] = (v32[r] * v39[r]);
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 2; q++) p[i] = p[i] + v40[i * 2 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a103 = 0e0f;
+            for (int g = 0; g < 32; g++) a103 = a103 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a103;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        /* softmax.tensorize(y:16384) */
+        for (long long o106 = (dt_cdiv(s1, 16384) - 1) * 16384; o106 >= 0; o106 -= 16384) {
+            dt_bf16s<16> v11; /* 16-bit values as loaded */
+            uint4 q107[2];
+            bool f108[2];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l109 = (int)((unsigned)e / 16384u % 1u);
+                const int l110 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l110) * (unsigned)args.input_strides[0][1];
+                f108[c] = (unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(o106 + l110) < (unsigned)s1;
+                if (f108[c]) q107[c] = dt_load_once((const uint4*)(in0 + a));
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                if (f108[c]) {
+                    v11.w[c] = q107[c];
+                } else {
+                    v11.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v13[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v13[r] = (v11[r] - v3[0]);
+                }
+            }
+            float v14[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v14[r] = dt_fast_exp(v13[r]);
+                }
+            }
+            float v16[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v16[r] = dt_fast_div(v14[r], v10[0]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l119 = (int)((unsigned)e / 16384u % 1u);
+                const int l120 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l119) * (unsigned)args.output_strides[0] + (unsigned)(o106 + l120) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + l120) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7])));
+            }
+        }
+    }
+}
+
 /* kernel softmax for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
@@ -5799,6 +10393,567 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
                     if ((unsigned)(o1 + l107) < (unsigned)s0 && (unsigned)(o98 + (l108 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
                     if ((unsigned)(o1 + l107) < (unsigned)s0 && (unsigned)(o98 + (l108 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
                 }
+            }
+        }
+    }
+}
+
+/* kernel softmax for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    float* __restrict__ out = (float*)args.output; /* softmax */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        /* partial rmax over y, by runs of 8 lanes */
+        float acc4[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc4[r] = (-INFINITY);
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+        for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
+            float v41[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v41[r] = acc4[r];
+                }
+            }
+            float v42[16];
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l11 = (int)((unsigned)e / 16384u % 1u);
+                const int l12 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)(o1 + l11) < (unsigned)s0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v42[c * 4 + 0] = __uint_as_float(q.x);
+                    v42[c * 4 + 1] = __uint_as_float(q.y);
+                    v42[c * 4 + 2] = __uint_as_float(q.z);
+                    v42[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v42[c * 4 + 0] = (-INFINITY);
+                    v42[c * 4 + 1] = (-INFINITY);
+                    v42[c * 4 + 2] = (-INFINITY);
+                    v42[c * 4 + 3] = (-INFINITY);
+                }
+            }
+            float v43[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v43[r] = fmaxf((fmaxf(v42[r * 4 + 0], v42[r * 4 + 1])), (fmaxf(v42[r * 4 + 2], v42[r * 4 + 3])));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v43[r]);
+                }
+            }
+            float v44[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v44[r] = acc4[r];
+                }
+            }
+            float v45[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v45[r] = (-INFINITY);
+            }
+            float v46[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v46[r] = 0e0f;
+            }
+            float v47[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v47[r] = ((v44[r]) == (v45[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v48[r] = v47[r] != 0.0f ? v46[0] : v44[r];
+                }
+            }
+            float v49[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v49[r] = (v41[r] - v48[r]);
+                }
+            }
+            float v50[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v50[r] = expf(v49[r]);
+                }
+            }
+            float v51[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v51[r] = (v42[r] - v48[r / 4]);
+                }
+            }
+            float v52[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v52[r] = expf(v51[r]);
+                }
+            }
+            float v53[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v53[r] = (v52[r * 4 + 0] + v52[r * 4 + 1]) + (v52[r * 4 + 2] + v52[r * 4 + 3]);
+                }
+            }
+            float v54[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v54[r] = acc5[r];
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v55[r] = (v54[r] * v50[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v56[r] = (v55[r] + v53[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc5[r] = v56[r];
+                }
+            }
+        }
+        /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+        for (long long o41 = (s1 / 16384) * 16384; o41 < s1; o41 += 16384) {
+            float v19[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v19[r] = acc4[r];
+                }
+            }
+            float v0[16];
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l44 = (int)((unsigned)e / 16384u % 1u);
+                const int l45 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l44) * (unsigned)args.input_strides[0][0] + (unsigned)(o41 + l45) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(o41 + l45) < (unsigned)s1) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v0[c * 4 + 0] = __uint_as_float(q.x);
+                    v0[c * 4 + 1] = __uint_as_float(q.y);
+                    v0[c * 4 + 2] = __uint_as_float(q.z);
+                    v0[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v0[c * 4 + 0] = (-INFINITY);
+                    v0[c * 4 + 1] = (-INFINITY);
+                    v0[c * 4 + 2] = (-INFINITY);
+                    v0[c * 4 + 3] = (-INFINITY);
+                }
+            }
+            float v20[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v20[r] = fmaxf((fmaxf(v0[r * 4 + 0], v0[r * 4 + 1])), (fmaxf(v0[r * 4 + 2], v0[r * 4 + 3])));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v20[r]);
+                }
+            }
+            float v21[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v21[r] = acc4[r];
+                }
+            }
+            float v22[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v22[r] = (-INFINITY);
+            }
+            float v23[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v23[r] = 0e0f;
+            }
+            float v24[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v24[r] = ((v21[r]) == (v22[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v25[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v25[r] = v24[r] != 0.0f ? v23[0] : v21[r];
+                }
+            }
+            float v26[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v26[r] = (v19[r] - v25[r]);
+                }
+            }
+            float v27[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v27[r] = expf(v26[r]);
+                }
+            }
+            float v4[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    const int l61 = (int)((unsigned)e / 1u % 16384u);
+                    v4[r] = ((unsigned)(o41 + l61) < (unsigned)s1) ? v0[r] : 0e0f;
+                }
+            }
+            float v6[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v6[r] = (v4[r] - v25[r / 4]);
+                }
+            }
+            float v7[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v7[r] = expf(v6[r]);
+                }
+            }
+            float v8[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    const int l67 = (int)((unsigned)e / 1u % 16384u);
+                    v8[r] = ((unsigned)(o41 + l67) < (unsigned)s1) ? v7[r] : 0e0f;
+                }
+            }
+            float v28[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v28[r] = (v8[r * 4 + 0] + v8[r * 4 + 1]) + (v8[r * 4 + 2] + v8[r * 4 + 3]);
+                }
+            }
+            float v29[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v29[r] = acc5[r];
+                }
+            }
+            float v30[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v30[r] = (v29[r] * v27[r]);
+                }
+            }
+            float v31[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v31[r] = (v30[r] + v28[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc5[r] = v31[r];
+                }
+            }
+        }
+        float v17[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v17[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 4; q++) p[i] = fmaxf(p[i], v17[i * 4 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a81 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a81 = fmaxf(a81, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a81;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v32[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v32[r] = acc5[r];
+            }
+        }
+        float v34[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v34[r] = (-INFINITY);
+        }
+        float v35[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v35[r] = 0e0f;
+        }
+        float v36[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v36[r] = ((v3[0]) == (v34[0]) ? 1.0f : 0.0f);
+        }
+        float v37[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
+        }
+        float v38[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v38[r] = (v17[r] - v37[0]);
+            }
+        }
+        float v39[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v39[r] = expf(v38[r]);
+            }
+        }
+        float v40[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v40[r] = (v32[r] * v39[r]);
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v40[i * 4 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a95 = 0e0f;
+            for (int g = 0; g < 32; g++) a95 = a95 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a95;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        /* softmax.tensorize(y:16384) */
+        for (long long o98 = (dt_cdiv(s1, 16384) - 1) * 16384; o98 >= 0; o98 -= 16384) {
+            float v11[16];
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l99 = (int)((unsigned)e / 16384u % 1u);
+                const int l100 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l99) * (unsigned)args.input_strides[0][0] + (unsigned)(o98 + l100) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o98 + l100) < (unsigned)s1) {
+                    const uint4 q = dt_load_once((const uint4*)(in0 + a));
+                    v11[c * 4 + 0] = __uint_as_float(q.x);
+                    v11[c * 4 + 1] = __uint_as_float(q.y);
+                    v11[c * 4 + 2] = __uint_as_float(q.z);
+                    v11[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v11[c * 4 + 0] = 0e0f;
+                    v11[c * 4 + 1] = 0e0f;
+                    v11[c * 4 + 2] = 0e0f;
+                    v11[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v13[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v13[r] = (v11[r] - v3[0]);
+                }
+            }
+            float v14[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v14[r] = expf(v13[r]);
+                }
+            }
+            float v16[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v16[r] = (v14[r] / v10[0]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l107 = (int)((unsigned)e / 16384u % 1u);
+                const int l108 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l107) * (unsigned)args.output_strides[0] + (unsigned)(o98 + l108) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o1 + l107) < (unsigned)s0 && (unsigned)(o98 + l108) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3])));
             }
         }
     }

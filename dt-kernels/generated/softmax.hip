@@ -418,8 +418,8 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel softmax_1k for f16: grid block(x:1); 64 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16(const dt_args args) {
+/* kernel softmax_1k for f16: grid block(x:1); 128 threads, 32 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -443,12 +443,12 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16(const dt_args
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        dt_f16s<16> v0; /* 16-bit values as loaded */
-        uint4 q3[2];
-        bool f4[2];
+        dt_f16s<8> v0; /* 16-bit values as loaded */
+        uint4 q3[1];
+        bool f4[1];
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 64 + tid) * 8;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
@@ -456,8 +456,8 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16(const dt_args
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 64 + tid) * 8;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
             const int l7 = (int)((unsigned)e / 1024u % 1u);
             const int l8 = (int)((unsigned)e / 1u % 1024u);
             if (f4[c]) {
@@ -471,14 +471,14 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16(const dt_args
             }
         }
         float v2[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
+                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
@@ -488,7 +488,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16(const dt_args
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a10 = (-INFINITY);
-            for (int g = 0; g < 2; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            for (int g = 0; g < 4; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
             v2[r] = a10;
         }
         {
@@ -509,50 +509,50 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16(const dt_args
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[16];
+        float v6[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[16];
+        float v7[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v7[r] = dt_fast_exp(v6[r]);
             }
         }
-        float v8[16];
+        float v8[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 const int l19 = (int)((unsigned)e / 1u % 1024u);
                 v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a21 = 0e0f;
-            for (int g = 0; g < 2; g++) a21 = a21 + ((dt_smem + 0) + 2)[g * 1 + e];
+            for (int g = 0; g < 4; g++) a21 = a21 + ((dt_smem + 0) + 4)[g * 1 + e];
             v9[r] = a21;
         }
         {
@@ -566,17 +566,17 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16(const dt_args
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[16];
+        float v16[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 64 + tid) * 8;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
             const int l26 = (int)((unsigned)e / 1024u % 1u);
             const int l27 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
@@ -596,8 +596,168 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16(const dt_args
     }
 }
 
-/* kernel softmax_1k for bf16: grid block(x:1); 64 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16(const dt_args args) {
+/* kernel softmax_1k for f16: grid block(x:1); 128 threads, 32 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_1k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        dt_f16s<8> v0; /* 16-bit values as loaded */
+        uint4 q3[1];
+        bool f4[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l5 = (int)((unsigned)e / 1024u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            f4[c] = (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            if (f4[c]) {
+                v0.w[c] = q3[c];
+            } else {
+                v0.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 4; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v6[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v6[r] = (v0[r] - v3[0]);
+            }
+        }
+        float v7[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v7[r] = dt_fast_exp(v6[r]);
+            }
+        }
+        float v8[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                const int l19 = (int)((unsigned)e / 1u % 1024u);
+                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a21 = 0e0f;
+            for (int g = 0; g < 4; g++) a21 = a21 + ((dt_smem + 0) + 4)[g * 1 + e];
+            v9[r] = a21;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        float v16[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v16[r] = dt_fast_div(v7[r], v10[0]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l26 = (int)((unsigned)e / 1024u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
+            if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
+        }
+    }
+}
+
+/* kernel softmax_1k for bf16: grid block(x:1); 128 threads, 32 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -621,12 +781,12 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16(const dt_arg
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        dt_bf16s<16> v0; /* 16-bit values as loaded */
-        uint4 q3[2];
-        bool f4[2];
+        dt_bf16s<8> v0; /* 16-bit values as loaded */
+        uint4 q3[1];
+        bool f4[1];
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 64 + tid) * 8;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
@@ -634,8 +794,8 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16(const dt_arg
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 64 + tid) * 8;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
             const int l7 = (int)((unsigned)e / 1024u % 1u);
             const int l8 = (int)((unsigned)e / 1u % 1024u);
             if (f4[c]) {
@@ -649,14 +809,14 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16(const dt_arg
             }
         }
         float v2[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
+                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
@@ -666,7 +826,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16(const dt_arg
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a10 = (-INFINITY);
-            for (int g = 0; g < 2; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            for (int g = 0; g < 4; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
             v2[r] = a10;
         }
         {
@@ -687,50 +847,50 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16(const dt_arg
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[16];
+        float v6[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[16];
+        float v7[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v7[r] = dt_fast_exp(v6[r]);
             }
         }
-        float v8[16];
+        float v8[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 const int l19 = (int)((unsigned)e / 1u % 1024u);
                 v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a21 = 0e0f;
-            for (int g = 0; g < 2; g++) a21 = a21 + ((dt_smem + 0) + 2)[g * 1 + e];
+            for (int g = 0; g < 4; g++) a21 = a21 + ((dt_smem + 0) + 4)[g * 1 + e];
             v9[r] = a21;
         }
         {
@@ -744,17 +904,17 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16(const dt_arg
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[16];
+        float v16[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 64 + tid) * 8;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
             const int l26 = (int)((unsigned)e / 1024u % 1u);
             const int l27 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
@@ -774,8 +934,168 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16(const dt_arg
     }
 }
 
-/* kernel softmax_1k for f32: grid block(x:1); 64 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32(const dt_args args) {
+/* kernel softmax_1k for bf16: grid block(x:1); 128 threads, 32 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_1k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        dt_bf16s<8> v0; /* 16-bit values as loaded */
+        uint4 q3[1];
+        bool f4[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l5 = (int)((unsigned)e / 1024u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            f4[c] = (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            if (f4[c]) {
+                v0.w[c] = q3[c];
+            } else {
+                v0.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 4; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v6[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v6[r] = (v0[r] - v3[0]);
+            }
+        }
+        float v7[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v7[r] = dt_fast_exp(v6[r]);
+            }
+        }
+        float v8[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                const int l19 = (int)((unsigned)e / 1u % 1024u);
+                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a21 = 0e0f;
+            for (int g = 0; g < 4; g++) a21 = a21 + ((dt_smem + 0) + 4)[g * 1 + e];
+            v9[r] = a21;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        float v16[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v16[r] = dt_fast_div(v7[r], v10[0]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l26 = (int)((unsigned)e / 1024u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
+            if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
+        }
+    }
+}
+
+/* kernel softmax_1k for f32: grid block(x:1); 128 threads, 32 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -799,10 +1119,10 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32(const dt_args
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        float v0[16];
+        float v0[8];
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 64 + tid) * 4;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 128 + tid) * 4;
             const int l3 = (int)((unsigned)e / 1024u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
@@ -820,14 +1140,14 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32(const dt_args
             }
         }
         float v2[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
+                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
@@ -837,7 +1157,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32(const dt_args
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a6 = (-INFINITY);
-            for (int g = 0; g < 2; g++) a6 = fmaxf(a6, ((dt_smem + 0) + 0)[g * 1 + e]);
+            for (int g = 0; g < 4; g++) a6 = fmaxf(a6, ((dt_smem + 0) + 0)[g * 1 + e]);
             v2[r] = a6;
         }
         {
@@ -858,50 +1178,50 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32(const dt_args
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[16];
+        float v6[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[16];
+        float v7[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
                 v7[r] = expf(v6[r]);
             }
         }
-        float v8[16];
+        float v8[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
                 const int l15 = (int)((unsigned)e / 1u % 1024u);
                 v8[r] = ((unsigned)(0 + l15) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a17 = 0e0f;
-            for (int g = 0; g < 2; g++) a17 = a17 + ((dt_smem + 0) + 2)[g * 1 + e];
+            for (int g = 0; g < 4; g++) a17 = a17 + ((dt_smem + 0) + 4)[g * 1 + e];
             v9[r] = a17;
         }
         {
@@ -915,17 +1235,17 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32(const dt_args
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[16];
+        float v16[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
                 v16[r] = (v7[r] / v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 64 + tid) * 4;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 128 + tid) * 4;
             const int l22 = (int)((unsigned)e / 1024u % 1u);
             const int l23 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
@@ -937,6 +1257,166 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32(const dt_args
                 if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
                 if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
             }
+        }
+    }
+}
+
+/* kernel softmax_1k for f32: grid block(x:1); 128 threads, 32 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    float* __restrict__ out = (float*)args.output; /* softmax_1k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        float v0[8];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 128 + tid) * 4;
+            const int l3 = (int)((unsigned)e / 1024u % 1u);
+            const int l4 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
+            if ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 4 + 0] = __uint_as_float(q.x);
+                v0[c * 4 + 1] = __uint_as_float(q.y);
+                v0[c * 4 + 2] = __uint_as_float(q.z);
+                v0[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v0[c * 4 + 0] = (-INFINITY);
+                v0[c * 4 + 1] = (-INFINITY);
+                v0[c * 4 + 2] = (-INFINITY);
+                v0[c * 4 + 3] = (-INFINITY);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a6 = (-INFINITY);
+            for (int g = 0; g < 4; g++) a6 = fmaxf(a6, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a6;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v6[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+            (void)e; {
+                v6[r] = (v0[r] - v3[0]);
+            }
+        }
+        float v7[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+            (void)e; {
+                v7[r] = expf(v6[r]);
+            }
+        }
+        float v8[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+            (void)e; {
+                const int l15 = (int)((unsigned)e / 1u % 1024u);
+                v8[r] = ((unsigned)(0 + l15) < (unsigned)s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a17 = 0e0f;
+            for (int g = 0; g < 4; g++) a17 = a17 + ((dt_smem + 0) + 4)[g * 1 + e];
+            v9[r] = a17;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        float v16[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+            (void)e; {
+                v16[r] = (v7[r] / v10[0]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 128 + tid) * 4;
+            const int l22 = (int)((unsigned)e / 1024u % 1u);
+            const int l23 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
+            if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + l23) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
         }
     }
 }
@@ -1119,6 +1599,166 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
     }
 }
 
+/* kernel softmax_4k for f16: grid block(x:1); 512 threads, 128 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_4k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_4k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        dt_f16s<8> v0; /* 16-bit values as loaded */
+        uint4 q3[1];
+        bool f4[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l5 = (int)((unsigned)e / 4096u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            f4[c] = (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            if (f4[c]) {
+                v0.w[c] = q3[c];
+            } else {
+                v0.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 16; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v6[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v6[r] = (v0[r] - v3[0]);
+            }
+        }
+        float v7[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v7[r] = dt_fast_exp(v6[r]);
+            }
+        }
+        float v8[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                const int l19 = (int)((unsigned)e / 1u % 4096u);
+                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a21 = 0e0f;
+            for (int g = 0; g < 16; g++) a21 = a21 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v9[r] = a21;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        float v16[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v16[r] = dt_fast_div(v7[r], v10[0]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l26 = (int)((unsigned)e / 4096u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
+            if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
+        }
+    }
+}
+
 /* kernel softmax_4k for bf16: grid block(x:1); 512 threads, 128 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
@@ -1297,6 +1937,166 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
     }
 }
 
+/* kernel softmax_4k for bf16: grid block(x:1); 512 threads, 128 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_4k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_4k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        dt_bf16s<8> v0; /* 16-bit values as loaded */
+        uint4 q3[1];
+        bool f4[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l5 = (int)((unsigned)e / 4096u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            f4[c] = (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            if (f4[c]) {
+                v0.w[c] = q3[c];
+            } else {
+                v0.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 16; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v6[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v6[r] = (v0[r] - v3[0]);
+            }
+        }
+        float v7[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v7[r] = dt_fast_exp(v6[r]);
+            }
+        }
+        float v8[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                const int l19 = (int)((unsigned)e / 1u % 4096u);
+                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a21 = 0e0f;
+            for (int g = 0; g < 16; g++) a21 = a21 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v9[r] = a21;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        float v16[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v16[r] = dt_fast_div(v7[r], v10[0]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l26 = (int)((unsigned)e / 4096u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
+            if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
+        }
+    }
+}
+
 /* kernel softmax_4k for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
@@ -1460,6 +2260,166 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
                 if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
                 if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
             }
+        }
+    }
+}
+
+/* kernel softmax_4k for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    float* __restrict__ out = (float*)args.output; /* softmax_4k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_4k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        float v0[8];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 512 + tid) * 4;
+            const int l3 = (int)((unsigned)e / 4096u % 1u);
+            const int l4 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
+            if ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 4 + 0] = __uint_as_float(q.x);
+                v0[c * 4 + 1] = __uint_as_float(q.y);
+                v0[c * 4 + 2] = __uint_as_float(q.z);
+                v0[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v0[c * 4 + 0] = (-INFINITY);
+                v0[c * 4 + 1] = (-INFINITY);
+                v0[c * 4 + 2] = (-INFINITY);
+                v0[c * 4 + 3] = (-INFINITY);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a6 = (-INFINITY);
+            for (int g = 0; g < 16; g++) a6 = fmaxf(a6, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a6;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v6[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                v6[r] = (v0[r] - v3[0]);
+            }
+        }
+        float v7[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                v7[r] = expf(v6[r]);
+            }
+        }
+        float v8[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                const int l15 = (int)((unsigned)e / 1u % 4096u);
+                v8[r] = ((unsigned)(0 + l15) < (unsigned)s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a17 = 0e0f;
+            for (int g = 0; g < 16; g++) a17 = a17 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v9[r] = a17;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        float v16[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                v16[r] = (v7[r] / v10[0]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 512 + tid) * 4;
+            const int l22 = (int)((unsigned)e / 4096u % 1u);
+            const int l23 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
+            if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + l23) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
         }
     }
 }
@@ -1642,6 +2602,166 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
     }
 }
 
+/* kernel softmax_16k for f16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_16k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_16k.tensorize(x:1) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        dt_f16s<16> v0; /* 16-bit values as loaded */
+        uint4 q3[2];
+        bool f4[2];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l5 = (int)((unsigned)e / 16384u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            f4[c] = (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            if (f4[c]) {
+                v0.w[c] = q3[c];
+            } else {
+                v0.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v6[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            (void)e; {
+                v6[r] = (v0[r] - v3[0]);
+            }
+        }
+        float v7[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            (void)e; {
+                v7[r] = dt_fast_exp(v6[r]);
+            }
+        }
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            (void)e; {
+                const int l19 = (int)((unsigned)e / 1u % 16384u);
+                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a21 = 0e0f;
+            for (int g = 0; g < 32; g++) a21 = a21 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a21;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        float v16[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            (void)e; {
+                v16[r] = dt_fast_div(v7[r], v10[0]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l26 = (int)((unsigned)e / 16384u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
+            if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
+        }
+    }
+}
+
 /* kernel softmax_16k for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
@@ -1820,6 +2940,166 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
     }
 }
 
+/* kernel softmax_16k for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_16k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_16k.tensorize(x:1) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        dt_bf16s<16> v0; /* 16-bit values as loaded */
+        uint4 q3[2];
+        bool f4[2];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l5 = (int)((unsigned)e / 16384u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            f4[c] = (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            if (f4[c]) {
+                v0.w[c] = q3[c];
+            } else {
+                v0.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v6[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            (void)e; {
+                v6[r] = (v0[r] - v3[0]);
+            }
+        }
+        float v7[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            (void)e; {
+                v7[r] = dt_fast_exp(v6[r]);
+            }
+        }
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            (void)e; {
+                const int l19 = (int)((unsigned)e / 1u % 16384u);
+                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a21 = 0e0f;
+            for (int g = 0; g < 32; g++) a21 = a21 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a21;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        float v16[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            (void)e; {
+                v16[r] = dt_fast_div(v7[r], v10[0]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l26 = (int)((unsigned)e / 16384u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
+            if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
+        }
+    }
+}
+
 /* kernel softmax_16k for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
@@ -1983,6 +3263,166 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
                 if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
                 if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
             }
+        }
+    }
+}
+
+/* kernel softmax_16k for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    float* __restrict__ out = (float*)args.output; /* softmax_16k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_16k.tensorize(x:1) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        float v0[16];
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 1024 + tid) * 4;
+            const int l3 = (int)((unsigned)e / 16384u % 1u);
+            const int l4 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
+            if ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 4 + 0] = __uint_as_float(q.x);
+                v0[c * 4 + 1] = __uint_as_float(q.y);
+                v0[c * 4 + 2] = __uint_as_float(q.z);
+                v0[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v0[c * 4 + 0] = (-INFINITY);
+                v0[c * 4 + 1] = (-INFINITY);
+                v0[c * 4 + 2] = (-INFINITY);
+                v0[c * 4 + 3] = (-INFINITY);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a6 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a6 = fmaxf(a6, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a6;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v6[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            (void)e; {
+                v6[r] = (v0[r] - v3[0]);
+            }
+        }
+        float v7[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            (void)e; {
+                v7[r] = expf(v6[r]);
+            }
+        }
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            (void)e; {
+                const int l15 = (int)((unsigned)e / 1u % 16384u);
+                v8[r] = ((unsigned)(0 + l15) < (unsigned)s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a17 = 0e0f;
+            for (int g = 0; g < 32; g++) a17 = a17 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a17;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        float v16[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            (void)e; {
+                v16[r] = (v7[r] / v10[0]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 1024 + tid) * 4;
+            const int l22 = (int)((unsigned)e / 16384u % 1u);
+            const int l23 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
+            if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + l23) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
         }
     }
 }
@@ -2575,6 +4015,567 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
                     if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
                     if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
                 }
+            }
+        }
+    }
+}
+
+/* kernel softmax for f16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        /* partial rmax over y, by runs of 8 lanes */
+        float acc4[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc4[r] = (-INFINITY);
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+        for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
+            float v41[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v41[r] = acc4[r];
+                }
+            }
+            dt_f16s<16> v42; /* 16-bit values as loaded */
+            uint4 q11[2];
+            bool f12[2];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l13 = (int)((unsigned)e / 16384u % 1u);
+                const int l14 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l14) * (unsigned)args.input_strides[0][1];
+                f12[c] = (unsigned)(o1 + l13) < (unsigned)s0;
+                if (f12[c]) q11[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                if (f12[c]) {
+                    v42.w[c] = q11[c];
+                } else {
+                    v42.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
+                }
+            }
+            float v43[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v43[r] = fmaxf((fmaxf((fmaxf(v42[r * 8 + 0], v42[r * 8 + 1])), (fmaxf(v42[r * 8 + 2], v42[r * 8 + 3])))), (fmaxf((fmaxf(v42[r * 8 + 4], v42[r * 8 + 5])), (fmaxf(v42[r * 8 + 6], v42[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v43[r]);
+                }
+            }
+            float v44[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v44[r] = acc4[r];
+                }
+            }
+            float v45[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v45[r] = (-INFINITY);
+            }
+            float v46[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v46[r] = 0e0f;
+            }
+            float v47[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v47[r] = ((v44[r]) == (v45[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v48[r] = v47[r] != 0.0f ? v46[0] : v44[r];
+                }
+            }
+            float v49[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v49[r] = (v41[r] - v48[r]);
+                }
+            }
+            float v50[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v50[r] = dt_fast_exp(v49[r]);
+                }
+            }
+            float v51[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v51[r] = (v42[r] - v48[r / 8]);
+                }
+            }
+            float v52[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v52[r] = dt_fast_exp(v51[r]);
+                }
+            }
+            float v53[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v53[r] = ((v52[r * 8 + 0] + v52[r * 8 + 1]) + (v52[r * 8 + 2] + v52[r * 8 + 3])) + ((v52[r * 8 + 4] + v52[r * 8 + 5]) + (v52[r * 8 + 6] + v52[r * 8 + 7]));
+                }
+            }
+            float v54[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v54[r] = acc5[r];
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = (v54[r] * v50[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = (v55[r] + v53[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v56[r];
+                }
+            }
+        }
+        /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+        for (long long o45 = (s1 / 16384) * 16384; o45 < s1; o45 += 16384) {
+            float v19[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v19[r] = acc4[r];
+                }
+            }
+            dt_f16s<16> v0; /* 16-bit values as loaded */
+            uint4 q48[2];
+            bool f49[2];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l50 = (int)((unsigned)e / 16384u % 1u);
+                const int l51 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l50) * (unsigned)args.input_strides[0][0] + (unsigned)(o45 + l51) * (unsigned)args.input_strides[0][1];
+                f49[c] = (unsigned)(o1 + l50) < (unsigned)s0 && (unsigned)(o45 + l51) < (unsigned)s1;
+                if (f49[c]) q48[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                if (f49[c]) {
+                    v0.w[c] = q48[c];
+                } else {
+                    v0.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
+                }
+            }
+            float v20[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v20[r] = fmaxf((fmaxf((fmaxf(v0[r * 8 + 0], v0[r * 8 + 1])), (fmaxf(v0[r * 8 + 2], v0[r * 8 + 3])))), (fmaxf((fmaxf(v0[r * 8 + 4], v0[r * 8 + 5])), (fmaxf(v0[r * 8 + 6], v0[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v20[r]);
+                }
+            }
+            float v21[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v21[r] = acc4[r];
+                }
+            }
+            float v22[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v22[r] = (-INFINITY);
+            }
+            float v23[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v23[r] = 0e0f;
+            }
+            float v24[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v24[r] = ((v21[r]) == (v22[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v25[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v25[r] = v24[r] != 0.0f ? v23[0] : v21[r];
+                }
+            }
+            float v26[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v26[r] = (v19[r] - v25[r]);
+                }
+            }
+            float v27[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v27[r] = dt_fast_exp(v26[r]);
+                }
+            }
+            float v4[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    const int l69 = (int)((unsigned)e / 1u % 16384u);
+                    v4[r] = ((unsigned)(o45 + l69) < (unsigned)s1) ? v0[r] : 0e0f;
+                }
+            }
+            float v6[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v6[r] = (v4[r] - v25[r / 8]);
+                }
+            }
+            float v7[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v7[r] = dt_fast_exp(v6[r]);
+                }
+            }
+            float v8[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    const int l75 = (int)((unsigned)e / 1u % 16384u);
+                    v8[r] = ((unsigned)(o45 + l75) < (unsigned)s1) ? v7[r] : 0e0f;
+                }
+            }
+            float v28[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v28[r] = ((v8[r * 8 + 0] + v8[r * 8 + 1]) + (v8[r * 8 + 2] + v8[r * 8 + 3])) + ((v8[r * 8 + 4] + v8[r * 8 + 5]) + (v8[r * 8 + 6] + v8[r * 8 + 7]));
+                }
+            }
+            float v29[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v29[r] = acc5[r];
+                }
+            }
+            float v30[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v30[r] = (v29[r] * v27[r]);
+                }
+            }
+            float v31[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v31[r] = (v30[r] + v28[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v31[r];
+                }
+            }
+        }
+        float v17[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v17[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 2; q++) p[i] = fmaxf(p[i], v17[i * 2 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a89 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a89 = fmaxf(a89, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a89;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v32[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v32[r] = acc5[r];
+            }
+        }
+        float v34[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v34[r] = (-INFINITY);
+        }
+        float v35[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v35[r] = 0e0f;
+        }
+        float v36[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v36[r] = ((v3[0]) == (v34[0]) ? 1.0f : 0.0f);
+        }
+        float v37[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
+        }
+        float v38[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v38[r] = (v17[r] - v37[0]);
+            }
+        }
+        float v39[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v39[r] = dt_fast_exp(v38[r]);
+            }
+        }
+        float v40[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v40[r] = (v32[r] * v39[r]);
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 2; q++) p[i] = p[i] + v40[i * 2 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a103 = 0e0f;
+            for (int g = 0; g < 32; g++) a103 = a103 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a103;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        /* softmax.tensorize(y:16384) */
+        for (long long o106 = (dt_cdiv(s1, 16384) - 1) * 16384; o106 >= 0; o106 -= 16384) {
+            dt_f16s<16> v11; /* 16-bit values as loaded */
+            uint4 q107[2];
+            bool f108[2];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l109 = (int)((unsigned)e / 16384u % 1u);
+                const int l110 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l110) * (unsigned)args.input_strides[0][1];
+                f108[c] = (unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(o106 + l110) < (unsigned)s1;
+                if (f108[c]) q107[c] = dt_load_once((const uint4*)(in0 + a));
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                if (f108[c]) {
+                    v11.w[c] = q107[c];
+                } else {
+                    v11.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v13[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v13[r] = (v11[r] - v3[0]);
+                }
+            }
+            float v14[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v14[r] = dt_fast_exp(v13[r]);
+                }
+            }
+            float v16[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v16[r] = dt_fast_div(v14[r], v10[0]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l119 = (int)((unsigned)e / 16384u % 1u);
+                const int l120 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l119) * (unsigned)args.output_strides[0] + (unsigned)(o106 + l120) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + l120) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7])));
             }
         }
     }
@@ -3173,6 +5174,567 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
     }
 }
 
+/* kernel softmax for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        /* partial rmax over y, by runs of 8 lanes */
+        float acc4[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc4[r] = (-INFINITY);
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+        for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
+            float v41[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v41[r] = acc4[r];
+                }
+            }
+            dt_bf16s<16> v42; /* 16-bit values as loaded */
+            uint4 q11[2];
+            bool f12[2];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l13 = (int)((unsigned)e / 16384u % 1u);
+                const int l14 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l14) * (unsigned)args.input_strides[0][1];
+                f12[c] = (unsigned)(o1 + l13) < (unsigned)s0;
+                if (f12[c]) q11[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                if (f12[c]) {
+                    v42.w[c] = q11[c];
+                } else {
+                    v42.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
+                }
+            }
+            float v43[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v43[r] = fmaxf((fmaxf((fmaxf(v42[r * 8 + 0], v42[r * 8 + 1])), (fmaxf(v42[r * 8 + 2], v42[r * 8 + 3])))), (fmaxf((fmaxf(v42[r * 8 + 4], v42[r * 8 + 5])), (fmaxf(v42[r * 8 + 6], v42[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v43[r]);
+                }
+            }
+            float v44[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v44[r] = acc4[r];
+                }
+            }
+            float v45[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v45[r] = (-INFINITY);
+            }
+            float v46[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v46[r] = 0e0f;
+            }
+            float v47[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v47[r] = ((v44[r]) == (v45[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v48[r] = v47[r] != 0.0f ? v46[0] : v44[r];
+                }
+            }
+            float v49[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v49[r] = (v41[r] - v48[r]);
+                }
+            }
+            float v50[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v50[r] = dt_fast_exp(v49[r]);
+                }
+            }
+            float v51[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v51[r] = (v42[r] - v48[r / 8]);
+                }
+            }
+            float v52[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v52[r] = dt_fast_exp(v51[r]);
+                }
+            }
+            float v53[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v53[r] = ((v52[r * 8 + 0] + v52[r * 8 + 1]) + (v52[r * 8 + 2] + v52[r * 8 + 3])) + ((v52[r * 8 + 4] + v52[r * 8 + 5]) + (v52[r * 8 + 6] + v52[r * 8 + 7]));
+                }
+            }
+            float v54[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v54[r] = acc5[r];
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = (v54[r] * v50[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = (v55[r] + v53[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v56[r];
+                }
+            }
+        }
+        /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+        for (long long o45 = (s1 / 16384) * 16384; o45 < s1; o45 += 16384) {
+            float v19[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v19[r] = acc4[r];
+                }
+            }
+            dt_bf16s<16> v0; /* 16-bit values as loaded */
+            uint4 q48[2];
+            bool f49[2];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l50 = (int)((unsigned)e / 16384u % 1u);
+                const int l51 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l50) * (unsigned)args.input_strides[0][0] + (unsigned)(o45 + l51) * (unsigned)args.input_strides[0][1];
+                f49[c] = (unsigned)(o1 + l50) < (unsigned)s0 && (unsigned)(o45 + l51) < (unsigned)s1;
+                if (f49[c]) q48[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                if (f49[c]) {
+                    v0.w[c] = q48[c];
+                } else {
+                    v0.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
+                }
+            }
+            float v20[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v20[r] = fmaxf((fmaxf((fmaxf(v0[r * 8 + 0], v0[r * 8 + 1])), (fmaxf(v0[r * 8 + 2], v0[r * 8 + 3])))), (fmaxf((fmaxf(v0[r * 8 + 4], v0[r * 8 + 5])), (fmaxf(v0[r * 8 + 6], v0[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v20[r]);
+                }
+            }
+            float v21[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v21[r] = acc4[r];
+                }
+            }
+            float v22[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v22[r] = (-INFINITY);
+            }
+            float v23[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v23[r] = 0e0f;
+            }
+            float v24[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v24[r] = ((v21[r]) == (v22[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v25[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v25[r] = v24[r] != 0.0f ? v23[0] : v21[r];
+                }
+            }
+            float v26[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v26[r] = (v19[r] - v25[r]);
+                }
+            }
+            float v27[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v27[r] = dt_fast_exp(v26[r]);
+                }
+            }
+            float v4[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    const int l69 = (int)((unsigned)e / 1u % 16384u);
+                    v4[r] = ((unsigned)(o45 + l69) < (unsigned)s1) ? v0[r] : 0e0f;
+                }
+            }
+            float v6[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v6[r] = (v4[r] - v25[r / 8]);
+                }
+            }
+            float v7[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v7[r] = dt_fast_exp(v6[r]);
+                }
+            }
+            float v8[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    const int l75 = (int)((unsigned)e / 1u % 16384u);
+                    v8[r] = ((unsigned)(o45 + l75) < (unsigned)s1) ? v7[r] : 0e0f;
+                }
+            }
+            float v28[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v28[r] = ((v8[r * 8 + 0] + v8[r * 8 + 1]) + (v8[r * 8 + 2] + v8[r * 8 + 3])) + ((v8[r * 8 + 4] + v8[r * 8 + 5]) + (v8[r * 8 + 6] + v8[r * 8 + 7]));
+                }
+            }
+            float v29[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v29[r] = acc5[r];
+                }
+            }
+            float v30[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v30[r] = (v29[r] * v27[r]);
+                }
+            }
+            float v31[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v31[r] = (v30[r] + v28[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v31[r];
+                }
+            }
+        }
+        float v17[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v17[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 2; q++) p[i] = fmaxf(p[i], v17[i * 2 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a89 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a89 = fmaxf(a89, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a89;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v32[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v32[r] = acc5[r];
+            }
+        }
+        float v34[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v34[r] = (-INFINITY);
+        }
+        float v35[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v35[r] = 0e0f;
+        }
+        float v36[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v36[r] = ((v3[0]) == (v34[0]) ? 1.0f : 0.0f);
+        }
+        float v37[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
+        }
+        float v38[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v38[r] = (v17[r] - v37[0]);
+            }
+        }
+        float v39[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v39[r] = dt_fast_exp(v38[r]);
+            }
+        }
+        float v40[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v40[r] = (v32[r] * v39[r]);
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 2; q++) p[i] = p[i] + v40[i * 2 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a103 = 0e0f;
+            for (int g = 0; g < 32; g++) a103 = a103 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a103;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        /* softmax.tensorize(y:16384) */
+        for (long long o106 = (dt_cdiv(s1, 16384) - 1) * 16384; o106 >= 0; o106 -= 16384) {
+            dt_bf16s<16> v11; /* 16-bit values as loaded */
+            uint4 q107[2];
+            bool f108[2];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l109 = (int)((unsigned)e / 16384u % 1u);
+                const int l110 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l110) * (unsigned)args.input_strides[0][1];
+                f108[c] = (unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(o106 + l110) < (unsigned)s1;
+                if (f108[c]) q107[c] = dt_load_once((const uint4*)(in0 + a));
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                if (f108[c]) {
+                    v11.w[c] = q107[c];
+                } else {
+                    v11.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v13[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v13[r] = (v11[r] - v3[0]);
+                }
+            }
+            float v14[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v14[r] = dt_fast_exp(v13[r]);
+                }
+            }
+            float v16[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v16[r] = dt_fast_div(v14[r], v10[0]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l119 = (int)((unsigned)e / 16384u % 1u);
+                const int l120 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l119) * (unsigned)args.output_strides[0] + (unsigned)(o106 + l120) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + l120) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7])));
+            }
+        }
+    }
+}
+
 /* kernel softmax for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
@@ -3736,6 +6298,567 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
                     if ((unsigned)(o1 + l107) < (unsigned)s0 && (unsigned)(o98 + (l108 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
                     if ((unsigned)(o1 + l107) < (unsigned)s0 && (unsigned)(o98 + (l108 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
                 }
+            }
+        }
+    }
+}
+
+/* kernel softmax for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    float* __restrict__ out = (float*)args.output; /* softmax */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        /* partial rmax over y, by runs of 8 lanes */
+        float acc4[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc4[r] = (-INFINITY);
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+        for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
+            float v41[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v41[r] = acc4[r];
+                }
+            }
+            float v42[16];
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l11 = (int)((unsigned)e / 16384u % 1u);
+                const int l12 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)(o1 + l11) < (unsigned)s0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v42[c * 4 + 0] = __uint_as_float(q.x);
+                    v42[c * 4 + 1] = __uint_as_float(q.y);
+                    v42[c * 4 + 2] = __uint_as_float(q.z);
+                    v42[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v42[c * 4 + 0] = (-INFINITY);
+                    v42[c * 4 + 1] = (-INFINITY);
+                    v42[c * 4 + 2] = (-INFINITY);
+                    v42[c * 4 + 3] = (-INFINITY);
+                }
+            }
+            float v43[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v43[r] = fmaxf((fmaxf(v42[r * 4 + 0], v42[r * 4 + 1])), (fmaxf(v42[r * 4 + 2], v42[r * 4 + 3])));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v43[r]);
+                }
+            }
+            float v44[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v44[r] = acc4[r];
+                }
+            }
+            float v45[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v45[r] = (-INFINITY);
+            }
+            float v46[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v46[r] = 0e0f;
+            }
+            float v47[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v47[r] = ((v44[r]) == (v45[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v48[r] = v47[r] != 0.0f ? v46[0] : v44[r];
+                }
+            }
+            float v49[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v49[r] = (v41[r] - v48[r]);
+                }
+            }
+            float v50[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v50[r] = expf(v49[r]);
+                }
+            }
+            float v51[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v51[r] = (v42[r] - v48[r / 4]);
+                }
+            }
+            float v52[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v52[r] = expf(v51[r]);
+                }
+            }
+            float v53[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v53[r] = (v52[r * 4 + 0] + v52[r * 4 + 1]) + (v52[r * 4 + 2] + v52[r * 4 + 3]);
+                }
+            }
+            float v54[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v54[r] = acc5[r];
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v55[r] = (v54[r] * v50[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v56[r] = (v55[r] + v53[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc5[r] = v56[r];
+                }
+            }
+        }
+        /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+        for (long long o41 = (s1 / 16384) * 16384; o41 < s1; o41 += 16384) {
+            float v19[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v19[r] = acc4[r];
+                }
+            }
+            float v0[16];
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l44 = (int)((unsigned)e / 16384u % 1u);
+                const int l45 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l44) * (unsigned)args.input_strides[0][0] + (unsigned)(o41 + l45) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(o41 + l45) < (unsigned)s1) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v0[c * 4 + 0] = __uint_as_float(q.x);
+                    v0[c * 4 + 1] = __uint_as_float(q.y);
+                    v0[c * 4 + 2] = __uint_as_float(q.z);
+                    v0[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v0[c * 4 + 0] = (-INFINITY);
+                    v0[c * 4 + 1] = (-INFINITY);
+                    v0[c * 4 + 2] = (-INFINITY);
+                    v0[c * 4 + 3] = (-INFINITY);
+                }
+            }
+            float v20[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v20[r] = fmaxf((fmaxf(v0[r * 4 + 0], v0[r * 4 + 1])), (fmaxf(v0[r * 4 + 2], v0[r * 4 + 3])));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v20[r]);
+                }
+            }
+            float v21[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v21[r] = acc4[r];
+                }
+            }
+            float v22[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v22[r] = (-INFINITY);
+            }
+            float v23[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v23[r] = 0e0f;
+            }
+            float v24[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v24[r] = ((v21[r]) == (v22[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v25[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v25[r] = v24[r] != 0.0f ? v23[0] : v21[r];
+                }
+            }
+            float v26[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v26[r] = (v19[r] - v25[r]);
+                }
+            }
+            float v27[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v27[r] = expf(v26[r]);
+                }
+            }
+            float v4[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    const int l61 = (int)((unsigned)e / 1u % 16384u);
+                    v4[r] = ((unsigned)(o41 + l61) < (unsigned)s1) ? v0[r] : 0e0f;
+                }
+            }
+            float v6[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v6[r] = (v4[r] - v25[r / 4]);
+                }
+            }
+            float v7[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v7[r] = expf(v6[r]);
+                }
+            }
+            float v8[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    const int l67 = (int)((unsigned)e / 1u % 16384u);
+                    v8[r] = ((unsigned)(o41 + l67) < (unsigned)s1) ? v7[r] : 0e0f;
+                }
+            }
+            float v28[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v28[r] = (v8[r * 4 + 0] + v8[r * 4 + 1]) + (v8[r * 4 + 2] + v8[r * 4 + 3]);
+                }
+            }
+            float v29[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v29[r] = acc5[r];
+                }
+            }
+            float v30[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v30[r] = (v29[r] * v27[r]);
+                }
+            }
+            float v31[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v31[r] = (v30[r] + v28[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc5[r] = v31[r];
+                }
+            }
+        }
+        float v17[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v17[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 4; q++) p[i] = fmaxf(p[i], v17[i * 4 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a81 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a81 = fmaxf(a81, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a81;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v32[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v32[r] = acc5[r];
+            }
+        }
+        float v34[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v34[r] = (-INFINITY);
+        }
+        float v35[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v35[r] = 0e0f;
+        }
+        float v36[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v36[r] = ((v3[0]) == (v34[0]) ? 1.0f : 0.0f);
+        }
+        float v37[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
+        }
+        float v38[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v38[r] = (v17[r] - v37[0]);
+            }
+        }
+        float v39[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v39[r] = expf(v38[r]);
+            }
+        }
+        float v40[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v40[r] = (v32[r] * v39[r]);
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v40[i * 4 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a95 = 0e0f;
+            for (int g = 0; g < 32; g++) a95 = a95 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a95;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        /* softmax.tensorize(y:16384) */
+        for (long long o98 = (dt_cdiv(s1, 16384) - 1) * 16384; o98 >= 0; o98 -= 16384) {
+            float v11[16];
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l99 = (int)((unsigned)e / 16384u % 1u);
+                const int l100 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l99) * (unsigned)args.input_strides[0][0] + (unsigned)(o98 + l100) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o98 + l100) < (unsigned)s1) {
+                    const uint4 q = dt_load_once((const uint4*)(in0 + a));
+                    v11[c * 4 + 0] = __uint_as_float(q.x);
+                    v11[c * 4 + 1] = __uint_as_float(q.y);
+                    v11[c * 4 + 2] = __uint_as_float(q.z);
+                    v11[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v11[c * 4 + 0] = 0e0f;
+                    v11[c * 4 + 1] = 0e0f;
+                    v11[c * 4 + 2] = 0e0f;
+                    v11[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v13[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v13[r] = (v11[r] - v3[0]);
+                }
+            }
+            float v14[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v14[r] = expf(v13[r]);
+                }
+            }
+            float v16[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v16[r] = (v14[r] / v10[0]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l107 = (int)((unsigned)e / 16384u % 1u);
+                const int l108 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l107) * (unsigned)args.output_strides[0] + (unsigned)(o98 + l108) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o1 + l107) < (unsigned)s0 && (unsigned)(o98 + l108) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3])));
             }
         }
     }

@@ -435,7 +435,6 @@ fn launch<T: Element>(gpu: &Gpu, op: &OpDesc, inputs: &[&DeviceTensor<T>], plan:
     if plan.programs == 0 {
         return Ok(());
     }
-    let (f, row) = gpu.function(plan.spec_index, &plan.symbol)?;
     let align = std::mem::align_of::<T::Storage>();
     let mut args = plan.args;
     // The guards make the stream wait for pending writes of the inputs and record this launch
@@ -453,6 +452,8 @@ fn launch<T: Element>(gpu: &Gpu, op: &OpDesc, inputs: &[&DeviceTensor<T>], plan:
     let buf = Arc::get_mut(&mut out.buf).ok_or(Error::SharedOutput { op: op.op })?;
     let (out_ptr, out_guard) = buf.device_ptr_mut(&gpu.stream);
     args.output = out_ptr;
+    let symbol = plan.launch_symbol(&args, T::DTYPE, |s| plan.spec.launch_row(s).is_some());
+    let (f, row) = gpu.function(plan.spec_index, &symbol)?;
     let cfg = LaunchConfig { grid_dim: (plan.programs as u32, 1, 1), block_dim: (row.threads, 1, 1), shared_mem_bytes: row.shared_bytes };
     let mut launch = gpu.stream.launch_builder(&f);
     launch.arg(&args);
@@ -462,8 +463,7 @@ fn launch<T: Element>(gpu: &Gpu, op: &OpDesc, inputs: &[&DeviceTensor<T>], plan:
     // which `plan` took from those tensors. The output pointer is the buffer of `out`, whose
     // shape is the result's and whose strides (in `args`) reach only elements inside it, each
     // once. Grid, block and shared memory are what the emitter computed for this kernel.
-    unsafe { launch.launch(cfg) }
-        .map_err(Error::driver(format!("{}: launching `{}` on {} programs", op.op, plan.symbol, plan.programs)))?;
+    unsafe { launch.launch(cfg) }.map_err(Error::driver(format!("{}: launching `{symbol}` on {} programs", op.op, plan.programs)))?;
     drop(out_guard);
     drop(guards);
     Ok(())

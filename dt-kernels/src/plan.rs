@@ -34,6 +34,9 @@ pub(crate) struct OpDesc {
 pub(crate) struct Plan {
     pub spec_index: usize,
     pub spec: &'static SpecData,
+    pub kernel: &'static Kernel,
+    /// The symbol of the kernel built for any layout ([`Plan::launch_symbol`] picks the one to
+    /// run).
     pub symbol: String,
     /// For each input slot of the kernel, the index of the op's argument that fills it.
     pub slots: Vec<usize>,
@@ -225,7 +228,26 @@ fn plan_kernel(op: &OpDesc, kernel: &'static Kernel, dtype: DType, shapes: &[(&[
             elements: programs as u128,
         });
     }
-    Ok(Plan { spec_index, spec, symbol, slots, out_shape, out_elements, args, programs })
+    Ok(Plan { spec_index, spec, kernel, symbol, slots, out_shape, out_elements, args, programs })
+}
+
+impl Plan {
+    /// The kernel to launch with argument block `args` (addresses and strides filled in): the
+    /// one built for whole 16-byte runs where the backend has it (`built`) and every tensor's
+    /// runs are whole ([`dt_core::kir::runs_are_whole`]); else the one built for any layout.
+    pub(crate) fn launch_symbol(&self, args: &DtArgs, dtype: DType, built: impl Fn(&str) -> bool) -> String {
+        let whole = format!("{}_whole", self.symbol);
+        let inputs = (0..self.kernel.inputs.len()).map(|slot| (args.inputs[slot], &args.input_strides[slot][..]));
+        let tensors: Vec<dt_core::kir::LaunchTensor<'_>> = inputs
+            .chain([(args.output, &args.output_strides[..])])
+            .map(|(addr, strides)| dt_core::kir::LaunchTensor { addr, strides })
+            .collect();
+        if built(&whole) && dt_core::kir::runs_are_whole(self.kernel, dtype.size_bytes(), |slot| args.sizes[slot], &tensors) {
+            whole
+        } else {
+            self.symbol.clone()
+        }
+    }
 }
 
 fn programs(kernel: &Kernel, by_dim: &[Option<usize>]) -> usize {
@@ -250,5 +272,26 @@ mod tests {
         assert_eq!(symbol(DType::BF16, 1000).unwrap(), "dt_layernorm_1k_16bit_bf16");
         assert_eq!(symbol(DType::F32, 1000).unwrap(), "dt_layernorm_1k_f32");
         assert_eq!(symbol(DType::F16, 5000).unwrap(), "dt_layernorm_16k_f16");
+    }
+
+    /// Tensors whose 16-byte runs are whole run the kernel built for them; an address one
+    /// element off, a row stride or a row length that is no multiple of the run, the kernel for
+    /// any layout.
+    #[test]
+    fn whole_runs_run_the_kernel_built_for_them() {
+        let launched = |cols: usize, row_stride: usize, x_addr: u64| {
+            let (x, w) = ([8, cols], [cols]);
+            let shapes: [(&[usize], &[usize]); 3] = [(&x, &[row_stride, 1]), (&w, &[1]), (&w, &[1])];
+            let p = plan(&crate::layernorm::OP, DType::F16, &shapes, &[1e-5], Device::PLAIN).expect("plans");
+            let mut args = p.args;
+            args.inputs[..3].copy_from_slice(&[x_addr, 0x20000, 0x30000]);
+            args.output = 0x40000;
+            p.launch_symbol(&args, DType::F16, |s| p.spec.launch_row(s).is_some())
+        };
+        assert_eq!(launched(1000, 1000, 0x10000), "dt_layernorm_1k_16bit_f16_whole");
+        assert_eq!(launched(1000, 1000, 0x10002), "dt_layernorm_1k_16bit_f16");
+        assert_eq!(launched(1000, 1004, 0x10000), "dt_layernorm_1k_16bit_f16");
+        assert_eq!(launched(1001, 1008, 0x10000), "dt_layernorm_1k_16bit_f16");
+        assert_eq!(launched(1000, 1008, 0x10000), "dt_layernorm_1k_16bit_f16_whole");
     }
 }

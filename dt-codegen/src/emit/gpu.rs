@@ -65,6 +65,8 @@ pub struct LaunchInfo {
     pub threads: u32,
     /// Dynamic shared memory per program, in bytes.
     pub shared_bytes: u32,
+    /// The tensor layouts the kernel is built for.
+    pub layouts: Layouts,
 }
 
 /// Most dynamic shared memory a program may ask for (bytes): what an sm_80 GPU and an MI200
@@ -93,12 +95,56 @@ pub fn emit_file(header: &str, dialect: Dialect, kernels: &[(&Kernel, DType, Str
     out += abi::C_DECL;
     let mut infos = Vec::new();
     for (k, dtype, symbol) in kernels {
-        let (text, info) = emit_kernel(k, *dtype, symbol, dialect)?;
+        let (text, info) = emit_kernel(k, *dtype, symbol, dialect, Layouts::Any)?;
         out += "\n";
         out += &text;
         infos.push(info);
+        // The kernel for whole runs, where its code differs (it does wherever a tile is read or
+        // written in 16-byte runs).
+        let whole = whole_runs_symbol(symbol);
+        let (text_whole, info_whole) = emit_kernel(k, *dtype, &whole, dialect, Layouts::WholeRuns)?;
+        if text_whole.replace(&whole, symbol) != text {
+            out += "\n";
+            out += &text_whole;
+            infos.push(info_whole);
+        }
     }
     Ok((out, infos))
+}
+
+/// The tensor layouts a kernel is built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layouts {
+    /// Any strides and addresses: each 16-byte run checks that it is contiguous, aligned and
+    /// inside its tensor, and otherwise goes element by element.
+    Any,
+    /// Layouts where every 16-byte run is whole ([`dt_core::kir::runs_are_whole`]): a run needs
+    /// the bounds of its first element only. Where a launch's tensors qualify, the library and
+    /// the bench run this kernel (symbol [`whole_runs_symbol`]).
+    WholeRuns,
+}
+
+/// Whether every 16-byte run of `vector` elements that kernel `k` reads or writes starts at a
+/// multiple of `vector` along its tensor's last axis: every block and loop step along such an
+/// axis is a multiple of `vector`. Then, given tensors whose runs are whole, each run the kernel
+/// accesses is one of them.
+fn runs_start_whole(k: &Kernel, vector: usize) -> bool {
+    fn steps_ok(body: &[Stmt], run_dims: &[DimId], vector: usize) -> bool {
+        body.iter().all(|s| match s {
+            Stmt::Loop(l) => {
+                (!run_dims.contains(&l.dim) || (l.step as usize).is_multiple_of(vector)) && steps_ok(&l.body, run_dims, vector)
+            }
+            _ => true,
+        })
+    }
+    let run_dims: Vec<DimId> = k.inputs.iter().chain([&k.output]).filter_map(|t| t.dims.last().copied()).collect();
+    run_dims.iter().all(|d| k.grid.block_extent(*d).is_none_or(|b| (b as usize).is_multiple_of(vector)))
+        && steps_ok(&k.body, &run_dims, vector)
+}
+
+/// The symbol of the kernel for whole runs ([`Layouts::WholeRuns`]) of the kernel `symbol`.
+pub fn whole_runs_symbol(symbol: &str) -> String {
+    format!("{symbol}_whole")
 }
 
 fn c_type(d: DType) -> &'static str {
@@ -120,7 +166,7 @@ struct Publishing {
     partials: usize,
 }
 
-pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> Result<(String, LaunchInfo), EmitError> {
+pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, layouts: Layouts) -> Result<(String, LaunchInfo), EmitError> {
     check_abi(k)?;
     if dialect == Dialect::Hip {
         super::check_no_cluster(k, "HIP")?;
@@ -169,6 +215,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> 
         ring_used: 0,
         ring_words: 0,
         held: Vec::new(),
+        whole_runs: layouts == Layouts::WholeRuns && runs_start_whole(k, vector),
     };
     let t = c_type(dtype);
     // max_registers(n): ask for as many resident programs per multiprocessor as n registers per
@@ -201,7 +248,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> 
     let shared_bytes = shared_bytes + (e.ring_words * 4) as u32;
     let head =
         format!("/* kernel {} for {dtype}: grid {}; {threads} threads, {shared_bytes} bytes of shared memory */\n", k.name, k.grid.origin);
-    Ok((head + &e.out, LaunchInfo { symbol: symbol.to_string(), threads, shared_bytes }))
+    Ok((head + &e.out, LaunchInfo { symbol: symbol.to_string(), threads, shared_bytes, layouts }))
 }
 
 /// Assigns a shared-memory slot to every operand read under a shape or a layout other than its
@@ -408,6 +455,11 @@ struct Emitter<'a> {
     partials: Partials,
     /// Loads issued ahead by [`Emitter::pipelined_rows`]: the value and its words and flags.
     prefetched: Vec<(ValueId, String, String)>,
+    /// Whether the kernel is built for tensors whose 16-byte runs are whole
+    /// ([`Layouts::WholeRuns`]): each run is one aligned access, entirely inside or entirely
+    /// outside its tensor, so a run needs its first element's bounds only and no element-wise
+    /// fallback.
+    whole_runs: bool,
     /// Inside a `backward` loop (the second read of a looped row): its 16-byte loads and stores
     /// touch lines for the last time, and say so (`dt_load_once`, `dt_store_once`).
     once: bool,
@@ -868,8 +920,14 @@ impl Emitter<'_> {
         self.line(unroll(runs));
         self.line(&format!("for (int c = 0; c < {runs}; c++) {{"));
         self.depth += 1;
-        self.line(&format!("const int e = (c * {t} + tid) * {v};"));
+        let before = std::mem::take(&mut self.out);
         self.with_lanes(shape, |e, lanes| body(e, lanes, format!("c * {v}")));
+        let inner = std::mem::replace(&mut self.out, before);
+        // A run read whole from a staged buffer needs neither its element nor its lanes.
+        if mentions(&inner, "e") {
+            self.line(&format!("const int e = (c * {t} + tid) * {v};"));
+        }
+        self.out += &inner;
         self.depth -= 1;
         self.line("}");
     }
@@ -931,19 +989,27 @@ impl Emitter<'_> {
     fn issue_vector_loads(&mut self, shape: &Shape, input: usize, axes: &[DimId], q: &str, fast: &str) {
         let v = self.vector_run(shape, axes).unwrap_or(1);
         self.for_runs(shape, v, |e, lanes, _| {
-            e.vector_access(input, axes, lanes, v, fast);
+            e.vector_access(input, axes, lanes, v, fast, true);
             e.line(&format!("if ({fast}[c]) {q}[c] = {};", e.vector_load(&format!("in{input} + a"), axes)));
         });
     }
 
-    /// Prints, for the run at `lanes` of a load of input `input`, its element offset `a` and
-    /// `fast[c]`: whether it is one 16-byte access (contiguous, inside the tensor, aligned).
-    fn vector_access(&mut self, input: usize, axes: &[DimId], lanes: &Lanes, v: usize, fast: &str) {
+    /// Prints, for the run at `lanes` of a load of input `input`, its element offset `a` (where
+    /// the caller `reads_memory` there, or checks its alignment) and `fast[c]`: whether it is one
+    /// 16-byte access (contiguous, inside the tensor, aligned; for whole runs, inside).
+    fn vector_access(&mut self, input: usize, axes: &[DimId], lanes: &Lanes, v: usize, fast: &str, reads_memory: bool) {
         let stride = |a: usize| input_stride(input, a);
         let last = axes.len() - 1;
-        let (_, addr) = self.address(axes, lanes, stride);
-        let (end_ok, _) = self.address(axes, &lanes.shifted(axes[last], v - 1), stride);
+        let (inside, addr) = self.address(axes, lanes, stride);
+        if self.whole_runs {
+            if reads_memory {
+                self.line(&format!("const {} a = {addr};", super::GPU_INDEX));
+            }
+            self.line(&format!("{fast}[c] = {inside};"));
+            return;
+        }
         self.line(&format!("const {} a = {addr};", super::GPU_INDEX));
+        let (end_ok, _) = self.address(axes, &lanes.shifted(axes[last], v - 1), stride);
         self.line(&format!("{fast}[c] = {} == 1 && {end_ok} && ((unsigned long long)(in{input} + a) & 15) == 0;", stride(last)));
     }
 
@@ -1006,6 +1072,12 @@ impl Emitter<'_> {
             e.line(&format!("if ({fast}[c]) {{"));
             e.line(&format!("    {dst}.w[c] = {q}[c];"));
             e.line("} else {");
+            if e.whole_runs {
+                let word = (bits as u32) | ((bits as u32) << 16);
+                e.line(&format!("    {dst}.w[c] = make_uint4({word:#x}u, {word:#x}u, {word:#x}u, {word:#x}u);"));
+                e.line("}");
+                return;
+            }
             e.line(&format!("    const {} a = {addr};", super::GPU_INDEX));
             e.line("    uint4 w = make_uint4(0u, 0u, 0u, 0u);");
             let (cond, _) = e.address(axes, &lanes.shifted_by(axes[last], "j"), stride);
@@ -1172,7 +1244,7 @@ impl Emitter<'_> {
                 e.at_step(l.dim, at.clone(), &p.at, |e| {
                     e.line(&format!("bool {fast}[{runs}];"));
                     e.for_runs(&shape, v, |e, lanes, _| {
-                        e.vector_access(p.input, &p.axes, lanes, v, &fast);
+                        e.vector_access(p.input, &p.axes, lanes, v, &fast, true);
                         let slot = format!("{ring} + {base} + (({stage}) * {runs} + c) * {threads} + tid");
                         e.line(&format!("if ({fast}[c]) dt_cp_async16({slot}, in{} + a);", p.input));
                     });
@@ -1264,7 +1336,7 @@ impl Emitter<'_> {
         self.line(&format!("bool {f}[{runs}];"));
         self.at_step(dim, o.to_string(), &p.at, |e| {
             e.for_runs(&shape, v, |e, lanes, _| {
-                e.vector_access(p.input, &p.axes, lanes, v, f.as_str());
+                e.vector_access(p.input, &p.axes, lanes, v, f.as_str(), false);
                 e.line(&format!("if ({f}[c]) {q}[c] = {ring}[{base} + ({buffer} * {runs} + c) * {threads} + tid];"));
             });
         });
@@ -1549,12 +1621,16 @@ impl Emitter<'_> {
                 let src = format!("v{}", value.0);
                 let words = self.pack_words(&src, v);
                 self.for_runs(tile, v, |e, lanes, base| {
-                    let (_, addr) = e.address(&dims, lanes, stride);
+                    let (inside, addr) = e.address(&dims, lanes, stride);
                     let (end_ok, _) = e.address(&dims, &lanes.shifted(dims[last], v - 1), stride);
                     e.line(&format!("const {} a = {addr};", super::GPU_INDEX));
-                    e.line(&format!("if ({} == 1 && {end_ok} && ((unsigned long long)(out + a) & 15) == 0) {{", stride(last)));
                     let words: Vec<String> = words.iter().map(|w| w.replace("BASE", &base)).collect();
                     let word = format!("make_uint4({})", words.join(", "));
+                    if e.whole_runs {
+                        e.line(&format!("if ({inside}) {};", e.vector_store("out + a", &word)));
+                        return;
+                    }
+                    e.line(&format!("if ({} == 1 && {end_ok} && ((unsigned long long)(out + a) & 15) == 0) {{", stride(last)));
                     e.line(&format!("    {};", e.vector_store("out + a", &word)));
                     e.line("} else {");
                     for j in 0..v {
@@ -1627,14 +1703,21 @@ impl Emitter<'_> {
                     format!("{} == 1 && {end_ok} && ((unsigned long long)(in{input} + a) & 15) == 0", stride(last))
                 };
                 self.for_runs(&shape, v, |e, lanes, base| {
-                    let (_, addr) = e.address(axes, lanes, stride);
+                    let (inside, addr) = e.address(axes, lanes, stride);
                     e.line(&format!("const {} a = {addr};", super::GPU_INDEX));
-                    e.line(&format!("if ({}) {{", aligned(e, lanes)));
+                    e.line(&format!("if ({}) {{", if e.whole_runs { inside } else { aligned(e, lanes) }));
                     e.line(&format!("    const uint4 q = {};", e.vector_load(&format!("in{input} + a"), axes)));
                     for (j, w) in words.iter().enumerate() {
                         e.line(&format!("    {dst}[{base} + {j}] = {w};"));
                     }
                     e.line("} else {");
+                    if e.whole_runs {
+                        for j in 0..v {
+                            e.line(&format!("    {dst}[{base} + {j}] = {fill};"));
+                        }
+                        e.line("}");
+                        return;
+                    }
                     for j in 0..v {
                         let (cond, _) = e.address(axes, &lanes.shifted(axes[last], j), stride);
                         e.line(&format!("    {dst}[{base} + {j}] = ({cond}) ? {load}(in{input}[a + {j} * {}]) : {fill};", stride(last)));

@@ -105,3 +105,29 @@ pub fn compare(got: &Tensor, want: &Tensor, dtype: DType, reduction_len: usize) 
     }
     Ok(())
 }
+
+/// The kernel and element type that launch parameters `info` belong to, of the `items` an
+/// emitted file was made from: an item's own symbol, or its kernel for whole runs.
+pub fn kernel_of<'a>(
+    items: &[(&'a dt_core::kir::Kernel, DType, String)],
+    info: &dt_codegen::emit::gpu::LaunchInfo,
+) -> (&'a dt_core::kir::Kernel, DType) {
+    let whole = dt_codegen::emit::gpu::whole_runs_symbol;
+    let (k, dtype, _) = items
+        .iter()
+        .find(|(_, _, s)| *s == info.symbol || whole(s) == info.symbol)
+        .unwrap_or_else(|| panic!("no kernel for symbol `{}`", info.symbol));
+    (*k, *dtype)
+}
+
+/// Rounds the sizes of the dimensions along which `k` reads or writes a tensor's last axis up
+/// to multiples of 8 (down where a bound of `k` caps them), so that the runs of every tensor are
+/// whole and the kernel built for them runs.
+pub fn whole_run_sizes(sizes: &mut [usize], k: &dt_core::kir::Kernel) {
+    for t in k.inputs.iter().chain([&k.output]) {
+        let Some(d) = t.dims.last() else { continue };
+        let cap = k.bounds.iter().find(|(b, _)| b == d).map_or(usize::MAX, |(_, b)| (*b as usize / 8 * 8).max(8));
+        let n = &mut sizes[d.index()];
+        *n = n.next_multiple_of(8).min(cap);
+    }
+}

@@ -64,7 +64,6 @@ fn launch<T: Element>(hip: &Hip, op: &OpDesc, inputs: &[&HipTensor<T>], plan: Pl
         }
     }
     hip.make_current()?;
-    let (f, row) = hip.function(plan.spec_index, &plan.symbol)?;
     let align = std::mem::align_of::<T::Storage>() as u64;
     let mut args = plan.args;
     for (slot, &j) in plan.slots.iter().enumerate() {
@@ -75,6 +74,8 @@ fn launch<T: Element>(hip: &Hip, op: &OpDesc, inputs: &[&HipTensor<T>], plan: Pl
         args.inputs[slot] = ptr;
     }
     args.output = out.device_ptr();
+    let symbol = plan.launch_symbol(&args, T::DTYPE, |s| plan.spec.hip_launch_row(s).is_some());
+    let (f, row) = hip.function(plan.spec_index, &symbol)?;
     let mut params: [*mut c_void; 1] = [&mut args as *mut _ as *mut c_void];
     let lib = hip.shared.lib;
     // SAFETY: the kernel takes one `dt_args` by value, and `params` points to one (live until the
@@ -100,7 +101,7 @@ fn launch<T: Element>(hip: &Hip, op: &OpDesc, inputs: &[&HipTensor<T>], plan: Pl
             std::ptr::null_mut(),
         )
     };
-    super::sys::check(lib, code, || format!("{}: launching `{}` on {} programs", op.op, plan.symbol, plan.programs))?;
+    super::sys::check(lib, code, || format!("{}: launching `{symbol}` on {} programs", op.op, plan.programs))?;
     // The output's own handle waits on its stream only: the result is complete before it returns.
     if !out.buf.hip.same_stream(hip) {
         hip.synchronize()?;

@@ -1,0 +1,58 @@
+//! Kernels built for whole 16-byte runs (`Layouts::WholeRuns`): beside each kernel whose tiles
+//! are read or written in 16-byte runs, the emitted file holds one (`_whole`) for tensors whose
+//! runs are all aligned and either inside or outside the tensor, which checks a run's first
+//! element only and never goes element by element. That both compute what the reference does
+//! is checked by `hip_cpu_matches_reference` (here, on the CPU) and `gpu_matches_reference`.
+
+use dt_codegen::emit::gpu::{self, Dialect, Layouts};
+use dt_core::kir::Kernel;
+use dt_core::DType;
+
+/// The emitted CUDA file of `src` for `dtype`, and the symbols and layouts of its kernels.
+fn emitted(src: &str, dtype: DType) -> (String, Vec<(String, Layouts)>) {
+    let p = dt_core::compile_spec(src).expect("spec checks");
+    let kernels = dt_core::lower::lower_all(&p).expect("lowers");
+    let items: Vec<(&Kernel, DType, String)> = kernels.iter().map(|k| (k, dtype, dt_codegen::emit::symbol(k, dtype))).collect();
+    let (text, infos) = gpu::emit_file("test", Dialect::Cuda, &items).expect("emits");
+    (text, infos.into_iter().map(|i| (i.symbol, i.layouts)).collect())
+}
+
+/// The text of kernel `symbol` in an emitted file.
+fn kernel_text<'a>(file: &'a str, symbol: &str) -> &'a str {
+    let start = file.find(&format!(" {symbol}(const dt_args")).unwrap_or_else(|| panic!("no kernel {symbol}"));
+    let end = file[start..].find("\n}\n").map_or(file.len(), |e| start + e);
+    &file[start..end]
+}
+
+const SOFTMAX: &str = "Func m, s, out; In A; Var x; RVar y;
+    m[x] = rmax(A[x, y], y);
+    s[x] = rsum(exp(A[x, y] - m[x]), y);
+    out[x, y] = exp(A[x, y] - m[x]) / reshape(s[x], x, 1);
+    out.block(x:1); out.tensorize(x:0, y:0); out.bound(y:1024); out.num_warps(2);
+    m.fuse_at(out, x); s.fuse_at(out, x);
+    out.dtypes(f16, f32); out.compile();";
+
+#[test]
+fn kernels_for_whole_runs_check_each_run_once_and_never_go_element_by_element() {
+    for (dtype, run) in [(DType::F16, 8), (DType::F32, 4)] {
+        let (file, kernels) = emitted(SOFTMAX, dtype);
+        let any = format!("dt_out_{}", dtype.name());
+        let whole = gpu::whole_runs_symbol(&any);
+        assert_eq!(kernels, vec![(any.clone(), Layouts::Any), (whole.clone(), Layouts::WholeRuns)]);
+        let (any, whole) = (kernel_text(&file, &any), kernel_text(&file, &whole));
+        // Any layout: alignment and contiguity checked per run, the last element's bounds too,
+        // and a fallback element by element.
+        assert!(any.contains("& 15) == 0") && any.contains(&format!("+ {})", run - 1)), "{any}");
+        // Whole runs: none of that.
+        assert!(!whole.contains("& 15) == 0") && !whole.contains(&format!("+ {})", run - 1)), "{whole}");
+        assert!(!whole.contains("dt_shift_in8") && !whole.contains("in0[a + 1 *") && !whole.contains("out[a + 1 *"), "{whole}");
+    }
+}
+
+#[test]
+fn kernels_without_runs_have_no_kernel_for_whole_runs() {
+    // Tiles of one element per thread read nothing in 16-byte runs.
+    let scalar = "Func out; In A; Var x; out[x] = A[x] * 2; out.block(x:32); out.tensorize(x:32); out.num_warps(1); out.compile();";
+    let (_, kernels) = emitted(scalar, DType::F16);
+    assert_eq!(kernels, vec![("dt_out_f16".to_string(), Layouts::Any)]);
+}
