@@ -316,7 +316,7 @@ void dt_layernorm_1k_16bit_bf16(const dt_args* args, long long first, long long 
     free(arena);
 }
 
-/* kernel layernorm_1k for f32: grid block(x:2) */
+/* kernel layernorm_1k for f32: grid block(x:1) */
 void dt_layernorm_1k_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
@@ -326,16 +326,16 @@ void dt_layernorm_1k_f32(const dt_args* args, long long first, long long last) {
     float* out = (float*)(uintptr_t)args->output; /* layernorm_1k */
     float* arena = (float*)malloc(sizeof(float) * 15379);
     if (!arena) return;
-    const long long programs = (dt_cdiv(s0, 2));
+    const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
         (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 2));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 2)) continue; /* past the end of a short group */
-        /* block(x:2) layernorm_1k.tensorize(x:1) num_stages(2) */
-        for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
+        /* block(x:1) layernorm_1k.tensorize(x:0) */
+        for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rsum identity */
             for (long long l2 = 0; l2 < 1; l2++) {
                 (arena + 15375)[l2] = 0e0f;

@@ -418,8 +418,8 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel layernorm_1k_16bit for f16: grid block(x:2); 32 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_f16(const dt_args args) {
+/* kernel layernorm_1k_16bit for f16: grid block(x:2); 64 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -437,15 +437,15 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_f16(const
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2): loads one step ahead */
-    uint4 qn2[4];
-    bool fn3[4];
-    uint4 qn4[4];
-    bool fn5[4];
-    uint4 qn6[4];
-    bool fn7[4];
+    uint4 qn2[2];
+    bool fn3[2];
+    uint4 qn4[2];
+    bool fn5[2];
+    uint4 qn6[2];
+    bool fn7[2];
     #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 32 + tid) * 8;
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
         const int l8 = (int)((unsigned)e / 1024u % 1u);
         const int l9 = (int)((unsigned)e / 1u % 1024u);
         const unsigned a = (unsigned)((b0 * 2) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
@@ -453,30 +453,30 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_f16(const
         if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 32 + tid) * 8;
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
         const int l10 = (int)((unsigned)e / 1u % 1024u);
         const unsigned a = (unsigned)(0 + l10) * (unsigned)args.input_strides[1][0];
         fn5[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l10 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
         if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 32 + tid) * 8;
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
         const int l11 = (int)((unsigned)e / 1u % 1024u);
         const unsigned a = (unsigned)(0 + l11) * (unsigned)args.input_strides[2][0];
         fn7[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
     for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
-        uint4 q12[4];
-        bool f13[4];
+        uint4 q12[2];
+        bool f13[2];
         #pragma unroll
-        for (int c = 0; c < 4; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
+        for (int c = 0; c < 2; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
         if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
             #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int e = (c * 32 + tid) * 8;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 64 + tid) * 8;
                 const int l14 = (int)((unsigned)e / 1024u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
@@ -491,10 +491,10 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_f16(const
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_f16s<32> v0; /* 16-bit values as loaded */
+        dt_f16s<16> v0; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 32 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
             const int l17 = (int)((unsigned)e / 1024u % 1u);
             const int l18 = (int)((unsigned)e / 1u % 1024u);
             if (f13[c]) {
@@ -508,21 +508,26 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_f16(const
             }
         }
         float v2[1];
-        /* reduction in registers: 32 per thread and row, then shuffles */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 32; q++) p[i] = p[i] + v0[i * 32 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v0[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v2[r] = p[e];
-            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a20 = 0e0f;
+            for (int g = 0; g < 2; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a20;
         }
         {
             const int r = 0, e = 0;
@@ -554,47 +559,51 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_f16(const
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v8[32];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v8[r] = (v0[r] - v5[0]);
             }
         }
-        float v12[32];
+        float v12[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v12[r] = (v8[r] * v8[r]);
             }
         }
-        float v13[32];
+        float v13[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                const int l29 = (int)((unsigned)e / 1u % 1024u);
-                v13[r] = ((unsigned)(0 + l29) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l30 = (int)((unsigned)e / 1u % 1024u);
+                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
-        /* reduction in registers: 32 per thread and row, then shuffles */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 32; q++) p[i] = p[i] + v13[i * 32 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v14[r] = p[e];
-            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a32 = 0e0f;
+            for (int g = 0; g < 2; g++) a32 = a32 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v14[r] = a32;
         }
         {
             const int r = 0, e = 0;
@@ -631,84 +640,84 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_f16(const
             (void)r; (void)e;
             v24[r] = dt_rsqrt(v23[0]);
         }
-        float v25[32];
+        float v25[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        dt_f16s<32> v26; /* 16-bit values as loaded */
+        dt_f16s<16> v26; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 32 + tid) * 8;
-            const int l38 = (int)((unsigned)e / 1u % 1024u);
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l40 = (int)((unsigned)e / 1u % 1024u);
             if (fn5[c]) {
                 v26.w[c] = qn4[c];
             } else {
-                const unsigned a = (unsigned)(0 + l38) * (unsigned)args.input_strides[1][0];
+                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l38 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l40 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
                 v26.w[c] = w;
             }
         }
-        float v27[32];
+        float v27[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        dt_f16s<32> v28; /* 16-bit values as loaded */
+        dt_f16s<16> v28; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 32 + tid) * 8;
-            const int l41 = (int)((unsigned)e / 1u % 1024u);
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l43 = (int)((unsigned)e / 1u % 1024u);
             if (fn7[c]) {
                 v28.w[c] = qn6[c];
             } else {
-                const unsigned a = (unsigned)(0 + l41) * (unsigned)args.input_strides[2][0];
+                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l41 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l43 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
                 v28.w[c] = w;
             }
         }
-        float v29[32];
+        float v29[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 32 + tid) * 8;
-            const int l44 = (int)((unsigned)e / 1024u % 1u);
-            const int l45 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l44) * (unsigned)args.output_strides[0] + (unsigned)(0 + l45) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(0 + (l45 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l46 = (int)((unsigned)e / 1024u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(0 + l45) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(0 + (l45 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(0 + (l45 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(0 + (l45 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(0 + (l45 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(0 + (l45 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(0 + (l45 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(0 + (l45 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel layernorm_1k_16bit for f16: grid block(x:2); 32 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_f16_whole(const dt_args args) {
+/* kernel layernorm_1k_16bit for f16: grid block(x:2); 64 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16_whole(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -726,15 +735,15 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_f16_whole
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2): loads one step ahead */
-    uint4 qn2[4];
-    bool fn3[4];
-    uint4 qn4[4];
-    bool fn5[4];
-    uint4 qn6[4];
-    bool fn7[4];
+    uint4 qn2[2];
+    bool fn3[2];
+    uint4 qn4[2];
+    bool fn5[2];
+    uint4 qn6[2];
+    bool fn7[2];
     #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 32 + tid) * 8;
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
         const int l8 = (int)((unsigned)e / 1024u % 1u);
         const int l9 = (int)((unsigned)e / 1u % 1024u);
         const unsigned a = (unsigned)((b0 * 2) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
@@ -742,30 +751,30 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_f16_whole
         if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 32 + tid) * 8;
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
         const int l10 = (int)((unsigned)e / 1u % 1024u);
         const unsigned a = (unsigned)(0 + l10) * (unsigned)args.input_strides[1][0];
         fn5[c] = (unsigned)(0 + l10) < (unsigned)s1;
         if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 32 + tid) * 8;
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
         const int l11 = (int)((unsigned)e / 1u % 1024u);
         const unsigned a = (unsigned)(0 + l11) * (unsigned)args.input_strides[2][0];
         fn7[c] = (unsigned)(0 + l11) < (unsigned)s1;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
     for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
-        uint4 q12[4];
-        bool f13[4];
+        uint4 q12[2];
+        bool f13[2];
         #pragma unroll
-        for (int c = 0; c < 4; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
+        for (int c = 0; c < 2; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
         if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
             #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int e = (c * 32 + tid) * 8;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 64 + tid) * 8;
                 const int l14 = (int)((unsigned)e / 1024u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
@@ -780,9 +789,9 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_f16_whole
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_f16s<32> v0; /* 16-bit values as loaded */
+        dt_f16s<16> v0; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
+        for (int c = 0; c < 2; c++) {
             if (f13[c]) {
                 v0.w[c] = q12[c];
             } else {
@@ -790,21 +799,26 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_f16_whole
             }
         }
         float v2[1];
-        /* reduction in registers: 32 per thread and row, then shuffles */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 32; q++) p[i] = p[i] + v0[i * 32 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v0[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v2[r] = p[e];
-            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a20 = 0e0f;
+            for (int g = 0; g < 2; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a20;
         }
         {
             const int r = 0, e = 0;
@@ -836,47 +850,51 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_f16_whole
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v8[32];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v8[r] = (v0[r] - v5[0]);
             }
         }
-        float v12[32];
+        float v12[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v12[r] = (v8[r] * v8[r]);
             }
         }
-        float v13[32];
+        float v13[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                const int l29 = (int)((unsigned)e / 1u % 1024u);
-                v13[r] = ((unsigned)(0 + l29) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l30 = (int)((unsigned)e / 1u % 1024u);
+                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
-        /* reduction in registers: 32 per thread and row, then shuffles */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 32; q++) p[i] = p[i] + v13[i * 32 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v14[r] = p[e];
-            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a32 = 0e0f;
+            for (int g = 0; g < 2; g++) a32 = a32 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v14[r] = a32;
         }
         {
             const int r = 0, e = 0;
@@ -913,61 +931,61 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_f16_whole
             (void)r; (void)e;
             v24[r] = dt_rsqrt(v23[0]);
         }
-        float v25[32];
+        float v25[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        dt_f16s<32> v26; /* 16-bit values as loaded */
+        dt_f16s<16> v26; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
+        for (int c = 0; c < 2; c++) {
             if (fn5[c]) {
                 v26.w[c] = qn4[c];
             } else {
                 v26.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
         }
-        float v27[32];
+        float v27[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        dt_f16s<32> v28; /* 16-bit values as loaded */
+        dt_f16s<16> v28; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
+        for (int c = 0; c < 2; c++) {
             if (fn7[c]) {
                 v28.w[c] = qn6[c];
             } else {
                 v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
         }
-        float v29[32];
+        float v29[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 32 + tid) * 8;
-            const int l44 = (int)((unsigned)e / 1024u % 1u);
-            const int l45 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l44) * (unsigned)args.output_strides[0] + (unsigned)(0 + l45) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(0 + l45) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l46 = (int)((unsigned)e / 1024u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
         }
     }
 }
 
-/* kernel layernorm_1k_16bit for bf16: grid block(x:2); 32 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_bf16(const dt_args args) {
+/* kernel layernorm_1k_16bit for bf16: grid block(x:2); 64 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -985,15 +1003,15 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_bf16(cons
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2): loads one step ahead */
-    uint4 qn2[4];
-    bool fn3[4];
-    uint4 qn4[4];
-    bool fn5[4];
-    uint4 qn6[4];
-    bool fn7[4];
+    uint4 qn2[2];
+    bool fn3[2];
+    uint4 qn4[2];
+    bool fn5[2];
+    uint4 qn6[2];
+    bool fn7[2];
     #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 32 + tid) * 8;
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
         const int l8 = (int)((unsigned)e / 1024u % 1u);
         const int l9 = (int)((unsigned)e / 1u % 1024u);
         const unsigned a = (unsigned)((b0 * 2) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
@@ -1001,30 +1019,30 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_bf16(cons
         if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 32 + tid) * 8;
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
         const int l10 = (int)((unsigned)e / 1u % 1024u);
         const unsigned a = (unsigned)(0 + l10) * (unsigned)args.input_strides[1][0];
         fn5[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l10 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
         if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 32 + tid) * 8;
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
         const int l11 = (int)((unsigned)e / 1u % 1024u);
         const unsigned a = (unsigned)(0 + l11) * (unsigned)args.input_strides[2][0];
         fn7[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
     for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
-        uint4 q12[4];
-        bool f13[4];
+        uint4 q12[2];
+        bool f13[2];
         #pragma unroll
-        for (int c = 0; c < 4; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
+        for (int c = 0; c < 2; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
         if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
             #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int e = (c * 32 + tid) * 8;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 64 + tid) * 8;
                 const int l14 = (int)((unsigned)e / 1024u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
@@ -1039,10 +1057,10 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_bf16(cons
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_bf16s<32> v0; /* 16-bit values as loaded */
+        dt_bf16s<16> v0; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 32 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
             const int l17 = (int)((unsigned)e / 1024u % 1u);
             const int l18 = (int)((unsigned)e / 1u % 1024u);
             if (f13[c]) {
@@ -1056,21 +1074,26 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_bf16(cons
             }
         }
         float v2[1];
-        /* reduction in registers: 32 per thread and row, then shuffles */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 32; q++) p[i] = p[i] + v0[i * 32 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v0[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v2[r] = p[e];
-            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a20 = 0e0f;
+            for (int g = 0; g < 2; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a20;
         }
         {
             const int r = 0, e = 0;
@@ -1102,47 +1125,51 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_bf16(cons
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v8[32];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v8[r] = (v0[r] - v5[0]);
             }
         }
-        float v12[32];
+        float v12[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v12[r] = (v8[r] * v8[r]);
             }
         }
-        float v13[32];
+        float v13[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                const int l29 = (int)((unsigned)e / 1u % 1024u);
-                v13[r] = ((unsigned)(0 + l29) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l30 = (int)((unsigned)e / 1u % 1024u);
+                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
-        /* reduction in registers: 32 per thread and row, then shuffles */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 32; q++) p[i] = p[i] + v13[i * 32 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v14[r] = p[e];
-            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a32 = 0e0f;
+            for (int g = 0; g < 2; g++) a32 = a32 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v14[r] = a32;
         }
         {
             const int r = 0, e = 0;
@@ -1179,84 +1206,84 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_bf16(cons
             (void)r; (void)e;
             v24[r] = dt_rsqrt(v23[0]);
         }
-        float v25[32];
+        float v25[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        dt_bf16s<32> v26; /* 16-bit values as loaded */
+        dt_bf16s<16> v26; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 32 + tid) * 8;
-            const int l38 = (int)((unsigned)e / 1u % 1024u);
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l40 = (int)((unsigned)e / 1u % 1024u);
             if (fn5[c]) {
                 v26.w[c] = qn4[c];
             } else {
-                const unsigned a = (unsigned)(0 + l38) * (unsigned)args.input_strides[1][0];
+                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l38 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l40 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
                 v26.w[c] = w;
             }
         }
-        float v27[32];
+        float v27[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        dt_bf16s<32> v28; /* 16-bit values as loaded */
+        dt_bf16s<16> v28; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 32 + tid) * 8;
-            const int l41 = (int)((unsigned)e / 1u % 1024u);
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l43 = (int)((unsigned)e / 1u % 1024u);
             if (fn7[c]) {
                 v28.w[c] = qn6[c];
             } else {
-                const unsigned a = (unsigned)(0 + l41) * (unsigned)args.input_strides[2][0];
+                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l41 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l43 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
                 v28.w[c] = w;
             }
         }
-        float v29[32];
+        float v29[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 32 + tid) * 8;
-            const int l44 = (int)((unsigned)e / 1024u % 1u);
-            const int l45 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l44) * (unsigned)args.output_strides[0] + (unsigned)(0 + l45) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(0 + (l45 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l46 = (int)((unsigned)e / 1024u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(0 + l45) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(0 + (l45 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(0 + (l45 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(0 + (l45 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(0 + (l45 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(0 + (l45 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(0 + (l45 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(0 + (l45 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel layernorm_1k_16bit for bf16: grid block(x:2); 32 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_bf16_whole(const dt_args args) {
+/* kernel layernorm_1k_16bit for bf16: grid block(x:2); 64 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16_whole(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1274,15 +1301,15 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_bf16_whol
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2): loads one step ahead */
-    uint4 qn2[4];
-    bool fn3[4];
-    uint4 qn4[4];
-    bool fn5[4];
-    uint4 qn6[4];
-    bool fn7[4];
+    uint4 qn2[2];
+    bool fn3[2];
+    uint4 qn4[2];
+    bool fn5[2];
+    uint4 qn6[2];
+    bool fn7[2];
     #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 32 + tid) * 8;
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
         const int l8 = (int)((unsigned)e / 1024u % 1u);
         const int l9 = (int)((unsigned)e / 1u % 1024u);
         const unsigned a = (unsigned)((b0 * 2) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
@@ -1290,30 +1317,30 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_bf16_whol
         if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 32 + tid) * 8;
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
         const int l10 = (int)((unsigned)e / 1u % 1024u);
         const unsigned a = (unsigned)(0 + l10) * (unsigned)args.input_strides[1][0];
         fn5[c] = (unsigned)(0 + l10) < (unsigned)s1;
         if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 32 + tid) * 8;
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
         const int l11 = (int)((unsigned)e / 1u % 1024u);
         const unsigned a = (unsigned)(0 + l11) * (unsigned)args.input_strides[2][0];
         fn7[c] = (unsigned)(0 + l11) < (unsigned)s1;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
     for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
-        uint4 q12[4];
-        bool f13[4];
+        uint4 q12[2];
+        bool f13[2];
         #pragma unroll
-        for (int c = 0; c < 4; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
+        for (int c = 0; c < 2; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
         if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
             #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int e = (c * 32 + tid) * 8;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 64 + tid) * 8;
                 const int l14 = (int)((unsigned)e / 1024u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
@@ -1328,9 +1355,9 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_bf16_whol
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_bf16s<32> v0; /* 16-bit values as loaded */
+        dt_bf16s<16> v0; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
+        for (int c = 0; c < 2; c++) {
             if (f13[c]) {
                 v0.w[c] = q12[c];
             } else {
@@ -1338,21 +1365,26 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_bf16_whol
             }
         }
         float v2[1];
-        /* reduction in registers: 32 per thread and row, then shuffles */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 32; q++) p[i] = p[i] + v0[i * 32 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v0[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v2[r] = p[e];
-            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a20 = 0e0f;
+            for (int g = 0; g < 2; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a20;
         }
         {
             const int r = 0, e = 0;
@@ -1384,47 +1416,51 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_bf16_whol
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v8[32];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v8[r] = (v0[r] - v5[0]);
             }
         }
-        float v12[32];
+        float v12[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v12[r] = (v8[r] * v8[r]);
             }
         }
-        float v13[32];
+        float v13[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                const int l29 = (int)((unsigned)e / 1u % 1024u);
-                v13[r] = ((unsigned)(0 + l29) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l30 = (int)((unsigned)e / 1u % 1024u);
+                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
-        /* reduction in registers: 32 per thread and row, then shuffles */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 32; q++) p[i] = p[i] + v13[i * 32 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v14[r] = p[e];
-            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a32 = 0e0f;
+            for (int g = 0; g < 2; g++) a32 = a32 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v14[r] = a32;
         }
         {
             const int r = 0, e = 0;
@@ -1461,61 +1497,61 @@ extern "C" __global__ void __launch_bounds__(32) dt_layernorm_1k_16bit_bf16_whol
             (void)r; (void)e;
             v24[r] = dt_rsqrt(v23[0]);
         }
-        float v25[32];
+        float v25[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        dt_bf16s<32> v26; /* 16-bit values as loaded */
+        dt_bf16s<16> v26; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
+        for (int c = 0; c < 2; c++) {
             if (fn5[c]) {
                 v26.w[c] = qn4[c];
             } else {
                 v26.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
         }
-        float v27[32];
+        float v27[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        dt_bf16s<32> v28; /* 16-bit values as loaded */
+        dt_bf16s<16> v28; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
+        for (int c = 0; c < 2; c++) {
             if (fn7[c]) {
                 v28.w[c] = qn6[c];
             } else {
                 v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
         }
-        float v29[32];
+        float v29[16];
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 32 + tid) * 8;
-            const int l44 = (int)((unsigned)e / 1024u % 1u);
-            const int l45 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l44) * (unsigned)args.output_strides[0] + (unsigned)(0 + l45) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(0 + l45) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l46 = (int)((unsigned)e / 1024u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
         }
     }
 }
 
-/* kernel layernorm_1k for f32: grid block(x:2); 128 threads, 32 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_f32(const dt_args args) {
+/* kernel layernorm_1k for f32: grid block(x:1); 128 threads, 32 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1528,12 +1564,12 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_f32(const d
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
-    /* block(x:2) layernorm_1k.tensorize(x:1) num_stages(2) */
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) layernorm_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -1572,7 +1608,6 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_f32(const d
                 for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
@@ -1774,8 +1809,8 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_f32(const d
     }
 }
 
-/* kernel layernorm_1k for f32: grid block(x:2); 128 threads, 32 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_f32_whole(const dt_args args) {
+/* kernel layernorm_1k for f32: grid block(x:1); 128 threads, 32 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32_whole(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1788,12 +1823,12 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_f32_whole(c
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
-    /* block(x:2) layernorm_1k.tensorize(x:1) num_stages(2) */
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) layernorm_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -1832,7 +1867,6 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_f32_whole(c
                 for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }

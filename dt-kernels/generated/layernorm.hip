@@ -418,8 +418,8 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel layernorm_1k_16bit for f16: grid block(x:2); 64 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_f16(const dt_args args) {
+/* kernel layernorm_1k_16bit for f16: grid block(x:2); 128 threads, 32 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -437,15 +437,15 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_f16(const
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2): loads one step ahead */
-    uint4 qn2[2];
-    bool fn3[2];
-    uint4 qn4[2];
-    bool fn5[2];
-    uint4 qn6[2];
-    bool fn7[2];
+    uint4 qn2[1];
+    bool fn3[1];
+    uint4 qn4[1];
+    bool fn5[1];
+    uint4 qn6[1];
+    bool fn7[1];
     #pragma unroll
-    for (int c = 0; c < 2; c++) {
-        const int e = (c * 64 + tid) * 8;
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 128 + tid) * 8;
         const int l8 = (int)((unsigned)e / 1024u % 1u);
         const int l9 = (int)((unsigned)e / 1u % 1024u);
         const unsigned a = (unsigned)((b0 * 2) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
@@ -453,30 +453,30 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_f16(const
         if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 2; c++) {
-        const int e = (c * 64 + tid) * 8;
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 128 + tid) * 8;
         const int l10 = (int)((unsigned)e / 1u % 1024u);
         const unsigned a = (unsigned)(0 + l10) * (unsigned)args.input_strides[1][0];
         fn5[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l10 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
         if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 2; c++) {
-        const int e = (c * 64 + tid) * 8;
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 128 + tid) * 8;
         const int l11 = (int)((unsigned)e / 1u % 1024u);
         const unsigned a = (unsigned)(0 + l11) * (unsigned)args.input_strides[2][0];
         fn7[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
     for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
-        uint4 q12[2];
-        bool f13[2];
+        uint4 q12[1];
+        bool f13[1];
         #pragma unroll
-        for (int c = 0; c < 2; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
+        for (int c = 0; c < 1; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
         if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 64 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
                 const int l14 = (int)((unsigned)e / 1024u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
@@ -491,10 +491,10 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_f16(const
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_f16s<16> v0; /* 16-bit values as loaded */
+        dt_f16s<8> v0; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 64 + tid) * 8;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
             const int l17 = (int)((unsigned)e / 1024u % 1u);
             const int l18 = (int)((unsigned)e / 1u % 1024u);
             if (f13[c]) {
@@ -508,14 +508,14 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_f16(const
             }
         }
         float v2[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v0[i * 16 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
@@ -526,7 +526,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_f16(const
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a20 = 0e0f;
-            for (int g = 0; g < 2; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            for (int g = 0; g < 4; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
             v2[r] = a20;
         }
         {
@@ -559,50 +559,50 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_f16(const
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v8[16];
+        float v8[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v8[r] = (v0[r] - v5[0]);
             }
         }
-        float v12[16];
+        float v12[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v12[r] = (v8[r] * v8[r]);
             }
         }
-        float v13[16];
+        float v13[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 const int l30 = (int)((unsigned)e / 1u % 1024u);
                 v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v13[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a32 = 0e0f;
-            for (int g = 0; g < 2; g++) a32 = a32 + ((dt_smem + 0) + 2)[g * 1 + e];
+            for (int g = 0; g < 4; g++) a32 = a32 + ((dt_smem + 0) + 4)[g * 1 + e];
             v14[r] = a32;
         }
         {
@@ -640,18 +640,18 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_f16(const
             (void)r; (void)e;
             v24[r] = dt_rsqrt(v23[0]);
         }
-        float v25[16];
+        float v25[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        dt_f16s<16> v26; /* 16-bit values as loaded */
+        dt_f16s<8> v26; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 64 + tid) * 8;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
             const int l40 = (int)((unsigned)e / 1u % 1024u);
             if (fn5[c]) {
                 v26.w[c] = qn4[c];
@@ -663,18 +663,18 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_f16(const
                 v26.w[c] = w;
             }
         }
-        float v27[16];
+        float v27[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        dt_f16s<16> v28; /* 16-bit values as loaded */
+        dt_f16s<8> v28; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 64 + tid) * 8;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
             const int l43 = (int)((unsigned)e / 1u % 1024u);
             if (fn7[c]) {
                 v28.w[c] = qn6[c];
@@ -686,17 +686,17 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_f16(const
                 v28.w[c] = w;
             }
         }
-        float v29[16];
+        float v29[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 64 + tid) * 8;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
             const int l46 = (int)((unsigned)e / 1024u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
@@ -716,8 +716,8 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_f16(const
     }
 }
 
-/* kernel layernorm_1k_16bit for f16: grid block(x:2); 64 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_f16_whole(const dt_args args) {
+/* kernel layernorm_1k_16bit for f16: grid block(x:2); 128 threads, 32 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16_whole(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -735,15 +735,15 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_f16_whole
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2): loads one step ahead */
-    uint4 qn2[2];
-    bool fn3[2];
-    uint4 qn4[2];
-    bool fn5[2];
-    uint4 qn6[2];
-    bool fn7[2];
+    uint4 qn2[1];
+    bool fn3[1];
+    uint4 qn4[1];
+    bool fn5[1];
+    uint4 qn6[1];
+    bool fn7[1];
     #pragma unroll
-    for (int c = 0; c < 2; c++) {
-        const int e = (c * 64 + tid) * 8;
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 128 + tid) * 8;
         const int l8 = (int)((unsigned)e / 1024u % 1u);
         const int l9 = (int)((unsigned)e / 1u % 1024u);
         const unsigned a = (unsigned)((b0 * 2) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
@@ -751,30 +751,30 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_f16_whole
         if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 2; c++) {
-        const int e = (c * 64 + tid) * 8;
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 128 + tid) * 8;
         const int l10 = (int)((unsigned)e / 1u % 1024u);
         const unsigned a = (unsigned)(0 + l10) * (unsigned)args.input_strides[1][0];
         fn5[c] = (unsigned)(0 + l10) < (unsigned)s1;
         if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 2; c++) {
-        const int e = (c * 64 + tid) * 8;
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 128 + tid) * 8;
         const int l11 = (int)((unsigned)e / 1u % 1024u);
         const unsigned a = (unsigned)(0 + l11) * (unsigned)args.input_strides[2][0];
         fn7[c] = (unsigned)(0 + l11) < (unsigned)s1;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
     for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
-        uint4 q12[2];
-        bool f13[2];
+        uint4 q12[1];
+        bool f13[1];
         #pragma unroll
-        for (int c = 0; c < 2; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
+        for (int c = 0; c < 1; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
         if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 64 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
                 const int l14 = (int)((unsigned)e / 1024u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
@@ -789,9 +789,9 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_f16_whole
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_f16s<16> v0; /* 16-bit values as loaded */
+        dt_f16s<8> v0; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
+        for (int c = 0; c < 1; c++) {
             if (f13[c]) {
                 v0.w[c] = q12[c];
             } else {
@@ -799,14 +799,14 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_f16_whole
             }
         }
         float v2[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v0[i * 16 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
@@ -817,7 +817,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_f16_whole
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a20 = 0e0f;
-            for (int g = 0; g < 2; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            for (int g = 0; g < 4; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
             v2[r] = a20;
         }
         {
@@ -850,50 +850,50 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_f16_whole
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v8[16];
+        float v8[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v8[r] = (v0[r] - v5[0]);
             }
         }
-        float v12[16];
+        float v12[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v12[r] = (v8[r] * v8[r]);
             }
         }
-        float v13[16];
+        float v13[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 const int l30 = (int)((unsigned)e / 1u % 1024u);
                 v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v13[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a32 = 0e0f;
-            for (int g = 0; g < 2; g++) a32 = a32 + ((dt_smem + 0) + 2)[g * 1 + e];
+            for (int g = 0; g < 4; g++) a32 = a32 + ((dt_smem + 0) + 4)[g * 1 + e];
             v14[r] = a32;
         }
         {
@@ -931,51 +931,51 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_f16_whole
             (void)r; (void)e;
             v24[r] = dt_rsqrt(v23[0]);
         }
-        float v25[16];
+        float v25[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        dt_f16s<16> v26; /* 16-bit values as loaded */
+        dt_f16s<8> v26; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
+        for (int c = 0; c < 1; c++) {
             if (fn5[c]) {
                 v26.w[c] = qn4[c];
             } else {
                 v26.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
         }
-        float v27[16];
+        float v27[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        dt_f16s<16> v28; /* 16-bit values as loaded */
+        dt_f16s<8> v28; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
+        for (int c = 0; c < 1; c++) {
             if (fn7[c]) {
                 v28.w[c] = qn6[c];
             } else {
                 v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
         }
-        float v29[16];
+        float v29[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 64 + tid) * 8;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
             const int l46 = (int)((unsigned)e / 1024u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
@@ -984,8 +984,8 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_f16_whole
     }
 }
 
-/* kernel layernorm_1k_16bit for bf16: grid block(x:2); 64 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_bf16(const dt_args args) {
+/* kernel layernorm_1k_16bit for bf16: grid block(x:2); 128 threads, 32 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1003,15 +1003,15 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_bf16(cons
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2): loads one step ahead */
-    uint4 qn2[2];
-    bool fn3[2];
-    uint4 qn4[2];
-    bool fn5[2];
-    uint4 qn6[2];
-    bool fn7[2];
+    uint4 qn2[1];
+    bool fn3[1];
+    uint4 qn4[1];
+    bool fn5[1];
+    uint4 qn6[1];
+    bool fn7[1];
     #pragma unroll
-    for (int c = 0; c < 2; c++) {
-        const int e = (c * 64 + tid) * 8;
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 128 + tid) * 8;
         const int l8 = (int)((unsigned)e / 1024u % 1u);
         const int l9 = (int)((unsigned)e / 1u % 1024u);
         const unsigned a = (unsigned)((b0 * 2) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
@@ -1019,30 +1019,30 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_bf16(cons
         if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 2; c++) {
-        const int e = (c * 64 + tid) * 8;
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 128 + tid) * 8;
         const int l10 = (int)((unsigned)e / 1u % 1024u);
         const unsigned a = (unsigned)(0 + l10) * (unsigned)args.input_strides[1][0];
         fn5[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l10 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
         if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 2; c++) {
-        const int e = (c * 64 + tid) * 8;
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 128 + tid) * 8;
         const int l11 = (int)((unsigned)e / 1u % 1024u);
         const unsigned a = (unsigned)(0 + l11) * (unsigned)args.input_strides[2][0];
         fn7[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
     for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
-        uint4 q12[2];
-        bool f13[2];
+        uint4 q12[1];
+        bool f13[1];
         #pragma unroll
-        for (int c = 0; c < 2; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
+        for (int c = 0; c < 1; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
         if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 64 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
                 const int l14 = (int)((unsigned)e / 1024u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
@@ -1057,10 +1057,10 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_bf16(cons
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_bf16s<16> v0; /* 16-bit values as loaded */
+        dt_bf16s<8> v0; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 64 + tid) * 8;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
             const int l17 = (int)((unsigned)e / 1024u % 1u);
             const int l18 = (int)((unsigned)e / 1u % 1024u);
             if (f13[c]) {
@@ -1074,14 +1074,14 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_bf16(cons
             }
         }
         float v2[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v0[i * 16 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
@@ -1092,7 +1092,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_bf16(cons
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a20 = 0e0f;
-            for (int g = 0; g < 2; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            for (int g = 0; g < 4; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
             v2[r] = a20;
         }
         {
@@ -1125,50 +1125,50 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_bf16(cons
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v8[16];
+        float v8[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v8[r] = (v0[r] - v5[0]);
             }
         }
-        float v12[16];
+        float v12[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v12[r] = (v8[r] * v8[r]);
             }
         }
-        float v13[16];
+        float v13[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 const int l30 = (int)((unsigned)e / 1u % 1024u);
                 v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v13[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a32 = 0e0f;
-            for (int g = 0; g < 2; g++) a32 = a32 + ((dt_smem + 0) + 2)[g * 1 + e];
+            for (int g = 0; g < 4; g++) a32 = a32 + ((dt_smem + 0) + 4)[g * 1 + e];
             v14[r] = a32;
         }
         {
@@ -1206,18 +1206,18 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_bf16(cons
             (void)r; (void)e;
             v24[r] = dt_rsqrt(v23[0]);
         }
-        float v25[16];
+        float v25[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        dt_bf16s<16> v26; /* 16-bit values as loaded */
+        dt_bf16s<8> v26; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 64 + tid) * 8;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
             const int l40 = (int)((unsigned)e / 1u % 1024u);
             if (fn5[c]) {
                 v26.w[c] = qn4[c];
@@ -1229,18 +1229,18 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_bf16(cons
                 v26.w[c] = w;
             }
         }
-        float v27[16];
+        float v27[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        dt_bf16s<16> v28; /* 16-bit values as loaded */
+        dt_bf16s<8> v28; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 64 + tid) * 8;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
             const int l43 = (int)((unsigned)e / 1u % 1024u);
             if (fn7[c]) {
                 v28.w[c] = qn6[c];
@@ -1252,17 +1252,17 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_bf16(cons
                 v28.w[c] = w;
             }
         }
-        float v29[16];
+        float v29[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 64 + tid) * 8;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
             const int l46 = (int)((unsigned)e / 1024u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
@@ -1282,8 +1282,8 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_bf16(cons
     }
 }
 
-/* kernel layernorm_1k_16bit for bf16: grid block(x:2); 64 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_bf16_whole(const dt_args args) {
+/* kernel layernorm_1k_16bit for bf16: grid block(x:2); 128 threads, 32 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16_whole(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1301,15 +1301,15 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_bf16_whol
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2): loads one step ahead */
-    uint4 qn2[2];
-    bool fn3[2];
-    uint4 qn4[2];
-    bool fn5[2];
-    uint4 qn6[2];
-    bool fn7[2];
+    uint4 qn2[1];
+    bool fn3[1];
+    uint4 qn4[1];
+    bool fn5[1];
+    uint4 qn6[1];
+    bool fn7[1];
     #pragma unroll
-    for (int c = 0; c < 2; c++) {
-        const int e = (c * 64 + tid) * 8;
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 128 + tid) * 8;
         const int l8 = (int)((unsigned)e / 1024u % 1u);
         const int l9 = (int)((unsigned)e / 1u % 1024u);
         const unsigned a = (unsigned)((b0 * 2) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
@@ -1317,30 +1317,30 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_bf16_whol
         if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 2; c++) {
-        const int e = (c * 64 + tid) * 8;
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 128 + tid) * 8;
         const int l10 = (int)((unsigned)e / 1u % 1024u);
         const unsigned a = (unsigned)(0 + l10) * (unsigned)args.input_strides[1][0];
         fn5[c] = (unsigned)(0 + l10) < (unsigned)s1;
         if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 2; c++) {
-        const int e = (c * 64 + tid) * 8;
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 128 + tid) * 8;
         const int l11 = (int)((unsigned)e / 1u % 1024u);
         const unsigned a = (unsigned)(0 + l11) * (unsigned)args.input_strides[2][0];
         fn7[c] = (unsigned)(0 + l11) < (unsigned)s1;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
     for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
-        uint4 q12[2];
-        bool f13[2];
+        uint4 q12[1];
+        bool f13[1];
         #pragma unroll
-        for (int c = 0; c < 2; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
+        for (int c = 0; c < 1; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
         if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 64 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
                 const int l14 = (int)((unsigned)e / 1024u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
@@ -1355,9 +1355,9 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_bf16_whol
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_bf16s<16> v0; /* 16-bit values as loaded */
+        dt_bf16s<8> v0; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
+        for (int c = 0; c < 1; c++) {
             if (f13[c]) {
                 v0.w[c] = q12[c];
             } else {
@@ -1365,14 +1365,14 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_bf16_whol
             }
         }
         float v2[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v0[i * 16 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
@@ -1383,7 +1383,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_bf16_whol
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a20 = 0e0f;
-            for (int g = 0; g < 2; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            for (int g = 0; g < 4; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
             v2[r] = a20;
         }
         {
@@ -1416,50 +1416,50 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_bf16_whol
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v8[16];
+        float v8[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v8[r] = (v0[r] - v5[0]);
             }
         }
-        float v12[16];
+        float v12[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v12[r] = (v8[r] * v8[r]);
             }
         }
-        float v13[16];
+        float v13[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 const int l30 = (int)((unsigned)e / 1u % 1024u);
                 v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v13[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a32 = 0e0f;
-            for (int g = 0; g < 2; g++) a32 = a32 + ((dt_smem + 0) + 2)[g * 1 + e];
+            for (int g = 0; g < 4; g++) a32 = a32 + ((dt_smem + 0) + 4)[g * 1 + e];
             v14[r] = a32;
         }
         {
@@ -1497,51 +1497,51 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_bf16_whol
             (void)r; (void)e;
             v24[r] = dt_rsqrt(v23[0]);
         }
-        float v25[16];
+        float v25[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        dt_bf16s<16> v26; /* 16-bit values as loaded */
+        dt_bf16s<8> v26; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
+        for (int c = 0; c < 1; c++) {
             if (fn5[c]) {
                 v26.w[c] = qn4[c];
             } else {
                 v26.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
         }
-        float v27[16];
+        float v27[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        dt_bf16s<16> v28; /* 16-bit values as loaded */
+        dt_bf16s<8> v28; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
+        for (int c = 0; c < 1; c++) {
             if (fn7[c]) {
                 v28.w[c] = qn6[c];
             } else {
                 v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
         }
-        float v29[16];
+        float v29[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 64 + tid) * 8;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
             const int l46 = (int)((unsigned)e / 1024u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
@@ -1550,7 +1550,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_bf16_whol
     }
 }
 
-/* kernel layernorm_1k for f32: grid block(x:2); 256 threads, 64 bytes of shared memory */
+/* kernel layernorm_1k for f32: grid block(x:1); 256 threads, 64 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1564,12 +1564,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32(const dt_a
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
-    /* block(x:2) layernorm_1k.tensorize(x:1) num_stages(2) */
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) layernorm_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -1608,7 +1608,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32(const dt_a
                 for (int q = 0; q < 4; q++) p[i] = p[i] + v0[i * 4 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
@@ -1810,7 +1809,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32(const dt_a
     }
 }
 
-/* kernel layernorm_1k for f32: grid block(x:2); 256 threads, 64 bytes of shared memory */
+/* kernel layernorm_1k for f32: grid block(x:1); 256 threads, 64 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32_whole(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1824,12 +1823,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32_whole(cons
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
-    /* block(x:2) layernorm_1k.tensorize(x:1) num_stages(2) */
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) layernorm_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -1868,7 +1867,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32_whole(cons
                 for (int q = 0; q < 4; q++) p[i] = p[i] + v0[i * 4 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }

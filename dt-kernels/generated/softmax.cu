@@ -1422,7 +1422,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f32_whole(con
 }
 
 /* kernel softmax_4k for f16: grid block(x:1); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 6) dt_softmax_4k_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1600,7 +1600,7 @@ extern "C" __global__ void __launch_bounds__(256, 6) dt_softmax_4k_f16(const dt_
 }
 
 /* kernel softmax_4k for f16: grid block(x:1); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 6) dt_softmax_4k_f16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f16_whole(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1760,7 +1760,7 @@ extern "C" __global__ void __launch_bounds__(256, 6) dt_softmax_4k_f16_whole(con
 }
 
 /* kernel softmax_4k for bf16: grid block(x:1); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 6) dt_softmax_4k_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1938,7 +1938,7 @@ extern "C" __global__ void __launch_bounds__(256, 6) dt_softmax_4k_bf16(const dt
 }
 
 /* kernel softmax_4k for bf16: grid block(x:1); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 6) dt_softmax_4k_bf16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_bf16_whole(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2098,7 +2098,7 @@ extern "C" __global__ void __launch_bounds__(256, 6) dt_softmax_4k_bf16_whole(co
 }
 
 /* kernel softmax_4k for f32: grid block(x:1); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 6) dt_softmax_4k_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2265,7 +2265,7 @@ extern "C" __global__ void __launch_bounds__(256, 6) dt_softmax_4k_f32(const dt_
 }
 
 /* kernel softmax_4k for f32: grid block(x:1); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 6) dt_softmax_4k_f32_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f32_whole(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
