@@ -580,6 +580,11 @@ pub fn runs_are_whole(k: &Kernel, elem_bytes: usize, size: impl Fn(usize) -> i64
         })
 }
 
+/// The symbol of the twin of GPU kernel `symbol` built for whole runs (see [`runs_are_whole`]).
+pub fn whole_runs_symbol(symbol: &str) -> String {
+    format!("{symbol}_whole")
+}
+
 /// Whether a CUDA GPU of compute capability `major`.x has thread-block clusters (sm_90 and newer),
 /// which clustered kernels need.
 pub fn cuda_has_clusters(major: i32) -> bool {

@@ -236,7 +236,7 @@ impl Plan {
     /// one built for whole 16-byte runs where the backend has it (`built`) and every tensor's
     /// runs are whole ([`dt_core::kir::runs_are_whole`]); else the one built for any layout.
     pub(crate) fn launch_symbol(&self, args: &DtArgs, dtype: DType, built: impl Fn(&str) -> bool) -> String {
-        let whole = format!("{}_whole", self.symbol);
+        let whole = dt_core::kir::whole_runs_symbol(&self.symbol);
         let inputs = (0..self.kernel.inputs.len()).map(|slot| (args.inputs[slot], &args.input_strides[slot][..]));
         let tensors: Vec<dt_core::kir::LaunchTensor<'_>> = inputs
             .chain([(args.output, &args.output_strides[..])])

@@ -143,9 +143,7 @@ fn runs_start_whole(k: &Kernel, vector: usize) -> bool {
 }
 
 /// The symbol of the kernel for whole runs ([`Layouts::WholeRuns`]) of the kernel `symbol`.
-pub fn whole_runs_symbol(symbol: &str) -> String {
-    format!("{symbol}_whole")
-}
+pub use dt_core::kir::whole_runs_symbol;
 
 fn c_type(d: DType) -> &'static str {
     match d {
