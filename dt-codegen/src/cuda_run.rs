@@ -134,12 +134,7 @@ impl CudaRunner {
         if staged.programs == 0 || staged.out_shape.iter().product::<usize>() == 0 {
             return Ok(());
         }
-        if info.layouts == crate::emit::gpu::Layouts::WholeRuns && !staged.whole_runs {
-            return Err(GpuError(format!(
-                "kernel `{}` is built for whole 16-byte runs, and this launch's tensors do not all have them",
-                info.symbol
-            )));
-        }
+        crate::host::check_layouts(info, staged.whole_runs, staged.dtype).map_err(|e| GpuError(e.0))?;
         let cfg =
             LaunchConfig { grid_dim: (staged.programs as u32, 1, 1), block_dim: (info.threads, 1, 1), shared_mem_bytes: info.shared_bytes };
         let mut launch = self.stream.launch_builder(f);

@@ -128,10 +128,10 @@ pub fn runs_are_whole(k: &Kernel, dtype: DType, a: &DtArgs) -> bool {
     dt_core::kir::runs_are_whole(k, dtype.size_bytes(), |slot| a.sizes[slot], &tensors)
 }
 
-/// Checks that kernel `k`, emitted with launch parameters `info`, may run with argument block
-/// `a`: one built for whole runs only where the tensors have them.
-pub fn check_layouts(k: &Kernel, info: &crate::emit::gpu::LaunchInfo, dtype: DType, a: &DtArgs) -> Result<(), HostError> {
-    if info.layouts == crate::emit::gpu::Layouts::WholeRuns && !runs_are_whole(k, dtype, a) {
+/// Checks that the kernel of launch parameters `info` may run on tensors whose runs are whole
+/// or not (`whole_runs`, [`runs_are_whole`]): one built for whole runs only where they are.
+pub fn check_layouts(info: &crate::emit::gpu::LaunchInfo, whole_runs: bool, dtype: DType) -> Result<(), HostError> {
+    if info.layouts == crate::emit::gpu::Layouts::WholeRuns && !whole_runs {
         return Err(HostError(format!(
             "kernel `{}` is built for whole 16-byte runs, and the tensors of this launch do not all have them \
              (16-byte aligned, contiguous along the last axis, its length and the other strides multiples of {})",

@@ -67,8 +67,7 @@ fn cuda_matches_reference_evaluator() {
             };
             let module = gpu.compile(&cuda).unwrap_or_else(|e| panic!("{rel} schedule {si}: {e}\n{spec}"));
             for info in &infos {
-                let (k, dtype) = kernel_of(&items, info);
-                let dtype = &dtype;
+                let (k, dtype, _) = item_of(&items, |(_, _, s)| s.as_str(), info);
                 if k.grid.cluster.is_some() && !gpu.clusters() {
                     eprintln!("{rel} schedule {si}: kernel {} skipped: clustered, and this GPU has no clusters", k.name);
                     continue;

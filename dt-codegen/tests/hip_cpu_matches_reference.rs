@@ -169,10 +169,7 @@ fn check_spec(rel: &str) -> usize {
     for info in &infos {
         // Each kernel, and after it its kernel for whole runs where it has one.
         let whole = info.layouts == gpu::Layouts::WholeRuns;
-        let (si, k, dtype, _, text) = items
-            .iter()
-            .find(|(_, _, _, symbol, _)| *symbol == info.symbol || (whole && gpu::whole_runs_symbol(symbol) == info.symbol))
-            .unwrap_or_else(|| panic!("{rel}: no kernel for symbol `{}`", info.symbol));
+        let (si, k, dtype, _, text) = item_of(&items, |(_, _, _, s, _)| s.as_str(), info);
         let s = &schedules[*si];
         let mut libs = vec![(true, &gfx90a)];
         if let Some(plain) = plain.as_ref().filter(|_| text.contains("dt_mfma_")) {

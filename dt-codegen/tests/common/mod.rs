@@ -106,18 +106,14 @@ pub fn compare(got: &Tensor, want: &Tensor, dtype: DType, reduction_len: usize) 
     Ok(())
 }
 
-/// The kernel and element type that launch parameters `info` belong to, of the `items` an
-/// emitted file was made from: an item's own symbol, or its kernel for whole runs.
-pub fn kernel_of<'a>(
-    items: &[(&'a dt_core::kir::Kernel, DType, String)],
-    info: &dt_codegen::emit::gpu::LaunchInfo,
-) -> (&'a dt_core::kir::Kernel, DType) {
+/// The item of an emitted file's `items` that launch parameters `info` belong to (`symbol` gives
+/// an item's symbol): the item of that symbol, or the one whose kernel for whole runs it is.
+pub fn item_of<'a, T>(items: &'a [T], symbol: impl Fn(&T) -> &str, info: &dt_codegen::emit::gpu::LaunchInfo) -> &'a T {
     let whole = dt_codegen::emit::gpu::whole_runs_symbol;
-    let (k, dtype, _) = items
+    items
         .iter()
-        .find(|(_, _, s)| *s == info.symbol || whole(s) == info.symbol)
-        .unwrap_or_else(|| panic!("no kernel for symbol `{}`", info.symbol));
-    (*k, *dtype)
+        .find(|i| symbol(i) == info.symbol || whole(symbol(i)) == info.symbol)
+        .unwrap_or_else(|| panic!("no kernel for symbol `{}`", info.symbol))
 }
 
 /// Rounds the sizes of the dimensions along which `k` reads or writes a tensor's last axis up
