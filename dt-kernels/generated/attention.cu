@@ -314,9 +314,13 @@ DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
 
 /* Approximations for kernels that store 16-bit results (emit/expr.rs, Math::Fast): errors of a
- * few units of f32 (2 + 1.2 |x| for exp(x); division needs |b| below 2^126) and 2^-10.9 relative
- * (tanh), under the rounding of an f16 or bf16 result. */
+ * few units of f32 (2 + 1.2 |x| for exp(x); division needs |b| below 2^126; 2 for rsqrt) and
+ * 2^-10.9 relative (tanh), under the rounding of an f16 or bf16 result. */
 DT_FN float dt_fast_log(float a) { return __logf(a); }
+/* One instruction, where 1/sqrtf takes a correctly rounded square root and division, each with
+ * a slow path that ptxas calls: under 40 registers the held layernorm spilled 80 bytes with the
+ * calls, 28 without (ptxas -v). */
+DT_FN float dt_fast_rsqrt(float a) { return rsqrtf(a); }
 #if defined(__HIPCC__)
 DT_FN float dt_fast_exp(float a) { return __expf(a); }
 DT_FN float dt_fast_rcp(float b) { return __fdividef(1.0f, b); }
@@ -567,7 +571,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                     {
                         const int r = 0, e = 0;
                         (void)r; (void)e;
-                        v5[r] = dt_rsqrt(v4[0]);
+                        v5[r] = dt_fast_rsqrt(v4[0]);
                     }
                     float v6[32];
                     #pragma unroll
@@ -748,7 +752,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                     {
                         const int r = 0, e = 0;
                         (void)r; (void)e;
-                        v15[r] = dt_rsqrt(v14[0]);
+                        v15[r] = dt_fast_rsqrt(v14[0]);
                     }
                     float v16[32];
                     #pragma unroll
@@ -942,7 +946,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         {
                             const int r = 0, e = 0;
                             (void)r; (void)e;
-                            v28[r] = dt_rsqrt(v27[0]);
+                            v28[r] = dt_fast_rsqrt(v27[0]);
                         }
                         float v29[32];
                         #pragma unroll
@@ -1220,7 +1224,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(const d
                     {
                         const int r = 0, e = 0;
                         (void)r; (void)e;
-                        v5[r] = dt_rsqrt(v4[0]);
+                        v5[r] = dt_fast_rsqrt(v4[0]);
                     }
                     float v6[32];
                     #pragma unroll
@@ -1401,7 +1405,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(const d
                     {
                         const int r = 0, e = 0;
                         (void)r; (void)e;
-                        v15[r] = dt_rsqrt(v14[0]);
+                        v15[r] = dt_fast_rsqrt(v14[0]);
                     }
                     float v16[32];
                     #pragma unroll
@@ -1595,7 +1599,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(const d
                         {
                             const int r = 0, e = 0;
                             (void)r; (void)e;
-                            v28[r] = dt_rsqrt(v27[0]);
+                            v28[r] = dt_fast_rsqrt(v27[0]);
                         }
                         float v29[32];
                         #pragma unroll
@@ -1862,7 +1866,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                     {
                         const int r = 0, e = 0;
                         (void)r; (void)e;
-                        v5[r] = dt_rsqrt(v4[0]);
+                        v5[r] = dt_fast_rsqrt(v4[0]);
                     }
                     float v6[32];
                     #pragma unroll
@@ -2043,7 +2047,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                     {
                         const int r = 0, e = 0;
                         (void)r; (void)e;
-                        v15[r] = dt_rsqrt(v14[0]);
+                        v15[r] = dt_fast_rsqrt(v14[0]);
                     }
                     float v16[32];
                     #pragma unroll
@@ -2237,7 +2241,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         {
                             const int r = 0, e = 0;
                             (void)r; (void)e;
-                            v28[r] = dt_rsqrt(v27[0]);
+                            v28[r] = dt_fast_rsqrt(v27[0]);
                         }
                         float v29[32];
                         #pragma unroll
@@ -2515,7 +2519,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(const 
                     {
                         const int r = 0, e = 0;
                         (void)r; (void)e;
-                        v5[r] = dt_rsqrt(v4[0]);
+                        v5[r] = dt_fast_rsqrt(v4[0]);
                     }
                     float v6[32];
                     #pragma unroll
@@ -2696,7 +2700,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(const 
                     {
                         const int r = 0, e = 0;
                         (void)r; (void)e;
-                        v15[r] = dt_rsqrt(v14[0]);
+                        v15[r] = dt_fast_rsqrt(v14[0]);
                     }
                     float v16[32];
                     #pragma unroll
@@ -2890,7 +2894,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(const 
                         {
                             const int r = 0, e = 0;
                             (void)r; (void)e;
-                            v28[r] = dt_rsqrt(v27[0]);
+                            v28[r] = dt_fast_rsqrt(v27[0]);
                         }
                         float v29[32];
                         #pragma unroll
@@ -4604,7 +4608,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     {
                         const int r = 0, e = 0;
                         (void)r; (void)e;
-                        v8[r] = dt_rsqrt(v7[0]);
+                        v8[r] = dt_fast_rsqrt(v7[0]);
                     }
                     float v9[32];
                     #pragma unroll
@@ -4844,7 +4848,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     {
                         const int r = 0, e = 0;
                         (void)r; (void)e;
-                        v24[r] = dt_rsqrt(v23[0]);
+                        v24[r] = dt_fast_rsqrt(v23[0]);
                     }
                     float v25[32];
                     #pragma unroll
@@ -5097,7 +5101,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         {
                             const int r = 0, e = 0;
                             (void)r; (void)e;
-                            v43[r] = dt_rsqrt(v42[0]);
+                            v43[r] = dt_fast_rsqrt(v42[0]);
                         }
                         float v44[32];
                         #pragma unroll
@@ -5434,7 +5438,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                     {
                         const int r = 0, e = 0;
                         (void)r; (void)e;
-                        v8[r] = dt_rsqrt(v7[0]);
+                        v8[r] = dt_fast_rsqrt(v7[0]);
                     }
                     float v9[32];
                     #pragma unroll
@@ -5674,7 +5678,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                     {
                         const int r = 0, e = 0;
                         (void)r; (void)e;
-                        v24[r] = dt_rsqrt(v23[0]);
+                        v24[r] = dt_fast_rsqrt(v23[0]);
                     }
                     float v25[32];
                     #pragma unroll
@@ -5927,7 +5931,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                         {
                             const int r = 0, e = 0;
                             (void)r; (void)e;
-                            v43[r] = dt_rsqrt(v42[0]);
+                            v43[r] = dt_fast_rsqrt(v42[0]);
                         }
                         float v44[32];
                         #pragma unroll
@@ -6253,7 +6257,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     {
                         const int r = 0, e = 0;
                         (void)r; (void)e;
-                        v8[r] = dt_rsqrt(v7[0]);
+                        v8[r] = dt_fast_rsqrt(v7[0]);
                     }
                     float v9[32];
                     #pragma unroll
@@ -6493,7 +6497,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     {
                         const int r = 0, e = 0;
                         (void)r; (void)e;
-                        v24[r] = dt_rsqrt(v23[0]);
+                        v24[r] = dt_fast_rsqrt(v23[0]);
                     }
                     float v25[32];
                     #pragma unroll
@@ -6746,7 +6750,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         {
                             const int r = 0, e = 0;
                             (void)r; (void)e;
-                            v43[r] = dt_rsqrt(v42[0]);
+                            v43[r] = dt_fast_rsqrt(v42[0]);
                         }
                         float v44[32];
                         #pragma unroll
@@ -7083,7 +7087,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                     {
                         const int r = 0, e = 0;
                         (void)r; (void)e;
-                        v8[r] = dt_rsqrt(v7[0]);
+                        v8[r] = dt_fast_rsqrt(v7[0]);
                     }
                     float v9[32];
                     #pragma unroll
@@ -7323,7 +7327,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                     {
                         const int r = 0, e = 0;
                         (void)r; (void)e;
-                        v24[r] = dt_rsqrt(v23[0]);
+                        v24[r] = dt_fast_rsqrt(v23[0]);
                     }
                     float v25[32];
                     #pragma unroll
@@ -7576,7 +7580,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                         {
                             const int r = 0, e = 0;
                             (void)r; (void)e;
-                            v43[r] = dt_rsqrt(v42[0]);
+                            v43[r] = dt_fast_rsqrt(v42[0]);
                         }
                         float v44[32];
                         #pragma unroll

@@ -314,9 +314,13 @@ DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
 
 /* Approximations for kernels that store 16-bit results (emit/expr.rs, Math::Fast): errors of a
- * few units of f32 (2 + 1.2 |x| for exp(x); division needs |b| below 2^126) and 2^-10.9 relative
- * (tanh), under the rounding of an f16 or bf16 result. */
+ * few units of f32 (2 + 1.2 |x| for exp(x); division needs |b| below 2^126; 2 for rsqrt) and
+ * 2^-10.9 relative (tanh), under the rounding of an f16 or bf16 result. */
 DT_FN float dt_fast_log(float a) { return __logf(a); }
+/* One instruction, where 1/sqrtf takes a correctly rounded square root and division, each with
+ * a slow path that ptxas calls: under 40 registers the held layernorm spilled 80 bytes with the
+ * calls, 28 without (ptxas -v). */
+DT_FN float dt_fast_rsqrt(float a) { return rsqrtf(a); }
 #if defined(__HIPCC__)
 DT_FN float dt_fast_exp(float a) { return __expf(a); }
 DT_FN float dt_fast_rcp(float b) { return __fdividef(1.0f, b); }
@@ -638,7 +642,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16(c
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[16];
         #pragma unroll
@@ -929,7 +933,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16_w
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[16];
         #pragma unroll
@@ -1204,7 +1208,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16(
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[16];
         #pragma unroll
@@ -1495,7 +1499,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[16];
         #pragma unroll
@@ -2281,7 +2285,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16(const d
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[16];
         #pragma unroll
@@ -2572,7 +2576,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16_whole(c
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[16];
         #pragma unroll
@@ -2847,7 +2851,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16(const 
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[16];
         #pragma unroll
@@ -3138,7 +3142,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16_whole(
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[16];
         #pragma unroll
@@ -3926,7 +3930,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16(const dt_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[32];
         #pragma unroll
@@ -4217,7 +4221,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16_whole(con
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[32];
         #pragma unroll
@@ -4492,7 +4496,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16(const dt
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[32];
         #pragma unroll
@@ -4783,7 +4787,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16_whole(co
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[32];
         #pragma unroll
@@ -5347,6 +5351,3978 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_whole(con
             const int l33 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
             if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
+        }
+    }
+}
+
+/* kernel layernorm_256k_16bit for f16: grid block(x:1, y:32768); 512 threads, 65664 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_256k_16bit_f16(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
+    const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_256k_16bit */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n1 = (unsigned)(8);
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    /* block(x:1) layernorm_256k_16bit.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc4[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc4[r] = 0e0f;
+            }
+        }
+        float v5[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v5[r] = (float)s1;
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* run count over y */
+        float acc6[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc6[r] = 0e0f;
+            }
+        }
+        /* run running mean over y */
+        float acc7[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc7[r] = 0e0f;
+            }
+        }
+        /* rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8) + rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8), in one pass: loads the block's steps, staged in shared memory */
+        uint4* const ring12 = (uint4*)(dt_smem + 32);
+        if ((b1 * 32768) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs13[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l14 = (int)((unsigned)e / 4096u % 1u);
+                const int l15 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l14) * (unsigned)args.input_strides[0][0] + (unsigned)((b1 * 32768) + l15) * (unsigned)args.input_strides[0][1];
+                fs13[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)((b1 * 32768) + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs13[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((b1 * 32768) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((b1 * 32768) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs16[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l17 = (int)((unsigned)e / 4096u % 1u);
+                const int l18 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(((b1 * 32768) + 4096) + l18) * (unsigned)args.input_strides[0][1];
+                fs16[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(((b1 * 32768) + 4096) + (l18 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs16[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((b1 * 32768) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((b1 * 32768) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs19[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l20 = (int)((unsigned)e / 4096u % 1u);
+                const int l21 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)((((b1 * 32768) + 4096) + 4096) + l21) * (unsigned)args.input_strides[0][1];
+                fs19[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)((((b1 * 32768) + 4096) + 4096) + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs19[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((b1 * 32768) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((((b1 * 32768) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs22[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l23 = (int)((unsigned)e / 4096u % 1u);
+                const int l24 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l24) * (unsigned)args.input_strides[0][1];
+                fs22[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + (l24 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs22[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs25[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l26 = (int)((unsigned)e / 4096u % 1u);
+                const int l27 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l27) * (unsigned)args.input_strides[0][1];
+                fs25[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs25[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs28[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l29 = (int)((unsigned)e / 4096u % 1u);
+                const int l30 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l30) * (unsigned)args.input_strides[0][1];
+                fs28[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + (l30 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs28[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs31[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l32 = (int)((unsigned)e / 4096u % 1u);
+                const int l33 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l33) * (unsigned)args.input_strides[0][1];
+                fs31[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs31[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        for (long long o34 = b1 * 32768; o34 < dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o34 += 4096) {
+            if ((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+                bool fs36[1];
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 512 + tid) * 8;
+                    const int l37 = (int)((unsigned)e / 4096u % 1u);
+                    const int l38 = (int)((unsigned)e / 1u % 4096u);
+                    const unsigned a = (unsigned)(o1 + l37) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l38) * (unsigned)args.input_strides[0][1];
+                    fs36[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fs36[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                }
+                dt_cp_async_commit();
+            } else {
+                dt_cp_async_commit();
+            }
+            dt_cp_async_wait<7>();
+            uint4 q39[1];
+            bool f40[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l41 = (int)((unsigned)e / 4096u % 1u);
+                const int l42 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l41) * (unsigned)args.input_strides[0][0] + (unsigned)(o34 + l42) * (unsigned)args.input_strides[0][1];
+                f40[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l41) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f40[c]) q39[c] = ring12[0 + (((unsigned)(o34 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            float v67[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v67[r] = acc6[r];
+                }
+            }
+            float v68[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v68[r] = acc7[r];
+                }
+            }
+            dt_f16s<8> v69; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l47 = (int)((unsigned)e / 4096u % 1u);
+                const int l48 = (int)((unsigned)e / 1u % 4096u);
+                if (f40[c]) {
+                    v69.w[c] = q39[c];
+                } else {
+                    const unsigned a = (unsigned)(o1 + l47) * (unsigned)args.input_strides[0][0] + (unsigned)(o34 + l48) * (unsigned)args.input_strides[0][1];
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l47) < (unsigned)s0) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    v69.w[c] = w;
+                }
+            }
+            float v70[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v70[r] = ((v69[r * 8 + 0] + v69[r * 8 + 1]) + (v69[r * 8 + 2] + v69[r * 8 + 3])) + ((v69[r * 8 + 4] + v69[r * 8 + 5]) + (v69[r * 8 + 6] + v69[r * 8 + 7]));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v70[r];
+                }
+            }
+            float v73[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v73[r] = 1e0f;
+                }
+            }
+            float v74[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v74[r] = ((v73[r * 8 + 0] + v73[r * 8 + 1]) + (v73[r * 8 + 2] + v73[r * 8 + 3])) + ((v73[r * 8 + 4] + v73[r * 8 + 5]) + (v73[r * 8 + 6] + v73[r * 8 + 7]));
+                }
+            }
+            float v75[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v75[r] = 1e0f;
+            }
+            float v76[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v76[r] = fmaxf(v74[r], v75[0]);
+                }
+            }
+            float v77[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v77[r] = dt_fast_div(v70[r], v76[r]);
+                }
+            }
+            float v78[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v78[r] = (v69[r] - v77[r / 8]);
+                }
+            }
+            float v79[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v79[r] = (v78[r] * v73[r]);
+                }
+            }
+            float v80[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v80[r] = (v79[r] * v79[r]);
+                }
+            }
+            float v81[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v81[r] = ((v80[r * 8 + 0] + v80[r * 8 + 1]) + (v80[r * 8 + 2] + v80[r * 8 + 3])) + ((v80[r * 8 + 4] + v80[r * 8 + 5]) + (v80[r * 8 + 6] + v80[r * 8 + 7]));
+                }
+            }
+            float v82[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v82[r] = (v67[r] + v74[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v82[r];
+                }
+            }
+            float v83[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v83[r] = fmaxf(v82[r], v75[0]);
+                }
+            }
+            float v84[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v84[r] = dt_fast_div(v74[r], v83[r]);
+                }
+            }
+            float v85[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v85[r] = (v77[r] - v68[r]);
+                }
+            }
+            float v86[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v86[r] = (v85[r] * v84[r]);
+                }
+            }
+            float v87[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v87[r] = (v68[r] + v86[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v87[r];
+                }
+            }
+            float v88[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v88[r] = (v86[r] * v85[r]);
+                }
+            }
+            float v89[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v89[r] = (v88[r] * v67[r]);
+                }
+            }
+            float v90[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v90[r] = acc5[r];
+                }
+            }
+            float v91[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v91[r] = (v90[r] + v81[r]);
+                }
+            }
+            float v92[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v92[r] = (v91[r] + v89[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v92[r];
+                }
+            }
+        }
+        dt_cp_async_wait<0>(); /* the block held in shared memory */
+        /* rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8) + rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8), in one pass */
+        for (long long o94 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o94 < dt_min_ll(b1 * 32768 + 32768, s1); o94 += 4096) {
+            const uint4* const held95 = (const uint4*)(dt_smem + 32);
+            uint4 q96[1];
+            bool f97[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l98 = (int)((unsigned)e / 4096u % 1u);
+                const int l99 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l98) * (unsigned)args.input_strides[0][0] + (unsigned)(o94 + l99) * (unsigned)args.input_strides[0][1];
+                f97[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l98) < (unsigned)s0 && (unsigned)(o94 + (l99 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f97[c]) q96[c] = held95[0 + (((unsigned)(o94 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            float v34[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v34[r] = acc6[r];
+                }
+            }
+            float v35[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v35[r] = acc7[r];
+                }
+            }
+            dt_f16s<8> v0; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l104 = (int)((unsigned)e / 4096u % 1u);
+                const int l105 = (int)((unsigned)e / 1u % 4096u);
+                if (f97[c]) {
+                    v0.w[c] = q96[c];
+                } else {
+                    const unsigned a = (unsigned)(o1 + l104) * (unsigned)args.input_strides[0][0] + (unsigned)(o94 + l105) * (unsigned)args.input_strides[0][1];
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o94 + (l105 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    v0.w[c] = w;
+                }
+            }
+            float v36[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v36[r] = ((v0[r * 8 + 0] + v0[r * 8 + 1]) + (v0[r * 8 + 2] + v0[r * 8 + 3])) + ((v0[r * 8 + 4] + v0[r * 8 + 5]) + (v0[r * 8 + 6] + v0[r * 8 + 7]));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v36[r];
+                }
+            }
+            float v37[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    const int l110 = (int)((unsigned)e / 1u % 4096u);
+                    v37[r] = (float)(o94 + l110);
+                }
+            }
+            float v38[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v38[r] = (float)s1;
+            }
+            float v39[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v39[r] = ((v37[r]) < (v38[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v40[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v40[r] = ((v39[r * 8 + 0] + v39[r * 8 + 1]) + (v39[r * 8 + 2] + v39[r * 8 + 3])) + ((v39[r * 8 + 4] + v39[r * 8 + 5]) + (v39[r * 8 + 6] + v39[r * 8 + 7]));
+                }
+            }
+            float v42[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v42[r] = 1e0f;
+            }
+            float v43[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v43[r] = fmaxf(v40[r], v42[0]);
+                }
+            }
+            float v44[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v44[r] = dt_fast_div(v36[r], v43[r]);
+                }
+            }
+            float v45[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v45[r] = (v0[r] - v44[r / 8]);
+                }
+            }
+            float v46[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v46[r] = (v45[r] * v39[r]);
+                }
+            }
+            float v47[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v47[r] = (v46[r] * v46[r]);
+                }
+            }
+            float v48[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v48[r] = ((v47[r * 8 + 0] + v47[r * 8 + 1]) + (v47[r * 8 + 2] + v47[r * 8 + 3])) + ((v47[r * 8 + 4] + v47[r * 8 + 5]) + (v47[r * 8 + 6] + v47[r * 8 + 7]));
+                }
+            }
+            float v49[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v49[r] = (v34[r] + v40[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v49[r];
+                }
+            }
+            float v50[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v50[r] = fmaxf(v49[r], v42[0]);
+                }
+            }
+            float v51[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v51[r] = dt_fast_div(v40[r], v50[r]);
+                }
+            }
+            float v52[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v52[r] = (v44[r] - v35[r]);
+                }
+            }
+            float v53[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v53[r] = (v52[r] * v51[r]);
+                }
+            }
+            float v54[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v54[r] = (v35[r] + v53[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v54[r];
+                }
+            }
+            float v55[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = (v53[r] * v52[r]);
+                }
+            }
+            float v56[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = (v55[r] * v34[r]);
+                }
+            }
+            float v57[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v57[r] = acc5[r];
+                }
+            }
+            float v58[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v58[r] = (v57[r] + v48[r]);
+                }
+            }
+            float v59[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v59[r] = (v58[r] + v56[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v59[r];
+                }
+            }
+        }
+        float v32[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v32[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v32[i * 1 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a155 = 0e0f;
+            for (int g = 0; g < 16; g++) a155 = a155 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a155;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v4[1];
+        /* rsum over the 8 programs of the cluster along y */
+        __shared__ float cl158[1];
+        if (tid == 0) cl158[0] = v3[0];
+        dt_cluster_sync();
+        {
+            float p = (tid % 32) < 8 ? dt_cluster_load(&cl158[0], (unsigned)(tid % 32)) : 0e0f;
+            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
+            v4[0] = p;
+        }
+        dt_cluster_arrive();
+        float v6[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v6[r] = dt_fast_div(v4[0], v5[0]);
+        }
+        float v60[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v60[r] = acc5[r];
+            }
+        }
+        float v61[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v61[r] = acc6[r];
+            }
+        }
+        float v62[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v62[r] = acc7[r];
+            }
+        }
+        float v63[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v63[r] = (v62[r] - v6[0]);
+            }
+        }
+        float v64[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v64[r] = (v63[r] * v63[r]);
+            }
+        }
+        float v65[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v65[r] = (v61[r] * v64[r]);
+            }
+        }
+        float v66[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v66[r] = (v60[r] + v65[r]);
+            }
+        }
+        float v15[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v66[i * 1 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a175 = 0e0f;
+            for (int g = 0; g < 16; g++) a175 = a175 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v15[r] = a175;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v15[0];
+        }
+        float v16[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v16[r] = acc2[r];
+        }
+        float v17[1];
+        /* rsum over the 8 programs of the cluster along y */
+        __shared__ float cl178[1];
+        dt_cluster_wait();
+        if (tid == 0) cl178[0] = v16[0];
+        dt_cluster_sync();
+        {
+            float p = (tid % 32) < 8 ? dt_cluster_load(&cl178[0], (unsigned)(tid % 32)) : 0e0f;
+            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
+            v17[0] = p;
+        }
+        dt_cluster_arrive();
+        float v19[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v19[r] = dt_fast_div(v17[0], v5[0]);
+        }
+        dt_cluster_wait();
+        dt_cp_async_wait<0>(); /* the block held in shared memory */
+        /* block(y:32768) layernorm_256k_16bit.tensorize(y:4096) num_stages(8) */
+        for (long long o180 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o180 >= b1 * 32768; o180 -= 4096) {
+            const uint4* const held181 = (const uint4*)(dt_smem + 32);
+            uint4 q182[1];
+            bool f183[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l184 = (int)((unsigned)e / 4096u % 1u);
+                const int l185 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l184) * (unsigned)args.input_strides[0][0] + (unsigned)(o180 + l185) * (unsigned)args.input_strides[0][1];
+                f183[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l184) < (unsigned)s0 && (unsigned)(o180 + (l185 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f183[c]) q182[c] = held181[0 + (((unsigned)(o180 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            dt_f16s<8> v20; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l186 = (int)((unsigned)e / 4096u % 1u);
+                const int l187 = (int)((unsigned)e / 1u % 4096u);
+                if (f183[c]) {
+                    v20.w[c] = q182[c];
+                } else {
+                    const unsigned a = (unsigned)(o1 + l186) * (unsigned)args.input_strides[0][0] + (unsigned)(o180 + l187) * (unsigned)args.input_strides[0][1];
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l186) < (unsigned)s0 && (unsigned)(o180 + (l187 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    v20.w[c] = w;
+                }
+            }
+            float v22[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v22[r] = (v20[r] - v6[0]);
+                }
+            }
+            float v24[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v24[r] = args.scalars[0];
+            }
+            float v25[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v25[r] = (v19[0] + v24[0]);
+            }
+            float v26[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v26[r] = dt_fast_rsqrt(v25[0]);
+            }
+            float v27[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v27[r] = (v22[r] * v26[0]);
+                }
+            }
+            dt_f16s<8> v28; /* 16-bit values as loaded */
+            uint4 q194[1];
+            bool f195[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l196 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o180 + l196) * (unsigned)args.input_strides[1][0];
+                f195[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o180 + (l196 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                if (f195[c]) q194[c] = *(const uint4*)(in1 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l197 = (int)((unsigned)e / 1u % 4096u);
+                if (f195[c]) {
+                    v28.w[c] = q194[c];
+                } else {
+                    const unsigned a = (unsigned)(o180 + l197) * (unsigned)args.input_strides[1][0];
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o180 + (l197 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                    v28.w[c] = w;
+                }
+            }
+            float v29[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v29[r] = (v27[r] * v28[r]);
+                }
+            }
+            dt_f16s<8> v30; /* 16-bit values as loaded */
+            uint4 q200[1];
+            bool f201[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l202 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o180 + l202) * (unsigned)args.input_strides[2][0];
+                f201[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o180 + (l202 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                if (f201[c]) q200[c] = *(const uint4*)(in2 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l203 = (int)((unsigned)e / 1u % 4096u);
+                if (f201[c]) {
+                    v30.w[c] = q200[c];
+                } else {
+                    const unsigned a = (unsigned)(o180 + l203) * (unsigned)args.input_strides[2][0];
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o180 + (l203 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                    v30.w[c] = w;
+                }
+            }
+            float v31[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v31[r] = (v29[r] + v30[r]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l206 = (int)((unsigned)e / 4096u % 1u);
+                const int l207 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l206) * (unsigned)args.output_strides[0] + (unsigned)(o180 + l207) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v31[c * 8 + 0], v31[c * 8 + 1]), dt_pack2_f16(v31[c * 8 + 2], v31[c * 8 + 3]), dt_pack2_f16(v31[c * 8 + 4], v31[c * 8 + 5]), dt_pack2_f16(v31[c * 8 + 6], v31[c * 8 + 7])));
+                } else {
+                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + l207) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 0]);
+                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 1]);
+                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 2]);
+                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 3]);
+                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 4]);
+                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 5]);
+                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 6]);
+                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 7]);
+                }
+            }
+        }
+    }
+}
+
+/* kernel layernorm_256k_16bit for f16: grid block(x:1, y:32768); 512 threads, 65664 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_256k_16bit_f16_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
+    const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_256k_16bit */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n1 = (unsigned)(8);
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    /* block(x:1) layernorm_256k_16bit.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc4[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc4[r] = 0e0f;
+            }
+        }
+        float v5[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v5[r] = (float)s1;
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* run count over y */
+        float acc6[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc6[r] = 0e0f;
+            }
+        }
+        /* run running mean over y */
+        float acc7[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc7[r] = 0e0f;
+            }
+        }
+        /* rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8) + rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8), in one pass: loads the block's steps, staged in shared memory */
+        uint4* const ring12 = (uint4*)(dt_smem + 32);
+        if ((b1 * 32768) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs13[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l14 = (int)((unsigned)e / 4096u % 1u);
+                const int l15 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l14) * (unsigned)args.input_strides[0][0] + (unsigned)((b1 * 32768) + l15) * (unsigned)args.input_strides[0][1];
+                fs13[c] = (unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)((b1 * 32768) + l15) < (unsigned)s1;
+                if (fs13[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((b1 * 32768) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((b1 * 32768) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs16[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l17 = (int)((unsigned)e / 4096u % 1u);
+                const int l18 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(((b1 * 32768) + 4096) + l18) * (unsigned)args.input_strides[0][1];
+                fs16[c] = (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(((b1 * 32768) + 4096) + l18) < (unsigned)s1;
+                if (fs16[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((b1 * 32768) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((b1 * 32768) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs19[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l20 = (int)((unsigned)e / 4096u % 1u);
+                const int l21 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)((((b1 * 32768) + 4096) + 4096) + l21) * (unsigned)args.input_strides[0][1];
+                fs19[c] = (unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)((((b1 * 32768) + 4096) + 4096) + l21) < (unsigned)s1;
+                if (fs19[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((b1 * 32768) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((((b1 * 32768) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs22[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l23 = (int)((unsigned)e / 4096u % 1u);
+                const int l24 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l24) * (unsigned)args.input_strides[0][1];
+                fs22[c] = (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l24) < (unsigned)s1;
+                if (fs22[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs25[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l26 = (int)((unsigned)e / 4096u % 1u);
+                const int l27 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l27) * (unsigned)args.input_strides[0][1];
+                fs25[c] = (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l27) < (unsigned)s1;
+                if (fs25[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs28[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l29 = (int)((unsigned)e / 4096u % 1u);
+                const int l30 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l30) * (unsigned)args.input_strides[0][1];
+                fs28[c] = (unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l30) < (unsigned)s1;
+                if (fs28[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs31[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l32 = (int)((unsigned)e / 4096u % 1u);
+                const int l33 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l33) * (unsigned)args.input_strides[0][1];
+                fs31[c] = (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l33) < (unsigned)s1;
+                if (fs31[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        for (long long o34 = b1 * 32768; o34 < dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o34 += 4096) {
+            if ((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+                bool fs36[1];
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 512 + tid) * 8;
+                    const int l37 = (int)((unsigned)e / 4096u % 1u);
+                    const int l38 = (int)((unsigned)e / 1u % 4096u);
+                    const unsigned a = (unsigned)(o1 + l37) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l38) * (unsigned)args.input_strides[0][1];
+                    fs36[c] = (unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l38) < (unsigned)s1;
+                    if (fs36[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                }
+                dt_cp_async_commit();
+            } else {
+                dt_cp_async_commit();
+            }
+            dt_cp_async_wait<7>();
+            uint4 q39[1];
+            bool f40[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l41 = (int)((unsigned)e / 4096u % 1u);
+                f40[c] = (unsigned)(o1 + l41) < (unsigned)s0;
+                if (f40[c]) q39[c] = ring12[0 + (((unsigned)(o34 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            float v67[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v67[r] = acc6[r];
+                }
+            }
+            float v68[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v68[r] = acc7[r];
+                }
+            }
+            dt_f16s<8> v69; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f40[c]) {
+                    v69.w[c] = q39[c];
+                } else {
+                    v69.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v70[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v70[r] = ((v69[r * 8 + 0] + v69[r * 8 + 1]) + (v69[r * 8 + 2] + v69[r * 8 + 3])) + ((v69[r * 8 + 4] + v69[r * 8 + 5]) + (v69[r * 8 + 6] + v69[r * 8 + 7]));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v70[r];
+                }
+            }
+            float v73[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v73[r] = 1e0f;
+                }
+            }
+            float v74[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v74[r] = ((v73[r * 8 + 0] + v73[r * 8 + 1]) + (v73[r * 8 + 2] + v73[r * 8 + 3])) + ((v73[r * 8 + 4] + v73[r * 8 + 5]) + (v73[r * 8 + 6] + v73[r * 8 + 7]));
+                }
+            }
+            float v75[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v75[r] = 1e0f;
+            }
+            float v76[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v76[r] = fmaxf(v74[r], v75[0]);
+                }
+            }
+            float v77[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v77[r] = dt_fast_div(v70[r], v76[r]);
+                }
+            }
+            float v78[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v78[r] = (v69[r] - v77[r / 8]);
+                }
+            }
+            float v79[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v79[r] = (v78[r] * v73[r]);
+                }
+            }
+            float v80[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v80[r] = (v79[r] * v79[r]);
+                }
+            }
+            float v81[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v81[r] = ((v80[r * 8 + 0] + v80[r * 8 + 1]) + (v80[r * 8 + 2] + v80[r * 8 + 3])) + ((v80[r * 8 + 4] + v80[r * 8 + 5]) + (v80[r * 8 + 6] + v80[r * 8 + 7]));
+                }
+            }
+            float v82[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v82[r] = (v67[r] + v74[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v82[r];
+                }
+            }
+            float v83[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v83[r] = fmaxf(v82[r], v75[0]);
+                }
+            }
+            float v84[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v84[r] = dt_fast_div(v74[r], v83[r]);
+                }
+            }
+            float v85[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v85[r] = (v77[r] - v68[r]);
+                }
+            }
+            float v86[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v86[r] = (v85[r] * v84[r]);
+                }
+            }
+            float v87[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v87[r] = (v68[r] + v86[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v87[r];
+                }
+            }
+            float v88[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v88[r] = (v86[r] * v85[r]);
+                }
+            }
+            float v89[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v89[r] = (v88[r] * v67[r]);
+                }
+            }
+            float v90[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v90[r] = acc5[r];
+                }
+            }
+            float v91[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v91[r] = (v90[r] + v81[r]);
+                }
+            }
+            float v92[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v92[r] = (v91[r] + v89[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v92[r];
+                }
+            }
+        }
+        dt_cp_async_wait<0>(); /* the block held in shared memory */
+        /* rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8) + rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8), in one pass */
+        for (long long o94 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o94 < dt_min_ll(b1 * 32768 + 32768, s1); o94 += 4096) {
+            const uint4* const held95 = (const uint4*)(dt_smem + 32);
+            uint4 q96[1];
+            bool f97[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l98 = (int)((unsigned)e / 4096u % 1u);
+                const int l99 = (int)((unsigned)e / 1u % 4096u);
+                f97[c] = (unsigned)(o1 + l98) < (unsigned)s0 && (unsigned)(o94 + l99) < (unsigned)s1;
+                if (f97[c]) q96[c] = held95[0 + (((unsigned)(o94 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            float v34[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v34[r] = acc6[r];
+                }
+            }
+            float v35[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v35[r] = acc7[r];
+                }
+            }
+            dt_f16s<8> v0; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f97[c]) {
+                    v0.w[c] = q96[c];
+                } else {
+                    v0.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v36[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v36[r] = ((v0[r * 8 + 0] + v0[r * 8 + 1]) + (v0[r * 8 + 2] + v0[r * 8 + 3])) + ((v0[r * 8 + 4] + v0[r * 8 + 5]) + (v0[r * 8 + 6] + v0[r * 8 + 7]));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v36[r];
+                }
+            }
+            float v37[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    const int l110 = (int)((unsigned)e / 1u % 4096u);
+                    v37[r] = (float)(o94 + l110);
+                }
+            }
+            float v38[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v38[r] = (float)s1;
+            }
+            float v39[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v39[r] = ((v37[r]) < (v38[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v40[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v40[r] = ((v39[r * 8 + 0] + v39[r * 8 + 1]) + (v39[r * 8 + 2] + v39[r * 8 + 3])) + ((v39[r * 8 + 4] + v39[r * 8 + 5]) + (v39[r * 8 + 6] + v39[r * 8 + 7]));
+                }
+            }
+            float v42[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v42[r] = 1e0f;
+            }
+            float v43[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v43[r] = fmaxf(v40[r], v42[0]);
+                }
+            }
+            float v44[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v44[r] = dt_fast_div(v36[r], v43[r]);
+                }
+            }
+            float v45[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v45[r] = (v0[r] - v44[r / 8]);
+                }
+            }
+            float v46[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v46[r] = (v45[r] * v39[r]);
+                }
+            }
+            float v47[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v47[r] = (v46[r] * v46[r]);
+                }
+            }
+            float v48[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v48[r] = ((v47[r * 8 + 0] + v47[r * 8 + 1]) + (v47[r * 8 + 2] + v47[r * 8 + 3])) + ((v47[r * 8 + 4] + v47[r * 8 + 5]) + (v47[r * 8 + 6] + v47[r * 8 + 7]));
+                }
+            }
+            float v49[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v49[r] = (v34[r] + v40[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v49[r];
+                }
+            }
+            float v50[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v50[r] = fmaxf(v49[r], v42[0]);
+                }
+            }
+            float v51[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v51[r] = dt_fast_div(v40[r], v50[r]);
+                }
+            }
+            float v52[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v52[r] = (v44[r] - v35[r]);
+                }
+            }
+            float v53[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v53[r] = (v52[r] * v51[r]);
+                }
+            }
+            float v54[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v54[r] = (v35[r] + v53[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v54[r];
+                }
+            }
+            float v55[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = (v53[r] * v52[r]);
+                }
+            }
+            float v56[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = (v55[r] * v34[r]);
+                }
+            }
+            float v57[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v57[r] = acc5[r];
+                }
+            }
+            float v58[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v58[r] = (v57[r] + v48[r]);
+                }
+            }
+            float v59[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v59[r] = (v58[r] + v56[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v59[r];
+                }
+            }
+        }
+        float v32[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v32[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v32[i * 1 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a155 = 0e0f;
+            for (int g = 0; g < 16; g++) a155 = a155 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a155;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v4[1];
+        /* rsum over the 8 programs of the cluster along y */
+        __shared__ float cl158[1];
+        if (tid == 0) cl158[0] = v3[0];
+        dt_cluster_sync();
+        {
+            float p = (tid % 32) < 8 ? dt_cluster_load(&cl158[0], (unsigned)(tid % 32)) : 0e0f;
+            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
+            v4[0] = p;
+        }
+        dt_cluster_arrive();
+        float v6[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v6[r] = dt_fast_div(v4[0], v5[0]);
+        }
+        float v60[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v60[r] = acc5[r];
+            }
+        }
+        float v61[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v61[r] = acc6[r];
+            }
+        }
+        float v62[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v62[r] = acc7[r];
+            }
+        }
+        float v63[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v63[r] = (v62[r] - v6[0]);
+            }
+        }
+        float v64[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v64[r] = (v63[r] * v63[r]);
+            }
+        }
+        float v65[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v65[r] = (v61[r] * v64[r]);
+            }
+        }
+        float v66[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v66[r] = (v60[r] + v65[r]);
+            }
+        }
+        float v15[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v66[i * 1 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a175 = 0e0f;
+            for (int g = 0; g < 16; g++) a175 = a175 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v15[r] = a175;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v15[0];
+        }
+        float v16[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v16[r] = acc2[r];
+        }
+        float v17[1];
+        /* rsum over the 8 programs of the cluster along y */
+        __shared__ float cl178[1];
+        dt_cluster_wait();
+        if (tid == 0) cl178[0] = v16[0];
+        dt_cluster_sync();
+        {
+            float p = (tid % 32) < 8 ? dt_cluster_load(&cl178[0], (unsigned)(tid % 32)) : 0e0f;
+            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
+            v17[0] = p;
+        }
+        dt_cluster_arrive();
+        float v19[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v19[r] = dt_fast_div(v17[0], v5[0]);
+        }
+        dt_cluster_wait();
+        dt_cp_async_wait<0>(); /* the block held in shared memory */
+        /* block(y:32768) layernorm_256k_16bit.tensorize(y:4096) num_stages(8) */
+        for (long long o180 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o180 >= b1 * 32768; o180 -= 4096) {
+            const uint4* const held181 = (const uint4*)(dt_smem + 32);
+            uint4 q182[1];
+            bool f183[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l184 = (int)((unsigned)e / 4096u % 1u);
+                const int l185 = (int)((unsigned)e / 1u % 4096u);
+                f183[c] = (unsigned)(o1 + l184) < (unsigned)s0 && (unsigned)(o180 + l185) < (unsigned)s1;
+                if (f183[c]) q182[c] = held181[0 + (((unsigned)(o180 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            dt_f16s<8> v20; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f183[c]) {
+                    v20.w[c] = q182[c];
+                } else {
+                    v20.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v22[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v22[r] = (v20[r] - v6[0]);
+                }
+            }
+            float v24[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v24[r] = args.scalars[0];
+            }
+            float v25[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v25[r] = (v19[0] + v24[0]);
+            }
+            float v26[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v26[r] = dt_fast_rsqrt(v25[0]);
+            }
+            float v27[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v27[r] = (v22[r] * v26[0]);
+                }
+            }
+            dt_f16s<8> v28; /* 16-bit values as loaded */
+            uint4 q194[1];
+            bool f195[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l196 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o180 + l196) * (unsigned)args.input_strides[1][0];
+                f195[c] = (unsigned)(o180 + l196) < (unsigned)s1;
+                if (f195[c]) q194[c] = *(const uint4*)(in1 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f195[c]) {
+                    v28.w[c] = q194[c];
+                } else {
+                    v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v29[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v29[r] = (v27[r] * v28[r]);
+                }
+            }
+            dt_f16s<8> v30; /* 16-bit values as loaded */
+            uint4 q200[1];
+            bool f201[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l202 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o180 + l202) * (unsigned)args.input_strides[2][0];
+                f201[c] = (unsigned)(o180 + l202) < (unsigned)s1;
+                if (f201[c]) q200[c] = *(const uint4*)(in2 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f201[c]) {
+                    v30.w[c] = q200[c];
+                } else {
+                    v30.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v31[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v31[r] = (v29[r] + v30[r]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l206 = (int)((unsigned)e / 4096u % 1u);
+                const int l207 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l206) * (unsigned)args.output_strides[0] + (unsigned)(o180 + l207) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + l207) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v31[c * 8 + 0], v31[c * 8 + 1]), dt_pack2_f16(v31[c * 8 + 2], v31[c * 8 + 3]), dt_pack2_f16(v31[c * 8 + 4], v31[c * 8 + 5]), dt_pack2_f16(v31[c * 8 + 6], v31[c * 8 + 7])));
+            }
+        }
+    }
+}
+
+/* kernel layernorm_256k_16bit for bf16: grid block(x:1, y:32768); 512 threads, 65664 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_256k_16bit_bf16(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
+    const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_256k_16bit */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n1 = (unsigned)(8);
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    /* block(x:1) layernorm_256k_16bit.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc4[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc4[r] = 0e0f;
+            }
+        }
+        float v5[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v5[r] = (float)s1;
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* run count over y */
+        float acc6[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc6[r] = 0e0f;
+            }
+        }
+        /* run running mean over y */
+        float acc7[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc7[r] = 0e0f;
+            }
+        }
+        /* rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8) + rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8), in one pass: loads the block's steps, staged in shared memory */
+        uint4* const ring12 = (uint4*)(dt_smem + 32);
+        if ((b1 * 32768) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs13[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l14 = (int)((unsigned)e / 4096u % 1u);
+                const int l15 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l14) * (unsigned)args.input_strides[0][0] + (unsigned)((b1 * 32768) + l15) * (unsigned)args.input_strides[0][1];
+                fs13[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)((b1 * 32768) + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs13[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((b1 * 32768) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((b1 * 32768) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs16[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l17 = (int)((unsigned)e / 4096u % 1u);
+                const int l18 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(((b1 * 32768) + 4096) + l18) * (unsigned)args.input_strides[0][1];
+                fs16[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(((b1 * 32768) + 4096) + (l18 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs16[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((b1 * 32768) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((b1 * 32768) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs19[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l20 = (int)((unsigned)e / 4096u % 1u);
+                const int l21 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)((((b1 * 32768) + 4096) + 4096) + l21) * (unsigned)args.input_strides[0][1];
+                fs19[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)((((b1 * 32768) + 4096) + 4096) + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs19[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((b1 * 32768) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((((b1 * 32768) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs22[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l23 = (int)((unsigned)e / 4096u % 1u);
+                const int l24 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l24) * (unsigned)args.input_strides[0][1];
+                fs22[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + (l24 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs22[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs25[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l26 = (int)((unsigned)e / 4096u % 1u);
+                const int l27 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l27) * (unsigned)args.input_strides[0][1];
+                fs25[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs25[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs28[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l29 = (int)((unsigned)e / 4096u % 1u);
+                const int l30 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l30) * (unsigned)args.input_strides[0][1];
+                fs28[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + (l30 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs28[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs31[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l32 = (int)((unsigned)e / 4096u % 1u);
+                const int l33 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l33) * (unsigned)args.input_strides[0][1];
+                fs31[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs31[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        for (long long o34 = b1 * 32768; o34 < dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o34 += 4096) {
+            if ((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+                bool fs36[1];
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 512 + tid) * 8;
+                    const int l37 = (int)((unsigned)e / 4096u % 1u);
+                    const int l38 = (int)((unsigned)e / 1u % 4096u);
+                    const unsigned a = (unsigned)(o1 + l37) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l38) * (unsigned)args.input_strides[0][1];
+                    fs36[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fs36[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                }
+                dt_cp_async_commit();
+            } else {
+                dt_cp_async_commit();
+            }
+            dt_cp_async_wait<7>();
+            uint4 q39[1];
+            bool f40[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l41 = (int)((unsigned)e / 4096u % 1u);
+                const int l42 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l41) * (unsigned)args.input_strides[0][0] + (unsigned)(o34 + l42) * (unsigned)args.input_strides[0][1];
+                f40[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l41) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f40[c]) q39[c] = ring12[0 + (((unsigned)(o34 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            float v67[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v67[r] = acc6[r];
+                }
+            }
+            float v68[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v68[r] = acc7[r];
+                }
+            }
+            dt_bf16s<8> v69; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l47 = (int)((unsigned)e / 4096u % 1u);
+                const int l48 = (int)((unsigned)e / 1u % 4096u);
+                if (f40[c]) {
+                    v69.w[c] = q39[c];
+                } else {
+                    const unsigned a = (unsigned)(o1 + l47) * (unsigned)args.input_strides[0][0] + (unsigned)(o34 + l48) * (unsigned)args.input_strides[0][1];
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l47) < (unsigned)s0) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    v69.w[c] = w;
+                }
+            }
+            float v70[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v70[r] = ((v69[r * 8 + 0] + v69[r * 8 + 1]) + (v69[r * 8 + 2] + v69[r * 8 + 3])) + ((v69[r * 8 + 4] + v69[r * 8 + 5]) + (v69[r * 8 + 6] + v69[r * 8 + 7]));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v70[r];
+                }
+            }
+            float v73[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v73[r] = 1e0f;
+                }
+            }
+            float v74[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v74[r] = ((v73[r * 8 + 0] + v73[r * 8 + 1]) + (v73[r * 8 + 2] + v73[r * 8 + 3])) + ((v73[r * 8 + 4] + v73[r * 8 + 5]) + (v73[r * 8 + 6] + v73[r * 8 + 7]));
+                }
+            }
+            float v75[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v75[r] = 1e0f;
+            }
+            float v76[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v76[r] = fmaxf(v74[r], v75[0]);
+                }
+            }
+            float v77[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v77[r] = dt_fast_div(v70[r], v76[r]);
+                }
+            }
+            float v78[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v78[r] = (v69[r] - v77[r / 8]);
+                }
+            }
+            float v79[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v79[r] = (v78[r] * v73[r]);
+                }
+            }
+            float v80[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v80[r] = (v79[r] * v79[r]);
+                }
+            }
+            float v81[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v81[r] = ((v80[r * 8 + 0] + v80[r * 8 + 1]) + (v80[r * 8 + 2] + v80[r * 8 + 3])) + ((v80[r * 8 + 4] + v80[r * 8 + 5]) + (v80[r * 8 + 6] + v80[r * 8 + 7]));
+                }
+            }
+            float v82[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v82[r] = (v67[r] + v74[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v82[r];
+                }
+            }
+            float v83[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v83[r] = fmaxf(v82[r], v75[0]);
+                }
+            }
+            float v84[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v84[r] = dt_fast_div(v74[r], v83[r]);
+                }
+            }
+            float v85[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v85[r] = (v77[r] - v68[r]);
+                }
+            }
+            float v86[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v86[r] = (v85[r] * v84[r]);
+                }
+            }
+            float v87[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v87[r] = (v68[r] + v86[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v87[r];
+                }
+            }
+            float v88[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v88[r] = (v86[r] * v85[r]);
+                }
+            }
+            float v89[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v89[r] = (v88[r] * v67[r]);
+                }
+            }
+            float v90[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v90[r] = acc5[r];
+                }
+            }
+            float v91[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v91[r] = (v90[r] + v81[r]);
+                }
+            }
+            float v92[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v92[r] = (v91[r] + v89[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v92[r];
+                }
+            }
+        }
+        dt_cp_async_wait<0>(); /* the block held in shared memory */
+        /* rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8) + rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8), in one pass */
+        for (long long o94 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o94 < dt_min_ll(b1 * 32768 + 32768, s1); o94 += 4096) {
+            const uint4* const held95 = (const uint4*)(dt_smem + 32);
+            uint4 q96[1];
+            bool f97[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l98 = (int)((unsigned)e / 4096u % 1u);
+                const int l99 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l98) * (unsigned)args.input_strides[0][0] + (unsigned)(o94 + l99) * (unsigned)args.input_strides[0][1];
+                f97[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l98) < (unsigned)s0 && (unsigned)(o94 + (l99 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f97[c]) q96[c] = held95[0 + (((unsigned)(o94 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            float v34[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v34[r] = acc6[r];
+                }
+            }
+            float v35[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v35[r] = acc7[r];
+                }
+            }
+            dt_bf16s<8> v0; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l104 = (int)((unsigned)e / 4096u % 1u);
+                const int l105 = (int)((unsigned)e / 1u % 4096u);
+                if (f97[c]) {
+                    v0.w[c] = q96[c];
+                } else {
+                    const unsigned a = (unsigned)(o1 + l104) * (unsigned)args.input_strides[0][0] + (unsigned)(o94 + l105) * (unsigned)args.input_strides[0][1];
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o94 + (l105 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    v0.w[c] = w;
+                }
+            }
+            float v36[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v36[r] = ((v0[r * 8 + 0] + v0[r * 8 + 1]) + (v0[r * 8 + 2] + v0[r * 8 + 3])) + ((v0[r * 8 + 4] + v0[r * 8 + 5]) + (v0[r * 8 + 6] + v0[r * 8 + 7]));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v36[r];
+                }
+            }
+            float v37[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    const int l110 = (int)((unsigned)e / 1u % 4096u);
+                    v37[r] = (float)(o94 + l110);
+                }
+            }
+            float v38[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v38[r] = (float)s1;
+            }
+            float v39[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v39[r] = ((v37[r]) < (v38[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v40[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v40[r] = ((v39[r * 8 + 0] + v39[r * 8 + 1]) + (v39[r * 8 + 2] + v39[r * 8 + 3])) + ((v39[r * 8 + 4] + v39[r * 8 + 5]) + (v39[r * 8 + 6] + v39[r * 8 + 7]));
+                }
+            }
+            float v42[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v42[r] = 1e0f;
+            }
+            float v43[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v43[r] = fmaxf(v40[r], v42[0]);
+                }
+            }
+            float v44[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v44[r] = dt_fast_div(v36[r], v43[r]);
+                }
+            }
+            float v45[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v45[r] = (v0[r] - v44[r / 8]);
+                }
+            }
+            float v46[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v46[r] = (v45[r] * v39[r]);
+                }
+            }
+            float v47[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v47[r] = (v46[r] * v46[r]);
+                }
+            }
+            float v48[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v48[r] = ((v47[r * 8 + 0] + v47[r * 8 + 1]) + (v47[r * 8 + 2] + v47[r * 8 + 3])) + ((v47[r * 8 + 4] + v47[r * 8 + 5]) + (v47[r * 8 + 6] + v47[r * 8 + 7]));
+                }
+            }
+            float v49[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v49[r] = (v34[r] + v40[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v49[r];
+                }
+            }
+            float v50[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v50[r] = fmaxf(v49[r], v42[0]);
+                }
+            }
+            float v51[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v51[r] = dt_fast_div(v40[r], v50[r]);
+                }
+            }
+            float v52[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v52[r] = (v44[r] - v35[r]);
+                }
+            }
+            float v53[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v53[r] = (v52[r] * v51[r]);
+                }
+            }
+            float v54[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v54[r] = (v35[r] + v53[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v54[r];
+                }
+            }
+            float v55[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = (v53[r] * v52[r]);
+                }
+            }
+            float v56[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = (v55[r] * v34[r]);
+                }
+            }
+            float v57[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v57[r] = acc5[r];
+                }
+            }
+            float v58[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v58[r] = (v57[r] + v48[r]);
+                }
+            }
+            float v59[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v59[r] = (v58[r] + v56[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v59[r];
+                }
+            }
+        }
+        float v32[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v32[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v32[i * 1 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a155 = 0e0f;
+            for (int g = 0; g < 16; g++) a155 = a155 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a155;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v4[1];
+        /* rsum over the 8 programs of the cluster along y */
+        __shared__ float cl158[1];
+        if (tid == 0) cl158[0] = v3[0];
+        dt_cluster_sync();
+        {
+            float p = (tid % 32) < 8 ? dt_cluster_load(&cl158[0], (unsigned)(tid % 32)) : 0e0f;
+            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
+            v4[0] = p;
+        }
+        dt_cluster_arrive();
+        float v6[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v6[r] = dt_fast_div(v4[0], v5[0]);
+        }
+        float v60[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v60[r] = acc5[r];
+            }
+        }
+        float v61[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v61[r] = acc6[r];
+            }
+        }
+        float v62[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v62[r] = acc7[r];
+            }
+        }
+        float v63[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v63[r] = (v62[r] - v6[0]);
+            }
+        }
+        float v64[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v64[r] = (v63[r] * v63[r]);
+            }
+        }
+        float v65[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v65[r] = (v61[r] * v64[r]);
+            }
+        }
+        float v66[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v66[r] = (v60[r] + v65[r]);
+            }
+        }
+        float v15[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v66[i * 1 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a175 = 0e0f;
+            for (int g = 0; g < 16; g++) a175 = a175 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v15[r] = a175;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v15[0];
+        }
+        float v16[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v16[r] = acc2[r];
+        }
+        float v17[1];
+        /* rsum over the 8 programs of the cluster along y */
+        __shared__ float cl178[1];
+        dt_cluster_wait();
+        if (tid == 0) cl178[0] = v16[0];
+        dt_cluster_sync();
+        {
+            float p = (tid % 32) < 8 ? dt_cluster_load(&cl178[0], (unsigned)(tid % 32)) : 0e0f;
+            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
+            v17[0] = p;
+        }
+        dt_cluster_arrive();
+        float v19[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v19[r] = dt_fast_div(v17[0], v5[0]);
+        }
+        dt_cluster_wait();
+        dt_cp_async_wait<0>(); /* the block held in shared memory */
+        /* block(y:32768) layernorm_256k_16bit.tensorize(y:4096) num_stages(8) */
+        for (long long o180 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o180 >= b1 * 32768; o180 -= 4096) {
+            const uint4* const held181 = (const uint4*)(dt_smem + 32);
+            uint4 q182[1];
+            bool f183[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l184 = (int)((unsigned)e / 4096u % 1u);
+                const int l185 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l184) * (unsigned)args.input_strides[0][0] + (unsigned)(o180 + l185) * (unsigned)args.input_strides[0][1];
+                f183[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l184) < (unsigned)s0 && (unsigned)(o180 + (l185 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f183[c]) q182[c] = held181[0 + (((unsigned)(o180 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            dt_bf16s<8> v20; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l186 = (int)((unsigned)e / 4096u % 1u);
+                const int l187 = (int)((unsigned)e / 1u % 4096u);
+                if (f183[c]) {
+                    v20.w[c] = q182[c];
+                } else {
+                    const unsigned a = (unsigned)(o1 + l186) * (unsigned)args.input_strides[0][0] + (unsigned)(o180 + l187) * (unsigned)args.input_strides[0][1];
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l186) < (unsigned)s0 && (unsigned)(o180 + (l187 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    v20.w[c] = w;
+                }
+            }
+            float v22[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v22[r] = (v20[r] - v6[0]);
+                }
+            }
+            float v24[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v24[r] = args.scalars[0];
+            }
+            float v25[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v25[r] = (v19[0] + v24[0]);
+            }
+            float v26[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v26[r] = dt_fast_rsqrt(v25[0]);
+            }
+            float v27[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v27[r] = (v22[r] * v26[0]);
+                }
+            }
+            dt_bf16s<8> v28; /* 16-bit values as loaded */
+            uint4 q194[1];
+            bool f195[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l196 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o180 + l196) * (unsigned)args.input_strides[1][0];
+                f195[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o180 + (l196 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                if (f195[c]) q194[c] = *(const uint4*)(in1 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l197 = (int)((unsigned)e / 1u % 4096u);
+                if (f195[c]) {
+                    v28.w[c] = q194[c];
+                } else {
+                    const unsigned a = (unsigned)(o180 + l197) * (unsigned)args.input_strides[1][0];
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o180 + (l197 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                    v28.w[c] = w;
+                }
+            }
+            float v29[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v29[r] = (v27[r] * v28[r]);
+                }
+            }
+            dt_bf16s<8> v30; /* 16-bit values as loaded */
+            uint4 q200[1];
+            bool f201[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l202 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o180 + l202) * (unsigned)args.input_strides[2][0];
+                f201[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o180 + (l202 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                if (f201[c]) q200[c] = *(const uint4*)(in2 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l203 = (int)((unsigned)e / 1u % 4096u);
+                if (f201[c]) {
+                    v30.w[c] = q200[c];
+                } else {
+                    const unsigned a = (unsigned)(o180 + l203) * (unsigned)args.input_strides[2][0];
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o180 + (l203 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                    v30.w[c] = w;
+                }
+            }
+            float v31[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v31[r] = (v29[r] + v30[r]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l206 = (int)((unsigned)e / 4096u % 1u);
+                const int l207 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l206) * (unsigned)args.output_strides[0] + (unsigned)(o180 + l207) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v31[c * 8 + 0], v31[c * 8 + 1]), dt_pack2_bf16(v31[c * 8 + 2], v31[c * 8 + 3]), dt_pack2_bf16(v31[c * 8 + 4], v31[c * 8 + 5]), dt_pack2_bf16(v31[c * 8 + 6], v31[c * 8 + 7])));
+                } else {
+                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + l207) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 0]);
+                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 1]);
+                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 2]);
+                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 3]);
+                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 4]);
+                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 5]);
+                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 6]);
+                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 7]);
+                }
+            }
+        }
+    }
+}
+
+/* kernel layernorm_256k_16bit for bf16: grid block(x:1, y:32768); 512 threads, 65664 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_256k_16bit_bf16_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
+    const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_256k_16bit */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n1 = (unsigned)(8);
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    /* block(x:1) layernorm_256k_16bit.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc4[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc4[r] = 0e0f;
+            }
+        }
+        float v5[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v5[r] = (float)s1;
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* run count over y */
+        float acc6[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc6[r] = 0e0f;
+            }
+        }
+        /* run running mean over y */
+        float acc7[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc7[r] = 0e0f;
+            }
+        }
+        /* rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8) + rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8), in one pass: loads the block's steps, staged in shared memory */
+        uint4* const ring12 = (uint4*)(dt_smem + 32);
+        if ((b1 * 32768) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs13[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l14 = (int)((unsigned)e / 4096u % 1u);
+                const int l15 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l14) * (unsigned)args.input_strides[0][0] + (unsigned)((b1 * 32768) + l15) * (unsigned)args.input_strides[0][1];
+                fs13[c] = (unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)((b1 * 32768) + l15) < (unsigned)s1;
+                if (fs13[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((b1 * 32768) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((b1 * 32768) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs16[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l17 = (int)((unsigned)e / 4096u % 1u);
+                const int l18 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(((b1 * 32768) + 4096) + l18) * (unsigned)args.input_strides[0][1];
+                fs16[c] = (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(((b1 * 32768) + 4096) + l18) < (unsigned)s1;
+                if (fs16[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((b1 * 32768) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((b1 * 32768) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs19[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l20 = (int)((unsigned)e / 4096u % 1u);
+                const int l21 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)((((b1 * 32768) + 4096) + 4096) + l21) * (unsigned)args.input_strides[0][1];
+                fs19[c] = (unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)((((b1 * 32768) + 4096) + 4096) + l21) < (unsigned)s1;
+                if (fs19[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((b1 * 32768) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((((b1 * 32768) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs22[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l23 = (int)((unsigned)e / 4096u % 1u);
+                const int l24 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l24) * (unsigned)args.input_strides[0][1];
+                fs22[c] = (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l24) < (unsigned)s1;
+                if (fs22[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs25[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l26 = (int)((unsigned)e / 4096u % 1u);
+                const int l27 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l27) * (unsigned)args.input_strides[0][1];
+                fs25[c] = (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l27) < (unsigned)s1;
+                if (fs25[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs28[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l29 = (int)((unsigned)e / 4096u % 1u);
+                const int l30 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l30) * (unsigned)args.input_strides[0][1];
+                fs28[c] = (unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l30) < (unsigned)s1;
+                if (fs28[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs31[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l32 = (int)((unsigned)e / 4096u % 1u);
+                const int l33 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l33) * (unsigned)args.input_strides[0][1];
+                fs31[c] = (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l33) < (unsigned)s1;
+                if (fs31[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        for (long long o34 = b1 * 32768; o34 < dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o34 += 4096) {
+            if ((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+                bool fs36[1];
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 512 + tid) * 8;
+                    const int l37 = (int)((unsigned)e / 4096u % 1u);
+                    const int l38 = (int)((unsigned)e / 1u % 4096u);
+                    const unsigned a = (unsigned)(o1 + l37) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l38) * (unsigned)args.input_strides[0][1];
+                    fs36[c] = (unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l38) < (unsigned)s1;
+                    if (fs36[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                }
+                dt_cp_async_commit();
+            } else {
+                dt_cp_async_commit();
+            }
+            dt_cp_async_wait<7>();
+            uint4 q39[1];
+            bool f40[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l41 = (int)((unsigned)e / 4096u % 1u);
+                f40[c] = (unsigned)(o1 + l41) < (unsigned)s0;
+                if (f40[c]) q39[c] = ring12[0 + (((unsigned)(o34 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            float v67[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v67[r] = acc6[r];
+                }
+            }
+            float v68[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v68[r] = acc7[r];
+                }
+            }
+            dt_bf16s<8> v69; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f40[c]) {
+                    v69.w[c] = q39[c];
+                } else {
+                    v69.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v70[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v70[r] = ((v69[r * 8 + 0] + v69[r * 8 + 1]) + (v69[r * 8 + 2] + v69[r * 8 + 3])) + ((v69[r * 8 + 4] + v69[r * 8 + 5]) + (v69[r * 8 + 6] + v69[r * 8 + 7]));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v70[r];
+                }
+            }
+            float v73[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v73[r] = 1e0f;
+                }
+            }
+            float v74[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v74[r] = ((v73[r * 8 + 0] + v73[r * 8 + 1]) + (v73[r * 8 + 2] + v73[r * 8 + 3])) + ((v73[r * 8 + 4] + v73[r * 8 + 5]) + (v73[r * 8 + 6] + v73[r * 8 + 7]));
+                }
+            }
+            float v75[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v75[r] = 1e0f;
+            }
+            float v76[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v76[r] = fmaxf(v74[r], v75[0]);
+                }
+            }
+            float v77[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v77[r] = dt_fast_div(v70[r], v76[r]);
+                }
+            }
+            float v78[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v78[r] = (v69[r] - v77[r / 8]);
+                }
+            }
+            float v79[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v79[r] = (v78[r] * v73[r]);
+                }
+            }
+            float v80[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v80[r] = (v79[r] * v79[r]);
+                }
+            }
+            float v81[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v81[r] = ((v80[r * 8 + 0] + v80[r * 8 + 1]) + (v80[r * 8 + 2] + v80[r * 8 + 3])) + ((v80[r * 8 + 4] + v80[r * 8 + 5]) + (v80[r * 8 + 6] + v80[r * 8 + 7]));
+                }
+            }
+            float v82[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v82[r] = (v67[r] + v74[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v82[r];
+                }
+            }
+            float v83[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v83[r] = fmaxf(v82[r], v75[0]);
+                }
+            }
+            float v84[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v84[r] = dt_fast_div(v74[r], v83[r]);
+                }
+            }
+            float v85[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v85[r] = (v77[r] - v68[r]);
+                }
+            }
+            float v86[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v86[r] = (v85[r] * v84[r]);
+                }
+            }
+            float v87[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v87[r] = (v68[r] + v86[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v87[r];
+                }
+            }
+            float v88[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v88[r] = (v86[r] * v85[r]);
+                }
+            }
+            float v89[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v89[r] = (v88[r] * v67[r]);
+                }
+            }
+            float v90[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v90[r] = acc5[r];
+                }
+            }
+            float v91[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v91[r] = (v90[r] + v81[r]);
+                }
+            }
+            float v92[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v92[r] = (v91[r] + v89[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v92[r];
+                }
+            }
+        }
+        dt_cp_async_wait<0>(); /* the block held in shared memory */
+        /* rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8) + rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8), in one pass */
+        for (long long o94 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o94 < dt_min_ll(b1 * 32768 + 32768, s1); o94 += 4096) {
+            const uint4* const held95 = (const uint4*)(dt_smem + 32);
+            uint4 q96[1];
+            bool f97[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l98 = (int)((unsigned)e / 4096u % 1u);
+                const int l99 = (int)((unsigned)e / 1u % 4096u);
+                f97[c] = (unsigned)(o1 + l98) < (unsigned)s0 && (unsigned)(o94 + l99) < (unsigned)s1;
+                if (f97[c]) q96[c] = held95[0 + (((unsigned)(o94 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            float v34[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v34[r] = acc6[r];
+                }
+            }
+            float v35[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v35[r] = acc7[r];
+                }
+            }
+            dt_bf16s<8> v0; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f97[c]) {
+                    v0.w[c] = q96[c];
+                } else {
+                    v0.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v36[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v36[r] = ((v0[r * 8 + 0] + v0[r * 8 + 1]) + (v0[r * 8 + 2] + v0[r * 8 + 3])) + ((v0[r * 8 + 4] + v0[r * 8 + 5]) + (v0[r * 8 + 6] + v0[r * 8 + 7]));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v36[r];
+                }
+            }
+            float v37[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    const int l110 = (int)((unsigned)e / 1u % 4096u);
+                    v37[r] = (float)(o94 + l110);
+                }
+            }
+            float v38[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v38[r] = (float)s1;
+            }
+            float v39[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v39[r] = ((v37[r]) < (v38[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v40[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v40[r] = ((v39[r * 8 + 0] + v39[r * 8 + 1]) + (v39[r * 8 + 2] + v39[r * 8 + 3])) + ((v39[r * 8 + 4] + v39[r * 8 + 5]) + (v39[r * 8 + 6] + v39[r * 8 + 7]));
+                }
+            }
+            float v42[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v42[r] = 1e0f;
+            }
+            float v43[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v43[r] = fmaxf(v40[r], v42[0]);
+                }
+            }
+            float v44[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v44[r] = dt_fast_div(v36[r], v43[r]);
+                }
+            }
+            float v45[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v45[r] = (v0[r] - v44[r / 8]);
+                }
+            }
+            float v46[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v46[r] = (v45[r] * v39[r]);
+                }
+            }
+            float v47[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v47[r] = (v46[r] * v46[r]);
+                }
+            }
+            float v48[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v48[r] = ((v47[r * 8 + 0] + v47[r * 8 + 1]) + (v47[r * 8 + 2] + v47[r * 8 + 3])) + ((v47[r * 8 + 4] + v47[r * 8 + 5]) + (v47[r * 8 + 6] + v47[r * 8 + 7]));
+                }
+            }
+            float v49[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v49[r] = (v34[r] + v40[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v49[r];
+                }
+            }
+            float v50[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v50[r] = fmaxf(v49[r], v42[0]);
+                }
+            }
+            float v51[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v51[r] = dt_fast_div(v40[r], v50[r]);
+                }
+            }
+            float v52[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v52[r] = (v44[r] - v35[r]);
+                }
+            }
+            float v53[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v53[r] = (v52[r] * v51[r]);
+                }
+            }
+            float v54[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v54[r] = (v35[r] + v53[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v54[r];
+                }
+            }
+            float v55[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = (v53[r] * v52[r]);
+                }
+            }
+            float v56[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = (v55[r] * v34[r]);
+                }
+            }
+            float v57[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v57[r] = acc5[r];
+                }
+            }
+            float v58[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v58[r] = (v57[r] + v48[r]);
+                }
+            }
+            float v59[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v59[r] = (v58[r] + v56[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v59[r];
+                }
+            }
+        }
+        float v32[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v32[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v32[i * 1 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a155 = 0e0f;
+            for (int g = 0; g < 16; g++) a155 = a155 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a155;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v4[1];
+        /* rsum over the 8 programs of the cluster along y */
+        __shared__ float cl158[1];
+        if (tid == 0) cl158[0] = v3[0];
+        dt_cluster_sync();
+        {
+            float p = (tid % 32) < 8 ? dt_cluster_load(&cl158[0], (unsigned)(tid % 32)) : 0e0f;
+            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
+            v4[0] = p;
+        }
+        dt_cluster_arrive();
+        float v6[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v6[r] = dt_fast_div(v4[0], v5[0]);
+        }
+        float v60[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v60[r] = acc5[r];
+            }
+        }
+        float v61[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v61[r] = acc6[r];
+            }
+        }
+        float v62[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v62[r] = acc7[r];
+            }
+        }
+        float v63[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v63[r] = (v62[r] - v6[0]);
+            }
+        }
+        float v64[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v64[r] = (v63[r] * v63[r]);
+            }
+        }
+        float v65[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v65[r] = (v61[r] * v64[r]);
+            }
+        }
+        float v66[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v66[r] = (v60[r] + v65[r]);
+            }
+        }
+        float v15[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v66[i * 1 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a175 = 0e0f;
+            for (int g = 0; g < 16; g++) a175 = a175 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v15[r] = a175;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v15[0];
+        }
+        float v16[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v16[r] = acc2[r];
+        }
+        float v17[1];
+        /* rsum over the 8 programs of the cluster along y */
+        __shared__ float cl178[1];
+        dt_cluster_wait();
+        if (tid == 0) cl178[0] = v16[0];
+        dt_cluster_sync();
+        {
+            float p = (tid % 32) < 8 ? dt_cluster_load(&cl178[0], (unsigned)(tid % 32)) : 0e0f;
+            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
+            v17[0] = p;
+        }
+        dt_cluster_arrive();
+        float v19[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v19[r] = dt_fast_div(v17[0], v5[0]);
+        }
+        dt_cluster_wait();
+        dt_cp_async_wait<0>(); /* the block held in shared memory */
+        /* block(y:32768) layernorm_256k_16bit.tensorize(y:4096) num_stages(8) */
+        for (long long o180 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o180 >= b1 * 32768; o180 -= 4096) {
+            const uint4* const held181 = (const uint4*)(dt_smem + 32);
+            uint4 q182[1];
+            bool f183[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l184 = (int)((unsigned)e / 4096u % 1u);
+                const int l185 = (int)((unsigned)e / 1u % 4096u);
+                f183[c] = (unsigned)(o1 + l184) < (unsigned)s0 && (unsigned)(o180 + l185) < (unsigned)s1;
+                if (f183[c]) q182[c] = held181[0 + (((unsigned)(o180 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            dt_bf16s<8> v20; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f183[c]) {
+                    v20.w[c] = q182[c];
+                } else {
+                    v20.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v22[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v22[r] = (v20[r] - v6[0]);
+                }
+            }
+            float v24[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v24[r] = args.scalars[0];
+            }
+            float v25[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v25[r] = (v19[0] + v24[0]);
+            }
+            float v26[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v26[r] = dt_fast_rsqrt(v25[0]);
+            }
+            float v27[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v27[r] = (v22[r] * v26[0]);
+                }
+            }
+            dt_bf16s<8> v28; /* 16-bit values as loaded */
+            uint4 q194[1];
+            bool f195[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l196 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o180 + l196) * (unsigned)args.input_strides[1][0];
+                f195[c] = (unsigned)(o180 + l196) < (unsigned)s1;
+                if (f195[c]) q194[c] = *(const uint4*)(in1 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f195[c]) {
+                    v28.w[c] = q194[c];
+                } else {
+                    v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v29[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v29[r] = (v27[r] * v28[r]);
+                }
+            }
+            dt_bf16s<8> v30; /* 16-bit values as loaded */
+            uint4 q200[1];
+            bool f201[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l202 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o180 + l202) * (unsigned)args.input_strides[2][0];
+                f201[c] = (unsigned)(o180 + l202) < (unsigned)s1;
+                if (f201[c]) q200[c] = *(const uint4*)(in2 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f201[c]) {
+                    v30.w[c] = q200[c];
+                } else {
+                    v30.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v31[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v31[r] = (v29[r] + v30[r]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l206 = (int)((unsigned)e / 4096u % 1u);
+                const int l207 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l206) * (unsigned)args.output_strides[0] + (unsigned)(o180 + l207) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + l207) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v31[c * 8 + 0], v31[c * 8 + 1]), dt_pack2_bf16(v31[c * 8 + 2], v31[c * 8 + 3]), dt_pack2_bf16(v31[c * 8 + 4], v31[c * 8 + 5]), dt_pack2_bf16(v31[c * 8 + 6], v31[c * 8 + 7])));
+            }
         }
     }
 }
@@ -8004,7 +11980,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v24[r] = dt_rsqrt(v23[0]);
+                v24[r] = dt_fast_rsqrt(v23[0]);
             }
             float v25[8];
             #pragma unroll
@@ -9011,7 +12987,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v24[r] = dt_rsqrt(v23[0]);
+                v24[r] = dt_fast_rsqrt(v23[0]);
             }
             float v25[8];
             #pragma unroll
@@ -10019,7 +13995,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v24[r] = dt_rsqrt(v23[0]);
+                v24[r] = dt_fast_rsqrt(v23[0]);
             }
             float v25[8];
             #pragma unroll
@@ -11026,7 +15002,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v24[r] = dt_rsqrt(v23[0]);
+                v24[r] = dt_fast_rsqrt(v23[0]);
             }
             float v25[8];
             #pragma unroll

@@ -314,9 +314,13 @@ DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
 
 /* Approximations for kernels that store 16-bit results (emit/expr.rs, Math::Fast): errors of a
- * few units of f32 (2 + 1.2 |x| for exp(x); division needs |b| below 2^126) and 2^-10.9 relative
- * (tanh), under the rounding of an f16 or bf16 result. */
+ * few units of f32 (2 + 1.2 |x| for exp(x); division needs |b| below 2^126; 2 for rsqrt) and
+ * 2^-10.9 relative (tanh), under the rounding of an f16 or bf16 result. */
 DT_FN float dt_fast_log(float a) { return __logf(a); }
+/* One instruction, where 1/sqrtf takes a correctly rounded square root and division, each with
+ * a slow path that ptxas calls: under 40 registers the held layernorm spilled 80 bytes with the
+ * calls, 28 without (ptxas -v). */
+DT_FN float dt_fast_rsqrt(float a) { return rsqrtf(a); }
 #if defined(__HIPCC__)
 DT_FN float dt_fast_exp(float a) { return __expf(a); }
 DT_FN float dt_fast_rcp(float b) { return __fdividef(1.0f, b); }
@@ -638,7 +642,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16(cons
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[8];
         #pragma unroll
@@ -929,7 +933,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16_whol
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[8];
         #pragma unroll
@@ -1204,7 +1208,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16(con
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[8];
         #pragma unroll
@@ -1495,7 +1499,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16_who
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[8];
         #pragma unroll
@@ -2281,7 +2285,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[8];
         #pragma unroll
@@ -2572,7 +2576,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16_whole(cons
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[8];
         #pragma unroll
@@ -2847,7 +2851,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[8];
         #pragma unroll
@@ -3138,7 +3142,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16_whole(con
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[8];
         #pragma unroll
@@ -3926,7 +3930,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[16];
         #pragma unroll
@@ -4217,7 +4221,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16_whole(co
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[16];
         #pragma unroll
@@ -4492,7 +4496,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[16];
         #pragma unroll
@@ -4783,7 +4787,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16_whole(c
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[16];
         #pragma unroll
@@ -6205,7 +6209,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v24[r] = dt_rsqrt(v23[0]);
+                v24[r] = dt_fast_rsqrt(v23[0]);
             }
             float v25[8];
             #pragma unroll
@@ -7117,7 +7121,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v24[r] = dt_rsqrt(v23[0]);
+                v24[r] = dt_fast_rsqrt(v23[0]);
             }
             float v25[8];
             #pragma unroll
@@ -8027,7 +8031,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v24[r] = dt_rsqrt(v23[0]);
+                v24[r] = dt_fast_rsqrt(v23[0]);
             }
             float v25[8];
             #pragma unroll
@@ -8939,7 +8943,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v24[r] = dt_rsqrt(v23[0]);
+                v24[r] = dt_fast_rsqrt(v23[0]);
             }
             float v25[8];
             #pragma unroll

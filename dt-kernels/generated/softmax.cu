@@ -314,9 +314,13 @@ DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
 
 /* Approximations for kernels that store 16-bit results (emit/expr.rs, Math::Fast): errors of a
- * few units of f32 (2 + 1.2 |x| for exp(x); division needs |b| below 2^126) and 2^-10.9 relative
- * (tanh), under the rounding of an f16 or bf16 result. */
+ * few units of f32 (2 + 1.2 |x| for exp(x); division needs |b| below 2^126; 2 for rsqrt) and
+ * 2^-10.9 relative (tanh), under the rounding of an f16 or bf16 result. */
 DT_FN float dt_fast_log(float a) { return __logf(a); }
+/* One instruction, where 1/sqrtf takes a correctly rounded square root and division, each with
+ * a slow path that ptxas calls: under 40 registers the held layernorm spilled 80 bytes with the
+ * calls, 28 without (ptxas -v). */
+DT_FN float dt_fast_rsqrt(float a) { return rsqrtf(a); }
 #if defined(__HIPCC__)
 DT_FN float dt_fast_exp(float a) { return __expf(a); }
 DT_FN float dt_fast_rcp(float b) { return __fdividef(1.0f, b); }

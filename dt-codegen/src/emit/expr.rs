@@ -23,7 +23,7 @@ pub enum Math {
     /// The C library's functions and IEEE division (a few units in the last place of f32).
     Exact,
     /// The GPU's approximations (`dt_fast_*` in the device runtime): errors of a few units of
-    /// f32 (exp, log, division) or 2^-10.9 relative (tanh), below the rounding of a 16-bit
+    /// f32 (exp, log, division, rsqrt) or 2^-10.9 relative (tanh), below the rounding of a 16-bit
     /// result, for a fraction of the instructions. Used where the kernel stores f16 or bf16.
     Fast,
 }
@@ -35,6 +35,7 @@ pub fn unary_in(math: Math, op: UnOp, a: &str) -> String {
         (Math::Fast, UnOp::Log) => format!("dt_fast_log({a})"),
         (Math::Fast, UnOp::Tanh) => format!("dt_fast_tanh({a})"),
         (Math::Fast, UnOp::Sigmoid) => format!("dt_fast_sigmoid({a})"),
+        (Math::Fast, UnOp::Rsqrt) => format!("dt_fast_rsqrt({a})"),
         _ => unary(op, a),
     }
 }

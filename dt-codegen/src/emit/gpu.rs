@@ -1123,7 +1123,7 @@ impl Emitter<'_> {
     /// of the next, into registers the work then no longer needs (a double buffer of raw
     /// 16-byte words). The memory system so always has a step's loads in flight. A load that
     /// does not move with the loop (layernorm's weights) is issued once, before it.
-    fn pipelined_rows(&mut self, l: &Loop, loads: &[Prefetch], held: &[(Prefetch, HeldLoad)]) -> Result<(), EmitError> {
+    fn pipelined_rows(&mut self, l: &Loop, loads: &[Prefetch]) -> Result<(), EmitError> {
         let steps = super::LoopSteps::of(self.k, l);
         let o = self.fresh("o");
         self.line(&format!("/* {}: loads one step ahead */", l.origin));
@@ -1172,7 +1172,6 @@ impl Emitter<'_> {
         issue(self, format!("({next})"), true);
         self.depth -= 1;
         self.line("}");
-        current.extend(self.read_held(l, &o, held));
         self.prefetched.extend(current);
         self.stmts(&l.body)?;
         self.settle_cluster();
@@ -1195,7 +1194,7 @@ impl Emitter<'_> {
     /// has a buffer per step of the block, and it stages every step of the block, also those of
     /// the loop over the block's other steps (its partial step, [`Steps`]), which then reads them
     /// there, as later loops over the block do ([`Self::held_loads`]).
-    fn staged_rows(&mut self, l: &Loop, loads: &[Prefetch], held: &[(Prefetch, HeldLoad)], holds: bool) -> Result<(), EmitError> {
+    fn staged_rows(&mut self, l: &Loop, loads: &[Prefetch], holds: bool) -> Result<(), EmitError> {
         let stages = l.stages as usize;
         let steps = super::LoopSteps::of(self.k, l);
         // Where a held block's steps are staged from: every step of the block.
@@ -1285,7 +1284,6 @@ impl Emitter<'_> {
             let (q, f) = self.read_ring(p, l.dim, &o, &ring, *base, *runs, &this);
             current.push((p.value, q, f));
         }
-        current.extend(self.read_held(l, &o, held));
         self.prefetched.extend(current);
         // A staged loop inside this one takes the shared memory after this ring.
         self.ring_used = outer + own;
@@ -1536,15 +1534,24 @@ impl Emitter<'_> {
             // Once, before the loop: its own copies ahead, if staged, come after these.
             self.line("dt_cp_async_wait<0>(); /* the block held in shared memory */");
         }
-        let loads: Vec<Prefetch> = self.prefetchable(l).into_iter().filter(|p| !held.iter().any(|(h, _)| h.value == p.value)).collect();
+        // A loop over a held block issues its other loads (layernorm's weights) at their use:
+        // one step ahead, their double buffer's copies and flags took 46 of the 152 instructions
+        // of a step (ptxas does not unroll the loop to rename them), and the held kernels are
+        // bound by the instructions they issue (on the H100, 0.1307 -> 0.1267 ms for the held
+        // layernorm at 256x262144 in f16, docs/bench/h100.md).
+        let loads: Vec<Prefetch> = if held.is_empty() {
+            self.prefetchable(l)
+        } else {
+            Vec::new()
+        };
         let holds = self.holds_block(l, &loads);
         let limit = if self.k.grid.cluster.is_some() && holds { MAX_CLUSTER_STAGED_SHARED_BYTES } else { MAX_STAGED_SHARED_BYTES };
         let ring_fits = (self.ring_offset + self.ring_used + self.ring_words_for(l, &loads, holds)) * 4 <= limit as usize;
         if !loads.is_empty() && l.stages > 2 && self.dialect == Dialect::Cuda && ring_fits {
-            return self.staged_rows(l, &loads, &held, holds);
+            return self.staged_rows(l, &loads, holds);
         }
         if !loads.is_empty() {
-            return self.pipelined_rows(l, &loads, &held);
+            return self.pipelined_rows(l, &loads);
         }
         let o = self.fresh("o");
         if !l.origin.is_empty() {
