@@ -1536,14 +1536,10 @@ impl Emitter<'_> {
         }
         // A loop over a held block issues its other loads (layernorm's weights) at their use:
         // one step ahead, their double buffer's copies and flags took 46 of the 152 instructions
-        // of a step (ptxas does not unroll the loop to rename them), and the held kernels are
-        // bound by the instructions they issue (on the H100, 0.1307 -> 0.1267 ms for the held
-        // layernorm at 256x262144 in f16, docs/bench/h100.md).
-        let loads: Vec<Prefetch> = if held.is_empty() {
-            self.prefetchable(l)
-        } else {
-            Vec::new()
-        };
+        // of a step (ptxas does not unroll the loop to rename them), and the held layernorm ran
+        // 3% slower (on the H100, 0.1307 against 0.1267 ms at 256x262144 in f16,
+        // docs/bench/h100.md).
+        let loads: Vec<Prefetch> = if held.is_empty() { self.prefetchable(l) } else { Vec::new() };
         let holds = self.holds_block(l, &loads);
         let limit = if self.k.grid.cluster.is_some() && holds { MAX_CLUSTER_STAGED_SHARED_BYTES } else { MAX_STAGED_SHARED_BYTES };
         let ring_fits = (self.ring_offset + self.ring_used + self.ring_words_for(l, &loads, holds)) * 4 <= limit as usize;
