@@ -1527,14 +1527,13 @@ impl Emitter<'_> {
         if let Some((id, d)) = self.plan.pipelined(l).map(|(id, d)| (id, d.clone())) {
             return self.pipelined_loop(l, id, &d);
         }
-        // Loads a loop before this one left in shared memory are read there; the others may be
-        // issued ahead.
+        // Loads a loop before this one left in shared memory are read there, once every copy
+        // has landed (a single wait, before the loop).
         let held = self.held_loads(l);
         if !held.is_empty() {
-            // Once, before the loop: its own copies ahead, if staged, come after these.
             self.line("dt_cp_async_wait<0>(); /* the block held in shared memory */");
         }
-        // A loop over a held block issues its other loads (layernorm's weights) at their use:
+        // Such a loop issues its other loads (layernorm's weights) at their use, never ahead:
         // one step ahead, their double buffer's copies and flags took 46 of the 152 instructions
         // of a step (ptxas does not unroll the loop to rename them), and the held layernorm ran
         // 3% slower (on the H100, 0.1307 against 0.1267 ms at 256x262144 in f16,
