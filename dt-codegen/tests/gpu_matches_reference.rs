@@ -89,7 +89,7 @@ fn cuda_matches_reference_evaluator() {
                     let reduction_len = sizes.iter().copied().max().unwrap_or(1);
                     match gpu.run(&module, info, k, &bound, *dtype) {
                         Ok(got) => {
-                            if let Err(e) = compare(&got, &want, *dtype, reduction_len) {
+                            if let Err(e) = compare(&got, &want, *dtype, reduction_len, approximate(k, *dtype)) {
                                 failures.push(format!("{rel} schedule {si} kernel {} {dtype} sizes {:?}: {e}\n{spec}", k.name, sizes));
                             }
                         }
@@ -137,7 +137,7 @@ fn cuda_matmul_timing() {
             let want = dt_core::eval::evaluate(&p, fid, &args, *dtype).expect("evaluates");
             let bound = dt_core::tensor::bind(&p, fid, &args).expect("binds");
             let got = gpu.run(&module, &infos[0], k, &bound, *dtype).expect("runs");
-            compare(&got, &want, *dtype, 328).unwrap_or_else(|e| panic!("{} {dtype} sizes {sizes:?}: {e}", k.name));
+            compare(&got, &want, *dtype, 328, approximate(k, *dtype)).unwrap_or_else(|e| panic!("{} {dtype} sizes {sizes:?}: {e}", k.name));
             let args = random_args(&p, fid, &[n; 3], *dtype, &mut rng);
             let bound = dt_core::tensor::bind(&p, fid, &args).expect("binds");
             let staged = gpu.stage(k, &bound, *dtype).expect("stages");

@@ -206,7 +206,7 @@ fn check_spec(rel: &str) -> usize {
                     match lib.run_limited(info, k, &bound, *dtype, MAX_STEPS) {
                         Ok(Some(got)) => {
                             cases += 1;
-                            if let Err(e) = compare(&got, &want, *dtype, reduction_len) {
+                            if let Err(e) = compare(&got, &want, *dtype, reduction_len, approximate(k, *dtype)) {
                                 failures.push(format!("{}: {e}\n{}", what(), s.spec));
                             }
                         }

@@ -104,13 +104,15 @@ fn check_case(suite: &Suite, index: usize, size_seed: u64) -> Result<(), TestCas
         let context = || format!("schedule {index} ({}), sizes {:?}, kernel `{}`:\n{}", d.dtype, names(p, &sizes), kir.name, d.spec);
         if sizes.iter().product::<usize>() <= MAX_INTERPRETED_WORK {
             let got = dt_core::interp::run(kir, &bound, d.dtype);
-            compare(&got, &want, d.dtype, reduction_len).map_err(|e| TestCaseError::fail(format!("interpreter: {e}\n{}", context())))?;
+            compare(&got, &want, d.dtype, reduction_len, d.dtype != DType::F32)
+                .map_err(|e| TestCaseError::fail(format!("interpreter: {e}\n{}", context())))?;
         }
         if kir.grid.cluster.is_some() {
             continue;
         }
         let got = suite.lib.run(&symbol(kir, d.dtype, index), kir, &bound, d.dtype).map_err(|e| TestCaseError::fail(e.to_string()))?;
-        compare(&got, &want, d.dtype, reduction_len).map_err(|e| TestCaseError::fail(format!("CPU C: {e}\n{}", context())))?;
+        compare(&got, &want, d.dtype, reduction_len, d.dtype != DType::F32)
+            .map_err(|e| TestCaseError::fail(format!("CPU C: {e}\n{}", context())))?;
     }
     Ok(())
 }

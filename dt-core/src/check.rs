@@ -22,7 +22,7 @@ const UNARY_FUNCS: &[(&str, UnOp)] = &[
     ("abs", UnOp::Abs),
 ];
 const BUILTIN_FUNCS: &str = "exp, exp2, log, sqrt, rsqrt, tanh, sigmoid, abs, max, min, where, len, rsum, rmax, rmin, rdot, reshape";
-const PRIMITIVES: &str = "block, tensorize, map, cluster, fuse_at, num_warps, num_stages, max_registers, dtypes, bound, compile";
+const PRIMITIVES: &str = "block, tensorize, map, cluster, fuse_at, num_warps, num_stages, max_registers, fast_math, dtypes, bound, compile";
 
 #[derive(Clone, Copy, Debug)]
 enum Entity {
@@ -748,6 +748,12 @@ impl<'a, 'd> Checker<'a, 'd> {
                     }
                     self.sched_spans[f.index()].placement.push(span);
                 }
+            }
+            "fast_math" => {
+                if self.no_args(prim, args) {
+                    self.prog.funcs[f.index()].schedule.fast_math = true;
+                }
+                self.sched_spans[f.index()].placement.push(span);
             }
             "dtypes" => {
                 let mut out = Vec::new();

@@ -209,6 +209,9 @@ fn draw(p: &Program, k: FuncId, rng: &mut Rng, opts: &Options) -> String {
     if rng.chance(30) {
         lines.push(format!("{kname}.max_registers({});", rng.pick(&[32, 64, 128])));
     }
+    if rng.chance(25) {
+        lines.push(format!("{kname}.fast_math();"));
+    }
     lines.extend(placements(p, k, rng));
     lines.extend(kernel_marks(p, k));
     lines.join("\n") + "\n"

@@ -343,6 +343,9 @@ pub struct Kernel {
     pub num_stages: u32,
     /// At most this many registers per thread (`max_registers`), on CUDA.
     pub max_registers: Option<u32>,
+    /// The GPU's approximations of `exp`, `log`, `tanh`, `sigmoid`, `rsqrt` and division in
+    /// every element type (`fast_math`), not only where the kernel stores 16-bit results.
+    pub fast_math: bool,
     pub values: Vec<Value>,
     pub vars: Vec<Shape>,
     pub body: Vec<Stmt>,
@@ -447,6 +450,9 @@ pub fn print(k: &Kernel) -> String {
     let _ = writeln!(out, "  block  {} threads{}", 32 * k.num_warps, comment(&format!("num_warps({})", k.num_warps)));
     if let Some(n) = k.max_registers {
         let _ = writeln!(out, "  regs   at most {n} per thread{}", comment(&format!("max_registers({n})")));
+    }
+    if k.fast_math {
+        let _ = writeln!(out, "  math   approximate in every element type{}", comment("fast_math()"));
     }
     let _ = writeln!(out, "  program:");
     print_stmts(k, &k.body, 2, &mut out);

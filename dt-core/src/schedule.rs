@@ -34,6 +34,9 @@ pub struct Schedule {
     /// `max_registers(n)`: at most `n` registers per thread on CUDA (none: the compiler's
     /// choice).
     pub max_registers: Option<u32>,
+    /// `fast_math()`: on the GPU, f32 kernels too evaluate `exp`, `log`, `tanh`, `sigmoid`,
+    /// `rsqrt` and division with the hardware's approximations, as 16-bit kernels always do.
+    pub fast_math: bool,
     /// Marked with `compile()`: a kernel entry point.
     pub kernel: bool,
     /// `dtypes(f16, bf16, f32)`: the element types the kernel is built for (default f32).
@@ -54,6 +57,7 @@ impl Default for Schedule {
             num_warps: 4,
             num_stages: 1,
             max_registers: None,
+            fast_math: false,
             kernel: false,
             dtypes: vec![DType::F32],
             bounds: Vec::new(),

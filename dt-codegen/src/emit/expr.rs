@@ -24,7 +24,8 @@ pub enum Math {
     Exact,
     /// The GPU's approximations (`dt_fast_*` in the device runtime): errors of a few units of
     /// f32 (exp, log, division, rsqrt) or 2^-10.9 relative (tanh), below the rounding of a 16-bit
-    /// result, for a fraction of the instructions. Used where the kernel stores f16 or bf16.
+    /// result, for a fraction of the instructions. Used where the kernel stores f16 or bf16, and
+    /// in f32 kernels scheduled with `fast_math()`.
     Fast,
 }
 

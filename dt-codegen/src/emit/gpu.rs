@@ -193,7 +193,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
     let mut e = Emitter {
         k,
         dtype,
-        math: if dtype.size_bytes() == 2 { Math::Fast } else { Math::Exact },
+        math: if dtype.size_bytes() == 2 || k.fast_math { Math::Fast } else { Math::Exact },
         threads,
         mapping,
         out: String::new(),
@@ -438,7 +438,8 @@ enum Reader {
 struct Emitter<'a> {
     k: &'a Kernel,
     dtype: DType,
-    /// Approximate math where the kernel stores 16-bit results (see [`Math::Fast`]).
+    /// Approximate math where the kernel stores 16-bit results or asks for it with `fast_math()`
+    /// (see [`Math::Fast`]).
     math: Math,
     threads: u32,
     mapping: Mapping,

@@ -80,16 +80,22 @@ pub fn ulp(dtype: DType) -> f32 {
     }
 }
 
+/// Whether the GPU build of `k` for `dtype` evaluates exp, tanh, division and the like with the
+/// hardware's approximations: in 16-bit types always, in f32 under `fast_math()`.
+pub fn approximate(k: &dt_core::kir::Kernel, dtype: DType) -> bool {
+    dtype != DType::F32 || k.fast_math
+}
+
 /// Compares `got` with `want` element by element: within one unit of the element type's
-/// precision plus f32 rounding scaled by the largest value, and for 16-bit types 2^-10 of the
-/// largest value for the approximate exp, tanh and division their GPU kernels use. Returns a
-/// description of the first mismatch.
-pub fn compare(got: &Tensor, want: &Tensor, dtype: DType, reduction_len: usize) -> Result<(), String> {
+/// precision plus f32 rounding scaled by the largest value, and where `approx` (the kernel used
+/// the approximate exp, tanh and division, see [`approximate`]) 2^-10 of the largest value.
+/// Returns a description of the first mismatch.
+pub fn compare(got: &Tensor, want: &Tensor, dtype: DType, reduction_len: usize, approx: bool) -> Result<(), String> {
     if got.shape != want.shape {
         return Err(format!("shape {:?}, expected {:?}", got.shape, want.shape));
     }
     let scale = want.data.iter().filter(|v| v.is_finite()).fold(0.0f32, |m, v| m.max(v.abs())) + 1.0;
-    let approx = if dtype == DType::F32 { 0.0 } else { 1.0 / 1024.0 };
+    let approx = if approx { 1.0 / 1024.0 } else { 0.0 };
     let f32_err = (4.0 * f32::EPSILON * (reduction_len as f32 + 16.0) + approx) * scale;
     for (i, (g, w)) in got.data.iter().zip(&want.data).enumerate() {
         let ok = if w.is_nan() {

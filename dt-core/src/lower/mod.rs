@@ -76,6 +76,7 @@ pub fn lower(p: &Program, k: FuncId) -> Result<Kernel, LowerError> {
         num_warps: f.schedule.num_warps,
         num_stages: f.schedule.num_stages,
         max_registers: f.schedule.max_registers,
+        fast_math: f.schedule.fast_math,
         values: Vec::new(),
         vars: Vec::new(),
         body: Vec::new(),
