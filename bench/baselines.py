@@ -495,14 +495,15 @@ def time_fn(fn, reps, warmup, flush):
     # launch overhead does not show up as gaps inside the timed regions. That
     # is checked: where the GPU reached the first run before the host had
     # queued the last, the runs are queued again behind a longer spin.
+    can_spin = hasattr(torch.cuda, "_sleep")
     spin_s = min(1.5 * reps * host_s + 1e-3, MAX_SPIN_S)
     while True:
-        if hasattr(torch.cuda, "_sleep"):
+        if can_spin:
             torch.cuda._sleep(int(spin_s * 2.0e9))
         queue(reps)
         caught_up = starts[0].query()
         torch.cuda.synchronize()
-        if not caught_up or not hasattr(torch.cuda, "_sleep"):
+        if not caught_up or not can_spin:
             break
         if spin_s >= MAX_SPIN_S:
             print(

@@ -29,6 +29,18 @@ pub enum Math {
     Fast,
 }
 
+impl Math {
+    /// How a GPU build of `k` for `dtype` evaluates them: with the approximations where it stores
+    /// 16-bit results or is scheduled with `fast_math()`.
+    pub fn of_gpu_build(k: &dt_core::kir::Kernel, dtype: dt_core::DType) -> Math {
+        if dtype.size_bytes() == 2 || k.fast_math {
+            Math::Fast
+        } else {
+            Math::Exact
+        }
+    }
+}
+
 /// [`unary`] under `math`.
 pub fn unary_in(math: Math, op: UnOp, a: &str) -> String {
     match (math, op) {

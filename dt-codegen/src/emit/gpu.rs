@@ -193,7 +193,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
     let mut e = Emitter {
         k,
         dtype,
-        math: if dtype.size_bytes() == 2 || k.fast_math { Math::Fast } else { Math::Exact },
+        math: Math::of_gpu_build(k, dtype),
         threads,
         mapping,
         out: String::new(),

@@ -81,9 +81,9 @@ pub fn ulp(dtype: DType) -> f32 {
 }
 
 /// Whether the GPU build of `k` for `dtype` evaluates exp, tanh, division and the like with the
-/// hardware's approximations: in 16-bit types always, in f32 under `fast_math()`.
+/// hardware's approximations, as the emitter decides ([`Math::of_gpu_build`]).
 pub fn approximate(k: &dt_core::kir::Kernel, dtype: DType) -> bool {
-    dtype != DType::F32 || k.fast_math
+    dt_codegen::emit::expr::Math::of_gpu_build(k, dtype) == dt_codegen::emit::expr::Math::Fast
 }
 
 /// Compares `got` with `want` element by element: within one unit of the element type's
