@@ -50,6 +50,26 @@ fn kernels_for_whole_runs_check_each_run_once_and_never_go_element_by_element() 
 }
 
 #[test]
+fn kernels_for_whole_runs_mask_each_run_once() {
+    // Softmax's exponentials are masked with the sum's 0 along the row. Where runs are whole, a
+    // run is valid or not as a whole: the test reads the run's first lane, the same expression
+    // for every register of the run, so the compiler makes one comparison of it per run.
+    for (dtype, run) in [(DType::F16, 8), (DType::F32, 4)] {
+        let (file, _) = emitted(SOFTMAX, dtype);
+        let any = format!("dt_out_{}", dtype.name());
+        let whole = gpu::whole_runs_symbol(&any);
+        let (any, whole) = (kernel_text(&file, &any), kernel_text(&file, &whole));
+        fn masks(text: &str) -> Vec<&str> {
+            text.lines().filter(|l| l.contains(": 0e0f;") && l.contains("< (unsigned)s1")).map(str::trim).collect()
+        }
+        let first_lane = format!("(int)((unsigned)(((r / {run}) * 64 + tid) * {run}) % 1024u)");
+        let (m_any, m_whole) = (masks(any), masks(whole));
+        assert!(!m_any.is_empty() && m_any.iter().all(|l| !l.contains(&first_lane)), "{any}");
+        assert!(!m_whole.is_empty() && m_whole.iter().all(|l| l.contains(&first_lane)), "{whole}");
+    }
+}
+
+#[test]
 fn kernels_without_runs_have_no_kernel_for_whole_runs() {
     // Tiles of one element per thread read nothing in 16-byte runs.
     let scalar = "Func out; In A; Var x; out[x] = A[x] * 2; out.block(x:32); out.tensorize(x:32); out.num_warps(1); out.compile();";

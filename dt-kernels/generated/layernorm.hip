@@ -875,8 +875,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16_whol
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l30 = (int)((unsigned)e / 1u % 1024u);
-                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 128 + tid) * 8) % 1024u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -1441,8 +1440,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16_who
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l30 = (int)((unsigned)e / 1u % 1024u);
-                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 128 + tid) * 8) % 1024u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -1932,8 +1930,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32_whole(cons
         for (int r = 0; r < 4; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
             (void)e; {
-                const int l16 = (int)((unsigned)e / 1u % 1024u);
-                v13[r] = ((unsigned)(0 + l16) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 256 + tid) * 4) % 1024u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -2518,8 +2515,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16_whole(cons
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l30 = (int)((unsigned)e / 1u % 4096u);
-                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) % 4096u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -3084,8 +3080,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16_whole(con
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l30 = (int)((unsigned)e / 1u % 4096u);
-                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) % 4096u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -3577,8 +3572,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32_whole(cons
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
-                const int l16 = (int)((unsigned)e / 1u % 4096u);
-                v13[r] = ((unsigned)(0 + l16) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 512 + tid) * 4) % 4096u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -4163,8 +4157,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16_whole(co
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
-                const int l30 = (int)((unsigned)e / 1u % 16384u);
-                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 16384u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -4729,8 +4722,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16_whole(c
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
-                const int l30 = (int)((unsigned)e / 1u % 16384u);
-                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 16384u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -5222,8 +5214,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32_whole(co
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
-                const int l16 = (int)((unsigned)e / 1u % 16384u);
-                v13[r] = ((unsigned)(0 + l16) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) % 16384u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];

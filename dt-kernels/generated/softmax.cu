@@ -705,8 +705,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f16_whole(con
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                const int l19 = (int)((unsigned)e / 1u % 1024u);
-                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 64 + tid) * 8) % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1043,8 +1042,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_bf16_whole(co
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                const int l19 = (int)((unsigned)e / 1u % 1024u);
-                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 64 + tid) * 8) % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1370,8 +1368,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f32_whole(con
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
-                const int l15 = (int)((unsigned)e / 1u % 1024u);
-                v8[r] = ((unsigned)(0 + l15) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 64 + tid) * 4) % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1708,8 +1705,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f16_whole(con
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
-                const int l19 = (int)((unsigned)e / 1u % 4096u);
-                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 256 + tid) * 8) % 4096u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -2046,8 +2042,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_bf16_whole(co
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
-                const int l19 = (int)((unsigned)e / 1u % 4096u);
-                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 256 + tid) * 8) % 4096u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -2373,8 +2368,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f32_whole(con
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
             (void)e; {
-                const int l15 = (int)((unsigned)e / 1u % 4096u);
-                v8[r] = ((unsigned)(0 + l15) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 256 + tid) * 4) % 4096u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -2711,8 +2705,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f16_whole(co
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l19 = (int)((unsigned)e / 1u % 16384u);
-                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -3049,8 +3042,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16_whole(c
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l19 = (int)((unsigned)e / 1u % 16384u);
-                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -3376,8 +3368,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f32_whole(co
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
-                const int l15 = (int)((unsigned)e / 1u % 16384u);
-                v8[r] = ((unsigned)(0 + l15) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 512 + tid) * 4) % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -4606,8 +4597,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l96 = (int)((unsigned)e / 1u % 4096u);
-                    v5[r] = ((unsigned)(o71 + l96) < (unsigned)s1) ? v0[r] : 0e0f;
+                    v5[r] = ((unsigned)(o71 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) % 4096u)) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
             float v7[8];
@@ -4631,8 +4621,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l102 = (int)((unsigned)e / 1u % 4096u);
-                    v9[r] = ((unsigned)(o71 + l102) < (unsigned)s1) ? v8[r] : 0e0f;
+                    v9[r] = ((unsigned)(o71 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) % 4096u)) < (unsigned)s1) ? v8[r] : 0e0f;
                 }
             }
             float v30[8];
@@ -6062,8 +6051,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l96 = (int)((unsigned)e / 1u % 4096u);
-                    v5[r] = ((unsigned)(o71 + l96) < (unsigned)s1) ? v0[r] : 0e0f;
+                    v5[r] = ((unsigned)(o71 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) % 4096u)) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
             float v7[8];
@@ -6087,8 +6075,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l102 = (int)((unsigned)e / 1u % 4096u);
-                    v9[r] = ((unsigned)(o71 + l102) < (unsigned)s1) ? v8[r] : 0e0f;
+                    v9[r] = ((unsigned)(o71 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) % 4096u)) < (unsigned)s1) ? v8[r] : 0e0f;
                 }
             }
             float v30[8];
@@ -7246,8 +7233,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l61 = (int)((unsigned)e / 1u % 16384u);
-                    v5[r] = ((unsigned)(o41 + l61) < (unsigned)s1) ? v0[r] : 0e0f;
+                    v5[r] = ((unsigned)(o41 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) % 16384u)) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
             float v7[16];
@@ -7271,8 +7257,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l67 = (int)((unsigned)e / 1u % 16384u);
-                    v9[r] = ((unsigned)(o41 + l67) < (unsigned)s1) ? v8[r] : 0e0f;
+                    v9[r] = ((unsigned)(o41 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) % 16384u)) < (unsigned)s1) ? v8[r] : 0e0f;
                 }
             }
             float v30[16];
@@ -8424,8 +8409,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l69 = (int)((unsigned)e / 1u % 16384u);
-                    v4[r] = ((unsigned)(o45 + l69) < (unsigned)s1) ? v0[r] : 0e0f;
+                    v4[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 16384u)) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
             float v6[16];
@@ -8449,8 +8433,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l75 = (int)((unsigned)e / 1u % 16384u);
-                    v8[r] = ((unsigned)(o45 + l75) < (unsigned)s1) ? v7[r] : 0e0f;
+                    v8[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
             float v28[16];
@@ -9578,8 +9561,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l69 = (int)((unsigned)e / 1u % 16384u);
-                    v4[r] = ((unsigned)(o45 + l69) < (unsigned)s1) ? v0[r] : 0e0f;
+                    v4[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 16384u)) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
             float v6[16];
@@ -9603,8 +9585,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l75 = (int)((unsigned)e / 1u % 16384u);
-                    v8[r] = ((unsigned)(o45 + l75) < (unsigned)s1) ? v7[r] : 0e0f;
+                    v8[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
             float v28[16];
@@ -10707,8 +10688,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l61 = (int)((unsigned)e / 1u % 16384u);
-                    v4[r] = ((unsigned)(o41 + l61) < (unsigned)s1) ? v0[r] : 0e0f;
+                    v4[r] = ((unsigned)(o41 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) % 16384u)) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
             float v6[16];
@@ -10732,8 +10712,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l67 = (int)((unsigned)e / 1u % 16384u);
-                    v8[r] = ((unsigned)(o41 + l67) < (unsigned)s1) ? v7[r] : 0e0f;
+                    v8[r] = ((unsigned)(o41 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
             float v28[16];

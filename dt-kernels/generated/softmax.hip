@@ -705,8 +705,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16_whole(const 
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l19 = (int)((unsigned)e / 1u % 1024u);
-                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 128 + tid) * 8) % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1043,8 +1042,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16_whole(const
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l19 = (int)((unsigned)e / 1u % 1024u);
-                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 128 + tid) * 8) % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1370,8 +1368,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32_whole(const 
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
-                const int l15 = (int)((unsigned)e / 1u % 1024u);
-                v8[r] = ((unsigned)(0 + l15) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 128 + tid) * 4) % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1708,8 +1705,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16_whole(const 
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l19 = (int)((unsigned)e / 1u % 4096u);
-                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) % 4096u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -2046,8 +2042,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16_whole(const
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l19 = (int)((unsigned)e / 1u % 4096u);
-                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) % 4096u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -2373,8 +2368,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32_whole(const 
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
-                const int l15 = (int)((unsigned)e / 1u % 4096u);
-                v8[r] = ((unsigned)(0 + l15) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 512 + tid) * 4) % 4096u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -2711,8 +2705,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16_whole(cons
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
-                const int l19 = (int)((unsigned)e / 1u % 16384u);
-                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -3049,8 +3042,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16_whole(con
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
-                const int l19 = (int)((unsigned)e / 1u % 16384u);
-                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -3376,8 +3368,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32_whole(cons
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
-                const int l15 = (int)((unsigned)e / 1u % 16384u);
-                v8[r] = ((unsigned)(0 + l15) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -4329,8 +4320,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l69 = (int)((unsigned)e / 1u % 16384u);
-                    v4[r] = ((unsigned)(o45 + l69) < (unsigned)s1) ? v0[r] : 0e0f;
+                    v4[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 16384u)) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
             float v6[16];
@@ -4354,8 +4344,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l75 = (int)((unsigned)e / 1u % 16384u);
-                    v8[r] = ((unsigned)(o45 + l75) < (unsigned)s1) ? v7[r] : 0e0f;
+                    v8[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
             float v28[16];
@@ -5483,8 +5472,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l69 = (int)((unsigned)e / 1u % 16384u);
-                    v4[r] = ((unsigned)(o45 + l69) < (unsigned)s1) ? v0[r] : 0e0f;
+                    v4[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 16384u)) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
             float v6[16];
@@ -5508,8 +5496,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l75 = (int)((unsigned)e / 1u % 16384u);
-                    v8[r] = ((unsigned)(o45 + l75) < (unsigned)s1) ? v7[r] : 0e0f;
+                    v8[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
             float v28[16];
@@ -6612,8 +6599,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l61 = (int)((unsigned)e / 1u % 16384u);
-                    v4[r] = ((unsigned)(o41 + l61) < (unsigned)s1) ? v0[r] : 0e0f;
+                    v4[r] = ((unsigned)(o41 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) % 16384u)) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
             float v6[16];
@@ -6637,8 +6623,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l67 = (int)((unsigned)e / 1u % 16384u);
-                    v8[r] = ((unsigned)(o41 + l67) < (unsigned)s1) ? v7[r] : 0e0f;
+                    v8[r] = ((unsigned)(o41 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
             float v28[16];

@@ -137,9 +137,15 @@ fn runs_start_whole(k: &Kernel, vector: usize) -> bool {
             _ => true,
         })
     }
-    let run_dims: Vec<DimId> = k.inputs.iter().chain([&k.output]).filter_map(|t| t.dims.last().copied()).collect();
+    let run_dims = run_dims(k);
     run_dims.iter().all(|d| k.grid.block_extent(*d).is_none_or(|b| (b as usize).is_multiple_of(vector)))
         && steps_ok(&k.body, &run_dims, vector)
+}
+
+/// The dimensions that are the last axis of a tensor of `k`: those its 16-byte runs lie along.
+/// Where runs are whole, the size of each is a multiple of the run.
+fn run_dims(k: &Kernel) -> Vec<DimId> {
+    k.inputs.iter().chain([&k.output]).filter_map(|t| t.dims.last().copied()).collect()
 }
 
 /// The symbol of the kernel for whole runs ([`Layouts::WholeRuns`]) of the kernel `symbol`.
@@ -414,6 +420,17 @@ impl Mapping {
         }
     }
 
+    /// The first element of the run that register `r` of thread `tid` holds an element of, as a
+    /// C expression that is the same for every register of the run (see [`Self::element`]).
+    fn run_start(&self, n: usize, r: &str) -> String {
+        let (t, v) = (self.threads, self.width(n));
+        if v == 1 {
+            self.element(n, r)
+        } else {
+            format!("(({r} / {v}) * {t} + tid) * {v}")
+        }
+    }
+
     /// Whether a reduction of `shape` over `dim` can combine each thread's own registers first:
     /// `dim` is the last dimension and each of its rows is dealt evenly over all threads, so that
     /// registers `i * n / threads ..` of every thread hold row `i`. Returns the number of rows
@@ -567,6 +584,17 @@ impl Emitter<'_> {
     /// [`super::masked_address`]), with no bound on a dimension whose full steps this is in.
     fn address(&self, dims: &[DimId], lanes: &Lanes, stride: impl Fn(usize) -> String) -> (String, String) {
         super::masked_address(super::GPU_INDEX, self.k, dims, lanes, |d| self.offset(d), stride, &self.full)
+    }
+
+    /// Whether every lane of a register run ([`Mapping::run_start`]) of a `shape` tile in `layout`
+    /// is valid along `d` exactly where the run's first lane is: in a kernel for whole runs, a
+    /// blocked tile dealt in runs whose last dimension is `d`, where `d` is the last axis of a
+    /// tensor (so its size and the offsets along it are multiples of the run, [`runs_start_whole`]).
+    fn masks_by_run(&self, shape: &Shape, layout: RegLayout, d: DimId) -> bool {
+        let n = self.mapping.width(shape.elements());
+        let last = shape.0.last().map(|(x, _)| *x);
+        let runs_along_d = last == Some(d) && shape.extent(d).is_some_and(|x| (x as usize).is_multiple_of(n));
+        self.whole_runs && layout == RegLayout::Blocked && n > 1 && runs_along_d && run_dims(self.k).contains(&d)
     }
 
     fn valid(&self, d: DimId, lane: &str) -> String {
@@ -1763,8 +1791,18 @@ impl Emitter<'_> {
                 let src = self.sources(Reader::Let(id), &[*value]);
                 self.declare(&dst, &shape);
                 let fill = float_lit(*fill);
+                let by_run = self.masks_by_run(&shape, layout, *dim);
                 self.for_owned(&shape, layout, |e, l| {
-                    let cond = if shape.extent(*dim).is_some() { e.valid(*dim, l.lane(*dim)) } else { "1".into() };
+                    let cond = match (shape.extent(*dim), by_run) {
+                        (None, _) => "1".into(),
+                        // The lane of the first element of the register's run, the same expression
+                        // for every register of the run: one test per run, not per lane.
+                        (Some(ext), true) => {
+                            let first = e.mapping.run_start(shape.elements(), "r");
+                            e.valid(*dim, &format!("(int)((unsigned)({first}) % {ext}u)"))
+                        }
+                        (Some(_), false) => e.valid(*dim, l.lane(*dim)),
+                    };
                     let v = e.read(&src[0], l);
                     e.line(&format!("{dst}[r] = ({cond}) ? {v} : {fill};"));
                 });
