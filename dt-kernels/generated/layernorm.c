@@ -1129,7 +1129,7 @@ void dt_layernorm_f16(const dt_args* args, long long first, long long last) {
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* W */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* B */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* layernorm */
-    float* arena = (float*)malloc(sizeof(float) * 622615);
+    float* arena = (float*)malloc(sizeof(float) * 614421);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1143,176 +1143,176 @@ void dt_layernorm_f16(const dt_args* args, long long first, long long last) {
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rsum identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 589843)[l2] = 0e0f;
+                (arena + 581649)[l2] = 0e0f;
             }
             /* partial rsum over y, by runs of 8 lanes */
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 8192; l4++) {
-                    (arena + 589847)[l3 * 8192 + l4] = 0e0f;
+                    (arena + 581653)[l3 * 8192 + l4] = 0e0f;
                 }
             }
             (arena + 16386)[0] = (float)s1;
             /* rsum identity */
             for (long long l5 = 0; l5 < 1; l5++) {
-                (arena + 589845)[l5] = 0e0f;
+                (arena + 581651)[l5] = 0e0f;
             }
             /* partial rsum over y, by runs of 8 lanes */
             for (long long l6 = 0; l6 < 1; l6++) {
                 for (long long l7 = 0; l7 < 8192; l7++) {
-                    (arena + 598039)[l6 * 8192 + l7] = 0e0f;
+                    (arena + 589845)[l6 * 8192 + l7] = 0e0f;
                 }
             }
             /* run count over y */
             for (long long l8 = 0; l8 < 1; l8++) {
                 for (long long l9 = 0; l9 < 8192; l9++) {
-                    (arena + 606231)[l8 * 8192 + l9] = 0e0f;
+                    (arena + 598037)[l8 * 8192 + l9] = 0e0f;
                 }
             }
             /* run running mean over y */
             for (long long l10 = 0; l10 < 1; l10++) {
                 for (long long l11 = 0; l11 < 8192; l11++) {
-                    (arena + 614423)[l10 * 8192 + l11] = 0e0f;
+                    (arena + 606229)[l10 * 8192 + l11] = 0e0f;
                 }
             }
             /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
             for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
                 for (long long l13 = 0; l13 < 1; l13++) {
                     for (long long l14 = 0; l14 < 8192; l14++) {
-                        (arena + 393233)[l13 * 8192 + l14] = (arena + 606231)[l13 * 8192 + l14];
+                        (arena + 393232)[l13 * 8192 + l14] = (arena + 598037)[l13 * 8192 + l14];
                     }
                 }
                 for (long long l15 = 0; l15 < 1; l15++) {
                     for (long long l16 = 0; l16 < 8192; l16++) {
-                        (arena + 401425)[l15 * 8192 + l16] = (arena + 614423)[l15 * 8192 + l16];
+                        (arena + 401424)[l15 * 8192 + l16] = (arena + 606229)[l15 * 8192 + l16];
                     }
                 }
                 for (long long l17 = 0; l17 < 1; l17++) {
                     for (long long l18 = 0; l18 < 8192; l18++) {
-                        (arena + 409617)[l17 * 8192 + l18] = (o1 + l17 < s0 && o12 + l18 < s1) ? dt_load_f16(in0[(o1 + l17) * args->input_strides[0][0] + (o12 + l18) * args->input_strides[0][1]]) : 0e0f;
+                        (arena + 409616)[l17 * 8192 + l18] = (o1 + l17 < s0 && o12 + l18 < s1) ? dt_load_f16(in0[(o1 + l17) * args->input_strides[0][0] + (o12 + l18) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l19 = 0; l19 < 1; l19++) {
                     for (long long l20 = 0; l20 < 8192; l20++) {
                         const long long f23 = l20 - l20 % 8;
                         float a22 = 0e0f;
-                        for (long long r21 = f23; r21 < f23 + 8 && r21 < 8192; r21++) a22 = a22 + (arena + 409617)[l19 * 8192 + l20 + (r21 - l20) * 1];
-                        (arena + 417809)[l19 * 8192 + l20] = a22;
+                        for (long long r21 = f23; r21 < f23 + 8 && r21 < 8192; r21++) a22 = a22 + (arena + 409616)[l19 * 8192 + l20 + (r21 - l20) * 1];
+                        (arena + 417808)[l19 * 8192 + l20] = a22;
                     }
                 }
                 for (long long l24 = 0; l24 < 1; l24++) {
                     for (long long l25 = 0; l25 < 8192; l25++) {
-                        (arena + 589847)[l24 * 8192 + l25] = (arena + 589847)[l24 * 8192 + l25] + (arena + 417809)[l24 * 8192 + l25];
+                        (arena + 581653)[l24 * 8192 + l25] = (arena + 581653)[l24 * 8192 + l25] + (arena + 417808)[l24 * 8192 + l25];
                     }
                 }
                 for (long long l26 = 0; l26 < 8192; l26++) {
-                    (arena + 434194)[l26] = 1e0f;
+                    (arena + 426000)[l26] = 1e0f;
                 }
                 for (long long l27 = 0; l27 < 8192; l27++) {
                     const long long f30 = l27 - l27 % 8;
                     float a29 = 0e0f;
-                    for (long long r28 = f30; r28 < f30 + 8 && r28 < 8192; r28++) a29 = a29 + (arena + 434194)[l27 + (r28 - l27) * 1];
-                    (arena + 442386)[l27] = a29;
+                    for (long long r28 = f30; r28 < f30 + 8 && r28 < 8192; r28++) a29 = a29 + (arena + 426000)[l27 + (r28 - l27) * 1];
+                    (arena + 434192)[l27] = a29;
                 }
-                (arena + 450578)[0] = 1e0f;
+                (arena + 442384)[0] = 1e0f;
                 for (long long l31 = 0; l31 < 8192; l31++) {
-                    (arena + 450579)[l31] = fmaxf((arena + 442386)[l31], (arena + 450578)[0]);
+                    (arena + 442385)[l31] = fmaxf((arena + 434192)[l31], (arena + 442384)[0]);
                 }
                 for (long long l32 = 0; l32 < 1; l32++) {
                     for (long long l33 = 0; l33 < 8192; l33++) {
-                        (arena + 458771)[l32 * 8192 + l33] = ((arena + 417809)[l32 * 8192 + l33] / (arena + 450579)[l33]);
+                        (arena + 450577)[l32 * 8192 + l33] = ((arena + 417808)[l32 * 8192 + l33] / (arena + 442385)[l33]);
                     }
                 }
                 for (long long l34 = 0; l34 < 1; l34++) {
                     for (long long l35 = 0; l35 < 8192; l35++) {
-                        (arena + 466963)[l34 * 8192 + l35] = ((arena + 409617)[l34 * 8192 + l35] - (arena + 458771)[l34 * 8192 + l35]);
+                        (arena + 458769)[l34 * 8192 + l35] = ((arena + 409616)[l34 * 8192 + l35] - (arena + 450577)[l34 * 8192 + l35]);
                     }
                 }
                 for (long long l36 = 0; l36 < 1; l36++) {
                     for (long long l37 = 0; l37 < 8192; l37++) {
-                        (arena + 475155)[l36 * 8192 + l37] = ((arena + 466963)[l36 * 8192 + l37] * (arena + 434194)[l37]);
+                        (arena + 466961)[l36 * 8192 + l37] = ((arena + 458769)[l36 * 8192 + l37] * (arena + 426000)[l37]);
                     }
                 }
                 for (long long l38 = 0; l38 < 1; l38++) {
                     for (long long l39 = 0; l39 < 8192; l39++) {
-                        (arena + 483347)[l38 * 8192 + l39] = ((arena + 475155)[l38 * 8192 + l39] * (arena + 475155)[l38 * 8192 + l39]);
+                        (arena + 475153)[l38 * 8192 + l39] = ((arena + 466961)[l38 * 8192 + l39] * (arena + 466961)[l38 * 8192 + l39]);
                     }
                 }
                 for (long long l40 = 0; l40 < 1; l40++) {
                     for (long long l41 = 0; l41 < 8192; l41++) {
                         const long long f44 = l41 - l41 % 8;
                         float a43 = 0e0f;
-                        for (long long r42 = f44; r42 < f44 + 8 && r42 < 8192; r42++) a43 = a43 + (arena + 483347)[l40 * 8192 + l41 + (r42 - l41) * 1];
-                        (arena + 491539)[l40 * 8192 + l41] = a43;
+                        for (long long r42 = f44; r42 < f44 + 8 && r42 < 8192; r42++) a43 = a43 + (arena + 475153)[l40 * 8192 + l41 + (r42 - l41) * 1];
+                        (arena + 483345)[l40 * 8192 + l41] = a43;
                     }
                 }
                 for (long long l45 = 0; l45 < 1; l45++) {
                     for (long long l46 = 0; l46 < 8192; l46++) {
-                        (arena + 499731)[l45 * 8192 + l46] = ((arena + 393233)[l45 * 8192 + l46] + (arena + 442386)[l46]);
+                        (arena + 491537)[l45 * 8192 + l46] = ((arena + 393232)[l45 * 8192 + l46] + (arena + 434192)[l46]);
                     }
                 }
                 for (long long l47 = 0; l47 < 1; l47++) {
                     for (long long l48 = 0; l48 < 8192; l48++) {
-                        (arena + 606231)[l47 * 8192 + l48] = (arena + 499731)[l47 * 8192 + l48];
+                        (arena + 598037)[l47 * 8192 + l48] = (arena + 491537)[l47 * 8192 + l48];
                     }
                 }
                 for (long long l49 = 0; l49 < 1; l49++) {
                     for (long long l50 = 0; l50 < 8192; l50++) {
-                        (arena + 507923)[l49 * 8192 + l50] = fmaxf((arena + 499731)[l49 * 8192 + l50], (arena + 450578)[0]);
+                        (arena + 499729)[l49 * 8192 + l50] = fmaxf((arena + 491537)[l49 * 8192 + l50], (arena + 442384)[0]);
                     }
                 }
                 for (long long l51 = 0; l51 < 1; l51++) {
                     for (long long l52 = 0; l52 < 8192; l52++) {
-                        (arena + 516115)[l51 * 8192 + l52] = ((arena + 442386)[l52] / (arena + 507923)[l51 * 8192 + l52]);
+                        (arena + 507921)[l51 * 8192 + l52] = ((arena + 434192)[l52] / (arena + 499729)[l51 * 8192 + l52]);
                     }
                 }
                 for (long long l53 = 0; l53 < 1; l53++) {
                     for (long long l54 = 0; l54 < 8192; l54++) {
-                        (arena + 524307)[l53 * 8192 + l54] = ((arena + 458771)[l53 * 8192 + l54] - (arena + 401425)[l53 * 8192 + l54]);
+                        (arena + 516113)[l53 * 8192 + l54] = ((arena + 450577)[l53 * 8192 + l54] - (arena + 401424)[l53 * 8192 + l54]);
                     }
                 }
                 for (long long l55 = 0; l55 < 1; l55++) {
                     for (long long l56 = 0; l56 < 8192; l56++) {
-                        (arena + 532499)[l55 * 8192 + l56] = ((arena + 524307)[l55 * 8192 + l56] * (arena + 516115)[l55 * 8192 + l56]);
+                        (arena + 524305)[l55 * 8192 + l56] = ((arena + 516113)[l55 * 8192 + l56] * (arena + 507921)[l55 * 8192 + l56]);
                     }
                 }
                 for (long long l57 = 0; l57 < 1; l57++) {
                     for (long long l58 = 0; l58 < 8192; l58++) {
-                        (arena + 540691)[l57 * 8192 + l58] = ((arena + 401425)[l57 * 8192 + l58] + (arena + 532499)[l57 * 8192 + l58]);
+                        (arena + 532497)[l57 * 8192 + l58] = ((arena + 401424)[l57 * 8192 + l58] + (arena + 524305)[l57 * 8192 + l58]);
                     }
                 }
                 for (long long l59 = 0; l59 < 1; l59++) {
                     for (long long l60 = 0; l60 < 8192; l60++) {
-                        (arena + 614423)[l59 * 8192 + l60] = (arena + 540691)[l59 * 8192 + l60];
+                        (arena + 606229)[l59 * 8192 + l60] = (arena + 532497)[l59 * 8192 + l60];
                     }
                 }
                 for (long long l61 = 0; l61 < 1; l61++) {
                     for (long long l62 = 0; l62 < 8192; l62++) {
-                        (arena + 548883)[l61 * 8192 + l62] = ((arena + 532499)[l61 * 8192 + l62] * (arena + 524307)[l61 * 8192 + l62]);
+                        (arena + 540689)[l61 * 8192 + l62] = ((arena + 524305)[l61 * 8192 + l62] * (arena + 516113)[l61 * 8192 + l62]);
                     }
                 }
                 for (long long l63 = 0; l63 < 1; l63++) {
                     for (long long l64 = 0; l64 < 8192; l64++) {
-                        (arena + 557075)[l63 * 8192 + l64] = ((arena + 548883)[l63 * 8192 + l64] * (arena + 393233)[l63 * 8192 + l64]);
+                        (arena + 548881)[l63 * 8192 + l64] = ((arena + 540689)[l63 * 8192 + l64] * (arena + 393232)[l63 * 8192 + l64]);
                     }
                 }
                 for (long long l65 = 0; l65 < 1; l65++) {
                     for (long long l66 = 0; l66 < 8192; l66++) {
-                        (arena + 565267)[l65 * 8192 + l66] = (arena + 598039)[l65 * 8192 + l66];
+                        (arena + 557073)[l65 * 8192 + l66] = (arena + 589845)[l65 * 8192 + l66];
                     }
                 }
                 for (long long l67 = 0; l67 < 1; l67++) {
                     for (long long l68 = 0; l68 < 8192; l68++) {
-                        (arena + 573459)[l67 * 8192 + l68] = ((arena + 565267)[l67 * 8192 + l68] + (arena + 491539)[l67 * 8192 + l68]);
+                        (arena + 565265)[l67 * 8192 + l68] = ((arena + 557073)[l67 * 8192 + l68] + (arena + 483345)[l67 * 8192 + l68]);
                     }
                 }
                 for (long long l69 = 0; l69 < 1; l69++) {
                     for (long long l70 = 0; l70 < 8192; l70++) {
-                        (arena + 581651)[l69 * 8192 + l70] = ((arena + 573459)[l69 * 8192 + l70] + (arena + 557075)[l69 * 8192 + l70]);
+                        (arena + 573457)[l69 * 8192 + l70] = ((arena + 565265)[l69 * 8192 + l70] + (arena + 548881)[l69 * 8192 + l70]);
                     }
                 }
                 for (long long l71 = 0; l71 < 1; l71++) {
                     for (long long l72 = 0; l72 < 8192; l72++) {
-                        (arena + 598039)[l71 * 8192 + l72] = (arena + 581651)[l71 * 8192 + l72];
+                        (arena + 589845)[l71 * 8192 + l72] = (arena + 573457)[l71 * 8192 + l72];
                     }
                 }
             }
@@ -1320,12 +1320,12 @@ void dt_layernorm_f16(const dt_args* args, long long first, long long last) {
             for (long long o73 = (s1 / 8192) * 8192; o73 < s1; o73 += 8192) {
                 for (long long l74 = 0; l74 < 1; l74++) {
                     for (long long l75 = 0; l75 < 8192; l75++) {
-                        (arena + 139279)[l74 * 8192 + l75] = (arena + 606231)[l74 * 8192 + l75];
+                        (arena + 139279)[l74 * 8192 + l75] = (arena + 598037)[l74 * 8192 + l75];
                     }
                 }
                 for (long long l76 = 0; l76 < 1; l76++) {
                     for (long long l77 = 0; l77 < 8192; l77++) {
-                        (arena + 147471)[l76 * 8192 + l77] = (arena + 614423)[l76 * 8192 + l77];
+                        (arena + 147471)[l76 * 8192 + l77] = (arena + 606229)[l76 * 8192 + l77];
                     }
                 }
                 for (long long l78 = 0; l78 < 1; l78++) {
@@ -1343,128 +1343,127 @@ void dt_layernorm_f16(const dt_args* args, long long first, long long last) {
                 }
                 for (long long l85 = 0; l85 < 1; l85++) {
                     for (long long l86 = 0; l86 < 8192; l86++) {
-                        (arena + 589847)[l85 * 8192 + l86] = (arena + 589847)[l85 * 8192 + l86] + (arena + 155663)[l85 * 8192 + l86];
+                        (arena + 581653)[l85 * 8192 + l86] = (arena + 581653)[l85 * 8192 + l86] + (arena + 155663)[l85 * 8192 + l86];
                     }
                 }
                 for (long long l87 = 0; l87 < 8192; l87++) {
-                    (arena + 163855)[l87] = (float)(o73 + l87);
+                    (arena + 163855)[l87] = 1e0f;
                 }
-                (arena + 172047)[0] = (float)s1;
                 for (long long l88 = 0; l88 < 8192; l88++) {
-                    (arena + 172048)[l88] = (((arena + 163855)[l88]) < ((arena + 172047)[0]) ? 1.0f : 0.0f);
+                    (arena + 172047)[l88] = (o73 + l88 < s1) ? (arena + 163855)[l88] : 0e0f;
                 }
                 for (long long l89 = 0; l89 < 8192; l89++) {
                     const long long f92 = l89 - l89 % 8;
                     float a91 = 0e0f;
-                    for (long long r90 = f92; r90 < f92 + 8 && r90 < 8192; r90++) a91 = a91 + (arena + 172048)[l89 + (r90 - l89) * 1];
-                    (arena + 180240)[l89] = a91;
+                    for (long long r90 = f92; r90 < f92 + 8 && r90 < 8192; r90++) a91 = a91 + (arena + 172047)[l89 + (r90 - l89) * 1];
+                    (arena + 180239)[l89] = a91;
                 }
-                (arena + 196624)[0] = 1e0f;
+                (arena + 196623)[0] = 1e0f;
                 for (long long l93 = 0; l93 < 8192; l93++) {
-                    (arena + 196625)[l93] = fmaxf((arena + 180240)[l93], (arena + 196624)[0]);
+                    (arena + 196624)[l93] = fmaxf((arena + 180239)[l93], (arena + 196623)[0]);
                 }
                 for (long long l94 = 0; l94 < 1; l94++) {
                     for (long long l95 = 0; l95 < 8192; l95++) {
-                        (arena + 204817)[l94 * 8192 + l95] = ((arena + 155663)[l94 * 8192 + l95] / (arena + 196625)[l95]);
+                        (arena + 204816)[l94 * 8192 + l95] = ((arena + 155663)[l94 * 8192 + l95] / (arena + 196624)[l95]);
                     }
                 }
                 for (long long l96 = 0; l96 < 1; l96++) {
                     for (long long l97 = 0; l97 < 8192; l97++) {
-                        (arena + 213009)[l96 * 8192 + l97] = ((arena + 0)[l96 * 8192 + l97] - (arena + 204817)[l96 * 8192 + l97]);
+                        (arena + 213008)[l96 * 8192 + l97] = ((arena + 0)[l96 * 8192 + l97] - (arena + 204816)[l96 * 8192 + l97]);
                     }
                 }
                 for (long long l98 = 0; l98 < 1; l98++) {
                     for (long long l99 = 0; l99 < 8192; l99++) {
-                        (arena + 221201)[l98 * 8192 + l99] = ((arena + 213009)[l98 * 8192 + l99] * (arena + 172048)[l99]);
+                        (arena + 221200)[l98 * 8192 + l99] = ((arena + 213008)[l98 * 8192 + l99] * (arena + 172047)[l99]);
                     }
                 }
                 for (long long l100 = 0; l100 < 1; l100++) {
                     for (long long l101 = 0; l101 < 8192; l101++) {
-                        (arena + 229393)[l100 * 8192 + l101] = ((arena + 221201)[l100 * 8192 + l101] * (arena + 221201)[l100 * 8192 + l101]);
+                        (arena + 229392)[l100 * 8192 + l101] = ((arena + 221200)[l100 * 8192 + l101] * (arena + 221200)[l100 * 8192 + l101]);
                     }
                 }
                 for (long long l102 = 0; l102 < 1; l102++) {
                     for (long long l103 = 0; l103 < 8192; l103++) {
                         const long long f106 = l103 - l103 % 8;
                         float a105 = 0e0f;
-                        for (long long r104 = f106; r104 < f106 + 8 && r104 < 8192; r104++) a105 = a105 + (arena + 229393)[l102 * 8192 + l103 + (r104 - l103) * 1];
-                        (arena + 237585)[l102 * 8192 + l103] = a105;
+                        for (long long r104 = f106; r104 < f106 + 8 && r104 < 8192; r104++) a105 = a105 + (arena + 229392)[l102 * 8192 + l103 + (r104 - l103) * 1];
+                        (arena + 237584)[l102 * 8192 + l103] = a105;
                     }
                 }
                 for (long long l107 = 0; l107 < 1; l107++) {
                     for (long long l108 = 0; l108 < 8192; l108++) {
-                        (arena + 245777)[l107 * 8192 + l108] = ((arena + 139279)[l107 * 8192 + l108] + (arena + 180240)[l108]);
+                        (arena + 245776)[l107 * 8192 + l108] = ((arena + 139279)[l107 * 8192 + l108] + (arena + 180239)[l108]);
                     }
                 }
                 for (long long l109 = 0; l109 < 1; l109++) {
                     for (long long l110 = 0; l110 < 8192; l110++) {
-                        (arena + 606231)[l109 * 8192 + l110] = (arena + 245777)[l109 * 8192 + l110];
+                        (arena + 598037)[l109 * 8192 + l110] = (arena + 245776)[l109 * 8192 + l110];
                     }
                 }
                 for (long long l111 = 0; l111 < 1; l111++) {
                     for (long long l112 = 0; l112 < 8192; l112++) {
-                        (arena + 253969)[l111 * 8192 + l112] = fmaxf((arena + 245777)[l111 * 8192 + l112], (arena + 196624)[0]);
+                        (arena + 253968)[l111 * 8192 + l112] = fmaxf((arena + 245776)[l111 * 8192 + l112], (arena + 196623)[0]);
                     }
                 }
                 for (long long l113 = 0; l113 < 1; l113++) {
                     for (long long l114 = 0; l114 < 8192; l114++) {
-                        (arena + 262161)[l113 * 8192 + l114] = ((arena + 180240)[l114] / (arena + 253969)[l113 * 8192 + l114]);
+                        (arena + 262160)[l113 * 8192 + l114] = ((arena + 180239)[l114] / (arena + 253968)[l113 * 8192 + l114]);
                     }
                 }
                 for (long long l115 = 0; l115 < 1; l115++) {
                     for (long long l116 = 0; l116 < 8192; l116++) {
-                        (arena + 270353)[l115 * 8192 + l116] = ((arena + 204817)[l115 * 8192 + l116] - (arena + 147471)[l115 * 8192 + l116]);
+                        (arena + 270352)[l115 * 8192 + l116] = ((arena + 204816)[l115 * 8192 + l116] - (arena + 147471)[l115 * 8192 + l116]);
                     }
                 }
                 for (long long l117 = 0; l117 < 1; l117++) {
                     for (long long l118 = 0; l118 < 8192; l118++) {
-                        (arena + 278545)[l117 * 8192 + l118] = ((arena + 270353)[l117 * 8192 + l118] * (arena + 262161)[l117 * 8192 + l118]);
+                        (arena + 278544)[l117 * 8192 + l118] = ((arena + 270352)[l117 * 8192 + l118] * (arena + 262160)[l117 * 8192 + l118]);
                     }
                 }
                 for (long long l119 = 0; l119 < 1; l119++) {
                     for (long long l120 = 0; l120 < 8192; l120++) {
-                        (arena + 286737)[l119 * 8192 + l120] = ((arena + 147471)[l119 * 8192 + l120] + (arena + 278545)[l119 * 8192 + l120]);
+                        (arena + 286736)[l119 * 8192 + l120] = ((arena + 147471)[l119 * 8192 + l120] + (arena + 278544)[l119 * 8192 + l120]);
                     }
                 }
                 for (long long l121 = 0; l121 < 1; l121++) {
                     for (long long l122 = 0; l122 < 8192; l122++) {
-                        (arena + 614423)[l121 * 8192 + l122] = (arena + 286737)[l121 * 8192 + l122];
+                        (arena + 606229)[l121 * 8192 + l122] = (arena + 286736)[l121 * 8192 + l122];
                     }
                 }
                 for (long long l123 = 0; l123 < 1; l123++) {
                     for (long long l124 = 0; l124 < 8192; l124++) {
-                        (arena + 294929)[l123 * 8192 + l124] = ((arena + 278545)[l123 * 8192 + l124] * (arena + 270353)[l123 * 8192 + l124]);
+                        (arena + 294928)[l123 * 8192 + l124] = ((arena + 278544)[l123 * 8192 + l124] * (arena + 270352)[l123 * 8192 + l124]);
                     }
                 }
                 for (long long l125 = 0; l125 < 1; l125++) {
                     for (long long l126 = 0; l126 < 8192; l126++) {
-                        (arena + 303121)[l125 * 8192 + l126] = ((arena + 294929)[l125 * 8192 + l126] * (arena + 139279)[l125 * 8192 + l126]);
+                        (arena + 303120)[l125 * 8192 + l126] = ((arena + 294928)[l125 * 8192 + l126] * (arena + 139279)[l125 * 8192 + l126]);
                     }
                 }
                 for (long long l127 = 0; l127 < 1; l127++) {
                     for (long long l128 = 0; l128 < 8192; l128++) {
-                        (arena + 311313)[l127 * 8192 + l128] = (arena + 598039)[l127 * 8192 + l128];
+                        (arena + 311312)[l127 * 8192 + l128] = (arena + 589845)[l127 * 8192 + l128];
                     }
                 }
                 for (long long l129 = 0; l129 < 1; l129++) {
                     for (long long l130 = 0; l130 < 8192; l130++) {
-                        (arena + 319505)[l129 * 8192 + l130] = ((arena + 311313)[l129 * 8192 + l130] + (arena + 237585)[l129 * 8192 + l130]);
+                        (arena + 319504)[l129 * 8192 + l130] = ((arena + 311312)[l129 * 8192 + l130] + (arena + 237584)[l129 * 8192 + l130]);
                     }
                 }
                 for (long long l131 = 0; l131 < 1; l131++) {
                     for (long long l132 = 0; l132 < 8192; l132++) {
-                        (arena + 327697)[l131 * 8192 + l132] = ((arena + 319505)[l131 * 8192 + l132] + (arena + 303121)[l131 * 8192 + l132]);
+                        (arena + 327696)[l131 * 8192 + l132] = ((arena + 319504)[l131 * 8192 + l132] + (arena + 303120)[l131 * 8192 + l132]);
                     }
                 }
                 for (long long l133 = 0; l133 < 1; l133++) {
                     for (long long l134 = 0; l134 < 8192; l134++) {
-                        (arena + 598039)[l133 * 8192 + l134] = (arena + 327697)[l133 * 8192 + l134];
+                        (arena + 589845)[l133 * 8192 + l134] = (arena + 327696)[l133 * 8192 + l134];
                     }
                 }
             }
             for (long long l135 = 0; l135 < 1; l135++) {
                 for (long long l136 = 0; l136 < 8192; l136++) {
-                    (arena + 122895)[l135 * 8192 + l136] = (arena + 589847)[l135 * 8192 + l136];
+                    (arena + 122895)[l135 * 8192 + l136] = (arena + 581653)[l135 * 8192 + l136];
                 }
             }
             for (long long l137 = 0; l137 < 1; l137++) {
@@ -1473,59 +1472,59 @@ void dt_layernorm_f16(const dt_args* args, long long first, long long last) {
                 (arena + 16384)[l137] = a139;
             }
             for (long long l140 = 0; l140 < 1; l140++) {
-                (arena + 589843)[l140] = (arena + 589843)[l140] + (arena + 16384)[l140];
+                (arena + 581649)[l140] = (arena + 581649)[l140] + (arena + 16384)[l140];
             }
             for (long long l141 = 0; l141 < 1; l141++) {
-                (arena + 16385)[l141] = (arena + 589843)[l141];
+                (arena + 16385)[l141] = (arena + 581649)[l141];
             }
             for (long long l142 = 0; l142 < 1; l142++) {
                 (arena + 16387)[l142] = ((arena + 16385)[l142] / (arena + 16386)[0]);
             }
             for (long long l143 = 0; l143 < 1; l143++) {
                 for (long long l144 = 0; l144 < 8192; l144++) {
-                    (arena + 335889)[l143 * 8192 + l144] = (arena + 598039)[l143 * 8192 + l144];
+                    (arena + 335888)[l143 * 8192 + l144] = (arena + 589845)[l143 * 8192 + l144];
                 }
             }
             for (long long l145 = 0; l145 < 1; l145++) {
                 for (long long l146 = 0; l146 < 8192; l146++) {
-                    (arena + 344081)[l145 * 8192 + l146] = (arena + 606231)[l145 * 8192 + l146];
+                    (arena + 344080)[l145 * 8192 + l146] = (arena + 598037)[l145 * 8192 + l146];
                 }
             }
             for (long long l147 = 0; l147 < 1; l147++) {
                 for (long long l148 = 0; l148 < 8192; l148++) {
-                    (arena + 352273)[l147 * 8192 + l148] = (arena + 614423)[l147 * 8192 + l148];
+                    (arena + 352272)[l147 * 8192 + l148] = (arena + 606229)[l147 * 8192 + l148];
                 }
             }
             for (long long l149 = 0; l149 < 1; l149++) {
                 for (long long l150 = 0; l150 < 8192; l150++) {
-                    (arena + 360465)[l149 * 8192 + l150] = ((arena + 352273)[l149 * 8192 + l150] - (arena + 16387)[l149]);
+                    (arena + 360464)[l149 * 8192 + l150] = ((arena + 352272)[l149 * 8192 + l150] - (arena + 16387)[l149]);
                 }
             }
             for (long long l151 = 0; l151 < 1; l151++) {
                 for (long long l152 = 0; l152 < 8192; l152++) {
-                    (arena + 368657)[l151 * 8192 + l152] = ((arena + 360465)[l151 * 8192 + l152] * (arena + 360465)[l151 * 8192 + l152]);
+                    (arena + 368656)[l151 * 8192 + l152] = ((arena + 360464)[l151 * 8192 + l152] * (arena + 360464)[l151 * 8192 + l152]);
                 }
             }
             for (long long l153 = 0; l153 < 1; l153++) {
                 for (long long l154 = 0; l154 < 8192; l154++) {
-                    (arena + 376849)[l153 * 8192 + l154] = ((arena + 344081)[l153 * 8192 + l154] * (arena + 368657)[l153 * 8192 + l154]);
+                    (arena + 376848)[l153 * 8192 + l154] = ((arena + 344080)[l153 * 8192 + l154] * (arena + 368656)[l153 * 8192 + l154]);
                 }
             }
             for (long long l155 = 0; l155 < 1; l155++) {
                 for (long long l156 = 0; l156 < 8192; l156++) {
-                    (arena + 385041)[l155 * 8192 + l156] = ((arena + 335889)[l155 * 8192 + l156] + (arena + 376849)[l155 * 8192 + l156]);
+                    (arena + 385040)[l155 * 8192 + l156] = ((arena + 335888)[l155 * 8192 + l156] + (arena + 376848)[l155 * 8192 + l156]);
                 }
             }
             for (long long l157 = 0; l157 < 1; l157++) {
                 float a159 = 0e0f;
-                for (long long r158 = 0; r158 < 8192; r158 += 8) a159 = a159 + (arena + 385041)[l157 * 8192 + r158 * 1];
+                for (long long r158 = 0; r158 < 8192; r158 += 8) a159 = a159 + (arena + 385040)[l157 * 8192 + r158 * 1];
                 (arena + 65542)[l157] = a159;
             }
             for (long long l160 = 0; l160 < 1; l160++) {
-                (arena + 589845)[l160] = (arena + 589845)[l160] + (arena + 65542)[l160];
+                (arena + 581651)[l160] = (arena + 581651)[l160] + (arena + 65542)[l160];
             }
             for (long long l161 = 0; l161 < 1; l161++) {
-                (arena + 65543)[l161] = (arena + 589845)[l161];
+                (arena + 65543)[l161] = (arena + 581651)[l161];
             }
             for (long long l162 = 0; l162 < 1; l162++) {
                 (arena + 65545)[l162] = ((arena + 65543)[l162] / (arena + 16386)[0]);
@@ -1589,7 +1588,7 @@ void dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* W */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* B */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* layernorm */
-    float* arena = (float*)malloc(sizeof(float) * 622615);
+    float* arena = (float*)malloc(sizeof(float) * 614421);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1603,176 +1602,176 @@ void dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rsum identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 589843)[l2] = 0e0f;
+                (arena + 581649)[l2] = 0e0f;
             }
             /* partial rsum over y, by runs of 8 lanes */
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 8192; l4++) {
-                    (arena + 589847)[l3 * 8192 + l4] = 0e0f;
+                    (arena + 581653)[l3 * 8192 + l4] = 0e0f;
                 }
             }
             (arena + 16386)[0] = (float)s1;
             /* rsum identity */
             for (long long l5 = 0; l5 < 1; l5++) {
-                (arena + 589845)[l5] = 0e0f;
+                (arena + 581651)[l5] = 0e0f;
             }
             /* partial rsum over y, by runs of 8 lanes */
             for (long long l6 = 0; l6 < 1; l6++) {
                 for (long long l7 = 0; l7 < 8192; l7++) {
-                    (arena + 598039)[l6 * 8192 + l7] = 0e0f;
+                    (arena + 589845)[l6 * 8192 + l7] = 0e0f;
                 }
             }
             /* run count over y */
             for (long long l8 = 0; l8 < 1; l8++) {
                 for (long long l9 = 0; l9 < 8192; l9++) {
-                    (arena + 606231)[l8 * 8192 + l9] = 0e0f;
+                    (arena + 598037)[l8 * 8192 + l9] = 0e0f;
                 }
             }
             /* run running mean over y */
             for (long long l10 = 0; l10 < 1; l10++) {
                 for (long long l11 = 0; l11 < 8192; l11++) {
-                    (arena + 614423)[l10 * 8192 + l11] = 0e0f;
+                    (arena + 606229)[l10 * 8192 + l11] = 0e0f;
                 }
             }
             /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
             for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
                 for (long long l13 = 0; l13 < 1; l13++) {
                     for (long long l14 = 0; l14 < 8192; l14++) {
-                        (arena + 393233)[l13 * 8192 + l14] = (arena + 606231)[l13 * 8192 + l14];
+                        (arena + 393232)[l13 * 8192 + l14] = (arena + 598037)[l13 * 8192 + l14];
                     }
                 }
                 for (long long l15 = 0; l15 < 1; l15++) {
                     for (long long l16 = 0; l16 < 8192; l16++) {
-                        (arena + 401425)[l15 * 8192 + l16] = (arena + 614423)[l15 * 8192 + l16];
+                        (arena + 401424)[l15 * 8192 + l16] = (arena + 606229)[l15 * 8192 + l16];
                     }
                 }
                 for (long long l17 = 0; l17 < 1; l17++) {
                     for (long long l18 = 0; l18 < 8192; l18++) {
-                        (arena + 409617)[l17 * 8192 + l18] = (o1 + l17 < s0 && o12 + l18 < s1) ? dt_load_bf16(in0[(o1 + l17) * args->input_strides[0][0] + (o12 + l18) * args->input_strides[0][1]]) : 0e0f;
+                        (arena + 409616)[l17 * 8192 + l18] = (o1 + l17 < s0 && o12 + l18 < s1) ? dt_load_bf16(in0[(o1 + l17) * args->input_strides[0][0] + (o12 + l18) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l19 = 0; l19 < 1; l19++) {
                     for (long long l20 = 0; l20 < 8192; l20++) {
                         const long long f23 = l20 - l20 % 8;
                         float a22 = 0e0f;
-                        for (long long r21 = f23; r21 < f23 + 8 && r21 < 8192; r21++) a22 = a22 + (arena + 409617)[l19 * 8192 + l20 + (r21 - l20) * 1];
-                        (arena + 417809)[l19 * 8192 + l20] = a22;
+                        for (long long r21 = f23; r21 < f23 + 8 && r21 < 8192; r21++) a22 = a22 + (arena + 409616)[l19 * 8192 + l20 + (r21 - l20) * 1];
+                        (arena + 417808)[l19 * 8192 + l20] = a22;
                     }
                 }
                 for (long long l24 = 0; l24 < 1; l24++) {
                     for (long long l25 = 0; l25 < 8192; l25++) {
-                        (arena + 589847)[l24 * 8192 + l25] = (arena + 589847)[l24 * 8192 + l25] + (arena + 417809)[l24 * 8192 + l25];
+                        (arena + 581653)[l24 * 8192 + l25] = (arena + 581653)[l24 * 8192 + l25] + (arena + 417808)[l24 * 8192 + l25];
                     }
                 }
                 for (long long l26 = 0; l26 < 8192; l26++) {
-                    (arena + 434194)[l26] = 1e0f;
+                    (arena + 426000)[l26] = 1e0f;
                 }
                 for (long long l27 = 0; l27 < 8192; l27++) {
                     const long long f30 = l27 - l27 % 8;
                     float a29 = 0e0f;
-                    for (long long r28 = f30; r28 < f30 + 8 && r28 < 8192; r28++) a29 = a29 + (arena + 434194)[l27 + (r28 - l27) * 1];
-                    (arena + 442386)[l27] = a29;
+                    for (long long r28 = f30; r28 < f30 + 8 && r28 < 8192; r28++) a29 = a29 + (arena + 426000)[l27 + (r28 - l27) * 1];
+                    (arena + 434192)[l27] = a29;
                 }
-                (arena + 450578)[0] = 1e0f;
+                (arena + 442384)[0] = 1e0f;
                 for (long long l31 = 0; l31 < 8192; l31++) {
-                    (arena + 450579)[l31] = fmaxf((arena + 442386)[l31], (arena + 450578)[0]);
+                    (arena + 442385)[l31] = fmaxf((arena + 434192)[l31], (arena + 442384)[0]);
                 }
                 for (long long l32 = 0; l32 < 1; l32++) {
                     for (long long l33 = 0; l33 < 8192; l33++) {
-                        (arena + 458771)[l32 * 8192 + l33] = ((arena + 417809)[l32 * 8192 + l33] / (arena + 450579)[l33]);
+                        (arena + 450577)[l32 * 8192 + l33] = ((arena + 417808)[l32 * 8192 + l33] / (arena + 442385)[l33]);
                     }
                 }
                 for (long long l34 = 0; l34 < 1; l34++) {
                     for (long long l35 = 0; l35 < 8192; l35++) {
-                        (arena + 466963)[l34 * 8192 + l35] = ((arena + 409617)[l34 * 8192 + l35] - (arena + 458771)[l34 * 8192 + l35]);
+                        (arena + 458769)[l34 * 8192 + l35] = ((arena + 409616)[l34 * 8192 + l35] - (arena + 450577)[l34 * 8192 + l35]);
                     }
                 }
                 for (long long l36 = 0; l36 < 1; l36++) {
                     for (long long l37 = 0; l37 < 8192; l37++) {
-                        (arena + 475155)[l36 * 8192 + l37] = ((arena + 466963)[l36 * 8192 + l37] * (arena + 434194)[l37]);
+                        (arena + 466961)[l36 * 8192 + l37] = ((arena + 458769)[l36 * 8192 + l37] * (arena + 426000)[l37]);
                     }
                 }
                 for (long long l38 = 0; l38 < 1; l38++) {
                     for (long long l39 = 0; l39 < 8192; l39++) {
-                        (arena + 483347)[l38 * 8192 + l39] = ((arena + 475155)[l38 * 8192 + l39] * (arena + 475155)[l38 * 8192 + l39]);
+                        (arena + 475153)[l38 * 8192 + l39] = ((arena + 466961)[l38 * 8192 + l39] * (arena + 466961)[l38 * 8192 + l39]);
                     }
                 }
                 for (long long l40 = 0; l40 < 1; l40++) {
                     for (long long l41 = 0; l41 < 8192; l41++) {
                         const long long f44 = l41 - l41 % 8;
                         float a43 = 0e0f;
-                        for (long long r42 = f44; r42 < f44 + 8 && r42 < 8192; r42++) a43 = a43 + (arena + 483347)[l40 * 8192 + l41 + (r42 - l41) * 1];
-                        (arena + 491539)[l40 * 8192 + l41] = a43;
+                        for (long long r42 = f44; r42 < f44 + 8 && r42 < 8192; r42++) a43 = a43 + (arena + 475153)[l40 * 8192 + l41 + (r42 - l41) * 1];
+                        (arena + 483345)[l40 * 8192 + l41] = a43;
                     }
                 }
                 for (long long l45 = 0; l45 < 1; l45++) {
                     for (long long l46 = 0; l46 < 8192; l46++) {
-                        (arena + 499731)[l45 * 8192 + l46] = ((arena + 393233)[l45 * 8192 + l46] + (arena + 442386)[l46]);
+                        (arena + 491537)[l45 * 8192 + l46] = ((arena + 393232)[l45 * 8192 + l46] + (arena + 434192)[l46]);
                     }
                 }
                 for (long long l47 = 0; l47 < 1; l47++) {
                     for (long long l48 = 0; l48 < 8192; l48++) {
-                        (arena + 606231)[l47 * 8192 + l48] = (arena + 499731)[l47 * 8192 + l48];
+                        (arena + 598037)[l47 * 8192 + l48] = (arena + 491537)[l47 * 8192 + l48];
                     }
                 }
                 for (long long l49 = 0; l49 < 1; l49++) {
                     for (long long l50 = 0; l50 < 8192; l50++) {
-                        (arena + 507923)[l49 * 8192 + l50] = fmaxf((arena + 499731)[l49 * 8192 + l50], (arena + 450578)[0]);
+                        (arena + 499729)[l49 * 8192 + l50] = fmaxf((arena + 491537)[l49 * 8192 + l50], (arena + 442384)[0]);
                     }
                 }
                 for (long long l51 = 0; l51 < 1; l51++) {
                     for (long long l52 = 0; l52 < 8192; l52++) {
-                        (arena + 516115)[l51 * 8192 + l52] = ((arena + 442386)[l52] / (arena + 507923)[l51 * 8192 + l52]);
+                        (arena + 507921)[l51 * 8192 + l52] = ((arena + 434192)[l52] / (arena + 499729)[l51 * 8192 + l52]);
                     }
                 }
                 for (long long l53 = 0; l53 < 1; l53++) {
                     for (long long l54 = 0; l54 < 8192; l54++) {
-                        (arena + 524307)[l53 * 8192 + l54] = ((arena + 458771)[l53 * 8192 + l54] - (arena + 401425)[l53 * 8192 + l54]);
+                        (arena + 516113)[l53 * 8192 + l54] = ((arena + 450577)[l53 * 8192 + l54] - (arena + 401424)[l53 * 8192 + l54]);
                     }
                 }
                 for (long long l55 = 0; l55 < 1; l55++) {
                     for (long long l56 = 0; l56 < 8192; l56++) {
-                        (arena + 532499)[l55 * 8192 + l56] = ((arena + 524307)[l55 * 8192 + l56] * (arena + 516115)[l55 * 8192 + l56]);
+                        (arena + 524305)[l55 * 8192 + l56] = ((arena + 516113)[l55 * 8192 + l56] * (arena + 507921)[l55 * 8192 + l56]);
                     }
                 }
                 for (long long l57 = 0; l57 < 1; l57++) {
                     for (long long l58 = 0; l58 < 8192; l58++) {
-                        (arena + 540691)[l57 * 8192 + l58] = ((arena + 401425)[l57 * 8192 + l58] + (arena + 532499)[l57 * 8192 + l58]);
+                        (arena + 532497)[l57 * 8192 + l58] = ((arena + 401424)[l57 * 8192 + l58] + (arena + 524305)[l57 * 8192 + l58]);
                     }
                 }
                 for (long long l59 = 0; l59 < 1; l59++) {
                     for (long long l60 = 0; l60 < 8192; l60++) {
-                        (arena + 614423)[l59 * 8192 + l60] = (arena + 540691)[l59 * 8192 + l60];
+                        (arena + 606229)[l59 * 8192 + l60] = (arena + 532497)[l59 * 8192 + l60];
                     }
                 }
                 for (long long l61 = 0; l61 < 1; l61++) {
                     for (long long l62 = 0; l62 < 8192; l62++) {
-                        (arena + 548883)[l61 * 8192 + l62] = ((arena + 532499)[l61 * 8192 + l62] * (arena + 524307)[l61 * 8192 + l62]);
+                        (arena + 540689)[l61 * 8192 + l62] = ((arena + 524305)[l61 * 8192 + l62] * (arena + 516113)[l61 * 8192 + l62]);
                     }
                 }
                 for (long long l63 = 0; l63 < 1; l63++) {
                     for (long long l64 = 0; l64 < 8192; l64++) {
-                        (arena + 557075)[l63 * 8192 + l64] = ((arena + 548883)[l63 * 8192 + l64] * (arena + 393233)[l63 * 8192 + l64]);
+                        (arena + 548881)[l63 * 8192 + l64] = ((arena + 540689)[l63 * 8192 + l64] * (arena + 393232)[l63 * 8192 + l64]);
                     }
                 }
                 for (long long l65 = 0; l65 < 1; l65++) {
                     for (long long l66 = 0; l66 < 8192; l66++) {
-                        (arena + 565267)[l65 * 8192 + l66] = (arena + 598039)[l65 * 8192 + l66];
+                        (arena + 557073)[l65 * 8192 + l66] = (arena + 589845)[l65 * 8192 + l66];
                     }
                 }
                 for (long long l67 = 0; l67 < 1; l67++) {
                     for (long long l68 = 0; l68 < 8192; l68++) {
-                        (arena + 573459)[l67 * 8192 + l68] = ((arena + 565267)[l67 * 8192 + l68] + (arena + 491539)[l67 * 8192 + l68]);
+                        (arena + 565265)[l67 * 8192 + l68] = ((arena + 557073)[l67 * 8192 + l68] + (arena + 483345)[l67 * 8192 + l68]);
                     }
                 }
                 for (long long l69 = 0; l69 < 1; l69++) {
                     for (long long l70 = 0; l70 < 8192; l70++) {
-                        (arena + 581651)[l69 * 8192 + l70] = ((arena + 573459)[l69 * 8192 + l70] + (arena + 557075)[l69 * 8192 + l70]);
+                        (arena + 573457)[l69 * 8192 + l70] = ((arena + 565265)[l69 * 8192 + l70] + (arena + 548881)[l69 * 8192 + l70]);
                     }
                 }
                 for (long long l71 = 0; l71 < 1; l71++) {
                     for (long long l72 = 0; l72 < 8192; l72++) {
-                        (arena + 598039)[l71 * 8192 + l72] = (arena + 581651)[l71 * 8192 + l72];
+                        (arena + 589845)[l71 * 8192 + l72] = (arena + 573457)[l71 * 8192 + l72];
                     }
                 }
             }
@@ -1780,12 +1779,12 @@ void dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
             for (long long o73 = (s1 / 8192) * 8192; o73 < s1; o73 += 8192) {
                 for (long long l74 = 0; l74 < 1; l74++) {
                     for (long long l75 = 0; l75 < 8192; l75++) {
-                        (arena + 139279)[l74 * 8192 + l75] = (arena + 606231)[l74 * 8192 + l75];
+                        (arena + 139279)[l74 * 8192 + l75] = (arena + 598037)[l74 * 8192 + l75];
                     }
                 }
                 for (long long l76 = 0; l76 < 1; l76++) {
                     for (long long l77 = 0; l77 < 8192; l77++) {
-                        (arena + 147471)[l76 * 8192 + l77] = (arena + 614423)[l76 * 8192 + l77];
+                        (arena + 147471)[l76 * 8192 + l77] = (arena + 606229)[l76 * 8192 + l77];
                     }
                 }
                 for (long long l78 = 0; l78 < 1; l78++) {
@@ -1803,128 +1802,127 @@ void dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
                 }
                 for (long long l85 = 0; l85 < 1; l85++) {
                     for (long long l86 = 0; l86 < 8192; l86++) {
-                        (arena + 589847)[l85 * 8192 + l86] = (arena + 589847)[l85 * 8192 + l86] + (arena + 155663)[l85 * 8192 + l86];
+                        (arena + 581653)[l85 * 8192 + l86] = (arena + 581653)[l85 * 8192 + l86] + (arena + 155663)[l85 * 8192 + l86];
                     }
                 }
                 for (long long l87 = 0; l87 < 8192; l87++) {
-                    (arena + 163855)[l87] = (float)(o73 + l87);
+                    (arena + 163855)[l87] = 1e0f;
                 }
-                (arena + 172047)[0] = (float)s1;
                 for (long long l88 = 0; l88 < 8192; l88++) {
-                    (arena + 172048)[l88] = (((arena + 163855)[l88]) < ((arena + 172047)[0]) ? 1.0f : 0.0f);
+                    (arena + 172047)[l88] = (o73 + l88 < s1) ? (arena + 163855)[l88] : 0e0f;
                 }
                 for (long long l89 = 0; l89 < 8192; l89++) {
                     const long long f92 = l89 - l89 % 8;
                     float a91 = 0e0f;
-                    for (long long r90 = f92; r90 < f92 + 8 && r90 < 8192; r90++) a91 = a91 + (arena + 172048)[l89 + (r90 - l89) * 1];
-                    (arena + 180240)[l89] = a91;
+                    for (long long r90 = f92; r90 < f92 + 8 && r90 < 8192; r90++) a91 = a91 + (arena + 172047)[l89 + (r90 - l89) * 1];
+                    (arena + 180239)[l89] = a91;
                 }
-                (arena + 196624)[0] = 1e0f;
+                (arena + 196623)[0] = 1e0f;
                 for (long long l93 = 0; l93 < 8192; l93++) {
-                    (arena + 196625)[l93] = fmaxf((arena + 180240)[l93], (arena + 196624)[0]);
+                    (arena + 196624)[l93] = fmaxf((arena + 180239)[l93], (arena + 196623)[0]);
                 }
                 for (long long l94 = 0; l94 < 1; l94++) {
                     for (long long l95 = 0; l95 < 8192; l95++) {
-                        (arena + 204817)[l94 * 8192 + l95] = ((arena + 155663)[l94 * 8192 + l95] / (arena + 196625)[l95]);
+                        (arena + 204816)[l94 * 8192 + l95] = ((arena + 155663)[l94 * 8192 + l95] / (arena + 196624)[l95]);
                     }
                 }
                 for (long long l96 = 0; l96 < 1; l96++) {
                     for (long long l97 = 0; l97 < 8192; l97++) {
-                        (arena + 213009)[l96 * 8192 + l97] = ((arena + 0)[l96 * 8192 + l97] - (arena + 204817)[l96 * 8192 + l97]);
+                        (arena + 213008)[l96 * 8192 + l97] = ((arena + 0)[l96 * 8192 + l97] - (arena + 204816)[l96 * 8192 + l97]);
                     }
                 }
                 for (long long l98 = 0; l98 < 1; l98++) {
                     for (long long l99 = 0; l99 < 8192; l99++) {
-                        (arena + 221201)[l98 * 8192 + l99] = ((arena + 213009)[l98 * 8192 + l99] * (arena + 172048)[l99]);
+                        (arena + 221200)[l98 * 8192 + l99] = ((arena + 213008)[l98 * 8192 + l99] * (arena + 172047)[l99]);
                     }
                 }
                 for (long long l100 = 0; l100 < 1; l100++) {
                     for (long long l101 = 0; l101 < 8192; l101++) {
-                        (arena + 229393)[l100 * 8192 + l101] = ((arena + 221201)[l100 * 8192 + l101] * (arena + 221201)[l100 * 8192 + l101]);
+                        (arena + 229392)[l100 * 8192 + l101] = ((arena + 221200)[l100 * 8192 + l101] * (arena + 221200)[l100 * 8192 + l101]);
                     }
                 }
                 for (long long l102 = 0; l102 < 1; l102++) {
                     for (long long l103 = 0; l103 < 8192; l103++) {
                         const long long f106 = l103 - l103 % 8;
                         float a105 = 0e0f;
-                        for (long long r104 = f106; r104 < f106 + 8 && r104 < 8192; r104++) a105 = a105 + (arena + 229393)[l102 * 8192 + l103 + (r104 - l103) * 1];
-                        (arena + 237585)[l102 * 8192 + l103] = a105;
+                        for (long long r104 = f106; r104 < f106 + 8 && r104 < 8192; r104++) a105 = a105 + (arena + 229392)[l102 * 8192 + l103 + (r104 - l103) * 1];
+                        (arena + 237584)[l102 * 8192 + l103] = a105;
                     }
                 }
                 for (long long l107 = 0; l107 < 1; l107++) {
                     for (long long l108 = 0; l108 < 8192; l108++) {
-                        (arena + 245777)[l107 * 8192 + l108] = ((arena + 139279)[l107 * 8192 + l108] + (arena + 180240)[l108]);
+                        (arena + 245776)[l107 * 8192 + l108] = ((arena + 139279)[l107 * 8192 + l108] + (arena + 180239)[l108]);
                     }
                 }
                 for (long long l109 = 0; l109 < 1; l109++) {
                     for (long long l110 = 0; l110 < 8192; l110++) {
-                        (arena + 606231)[l109 * 8192 + l110] = (arena + 245777)[l109 * 8192 + l110];
+                        (arena + 598037)[l109 * 8192 + l110] = (arena + 245776)[l109 * 8192 + l110];
                     }
                 }
                 for (long long l111 = 0; l111 < 1; l111++) {
                     for (long long l112 = 0; l112 < 8192; l112++) {
-                        (arena + 253969)[l111 * 8192 + l112] = fmaxf((arena + 245777)[l111 * 8192 + l112], (arena + 196624)[0]);
+                        (arena + 253968)[l111 * 8192 + l112] = fmaxf((arena + 245776)[l111 * 8192 + l112], (arena + 196623)[0]);
                     }
                 }
                 for (long long l113 = 0; l113 < 1; l113++) {
                     for (long long l114 = 0; l114 < 8192; l114++) {
-                        (arena + 262161)[l113 * 8192 + l114] = ((arena + 180240)[l114] / (arena + 253969)[l113 * 8192 + l114]);
+                        (arena + 262160)[l113 * 8192 + l114] = ((arena + 180239)[l114] / (arena + 253968)[l113 * 8192 + l114]);
                     }
                 }
                 for (long long l115 = 0; l115 < 1; l115++) {
                     for (long long l116 = 0; l116 < 8192; l116++) {
-                        (arena + 270353)[l115 * 8192 + l116] = ((arena + 204817)[l115 * 8192 + l116] - (arena + 147471)[l115 * 8192 + l116]);
+                        (arena + 270352)[l115 * 8192 + l116] = ((arena + 204816)[l115 * 8192 + l116] - (arena + 147471)[l115 * 8192 + l116]);
                     }
                 }
                 for (long long l117 = 0; l117 < 1; l117++) {
                     for (long long l118 = 0; l118 < 8192; l118++) {
-                        (arena + 278545)[l117 * 8192 + l118] = ((arena + 270353)[l117 * 8192 + l118] * (arena + 262161)[l117 * 8192 + l118]);
+                        (arena + 278544)[l117 * 8192 + l118] = ((arena + 270352)[l117 * 8192 + l118] * (arena + 262160)[l117 * 8192 + l118]);
                     }
                 }
                 for (long long l119 = 0; l119 < 1; l119++) {
                     for (long long l120 = 0; l120 < 8192; l120++) {
-                        (arena + 286737)[l119 * 8192 + l120] = ((arena + 147471)[l119 * 8192 + l120] + (arena + 278545)[l119 * 8192 + l120]);
+                        (arena + 286736)[l119 * 8192 + l120] = ((arena + 147471)[l119 * 8192 + l120] + (arena + 278544)[l119 * 8192 + l120]);
                     }
                 }
                 for (long long l121 = 0; l121 < 1; l121++) {
                     for (long long l122 = 0; l122 < 8192; l122++) {
-                        (arena + 614423)[l121 * 8192 + l122] = (arena + 286737)[l121 * 8192 + l122];
+                        (arena + 606229)[l121 * 8192 + l122] = (arena + 286736)[l121 * 8192 + l122];
                     }
                 }
                 for (long long l123 = 0; l123 < 1; l123++) {
                     for (long long l124 = 0; l124 < 8192; l124++) {
-                        (arena + 294929)[l123 * 8192 + l124] = ((arena + 278545)[l123 * 8192 + l124] * (arena + 270353)[l123 * 8192 + l124]);
+                        (arena + 294928)[l123 * 8192 + l124] = ((arena + 278544)[l123 * 8192 + l124] * (arena + 270352)[l123 * 8192 + l124]);
                     }
                 }
                 for (long long l125 = 0; l125 < 1; l125++) {
                     for (long long l126 = 0; l126 < 8192; l126++) {
-                        (arena + 303121)[l125 * 8192 + l126] = ((arena + 294929)[l125 * 8192 + l126] * (arena + 139279)[l125 * 8192 + l126]);
+                        (arena + 303120)[l125 * 8192 + l126] = ((arena + 294928)[l125 * 8192 + l126] * (arena + 139279)[l125 * 8192 + l126]);
                     }
                 }
                 for (long long l127 = 0; l127 < 1; l127++) {
                     for (long long l128 = 0; l128 < 8192; l128++) {
-                        (arena + 311313)[l127 * 8192 + l128] = (arena + 598039)[l127 * 8192 + l128];
+                        (arena + 311312)[l127 * 8192 + l128] = (arena + 589845)[l127 * 8192 + l128];
                     }
                 }
                 for (long long l129 = 0; l129 < 1; l129++) {
                     for (long long l130 = 0; l130 < 8192; l130++) {
-                        (arena + 319505)[l129 * 8192 + l130] = ((arena + 311313)[l129 * 8192 + l130] + (arena + 237585)[l129 * 8192 + l130]);
+                        (arena + 319504)[l129 * 8192 + l130] = ((arena + 311312)[l129 * 8192 + l130] + (arena + 237584)[l129 * 8192 + l130]);
                     }
                 }
                 for (long long l131 = 0; l131 < 1; l131++) {
                     for (long long l132 = 0; l132 < 8192; l132++) {
-                        (arena + 327697)[l131 * 8192 + l132] = ((arena + 319505)[l131 * 8192 + l132] + (arena + 303121)[l131 * 8192 + l132]);
+                        (arena + 327696)[l131 * 8192 + l132] = ((arena + 319504)[l131 * 8192 + l132] + (arena + 303120)[l131 * 8192 + l132]);
                     }
                 }
                 for (long long l133 = 0; l133 < 1; l133++) {
                     for (long long l134 = 0; l134 < 8192; l134++) {
-                        (arena + 598039)[l133 * 8192 + l134] = (arena + 327697)[l133 * 8192 + l134];
+                        (arena + 589845)[l133 * 8192 + l134] = (arena + 327696)[l133 * 8192 + l134];
                     }
                 }
             }
             for (long long l135 = 0; l135 < 1; l135++) {
                 for (long long l136 = 0; l136 < 8192; l136++) {
-                    (arena + 122895)[l135 * 8192 + l136] = (arena + 589847)[l135 * 8192 + l136];
+                    (arena + 122895)[l135 * 8192 + l136] = (arena + 581653)[l135 * 8192 + l136];
                 }
             }
             for (long long l137 = 0; l137 < 1; l137++) {
@@ -1933,59 +1931,59 @@ void dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
                 (arena + 16384)[l137] = a139;
             }
             for (long long l140 = 0; l140 < 1; l140++) {
-                (arena + 589843)[l140] = (arena + 589843)[l140] + (arena + 16384)[l140];
+                (arena + 581649)[l140] = (arena + 581649)[l140] + (arena + 16384)[l140];
             }
             for (long long l141 = 0; l141 < 1; l141++) {
-                (arena + 16385)[l141] = (arena + 589843)[l141];
+                (arena + 16385)[l141] = (arena + 581649)[l141];
             }
             for (long long l142 = 0; l142 < 1; l142++) {
                 (arena + 16387)[l142] = ((arena + 16385)[l142] / (arena + 16386)[0]);
             }
             for (long long l143 = 0; l143 < 1; l143++) {
                 for (long long l144 = 0; l144 < 8192; l144++) {
-                    (arena + 335889)[l143 * 8192 + l144] = (arena + 598039)[l143 * 8192 + l144];
+                    (arena + 335888)[l143 * 8192 + l144] = (arena + 589845)[l143 * 8192 + l144];
                 }
             }
             for (long long l145 = 0; l145 < 1; l145++) {
                 for (long long l146 = 0; l146 < 8192; l146++) {
-                    (arena + 344081)[l145 * 8192 + l146] = (arena + 606231)[l145 * 8192 + l146];
+                    (arena + 344080)[l145 * 8192 + l146] = (arena + 598037)[l145 * 8192 + l146];
                 }
             }
             for (long long l147 = 0; l147 < 1; l147++) {
                 for (long long l148 = 0; l148 < 8192; l148++) {
-                    (arena + 352273)[l147 * 8192 + l148] = (arena + 614423)[l147 * 8192 + l148];
+                    (arena + 352272)[l147 * 8192 + l148] = (arena + 606229)[l147 * 8192 + l148];
                 }
             }
             for (long long l149 = 0; l149 < 1; l149++) {
                 for (long long l150 = 0; l150 < 8192; l150++) {
-                    (arena + 360465)[l149 * 8192 + l150] = ((arena + 352273)[l149 * 8192 + l150] - (arena + 16387)[l149]);
+                    (arena + 360464)[l149 * 8192 + l150] = ((arena + 352272)[l149 * 8192 + l150] - (arena + 16387)[l149]);
                 }
             }
             for (long long l151 = 0; l151 < 1; l151++) {
                 for (long long l152 = 0; l152 < 8192; l152++) {
-                    (arena + 368657)[l151 * 8192 + l152] = ((arena + 360465)[l151 * 8192 + l152] * (arena + 360465)[l151 * 8192 + l152]);
+                    (arena + 368656)[l151 * 8192 + l152] = ((arena + 360464)[l151 * 8192 + l152] * (arena + 360464)[l151 * 8192 + l152]);
                 }
             }
             for (long long l153 = 0; l153 < 1; l153++) {
                 for (long long l154 = 0; l154 < 8192; l154++) {
-                    (arena + 376849)[l153 * 8192 + l154] = ((arena + 344081)[l153 * 8192 + l154] * (arena + 368657)[l153 * 8192 + l154]);
+                    (arena + 376848)[l153 * 8192 + l154] = ((arena + 344080)[l153 * 8192 + l154] * (arena + 368656)[l153 * 8192 + l154]);
                 }
             }
             for (long long l155 = 0; l155 < 1; l155++) {
                 for (long long l156 = 0; l156 < 8192; l156++) {
-                    (arena + 385041)[l155 * 8192 + l156] = ((arena + 335889)[l155 * 8192 + l156] + (arena + 376849)[l155 * 8192 + l156]);
+                    (arena + 385040)[l155 * 8192 + l156] = ((arena + 335888)[l155 * 8192 + l156] + (arena + 376848)[l155 * 8192 + l156]);
                 }
             }
             for (long long l157 = 0; l157 < 1; l157++) {
                 float a159 = 0e0f;
-                for (long long r158 = 0; r158 < 8192; r158 += 8) a159 = a159 + (arena + 385041)[l157 * 8192 + r158 * 1];
+                for (long long r158 = 0; r158 < 8192; r158 += 8) a159 = a159 + (arena + 385040)[l157 * 8192 + r158 * 1];
                 (arena + 65542)[l157] = a159;
             }
             for (long long l160 = 0; l160 < 1; l160++) {
-                (arena + 589845)[l160] = (arena + 589845)[l160] + (arena + 65542)[l160];
+                (arena + 581651)[l160] = (arena + 581651)[l160] + (arena + 65542)[l160];
             }
             for (long long l161 = 0; l161 < 1; l161++) {
-                (arena + 65543)[l161] = (arena + 589845)[l161];
+                (arena + 65543)[l161] = (arena + 581651)[l161];
             }
             for (long long l162 = 0; l162 < 1; l162++) {
                 (arena + 65545)[l162] = ((arena + 65543)[l162] / (arena + 16386)[0]);
@@ -2049,7 +2047,7 @@ void dt_layernorm_f32(const dt_args* args, long long first, long long last) {
     const float* in1 = (const float*)(uintptr_t)args->inputs[1]; /* W */
     const float* in2 = (const float*)(uintptr_t)args->inputs[2]; /* B */
     float* out = (float*)(uintptr_t)args->output; /* layernorm */
-    float* arena = (float*)malloc(sizeof(float) * 622615);
+    float* arena = (float*)malloc(sizeof(float) * 614421);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -2063,176 +2061,176 @@ void dt_layernorm_f32(const dt_args* args, long long first, long long last) {
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rsum identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 589843)[l2] = 0e0f;
+                (arena + 581649)[l2] = 0e0f;
             }
             /* partial rsum over y, by runs of 8 lanes */
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 8192; l4++) {
-                    (arena + 589847)[l3 * 8192 + l4] = 0e0f;
+                    (arena + 581653)[l3 * 8192 + l4] = 0e0f;
                 }
             }
             (arena + 16386)[0] = (float)s1;
             /* rsum identity */
             for (long long l5 = 0; l5 < 1; l5++) {
-                (arena + 589845)[l5] = 0e0f;
+                (arena + 581651)[l5] = 0e0f;
             }
             /* partial rsum over y, by runs of 8 lanes */
             for (long long l6 = 0; l6 < 1; l6++) {
                 for (long long l7 = 0; l7 < 8192; l7++) {
-                    (arena + 598039)[l6 * 8192 + l7] = 0e0f;
+                    (arena + 589845)[l6 * 8192 + l7] = 0e0f;
                 }
             }
             /* run count over y */
             for (long long l8 = 0; l8 < 1; l8++) {
                 for (long long l9 = 0; l9 < 8192; l9++) {
-                    (arena + 606231)[l8 * 8192 + l9] = 0e0f;
+                    (arena + 598037)[l8 * 8192 + l9] = 0e0f;
                 }
             }
             /* run running mean over y */
             for (long long l10 = 0; l10 < 1; l10++) {
                 for (long long l11 = 0; l11 < 8192; l11++) {
-                    (arena + 614423)[l10 * 8192 + l11] = 0e0f;
+                    (arena + 606229)[l10 * 8192 + l11] = 0e0f;
                 }
             }
             /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
             for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
                 for (long long l13 = 0; l13 < 1; l13++) {
                     for (long long l14 = 0; l14 < 8192; l14++) {
-                        (arena + 393233)[l13 * 8192 + l14] = (arena + 606231)[l13 * 8192 + l14];
+                        (arena + 393232)[l13 * 8192 + l14] = (arena + 598037)[l13 * 8192 + l14];
                     }
                 }
                 for (long long l15 = 0; l15 < 1; l15++) {
                     for (long long l16 = 0; l16 < 8192; l16++) {
-                        (arena + 401425)[l15 * 8192 + l16] = (arena + 614423)[l15 * 8192 + l16];
+                        (arena + 401424)[l15 * 8192 + l16] = (arena + 606229)[l15 * 8192 + l16];
                     }
                 }
                 for (long long l17 = 0; l17 < 1; l17++) {
                     for (long long l18 = 0; l18 < 8192; l18++) {
-                        (arena + 409617)[l17 * 8192 + l18] = (o1 + l17 < s0 && o12 + l18 < s1) ? dt_load_f32(in0[(o1 + l17) * args->input_strides[0][0] + (o12 + l18) * args->input_strides[0][1]]) : 0e0f;
+                        (arena + 409616)[l17 * 8192 + l18] = (o1 + l17 < s0 && o12 + l18 < s1) ? dt_load_f32(in0[(o1 + l17) * args->input_strides[0][0] + (o12 + l18) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l19 = 0; l19 < 1; l19++) {
                     for (long long l20 = 0; l20 < 8192; l20++) {
                         const long long f23 = l20 - l20 % 8;
                         float a22 = 0e0f;
-                        for (long long r21 = f23; r21 < f23 + 8 && r21 < 8192; r21++) a22 = a22 + (arena + 409617)[l19 * 8192 + l20 + (r21 - l20) * 1];
-                        (arena + 417809)[l19 * 8192 + l20] = a22;
+                        for (long long r21 = f23; r21 < f23 + 8 && r21 < 8192; r21++) a22 = a22 + (arena + 409616)[l19 * 8192 + l20 + (r21 - l20) * 1];
+                        (arena + 417808)[l19 * 8192 + l20] = a22;
                     }
                 }
                 for (long long l24 = 0; l24 < 1; l24++) {
                     for (long long l25 = 0; l25 < 8192; l25++) {
-                        (arena + 589847)[l24 * 8192 + l25] = (arena + 589847)[l24 * 8192 + l25] + (arena + 417809)[l24 * 8192 + l25];
+                        (arena + 581653)[l24 * 8192 + l25] = (arena + 581653)[l24 * 8192 + l25] + (arena + 417808)[l24 * 8192 + l25];
                     }
                 }
                 for (long long l26 = 0; l26 < 8192; l26++) {
-                    (arena + 434194)[l26] = 1e0f;
+                    (arena + 426000)[l26] = 1e0f;
                 }
                 for (long long l27 = 0; l27 < 8192; l27++) {
                     const long long f30 = l27 - l27 % 8;
                     float a29 = 0e0f;
-                    for (long long r28 = f30; r28 < f30 + 8 && r28 < 8192; r28++) a29 = a29 + (arena + 434194)[l27 + (r28 - l27) * 1];
-                    (arena + 442386)[l27] = a29;
+                    for (long long r28 = f30; r28 < f30 + 8 && r28 < 8192; r28++) a29 = a29 + (arena + 426000)[l27 + (r28 - l27) * 1];
+                    (arena + 434192)[l27] = a29;
                 }
-                (arena + 450578)[0] = 1e0f;
+                (arena + 442384)[0] = 1e0f;
                 for (long long l31 = 0; l31 < 8192; l31++) {
-                    (arena + 450579)[l31] = fmaxf((arena + 442386)[l31], (arena + 450578)[0]);
+                    (arena + 442385)[l31] = fmaxf((arena + 434192)[l31], (arena + 442384)[0]);
                 }
                 for (long long l32 = 0; l32 < 1; l32++) {
                     for (long long l33 = 0; l33 < 8192; l33++) {
-                        (arena + 458771)[l32 * 8192 + l33] = ((arena + 417809)[l32 * 8192 + l33] / (arena + 450579)[l33]);
+                        (arena + 450577)[l32 * 8192 + l33] = ((arena + 417808)[l32 * 8192 + l33] / (arena + 442385)[l33]);
                     }
                 }
                 for (long long l34 = 0; l34 < 1; l34++) {
                     for (long long l35 = 0; l35 < 8192; l35++) {
-                        (arena + 466963)[l34 * 8192 + l35] = ((arena + 409617)[l34 * 8192 + l35] - (arena + 458771)[l34 * 8192 + l35]);
+                        (arena + 458769)[l34 * 8192 + l35] = ((arena + 409616)[l34 * 8192 + l35] - (arena + 450577)[l34 * 8192 + l35]);
                     }
                 }
                 for (long long l36 = 0; l36 < 1; l36++) {
                     for (long long l37 = 0; l37 < 8192; l37++) {
-                        (arena + 475155)[l36 * 8192 + l37] = ((arena + 466963)[l36 * 8192 + l37] * (arena + 434194)[l37]);
+                        (arena + 466961)[l36 * 8192 + l37] = ((arena + 458769)[l36 * 8192 + l37] * (arena + 426000)[l37]);
                     }
                 }
                 for (long long l38 = 0; l38 < 1; l38++) {
                     for (long long l39 = 0; l39 < 8192; l39++) {
-                        (arena + 483347)[l38 * 8192 + l39] = ((arena + 475155)[l38 * 8192 + l39] * (arena + 475155)[l38 * 8192 + l39]);
+                        (arena + 475153)[l38 * 8192 + l39] = ((arena + 466961)[l38 * 8192 + l39] * (arena + 466961)[l38 * 8192 + l39]);
                     }
                 }
                 for (long long l40 = 0; l40 < 1; l40++) {
                     for (long long l41 = 0; l41 < 8192; l41++) {
                         const long long f44 = l41 - l41 % 8;
                         float a43 = 0e0f;
-                        for (long long r42 = f44; r42 < f44 + 8 && r42 < 8192; r42++) a43 = a43 + (arena + 483347)[l40 * 8192 + l41 + (r42 - l41) * 1];
-                        (arena + 491539)[l40 * 8192 + l41] = a43;
+                        for (long long r42 = f44; r42 < f44 + 8 && r42 < 8192; r42++) a43 = a43 + (arena + 475153)[l40 * 8192 + l41 + (r42 - l41) * 1];
+                        (arena + 483345)[l40 * 8192 + l41] = a43;
                     }
                 }
                 for (long long l45 = 0; l45 < 1; l45++) {
                     for (long long l46 = 0; l46 < 8192; l46++) {
-                        (arena + 499731)[l45 * 8192 + l46] = ((arena + 393233)[l45 * 8192 + l46] + (arena + 442386)[l46]);
+                        (arena + 491537)[l45 * 8192 + l46] = ((arena + 393232)[l45 * 8192 + l46] + (arena + 434192)[l46]);
                     }
                 }
                 for (long long l47 = 0; l47 < 1; l47++) {
                     for (long long l48 = 0; l48 < 8192; l48++) {
-                        (arena + 606231)[l47 * 8192 + l48] = (arena + 499731)[l47 * 8192 + l48];
+                        (arena + 598037)[l47 * 8192 + l48] = (arena + 491537)[l47 * 8192 + l48];
                     }
                 }
                 for (long long l49 = 0; l49 < 1; l49++) {
                     for (long long l50 = 0; l50 < 8192; l50++) {
-                        (arena + 507923)[l49 * 8192 + l50] = fmaxf((arena + 499731)[l49 * 8192 + l50], (arena + 450578)[0]);
+                        (arena + 499729)[l49 * 8192 + l50] = fmaxf((arena + 491537)[l49 * 8192 + l50], (arena + 442384)[0]);
                     }
                 }
                 for (long long l51 = 0; l51 < 1; l51++) {
                     for (long long l52 = 0; l52 < 8192; l52++) {
-                        (arena + 516115)[l51 * 8192 + l52] = ((arena + 442386)[l52] / (arena + 507923)[l51 * 8192 + l52]);
+                        (arena + 507921)[l51 * 8192 + l52] = ((arena + 434192)[l52] / (arena + 499729)[l51 * 8192 + l52]);
                     }
                 }
                 for (long long l53 = 0; l53 < 1; l53++) {
                     for (long long l54 = 0; l54 < 8192; l54++) {
-                        (arena + 524307)[l53 * 8192 + l54] = ((arena + 458771)[l53 * 8192 + l54] - (arena + 401425)[l53 * 8192 + l54]);
+                        (arena + 516113)[l53 * 8192 + l54] = ((arena + 450577)[l53 * 8192 + l54] - (arena + 401424)[l53 * 8192 + l54]);
                     }
                 }
                 for (long long l55 = 0; l55 < 1; l55++) {
                     for (long long l56 = 0; l56 < 8192; l56++) {
-                        (arena + 532499)[l55 * 8192 + l56] = ((arena + 524307)[l55 * 8192 + l56] * (arena + 516115)[l55 * 8192 + l56]);
+                        (arena + 524305)[l55 * 8192 + l56] = ((arena + 516113)[l55 * 8192 + l56] * (arena + 507921)[l55 * 8192 + l56]);
                     }
                 }
                 for (long long l57 = 0; l57 < 1; l57++) {
                     for (long long l58 = 0; l58 < 8192; l58++) {
-                        (arena + 540691)[l57 * 8192 + l58] = ((arena + 401425)[l57 * 8192 + l58] + (arena + 532499)[l57 * 8192 + l58]);
+                        (arena + 532497)[l57 * 8192 + l58] = ((arena + 401424)[l57 * 8192 + l58] + (arena + 524305)[l57 * 8192 + l58]);
                     }
                 }
                 for (long long l59 = 0; l59 < 1; l59++) {
                     for (long long l60 = 0; l60 < 8192; l60++) {
-                        (arena + 614423)[l59 * 8192 + l60] = (arena + 540691)[l59 * 8192 + l60];
+                        (arena + 606229)[l59 * 8192 + l60] = (arena + 532497)[l59 * 8192 + l60];
                     }
                 }
                 for (long long l61 = 0; l61 < 1; l61++) {
                     for (long long l62 = 0; l62 < 8192; l62++) {
-                        (arena + 548883)[l61 * 8192 + l62] = ((arena + 532499)[l61 * 8192 + l62] * (arena + 524307)[l61 * 8192 + l62]);
+                        (arena + 540689)[l61 * 8192 + l62] = ((arena + 524305)[l61 * 8192 + l62] * (arena + 516113)[l61 * 8192 + l62]);
                     }
                 }
                 for (long long l63 = 0; l63 < 1; l63++) {
                     for (long long l64 = 0; l64 < 8192; l64++) {
-                        (arena + 557075)[l63 * 8192 + l64] = ((arena + 548883)[l63 * 8192 + l64] * (arena + 393233)[l63 * 8192 + l64]);
+                        (arena + 548881)[l63 * 8192 + l64] = ((arena + 540689)[l63 * 8192 + l64] * (arena + 393232)[l63 * 8192 + l64]);
                     }
                 }
                 for (long long l65 = 0; l65 < 1; l65++) {
                     for (long long l66 = 0; l66 < 8192; l66++) {
-                        (arena + 565267)[l65 * 8192 + l66] = (arena + 598039)[l65 * 8192 + l66];
+                        (arena + 557073)[l65 * 8192 + l66] = (arena + 589845)[l65 * 8192 + l66];
                     }
                 }
                 for (long long l67 = 0; l67 < 1; l67++) {
                     for (long long l68 = 0; l68 < 8192; l68++) {
-                        (arena + 573459)[l67 * 8192 + l68] = ((arena + 565267)[l67 * 8192 + l68] + (arena + 491539)[l67 * 8192 + l68]);
+                        (arena + 565265)[l67 * 8192 + l68] = ((arena + 557073)[l67 * 8192 + l68] + (arena + 483345)[l67 * 8192 + l68]);
                     }
                 }
                 for (long long l69 = 0; l69 < 1; l69++) {
                     for (long long l70 = 0; l70 < 8192; l70++) {
-                        (arena + 581651)[l69 * 8192 + l70] = ((arena + 573459)[l69 * 8192 + l70] + (arena + 557075)[l69 * 8192 + l70]);
+                        (arena + 573457)[l69 * 8192 + l70] = ((arena + 565265)[l69 * 8192 + l70] + (arena + 548881)[l69 * 8192 + l70]);
                     }
                 }
                 for (long long l71 = 0; l71 < 1; l71++) {
                     for (long long l72 = 0; l72 < 8192; l72++) {
-                        (arena + 598039)[l71 * 8192 + l72] = (arena + 581651)[l71 * 8192 + l72];
+                        (arena + 589845)[l71 * 8192 + l72] = (arena + 573457)[l71 * 8192 + l72];
                     }
                 }
             }
@@ -2240,12 +2238,12 @@ void dt_layernorm_f32(const dt_args* args, long long first, long long last) {
             for (long long o73 = (s1 / 8192) * 8192; o73 < s1; o73 += 8192) {
                 for (long long l74 = 0; l74 < 1; l74++) {
                     for (long long l75 = 0; l75 < 8192; l75++) {
-                        (arena + 139279)[l74 * 8192 + l75] = (arena + 606231)[l74 * 8192 + l75];
+                        (arena + 139279)[l74 * 8192 + l75] = (arena + 598037)[l74 * 8192 + l75];
                     }
                 }
                 for (long long l76 = 0; l76 < 1; l76++) {
                     for (long long l77 = 0; l77 < 8192; l77++) {
-                        (arena + 147471)[l76 * 8192 + l77] = (arena + 614423)[l76 * 8192 + l77];
+                        (arena + 147471)[l76 * 8192 + l77] = (arena + 606229)[l76 * 8192 + l77];
                     }
                 }
                 for (long long l78 = 0; l78 < 1; l78++) {
@@ -2263,128 +2261,127 @@ void dt_layernorm_f32(const dt_args* args, long long first, long long last) {
                 }
                 for (long long l85 = 0; l85 < 1; l85++) {
                     for (long long l86 = 0; l86 < 8192; l86++) {
-                        (arena + 589847)[l85 * 8192 + l86] = (arena + 589847)[l85 * 8192 + l86] + (arena + 155663)[l85 * 8192 + l86];
+                        (arena + 581653)[l85 * 8192 + l86] = (arena + 581653)[l85 * 8192 + l86] + (arena + 155663)[l85 * 8192 + l86];
                     }
                 }
                 for (long long l87 = 0; l87 < 8192; l87++) {
-                    (arena + 163855)[l87] = (float)(o73 + l87);
+                    (arena + 163855)[l87] = 1e0f;
                 }
-                (arena + 172047)[0] = (float)s1;
                 for (long long l88 = 0; l88 < 8192; l88++) {
-                    (arena + 172048)[l88] = (((arena + 163855)[l88]) < ((arena + 172047)[0]) ? 1.0f : 0.0f);
+                    (arena + 172047)[l88] = (o73 + l88 < s1) ? (arena + 163855)[l88] : 0e0f;
                 }
                 for (long long l89 = 0; l89 < 8192; l89++) {
                     const long long f92 = l89 - l89 % 8;
                     float a91 = 0e0f;
-                    for (long long r90 = f92; r90 < f92 + 8 && r90 < 8192; r90++) a91 = a91 + (arena + 172048)[l89 + (r90 - l89) * 1];
-                    (arena + 180240)[l89] = a91;
+                    for (long long r90 = f92; r90 < f92 + 8 && r90 < 8192; r90++) a91 = a91 + (arena + 172047)[l89 + (r90 - l89) * 1];
+                    (arena + 180239)[l89] = a91;
                 }
-                (arena + 196624)[0] = 1e0f;
+                (arena + 196623)[0] = 1e0f;
                 for (long long l93 = 0; l93 < 8192; l93++) {
-                    (arena + 196625)[l93] = fmaxf((arena + 180240)[l93], (arena + 196624)[0]);
+                    (arena + 196624)[l93] = fmaxf((arena + 180239)[l93], (arena + 196623)[0]);
                 }
                 for (long long l94 = 0; l94 < 1; l94++) {
                     for (long long l95 = 0; l95 < 8192; l95++) {
-                        (arena + 204817)[l94 * 8192 + l95] = ((arena + 155663)[l94 * 8192 + l95] / (arena + 196625)[l95]);
+                        (arena + 204816)[l94 * 8192 + l95] = ((arena + 155663)[l94 * 8192 + l95] / (arena + 196624)[l95]);
                     }
                 }
                 for (long long l96 = 0; l96 < 1; l96++) {
                     for (long long l97 = 0; l97 < 8192; l97++) {
-                        (arena + 213009)[l96 * 8192 + l97] = ((arena + 0)[l96 * 8192 + l97] - (arena + 204817)[l96 * 8192 + l97]);
+                        (arena + 213008)[l96 * 8192 + l97] = ((arena + 0)[l96 * 8192 + l97] - (arena + 204816)[l96 * 8192 + l97]);
                     }
                 }
                 for (long long l98 = 0; l98 < 1; l98++) {
                     for (long long l99 = 0; l99 < 8192; l99++) {
-                        (arena + 221201)[l98 * 8192 + l99] = ((arena + 213009)[l98 * 8192 + l99] * (arena + 172048)[l99]);
+                        (arena + 221200)[l98 * 8192 + l99] = ((arena + 213008)[l98 * 8192 + l99] * (arena + 172047)[l99]);
                     }
                 }
                 for (long long l100 = 0; l100 < 1; l100++) {
                     for (long long l101 = 0; l101 < 8192; l101++) {
-                        (arena + 229393)[l100 * 8192 + l101] = ((arena + 221201)[l100 * 8192 + l101] * (arena + 221201)[l100 * 8192 + l101]);
+                        (arena + 229392)[l100 * 8192 + l101] = ((arena + 221200)[l100 * 8192 + l101] * (arena + 221200)[l100 * 8192 + l101]);
                     }
                 }
                 for (long long l102 = 0; l102 < 1; l102++) {
                     for (long long l103 = 0; l103 < 8192; l103++) {
                         const long long f106 = l103 - l103 % 8;
                         float a105 = 0e0f;
-                        for (long long r104 = f106; r104 < f106 + 8 && r104 < 8192; r104++) a105 = a105 + (arena + 229393)[l102 * 8192 + l103 + (r104 - l103) * 1];
-                        (arena + 237585)[l102 * 8192 + l103] = a105;
+                        for (long long r104 = f106; r104 < f106 + 8 && r104 < 8192; r104++) a105 = a105 + (arena + 229392)[l102 * 8192 + l103 + (r104 - l103) * 1];
+                        (arena + 237584)[l102 * 8192 + l103] = a105;
                     }
                 }
                 for (long long l107 = 0; l107 < 1; l107++) {
                     for (long long l108 = 0; l108 < 8192; l108++) {
-                        (arena + 245777)[l107 * 8192 + l108] = ((arena + 139279)[l107 * 8192 + l108] + (arena + 180240)[l108]);
+                        (arena + 245776)[l107 * 8192 + l108] = ((arena + 139279)[l107 * 8192 + l108] + (arena + 180239)[l108]);
                     }
                 }
                 for (long long l109 = 0; l109 < 1; l109++) {
                     for (long long l110 = 0; l110 < 8192; l110++) {
-                        (arena + 606231)[l109 * 8192 + l110] = (arena + 245777)[l109 * 8192 + l110];
+                        (arena + 598037)[l109 * 8192 + l110] = (arena + 245776)[l109 * 8192 + l110];
                     }
                 }
                 for (long long l111 = 0; l111 < 1; l111++) {
                     for (long long l112 = 0; l112 < 8192; l112++) {
-                        (arena + 253969)[l111 * 8192 + l112] = fmaxf((arena + 245777)[l111 * 8192 + l112], (arena + 196624)[0]);
+                        (arena + 253968)[l111 * 8192 + l112] = fmaxf((arena + 245776)[l111 * 8192 + l112], (arena + 196623)[0]);
                     }
                 }
                 for (long long l113 = 0; l113 < 1; l113++) {
                     for (long long l114 = 0; l114 < 8192; l114++) {
-                        (arena + 262161)[l113 * 8192 + l114] = ((arena + 180240)[l114] / (arena + 253969)[l113 * 8192 + l114]);
+                        (arena + 262160)[l113 * 8192 + l114] = ((arena + 180239)[l114] / (arena + 253968)[l113 * 8192 + l114]);
                     }
                 }
                 for (long long l115 = 0; l115 < 1; l115++) {
                     for (long long l116 = 0; l116 < 8192; l116++) {
-                        (arena + 270353)[l115 * 8192 + l116] = ((arena + 204817)[l115 * 8192 + l116] - (arena + 147471)[l115 * 8192 + l116]);
+                        (arena + 270352)[l115 * 8192 + l116] = ((arena + 204816)[l115 * 8192 + l116] - (arena + 147471)[l115 * 8192 + l116]);
                     }
                 }
                 for (long long l117 = 0; l117 < 1; l117++) {
                     for (long long l118 = 0; l118 < 8192; l118++) {
-                        (arena + 278545)[l117 * 8192 + l118] = ((arena + 270353)[l117 * 8192 + l118] * (arena + 262161)[l117 * 8192 + l118]);
+                        (arena + 278544)[l117 * 8192 + l118] = ((arena + 270352)[l117 * 8192 + l118] * (arena + 262160)[l117 * 8192 + l118]);
                     }
                 }
                 for (long long l119 = 0; l119 < 1; l119++) {
                     for (long long l120 = 0; l120 < 8192; l120++) {
-                        (arena + 286737)[l119 * 8192 + l120] = ((arena + 147471)[l119 * 8192 + l120] + (arena + 278545)[l119 * 8192 + l120]);
+                        (arena + 286736)[l119 * 8192 + l120] = ((arena + 147471)[l119 * 8192 + l120] + (arena + 278544)[l119 * 8192 + l120]);
                     }
                 }
                 for (long long l121 = 0; l121 < 1; l121++) {
                     for (long long l122 = 0; l122 < 8192; l122++) {
-                        (arena + 614423)[l121 * 8192 + l122] = (arena + 286737)[l121 * 8192 + l122];
+                        (arena + 606229)[l121 * 8192 + l122] = (arena + 286736)[l121 * 8192 + l122];
                     }
                 }
                 for (long long l123 = 0; l123 < 1; l123++) {
                     for (long long l124 = 0; l124 < 8192; l124++) {
-                        (arena + 294929)[l123 * 8192 + l124] = ((arena + 278545)[l123 * 8192 + l124] * (arena + 270353)[l123 * 8192 + l124]);
+                        (arena + 294928)[l123 * 8192 + l124] = ((arena + 278544)[l123 * 8192 + l124] * (arena + 270352)[l123 * 8192 + l124]);
                     }
                 }
                 for (long long l125 = 0; l125 < 1; l125++) {
                     for (long long l126 = 0; l126 < 8192; l126++) {
-                        (arena + 303121)[l125 * 8192 + l126] = ((arena + 294929)[l125 * 8192 + l126] * (arena + 139279)[l125 * 8192 + l126]);
+                        (arena + 303120)[l125 * 8192 + l126] = ((arena + 294928)[l125 * 8192 + l126] * (arena + 139279)[l125 * 8192 + l126]);
                     }
                 }
                 for (long long l127 = 0; l127 < 1; l127++) {
                     for (long long l128 = 0; l128 < 8192; l128++) {
-                        (arena + 311313)[l127 * 8192 + l128] = (arena + 598039)[l127 * 8192 + l128];
+                        (arena + 311312)[l127 * 8192 + l128] = (arena + 589845)[l127 * 8192 + l128];
                     }
                 }
                 for (long long l129 = 0; l129 < 1; l129++) {
                     for (long long l130 = 0; l130 < 8192; l130++) {
-                        (arena + 319505)[l129 * 8192 + l130] = ((arena + 311313)[l129 * 8192 + l130] + (arena + 237585)[l129 * 8192 + l130]);
+                        (arena + 319504)[l129 * 8192 + l130] = ((arena + 311312)[l129 * 8192 + l130] + (arena + 237584)[l129 * 8192 + l130]);
                     }
                 }
                 for (long long l131 = 0; l131 < 1; l131++) {
                     for (long long l132 = 0; l132 < 8192; l132++) {
-                        (arena + 327697)[l131 * 8192 + l132] = ((arena + 319505)[l131 * 8192 + l132] + (arena + 303121)[l131 * 8192 + l132]);
+                        (arena + 327696)[l131 * 8192 + l132] = ((arena + 319504)[l131 * 8192 + l132] + (arena + 303120)[l131 * 8192 + l132]);
                     }
                 }
                 for (long long l133 = 0; l133 < 1; l133++) {
                     for (long long l134 = 0; l134 < 8192; l134++) {
-                        (arena + 598039)[l133 * 8192 + l134] = (arena + 327697)[l133 * 8192 + l134];
+                        (arena + 589845)[l133 * 8192 + l134] = (arena + 327696)[l133 * 8192 + l134];
                     }
                 }
             }
             for (long long l135 = 0; l135 < 1; l135++) {
                 for (long long l136 = 0; l136 < 8192; l136++) {
-                    (arena + 122895)[l135 * 8192 + l136] = (arena + 589847)[l135 * 8192 + l136];
+                    (arena + 122895)[l135 * 8192 + l136] = (arena + 581653)[l135 * 8192 + l136];
                 }
             }
             for (long long l137 = 0; l137 < 1; l137++) {
@@ -2393,59 +2390,59 @@ void dt_layernorm_f32(const dt_args* args, long long first, long long last) {
                 (arena + 16384)[l137] = a139;
             }
             for (long long l140 = 0; l140 < 1; l140++) {
-                (arena + 589843)[l140] = (arena + 589843)[l140] + (arena + 16384)[l140];
+                (arena + 581649)[l140] = (arena + 581649)[l140] + (arena + 16384)[l140];
             }
             for (long long l141 = 0; l141 < 1; l141++) {
-                (arena + 16385)[l141] = (arena + 589843)[l141];
+                (arena + 16385)[l141] = (arena + 581649)[l141];
             }
             for (long long l142 = 0; l142 < 1; l142++) {
                 (arena + 16387)[l142] = ((arena + 16385)[l142] / (arena + 16386)[0]);
             }
             for (long long l143 = 0; l143 < 1; l143++) {
                 for (long long l144 = 0; l144 < 8192; l144++) {
-                    (arena + 335889)[l143 * 8192 + l144] = (arena + 598039)[l143 * 8192 + l144];
+                    (arena + 335888)[l143 * 8192 + l144] = (arena + 589845)[l143 * 8192 + l144];
                 }
             }
             for (long long l145 = 0; l145 < 1; l145++) {
                 for (long long l146 = 0; l146 < 8192; l146++) {
-                    (arena + 344081)[l145 * 8192 + l146] = (arena + 606231)[l145 * 8192 + l146];
+                    (arena + 344080)[l145 * 8192 + l146] = (arena + 598037)[l145 * 8192 + l146];
                 }
             }
             for (long long l147 = 0; l147 < 1; l147++) {
                 for (long long l148 = 0; l148 < 8192; l148++) {
-                    (arena + 352273)[l147 * 8192 + l148] = (arena + 614423)[l147 * 8192 + l148];
+                    (arena + 352272)[l147 * 8192 + l148] = (arena + 606229)[l147 * 8192 + l148];
                 }
             }
             for (long long l149 = 0; l149 < 1; l149++) {
                 for (long long l150 = 0; l150 < 8192; l150++) {
-                    (arena + 360465)[l149 * 8192 + l150] = ((arena + 352273)[l149 * 8192 + l150] - (arena + 16387)[l149]);
+                    (arena + 360464)[l149 * 8192 + l150] = ((arena + 352272)[l149 * 8192 + l150] - (arena + 16387)[l149]);
                 }
             }
             for (long long l151 = 0; l151 < 1; l151++) {
                 for (long long l152 = 0; l152 < 8192; l152++) {
-                    (arena + 368657)[l151 * 8192 + l152] = ((arena + 360465)[l151 * 8192 + l152] * (arena + 360465)[l151 * 8192 + l152]);
+                    (arena + 368656)[l151 * 8192 + l152] = ((arena + 360464)[l151 * 8192 + l152] * (arena + 360464)[l151 * 8192 + l152]);
                 }
             }
             for (long long l153 = 0; l153 < 1; l153++) {
                 for (long long l154 = 0; l154 < 8192; l154++) {
-                    (arena + 376849)[l153 * 8192 + l154] = ((arena + 344081)[l153 * 8192 + l154] * (arena + 368657)[l153 * 8192 + l154]);
+                    (arena + 376848)[l153 * 8192 + l154] = ((arena + 344080)[l153 * 8192 + l154] * (arena + 368656)[l153 * 8192 + l154]);
                 }
             }
             for (long long l155 = 0; l155 < 1; l155++) {
                 for (long long l156 = 0; l156 < 8192; l156++) {
-                    (arena + 385041)[l155 * 8192 + l156] = ((arena + 335889)[l155 * 8192 + l156] + (arena + 376849)[l155 * 8192 + l156]);
+                    (arena + 385040)[l155 * 8192 + l156] = ((arena + 335888)[l155 * 8192 + l156] + (arena + 376848)[l155 * 8192 + l156]);
                 }
             }
             for (long long l157 = 0; l157 < 1; l157++) {
                 float a159 = 0e0f;
-                for (long long r158 = 0; r158 < 8192; r158 += 8) a159 = a159 + (arena + 385041)[l157 * 8192 + r158 * 1];
+                for (long long r158 = 0; r158 < 8192; r158 += 8) a159 = a159 + (arena + 385040)[l157 * 8192 + r158 * 1];
                 (arena + 65542)[l157] = a159;
             }
             for (long long l160 = 0; l160 < 1; l160++) {
-                (arena + 589845)[l160] = (arena + 589845)[l160] + (arena + 65542)[l160];
+                (arena + 581651)[l160] = (arena + 581651)[l160] + (arena + 65542)[l160];
             }
             for (long long l161 = 0; l161 < 1; l161++) {
-                (arena + 65543)[l161] = (arena + 589845)[l161];
+                (arena + 65543)[l161] = (arena + 581651)[l161];
             }
             for (long long l162 = 0; l162 < 1; l162++) {
                 (arena + 65545)[l162] = ((arena + 65543)[l162] / (arena + 16386)[0]);

@@ -5560,59 +5560,81 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 f40[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l41) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f40[c]) q39[c] = ring12[0 + (((unsigned)(o34 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
+            float v66[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v66[r] = acc6[r];
+                }
+            }
             float v67[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v67[r] = acc6[r];
+                    v67[r] = acc7[r];
                 }
             }
-            float v68[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v68[r] = acc7[r];
-                }
-            }
-            dt_f16s<8> v69; /* 16-bit values as loaded */
+            dt_f16s<8> v68; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l47 = (int)((unsigned)e / 4096u % 1u);
                 const int l48 = (int)((unsigned)e / 1u % 4096u);
                 if (f40[c]) {
-                    v69.w[c] = q39[c];
+                    v68.w[c] = q39[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l47) * (unsigned)args.input_strides[0][0] + (unsigned)(o34 + l48) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l47) < (unsigned)s0) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
-                    v69.w[c] = w;
+                    v68.w[c] = w;
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v69[r] = ((v68[r * 8 + 0] + v68[r * 8 + 1]) + (v68[r * 8 + 2] + v68[r * 8 + 3])) + ((v68[r * 8 + 4] + v68[r * 8 + 5]) + (v68[r * 8 + 6] + v68[r * 8 + 7]));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v69[r];
                 }
             }
             float v70[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v70[r] = ((v69[r * 8 + 0] + v69[r * 8 + 1]) + (v69[r * 8 + 2] + v69[r * 8 + 3])) + ((v69[r * 8 + 4] + v69[r * 8 + 5]) + (v69[r * 8 + 6] + v69[r * 8 + 7]));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = acc4[r] + v70[r];
-                }
-            }
-            float v73[8];
-            #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v73[r] = 1e0f;
+                    v70[r] = 1e0f;
+                }
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v71[r] = ((v70[r * 8 + 0] + v70[r * 8 + 1]) + (v70[r * 8 + 2] + v70[r * 8 + 3])) + ((v70[r * 8 + 4] + v70[r * 8 + 5]) + (v70[r * 8 + 6] + v70[r * 8 + 7]));
+                }
+            }
+            float v72[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v72[r] = 1e0f;
+            }
+            float v73[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v73[r] = fmaxf(v71[r], v72[0]);
                 }
             }
             float v74[8];
@@ -5620,53 +5642,62 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v74[r] = ((v73[r * 8 + 0] + v73[r * 8 + 1]) + (v73[r * 8 + 2] + v73[r * 8 + 3])) + ((v73[r * 8 + 4] + v73[r * 8 + 5]) + (v73[r * 8 + 6] + v73[r * 8 + 7]));
+                    v74[r] = dt_fast_div(v69[r], v73[r]);
                 }
             }
-            float v75[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v75[r] = 1e0f;
+            float v75[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v75[r] = (v68[r] - v74[r / 8]);
+                }
             }
             float v76[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v76[r] = fmaxf(v74[r], v75[0]);
+                    v76[r] = (v75[r] * v70[r]);
                 }
             }
             float v77[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v77[r] = dt_fast_div(v70[r], v76[r]);
+                    v77[r] = (v76[r] * v76[r]);
                 }
             }
             float v78[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v78[r] = (v69[r] - v77[r / 8]);
+                    v78[r] = ((v77[r * 8 + 0] + v77[r * 8 + 1]) + (v77[r * 8 + 2] + v77[r * 8 + 3])) + ((v77[r * 8 + 4] + v77[r * 8 + 5]) + (v77[r * 8 + 6] + v77[r * 8 + 7]));
                 }
             }
             float v79[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = (v78[r] * v73[r]);
+                    v79[r] = (v66[r] + v71[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v79[r];
                 }
             }
             float v80[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v80[r] = (v79[r] * v79[r]);
+                    v80[r] = fmaxf(v79[r], v72[0]);
                 }
             }
             float v81[8];
@@ -5674,7 +5705,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = ((v80[r * 8 + 0] + v80[r * 8 + 1]) + (v80[r * 8 + 2] + v80[r * 8 + 3])) + ((v80[r * 8 + 4] + v80[r * 8 + 5]) + (v80[r * 8 + 6] + v80[r * 8 + 7]));
+                    v81[r] = dt_fast_div(v71[r], v80[r]);
                 }
             }
             float v82[8];
@@ -5682,14 +5713,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v82[r] = (v67[r] + v74[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v82[r];
+                    v82[r] = (v74[r] - v67[r]);
                 }
             }
             float v83[8];
@@ -5697,7 +5721,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v83[r] = fmaxf(v82[r], v75[0]);
+                    v83[r] = (v82[r] * v81[r]);
                 }
             }
             float v84[8];
@@ -5705,7 +5729,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v84[r] = dt_fast_div(v74[r], v83[r]);
+                    v84[r] = (v67[r] + v83[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v84[r];
                 }
             }
             float v85[8];
@@ -5713,7 +5744,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v85[r] = (v77[r] - v68[r]);
+                    v85[r] = (v83[r] * v82[r]);
                 }
             }
             float v86[8];
@@ -5721,7 +5752,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v86[r] = (v85[r] * v84[r]);
+                    v86[r] = (v85[r] * v66[r]);
                 }
             }
             float v87[8];
@@ -5729,14 +5760,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v87[r] = (v68[r] + v86[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v87[r];
+                    v87[r] = acc5[r];
                 }
             }
             float v88[8];
@@ -5744,7 +5768,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v88[r] = (v86[r] * v85[r]);
+                    v88[r] = (v87[r] + v78[r]);
                 }
             }
             float v89[8];
@@ -5752,38 +5776,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v89[r] = (v88[r] * v67[r]);
-                }
-            }
-            float v90[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v90[r] = acc5[r];
-                }
-            }
-            float v91[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v91[r] = (v90[r] + v81[r]);
-                }
-            }
-            float v92[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v92[r] = (v91[r] + v89[r]);
+                    v89[r] = (v88[r] + v86[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v92[r];
+                    acc5[r] = v89[r];
                 }
             }
         }
@@ -5854,52 +5854,54 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l110 = (int)((unsigned)e / 1u % 4096u);
-                    v37[r] = (float)(o94 + l110);
+                    v37[r] = 1e0f;
                 }
             }
-            float v38[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v38[r] = (float)s1;
-            }
-            float v39[8];
+            float v38[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v39[r] = ((v37[r]) < (v38[0]) ? 1.0f : 0.0f);
+                    const int l111 = (int)((unsigned)e / 1u % 4096u);
+                    v38[r] = ((unsigned)(o94 + l111) < (unsigned)s1) ? v37[r] : 0e0f;
                 }
             }
-            float v40[8];
+            float v39[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v40[r] = ((v39[r * 8 + 0] + v39[r * 8 + 1]) + (v39[r * 8 + 2] + v39[r * 8 + 3])) + ((v39[r * 8 + 4] + v39[r * 8 + 5]) + (v39[r * 8 + 6] + v39[r * 8 + 7]));
+                    v39[r] = ((v38[r * 8 + 0] + v38[r * 8 + 1]) + (v38[r * 8 + 2] + v38[r * 8 + 3])) + ((v38[r * 8 + 4] + v38[r * 8 + 5]) + (v38[r * 8 + 6] + v38[r * 8 + 7]));
                 }
             }
-            float v42[1];
+            float v41[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v42[r] = 1e0f;
+                v41[r] = 1e0f;
+            }
+            float v42[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v42[r] = fmaxf(v39[r], v41[0]);
+                }
             }
             float v43[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v43[r] = fmaxf(v40[r], v42[0]);
+                    v43[r] = dt_fast_div(v36[r], v42[r]);
                 }
             }
             float v44[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v44[r] = dt_fast_div(v36[r], v43[r]);
+                    v44[r] = (v0[r] - v43[r / 8]);
                 }
             }
             float v45[8];
@@ -5907,7 +5909,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v45[r] = (v0[r] - v44[r / 8]);
+                    v45[r] = (v44[r] * v38[r]);
                 }
             }
             float v46[8];
@@ -5915,15 +5917,15 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v46[r] = (v45[r] * v39[r]);
+                    v46[r] = (v45[r] * v45[r]);
                 }
             }
             float v47[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v47[r] = (v46[r] * v46[r]);
+                    v47[r] = ((v46[r * 8 + 0] + v46[r * 8 + 1]) + (v46[r * 8 + 2] + v46[r * 8 + 3])) + ((v46[r * 8 + 4] + v46[r * 8 + 5]) + (v46[r * 8 + 6] + v46[r * 8 + 7]));
                 }
             }
             float v48[8];
@@ -5931,7 +5933,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v48[r] = ((v47[r * 8 + 0] + v47[r * 8 + 1]) + (v47[r * 8 + 2] + v47[r * 8 + 3])) + ((v47[r * 8 + 4] + v47[r * 8 + 5]) + (v47[r * 8 + 6] + v47[r * 8 + 7]));
+                    v48[r] = (v34[r] + v39[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v48[r];
                 }
             }
             float v49[8];
@@ -5939,14 +5948,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v49[r] = (v34[r] + v40[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v49[r];
+                    v49[r] = fmaxf(v48[r], v41[0]);
                 }
             }
             float v50[8];
@@ -5954,7 +5956,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v50[r] = fmaxf(v49[r], v42[0]);
+                    v50[r] = dt_fast_div(v39[r], v49[r]);
                 }
             }
             float v51[8];
@@ -5962,7 +5964,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = dt_fast_div(v40[r], v50[r]);
+                    v51[r] = (v43[r] - v35[r]);
                 }
             }
             float v52[8];
@@ -5970,7 +5972,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = (v44[r] - v35[r]);
+                    v52[r] = (v51[r] * v50[r]);
                 }
             }
             float v53[8];
@@ -5978,7 +5980,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = (v52[r] * v51[r]);
+                    v53[r] = (v35[r] + v52[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v53[r];
                 }
             }
             float v54[8];
@@ -5986,14 +5995,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = (v35[r] + v53[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v54[r];
+                    v54[r] = (v52[r] * v51[r]);
                 }
             }
             float v55[8];
@@ -6001,7 +6003,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v55[r] = (v53[r] * v52[r]);
+                    v55[r] = (v54[r] * v34[r]);
                 }
             }
             float v56[8];
@@ -6009,7 +6011,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v56[r] = (v55[r] * v34[r]);
+                    v56[r] = acc5[r];
                 }
             }
             float v57[8];
@@ -6017,7 +6019,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v57[r] = acc5[r];
+                    v57[r] = (v56[r] + v47[r]);
                 }
             }
             float v58[8];
@@ -6025,22 +6027,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v58[r] = (v57[r] + v48[r]);
-                }
-            }
-            float v59[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v59[r] = (v58[r] + v56[r]);
+                    v58[r] = (v57[r] + v55[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v59[r];
+                    acc5[r] = v58[r];
                 }
             }
         }
@@ -6102,12 +6096,20 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             (void)r; (void)e;
             v6[r] = dt_fast_div(v4[0], v5[0]);
         }
+        float v59[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v59[r] = acc5[r];
+            }
+        }
         float v60[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v60[r] = acc5[r];
+                v60[r] = acc6[r];
             }
         }
         float v61[8];
@@ -6115,7 +6117,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v61[r] = acc6[r];
+                v61[r] = acc7[r];
             }
         }
         float v62[8];
@@ -6123,7 +6125,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v62[r] = acc7[r];
+                v62[r] = (v61[r] - v6[0]);
             }
         }
         float v63[8];
@@ -6131,7 +6133,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v63[r] = (v62[r] - v6[0]);
+                v63[r] = (v62[r] * v62[r]);
             }
         }
         float v64[8];
@@ -6139,7 +6141,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v64[r] = (v63[r] * v63[r]);
+                v64[r] = (v60[r] * v63[r]);
             }
         }
         float v65[8];
@@ -6147,15 +6149,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v65[r] = (v61[r] * v64[r]);
-            }
-        }
-        float v66[8];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-            (void)e; {
-                v66[r] = (v60[r] + v65[r]);
+                v65[r] = (v59[r] + v64[r]);
             }
         }
         float v15[1];
@@ -6166,7 +6160,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v66[i * 1 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v65[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
@@ -6575,52 +6569,74 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 f40[c] = (unsigned)(o1 + l41) < (unsigned)s0;
                 if (f40[c]) q39[c] = ring12[0 + (((unsigned)(o34 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
+            float v66[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v66[r] = acc6[r];
+                }
+            }
             float v67[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v67[r] = acc6[r];
+                    v67[r] = acc7[r];
                 }
             }
-            float v68[8];
+            dt_f16s<8> v68; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f40[c]) {
+                    v68.w[c] = q39[c];
+                } else {
+                    v68.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v69[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v68[r] = acc7[r];
+                    v69[r] = ((v68[r * 8 + 0] + v68[r * 8 + 1]) + (v68[r * 8 + 2] + v68[r * 8 + 3])) + ((v68[r * 8 + 4] + v68[r * 8 + 5]) + (v68[r * 8 + 6] + v68[r * 8 + 7]));
                 }
             }
-            dt_f16s<8> v69; /* 16-bit values as loaded */
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                if (f40[c]) {
-                    v69.w[c] = q39[c];
-                } else {
-                    v69.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v69[r];
                 }
             }
             float v70[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v70[r] = ((v69[r * 8 + 0] + v69[r * 8 + 1]) + (v69[r * 8 + 2] + v69[r * 8 + 3])) + ((v69[r * 8 + 4] + v69[r * 8 + 5]) + (v69[r * 8 + 6] + v69[r * 8 + 7]));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = acc4[r] + v70[r];
-                }
-            }
-            float v73[8];
-            #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v73[r] = 1e0f;
+                    v70[r] = 1e0f;
+                }
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v71[r] = ((v70[r * 8 + 0] + v70[r * 8 + 1]) + (v70[r * 8 + 2] + v70[r * 8 + 3])) + ((v70[r * 8 + 4] + v70[r * 8 + 5]) + (v70[r * 8 + 6] + v70[r * 8 + 7]));
+                }
+            }
+            float v72[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v72[r] = 1e0f;
+            }
+            float v73[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v73[r] = fmaxf(v71[r], v72[0]);
                 }
             }
             float v74[8];
@@ -6628,53 +6644,62 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v74[r] = ((v73[r * 8 + 0] + v73[r * 8 + 1]) + (v73[r * 8 + 2] + v73[r * 8 + 3])) + ((v73[r * 8 + 4] + v73[r * 8 + 5]) + (v73[r * 8 + 6] + v73[r * 8 + 7]));
+                    v74[r] = dt_fast_div(v69[r], v73[r]);
                 }
             }
-            float v75[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v75[r] = 1e0f;
+            float v75[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v75[r] = (v68[r] - v74[r / 8]);
+                }
             }
             float v76[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v76[r] = fmaxf(v74[r], v75[0]);
+                    v76[r] = (v75[r] * v70[r]);
                 }
             }
             float v77[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v77[r] = dt_fast_div(v70[r], v76[r]);
+                    v77[r] = (v76[r] * v76[r]);
                 }
             }
             float v78[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v78[r] = (v69[r] - v77[r / 8]);
+                    v78[r] = ((v77[r * 8 + 0] + v77[r * 8 + 1]) + (v77[r * 8 + 2] + v77[r * 8 + 3])) + ((v77[r * 8 + 4] + v77[r * 8 + 5]) + (v77[r * 8 + 6] + v77[r * 8 + 7]));
                 }
             }
             float v79[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = (v78[r] * v73[r]);
+                    v79[r] = (v66[r] + v71[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v79[r];
                 }
             }
             float v80[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v80[r] = (v79[r] * v79[r]);
+                    v80[r] = fmaxf(v79[r], v72[0]);
                 }
             }
             float v81[8];
@@ -6682,7 +6707,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = ((v80[r * 8 + 0] + v80[r * 8 + 1]) + (v80[r * 8 + 2] + v80[r * 8 + 3])) + ((v80[r * 8 + 4] + v80[r * 8 + 5]) + (v80[r * 8 + 6] + v80[r * 8 + 7]));
+                    v81[r] = dt_fast_div(v71[r], v80[r]);
                 }
             }
             float v82[8];
@@ -6690,14 +6715,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v82[r] = (v67[r] + v74[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v82[r];
+                    v82[r] = (v74[r] - v67[r]);
                 }
             }
             float v83[8];
@@ -6705,7 +6723,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v83[r] = fmaxf(v82[r], v75[0]);
+                    v83[r] = (v82[r] * v81[r]);
                 }
             }
             float v84[8];
@@ -6713,7 +6731,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v84[r] = dt_fast_div(v74[r], v83[r]);
+                    v84[r] = (v67[r] + v83[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v84[r];
                 }
             }
             float v85[8];
@@ -6721,7 +6746,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v85[r] = (v77[r] - v68[r]);
+                    v85[r] = (v83[r] * v82[r]);
                 }
             }
             float v86[8];
@@ -6729,7 +6754,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v86[r] = (v85[r] * v84[r]);
+                    v86[r] = (v85[r] * v66[r]);
                 }
             }
             float v87[8];
@@ -6737,14 +6762,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v87[r] = (v68[r] + v86[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v87[r];
+                    v87[r] = acc5[r];
                 }
             }
             float v88[8];
@@ -6752,7 +6770,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v88[r] = (v86[r] * v85[r]);
+                    v88[r] = (v87[r] + v78[r]);
                 }
             }
             float v89[8];
@@ -6760,38 +6778,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v89[r] = (v88[r] * v67[r]);
-                }
-            }
-            float v90[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v90[r] = acc5[r];
-                }
-            }
-            float v91[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v91[r] = (v90[r] + v81[r]);
-                }
-            }
-            float v92[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v92[r] = (v91[r] + v89[r]);
+                    v89[r] = (v88[r] + v86[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v92[r];
+                    acc5[r] = v89[r];
                 }
             }
         }
@@ -6854,52 +6848,53 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l110 = (int)((unsigned)e / 1u % 4096u);
-                    v37[r] = (float)(o94 + l110);
+                    v37[r] = 1e0f;
                 }
             }
-            float v38[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v38[r] = (float)s1;
-            }
-            float v39[8];
+            float v38[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v39[r] = ((v37[r]) < (v38[0]) ? 1.0f : 0.0f);
+                    v38[r] = ((unsigned)(o94 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) % 4096u)) < (unsigned)s1) ? v37[r] : 0e0f;
                 }
             }
-            float v40[8];
+            float v39[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v40[r] = ((v39[r * 8 + 0] + v39[r * 8 + 1]) + (v39[r * 8 + 2] + v39[r * 8 + 3])) + ((v39[r * 8 + 4] + v39[r * 8 + 5]) + (v39[r * 8 + 6] + v39[r * 8 + 7]));
+                    v39[r] = ((v38[r * 8 + 0] + v38[r * 8 + 1]) + (v38[r * 8 + 2] + v38[r * 8 + 3])) + ((v38[r * 8 + 4] + v38[r * 8 + 5]) + (v38[r * 8 + 6] + v38[r * 8 + 7]));
                 }
             }
-            float v42[1];
+            float v41[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v42[r] = 1e0f;
+                v41[r] = 1e0f;
+            }
+            float v42[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v42[r] = fmaxf(v39[r], v41[0]);
+                }
             }
             float v43[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v43[r] = fmaxf(v40[r], v42[0]);
+                    v43[r] = dt_fast_div(v36[r], v42[r]);
                 }
             }
             float v44[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v44[r] = dt_fast_div(v36[r], v43[r]);
+                    v44[r] = (v0[r] - v43[r / 8]);
                 }
             }
             float v45[8];
@@ -6907,7 +6902,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v45[r] = (v0[r] - v44[r / 8]);
+                    v45[r] = (v44[r] * v38[r]);
                 }
             }
             float v46[8];
@@ -6915,15 +6910,15 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v46[r] = (v45[r] * v39[r]);
+                    v46[r] = (v45[r] * v45[r]);
                 }
             }
             float v47[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v47[r] = (v46[r] * v46[r]);
+                    v47[r] = ((v46[r * 8 + 0] + v46[r * 8 + 1]) + (v46[r * 8 + 2] + v46[r * 8 + 3])) + ((v46[r * 8 + 4] + v46[r * 8 + 5]) + (v46[r * 8 + 6] + v46[r * 8 + 7]));
                 }
             }
             float v48[8];
@@ -6931,7 +6926,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v48[r] = ((v47[r * 8 + 0] + v47[r * 8 + 1]) + (v47[r * 8 + 2] + v47[r * 8 + 3])) + ((v47[r * 8 + 4] + v47[r * 8 + 5]) + (v47[r * 8 + 6] + v47[r * 8 + 7]));
+                    v48[r] = (v34[r] + v39[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v48[r];
                 }
             }
             float v49[8];
@@ -6939,14 +6941,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v49[r] = (v34[r] + v40[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v49[r];
+                    v49[r] = fmaxf(v48[r], v41[0]);
                 }
             }
             float v50[8];
@@ -6954,7 +6949,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v50[r] = fmaxf(v49[r], v42[0]);
+                    v50[r] = dt_fast_div(v39[r], v49[r]);
                 }
             }
             float v51[8];
@@ -6962,7 +6957,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = dt_fast_div(v40[r], v50[r]);
+                    v51[r] = (v43[r] - v35[r]);
                 }
             }
             float v52[8];
@@ -6970,7 +6965,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = (v44[r] - v35[r]);
+                    v52[r] = (v51[r] * v50[r]);
                 }
             }
             float v53[8];
@@ -6978,7 +6973,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = (v52[r] * v51[r]);
+                    v53[r] = (v35[r] + v52[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v53[r];
                 }
             }
             float v54[8];
@@ -6986,14 +6988,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = (v35[r] + v53[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v54[r];
+                    v54[r] = (v52[r] * v51[r]);
                 }
             }
             float v55[8];
@@ -7001,7 +6996,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v55[r] = (v53[r] * v52[r]);
+                    v55[r] = (v54[r] * v34[r]);
                 }
             }
             float v56[8];
@@ -7009,7 +7004,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v56[r] = (v55[r] * v34[r]);
+                    v56[r] = acc5[r];
                 }
             }
             float v57[8];
@@ -7017,7 +7012,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v57[r] = acc5[r];
+                    v57[r] = (v56[r] + v47[r]);
                 }
             }
             float v58[8];
@@ -7025,22 +7020,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v58[r] = (v57[r] + v48[r]);
-                }
-            }
-            float v59[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v59[r] = (v58[r] + v56[r]);
+                    v58[r] = (v57[r] + v55[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v59[r];
+                    acc5[r] = v58[r];
                 }
             }
         }
@@ -7102,12 +7089,20 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             (void)r; (void)e;
             v6[r] = dt_fast_div(v4[0], v5[0]);
         }
+        float v59[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v59[r] = acc5[r];
+            }
+        }
         float v60[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v60[r] = acc5[r];
+                v60[r] = acc6[r];
             }
         }
         float v61[8];
@@ -7115,7 +7110,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v61[r] = acc6[r];
+                v61[r] = acc7[r];
             }
         }
         float v62[8];
@@ -7123,7 +7118,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v62[r] = acc7[r];
+                v62[r] = (v61[r] - v6[0]);
             }
         }
         float v63[8];
@@ -7131,7 +7126,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v63[r] = (v62[r] - v6[0]);
+                v63[r] = (v62[r] * v62[r]);
             }
         }
         float v64[8];
@@ -7139,7 +7134,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v64[r] = (v63[r] * v63[r]);
+                v64[r] = (v60[r] * v63[r]);
             }
         }
         float v65[8];
@@ -7147,15 +7142,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v65[r] = (v61[r] * v64[r]);
-            }
-        }
-        float v66[8];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-            (void)e; {
-                v66[r] = (v60[r] + v65[r]);
+                v65[r] = (v59[r] + v64[r]);
             }
         }
         float v15[1];
@@ -7166,7 +7153,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v66[i * 1 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v65[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
@@ -7546,59 +7533,81 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 f40[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l41) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f40[c]) q39[c] = ring12[0 + (((unsigned)(o34 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
+            float v66[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v66[r] = acc6[r];
+                }
+            }
             float v67[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v67[r] = acc6[r];
+                    v67[r] = acc7[r];
                 }
             }
-            float v68[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v68[r] = acc7[r];
-                }
-            }
-            dt_bf16s<8> v69; /* 16-bit values as loaded */
+            dt_bf16s<8> v68; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l47 = (int)((unsigned)e / 4096u % 1u);
                 const int l48 = (int)((unsigned)e / 1u % 4096u);
                 if (f40[c]) {
-                    v69.w[c] = q39[c];
+                    v68.w[c] = q39[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l47) * (unsigned)args.input_strides[0][0] + (unsigned)(o34 + l48) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l47) < (unsigned)s0) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
-                    v69.w[c] = w;
+                    v68.w[c] = w;
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v69[r] = ((v68[r * 8 + 0] + v68[r * 8 + 1]) + (v68[r * 8 + 2] + v68[r * 8 + 3])) + ((v68[r * 8 + 4] + v68[r * 8 + 5]) + (v68[r * 8 + 6] + v68[r * 8 + 7]));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v69[r];
                 }
             }
             float v70[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v70[r] = ((v69[r * 8 + 0] + v69[r * 8 + 1]) + (v69[r * 8 + 2] + v69[r * 8 + 3])) + ((v69[r * 8 + 4] + v69[r * 8 + 5]) + (v69[r * 8 + 6] + v69[r * 8 + 7]));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = acc4[r] + v70[r];
-                }
-            }
-            float v73[8];
-            #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v73[r] = 1e0f;
+                    v70[r] = 1e0f;
+                }
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v71[r] = ((v70[r * 8 + 0] + v70[r * 8 + 1]) + (v70[r * 8 + 2] + v70[r * 8 + 3])) + ((v70[r * 8 + 4] + v70[r * 8 + 5]) + (v70[r * 8 + 6] + v70[r * 8 + 7]));
+                }
+            }
+            float v72[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v72[r] = 1e0f;
+            }
+            float v73[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v73[r] = fmaxf(v71[r], v72[0]);
                 }
             }
             float v74[8];
@@ -7606,53 +7615,62 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v74[r] = ((v73[r * 8 + 0] + v73[r * 8 + 1]) + (v73[r * 8 + 2] + v73[r * 8 + 3])) + ((v73[r * 8 + 4] + v73[r * 8 + 5]) + (v73[r * 8 + 6] + v73[r * 8 + 7]));
+                    v74[r] = dt_fast_div(v69[r], v73[r]);
                 }
             }
-            float v75[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v75[r] = 1e0f;
+            float v75[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v75[r] = (v68[r] - v74[r / 8]);
+                }
             }
             float v76[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v76[r] = fmaxf(v74[r], v75[0]);
+                    v76[r] = (v75[r] * v70[r]);
                 }
             }
             float v77[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v77[r] = dt_fast_div(v70[r], v76[r]);
+                    v77[r] = (v76[r] * v76[r]);
                 }
             }
             float v78[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v78[r] = (v69[r] - v77[r / 8]);
+                    v78[r] = ((v77[r * 8 + 0] + v77[r * 8 + 1]) + (v77[r * 8 + 2] + v77[r * 8 + 3])) + ((v77[r * 8 + 4] + v77[r * 8 + 5]) + (v77[r * 8 + 6] + v77[r * 8 + 7]));
                 }
             }
             float v79[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = (v78[r] * v73[r]);
+                    v79[r] = (v66[r] + v71[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v79[r];
                 }
             }
             float v80[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v80[r] = (v79[r] * v79[r]);
+                    v80[r] = fmaxf(v79[r], v72[0]);
                 }
             }
             float v81[8];
@@ -7660,7 +7678,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = ((v80[r * 8 + 0] + v80[r * 8 + 1]) + (v80[r * 8 + 2] + v80[r * 8 + 3])) + ((v80[r * 8 + 4] + v80[r * 8 + 5]) + (v80[r * 8 + 6] + v80[r * 8 + 7]));
+                    v81[r] = dt_fast_div(v71[r], v80[r]);
                 }
             }
             float v82[8];
@@ -7668,14 +7686,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v82[r] = (v67[r] + v74[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v82[r];
+                    v82[r] = (v74[r] - v67[r]);
                 }
             }
             float v83[8];
@@ -7683,7 +7694,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v83[r] = fmaxf(v82[r], v75[0]);
+                    v83[r] = (v82[r] * v81[r]);
                 }
             }
             float v84[8];
@@ -7691,7 +7702,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v84[r] = dt_fast_div(v74[r], v83[r]);
+                    v84[r] = (v67[r] + v83[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v84[r];
                 }
             }
             float v85[8];
@@ -7699,7 +7717,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v85[r] = (v77[r] - v68[r]);
+                    v85[r] = (v83[r] * v82[r]);
                 }
             }
             float v86[8];
@@ -7707,7 +7725,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v86[r] = (v85[r] * v84[r]);
+                    v86[r] = (v85[r] * v66[r]);
                 }
             }
             float v87[8];
@@ -7715,14 +7733,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v87[r] = (v68[r] + v86[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v87[r];
+                    v87[r] = acc5[r];
                 }
             }
             float v88[8];
@@ -7730,7 +7741,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v88[r] = (v86[r] * v85[r]);
+                    v88[r] = (v87[r] + v78[r]);
                 }
             }
             float v89[8];
@@ -7738,38 +7749,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v89[r] = (v88[r] * v67[r]);
-                }
-            }
-            float v90[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v90[r] = acc5[r];
-                }
-            }
-            float v91[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v91[r] = (v90[r] + v81[r]);
-                }
-            }
-            float v92[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v92[r] = (v91[r] + v89[r]);
+                    v89[r] = (v88[r] + v86[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v92[r];
+                    acc5[r] = v89[r];
                 }
             }
         }
@@ -7840,52 +7827,54 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l110 = (int)((unsigned)e / 1u % 4096u);
-                    v37[r] = (float)(o94 + l110);
+                    v37[r] = 1e0f;
                 }
             }
-            float v38[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v38[r] = (float)s1;
-            }
-            float v39[8];
+            float v38[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v39[r] = ((v37[r]) < (v38[0]) ? 1.0f : 0.0f);
+                    const int l111 = (int)((unsigned)e / 1u % 4096u);
+                    v38[r] = ((unsigned)(o94 + l111) < (unsigned)s1) ? v37[r] : 0e0f;
                 }
             }
-            float v40[8];
+            float v39[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v40[r] = ((v39[r * 8 + 0] + v39[r * 8 + 1]) + (v39[r * 8 + 2] + v39[r * 8 + 3])) + ((v39[r * 8 + 4] + v39[r * 8 + 5]) + (v39[r * 8 + 6] + v39[r * 8 + 7]));
+                    v39[r] = ((v38[r * 8 + 0] + v38[r * 8 + 1]) + (v38[r * 8 + 2] + v38[r * 8 + 3])) + ((v38[r * 8 + 4] + v38[r * 8 + 5]) + (v38[r * 8 + 6] + v38[r * 8 + 7]));
                 }
             }
-            float v42[1];
+            float v41[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v42[r] = 1e0f;
+                v41[r] = 1e0f;
+            }
+            float v42[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v42[r] = fmaxf(v39[r], v41[0]);
+                }
             }
             float v43[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v43[r] = fmaxf(v40[r], v42[0]);
+                    v43[r] = dt_fast_div(v36[r], v42[r]);
                 }
             }
             float v44[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v44[r] = dt_fast_div(v36[r], v43[r]);
+                    v44[r] = (v0[r] - v43[r / 8]);
                 }
             }
             float v45[8];
@@ -7893,7 +7882,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v45[r] = (v0[r] - v44[r / 8]);
+                    v45[r] = (v44[r] * v38[r]);
                 }
             }
             float v46[8];
@@ -7901,15 +7890,15 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v46[r] = (v45[r] * v39[r]);
+                    v46[r] = (v45[r] * v45[r]);
                 }
             }
             float v47[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v47[r] = (v46[r] * v46[r]);
+                    v47[r] = ((v46[r * 8 + 0] + v46[r * 8 + 1]) + (v46[r * 8 + 2] + v46[r * 8 + 3])) + ((v46[r * 8 + 4] + v46[r * 8 + 5]) + (v46[r * 8 + 6] + v46[r * 8 + 7]));
                 }
             }
             float v48[8];
@@ -7917,7 +7906,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v48[r] = ((v47[r * 8 + 0] + v47[r * 8 + 1]) + (v47[r * 8 + 2] + v47[r * 8 + 3])) + ((v47[r * 8 + 4] + v47[r * 8 + 5]) + (v47[r * 8 + 6] + v47[r * 8 + 7]));
+                    v48[r] = (v34[r] + v39[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v48[r];
                 }
             }
             float v49[8];
@@ -7925,14 +7921,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v49[r] = (v34[r] + v40[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v49[r];
+                    v49[r] = fmaxf(v48[r], v41[0]);
                 }
             }
             float v50[8];
@@ -7940,7 +7929,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v50[r] = fmaxf(v49[r], v42[0]);
+                    v50[r] = dt_fast_div(v39[r], v49[r]);
                 }
             }
             float v51[8];
@@ -7948,7 +7937,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = dt_fast_div(v40[r], v50[r]);
+                    v51[r] = (v43[r] - v35[r]);
                 }
             }
             float v52[8];
@@ -7956,7 +7945,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = (v44[r] - v35[r]);
+                    v52[r] = (v51[r] * v50[r]);
                 }
             }
             float v53[8];
@@ -7964,7 +7953,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = (v52[r] * v51[r]);
+                    v53[r] = (v35[r] + v52[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v53[r];
                 }
             }
             float v54[8];
@@ -7972,14 +7968,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = (v35[r] + v53[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v54[r];
+                    v54[r] = (v52[r] * v51[r]);
                 }
             }
             float v55[8];
@@ -7987,7 +7976,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v55[r] = (v53[r] * v52[r]);
+                    v55[r] = (v54[r] * v34[r]);
                 }
             }
             float v56[8];
@@ -7995,7 +7984,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v56[r] = (v55[r] * v34[r]);
+                    v56[r] = acc5[r];
                 }
             }
             float v57[8];
@@ -8003,7 +7992,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v57[r] = acc5[r];
+                    v57[r] = (v56[r] + v47[r]);
                 }
             }
             float v58[8];
@@ -8011,22 +8000,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v58[r] = (v57[r] + v48[r]);
-                }
-            }
-            float v59[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v59[r] = (v58[r] + v56[r]);
+                    v58[r] = (v57[r] + v55[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v59[r];
+                    acc5[r] = v58[r];
                 }
             }
         }
@@ -8088,12 +8069,20 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             (void)r; (void)e;
             v6[r] = dt_fast_div(v4[0], v5[0]);
         }
+        float v59[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v59[r] = acc5[r];
+            }
+        }
         float v60[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v60[r] = acc5[r];
+                v60[r] = acc6[r];
             }
         }
         float v61[8];
@@ -8101,7 +8090,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v61[r] = acc6[r];
+                v61[r] = acc7[r];
             }
         }
         float v62[8];
@@ -8109,7 +8098,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v62[r] = acc7[r];
+                v62[r] = (v61[r] - v6[0]);
             }
         }
         float v63[8];
@@ -8117,7 +8106,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v63[r] = (v62[r] - v6[0]);
+                v63[r] = (v62[r] * v62[r]);
             }
         }
         float v64[8];
@@ -8125,7 +8114,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v64[r] = (v63[r] * v63[r]);
+                v64[r] = (v60[r] * v63[r]);
             }
         }
         float v65[8];
@@ -8133,15 +8122,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v65[r] = (v61[r] * v64[r]);
-            }
-        }
-        float v66[8];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-            (void)e; {
-                v66[r] = (v60[r] + v65[r]);
+                v65[r] = (v59[r] + v64[r]);
             }
         }
         float v15[1];
@@ -8152,7 +8133,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v66[i * 1 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v65[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
@@ -8561,52 +8542,74 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 f40[c] = (unsigned)(o1 + l41) < (unsigned)s0;
                 if (f40[c]) q39[c] = ring12[0 + (((unsigned)(o34 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
+            float v66[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v66[r] = acc6[r];
+                }
+            }
             float v67[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v67[r] = acc6[r];
+                    v67[r] = acc7[r];
                 }
             }
-            float v68[8];
+            dt_bf16s<8> v68; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f40[c]) {
+                    v68.w[c] = q39[c];
+                } else {
+                    v68.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v69[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v68[r] = acc7[r];
+                    v69[r] = ((v68[r * 8 + 0] + v68[r * 8 + 1]) + (v68[r * 8 + 2] + v68[r * 8 + 3])) + ((v68[r * 8 + 4] + v68[r * 8 + 5]) + (v68[r * 8 + 6] + v68[r * 8 + 7]));
                 }
             }
-            dt_bf16s<8> v69; /* 16-bit values as loaded */
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                if (f40[c]) {
-                    v69.w[c] = q39[c];
-                } else {
-                    v69.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v69[r];
                 }
             }
             float v70[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v70[r] = ((v69[r * 8 + 0] + v69[r * 8 + 1]) + (v69[r * 8 + 2] + v69[r * 8 + 3])) + ((v69[r * 8 + 4] + v69[r * 8 + 5]) + (v69[r * 8 + 6] + v69[r * 8 + 7]));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = acc4[r] + v70[r];
-                }
-            }
-            float v73[8];
-            #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v73[r] = 1e0f;
+                    v70[r] = 1e0f;
+                }
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v71[r] = ((v70[r * 8 + 0] + v70[r * 8 + 1]) + (v70[r * 8 + 2] + v70[r * 8 + 3])) + ((v70[r * 8 + 4] + v70[r * 8 + 5]) + (v70[r * 8 + 6] + v70[r * 8 + 7]));
+                }
+            }
+            float v72[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v72[r] = 1e0f;
+            }
+            float v73[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v73[r] = fmaxf(v71[r], v72[0]);
                 }
             }
             float v74[8];
@@ -8614,53 +8617,62 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v74[r] = ((v73[r * 8 + 0] + v73[r * 8 + 1]) + (v73[r * 8 + 2] + v73[r * 8 + 3])) + ((v73[r * 8 + 4] + v73[r * 8 + 5]) + (v73[r * 8 + 6] + v73[r * 8 + 7]));
+                    v74[r] = dt_fast_div(v69[r], v73[r]);
                 }
             }
-            float v75[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v75[r] = 1e0f;
+            float v75[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v75[r] = (v68[r] - v74[r / 8]);
+                }
             }
             float v76[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v76[r] = fmaxf(v74[r], v75[0]);
+                    v76[r] = (v75[r] * v70[r]);
                 }
             }
             float v77[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v77[r] = dt_fast_div(v70[r], v76[r]);
+                    v77[r] = (v76[r] * v76[r]);
                 }
             }
             float v78[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v78[r] = (v69[r] - v77[r / 8]);
+                    v78[r] = ((v77[r * 8 + 0] + v77[r * 8 + 1]) + (v77[r * 8 + 2] + v77[r * 8 + 3])) + ((v77[r * 8 + 4] + v77[r * 8 + 5]) + (v77[r * 8 + 6] + v77[r * 8 + 7]));
                 }
             }
             float v79[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = (v78[r] * v73[r]);
+                    v79[r] = (v66[r] + v71[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v79[r];
                 }
             }
             float v80[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v80[r] = (v79[r] * v79[r]);
+                    v80[r] = fmaxf(v79[r], v72[0]);
                 }
             }
             float v81[8];
@@ -8668,7 +8680,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = ((v80[r * 8 + 0] + v80[r * 8 + 1]) + (v80[r * 8 + 2] + v80[r * 8 + 3])) + ((v80[r * 8 + 4] + v80[r * 8 + 5]) + (v80[r * 8 + 6] + v80[r * 8 + 7]));
+                    v81[r] = dt_fast_div(v71[r], v80[r]);
                 }
             }
             float v82[8];
@@ -8676,14 +8688,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v82[r] = (v67[r] + v74[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v82[r];
+                    v82[r] = (v74[r] - v67[r]);
                 }
             }
             float v83[8];
@@ -8691,7 +8696,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v83[r] = fmaxf(v82[r], v75[0]);
+                    v83[r] = (v82[r] * v81[r]);
                 }
             }
             float v84[8];
@@ -8699,7 +8704,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v84[r] = dt_fast_div(v74[r], v83[r]);
+                    v84[r] = (v67[r] + v83[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v84[r];
                 }
             }
             float v85[8];
@@ -8707,7 +8719,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v85[r] = (v77[r] - v68[r]);
+                    v85[r] = (v83[r] * v82[r]);
                 }
             }
             float v86[8];
@@ -8715,7 +8727,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v86[r] = (v85[r] * v84[r]);
+                    v86[r] = (v85[r] * v66[r]);
                 }
             }
             float v87[8];
@@ -8723,14 +8735,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v87[r] = (v68[r] + v86[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v87[r];
+                    v87[r] = acc5[r];
                 }
             }
             float v88[8];
@@ -8738,7 +8743,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v88[r] = (v86[r] * v85[r]);
+                    v88[r] = (v87[r] + v78[r]);
                 }
             }
             float v89[8];
@@ -8746,38 +8751,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v89[r] = (v88[r] * v67[r]);
-                }
-            }
-            float v90[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v90[r] = acc5[r];
-                }
-            }
-            float v91[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v91[r] = (v90[r] + v81[r]);
-                }
-            }
-            float v92[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v92[r] = (v91[r] + v89[r]);
+                    v89[r] = (v88[r] + v86[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v92[r];
+                    acc5[r] = v89[r];
                 }
             }
         }
@@ -8840,52 +8821,53 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l110 = (int)((unsigned)e / 1u % 4096u);
-                    v37[r] = (float)(o94 + l110);
+                    v37[r] = 1e0f;
                 }
             }
-            float v38[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v38[r] = (float)s1;
-            }
-            float v39[8];
+            float v38[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v39[r] = ((v37[r]) < (v38[0]) ? 1.0f : 0.0f);
+                    v38[r] = ((unsigned)(o94 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) % 4096u)) < (unsigned)s1) ? v37[r] : 0e0f;
                 }
             }
-            float v40[8];
+            float v39[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v40[r] = ((v39[r * 8 + 0] + v39[r * 8 + 1]) + (v39[r * 8 + 2] + v39[r * 8 + 3])) + ((v39[r * 8 + 4] + v39[r * 8 + 5]) + (v39[r * 8 + 6] + v39[r * 8 + 7]));
+                    v39[r] = ((v38[r * 8 + 0] + v38[r * 8 + 1]) + (v38[r * 8 + 2] + v38[r * 8 + 3])) + ((v38[r * 8 + 4] + v38[r * 8 + 5]) + (v38[r * 8 + 6] + v38[r * 8 + 7]));
                 }
             }
-            float v42[1];
+            float v41[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v42[r] = 1e0f;
+                v41[r] = 1e0f;
+            }
+            float v42[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v42[r] = fmaxf(v39[r], v41[0]);
+                }
             }
             float v43[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v43[r] = fmaxf(v40[r], v42[0]);
+                    v43[r] = dt_fast_div(v36[r], v42[r]);
                 }
             }
             float v44[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v44[r] = dt_fast_div(v36[r], v43[r]);
+                    v44[r] = (v0[r] - v43[r / 8]);
                 }
             }
             float v45[8];
@@ -8893,7 +8875,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v45[r] = (v0[r] - v44[r / 8]);
+                    v45[r] = (v44[r] * v38[r]);
                 }
             }
             float v46[8];
@@ -8901,15 +8883,15 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v46[r] = (v45[r] * v39[r]);
+                    v46[r] = (v45[r] * v45[r]);
                 }
             }
             float v47[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v47[r] = (v46[r] * v46[r]);
+                    v47[r] = ((v46[r * 8 + 0] + v46[r * 8 + 1]) + (v46[r * 8 + 2] + v46[r * 8 + 3])) + ((v46[r * 8 + 4] + v46[r * 8 + 5]) + (v46[r * 8 + 6] + v46[r * 8 + 7]));
                 }
             }
             float v48[8];
@@ -8917,7 +8899,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v48[r] = ((v47[r * 8 + 0] + v47[r * 8 + 1]) + (v47[r * 8 + 2] + v47[r * 8 + 3])) + ((v47[r * 8 + 4] + v47[r * 8 + 5]) + (v47[r * 8 + 6] + v47[r * 8 + 7]));
+                    v48[r] = (v34[r] + v39[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v48[r];
                 }
             }
             float v49[8];
@@ -8925,14 +8914,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v49[r] = (v34[r] + v40[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v49[r];
+                    v49[r] = fmaxf(v48[r], v41[0]);
                 }
             }
             float v50[8];
@@ -8940,7 +8922,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v50[r] = fmaxf(v49[r], v42[0]);
+                    v50[r] = dt_fast_div(v39[r], v49[r]);
                 }
             }
             float v51[8];
@@ -8948,7 +8930,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = dt_fast_div(v40[r], v50[r]);
+                    v51[r] = (v43[r] - v35[r]);
                 }
             }
             float v52[8];
@@ -8956,7 +8938,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = (v44[r] - v35[r]);
+                    v52[r] = (v51[r] * v50[r]);
                 }
             }
             float v53[8];
@@ -8964,7 +8946,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = (v52[r] * v51[r]);
+                    v53[r] = (v35[r] + v52[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v53[r];
                 }
             }
             float v54[8];
@@ -8972,14 +8961,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = (v35[r] + v53[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v54[r];
+                    v54[r] = (v52[r] * v51[r]);
                 }
             }
             float v55[8];
@@ -8987,7 +8969,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v55[r] = (v53[r] * v52[r]);
+                    v55[r] = (v54[r] * v34[r]);
                 }
             }
             float v56[8];
@@ -8995,7 +8977,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v56[r] = (v55[r] * v34[r]);
+                    v56[r] = acc5[r];
                 }
             }
             float v57[8];
@@ -9003,7 +8985,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v57[r] = acc5[r];
+                    v57[r] = (v56[r] + v47[r]);
                 }
             }
             float v58[8];
@@ -9011,22 +8993,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v58[r] = (v57[r] + v48[r]);
-                }
-            }
-            float v59[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v59[r] = (v58[r] + v56[r]);
+                    v58[r] = (v57[r] + v55[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v59[r];
+                    acc5[r] = v58[r];
                 }
             }
         }
@@ -9088,12 +9062,20 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             (void)r; (void)e;
             v6[r] = dt_fast_div(v4[0], v5[0]);
         }
+        float v59[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v59[r] = acc5[r];
+            }
+        }
         float v60[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v60[r] = acc5[r];
+                v60[r] = acc6[r];
             }
         }
         float v61[8];
@@ -9101,7 +9083,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v61[r] = acc6[r];
+                v61[r] = acc7[r];
             }
         }
         float v62[8];
@@ -9109,7 +9091,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v62[r] = acc7[r];
+                v62[r] = (v61[r] - v6[0]);
             }
         }
         float v63[8];
@@ -9117,7 +9099,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v63[r] = (v62[r] - v6[0]);
+                v63[r] = (v62[r] * v62[r]);
             }
         }
         float v64[8];
@@ -9125,7 +9107,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v64[r] = (v63[r] * v63[r]);
+                v64[r] = (v60[r] * v63[r]);
             }
         }
         float v65[8];
@@ -9133,15 +9115,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v65[r] = (v61[r] * v64[r]);
-            }
-        }
-        float v66[8];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-            (void)e; {
-                v66[r] = (v60[r] + v65[r]);
+                v65[r] = (v59[r] + v64[r]);
             }
         }
         float v15[1];
@@ -9152,7 +9126,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v66[i * 1 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v65[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
@@ -9399,23 +9373,23 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
         }
         /* rsum layernorm_256k.tensorize(y:16384) + rsum layernorm_256k.tensorize(y:16384), in one pass */
         for (long long o12 = b1 * 65536; o12 < dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o12 += 16384) {
+            float v66[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v66[r] = acc6[r];
+                }
+            }
             float v67[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v67[r] = acc6[r];
+                    v67[r] = acc7[r];
                 }
             }
             float v68[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v68[r] = acc7[r];
-                }
-            }
-            float v69[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
@@ -9424,38 +9398,60 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l18) * (unsigned)args.input_strides[0][1];
                 if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l17) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
-                    v69[c * 4 + 0] = __uint_as_float(q.x);
-                    v69[c * 4 + 1] = __uint_as_float(q.y);
-                    v69[c * 4 + 2] = __uint_as_float(q.z);
-                    v69[c * 4 + 3] = __uint_as_float(q.w);
+                    v68[c * 4 + 0] = __uint_as_float(q.x);
+                    v68[c * 4 + 1] = __uint_as_float(q.y);
+                    v68[c * 4 + 2] = __uint_as_float(q.z);
+                    v68[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v69[c * 4 + 0] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v69[c * 4 + 1] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v69[c * 4 + 2] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v69[c * 4 + 3] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v68[c * 4 + 0] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v68[c * 4 + 1] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v68[c * 4 + 2] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v68[c * 4 + 3] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                }
+            }
+            float v69[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v69[r] = (v68[r * 4 + 0] + v68[r * 4 + 1]) + (v68[r * 4 + 2] + v68[r * 4 + 3]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = acc4[r] + v69[r];
                 }
             }
             float v70[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v70[r] = (v69[r * 4 + 0] + v69[r * 4 + 1]) + (v69[r * 4 + 2] + v69[r * 4 + 3]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc4[r] = acc4[r] + v70[r];
-                }
-            }
-            float v73[16];
-            #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v73[r] = 1e0f;
+                    v70[r] = 1e0f;
+                }
+            }
+            float v71[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v71[r] = (v70[r * 4 + 0] + v70[r * 4 + 1]) + (v70[r * 4 + 2] + v70[r * 4 + 3]);
+                }
+            }
+            float v72[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v72[r] = 1e0f;
+            }
+            float v73[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v73[r] = fmaxf(v71[r], v72[0]);
                 }
             }
             float v74[16];
@@ -9463,53 +9459,62 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v74[r] = (v73[r * 4 + 0] + v73[r * 4 + 1]) + (v73[r * 4 + 2] + v73[r * 4 + 3]);
+                    v74[r] = (v69[r] / v73[r]);
                 }
             }
-            float v75[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v75[r] = 1e0f;
+            float v75[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v75[r] = (v68[r] - v74[r / 4]);
+                }
             }
             float v76[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v76[r] = fmaxf(v74[r], v75[0]);
+                    v76[r] = (v75[r] * v70[r]);
                 }
             }
             float v77[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v77[r] = (v70[r] / v76[r]);
+                    v77[r] = (v76[r] * v76[r]);
                 }
             }
             float v78[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v78[r] = (v69[r] - v77[r / 4]);
+                    v78[r] = (v77[r * 4 + 0] + v77[r * 4 + 1]) + (v77[r * 4 + 2] + v77[r * 4 + 3]);
                 }
             }
             float v79[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v79[r] = (v78[r] * v73[r]);
+                    v79[r] = (v66[r] + v71[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc6[r] = v79[r];
                 }
             }
             float v80[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v80[r] = (v79[r] * v79[r]);
+                    v80[r] = fmaxf(v79[r], v72[0]);
                 }
             }
             float v81[16];
@@ -9517,7 +9522,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v81[r] = (v80[r * 4 + 0] + v80[r * 4 + 1]) + (v80[r * 4 + 2] + v80[r * 4 + 3]);
+                    v81[r] = (v71[r] / v80[r]);
                 }
             }
             float v82[16];
@@ -9525,14 +9530,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v82[r] = (v67[r] + v74[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc6[r] = v82[r];
+                    v82[r] = (v74[r] - v67[r]);
                 }
             }
             float v83[16];
@@ -9540,7 +9538,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v83[r] = fmaxf(v82[r], v75[0]);
+                    v83[r] = (v82[r] * v81[r]);
                 }
             }
             float v84[16];
@@ -9548,7 +9546,14 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v84[r] = (v74[r] / v83[r]);
+                    v84[r] = (v67[r] + v83[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v84[r];
                 }
             }
             float v85[16];
@@ -9556,7 +9561,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v85[r] = (v77[r] - v68[r]);
+                    v85[r] = (v83[r] * v82[r]);
                 }
             }
             float v86[16];
@@ -9564,7 +9569,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v86[r] = (v85[r] * v84[r]);
+                    v86[r] = (v85[r] * v66[r]);
                 }
             }
             float v87[16];
@@ -9572,14 +9577,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v87[r] = (v68[r] + v86[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc7[r] = v87[r];
+                    v87[r] = acc5[r];
                 }
             }
             float v88[16];
@@ -9587,7 +9585,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v88[r] = (v86[r] * v85[r]);
+                    v88[r] = (v87[r] + v78[r]);
                 }
             }
             float v89[16];
@@ -9595,38 +9593,14 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v89[r] = (v88[r] * v67[r]);
-                }
-            }
-            float v90[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v90[r] = acc5[r];
-                }
-            }
-            float v91[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v91[r] = (v90[r] + v81[r]);
-                }
-            }
-            float v92[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v92[r] = (v91[r] + v89[r]);
+                    v89[r] = (v88[r] + v86[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v92[r];
+                    acc5[r] = v89[r];
                 }
             }
         }
@@ -9688,52 +9662,54 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l75 = (int)((unsigned)e / 1u % 16384u);
-                    v37[r] = (float)(o64 + l75);
+                    v37[r] = 1e0f;
                 }
             }
-            float v38[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v38[r] = (float)s1;
-            }
-            float v39[16];
+            float v38[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v39[r] = ((v37[r]) < (v38[0]) ? 1.0f : 0.0f);
+                    const int l76 = (int)((unsigned)e / 1u % 16384u);
+                    v38[r] = ((unsigned)(o64 + l76) < (unsigned)s1) ? v37[r] : 0e0f;
                 }
             }
-            float v40[16];
+            float v39[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v40[r] = (v39[r * 4 + 0] + v39[r * 4 + 1]) + (v39[r * 4 + 2] + v39[r * 4 + 3]);
+                    v39[r] = (v38[r * 4 + 0] + v38[r * 4 + 1]) + (v38[r * 4 + 2] + v38[r * 4 + 3]);
                 }
             }
-            float v42[1];
+            float v41[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v42[r] = 1e0f;
+                v41[r] = 1e0f;
+            }
+            float v42[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v42[r] = fmaxf(v39[r], v41[0]);
+                }
             }
             float v43[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v43[r] = fmaxf(v40[r], v42[0]);
+                    v43[r] = (v36[r] / v42[r]);
                 }
             }
             float v44[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v44[r] = (v36[r] / v43[r]);
+                    v44[r] = (v0[r] - v43[r / 4]);
                 }
             }
             float v45[16];
@@ -9741,7 +9717,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v45[r] = (v0[r] - v44[r / 4]);
+                    v45[r] = (v44[r] * v38[r]);
                 }
             }
             float v46[16];
@@ -9749,15 +9725,15 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v46[r] = (v45[r] * v39[r]);
+                    v46[r] = (v45[r] * v45[r]);
                 }
             }
             float v47[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v47[r] = (v46[r] * v46[r]);
+                    v47[r] = (v46[r * 4 + 0] + v46[r * 4 + 1]) + (v46[r * 4 + 2] + v46[r * 4 + 3]);
                 }
             }
             float v48[16];
@@ -9765,7 +9741,14 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v48[r] = (v47[r * 4 + 0] + v47[r * 4 + 1]) + (v47[r * 4 + 2] + v47[r * 4 + 3]);
+                    v48[r] = (v34[r] + v39[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc6[r] = v48[r];
                 }
             }
             float v49[16];
@@ -9773,14 +9756,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v49[r] = (v34[r] + v40[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc6[r] = v49[r];
+                    v49[r] = fmaxf(v48[r], v41[0]);
                 }
             }
             float v50[16];
@@ -9788,7 +9764,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v50[r] = fmaxf(v49[r], v42[0]);
+                    v50[r] = (v39[r] / v49[r]);
                 }
             }
             float v51[16];
@@ -9796,7 +9772,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v51[r] = (v40[r] / v50[r]);
+                    v51[r] = (v43[r] - v35[r]);
                 }
             }
             float v52[16];
@@ -9804,7 +9780,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v52[r] = (v44[r] - v35[r]);
+                    v52[r] = (v51[r] * v50[r]);
                 }
             }
             float v53[16];
@@ -9812,7 +9788,14 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v53[r] = (v52[r] * v51[r]);
+                    v53[r] = (v35[r] + v52[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v53[r];
                 }
             }
             float v54[16];
@@ -9820,14 +9803,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v54[r] = (v35[r] + v53[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc7[r] = v54[r];
+                    v54[r] = (v52[r] * v51[r]);
                 }
             }
             float v55[16];
@@ -9835,7 +9811,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v55[r] = (v53[r] * v52[r]);
+                    v55[r] = (v54[r] * v34[r]);
                 }
             }
             float v56[16];
@@ -9843,7 +9819,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v56[r] = (v55[r] * v34[r]);
+                    v56[r] = acc5[r];
                 }
             }
             float v57[16];
@@ -9851,7 +9827,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v57[r] = acc5[r];
+                    v57[r] = (v56[r] + v47[r]);
                 }
             }
             float v58[16];
@@ -9859,22 +9835,14 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v58[r] = (v57[r] + v48[r]);
-                }
-            }
-            float v59[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v59[r] = (v58[r] + v56[r]);
+                    v58[r] = (v57[r] + v55[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v59[r];
+                    acc5[r] = v58[r];
                 }
             }
         }
@@ -9936,12 +9904,20 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             (void)r; (void)e;
             v6[r] = (v4[0] / v5[0]);
         }
+        float v59[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v59[r] = acc5[r];
+            }
+        }
         float v60[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v60[r] = acc5[r];
+                v60[r] = acc6[r];
             }
         }
         float v61[16];
@@ -9949,7 +9925,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v61[r] = acc6[r];
+                v61[r] = acc7[r];
             }
         }
         float v62[16];
@@ -9957,7 +9933,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v62[r] = acc7[r];
+                v62[r] = (v61[r] - v6[0]);
             }
         }
         float v63[16];
@@ -9965,7 +9941,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v63[r] = (v62[r] - v6[0]);
+                v63[r] = (v62[r] * v62[r]);
             }
         }
         float v64[16];
@@ -9973,7 +9949,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v64[r] = (v63[r] * v63[r]);
+                v64[r] = (v60[r] * v63[r]);
             }
         }
         float v65[16];
@@ -9981,15 +9957,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v65[r] = (v61[r] * v64[r]);
-            }
-        }
-        float v66[16];
-        #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-            (void)e; {
-                v66[r] = (v60[r] + v65[r]);
+                v65[r] = (v59[r] + v64[r]);
             }
         }
         float v15[1];
@@ -10000,7 +9968,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 4; q++) p[i] = p[i] + v66[i * 4 + q];
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v65[i * 4 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
@@ -10253,23 +10221,23 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
         }
         /* rsum layernorm_256k.tensorize(y:16384) + rsum layernorm_256k.tensorize(y:16384), in one pass */
         for (long long o12 = b1 * 65536; o12 < dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o12 += 16384) {
+            float v66[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v66[r] = acc6[r];
+                }
+            }
             float v67[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v67[r] = acc6[r];
+                    v67[r] = acc7[r];
                 }
             }
             float v68[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v68[r] = acc7[r];
-                }
-            }
-            float v69[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
@@ -10278,38 +10246,60 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l18) * (unsigned)args.input_strides[0][1];
                 if ((unsigned)(o1 + l17) < (unsigned)s0) {
                     const uint4 q = *(const uint4*)(in0 + a);
-                    v69[c * 4 + 0] = __uint_as_float(q.x);
-                    v69[c * 4 + 1] = __uint_as_float(q.y);
-                    v69[c * 4 + 2] = __uint_as_float(q.z);
-                    v69[c * 4 + 3] = __uint_as_float(q.w);
+                    v68[c * 4 + 0] = __uint_as_float(q.x);
+                    v68[c * 4 + 1] = __uint_as_float(q.y);
+                    v68[c * 4 + 2] = __uint_as_float(q.z);
+                    v68[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v69[c * 4 + 0] = 0e0f;
-                    v69[c * 4 + 1] = 0e0f;
-                    v69[c * 4 + 2] = 0e0f;
-                    v69[c * 4 + 3] = 0e0f;
+                    v68[c * 4 + 0] = 0e0f;
+                    v68[c * 4 + 1] = 0e0f;
+                    v68[c * 4 + 2] = 0e0f;
+                    v68[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v69[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v69[r] = (v68[r * 4 + 0] + v68[r * 4 + 1]) + (v68[r * 4 + 2] + v68[r * 4 + 3]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = acc4[r] + v69[r];
                 }
             }
             float v70[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v70[r] = (v69[r * 4 + 0] + v69[r * 4 + 1]) + (v69[r * 4 + 2] + v69[r * 4 + 3]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc4[r] = acc4[r] + v70[r];
-                }
-            }
-            float v73[16];
-            #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v73[r] = 1e0f;
+                    v70[r] = 1e0f;
+                }
+            }
+            float v71[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v71[r] = (v70[r * 4 + 0] + v70[r * 4 + 1]) + (v70[r * 4 + 2] + v70[r * 4 + 3]);
+                }
+            }
+            float v72[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v72[r] = 1e0f;
+            }
+            float v73[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v73[r] = fmaxf(v71[r], v72[0]);
                 }
             }
             float v74[16];
@@ -10317,53 +10307,62 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v74[r] = (v73[r * 4 + 0] + v73[r * 4 + 1]) + (v73[r * 4 + 2] + v73[r * 4 + 3]);
+                    v74[r] = (v69[r] / v73[r]);
                 }
             }
-            float v75[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v75[r] = 1e0f;
+            float v75[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v75[r] = (v68[r] - v74[r / 4]);
+                }
             }
             float v76[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v76[r] = fmaxf(v74[r], v75[0]);
+                    v76[r] = (v75[r] * v70[r]);
                 }
             }
             float v77[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v77[r] = (v70[r] / v76[r]);
+                    v77[r] = (v76[r] * v76[r]);
                 }
             }
             float v78[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v78[r] = (v69[r] - v77[r / 4]);
+                    v78[r] = (v77[r * 4 + 0] + v77[r * 4 + 1]) + (v77[r * 4 + 2] + v77[r * 4 + 3]);
                 }
             }
             float v79[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v79[r] = (v78[r] * v73[r]);
+                    v79[r] = (v66[r] + v71[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc6[r] = v79[r];
                 }
             }
             float v80[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v80[r] = (v79[r] * v79[r]);
+                    v80[r] = fmaxf(v79[r], v72[0]);
                 }
             }
             float v81[16];
@@ -10371,7 +10370,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v81[r] = (v80[r * 4 + 0] + v80[r * 4 + 1]) + (v80[r * 4 + 2] + v80[r * 4 + 3]);
+                    v81[r] = (v71[r] / v80[r]);
                 }
             }
             float v82[16];
@@ -10379,14 +10378,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v82[r] = (v67[r] + v74[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc6[r] = v82[r];
+                    v82[r] = (v74[r] - v67[r]);
                 }
             }
             float v83[16];
@@ -10394,7 +10386,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v83[r] = fmaxf(v82[r], v75[0]);
+                    v83[r] = (v82[r] * v81[r]);
                 }
             }
             float v84[16];
@@ -10402,7 +10394,14 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v84[r] = (v74[r] / v83[r]);
+                    v84[r] = (v67[r] + v83[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v84[r];
                 }
             }
             float v85[16];
@@ -10410,7 +10409,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v85[r] = (v77[r] - v68[r]);
+                    v85[r] = (v83[r] * v82[r]);
                 }
             }
             float v86[16];
@@ -10418,7 +10417,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v86[r] = (v85[r] * v84[r]);
+                    v86[r] = (v85[r] * v66[r]);
                 }
             }
             float v87[16];
@@ -10426,14 +10425,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v87[r] = (v68[r] + v86[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc7[r] = v87[r];
+                    v87[r] = acc5[r];
                 }
             }
             float v88[16];
@@ -10441,7 +10433,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v88[r] = (v86[r] * v85[r]);
+                    v88[r] = (v87[r] + v78[r]);
                 }
             }
             float v89[16];
@@ -10449,38 +10441,14 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v89[r] = (v88[r] * v67[r]);
-                }
-            }
-            float v90[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v90[r] = acc5[r];
-                }
-            }
-            float v91[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v91[r] = (v90[r] + v81[r]);
-                }
-            }
-            float v92[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v92[r] = (v91[r] + v89[r]);
+                    v89[r] = (v88[r] + v86[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v92[r];
+                    acc5[r] = v89[r];
                 }
             }
         }
@@ -10542,52 +10510,53 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l75 = (int)((unsigned)e / 1u % 16384u);
-                    v37[r] = (float)(o64 + l75);
+                    v37[r] = 1e0f;
                 }
             }
-            float v38[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v38[r] = (float)s1;
-            }
-            float v39[16];
+            float v38[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v39[r] = ((v37[r]) < (v38[0]) ? 1.0f : 0.0f);
+                    v38[r] = ((unsigned)(o64 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) % 16384u)) < (unsigned)s1) ? v37[r] : 0e0f;
                 }
             }
-            float v40[16];
+            float v39[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v40[r] = (v39[r * 4 + 0] + v39[r * 4 + 1]) + (v39[r * 4 + 2] + v39[r * 4 + 3]);
+                    v39[r] = (v38[r * 4 + 0] + v38[r * 4 + 1]) + (v38[r * 4 + 2] + v38[r * 4 + 3]);
                 }
             }
-            float v42[1];
+            float v41[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v42[r] = 1e0f;
+                v41[r] = 1e0f;
+            }
+            float v42[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v42[r] = fmaxf(v39[r], v41[0]);
+                }
             }
             float v43[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v43[r] = fmaxf(v40[r], v42[0]);
+                    v43[r] = (v36[r] / v42[r]);
                 }
             }
             float v44[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v44[r] = (v36[r] / v43[r]);
+                    v44[r] = (v0[r] - v43[r / 4]);
                 }
             }
             float v45[16];
@@ -10595,7 +10564,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v45[r] = (v0[r] - v44[r / 4]);
+                    v45[r] = (v44[r] * v38[r]);
                 }
             }
             float v46[16];
@@ -10603,15 +10572,15 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v46[r] = (v45[r] * v39[r]);
+                    v46[r] = (v45[r] * v45[r]);
                 }
             }
             float v47[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v47[r] = (v46[r] * v46[r]);
+                    v47[r] = (v46[r * 4 + 0] + v46[r * 4 + 1]) + (v46[r * 4 + 2] + v46[r * 4 + 3]);
                 }
             }
             float v48[16];
@@ -10619,7 +10588,14 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v48[r] = (v47[r * 4 + 0] + v47[r * 4 + 1]) + (v47[r * 4 + 2] + v47[r * 4 + 3]);
+                    v48[r] = (v34[r] + v39[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc6[r] = v48[r];
                 }
             }
             float v49[16];
@@ -10627,14 +10603,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v49[r] = (v34[r] + v40[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc6[r] = v49[r];
+                    v49[r] = fmaxf(v48[r], v41[0]);
                 }
             }
             float v50[16];
@@ -10642,7 +10611,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v50[r] = fmaxf(v49[r], v42[0]);
+                    v50[r] = (v39[r] / v49[r]);
                 }
             }
             float v51[16];
@@ -10650,7 +10619,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v51[r] = (v40[r] / v50[r]);
+                    v51[r] = (v43[r] - v35[r]);
                 }
             }
             float v52[16];
@@ -10658,7 +10627,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v52[r] = (v44[r] - v35[r]);
+                    v52[r] = (v51[r] * v50[r]);
                 }
             }
             float v53[16];
@@ -10666,7 +10635,14 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v53[r] = (v52[r] * v51[r]);
+                    v53[r] = (v35[r] + v52[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v53[r];
                 }
             }
             float v54[16];
@@ -10674,14 +10650,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v54[r] = (v35[r] + v53[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc7[r] = v54[r];
+                    v54[r] = (v52[r] * v51[r]);
                 }
             }
             float v55[16];
@@ -10689,7 +10658,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v55[r] = (v53[r] * v52[r]);
+                    v55[r] = (v54[r] * v34[r]);
                 }
             }
             float v56[16];
@@ -10697,7 +10666,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v56[r] = (v55[r] * v34[r]);
+                    v56[r] = acc5[r];
                 }
             }
             float v57[16];
@@ -10705,7 +10674,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v57[r] = acc5[r];
+                    v57[r] = (v56[r] + v47[r]);
                 }
             }
             float v58[16];
@@ -10713,22 +10682,14 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v58[r] = (v57[r] + v48[r]);
-                }
-            }
-            float v59[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v59[r] = (v58[r] + v56[r]);
+                    v58[r] = (v57[r] + v55[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v59[r];
+                    acc5[r] = v58[r];
                 }
             }
         }
@@ -10790,12 +10751,20 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             (void)r; (void)e;
             v6[r] = (v4[0] / v5[0]);
         }
+        float v59[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v59[r] = acc5[r];
+            }
+        }
         float v60[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v60[r] = acc5[r];
+                v60[r] = acc6[r];
             }
         }
         float v61[16];
@@ -10803,7 +10772,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v61[r] = acc6[r];
+                v61[r] = acc7[r];
             }
         }
         float v62[16];
@@ -10811,7 +10780,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v62[r] = acc7[r];
+                v62[r] = (v61[r] - v6[0]);
             }
         }
         float v63[16];
@@ -10819,7 +10788,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v63[r] = (v62[r] - v6[0]);
+                v63[r] = (v62[r] * v62[r]);
             }
         }
         float v64[16];
@@ -10827,7 +10796,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v64[r] = (v63[r] * v63[r]);
+                v64[r] = (v60[r] * v63[r]);
             }
         }
         float v65[16];
@@ -10835,15 +10804,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v65[r] = (v61[r] * v64[r]);
-            }
-        }
-        float v66[16];
-        #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-            (void)e; {
-                v66[r] = (v60[r] + v65[r]);
+                v65[r] = (v59[r] + v64[r]);
             }
         }
         float v15[1];
@@ -10854,7 +10815,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 4; q++) p[i] = p[i] + v66[i * 4 + q];
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v65[i * 4 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
@@ -11171,59 +11132,81 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 f28[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l29) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f28[c]) q27[c] = ring12[0 + (st23 * 1 + c) * 1024 + tid];
             }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v64[r] = acc6[r];
+                }
+            }
             float v65[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v65[r] = acc6[r];
+                    v65[r] = acc7[r];
                 }
             }
-            float v66[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v66[r] = acc7[r];
-                }
-            }
-            dt_f16s<8> v67; /* 16-bit values as loaded */
+            dt_f16s<8> v66; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
                 const int l35 = (int)((unsigned)e / 8192u % 1u);
                 const int l36 = (int)((unsigned)e / 1u % 8192u);
                 if (f28[c]) {
-                    v67.w[c] = q27[c];
+                    v66.w[c] = q27[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l35) * (unsigned)args.input_strides[0][0] + (unsigned)(o22 + l36) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l35) < (unsigned)s0) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
-                    v67.w[c] = w;
+                    v66.w[c] = w;
+                }
+            }
+            float v67[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v67[r] = ((v66[r * 8 + 0] + v66[r * 8 + 1]) + (v66[r * 8 + 2] + v66[r * 8 + 3])) + ((v66[r * 8 + 4] + v66[r * 8 + 5]) + (v66[r * 8 + 6] + v66[r * 8 + 7]));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v67[r];
                 }
             }
             float v68[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v68[r] = ((v67[r * 8 + 0] + v67[r * 8 + 1]) + (v67[r * 8 + 2] + v67[r * 8 + 3])) + ((v67[r * 8 + 4] + v67[r * 8 + 5]) + (v67[r * 8 + 6] + v67[r * 8 + 7]));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = acc4[r] + v68[r];
-                }
-            }
-            float v71[8];
-            #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v71[r] = 1e0f;
+                    v68[r] = 1e0f;
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v69[r] = ((v68[r * 8 + 0] + v68[r * 8 + 1]) + (v68[r * 8 + 2] + v68[r * 8 + 3])) + ((v68[r * 8 + 4] + v68[r * 8 + 5]) + (v68[r * 8 + 6] + v68[r * 8 + 7]));
+                }
+            }
+            float v70[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v70[r] = 1e0f;
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v71[r] = fmaxf(v69[r], v70[0]);
                 }
             }
             float v72[8];
@@ -11231,53 +11214,62 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v72[r] = ((v71[r * 8 + 0] + v71[r * 8 + 1]) + (v71[r * 8 + 2] + v71[r * 8 + 3])) + ((v71[r * 8 + 4] + v71[r * 8 + 5]) + (v71[r * 8 + 6] + v71[r * 8 + 7]));
+                    v72[r] = dt_fast_div(v67[r], v71[r]);
                 }
             }
-            float v73[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v73[r] = 1e0f;
+            float v73[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v73[r] = (v66[r] - v72[r / 8]);
+                }
             }
             float v74[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v74[r] = fmaxf(v72[r], v73[0]);
+                    v74[r] = (v73[r] * v68[r]);
                 }
             }
             float v75[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v75[r] = dt_fast_div(v68[r], v74[r]);
+                    v75[r] = (v74[r] * v74[r]);
                 }
             }
             float v76[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v76[r] = (v67[r] - v75[r / 8]);
+                    v76[r] = ((v75[r * 8 + 0] + v75[r * 8 + 1]) + (v75[r * 8 + 2] + v75[r * 8 + 3])) + ((v75[r * 8 + 4] + v75[r * 8 + 5]) + (v75[r * 8 + 6] + v75[r * 8 + 7]));
                 }
             }
             float v77[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v77[r] = (v76[r] * v71[r]);
+                    v77[r] = (v64[r] + v69[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v77[r];
                 }
             }
             float v78[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v78[r] = (v77[r] * v77[r]);
+                    v78[r] = fmaxf(v77[r], v70[0]);
                 }
             }
             float v79[8];
@@ -11285,7 +11277,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = ((v78[r * 8 + 0] + v78[r * 8 + 1]) + (v78[r * 8 + 2] + v78[r * 8 + 3])) + ((v78[r * 8 + 4] + v78[r * 8 + 5]) + (v78[r * 8 + 6] + v78[r * 8 + 7]));
+                    v79[r] = dt_fast_div(v69[r], v78[r]);
                 }
             }
             float v80[8];
@@ -11293,14 +11285,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v80[r] = (v65[r] + v72[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v80[r];
+                    v80[r] = (v72[r] - v65[r]);
                 }
             }
             float v81[8];
@@ -11308,7 +11293,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = fmaxf(v80[r], v73[0]);
+                    v81[r] = (v80[r] * v79[r]);
                 }
             }
             float v82[8];
@@ -11316,7 +11301,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v82[r] = dt_fast_div(v72[r], v81[r]);
+                    v82[r] = (v65[r] + v81[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v82[r];
                 }
             }
             float v83[8];
@@ -11324,7 +11316,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v83[r] = (v75[r] - v66[r]);
+                    v83[r] = (v81[r] * v80[r]);
                 }
             }
             float v84[8];
@@ -11332,7 +11324,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v84[r] = (v83[r] * v82[r]);
+                    v84[r] = (v83[r] * v64[r]);
                 }
             }
             float v85[8];
@@ -11340,14 +11332,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v85[r] = (v66[r] + v84[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v85[r];
+                    v85[r] = acc5[r];
                 }
             }
             float v86[8];
@@ -11355,7 +11340,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v86[r] = (v84[r] * v83[r]);
+                    v86[r] = (v85[r] + v76[r]);
                 }
             }
             float v87[8];
@@ -11363,38 +11348,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v87[r] = (v86[r] * v65[r]);
-                }
-            }
-            float v88[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v88[r] = acc5[r];
-                }
-            }
-            float v89[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v89[r] = (v88[r] + v79[r]);
-                }
-            }
-            float v90[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v90[r] = (v89[r] + v87[r]);
+                    v87[r] = (v86[r] + v84[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v90[r];
+                    acc5[r] = v87[r];
                 }
             }
             st23 = (st23 + 1) % 4u;
@@ -11527,52 +11488,54 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l111 = (int)((unsigned)e / 1u % 8192u);
-                    v35[r] = (float)(o92 + l111);
+                    v35[r] = 1e0f;
                 }
             }
-            float v36[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v36[r] = (float)s1;
-            }
-            float v37[8];
+            float v36[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v37[r] = ((v35[r]) < (v36[0]) ? 1.0f : 0.0f);
+                    const int l112 = (int)((unsigned)e / 1u % 8192u);
+                    v36[r] = ((unsigned)(o92 + l112) < (unsigned)s1) ? v35[r] : 0e0f;
                 }
             }
-            float v38[8];
+            float v37[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v38[r] = ((v37[r * 8 + 0] + v37[r * 8 + 1]) + (v37[r * 8 + 2] + v37[r * 8 + 3])) + ((v37[r * 8 + 4] + v37[r * 8 + 5]) + (v37[r * 8 + 6] + v37[r * 8 + 7]));
+                    v37[r] = ((v36[r * 8 + 0] + v36[r * 8 + 1]) + (v36[r * 8 + 2] + v36[r * 8 + 3])) + ((v36[r * 8 + 4] + v36[r * 8 + 5]) + (v36[r * 8 + 6] + v36[r * 8 + 7]));
                 }
             }
-            float v40[1];
+            float v39[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v40[r] = 1e0f;
+                v39[r] = 1e0f;
+            }
+            float v40[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v40[r] = fmaxf(v37[r], v39[0]);
+                }
             }
             float v41[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v41[r] = fmaxf(v38[r], v40[0]);
+                    v41[r] = dt_fast_div(v34[r], v40[r]);
                 }
             }
             float v42[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v42[r] = dt_fast_div(v34[r], v41[r]);
+                    v42[r] = (v0[r] - v41[r / 8]);
                 }
             }
             float v43[8];
@@ -11580,7 +11543,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v43[r] = (v0[r] - v42[r / 8]);
+                    v43[r] = (v42[r] * v36[r]);
                 }
             }
             float v44[8];
@@ -11588,15 +11551,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v44[r] = (v43[r] * v37[r]);
+                    v44[r] = (v43[r] * v43[r]);
                 }
             }
             float v45[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v45[r] = (v44[r] * v44[r]);
+                    v45[r] = ((v44[r * 8 + 0] + v44[r * 8 + 1]) + (v44[r * 8 + 2] + v44[r * 8 + 3])) + ((v44[r * 8 + 4] + v44[r * 8 + 5]) + (v44[r * 8 + 6] + v44[r * 8 + 7]));
                 }
             }
             float v46[8];
@@ -11604,7 +11567,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v46[r] = ((v45[r * 8 + 0] + v45[r * 8 + 1]) + (v45[r * 8 + 2] + v45[r * 8 + 3])) + ((v45[r * 8 + 4] + v45[r * 8 + 5]) + (v45[r * 8 + 6] + v45[r * 8 + 7]));
+                    v46[r] = (v32[r] + v37[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v46[r];
                 }
             }
             float v47[8];
@@ -11612,14 +11582,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v47[r] = (v32[r] + v38[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v47[r];
+                    v47[r] = fmaxf(v46[r], v39[0]);
                 }
             }
             float v48[8];
@@ -11627,7 +11590,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v48[r] = fmaxf(v47[r], v40[0]);
+                    v48[r] = dt_fast_div(v37[r], v47[r]);
                 }
             }
             float v49[8];
@@ -11635,7 +11598,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v49[r] = dt_fast_div(v38[r], v48[r]);
+                    v49[r] = (v41[r] - v33[r]);
                 }
             }
             float v50[8];
@@ -11643,7 +11606,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v50[r] = (v42[r] - v33[r]);
+                    v50[r] = (v49[r] * v48[r]);
                 }
             }
             float v51[8];
@@ -11651,7 +11614,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = (v50[r] * v49[r]);
+                    v51[r] = (v33[r] + v50[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v51[r];
                 }
             }
             float v52[8];
@@ -11659,14 +11629,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = (v33[r] + v51[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v52[r];
+                    v52[r] = (v50[r] * v49[r]);
                 }
             }
             float v53[8];
@@ -11674,7 +11637,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = (v51[r] * v50[r]);
+                    v53[r] = (v52[r] * v32[r]);
                 }
             }
             float v54[8];
@@ -11682,7 +11645,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = (v53[r] * v32[r]);
+                    v54[r] = acc5[r];
                 }
             }
             float v55[8];
@@ -11690,7 +11653,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v55[r] = acc5[r];
+                    v55[r] = (v54[r] + v45[r]);
                 }
             }
             float v56[8];
@@ -11698,22 +11661,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v56[r] = (v55[r] + v46[r]);
-                }
-            }
-            float v57[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v57[r] = (v56[r] + v54[r]);
+                    v56[r] = (v55[r] + v53[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v57[r];
+                    acc5[r] = v56[r];
                 }
             }
             st93 = (st93 + 1) % 4u;
@@ -11765,12 +11720,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             (void)r; (void)e;
             v5[r] = dt_fast_div(v3[0], v4[0]);
         }
+        float v57[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v57[r] = acc5[r];
+            }
+        }
         float v58[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v58[r] = acc5[r];
+                v58[r] = acc6[r];
             }
         }
         float v59[8];
@@ -11778,7 +11741,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v59[r] = acc6[r];
+                v59[r] = acc7[r];
             }
         }
         float v60[8];
@@ -11786,7 +11749,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v60[r] = acc7[r];
+                v60[r] = (v59[r] - v5[0]);
             }
         }
         float v61[8];
@@ -11794,7 +11757,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v61[r] = (v60[r] - v5[0]);
+                v61[r] = (v60[r] * v60[r]);
             }
         }
         float v62[8];
@@ -11802,7 +11765,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v62[r] = (v61[r] * v61[r]);
+                v62[r] = (v58[r] * v61[r]);
             }
         }
         float v63[8];
@@ -11810,15 +11773,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v63[r] = (v59[r] * v62[r]);
-            }
-        }
-        float v64[8];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-            (void)e; {
-                v64[r] = (v58[r] + v63[r]);
+                v63[r] = (v57[r] + v62[r]);
             }
         }
         float v14[1];
@@ -11829,7 +11784,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v64[i * 1 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v63[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
@@ -12200,52 +12155,74 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
                 f28[c] = (unsigned)(o1 + l29) < (unsigned)s0;
                 if (f28[c]) q27[c] = ring12[0 + (st23 * 1 + c) * 1024 + tid];
             }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v64[r] = acc6[r];
+                }
+            }
             float v65[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v65[r] = acc6[r];
+                    v65[r] = acc7[r];
                 }
             }
-            float v66[8];
+            dt_f16s<8> v66; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f28[c]) {
+                    v66.w[c] = q27[c];
+                } else {
+                    v66.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v67[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v66[r] = acc7[r];
+                    v67[r] = ((v66[r * 8 + 0] + v66[r * 8 + 1]) + (v66[r * 8 + 2] + v66[r * 8 + 3])) + ((v66[r * 8 + 4] + v66[r * 8 + 5]) + (v66[r * 8 + 6] + v66[r * 8 + 7]));
                 }
             }
-            dt_f16s<8> v67; /* 16-bit values as loaded */
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                if (f28[c]) {
-                    v67.w[c] = q27[c];
-                } else {
-                    v67.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v67[r];
                 }
             }
             float v68[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v68[r] = ((v67[r * 8 + 0] + v67[r * 8 + 1]) + (v67[r * 8 + 2] + v67[r * 8 + 3])) + ((v67[r * 8 + 4] + v67[r * 8 + 5]) + (v67[r * 8 + 6] + v67[r * 8 + 7]));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = acc4[r] + v68[r];
-                }
-            }
-            float v71[8];
-            #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v71[r] = 1e0f;
+                    v68[r] = 1e0f;
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v69[r] = ((v68[r * 8 + 0] + v68[r * 8 + 1]) + (v68[r * 8 + 2] + v68[r * 8 + 3])) + ((v68[r * 8 + 4] + v68[r * 8 + 5]) + (v68[r * 8 + 6] + v68[r * 8 + 7]));
+                }
+            }
+            float v70[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v70[r] = 1e0f;
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v71[r] = fmaxf(v69[r], v70[0]);
                 }
             }
             float v72[8];
@@ -12253,53 +12230,62 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v72[r] = ((v71[r * 8 + 0] + v71[r * 8 + 1]) + (v71[r * 8 + 2] + v71[r * 8 + 3])) + ((v71[r * 8 + 4] + v71[r * 8 + 5]) + (v71[r * 8 + 6] + v71[r * 8 + 7]));
+                    v72[r] = dt_fast_div(v67[r], v71[r]);
                 }
             }
-            float v73[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v73[r] = 1e0f;
+            float v73[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v73[r] = (v66[r] - v72[r / 8]);
+                }
             }
             float v74[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v74[r] = fmaxf(v72[r], v73[0]);
+                    v74[r] = (v73[r] * v68[r]);
                 }
             }
             float v75[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v75[r] = dt_fast_div(v68[r], v74[r]);
+                    v75[r] = (v74[r] * v74[r]);
                 }
             }
             float v76[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v76[r] = (v67[r] - v75[r / 8]);
+                    v76[r] = ((v75[r * 8 + 0] + v75[r * 8 + 1]) + (v75[r * 8 + 2] + v75[r * 8 + 3])) + ((v75[r * 8 + 4] + v75[r * 8 + 5]) + (v75[r * 8 + 6] + v75[r * 8 + 7]));
                 }
             }
             float v77[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v77[r] = (v76[r] * v71[r]);
+                    v77[r] = (v64[r] + v69[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v77[r];
                 }
             }
             float v78[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v78[r] = (v77[r] * v77[r]);
+                    v78[r] = fmaxf(v77[r], v70[0]);
                 }
             }
             float v79[8];
@@ -12307,7 +12293,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = ((v78[r * 8 + 0] + v78[r * 8 + 1]) + (v78[r * 8 + 2] + v78[r * 8 + 3])) + ((v78[r * 8 + 4] + v78[r * 8 + 5]) + (v78[r * 8 + 6] + v78[r * 8 + 7]));
+                    v79[r] = dt_fast_div(v69[r], v78[r]);
                 }
             }
             float v80[8];
@@ -12315,14 +12301,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v80[r] = (v65[r] + v72[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v80[r];
+                    v80[r] = (v72[r] - v65[r]);
                 }
             }
             float v81[8];
@@ -12330,7 +12309,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = fmaxf(v80[r], v73[0]);
+                    v81[r] = (v80[r] * v79[r]);
                 }
             }
             float v82[8];
@@ -12338,7 +12317,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v82[r] = dt_fast_div(v72[r], v81[r]);
+                    v82[r] = (v65[r] + v81[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v82[r];
                 }
             }
             float v83[8];
@@ -12346,7 +12332,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v83[r] = (v75[r] - v66[r]);
+                    v83[r] = (v81[r] * v80[r]);
                 }
             }
             float v84[8];
@@ -12354,7 +12340,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v84[r] = (v83[r] * v82[r]);
+                    v84[r] = (v83[r] * v64[r]);
                 }
             }
             float v85[8];
@@ -12362,14 +12348,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v85[r] = (v66[r] + v84[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v85[r];
+                    v85[r] = acc5[r];
                 }
             }
             float v86[8];
@@ -12377,7 +12356,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v86[r] = (v84[r] * v83[r]);
+                    v86[r] = (v85[r] + v76[r]);
                 }
             }
             float v87[8];
@@ -12385,38 +12364,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v87[r] = (v86[r] * v65[r]);
-                }
-            }
-            float v88[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v88[r] = acc5[r];
-                }
-            }
-            float v89[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v89[r] = (v88[r] + v79[r]);
-                }
-            }
-            float v90[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v90[r] = (v89[r] + v87[r]);
+                    v87[r] = (v86[r] + v84[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v90[r];
+                    acc5[r] = v87[r];
                 }
             }
             st23 = (st23 + 1) % 4u;
@@ -12541,52 +12496,53 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l111 = (int)((unsigned)e / 1u % 8192u);
-                    v35[r] = (float)(o92 + l111);
+                    v35[r] = 1e0f;
                 }
             }
-            float v36[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v36[r] = (float)s1;
-            }
-            float v37[8];
+            float v36[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v37[r] = ((v35[r]) < (v36[0]) ? 1.0f : 0.0f);
+                    v36[r] = ((unsigned)(o92 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 8192u)) < (unsigned)s1) ? v35[r] : 0e0f;
                 }
             }
-            float v38[8];
+            float v37[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v38[r] = ((v37[r * 8 + 0] + v37[r * 8 + 1]) + (v37[r * 8 + 2] + v37[r * 8 + 3])) + ((v37[r * 8 + 4] + v37[r * 8 + 5]) + (v37[r * 8 + 6] + v37[r * 8 + 7]));
+                    v37[r] = ((v36[r * 8 + 0] + v36[r * 8 + 1]) + (v36[r * 8 + 2] + v36[r * 8 + 3])) + ((v36[r * 8 + 4] + v36[r * 8 + 5]) + (v36[r * 8 + 6] + v36[r * 8 + 7]));
                 }
             }
-            float v40[1];
+            float v39[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v40[r] = 1e0f;
+                v39[r] = 1e0f;
+            }
+            float v40[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v40[r] = fmaxf(v37[r], v39[0]);
+                }
             }
             float v41[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v41[r] = fmaxf(v38[r], v40[0]);
+                    v41[r] = dt_fast_div(v34[r], v40[r]);
                 }
             }
             float v42[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v42[r] = dt_fast_div(v34[r], v41[r]);
+                    v42[r] = (v0[r] - v41[r / 8]);
                 }
             }
             float v43[8];
@@ -12594,7 +12550,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v43[r] = (v0[r] - v42[r / 8]);
+                    v43[r] = (v42[r] * v36[r]);
                 }
             }
             float v44[8];
@@ -12602,15 +12558,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v44[r] = (v43[r] * v37[r]);
+                    v44[r] = (v43[r] * v43[r]);
                 }
             }
             float v45[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v45[r] = (v44[r] * v44[r]);
+                    v45[r] = ((v44[r * 8 + 0] + v44[r * 8 + 1]) + (v44[r * 8 + 2] + v44[r * 8 + 3])) + ((v44[r * 8 + 4] + v44[r * 8 + 5]) + (v44[r * 8 + 6] + v44[r * 8 + 7]));
                 }
             }
             float v46[8];
@@ -12618,7 +12574,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v46[r] = ((v45[r * 8 + 0] + v45[r * 8 + 1]) + (v45[r * 8 + 2] + v45[r * 8 + 3])) + ((v45[r * 8 + 4] + v45[r * 8 + 5]) + (v45[r * 8 + 6] + v45[r * 8 + 7]));
+                    v46[r] = (v32[r] + v37[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v46[r];
                 }
             }
             float v47[8];
@@ -12626,14 +12589,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v47[r] = (v32[r] + v38[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v47[r];
+                    v47[r] = fmaxf(v46[r], v39[0]);
                 }
             }
             float v48[8];
@@ -12641,7 +12597,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v48[r] = fmaxf(v47[r], v40[0]);
+                    v48[r] = dt_fast_div(v37[r], v47[r]);
                 }
             }
             float v49[8];
@@ -12649,7 +12605,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v49[r] = dt_fast_div(v38[r], v48[r]);
+                    v49[r] = (v41[r] - v33[r]);
                 }
             }
             float v50[8];
@@ -12657,7 +12613,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v50[r] = (v42[r] - v33[r]);
+                    v50[r] = (v49[r] * v48[r]);
                 }
             }
             float v51[8];
@@ -12665,7 +12621,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = (v50[r] * v49[r]);
+                    v51[r] = (v33[r] + v50[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v51[r];
                 }
             }
             float v52[8];
@@ -12673,14 +12636,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = (v33[r] + v51[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v52[r];
+                    v52[r] = (v50[r] * v49[r]);
                 }
             }
             float v53[8];
@@ -12688,7 +12644,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = (v51[r] * v50[r]);
+                    v53[r] = (v52[r] * v32[r]);
                 }
             }
             float v54[8];
@@ -12696,7 +12652,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = (v53[r] * v32[r]);
+                    v54[r] = acc5[r];
                 }
             }
             float v55[8];
@@ -12704,7 +12660,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v55[r] = acc5[r];
+                    v55[r] = (v54[r] + v45[r]);
                 }
             }
             float v56[8];
@@ -12712,22 +12668,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v56[r] = (v55[r] + v46[r]);
-                }
-            }
-            float v57[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v57[r] = (v56[r] + v54[r]);
+                    v56[r] = (v55[r] + v53[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v57[r];
+                    acc5[r] = v56[r];
                 }
             }
             st93 = (st93 + 1) % 4u;
@@ -12779,12 +12727,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             (void)r; (void)e;
             v5[r] = dt_fast_div(v3[0], v4[0]);
         }
+        float v57[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v57[r] = acc5[r];
+            }
+        }
         float v58[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v58[r] = acc5[r];
+                v58[r] = acc6[r];
             }
         }
         float v59[8];
@@ -12792,7 +12748,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v59[r] = acc6[r];
+                v59[r] = acc7[r];
             }
         }
         float v60[8];
@@ -12800,7 +12756,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v60[r] = acc7[r];
+                v60[r] = (v59[r] - v5[0]);
             }
         }
         float v61[8];
@@ -12808,7 +12764,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v61[r] = (v60[r] - v5[0]);
+                v61[r] = (v60[r] * v60[r]);
             }
         }
         float v62[8];
@@ -12816,7 +12772,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v62[r] = (v61[r] * v61[r]);
+                v62[r] = (v58[r] * v61[r]);
             }
         }
         float v63[8];
@@ -12824,15 +12780,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v63[r] = (v59[r] * v62[r]);
-            }
-        }
-        float v64[8];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-            (void)e; {
-                v64[r] = (v58[r] + v63[r]);
+                v63[r] = (v57[r] + v62[r]);
             }
         }
         float v14[1];
@@ -12843,7 +12791,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v64[i * 1 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v63[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
@@ -13186,59 +13134,81 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 f28[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l29) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f28[c]) q27[c] = ring12[0 + (st23 * 1 + c) * 1024 + tid];
             }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v64[r] = acc6[r];
+                }
+            }
             float v65[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v65[r] = acc6[r];
+                    v65[r] = acc7[r];
                 }
             }
-            float v66[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v66[r] = acc7[r];
-                }
-            }
-            dt_bf16s<8> v67; /* 16-bit values as loaded */
+            dt_bf16s<8> v66; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
                 const int l35 = (int)((unsigned)e / 8192u % 1u);
                 const int l36 = (int)((unsigned)e / 1u % 8192u);
                 if (f28[c]) {
-                    v67.w[c] = q27[c];
+                    v66.w[c] = q27[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l35) * (unsigned)args.input_strides[0][0] + (unsigned)(o22 + l36) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l35) < (unsigned)s0) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
-                    v67.w[c] = w;
+                    v66.w[c] = w;
+                }
+            }
+            float v67[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v67[r] = ((v66[r * 8 + 0] + v66[r * 8 + 1]) + (v66[r * 8 + 2] + v66[r * 8 + 3])) + ((v66[r * 8 + 4] + v66[r * 8 + 5]) + (v66[r * 8 + 6] + v66[r * 8 + 7]));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v67[r];
                 }
             }
             float v68[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v68[r] = ((v67[r * 8 + 0] + v67[r * 8 + 1]) + (v67[r * 8 + 2] + v67[r * 8 + 3])) + ((v67[r * 8 + 4] + v67[r * 8 + 5]) + (v67[r * 8 + 6] + v67[r * 8 + 7]));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = acc4[r] + v68[r];
-                }
-            }
-            float v71[8];
-            #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v71[r] = 1e0f;
+                    v68[r] = 1e0f;
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v69[r] = ((v68[r * 8 + 0] + v68[r * 8 + 1]) + (v68[r * 8 + 2] + v68[r * 8 + 3])) + ((v68[r * 8 + 4] + v68[r * 8 + 5]) + (v68[r * 8 + 6] + v68[r * 8 + 7]));
+                }
+            }
+            float v70[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v70[r] = 1e0f;
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v71[r] = fmaxf(v69[r], v70[0]);
                 }
             }
             float v72[8];
@@ -13246,53 +13216,62 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v72[r] = ((v71[r * 8 + 0] + v71[r * 8 + 1]) + (v71[r * 8 + 2] + v71[r * 8 + 3])) + ((v71[r * 8 + 4] + v71[r * 8 + 5]) + (v71[r * 8 + 6] + v71[r * 8 + 7]));
+                    v72[r] = dt_fast_div(v67[r], v71[r]);
                 }
             }
-            float v73[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v73[r] = 1e0f;
+            float v73[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v73[r] = (v66[r] - v72[r / 8]);
+                }
             }
             float v74[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v74[r] = fmaxf(v72[r], v73[0]);
+                    v74[r] = (v73[r] * v68[r]);
                 }
             }
             float v75[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v75[r] = dt_fast_div(v68[r], v74[r]);
+                    v75[r] = (v74[r] * v74[r]);
                 }
             }
             float v76[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v76[r] = (v67[r] - v75[r / 8]);
+                    v76[r] = ((v75[r * 8 + 0] + v75[r * 8 + 1]) + (v75[r * 8 + 2] + v75[r * 8 + 3])) + ((v75[r * 8 + 4] + v75[r * 8 + 5]) + (v75[r * 8 + 6] + v75[r * 8 + 7]));
                 }
             }
             float v77[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v77[r] = (v76[r] * v71[r]);
+                    v77[r] = (v64[r] + v69[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v77[r];
                 }
             }
             float v78[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v78[r] = (v77[r] * v77[r]);
+                    v78[r] = fmaxf(v77[r], v70[0]);
                 }
             }
             float v79[8];
@@ -13300,7 +13279,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = ((v78[r * 8 + 0] + v78[r * 8 + 1]) + (v78[r * 8 + 2] + v78[r * 8 + 3])) + ((v78[r * 8 + 4] + v78[r * 8 + 5]) + (v78[r * 8 + 6] + v78[r * 8 + 7]));
+                    v79[r] = dt_fast_div(v69[r], v78[r]);
                 }
             }
             float v80[8];
@@ -13308,14 +13287,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v80[r] = (v65[r] + v72[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v80[r];
+                    v80[r] = (v72[r] - v65[r]);
                 }
             }
             float v81[8];
@@ -13323,7 +13295,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = fmaxf(v80[r], v73[0]);
+                    v81[r] = (v80[r] * v79[r]);
                 }
             }
             float v82[8];
@@ -13331,7 +13303,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v82[r] = dt_fast_div(v72[r], v81[r]);
+                    v82[r] = (v65[r] + v81[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v82[r];
                 }
             }
             float v83[8];
@@ -13339,7 +13318,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v83[r] = (v75[r] - v66[r]);
+                    v83[r] = (v81[r] * v80[r]);
                 }
             }
             float v84[8];
@@ -13347,7 +13326,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v84[r] = (v83[r] * v82[r]);
+                    v84[r] = (v83[r] * v64[r]);
                 }
             }
             float v85[8];
@@ -13355,14 +13334,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v85[r] = (v66[r] + v84[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v85[r];
+                    v85[r] = acc5[r];
                 }
             }
             float v86[8];
@@ -13370,7 +13342,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v86[r] = (v84[r] * v83[r]);
+                    v86[r] = (v85[r] + v76[r]);
                 }
             }
             float v87[8];
@@ -13378,38 +13350,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v87[r] = (v86[r] * v65[r]);
-                }
-            }
-            float v88[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v88[r] = acc5[r];
-                }
-            }
-            float v89[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v89[r] = (v88[r] + v79[r]);
-                }
-            }
-            float v90[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v90[r] = (v89[r] + v87[r]);
+                    v87[r] = (v86[r] + v84[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v90[r];
+                    acc5[r] = v87[r];
                 }
             }
             st23 = (st23 + 1) % 4u;
@@ -13542,52 +13490,54 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l111 = (int)((unsigned)e / 1u % 8192u);
-                    v35[r] = (float)(o92 + l111);
+                    v35[r] = 1e0f;
                 }
             }
-            float v36[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v36[r] = (float)s1;
-            }
-            float v37[8];
+            float v36[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v37[r] = ((v35[r]) < (v36[0]) ? 1.0f : 0.0f);
+                    const int l112 = (int)((unsigned)e / 1u % 8192u);
+                    v36[r] = ((unsigned)(o92 + l112) < (unsigned)s1) ? v35[r] : 0e0f;
                 }
             }
-            float v38[8];
+            float v37[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v38[r] = ((v37[r * 8 + 0] + v37[r * 8 + 1]) + (v37[r * 8 + 2] + v37[r * 8 + 3])) + ((v37[r * 8 + 4] + v37[r * 8 + 5]) + (v37[r * 8 + 6] + v37[r * 8 + 7]));
+                    v37[r] = ((v36[r * 8 + 0] + v36[r * 8 + 1]) + (v36[r * 8 + 2] + v36[r * 8 + 3])) + ((v36[r * 8 + 4] + v36[r * 8 + 5]) + (v36[r * 8 + 6] + v36[r * 8 + 7]));
                 }
             }
-            float v40[1];
+            float v39[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v40[r] = 1e0f;
+                v39[r] = 1e0f;
+            }
+            float v40[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v40[r] = fmaxf(v37[r], v39[0]);
+                }
             }
             float v41[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v41[r] = fmaxf(v38[r], v40[0]);
+                    v41[r] = dt_fast_div(v34[r], v40[r]);
                 }
             }
             float v42[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v42[r] = dt_fast_div(v34[r], v41[r]);
+                    v42[r] = (v0[r] - v41[r / 8]);
                 }
             }
             float v43[8];
@@ -13595,7 +13545,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v43[r] = (v0[r] - v42[r / 8]);
+                    v43[r] = (v42[r] * v36[r]);
                 }
             }
             float v44[8];
@@ -13603,15 +13553,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v44[r] = (v43[r] * v37[r]);
+                    v44[r] = (v43[r] * v43[r]);
                 }
             }
             float v45[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v45[r] = (v44[r] * v44[r]);
+                    v45[r] = ((v44[r * 8 + 0] + v44[r * 8 + 1]) + (v44[r * 8 + 2] + v44[r * 8 + 3])) + ((v44[r * 8 + 4] + v44[r * 8 + 5]) + (v44[r * 8 + 6] + v44[r * 8 + 7]));
                 }
             }
             float v46[8];
@@ -13619,7 +13569,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v46[r] = ((v45[r * 8 + 0] + v45[r * 8 + 1]) + (v45[r * 8 + 2] + v45[r * 8 + 3])) + ((v45[r * 8 + 4] + v45[r * 8 + 5]) + (v45[r * 8 + 6] + v45[r * 8 + 7]));
+                    v46[r] = (v32[r] + v37[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v46[r];
                 }
             }
             float v47[8];
@@ -13627,14 +13584,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v47[r] = (v32[r] + v38[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v47[r];
+                    v47[r] = fmaxf(v46[r], v39[0]);
                 }
             }
             float v48[8];
@@ -13642,7 +13592,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v48[r] = fmaxf(v47[r], v40[0]);
+                    v48[r] = dt_fast_div(v37[r], v47[r]);
                 }
             }
             float v49[8];
@@ -13650,7 +13600,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v49[r] = dt_fast_div(v38[r], v48[r]);
+                    v49[r] = (v41[r] - v33[r]);
                 }
             }
             float v50[8];
@@ -13658,7 +13608,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v50[r] = (v42[r] - v33[r]);
+                    v50[r] = (v49[r] * v48[r]);
                 }
             }
             float v51[8];
@@ -13666,7 +13616,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = (v50[r] * v49[r]);
+                    v51[r] = (v33[r] + v50[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v51[r];
                 }
             }
             float v52[8];
@@ -13674,14 +13631,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = (v33[r] + v51[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v52[r];
+                    v52[r] = (v50[r] * v49[r]);
                 }
             }
             float v53[8];
@@ -13689,7 +13639,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = (v51[r] * v50[r]);
+                    v53[r] = (v52[r] * v32[r]);
                 }
             }
             float v54[8];
@@ -13697,7 +13647,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = (v53[r] * v32[r]);
+                    v54[r] = acc5[r];
                 }
             }
             float v55[8];
@@ -13705,7 +13655,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v55[r] = acc5[r];
+                    v55[r] = (v54[r] + v45[r]);
                 }
             }
             float v56[8];
@@ -13713,22 +13663,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v56[r] = (v55[r] + v46[r]);
-                }
-            }
-            float v57[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v57[r] = (v56[r] + v54[r]);
+                    v56[r] = (v55[r] + v53[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v57[r];
+                    acc5[r] = v56[r];
                 }
             }
             st93 = (st93 + 1) % 4u;
@@ -13780,12 +13722,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             (void)r; (void)e;
             v5[r] = dt_fast_div(v3[0], v4[0]);
         }
+        float v57[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v57[r] = acc5[r];
+            }
+        }
         float v58[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v58[r] = acc5[r];
+                v58[r] = acc6[r];
             }
         }
         float v59[8];
@@ -13793,7 +13743,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v59[r] = acc6[r];
+                v59[r] = acc7[r];
             }
         }
         float v60[8];
@@ -13801,7 +13751,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v60[r] = acc7[r];
+                v60[r] = (v59[r] - v5[0]);
             }
         }
         float v61[8];
@@ -13809,7 +13759,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v61[r] = (v60[r] - v5[0]);
+                v61[r] = (v60[r] * v60[r]);
             }
         }
         float v62[8];
@@ -13817,7 +13767,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v62[r] = (v61[r] * v61[r]);
+                v62[r] = (v58[r] * v61[r]);
             }
         }
         float v63[8];
@@ -13825,15 +13775,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v63[r] = (v59[r] * v62[r]);
-            }
-        }
-        float v64[8];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-            (void)e; {
-                v64[r] = (v58[r] + v63[r]);
+                v63[r] = (v57[r] + v62[r]);
             }
         }
         float v14[1];
@@ -13844,7 +13786,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v64[i * 1 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v63[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
@@ -14215,52 +14157,74 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
                 f28[c] = (unsigned)(o1 + l29) < (unsigned)s0;
                 if (f28[c]) q27[c] = ring12[0 + (st23 * 1 + c) * 1024 + tid];
             }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v64[r] = acc6[r];
+                }
+            }
             float v65[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v65[r] = acc6[r];
+                    v65[r] = acc7[r];
                 }
             }
-            float v66[8];
+            dt_bf16s<8> v66; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f28[c]) {
+                    v66.w[c] = q27[c];
+                } else {
+                    v66.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v67[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v66[r] = acc7[r];
+                    v67[r] = ((v66[r * 8 + 0] + v66[r * 8 + 1]) + (v66[r * 8 + 2] + v66[r * 8 + 3])) + ((v66[r * 8 + 4] + v66[r * 8 + 5]) + (v66[r * 8 + 6] + v66[r * 8 + 7]));
                 }
             }
-            dt_bf16s<8> v67; /* 16-bit values as loaded */
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                if (f28[c]) {
-                    v67.w[c] = q27[c];
-                } else {
-                    v67.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v67[r];
                 }
             }
             float v68[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v68[r] = ((v67[r * 8 + 0] + v67[r * 8 + 1]) + (v67[r * 8 + 2] + v67[r * 8 + 3])) + ((v67[r * 8 + 4] + v67[r * 8 + 5]) + (v67[r * 8 + 6] + v67[r * 8 + 7]));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = acc4[r] + v68[r];
-                }
-            }
-            float v71[8];
-            #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v71[r] = 1e0f;
+                    v68[r] = 1e0f;
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v69[r] = ((v68[r * 8 + 0] + v68[r * 8 + 1]) + (v68[r * 8 + 2] + v68[r * 8 + 3])) + ((v68[r * 8 + 4] + v68[r * 8 + 5]) + (v68[r * 8 + 6] + v68[r * 8 + 7]));
+                }
+            }
+            float v70[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v70[r] = 1e0f;
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v71[r] = fmaxf(v69[r], v70[0]);
                 }
             }
             float v72[8];
@@ -14268,53 +14232,62 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v72[r] = ((v71[r * 8 + 0] + v71[r * 8 + 1]) + (v71[r * 8 + 2] + v71[r * 8 + 3])) + ((v71[r * 8 + 4] + v71[r * 8 + 5]) + (v71[r * 8 + 6] + v71[r * 8 + 7]));
+                    v72[r] = dt_fast_div(v67[r], v71[r]);
                 }
             }
-            float v73[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v73[r] = 1e0f;
+            float v73[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v73[r] = (v66[r] - v72[r / 8]);
+                }
             }
             float v74[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v74[r] = fmaxf(v72[r], v73[0]);
+                    v74[r] = (v73[r] * v68[r]);
                 }
             }
             float v75[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v75[r] = dt_fast_div(v68[r], v74[r]);
+                    v75[r] = (v74[r] * v74[r]);
                 }
             }
             float v76[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v76[r] = (v67[r] - v75[r / 8]);
+                    v76[r] = ((v75[r * 8 + 0] + v75[r * 8 + 1]) + (v75[r * 8 + 2] + v75[r * 8 + 3])) + ((v75[r * 8 + 4] + v75[r * 8 + 5]) + (v75[r * 8 + 6] + v75[r * 8 + 7]));
                 }
             }
             float v77[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v77[r] = (v76[r] * v71[r]);
+                    v77[r] = (v64[r] + v69[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v77[r];
                 }
             }
             float v78[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v78[r] = (v77[r] * v77[r]);
+                    v78[r] = fmaxf(v77[r], v70[0]);
                 }
             }
             float v79[8];
@@ -14322,7 +14295,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = ((v78[r * 8 + 0] + v78[r * 8 + 1]) + (v78[r * 8 + 2] + v78[r * 8 + 3])) + ((v78[r * 8 + 4] + v78[r * 8 + 5]) + (v78[r * 8 + 6] + v78[r * 8 + 7]));
+                    v79[r] = dt_fast_div(v69[r], v78[r]);
                 }
             }
             float v80[8];
@@ -14330,14 +14303,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v80[r] = (v65[r] + v72[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v80[r];
+                    v80[r] = (v72[r] - v65[r]);
                 }
             }
             float v81[8];
@@ -14345,7 +14311,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = fmaxf(v80[r], v73[0]);
+                    v81[r] = (v80[r] * v79[r]);
                 }
             }
             float v82[8];
@@ -14353,7 +14319,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v82[r] = dt_fast_div(v72[r], v81[r]);
+                    v82[r] = (v65[r] + v81[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v82[r];
                 }
             }
             float v83[8];
@@ -14361,7 +14334,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v83[r] = (v75[r] - v66[r]);
+                    v83[r] = (v81[r] * v80[r]);
                 }
             }
             float v84[8];
@@ -14369,7 +14342,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v84[r] = (v83[r] * v82[r]);
+                    v84[r] = (v83[r] * v64[r]);
                 }
             }
             float v85[8];
@@ -14377,14 +14350,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v85[r] = (v66[r] + v84[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v85[r];
+                    v85[r] = acc5[r];
                 }
             }
             float v86[8];
@@ -14392,7 +14358,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v86[r] = (v84[r] * v83[r]);
+                    v86[r] = (v85[r] + v76[r]);
                 }
             }
             float v87[8];
@@ -14400,38 +14366,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v87[r] = (v86[r] * v65[r]);
-                }
-            }
-            float v88[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v88[r] = acc5[r];
-                }
-            }
-            float v89[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v89[r] = (v88[r] + v79[r]);
-                }
-            }
-            float v90[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v90[r] = (v89[r] + v87[r]);
+                    v87[r] = (v86[r] + v84[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v90[r];
+                    acc5[r] = v87[r];
                 }
             }
             st23 = (st23 + 1) % 4u;
@@ -14556,52 +14498,53 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l111 = (int)((unsigned)e / 1u % 8192u);
-                    v35[r] = (float)(o92 + l111);
+                    v35[r] = 1e0f;
                 }
             }
-            float v36[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v36[r] = (float)s1;
-            }
-            float v37[8];
+            float v36[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v37[r] = ((v35[r]) < (v36[0]) ? 1.0f : 0.0f);
+                    v36[r] = ((unsigned)(o92 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 8192u)) < (unsigned)s1) ? v35[r] : 0e0f;
                 }
             }
-            float v38[8];
+            float v37[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v38[r] = ((v37[r * 8 + 0] + v37[r * 8 + 1]) + (v37[r * 8 + 2] + v37[r * 8 + 3])) + ((v37[r * 8 + 4] + v37[r * 8 + 5]) + (v37[r * 8 + 6] + v37[r * 8 + 7]));
+                    v37[r] = ((v36[r * 8 + 0] + v36[r * 8 + 1]) + (v36[r * 8 + 2] + v36[r * 8 + 3])) + ((v36[r * 8 + 4] + v36[r * 8 + 5]) + (v36[r * 8 + 6] + v36[r * 8 + 7]));
                 }
             }
-            float v40[1];
+            float v39[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v40[r] = 1e0f;
+                v39[r] = 1e0f;
+            }
+            float v40[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v40[r] = fmaxf(v37[r], v39[0]);
+                }
             }
             float v41[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v41[r] = fmaxf(v38[r], v40[0]);
+                    v41[r] = dt_fast_div(v34[r], v40[r]);
                 }
             }
             float v42[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v42[r] = dt_fast_div(v34[r], v41[r]);
+                    v42[r] = (v0[r] - v41[r / 8]);
                 }
             }
             float v43[8];
@@ -14609,7 +14552,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v43[r] = (v0[r] - v42[r / 8]);
+                    v43[r] = (v42[r] * v36[r]);
                 }
             }
             float v44[8];
@@ -14617,15 +14560,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v44[r] = (v43[r] * v37[r]);
+                    v44[r] = (v43[r] * v43[r]);
                 }
             }
             float v45[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v45[r] = (v44[r] * v44[r]);
+                    v45[r] = ((v44[r * 8 + 0] + v44[r * 8 + 1]) + (v44[r * 8 + 2] + v44[r * 8 + 3])) + ((v44[r * 8 + 4] + v44[r * 8 + 5]) + (v44[r * 8 + 6] + v44[r * 8 + 7]));
                 }
             }
             float v46[8];
@@ -14633,7 +14576,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v46[r] = ((v45[r * 8 + 0] + v45[r * 8 + 1]) + (v45[r * 8 + 2] + v45[r * 8 + 3])) + ((v45[r * 8 + 4] + v45[r * 8 + 5]) + (v45[r * 8 + 6] + v45[r * 8 + 7]));
+                    v46[r] = (v32[r] + v37[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v46[r];
                 }
             }
             float v47[8];
@@ -14641,14 +14591,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v47[r] = (v32[r] + v38[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v47[r];
+                    v47[r] = fmaxf(v46[r], v39[0]);
                 }
             }
             float v48[8];
@@ -14656,7 +14599,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v48[r] = fmaxf(v47[r], v40[0]);
+                    v48[r] = dt_fast_div(v37[r], v47[r]);
                 }
             }
             float v49[8];
@@ -14664,7 +14607,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v49[r] = dt_fast_div(v38[r], v48[r]);
+                    v49[r] = (v41[r] - v33[r]);
                 }
             }
             float v50[8];
@@ -14672,7 +14615,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v50[r] = (v42[r] - v33[r]);
+                    v50[r] = (v49[r] * v48[r]);
                 }
             }
             float v51[8];
@@ -14680,7 +14623,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = (v50[r] * v49[r]);
+                    v51[r] = (v33[r] + v50[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v51[r];
                 }
             }
             float v52[8];
@@ -14688,14 +14638,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = (v33[r] + v51[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v52[r];
+                    v52[r] = (v50[r] * v49[r]);
                 }
             }
             float v53[8];
@@ -14703,7 +14646,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = (v51[r] * v50[r]);
+                    v53[r] = (v52[r] * v32[r]);
                 }
             }
             float v54[8];
@@ -14711,7 +14654,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = (v53[r] * v32[r]);
+                    v54[r] = acc5[r];
                 }
             }
             float v55[8];
@@ -14719,7 +14662,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v55[r] = acc5[r];
+                    v55[r] = (v54[r] + v45[r]);
                 }
             }
             float v56[8];
@@ -14727,22 +14670,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v56[r] = (v55[r] + v46[r]);
-                }
-            }
-            float v57[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v57[r] = (v56[r] + v54[r]);
+                    v56[r] = (v55[r] + v53[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v57[r];
+                    acc5[r] = v56[r];
                 }
             }
             st93 = (st93 + 1) % 4u;
@@ -14794,12 +14729,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             (void)r; (void)e;
             v5[r] = dt_fast_div(v3[0], v4[0]);
         }
+        float v57[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v57[r] = acc5[r];
+            }
+        }
         float v58[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v58[r] = acc5[r];
+                v58[r] = acc6[r];
             }
         }
         float v59[8];
@@ -14807,7 +14750,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v59[r] = acc6[r];
+                v59[r] = acc7[r];
             }
         }
         float v60[8];
@@ -14815,7 +14758,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v60[r] = acc7[r];
+                v60[r] = (v59[r] - v5[0]);
             }
         }
         float v61[8];
@@ -14823,7 +14766,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v61[r] = (v60[r] - v5[0]);
+                v61[r] = (v60[r] * v60[r]);
             }
         }
         float v62[8];
@@ -14831,7 +14774,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v62[r] = (v61[r] * v61[r]);
+                v62[r] = (v58[r] * v61[r]);
             }
         }
         float v63[8];
@@ -14839,15 +14782,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v63[r] = (v59[r] * v62[r]);
-            }
-        }
-        float v64[8];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-            (void)e; {
-                v64[r] = (v58[r] + v63[r]);
+                v63[r] = (v57[r] + v62[r]);
             }
         }
         float v14[1];
@@ -14858,7 +14793,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v64[i * 1 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v63[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
@@ -15127,23 +15062,23 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
         }
         /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
         for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v64[r] = acc6[r];
+                }
+            }
             float v65[8];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v65[r] = acc6[r];
+                    v65[r] = acc7[r];
                 }
             }
             float v66[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v66[r] = acc7[r];
-                }
-            }
-            float v67[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
@@ -15152,38 +15087,60 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l18) * (unsigned)args.input_strides[0][1];
                 if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l17) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
-                    v67[c * 4 + 0] = __uint_as_float(q.x);
-                    v67[c * 4 + 1] = __uint_as_float(q.y);
-                    v67[c * 4 + 2] = __uint_as_float(q.z);
-                    v67[c * 4 + 3] = __uint_as_float(q.w);
+                    v66[c * 4 + 0] = __uint_as_float(q.x);
+                    v66[c * 4 + 1] = __uint_as_float(q.y);
+                    v66[c * 4 + 2] = __uint_as_float(q.z);
+                    v66[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v67[c * 4 + 0] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v67[c * 4 + 1] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v67[c * 4 + 2] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v67[c * 4 + 3] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v66[c * 4 + 0] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v66[c * 4 + 1] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v66[c * 4 + 2] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v66[c * 4 + 3] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                }
+            }
+            float v67[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v67[r] = (v66[r * 4 + 0] + v66[r * 4 + 1]) + (v66[r * 4 + 2] + v66[r * 4 + 3]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = acc4[r] + v67[r];
                 }
             }
             float v68[8];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v68[r] = (v67[r * 4 + 0] + v67[r * 4 + 1]) + (v67[r * 4 + 2] + v67[r * 4 + 3]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc4[r] = acc4[r] + v68[r];
-                }
-            }
-            float v71[8];
-            #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v71[r] = 1e0f;
+                    v68[r] = 1e0f;
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v69[r] = (v68[r * 4 + 0] + v68[r * 4 + 1]) + (v68[r * 4 + 2] + v68[r * 4 + 3]);
+                }
+            }
+            float v70[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v70[r] = 1e0f;
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v71[r] = fmaxf(v69[r], v70[0]);
                 }
             }
             float v72[8];
@@ -15191,53 +15148,62 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v72[r] = (v71[r * 4 + 0] + v71[r * 4 + 1]) + (v71[r * 4 + 2] + v71[r * 4 + 3]);
+                    v72[r] = (v67[r] / v71[r]);
                 }
             }
-            float v73[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v73[r] = 1e0f;
+            float v73[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v73[r] = (v66[r] - v72[r / 4]);
+                }
             }
             float v74[8];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v74[r] = fmaxf(v72[r], v73[0]);
+                    v74[r] = (v73[r] * v68[r]);
                 }
             }
             float v75[8];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v75[r] = (v68[r] / v74[r]);
+                    v75[r] = (v74[r] * v74[r]);
                 }
             }
             float v76[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v76[r] = (v67[r] - v75[r / 4]);
+                    v76[r] = (v75[r * 4 + 0] + v75[r * 4 + 1]) + (v75[r * 4 + 2] + v75[r * 4 + 3]);
                 }
             }
             float v77[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v77[r] = (v76[r] * v71[r]);
+                    v77[r] = (v64[r] + v69[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc6[r] = v77[r];
                 }
             }
             float v78[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v78[r] = (v77[r] * v77[r]);
+                    v78[r] = fmaxf(v77[r], v70[0]);
                 }
             }
             float v79[8];
@@ -15245,7 +15211,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v79[r] = (v78[r * 4 + 0] + v78[r * 4 + 1]) + (v78[r * 4 + 2] + v78[r * 4 + 3]);
+                    v79[r] = (v69[r] / v78[r]);
                 }
             }
             float v80[8];
@@ -15253,14 +15219,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v80[r] = (v65[r] + v72[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc6[r] = v80[r];
+                    v80[r] = (v72[r] - v65[r]);
                 }
             }
             float v81[8];
@@ -15268,7 +15227,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v81[r] = fmaxf(v80[r], v73[0]);
+                    v81[r] = (v80[r] * v79[r]);
                 }
             }
             float v82[8];
@@ -15276,7 +15235,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v82[r] = (v72[r] / v81[r]);
+                    v82[r] = (v65[r] + v81[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v82[r];
                 }
             }
             float v83[8];
@@ -15284,7 +15250,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v83[r] = (v75[r] - v66[r]);
+                    v83[r] = (v81[r] * v80[r]);
                 }
             }
             float v84[8];
@@ -15292,7 +15258,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v84[r] = (v83[r] * v82[r]);
+                    v84[r] = (v83[r] * v64[r]);
                 }
             }
             float v85[8];
@@ -15300,14 +15266,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v85[r] = (v66[r] + v84[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc7[r] = v85[r];
+                    v85[r] = acc5[r];
                 }
             }
             float v86[8];
@@ -15315,7 +15274,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v86[r] = (v84[r] * v83[r]);
+                    v86[r] = (v85[r] + v76[r]);
                 }
             }
             float v87[8];
@@ -15323,38 +15282,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v87[r] = (v86[r] * v65[r]);
-                }
-            }
-            float v88[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v88[r] = acc5[r];
-                }
-            }
-            float v89[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v89[r] = (v88[r] + v79[r]);
-                }
-            }
-            float v90[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v90[r] = (v89[r] + v87[r]);
+                    v87[r] = (v86[r] + v84[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v90[r];
+                    acc5[r] = v87[r];
                 }
             }
         }
@@ -15416,52 +15351,54 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l75 = (int)((unsigned)e / 1u % 8192u);
-                    v35[r] = (float)(o64 + l75);
+                    v35[r] = 1e0f;
                 }
             }
-            float v36[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v36[r] = (float)s1;
-            }
-            float v37[8];
+            float v36[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v37[r] = ((v35[r]) < (v36[0]) ? 1.0f : 0.0f);
+                    const int l76 = (int)((unsigned)e / 1u % 8192u);
+                    v36[r] = ((unsigned)(o64 + l76) < (unsigned)s1) ? v35[r] : 0e0f;
                 }
             }
-            float v38[8];
+            float v37[8];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v38[r] = (v37[r * 4 + 0] + v37[r * 4 + 1]) + (v37[r * 4 + 2] + v37[r * 4 + 3]);
+                    v37[r] = (v36[r * 4 + 0] + v36[r * 4 + 1]) + (v36[r * 4 + 2] + v36[r * 4 + 3]);
                 }
             }
-            float v40[1];
+            float v39[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v40[r] = 1e0f;
+                v39[r] = 1e0f;
+            }
+            float v40[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v40[r] = fmaxf(v37[r], v39[0]);
+                }
             }
             float v41[8];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v41[r] = fmaxf(v38[r], v40[0]);
+                    v41[r] = (v34[r] / v40[r]);
                 }
             }
             float v42[8];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v42[r] = (v34[r] / v41[r]);
+                    v42[r] = (v0[r] - v41[r / 4]);
                 }
             }
             float v43[8];
@@ -15469,7 +15406,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v43[r] = (v0[r] - v42[r / 4]);
+                    v43[r] = (v42[r] * v36[r]);
                 }
             }
             float v44[8];
@@ -15477,15 +15414,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v44[r] = (v43[r] * v37[r]);
+                    v44[r] = (v43[r] * v43[r]);
                 }
             }
             float v45[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v45[r] = (v44[r] * v44[r]);
+                    v45[r] = (v44[r * 4 + 0] + v44[r * 4 + 1]) + (v44[r * 4 + 2] + v44[r * 4 + 3]);
                 }
             }
             float v46[8];
@@ -15493,7 +15430,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v46[r] = (v45[r * 4 + 0] + v45[r * 4 + 1]) + (v45[r * 4 + 2] + v45[r * 4 + 3]);
+                    v46[r] = (v32[r] + v37[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc6[r] = v46[r];
                 }
             }
             float v47[8];
@@ -15501,14 +15445,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v47[r] = (v32[r] + v38[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc6[r] = v47[r];
+                    v47[r] = fmaxf(v46[r], v39[0]);
                 }
             }
             float v48[8];
@@ -15516,7 +15453,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v48[r] = fmaxf(v47[r], v40[0]);
+                    v48[r] = (v37[r] / v47[r]);
                 }
             }
             float v49[8];
@@ -15524,7 +15461,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v49[r] = (v38[r] / v48[r]);
+                    v49[r] = (v41[r] - v33[r]);
                 }
             }
             float v50[8];
@@ -15532,7 +15469,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v50[r] = (v42[r] - v33[r]);
+                    v50[r] = (v49[r] * v48[r]);
                 }
             }
             float v51[8];
@@ -15540,7 +15477,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v51[r] = (v50[r] * v49[r]);
+                    v51[r] = (v33[r] + v50[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v51[r];
                 }
             }
             float v52[8];
@@ -15548,14 +15492,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v52[r] = (v33[r] + v51[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc7[r] = v52[r];
+                    v52[r] = (v50[r] * v49[r]);
                 }
             }
             float v53[8];
@@ -15563,7 +15500,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v53[r] = (v51[r] * v50[r]);
+                    v53[r] = (v52[r] * v32[r]);
                 }
             }
             float v54[8];
@@ -15571,7 +15508,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v54[r] = (v53[r] * v32[r]);
+                    v54[r] = acc5[r];
                 }
             }
             float v55[8];
@@ -15579,7 +15516,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v55[r] = acc5[r];
+                    v55[r] = (v54[r] + v45[r]);
                 }
             }
             float v56[8];
@@ -15587,22 +15524,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v56[r] = (v55[r] + v46[r]);
-                }
-            }
-            float v57[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v57[r] = (v56[r] + v54[r]);
+                    v56[r] = (v55[r] + v53[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v57[r];
+                    acc5[r] = v56[r];
                 }
             }
         }
@@ -15653,12 +15582,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             (void)r; (void)e;
             v5[r] = (v3[0] / v4[0]);
         }
+        float v57[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v57[r] = acc5[r];
+            }
+        }
         float v58[8];
         #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v58[r] = acc5[r];
+                v58[r] = acc6[r];
             }
         }
         float v59[8];
@@ -15666,7 +15603,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v59[r] = acc6[r];
+                v59[r] = acc7[r];
             }
         }
         float v60[8];
@@ -15674,7 +15611,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v60[r] = acc7[r];
+                v60[r] = (v59[r] - v5[0]);
             }
         }
         float v61[8];
@@ -15682,7 +15619,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v61[r] = (v60[r] - v5[0]);
+                v61[r] = (v60[r] * v60[r]);
             }
         }
         float v62[8];
@@ -15690,7 +15627,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v62[r] = (v61[r] * v61[r]);
+                v62[r] = (v58[r] * v61[r]);
             }
         }
         float v63[8];
@@ -15698,15 +15635,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v63[r] = (v59[r] * v62[r]);
-            }
-        }
-        float v64[8];
-        #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-            (void)e; {
-                v64[r] = (v58[r] + v63[r]);
+                v63[r] = (v57[r] + v62[r]);
             }
         }
         float v14[1];
@@ -15717,7 +15646,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 2; q++) p[i] = p[i] + v64[i * 2 + q];
+                for (int q = 0; q < 2; q++) p[i] = p[i] + v63[i * 2 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
@@ -15954,23 +15883,23 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
         }
         /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
         for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v64[r] = acc6[r];
+                }
+            }
             float v65[8];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v65[r] = acc6[r];
+                    v65[r] = acc7[r];
                 }
             }
             float v66[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v66[r] = acc7[r];
-                }
-            }
-            float v67[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
@@ -15979,38 +15908,60 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l18) * (unsigned)args.input_strides[0][1];
                 if ((unsigned)(o1 + l17) < (unsigned)s0) {
                     const uint4 q = *(const uint4*)(in0 + a);
-                    v67[c * 4 + 0] = __uint_as_float(q.x);
-                    v67[c * 4 + 1] = __uint_as_float(q.y);
-                    v67[c * 4 + 2] = __uint_as_float(q.z);
-                    v67[c * 4 + 3] = __uint_as_float(q.w);
+                    v66[c * 4 + 0] = __uint_as_float(q.x);
+                    v66[c * 4 + 1] = __uint_as_float(q.y);
+                    v66[c * 4 + 2] = __uint_as_float(q.z);
+                    v66[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v67[c * 4 + 0] = 0e0f;
-                    v67[c * 4 + 1] = 0e0f;
-                    v67[c * 4 + 2] = 0e0f;
-                    v67[c * 4 + 3] = 0e0f;
+                    v66[c * 4 + 0] = 0e0f;
+                    v66[c * 4 + 1] = 0e0f;
+                    v66[c * 4 + 2] = 0e0f;
+                    v66[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v67[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v67[r] = (v66[r * 4 + 0] + v66[r * 4 + 1]) + (v66[r * 4 + 2] + v66[r * 4 + 3]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = acc4[r] + v67[r];
                 }
             }
             float v68[8];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v68[r] = (v67[r * 4 + 0] + v67[r * 4 + 1]) + (v67[r * 4 + 2] + v67[r * 4 + 3]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc4[r] = acc4[r] + v68[r];
-                }
-            }
-            float v71[8];
-            #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v71[r] = 1e0f;
+                    v68[r] = 1e0f;
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v69[r] = (v68[r * 4 + 0] + v68[r * 4 + 1]) + (v68[r * 4 + 2] + v68[r * 4 + 3]);
+                }
+            }
+            float v70[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v70[r] = 1e0f;
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v71[r] = fmaxf(v69[r], v70[0]);
                 }
             }
             float v72[8];
@@ -16018,53 +15969,62 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v72[r] = (v71[r * 4 + 0] + v71[r * 4 + 1]) + (v71[r * 4 + 2] + v71[r * 4 + 3]);
+                    v72[r] = (v67[r] / v71[r]);
                 }
             }
-            float v73[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v73[r] = 1e0f;
+            float v73[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v73[r] = (v66[r] - v72[r / 4]);
+                }
             }
             float v74[8];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v74[r] = fmaxf(v72[r], v73[0]);
+                    v74[r] = (v73[r] * v68[r]);
                 }
             }
             float v75[8];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v75[r] = (v68[r] / v74[r]);
+                    v75[r] = (v74[r] * v74[r]);
                 }
             }
             float v76[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v76[r] = (v67[r] - v75[r / 4]);
+                    v76[r] = (v75[r * 4 + 0] + v75[r * 4 + 1]) + (v75[r * 4 + 2] + v75[r * 4 + 3]);
                 }
             }
             float v77[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v77[r] = (v76[r] * v71[r]);
+                    v77[r] = (v64[r] + v69[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc6[r] = v77[r];
                 }
             }
             float v78[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v78[r] = (v77[r] * v77[r]);
+                    v78[r] = fmaxf(v77[r], v70[0]);
                 }
             }
             float v79[8];
@@ -16072,7 +16032,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v79[r] = (v78[r * 4 + 0] + v78[r * 4 + 1]) + (v78[r * 4 + 2] + v78[r * 4 + 3]);
+                    v79[r] = (v69[r] / v78[r]);
                 }
             }
             float v80[8];
@@ -16080,14 +16040,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v80[r] = (v65[r] + v72[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc6[r] = v80[r];
+                    v80[r] = (v72[r] - v65[r]);
                 }
             }
             float v81[8];
@@ -16095,7 +16048,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v81[r] = fmaxf(v80[r], v73[0]);
+                    v81[r] = (v80[r] * v79[r]);
                 }
             }
             float v82[8];
@@ -16103,7 +16056,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v82[r] = (v72[r] / v81[r]);
+                    v82[r] = (v65[r] + v81[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v82[r];
                 }
             }
             float v83[8];
@@ -16111,7 +16071,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v83[r] = (v75[r] - v66[r]);
+                    v83[r] = (v81[r] * v80[r]);
                 }
             }
             float v84[8];
@@ -16119,7 +16079,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v84[r] = (v83[r] * v82[r]);
+                    v84[r] = (v83[r] * v64[r]);
                 }
             }
             float v85[8];
@@ -16127,14 +16087,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v85[r] = (v66[r] + v84[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc7[r] = v85[r];
+                    v85[r] = acc5[r];
                 }
             }
             float v86[8];
@@ -16142,7 +16095,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v86[r] = (v84[r] * v83[r]);
+                    v86[r] = (v85[r] + v76[r]);
                 }
             }
             float v87[8];
@@ -16150,38 +16103,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v87[r] = (v86[r] * v65[r]);
-                }
-            }
-            float v88[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v88[r] = acc5[r];
-                }
-            }
-            float v89[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v89[r] = (v88[r] + v79[r]);
-                }
-            }
-            float v90[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v90[r] = (v89[r] + v87[r]);
+                    v87[r] = (v86[r] + v84[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v90[r];
+                    acc5[r] = v87[r];
                 }
             }
         }
@@ -16243,52 +16172,53 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l75 = (int)((unsigned)e / 1u % 8192u);
-                    v35[r] = (float)(o64 + l75);
+                    v35[r] = 1e0f;
                 }
             }
-            float v36[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v36[r] = (float)s1;
-            }
-            float v37[8];
+            float v36[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v37[r] = ((v35[r]) < (v36[0]) ? 1.0f : 0.0f);
+                    v36[r] = ((unsigned)(o64 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) % 8192u)) < (unsigned)s1) ? v35[r] : 0e0f;
                 }
             }
-            float v38[8];
+            float v37[8];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v38[r] = (v37[r * 4 + 0] + v37[r * 4 + 1]) + (v37[r * 4 + 2] + v37[r * 4 + 3]);
+                    v37[r] = (v36[r * 4 + 0] + v36[r * 4 + 1]) + (v36[r * 4 + 2] + v36[r * 4 + 3]);
                 }
             }
-            float v40[1];
+            float v39[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v40[r] = 1e0f;
+                v39[r] = 1e0f;
+            }
+            float v40[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v40[r] = fmaxf(v37[r], v39[0]);
+                }
             }
             float v41[8];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v41[r] = fmaxf(v38[r], v40[0]);
+                    v41[r] = (v34[r] / v40[r]);
                 }
             }
             float v42[8];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v42[r] = (v34[r] / v41[r]);
+                    v42[r] = (v0[r] - v41[r / 4]);
                 }
             }
             float v43[8];
@@ -16296,7 +16226,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v43[r] = (v0[r] - v42[r / 4]);
+                    v43[r] = (v42[r] * v36[r]);
                 }
             }
             float v44[8];
@@ -16304,15 +16234,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v44[r] = (v43[r] * v37[r]);
+                    v44[r] = (v43[r] * v43[r]);
                 }
             }
             float v45[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v45[r] = (v44[r] * v44[r]);
+                    v45[r] = (v44[r * 4 + 0] + v44[r * 4 + 1]) + (v44[r * 4 + 2] + v44[r * 4 + 3]);
                 }
             }
             float v46[8];
@@ -16320,7 +16250,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v46[r] = (v45[r * 4 + 0] + v45[r * 4 + 1]) + (v45[r * 4 + 2] + v45[r * 4 + 3]);
+                    v46[r] = (v32[r] + v37[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc6[r] = v46[r];
                 }
             }
             float v47[8];
@@ -16328,14 +16265,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v47[r] = (v32[r] + v38[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc6[r] = v47[r];
+                    v47[r] = fmaxf(v46[r], v39[0]);
                 }
             }
             float v48[8];
@@ -16343,7 +16273,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v48[r] = fmaxf(v47[r], v40[0]);
+                    v48[r] = (v37[r] / v47[r]);
                 }
             }
             float v49[8];
@@ -16351,7 +16281,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v49[r] = (v38[r] / v48[r]);
+                    v49[r] = (v41[r] - v33[r]);
                 }
             }
             float v50[8];
@@ -16359,7 +16289,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v50[r] = (v42[r] - v33[r]);
+                    v50[r] = (v49[r] * v48[r]);
                 }
             }
             float v51[8];
@@ -16367,7 +16297,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v51[r] = (v50[r] * v49[r]);
+                    v51[r] = (v33[r] + v50[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v51[r];
                 }
             }
             float v52[8];
@@ -16375,14 +16312,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v52[r] = (v33[r] + v51[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc7[r] = v52[r];
+                    v52[r] = (v50[r] * v49[r]);
                 }
             }
             float v53[8];
@@ -16390,7 +16320,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v53[r] = (v51[r] * v50[r]);
+                    v53[r] = (v52[r] * v32[r]);
                 }
             }
             float v54[8];
@@ -16398,7 +16328,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v54[r] = (v53[r] * v32[r]);
+                    v54[r] = acc5[r];
                 }
             }
             float v55[8];
@@ -16406,7 +16336,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v55[r] = acc5[r];
+                    v55[r] = (v54[r] + v45[r]);
                 }
             }
             float v56[8];
@@ -16414,22 +16344,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v56[r] = (v55[r] + v46[r]);
-                }
-            }
-            float v57[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v57[r] = (v56[r] + v54[r]);
+                    v56[r] = (v55[r] + v53[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v57[r];
+                    acc5[r] = v56[r];
                 }
             }
         }
@@ -16480,12 +16402,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             (void)r; (void)e;
             v5[r] = (v3[0] / v4[0]);
         }
+        float v57[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v57[r] = acc5[r];
+            }
+        }
         float v58[8];
         #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v58[r] = acc5[r];
+                v58[r] = acc6[r];
             }
         }
         float v59[8];
@@ -16493,7 +16423,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v59[r] = acc6[r];
+                v59[r] = acc7[r];
             }
         }
         float v60[8];
@@ -16501,7 +16431,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v60[r] = acc7[r];
+                v60[r] = (v59[r] - v5[0]);
             }
         }
         float v61[8];
@@ -16509,7 +16439,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v61[r] = (v60[r] - v5[0]);
+                v61[r] = (v60[r] * v60[r]);
             }
         }
         float v62[8];
@@ -16517,7 +16447,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v62[r] = (v61[r] * v61[r]);
+                v62[r] = (v58[r] * v61[r]);
             }
         }
         float v63[8];
@@ -16525,15 +16455,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v63[r] = (v59[r] * v62[r]);
-            }
-        }
-        float v64[8];
-        #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-            (void)e; {
-                v64[r] = (v58[r] + v63[r]);
+                v63[r] = (v57[r] + v62[r]);
             }
         }
         float v14[1];
@@ -16544,7 +16466,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 2; q++) p[i] = p[i] + v64[i * 2 + q];
+                for (int q = 0; q < 2; q++) p[i] = p[i] + v63[i * 2 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }

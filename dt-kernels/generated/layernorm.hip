@@ -5450,59 +5450,81 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
                 }
             }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v64[r] = acc6[r];
+                }
+            }
             float v65[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v65[r] = acc6[r];
+                    v65[r] = acc7[r];
                 }
             }
-            float v66[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v66[r] = acc7[r];
-                }
-            }
-            dt_f16s<8> v67; /* 16-bit values as loaded */
+            dt_f16s<8> v66; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
                 const int l25 = (int)((unsigned)e / 8192u % 1u);
                 const int l26 = (int)((unsigned)e / 1u % 8192u);
                 if (f18[c]) {
-                    v67.w[c] = q17[c];
+                    v66.w[c] = q17[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l26) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l25) < (unsigned)s0) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
-                    v67.w[c] = w;
+                    v66.w[c] = w;
+                }
+            }
+            float v67[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v67[r] = ((v66[r * 8 + 0] + v66[r * 8 + 1]) + (v66[r * 8 + 2] + v66[r * 8 + 3])) + ((v66[r * 8 + 4] + v66[r * 8 + 5]) + (v66[r * 8 + 6] + v66[r * 8 + 7]));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v67[r];
                 }
             }
             float v68[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v68[r] = ((v67[r * 8 + 0] + v67[r * 8 + 1]) + (v67[r * 8 + 2] + v67[r * 8 + 3])) + ((v67[r * 8 + 4] + v67[r * 8 + 5]) + (v67[r * 8 + 6] + v67[r * 8 + 7]));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = acc4[r] + v68[r];
-                }
-            }
-            float v71[8];
-            #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v71[r] = 1e0f;
+                    v68[r] = 1e0f;
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v69[r] = ((v68[r * 8 + 0] + v68[r * 8 + 1]) + (v68[r * 8 + 2] + v68[r * 8 + 3])) + ((v68[r * 8 + 4] + v68[r * 8 + 5]) + (v68[r * 8 + 6] + v68[r * 8 + 7]));
+                }
+            }
+            float v70[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v70[r] = 1e0f;
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v71[r] = fmaxf(v69[r], v70[0]);
                 }
             }
             float v72[8];
@@ -5510,53 +5532,62 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v72[r] = ((v71[r * 8 + 0] + v71[r * 8 + 1]) + (v71[r * 8 + 2] + v71[r * 8 + 3])) + ((v71[r * 8 + 4] + v71[r * 8 + 5]) + (v71[r * 8 + 6] + v71[r * 8 + 7]));
+                    v72[r] = dt_fast_div(v67[r], v71[r]);
                 }
             }
-            float v73[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v73[r] = 1e0f;
+            float v73[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v73[r] = (v66[r] - v72[r / 8]);
+                }
             }
             float v74[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v74[r] = fmaxf(v72[r], v73[0]);
+                    v74[r] = (v73[r] * v68[r]);
                 }
             }
             float v75[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v75[r] = dt_fast_div(v68[r], v74[r]);
+                    v75[r] = (v74[r] * v74[r]);
                 }
             }
             float v76[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v76[r] = (v67[r] - v75[r / 8]);
+                    v76[r] = ((v75[r * 8 + 0] + v75[r * 8 + 1]) + (v75[r * 8 + 2] + v75[r * 8 + 3])) + ((v75[r * 8 + 4] + v75[r * 8 + 5]) + (v75[r * 8 + 6] + v75[r * 8 + 7]));
                 }
             }
             float v77[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v77[r] = (v76[r] * v71[r]);
+                    v77[r] = (v64[r] + v69[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v77[r];
                 }
             }
             float v78[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v78[r] = (v77[r] * v77[r]);
+                    v78[r] = fmaxf(v77[r], v70[0]);
                 }
             }
             float v79[8];
@@ -5564,7 +5595,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = ((v78[r * 8 + 0] + v78[r * 8 + 1]) + (v78[r * 8 + 2] + v78[r * 8 + 3])) + ((v78[r * 8 + 4] + v78[r * 8 + 5]) + (v78[r * 8 + 6] + v78[r * 8 + 7]));
+                    v79[r] = dt_fast_div(v69[r], v78[r]);
                 }
             }
             float v80[8];
@@ -5572,14 +5603,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v80[r] = (v65[r] + v72[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v80[r];
+                    v80[r] = (v72[r] - v65[r]);
                 }
             }
             float v81[8];
@@ -5587,7 +5611,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = fmaxf(v80[r], v73[0]);
+                    v81[r] = (v80[r] * v79[r]);
                 }
             }
             float v82[8];
@@ -5595,7 +5619,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v82[r] = dt_fast_div(v72[r], v81[r]);
+                    v82[r] = (v65[r] + v81[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v82[r];
                 }
             }
             float v83[8];
@@ -5603,7 +5634,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v83[r] = (v75[r] - v66[r]);
+                    v83[r] = (v81[r] * v80[r]);
                 }
             }
             float v84[8];
@@ -5611,7 +5642,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v84[r] = (v83[r] * v82[r]);
+                    v84[r] = (v83[r] * v64[r]);
                 }
             }
             float v85[8];
@@ -5619,14 +5650,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v85[r] = (v66[r] + v84[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v85[r];
+                    v85[r] = acc5[r];
                 }
             }
             float v86[8];
@@ -5634,7 +5658,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v86[r] = (v84[r] * v83[r]);
+                    v86[r] = (v85[r] + v76[r]);
                 }
             }
             float v87[8];
@@ -5642,38 +5666,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v87[r] = (v86[r] * v65[r]);
-                }
-            }
-            float v88[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v88[r] = acc5[r];
-                }
-            }
-            float v89[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v89[r] = (v88[r] + v79[r]);
-                }
-            }
-            float v90[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v90[r] = (v89[r] + v87[r]);
+                    v87[r] = (v86[r] + v84[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v90[r];
+                    acc5[r] = v87[r];
                 }
             }
         }
@@ -5757,52 +5757,54 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l91 = (int)((unsigned)e / 1u % 8192u);
-                    v35[r] = (float)(o72 + l91);
+                    v35[r] = 1e0f;
                 }
             }
-            float v36[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v36[r] = (float)s1;
-            }
-            float v37[8];
+            float v36[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v37[r] = ((v35[r]) < (v36[0]) ? 1.0f : 0.0f);
+                    const int l92 = (int)((unsigned)e / 1u % 8192u);
+                    v36[r] = ((unsigned)(o72 + l92) < (unsigned)s1) ? v35[r] : 0e0f;
                 }
             }
-            float v38[8];
+            float v37[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v38[r] = ((v37[r * 8 + 0] + v37[r * 8 + 1]) + (v37[r * 8 + 2] + v37[r * 8 + 3])) + ((v37[r * 8 + 4] + v37[r * 8 + 5]) + (v37[r * 8 + 6] + v37[r * 8 + 7]));
+                    v37[r] = ((v36[r * 8 + 0] + v36[r * 8 + 1]) + (v36[r * 8 + 2] + v36[r * 8 + 3])) + ((v36[r * 8 + 4] + v36[r * 8 + 5]) + (v36[r * 8 + 6] + v36[r * 8 + 7]));
                 }
             }
-            float v40[1];
+            float v39[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v40[r] = 1e0f;
+                v39[r] = 1e0f;
+            }
+            float v40[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v40[r] = fmaxf(v37[r], v39[0]);
+                }
             }
             float v41[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v41[r] = fmaxf(v38[r], v40[0]);
+                    v41[r] = dt_fast_div(v34[r], v40[r]);
                 }
             }
             float v42[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v42[r] = dt_fast_div(v34[r], v41[r]);
+                    v42[r] = (v0[r] - v41[r / 8]);
                 }
             }
             float v43[8];
@@ -5810,7 +5812,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v43[r] = (v0[r] - v42[r / 8]);
+                    v43[r] = (v42[r] * v36[r]);
                 }
             }
             float v44[8];
@@ -5818,15 +5820,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v44[r] = (v43[r] * v37[r]);
+                    v44[r] = (v43[r] * v43[r]);
                 }
             }
             float v45[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v45[r] = (v44[r] * v44[r]);
+                    v45[r] = ((v44[r * 8 + 0] + v44[r * 8 + 1]) + (v44[r * 8 + 2] + v44[r * 8 + 3])) + ((v44[r * 8 + 4] + v44[r * 8 + 5]) + (v44[r * 8 + 6] + v44[r * 8 + 7]));
                 }
             }
             float v46[8];
@@ -5834,7 +5836,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v46[r] = ((v45[r * 8 + 0] + v45[r * 8 + 1]) + (v45[r * 8 + 2] + v45[r * 8 + 3])) + ((v45[r * 8 + 4] + v45[r * 8 + 5]) + (v45[r * 8 + 6] + v45[r * 8 + 7]));
+                    v46[r] = (v32[r] + v37[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v46[r];
                 }
             }
             float v47[8];
@@ -5842,14 +5851,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v47[r] = (v32[r] + v38[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v47[r];
+                    v47[r] = fmaxf(v46[r], v39[0]);
                 }
             }
             float v48[8];
@@ -5857,7 +5859,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v48[r] = fmaxf(v47[r], v40[0]);
+                    v48[r] = dt_fast_div(v37[r], v47[r]);
                 }
             }
             float v49[8];
@@ -5865,7 +5867,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v49[r] = dt_fast_div(v38[r], v48[r]);
+                    v49[r] = (v41[r] - v33[r]);
                 }
             }
             float v50[8];
@@ -5873,7 +5875,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v50[r] = (v42[r] - v33[r]);
+                    v50[r] = (v49[r] * v48[r]);
                 }
             }
             float v51[8];
@@ -5881,7 +5883,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = (v50[r] * v49[r]);
+                    v51[r] = (v33[r] + v50[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v51[r];
                 }
             }
             float v52[8];
@@ -5889,14 +5898,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = (v33[r] + v51[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v52[r];
+                    v52[r] = (v50[r] * v49[r]);
                 }
             }
             float v53[8];
@@ -5904,7 +5906,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = (v51[r] * v50[r]);
+                    v53[r] = (v52[r] * v32[r]);
                 }
             }
             float v54[8];
@@ -5912,7 +5914,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = (v53[r] * v32[r]);
+                    v54[r] = acc5[r];
                 }
             }
             float v55[8];
@@ -5920,7 +5922,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v55[r] = acc5[r];
+                    v55[r] = (v54[r] + v45[r]);
                 }
             }
             float v56[8];
@@ -5928,22 +5930,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v56[r] = (v55[r] + v46[r]);
-                }
-            }
-            float v57[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v57[r] = (v56[r] + v54[r]);
+                    v56[r] = (v55[r] + v53[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v57[r];
+                    acc5[r] = v56[r];
                 }
             }
         }
@@ -5994,12 +5988,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             (void)r; (void)e;
             v5[r] = dt_fast_div(v3[0], v4[0]);
         }
+        float v57[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v57[r] = acc5[r];
+            }
+        }
         float v58[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v58[r] = acc5[r];
+                v58[r] = acc6[r];
             }
         }
         float v59[8];
@@ -6007,7 +6009,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v59[r] = acc6[r];
+                v59[r] = acc7[r];
             }
         }
         float v60[8];
@@ -6015,7 +6017,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v60[r] = acc7[r];
+                v60[r] = (v59[r] - v5[0]);
             }
         }
         float v61[8];
@@ -6023,7 +6025,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v61[r] = (v60[r] - v5[0]);
+                v61[r] = (v60[r] * v60[r]);
             }
         }
         float v62[8];
@@ -6031,7 +6033,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v62[r] = (v61[r] * v61[r]);
+                v62[r] = (v58[r] * v61[r]);
             }
         }
         float v63[8];
@@ -6039,15 +6041,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v63[r] = (v59[r] * v62[r]);
-            }
-        }
-        float v64[8];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-            (void)e; {
-                v64[r] = (v58[r] + v63[r]);
+                v63[r] = (v57[r] + v62[r]);
             }
         }
         float v14[1];
@@ -6058,7 +6052,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v64[i * 1 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v63[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
@@ -6383,52 +6377,74 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
                     if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
                 }
             }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v64[r] = acc6[r];
+                }
+            }
             float v65[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v65[r] = acc6[r];
+                    v65[r] = acc7[r];
                 }
             }
-            float v66[8];
+            dt_f16s<8> v66; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f18[c]) {
+                    v66.w[c] = q17[c];
+                } else {
+                    v66.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v67[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v66[r] = acc7[r];
+                    v67[r] = ((v66[r * 8 + 0] + v66[r * 8 + 1]) + (v66[r * 8 + 2] + v66[r * 8 + 3])) + ((v66[r * 8 + 4] + v66[r * 8 + 5]) + (v66[r * 8 + 6] + v66[r * 8 + 7]));
                 }
             }
-            dt_f16s<8> v67; /* 16-bit values as loaded */
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                if (f18[c]) {
-                    v67.w[c] = q17[c];
-                } else {
-                    v67.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v67[r];
                 }
             }
             float v68[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v68[r] = ((v67[r * 8 + 0] + v67[r * 8 + 1]) + (v67[r * 8 + 2] + v67[r * 8 + 3])) + ((v67[r * 8 + 4] + v67[r * 8 + 5]) + (v67[r * 8 + 6] + v67[r * 8 + 7]));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = acc4[r] + v68[r];
-                }
-            }
-            float v71[8];
-            #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v71[r] = 1e0f;
+                    v68[r] = 1e0f;
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v69[r] = ((v68[r * 8 + 0] + v68[r * 8 + 1]) + (v68[r * 8 + 2] + v68[r * 8 + 3])) + ((v68[r * 8 + 4] + v68[r * 8 + 5]) + (v68[r * 8 + 6] + v68[r * 8 + 7]));
+                }
+            }
+            float v70[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v70[r] = 1e0f;
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v71[r] = fmaxf(v69[r], v70[0]);
                 }
             }
             float v72[8];
@@ -6436,53 +6452,62 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v72[r] = ((v71[r * 8 + 0] + v71[r * 8 + 1]) + (v71[r * 8 + 2] + v71[r * 8 + 3])) + ((v71[r * 8 + 4] + v71[r * 8 + 5]) + (v71[r * 8 + 6] + v71[r * 8 + 7]));
+                    v72[r] = dt_fast_div(v67[r], v71[r]);
                 }
             }
-            float v73[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v73[r] = 1e0f;
+            float v73[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v73[r] = (v66[r] - v72[r / 8]);
+                }
             }
             float v74[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v74[r] = fmaxf(v72[r], v73[0]);
+                    v74[r] = (v73[r] * v68[r]);
                 }
             }
             float v75[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v75[r] = dt_fast_div(v68[r], v74[r]);
+                    v75[r] = (v74[r] * v74[r]);
                 }
             }
             float v76[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v76[r] = (v67[r] - v75[r / 8]);
+                    v76[r] = ((v75[r * 8 + 0] + v75[r * 8 + 1]) + (v75[r * 8 + 2] + v75[r * 8 + 3])) + ((v75[r * 8 + 4] + v75[r * 8 + 5]) + (v75[r * 8 + 6] + v75[r * 8 + 7]));
                 }
             }
             float v77[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v77[r] = (v76[r] * v71[r]);
+                    v77[r] = (v64[r] + v69[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v77[r];
                 }
             }
             float v78[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v78[r] = (v77[r] * v77[r]);
+                    v78[r] = fmaxf(v77[r], v70[0]);
                 }
             }
             float v79[8];
@@ -6490,7 +6515,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = ((v78[r * 8 + 0] + v78[r * 8 + 1]) + (v78[r * 8 + 2] + v78[r * 8 + 3])) + ((v78[r * 8 + 4] + v78[r * 8 + 5]) + (v78[r * 8 + 6] + v78[r * 8 + 7]));
+                    v79[r] = dt_fast_div(v69[r], v78[r]);
                 }
             }
             float v80[8];
@@ -6498,14 +6523,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v80[r] = (v65[r] + v72[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v80[r];
+                    v80[r] = (v72[r] - v65[r]);
                 }
             }
             float v81[8];
@@ -6513,7 +6531,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = fmaxf(v80[r], v73[0]);
+                    v81[r] = (v80[r] * v79[r]);
                 }
             }
             float v82[8];
@@ -6521,7 +6539,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v82[r] = dt_fast_div(v72[r], v81[r]);
+                    v82[r] = (v65[r] + v81[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v82[r];
                 }
             }
             float v83[8];
@@ -6529,7 +6554,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v83[r] = (v75[r] - v66[r]);
+                    v83[r] = (v81[r] * v80[r]);
                 }
             }
             float v84[8];
@@ -6537,7 +6562,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v84[r] = (v83[r] * v82[r]);
+                    v84[r] = (v83[r] * v64[r]);
                 }
             }
             float v85[8];
@@ -6545,14 +6570,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v85[r] = (v66[r] + v84[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v85[r];
+                    v85[r] = acc5[r];
                 }
             }
             float v86[8];
@@ -6560,7 +6578,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v86[r] = (v84[r] * v83[r]);
+                    v86[r] = (v85[r] + v76[r]);
                 }
             }
             float v87[8];
@@ -6568,38 +6586,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v87[r] = (v86[r] * v65[r]);
-                }
-            }
-            float v88[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v88[r] = acc5[r];
-                }
-            }
-            float v89[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v89[r] = (v88[r] + v79[r]);
-                }
-            }
-            float v90[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v90[r] = (v89[r] + v87[r]);
+                    v87[r] = (v86[r] + v84[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v90[r];
+                    acc5[r] = v87[r];
                 }
             }
         }
@@ -6676,52 +6670,53 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l91 = (int)((unsigned)e / 1u % 8192u);
-                    v35[r] = (float)(o72 + l91);
+                    v35[r] = 1e0f;
                 }
             }
-            float v36[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v36[r] = (float)s1;
-            }
-            float v37[8];
+            float v36[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v37[r] = ((v35[r]) < (v36[0]) ? 1.0f : 0.0f);
+                    v36[r] = ((unsigned)(o72 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 8192u)) < (unsigned)s1) ? v35[r] : 0e0f;
                 }
             }
-            float v38[8];
+            float v37[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v38[r] = ((v37[r * 8 + 0] + v37[r * 8 + 1]) + (v37[r * 8 + 2] + v37[r * 8 + 3])) + ((v37[r * 8 + 4] + v37[r * 8 + 5]) + (v37[r * 8 + 6] + v37[r * 8 + 7]));
+                    v37[r] = ((v36[r * 8 + 0] + v36[r * 8 + 1]) + (v36[r * 8 + 2] + v36[r * 8 + 3])) + ((v36[r * 8 + 4] + v36[r * 8 + 5]) + (v36[r * 8 + 6] + v36[r * 8 + 7]));
                 }
             }
-            float v40[1];
+            float v39[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v40[r] = 1e0f;
+                v39[r] = 1e0f;
+            }
+            float v40[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v40[r] = fmaxf(v37[r], v39[0]);
+                }
             }
             float v41[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v41[r] = fmaxf(v38[r], v40[0]);
+                    v41[r] = dt_fast_div(v34[r], v40[r]);
                 }
             }
             float v42[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v42[r] = dt_fast_div(v34[r], v41[r]);
+                    v42[r] = (v0[r] - v41[r / 8]);
                 }
             }
             float v43[8];
@@ -6729,7 +6724,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v43[r] = (v0[r] - v42[r / 8]);
+                    v43[r] = (v42[r] * v36[r]);
                 }
             }
             float v44[8];
@@ -6737,15 +6732,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v44[r] = (v43[r] * v37[r]);
+                    v44[r] = (v43[r] * v43[r]);
                 }
             }
             float v45[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v45[r] = (v44[r] * v44[r]);
+                    v45[r] = ((v44[r * 8 + 0] + v44[r * 8 + 1]) + (v44[r * 8 + 2] + v44[r * 8 + 3])) + ((v44[r * 8 + 4] + v44[r * 8 + 5]) + (v44[r * 8 + 6] + v44[r * 8 + 7]));
                 }
             }
             float v46[8];
@@ -6753,7 +6748,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v46[r] = ((v45[r * 8 + 0] + v45[r * 8 + 1]) + (v45[r * 8 + 2] + v45[r * 8 + 3])) + ((v45[r * 8 + 4] + v45[r * 8 + 5]) + (v45[r * 8 + 6] + v45[r * 8 + 7]));
+                    v46[r] = (v32[r] + v37[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v46[r];
                 }
             }
             float v47[8];
@@ -6761,14 +6763,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v47[r] = (v32[r] + v38[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v47[r];
+                    v47[r] = fmaxf(v46[r], v39[0]);
                 }
             }
             float v48[8];
@@ -6776,7 +6771,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v48[r] = fmaxf(v47[r], v40[0]);
+                    v48[r] = dt_fast_div(v37[r], v47[r]);
                 }
             }
             float v49[8];
@@ -6784,7 +6779,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v49[r] = dt_fast_div(v38[r], v48[r]);
+                    v49[r] = (v41[r] - v33[r]);
                 }
             }
             float v50[8];
@@ -6792,7 +6787,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v50[r] = (v42[r] - v33[r]);
+                    v50[r] = (v49[r] * v48[r]);
                 }
             }
             float v51[8];
@@ -6800,7 +6795,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = (v50[r] * v49[r]);
+                    v51[r] = (v33[r] + v50[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v51[r];
                 }
             }
             float v52[8];
@@ -6808,14 +6810,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = (v33[r] + v51[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v52[r];
+                    v52[r] = (v50[r] * v49[r]);
                 }
             }
             float v53[8];
@@ -6823,7 +6818,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = (v51[r] * v50[r]);
+                    v53[r] = (v52[r] * v32[r]);
                 }
             }
             float v54[8];
@@ -6831,7 +6826,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = (v53[r] * v32[r]);
+                    v54[r] = acc5[r];
                 }
             }
             float v55[8];
@@ -6839,7 +6834,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v55[r] = acc5[r];
+                    v55[r] = (v54[r] + v45[r]);
                 }
             }
             float v56[8];
@@ -6847,22 +6842,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v56[r] = (v55[r] + v46[r]);
-                }
-            }
-            float v57[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v57[r] = (v56[r] + v54[r]);
+                    v56[r] = (v55[r] + v53[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v57[r];
+                    acc5[r] = v56[r];
                 }
             }
         }
@@ -6913,12 +6900,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             (void)r; (void)e;
             v5[r] = dt_fast_div(v3[0], v4[0]);
         }
+        float v57[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v57[r] = acc5[r];
+            }
+        }
         float v58[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v58[r] = acc5[r];
+                v58[r] = acc6[r];
             }
         }
         float v59[8];
@@ -6926,7 +6921,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v59[r] = acc6[r];
+                v59[r] = acc7[r];
             }
         }
         float v60[8];
@@ -6934,7 +6929,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v60[r] = acc7[r];
+                v60[r] = (v59[r] - v5[0]);
             }
         }
         float v61[8];
@@ -6942,7 +6937,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v61[r] = (v60[r] - v5[0]);
+                v61[r] = (v60[r] * v60[r]);
             }
         }
         float v62[8];
@@ -6950,7 +6945,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v62[r] = (v61[r] * v61[r]);
+                v62[r] = (v58[r] * v61[r]);
             }
         }
         float v63[8];
@@ -6958,15 +6953,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v63[r] = (v59[r] * v62[r]);
-            }
-        }
-        float v64[8];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-            (void)e; {
-                v64[r] = (v58[r] + v63[r]);
+                v63[r] = (v57[r] + v62[r]);
             }
         }
         float v14[1];
@@ -6977,7 +6964,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v64[i * 1 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v63[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
@@ -7272,59 +7259,81 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
                 }
             }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v64[r] = acc6[r];
+                }
+            }
             float v65[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v65[r] = acc6[r];
+                    v65[r] = acc7[r];
                 }
             }
-            float v66[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v66[r] = acc7[r];
-                }
-            }
-            dt_bf16s<8> v67; /* 16-bit values as loaded */
+            dt_bf16s<8> v66; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
                 const int l25 = (int)((unsigned)e / 8192u % 1u);
                 const int l26 = (int)((unsigned)e / 1u % 8192u);
                 if (f18[c]) {
-                    v67.w[c] = q17[c];
+                    v66.w[c] = q17[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l26) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l25) < (unsigned)s0) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
-                    v67.w[c] = w;
+                    v66.w[c] = w;
+                }
+            }
+            float v67[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v67[r] = ((v66[r * 8 + 0] + v66[r * 8 + 1]) + (v66[r * 8 + 2] + v66[r * 8 + 3])) + ((v66[r * 8 + 4] + v66[r * 8 + 5]) + (v66[r * 8 + 6] + v66[r * 8 + 7]));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v67[r];
                 }
             }
             float v68[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v68[r] = ((v67[r * 8 + 0] + v67[r * 8 + 1]) + (v67[r * 8 + 2] + v67[r * 8 + 3])) + ((v67[r * 8 + 4] + v67[r * 8 + 5]) + (v67[r * 8 + 6] + v67[r * 8 + 7]));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = acc4[r] + v68[r];
-                }
-            }
-            float v71[8];
-            #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v71[r] = 1e0f;
+                    v68[r] = 1e0f;
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v69[r] = ((v68[r * 8 + 0] + v68[r * 8 + 1]) + (v68[r * 8 + 2] + v68[r * 8 + 3])) + ((v68[r * 8 + 4] + v68[r * 8 + 5]) + (v68[r * 8 + 6] + v68[r * 8 + 7]));
+                }
+            }
+            float v70[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v70[r] = 1e0f;
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v71[r] = fmaxf(v69[r], v70[0]);
                 }
             }
             float v72[8];
@@ -7332,53 +7341,62 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v72[r] = ((v71[r * 8 + 0] + v71[r * 8 + 1]) + (v71[r * 8 + 2] + v71[r * 8 + 3])) + ((v71[r * 8 + 4] + v71[r * 8 + 5]) + (v71[r * 8 + 6] + v71[r * 8 + 7]));
+                    v72[r] = dt_fast_div(v67[r], v71[r]);
                 }
             }
-            float v73[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v73[r] = 1e0f;
+            float v73[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v73[r] = (v66[r] - v72[r / 8]);
+                }
             }
             float v74[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v74[r] = fmaxf(v72[r], v73[0]);
+                    v74[r] = (v73[r] * v68[r]);
                 }
             }
             float v75[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v75[r] = dt_fast_div(v68[r], v74[r]);
+                    v75[r] = (v74[r] * v74[r]);
                 }
             }
             float v76[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v76[r] = (v67[r] - v75[r / 8]);
+                    v76[r] = ((v75[r * 8 + 0] + v75[r * 8 + 1]) + (v75[r * 8 + 2] + v75[r * 8 + 3])) + ((v75[r * 8 + 4] + v75[r * 8 + 5]) + (v75[r * 8 + 6] + v75[r * 8 + 7]));
                 }
             }
             float v77[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v77[r] = (v76[r] * v71[r]);
+                    v77[r] = (v64[r] + v69[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v77[r];
                 }
             }
             float v78[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v78[r] = (v77[r] * v77[r]);
+                    v78[r] = fmaxf(v77[r], v70[0]);
                 }
             }
             float v79[8];
@@ -7386,7 +7404,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = ((v78[r * 8 + 0] + v78[r * 8 + 1]) + (v78[r * 8 + 2] + v78[r * 8 + 3])) + ((v78[r * 8 + 4] + v78[r * 8 + 5]) + (v78[r * 8 + 6] + v78[r * 8 + 7]));
+                    v79[r] = dt_fast_div(v69[r], v78[r]);
                 }
             }
             float v80[8];
@@ -7394,14 +7412,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v80[r] = (v65[r] + v72[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v80[r];
+                    v80[r] = (v72[r] - v65[r]);
                 }
             }
             float v81[8];
@@ -7409,7 +7420,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = fmaxf(v80[r], v73[0]);
+                    v81[r] = (v80[r] * v79[r]);
                 }
             }
             float v82[8];
@@ -7417,7 +7428,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v82[r] = dt_fast_div(v72[r], v81[r]);
+                    v82[r] = (v65[r] + v81[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v82[r];
                 }
             }
             float v83[8];
@@ -7425,7 +7443,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v83[r] = (v75[r] - v66[r]);
+                    v83[r] = (v81[r] * v80[r]);
                 }
             }
             float v84[8];
@@ -7433,7 +7451,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v84[r] = (v83[r] * v82[r]);
+                    v84[r] = (v83[r] * v64[r]);
                 }
             }
             float v85[8];
@@ -7441,14 +7459,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v85[r] = (v66[r] + v84[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v85[r];
+                    v85[r] = acc5[r];
                 }
             }
             float v86[8];
@@ -7456,7 +7467,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v86[r] = (v84[r] * v83[r]);
+                    v86[r] = (v85[r] + v76[r]);
                 }
             }
             float v87[8];
@@ -7464,38 +7475,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v87[r] = (v86[r] * v65[r]);
-                }
-            }
-            float v88[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v88[r] = acc5[r];
-                }
-            }
-            float v89[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v89[r] = (v88[r] + v79[r]);
-                }
-            }
-            float v90[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v90[r] = (v89[r] + v87[r]);
+                    v87[r] = (v86[r] + v84[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v90[r];
+                    acc5[r] = v87[r];
                 }
             }
         }
@@ -7579,52 +7566,54 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l91 = (int)((unsigned)e / 1u % 8192u);
-                    v35[r] = (float)(o72 + l91);
+                    v35[r] = 1e0f;
                 }
             }
-            float v36[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v36[r] = (float)s1;
-            }
-            float v37[8];
+            float v36[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v37[r] = ((v35[r]) < (v36[0]) ? 1.0f : 0.0f);
+                    const int l92 = (int)((unsigned)e / 1u % 8192u);
+                    v36[r] = ((unsigned)(o72 + l92) < (unsigned)s1) ? v35[r] : 0e0f;
                 }
             }
-            float v38[8];
+            float v37[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v38[r] = ((v37[r * 8 + 0] + v37[r * 8 + 1]) + (v37[r * 8 + 2] + v37[r * 8 + 3])) + ((v37[r * 8 + 4] + v37[r * 8 + 5]) + (v37[r * 8 + 6] + v37[r * 8 + 7]));
+                    v37[r] = ((v36[r * 8 + 0] + v36[r * 8 + 1]) + (v36[r * 8 + 2] + v36[r * 8 + 3])) + ((v36[r * 8 + 4] + v36[r * 8 + 5]) + (v36[r * 8 + 6] + v36[r * 8 + 7]));
                 }
             }
-            float v40[1];
+            float v39[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v40[r] = 1e0f;
+                v39[r] = 1e0f;
+            }
+            float v40[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v40[r] = fmaxf(v37[r], v39[0]);
+                }
             }
             float v41[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v41[r] = fmaxf(v38[r], v40[0]);
+                    v41[r] = dt_fast_div(v34[r], v40[r]);
                 }
             }
             float v42[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v42[r] = dt_fast_div(v34[r], v41[r]);
+                    v42[r] = (v0[r] - v41[r / 8]);
                 }
             }
             float v43[8];
@@ -7632,7 +7621,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v43[r] = (v0[r] - v42[r / 8]);
+                    v43[r] = (v42[r] * v36[r]);
                 }
             }
             float v44[8];
@@ -7640,15 +7629,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v44[r] = (v43[r] * v37[r]);
+                    v44[r] = (v43[r] * v43[r]);
                 }
             }
             float v45[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v45[r] = (v44[r] * v44[r]);
+                    v45[r] = ((v44[r * 8 + 0] + v44[r * 8 + 1]) + (v44[r * 8 + 2] + v44[r * 8 + 3])) + ((v44[r * 8 + 4] + v44[r * 8 + 5]) + (v44[r * 8 + 6] + v44[r * 8 + 7]));
                 }
             }
             float v46[8];
@@ -7656,7 +7645,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v46[r] = ((v45[r * 8 + 0] + v45[r * 8 + 1]) + (v45[r * 8 + 2] + v45[r * 8 + 3])) + ((v45[r * 8 + 4] + v45[r * 8 + 5]) + (v45[r * 8 + 6] + v45[r * 8 + 7]));
+                    v46[r] = (v32[r] + v37[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v46[r];
                 }
             }
             float v47[8];
@@ -7664,14 +7660,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v47[r] = (v32[r] + v38[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v47[r];
+                    v47[r] = fmaxf(v46[r], v39[0]);
                 }
             }
             float v48[8];
@@ -7679,7 +7668,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v48[r] = fmaxf(v47[r], v40[0]);
+                    v48[r] = dt_fast_div(v37[r], v47[r]);
                 }
             }
             float v49[8];
@@ -7687,7 +7676,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v49[r] = dt_fast_div(v38[r], v48[r]);
+                    v49[r] = (v41[r] - v33[r]);
                 }
             }
             float v50[8];
@@ -7695,7 +7684,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v50[r] = (v42[r] - v33[r]);
+                    v50[r] = (v49[r] * v48[r]);
                 }
             }
             float v51[8];
@@ -7703,7 +7692,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = (v50[r] * v49[r]);
+                    v51[r] = (v33[r] + v50[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v51[r];
                 }
             }
             float v52[8];
@@ -7711,14 +7707,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = (v33[r] + v51[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v52[r];
+                    v52[r] = (v50[r] * v49[r]);
                 }
             }
             float v53[8];
@@ -7726,7 +7715,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = (v51[r] * v50[r]);
+                    v53[r] = (v52[r] * v32[r]);
                 }
             }
             float v54[8];
@@ -7734,7 +7723,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = (v53[r] * v32[r]);
+                    v54[r] = acc5[r];
                 }
             }
             float v55[8];
@@ -7742,7 +7731,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v55[r] = acc5[r];
+                    v55[r] = (v54[r] + v45[r]);
                 }
             }
             float v56[8];
@@ -7750,22 +7739,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v56[r] = (v55[r] + v46[r]);
-                }
-            }
-            float v57[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v57[r] = (v56[r] + v54[r]);
+                    v56[r] = (v55[r] + v53[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v57[r];
+                    acc5[r] = v56[r];
                 }
             }
         }
@@ -7816,12 +7797,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             (void)r; (void)e;
             v5[r] = dt_fast_div(v3[0], v4[0]);
         }
+        float v57[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v57[r] = acc5[r];
+            }
+        }
         float v58[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v58[r] = acc5[r];
+                v58[r] = acc6[r];
             }
         }
         float v59[8];
@@ -7829,7 +7818,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v59[r] = acc6[r];
+                v59[r] = acc7[r];
             }
         }
         float v60[8];
@@ -7837,7 +7826,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v60[r] = acc7[r];
+                v60[r] = (v59[r] - v5[0]);
             }
         }
         float v61[8];
@@ -7845,7 +7834,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v61[r] = (v60[r] - v5[0]);
+                v61[r] = (v60[r] * v60[r]);
             }
         }
         float v62[8];
@@ -7853,7 +7842,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v62[r] = (v61[r] * v61[r]);
+                v62[r] = (v58[r] * v61[r]);
             }
         }
         float v63[8];
@@ -7861,15 +7850,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v63[r] = (v59[r] * v62[r]);
-            }
-        }
-        float v64[8];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-            (void)e; {
-                v64[r] = (v58[r] + v63[r]);
+                v63[r] = (v57[r] + v62[r]);
             }
         }
         float v14[1];
@@ -7880,7 +7861,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v64[i * 1 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v63[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
@@ -8205,52 +8186,74 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
                     if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
                 }
             }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v64[r] = acc6[r];
+                }
+            }
             float v65[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v65[r] = acc6[r];
+                    v65[r] = acc7[r];
                 }
             }
-            float v66[8];
+            dt_bf16s<8> v66; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f18[c]) {
+                    v66.w[c] = q17[c];
+                } else {
+                    v66.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v67[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v66[r] = acc7[r];
+                    v67[r] = ((v66[r * 8 + 0] + v66[r * 8 + 1]) + (v66[r * 8 + 2] + v66[r * 8 + 3])) + ((v66[r * 8 + 4] + v66[r * 8 + 5]) + (v66[r * 8 + 6] + v66[r * 8 + 7]));
                 }
             }
-            dt_bf16s<8> v67; /* 16-bit values as loaded */
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                if (f18[c]) {
-                    v67.w[c] = q17[c];
-                } else {
-                    v67.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v67[r];
                 }
             }
             float v68[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v68[r] = ((v67[r * 8 + 0] + v67[r * 8 + 1]) + (v67[r * 8 + 2] + v67[r * 8 + 3])) + ((v67[r * 8 + 4] + v67[r * 8 + 5]) + (v67[r * 8 + 6] + v67[r * 8 + 7]));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = acc4[r] + v68[r];
-                }
-            }
-            float v71[8];
-            #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v71[r] = 1e0f;
+                    v68[r] = 1e0f;
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v69[r] = ((v68[r * 8 + 0] + v68[r * 8 + 1]) + (v68[r * 8 + 2] + v68[r * 8 + 3])) + ((v68[r * 8 + 4] + v68[r * 8 + 5]) + (v68[r * 8 + 6] + v68[r * 8 + 7]));
+                }
+            }
+            float v70[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v70[r] = 1e0f;
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v71[r] = fmaxf(v69[r], v70[0]);
                 }
             }
             float v72[8];
@@ -8258,53 +8261,62 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v72[r] = ((v71[r * 8 + 0] + v71[r * 8 + 1]) + (v71[r * 8 + 2] + v71[r * 8 + 3])) + ((v71[r * 8 + 4] + v71[r * 8 + 5]) + (v71[r * 8 + 6] + v71[r * 8 + 7]));
+                    v72[r] = dt_fast_div(v67[r], v71[r]);
                 }
             }
-            float v73[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v73[r] = 1e0f;
+            float v73[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v73[r] = (v66[r] - v72[r / 8]);
+                }
             }
             float v74[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v74[r] = fmaxf(v72[r], v73[0]);
+                    v74[r] = (v73[r] * v68[r]);
                 }
             }
             float v75[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v75[r] = dt_fast_div(v68[r], v74[r]);
+                    v75[r] = (v74[r] * v74[r]);
                 }
             }
             float v76[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v76[r] = (v67[r] - v75[r / 8]);
+                    v76[r] = ((v75[r * 8 + 0] + v75[r * 8 + 1]) + (v75[r * 8 + 2] + v75[r * 8 + 3])) + ((v75[r * 8 + 4] + v75[r * 8 + 5]) + (v75[r * 8 + 6] + v75[r * 8 + 7]));
                 }
             }
             float v77[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v77[r] = (v76[r] * v71[r]);
+                    v77[r] = (v64[r] + v69[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v77[r];
                 }
             }
             float v78[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v78[r] = (v77[r] * v77[r]);
+                    v78[r] = fmaxf(v77[r], v70[0]);
                 }
             }
             float v79[8];
@@ -8312,7 +8324,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = ((v78[r * 8 + 0] + v78[r * 8 + 1]) + (v78[r * 8 + 2] + v78[r * 8 + 3])) + ((v78[r * 8 + 4] + v78[r * 8 + 5]) + (v78[r * 8 + 6] + v78[r * 8 + 7]));
+                    v79[r] = dt_fast_div(v69[r], v78[r]);
                 }
             }
             float v80[8];
@@ -8320,14 +8332,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v80[r] = (v65[r] + v72[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v80[r];
+                    v80[r] = (v72[r] - v65[r]);
                 }
             }
             float v81[8];
@@ -8335,7 +8340,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = fmaxf(v80[r], v73[0]);
+                    v81[r] = (v80[r] * v79[r]);
                 }
             }
             float v82[8];
@@ -8343,7 +8348,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v82[r] = dt_fast_div(v72[r], v81[r]);
+                    v82[r] = (v65[r] + v81[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v82[r];
                 }
             }
             float v83[8];
@@ -8351,7 +8363,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v83[r] = (v75[r] - v66[r]);
+                    v83[r] = (v81[r] * v80[r]);
                 }
             }
             float v84[8];
@@ -8359,7 +8371,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v84[r] = (v83[r] * v82[r]);
+                    v84[r] = (v83[r] * v64[r]);
                 }
             }
             float v85[8];
@@ -8367,14 +8379,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v85[r] = (v66[r] + v84[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v85[r];
+                    v85[r] = acc5[r];
                 }
             }
             float v86[8];
@@ -8382,7 +8387,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v86[r] = (v84[r] * v83[r]);
+                    v86[r] = (v85[r] + v76[r]);
                 }
             }
             float v87[8];
@@ -8390,38 +8395,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v87[r] = (v86[r] * v65[r]);
-                }
-            }
-            float v88[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v88[r] = acc5[r];
-                }
-            }
-            float v89[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v89[r] = (v88[r] + v79[r]);
-                }
-            }
-            float v90[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v90[r] = (v89[r] + v87[r]);
+                    v87[r] = (v86[r] + v84[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v90[r];
+                    acc5[r] = v87[r];
                 }
             }
         }
@@ -8498,52 +8479,53 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l91 = (int)((unsigned)e / 1u % 8192u);
-                    v35[r] = (float)(o72 + l91);
+                    v35[r] = 1e0f;
                 }
             }
-            float v36[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v36[r] = (float)s1;
-            }
-            float v37[8];
+            float v36[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v37[r] = ((v35[r]) < (v36[0]) ? 1.0f : 0.0f);
+                    v36[r] = ((unsigned)(o72 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 8192u)) < (unsigned)s1) ? v35[r] : 0e0f;
                 }
             }
-            float v38[8];
+            float v37[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v38[r] = ((v37[r * 8 + 0] + v37[r * 8 + 1]) + (v37[r * 8 + 2] + v37[r * 8 + 3])) + ((v37[r * 8 + 4] + v37[r * 8 + 5]) + (v37[r * 8 + 6] + v37[r * 8 + 7]));
+                    v37[r] = ((v36[r * 8 + 0] + v36[r * 8 + 1]) + (v36[r * 8 + 2] + v36[r * 8 + 3])) + ((v36[r * 8 + 4] + v36[r * 8 + 5]) + (v36[r * 8 + 6] + v36[r * 8 + 7]));
                 }
             }
-            float v40[1];
+            float v39[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v40[r] = 1e0f;
+                v39[r] = 1e0f;
+            }
+            float v40[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v40[r] = fmaxf(v37[r], v39[0]);
+                }
             }
             float v41[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v41[r] = fmaxf(v38[r], v40[0]);
+                    v41[r] = dt_fast_div(v34[r], v40[r]);
                 }
             }
             float v42[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v42[r] = dt_fast_div(v34[r], v41[r]);
+                    v42[r] = (v0[r] - v41[r / 8]);
                 }
             }
             float v43[8];
@@ -8551,7 +8533,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v43[r] = (v0[r] - v42[r / 8]);
+                    v43[r] = (v42[r] * v36[r]);
                 }
             }
             float v44[8];
@@ -8559,15 +8541,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v44[r] = (v43[r] * v37[r]);
+                    v44[r] = (v43[r] * v43[r]);
                 }
             }
             float v45[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v45[r] = (v44[r] * v44[r]);
+                    v45[r] = ((v44[r * 8 + 0] + v44[r * 8 + 1]) + (v44[r * 8 + 2] + v44[r * 8 + 3])) + ((v44[r * 8 + 4] + v44[r * 8 + 5]) + (v44[r * 8 + 6] + v44[r * 8 + 7]));
                 }
             }
             float v46[8];
@@ -8575,7 +8557,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v46[r] = ((v45[r * 8 + 0] + v45[r * 8 + 1]) + (v45[r * 8 + 2] + v45[r * 8 + 3])) + ((v45[r * 8 + 4] + v45[r * 8 + 5]) + (v45[r * 8 + 6] + v45[r * 8 + 7]));
+                    v46[r] = (v32[r] + v37[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v46[r];
                 }
             }
             float v47[8];
@@ -8583,14 +8572,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v47[r] = (v32[r] + v38[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v47[r];
+                    v47[r] = fmaxf(v46[r], v39[0]);
                 }
             }
             float v48[8];
@@ -8598,7 +8580,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v48[r] = fmaxf(v47[r], v40[0]);
+                    v48[r] = dt_fast_div(v37[r], v47[r]);
                 }
             }
             float v49[8];
@@ -8606,7 +8588,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v49[r] = dt_fast_div(v38[r], v48[r]);
+                    v49[r] = (v41[r] - v33[r]);
                 }
             }
             float v50[8];
@@ -8614,7 +8596,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v50[r] = (v42[r] - v33[r]);
+                    v50[r] = (v49[r] * v48[r]);
                 }
             }
             float v51[8];
@@ -8622,7 +8604,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = (v50[r] * v49[r]);
+                    v51[r] = (v33[r] + v50[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v51[r];
                 }
             }
             float v52[8];
@@ -8630,14 +8619,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = (v33[r] + v51[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v52[r];
+                    v52[r] = (v50[r] * v49[r]);
                 }
             }
             float v53[8];
@@ -8645,7 +8627,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = (v51[r] * v50[r]);
+                    v53[r] = (v52[r] * v32[r]);
                 }
             }
             float v54[8];
@@ -8653,7 +8635,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = (v53[r] * v32[r]);
+                    v54[r] = acc5[r];
                 }
             }
             float v55[8];
@@ -8661,7 +8643,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v55[r] = acc5[r];
+                    v55[r] = (v54[r] + v45[r]);
                 }
             }
             float v56[8];
@@ -8669,22 +8651,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v56[r] = (v55[r] + v46[r]);
-                }
-            }
-            float v57[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v57[r] = (v56[r] + v54[r]);
+                    v56[r] = (v55[r] + v53[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v57[r];
+                    acc5[r] = v56[r];
                 }
             }
         }
@@ -8735,12 +8709,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             (void)r; (void)e;
             v5[r] = dt_fast_div(v3[0], v4[0]);
         }
+        float v57[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v57[r] = acc5[r];
+            }
+        }
         float v58[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v58[r] = acc5[r];
+                v58[r] = acc6[r];
             }
         }
         float v59[8];
@@ -8748,7 +8730,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v59[r] = acc6[r];
+                v59[r] = acc7[r];
             }
         }
         float v60[8];
@@ -8756,7 +8738,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v60[r] = acc7[r];
+                v60[r] = (v59[r] - v5[0]);
             }
         }
         float v61[8];
@@ -8764,7 +8746,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v61[r] = (v60[r] - v5[0]);
+                v61[r] = (v60[r] * v60[r]);
             }
         }
         float v62[8];
@@ -8772,7 +8754,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v62[r] = (v61[r] * v61[r]);
+                v62[r] = (v58[r] * v61[r]);
             }
         }
         float v63[8];
@@ -8780,15 +8762,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v63[r] = (v59[r] * v62[r]);
-            }
-        }
-        float v64[8];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-            (void)e; {
-                v64[r] = (v58[r] + v63[r]);
+                v63[r] = (v57[r] + v62[r]);
             }
         }
         float v14[1];
@@ -8799,7 +8773,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v64[i * 1 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v63[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
@@ -9068,23 +9042,23 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
         }
         /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
         for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v64[r] = acc6[r];
+                }
+            }
             float v65[8];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v65[r] = acc6[r];
+                    v65[r] = acc7[r];
                 }
             }
             float v66[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v66[r] = acc7[r];
-                }
-            }
-            float v67[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
@@ -9093,38 +9067,60 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l18) * (unsigned)args.input_strides[0][1];
                 if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l17) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
-                    v67[c * 4 + 0] = __uint_as_float(q.x);
-                    v67[c * 4 + 1] = __uint_as_float(q.y);
-                    v67[c * 4 + 2] = __uint_as_float(q.z);
-                    v67[c * 4 + 3] = __uint_as_float(q.w);
+                    v66[c * 4 + 0] = __uint_as_float(q.x);
+                    v66[c * 4 + 1] = __uint_as_float(q.y);
+                    v66[c * 4 + 2] = __uint_as_float(q.z);
+                    v66[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v67[c * 4 + 0] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v67[c * 4 + 1] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v67[c * 4 + 2] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v67[c * 4 + 3] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v66[c * 4 + 0] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v66[c * 4 + 1] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v66[c * 4 + 2] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v66[c * 4 + 3] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                }
+            }
+            float v67[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v67[r] = (v66[r * 4 + 0] + v66[r * 4 + 1]) + (v66[r * 4 + 2] + v66[r * 4 + 3]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = acc4[r] + v67[r];
                 }
             }
             float v68[8];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v68[r] = (v67[r * 4 + 0] + v67[r * 4 + 1]) + (v67[r * 4 + 2] + v67[r * 4 + 3]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc4[r] = acc4[r] + v68[r];
-                }
-            }
-            float v71[8];
-            #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v71[r] = 1e0f;
+                    v68[r] = 1e0f;
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v69[r] = (v68[r * 4 + 0] + v68[r * 4 + 1]) + (v68[r * 4 + 2] + v68[r * 4 + 3]);
+                }
+            }
+            float v70[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v70[r] = 1e0f;
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v71[r] = fmaxf(v69[r], v70[0]);
                 }
             }
             float v72[8];
@@ -9132,53 +9128,62 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v72[r] = (v71[r * 4 + 0] + v71[r * 4 + 1]) + (v71[r * 4 + 2] + v71[r * 4 + 3]);
+                    v72[r] = (v67[r] / v71[r]);
                 }
             }
-            float v73[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v73[r] = 1e0f;
+            float v73[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v73[r] = (v66[r] - v72[r / 4]);
+                }
             }
             float v74[8];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v74[r] = fmaxf(v72[r], v73[0]);
+                    v74[r] = (v73[r] * v68[r]);
                 }
             }
             float v75[8];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v75[r] = (v68[r] / v74[r]);
+                    v75[r] = (v74[r] * v74[r]);
                 }
             }
             float v76[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v76[r] = (v67[r] - v75[r / 4]);
+                    v76[r] = (v75[r * 4 + 0] + v75[r * 4 + 1]) + (v75[r * 4 + 2] + v75[r * 4 + 3]);
                 }
             }
             float v77[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v77[r] = (v76[r] * v71[r]);
+                    v77[r] = (v64[r] + v69[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc6[r] = v77[r];
                 }
             }
             float v78[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v78[r] = (v77[r] * v77[r]);
+                    v78[r] = fmaxf(v77[r], v70[0]);
                 }
             }
             float v79[8];
@@ -9186,7 +9191,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v79[r] = (v78[r * 4 + 0] + v78[r * 4 + 1]) + (v78[r * 4 + 2] + v78[r * 4 + 3]);
+                    v79[r] = (v69[r] / v78[r]);
                 }
             }
             float v80[8];
@@ -9194,14 +9199,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v80[r] = (v65[r] + v72[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc6[r] = v80[r];
+                    v80[r] = (v72[r] - v65[r]);
                 }
             }
             float v81[8];
@@ -9209,7 +9207,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v81[r] = fmaxf(v80[r], v73[0]);
+                    v81[r] = (v80[r] * v79[r]);
                 }
             }
             float v82[8];
@@ -9217,7 +9215,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v82[r] = (v72[r] / v81[r]);
+                    v82[r] = (v65[r] + v81[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v82[r];
                 }
             }
             float v83[8];
@@ -9225,7 +9230,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v83[r] = (v75[r] - v66[r]);
+                    v83[r] = (v81[r] * v80[r]);
                 }
             }
             float v84[8];
@@ -9233,7 +9238,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v84[r] = (v83[r] * v82[r]);
+                    v84[r] = (v83[r] * v64[r]);
                 }
             }
             float v85[8];
@@ -9241,14 +9246,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v85[r] = (v66[r] + v84[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc7[r] = v85[r];
+                    v85[r] = acc5[r];
                 }
             }
             float v86[8];
@@ -9256,7 +9254,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v86[r] = (v84[r] * v83[r]);
+                    v86[r] = (v85[r] + v76[r]);
                 }
             }
             float v87[8];
@@ -9264,38 +9262,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v87[r] = (v86[r] * v65[r]);
-                }
-            }
-            float v88[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v88[r] = acc5[r];
-                }
-            }
-            float v89[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v89[r] = (v88[r] + v79[r]);
-                }
-            }
-            float v90[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v90[r] = (v89[r] + v87[r]);
+                    v87[r] = (v86[r] + v84[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v90[r];
+                    acc5[r] = v87[r];
                 }
             }
         }
@@ -9357,52 +9331,54 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l75 = (int)((unsigned)e / 1u % 8192u);
-                    v35[r] = (float)(o64 + l75);
+                    v35[r] = 1e0f;
                 }
             }
-            float v36[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v36[r] = (float)s1;
-            }
-            float v37[8];
+            float v36[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v37[r] = ((v35[r]) < (v36[0]) ? 1.0f : 0.0f);
+                    const int l76 = (int)((unsigned)e / 1u % 8192u);
+                    v36[r] = ((unsigned)(o64 + l76) < (unsigned)s1) ? v35[r] : 0e0f;
                 }
             }
-            float v38[8];
+            float v37[8];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v38[r] = (v37[r * 4 + 0] + v37[r * 4 + 1]) + (v37[r * 4 + 2] + v37[r * 4 + 3]);
+                    v37[r] = (v36[r * 4 + 0] + v36[r * 4 + 1]) + (v36[r * 4 + 2] + v36[r * 4 + 3]);
                 }
             }
-            float v40[1];
+            float v39[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v40[r] = 1e0f;
+                v39[r] = 1e0f;
+            }
+            float v40[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v40[r] = fmaxf(v37[r], v39[0]);
+                }
             }
             float v41[8];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v41[r] = fmaxf(v38[r], v40[0]);
+                    v41[r] = (v34[r] / v40[r]);
                 }
             }
             float v42[8];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v42[r] = (v34[r] / v41[r]);
+                    v42[r] = (v0[r] - v41[r / 4]);
                 }
             }
             float v43[8];
@@ -9410,7 +9386,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v43[r] = (v0[r] - v42[r / 4]);
+                    v43[r] = (v42[r] * v36[r]);
                 }
             }
             float v44[8];
@@ -9418,15 +9394,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v44[r] = (v43[r] * v37[r]);
+                    v44[r] = (v43[r] * v43[r]);
                 }
             }
             float v45[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v45[r] = (v44[r] * v44[r]);
+                    v45[r] = (v44[r * 4 + 0] + v44[r * 4 + 1]) + (v44[r * 4 + 2] + v44[r * 4 + 3]);
                 }
             }
             float v46[8];
@@ -9434,7 +9410,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v46[r] = (v45[r * 4 + 0] + v45[r * 4 + 1]) + (v45[r * 4 + 2] + v45[r * 4 + 3]);
+                    v46[r] = (v32[r] + v37[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc6[r] = v46[r];
                 }
             }
             float v47[8];
@@ -9442,14 +9425,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v47[r] = (v32[r] + v38[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc6[r] = v47[r];
+                    v47[r] = fmaxf(v46[r], v39[0]);
                 }
             }
             float v48[8];
@@ -9457,7 +9433,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v48[r] = fmaxf(v47[r], v40[0]);
+                    v48[r] = (v37[r] / v47[r]);
                 }
             }
             float v49[8];
@@ -9465,7 +9441,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v49[r] = (v38[r] / v48[r]);
+                    v49[r] = (v41[r] - v33[r]);
                 }
             }
             float v50[8];
@@ -9473,7 +9449,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v50[r] = (v42[r] - v33[r]);
+                    v50[r] = (v49[r] * v48[r]);
                 }
             }
             float v51[8];
@@ -9481,7 +9457,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v51[r] = (v50[r] * v49[r]);
+                    v51[r] = (v33[r] + v50[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v51[r];
                 }
             }
             float v52[8];
@@ -9489,14 +9472,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v52[r] = (v33[r] + v51[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc7[r] = v52[r];
+                    v52[r] = (v50[r] * v49[r]);
                 }
             }
             float v53[8];
@@ -9504,7 +9480,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v53[r] = (v51[r] * v50[r]);
+                    v53[r] = (v52[r] * v32[r]);
                 }
             }
             float v54[8];
@@ -9512,7 +9488,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v54[r] = (v53[r] * v32[r]);
+                    v54[r] = acc5[r];
                 }
             }
             float v55[8];
@@ -9520,7 +9496,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v55[r] = acc5[r];
+                    v55[r] = (v54[r] + v45[r]);
                 }
             }
             float v56[8];
@@ -9528,22 +9504,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v56[r] = (v55[r] + v46[r]);
-                }
-            }
-            float v57[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v57[r] = (v56[r] + v54[r]);
+                    v56[r] = (v55[r] + v53[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v57[r];
+                    acc5[r] = v56[r];
                 }
             }
         }
@@ -9594,12 +9562,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             (void)r; (void)e;
             v5[r] = (v3[0] / v4[0]);
         }
+        float v57[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v57[r] = acc5[r];
+            }
+        }
         float v58[8];
         #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v58[r] = acc5[r];
+                v58[r] = acc6[r];
             }
         }
         float v59[8];
@@ -9607,7 +9583,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v59[r] = acc6[r];
+                v59[r] = acc7[r];
             }
         }
         float v60[8];
@@ -9615,7 +9591,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v60[r] = acc7[r];
+                v60[r] = (v59[r] - v5[0]);
             }
         }
         float v61[8];
@@ -9623,7 +9599,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v61[r] = (v60[r] - v5[0]);
+                v61[r] = (v60[r] * v60[r]);
             }
         }
         float v62[8];
@@ -9631,7 +9607,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v62[r] = (v61[r] * v61[r]);
+                v62[r] = (v58[r] * v61[r]);
             }
         }
         float v63[8];
@@ -9639,15 +9615,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v63[r] = (v59[r] * v62[r]);
-            }
-        }
-        float v64[8];
-        #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-            (void)e; {
-                v64[r] = (v58[r] + v63[r]);
+                v63[r] = (v57[r] + v62[r]);
             }
         }
         float v14[1];
@@ -9658,7 +9626,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 2; q++) p[i] = p[i] + v64[i * 2 + q];
+                for (int q = 0; q < 2; q++) p[i] = p[i] + v63[i * 2 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
@@ -9895,23 +9863,23 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
         }
         /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
         for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v64[r] = acc6[r];
+                }
+            }
             float v65[8];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v65[r] = acc6[r];
+                    v65[r] = acc7[r];
                 }
             }
             float v66[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v66[r] = acc7[r];
-                }
-            }
-            float v67[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
@@ -9920,38 +9888,60 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l18) * (unsigned)args.input_strides[0][1];
                 if ((unsigned)(o1 + l17) < (unsigned)s0) {
                     const uint4 q = *(const uint4*)(in0 + a);
-                    v67[c * 4 + 0] = __uint_as_float(q.x);
-                    v67[c * 4 + 1] = __uint_as_float(q.y);
-                    v67[c * 4 + 2] = __uint_as_float(q.z);
-                    v67[c * 4 + 3] = __uint_as_float(q.w);
+                    v66[c * 4 + 0] = __uint_as_float(q.x);
+                    v66[c * 4 + 1] = __uint_as_float(q.y);
+                    v66[c * 4 + 2] = __uint_as_float(q.z);
+                    v66[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v67[c * 4 + 0] = 0e0f;
-                    v67[c * 4 + 1] = 0e0f;
-                    v67[c * 4 + 2] = 0e0f;
-                    v67[c * 4 + 3] = 0e0f;
+                    v66[c * 4 + 0] = 0e0f;
+                    v66[c * 4 + 1] = 0e0f;
+                    v66[c * 4 + 2] = 0e0f;
+                    v66[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v67[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v67[r] = (v66[r * 4 + 0] + v66[r * 4 + 1]) + (v66[r * 4 + 2] + v66[r * 4 + 3]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = acc4[r] + v67[r];
                 }
             }
             float v68[8];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v68[r] = (v67[r * 4 + 0] + v67[r * 4 + 1]) + (v67[r * 4 + 2] + v67[r * 4 + 3]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc4[r] = acc4[r] + v68[r];
-                }
-            }
-            float v71[8];
-            #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v71[r] = 1e0f;
+                    v68[r] = 1e0f;
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v69[r] = (v68[r * 4 + 0] + v68[r * 4 + 1]) + (v68[r * 4 + 2] + v68[r * 4 + 3]);
+                }
+            }
+            float v70[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v70[r] = 1e0f;
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v71[r] = fmaxf(v69[r], v70[0]);
                 }
             }
             float v72[8];
@@ -9959,53 +9949,62 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v72[r] = (v71[r * 4 + 0] + v71[r * 4 + 1]) + (v71[r * 4 + 2] + v71[r * 4 + 3]);
+                    v72[r] = (v67[r] / v71[r]);
                 }
             }
-            float v73[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v73[r] = 1e0f;
+            float v73[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v73[r] = (v66[r] - v72[r / 4]);
+                }
             }
             float v74[8];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v74[r] = fmaxf(v72[r], v73[0]);
+                    v74[r] = (v73[r] * v68[r]);
                 }
             }
             float v75[8];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v75[r] = (v68[r] / v74[r]);
+                    v75[r] = (v74[r] * v74[r]);
                 }
             }
             float v76[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v76[r] = (v67[r] - v75[r / 4]);
+                    v76[r] = (v75[r * 4 + 0] + v75[r * 4 + 1]) + (v75[r * 4 + 2] + v75[r * 4 + 3]);
                 }
             }
             float v77[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v77[r] = (v76[r] * v71[r]);
+                    v77[r] = (v64[r] + v69[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc6[r] = v77[r];
                 }
             }
             float v78[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v78[r] = (v77[r] * v77[r]);
+                    v78[r] = fmaxf(v77[r], v70[0]);
                 }
             }
             float v79[8];
@@ -10013,7 +10012,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v79[r] = (v78[r * 4 + 0] + v78[r * 4 + 1]) + (v78[r * 4 + 2] + v78[r * 4 + 3]);
+                    v79[r] = (v69[r] / v78[r]);
                 }
             }
             float v80[8];
@@ -10021,14 +10020,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v80[r] = (v65[r] + v72[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc6[r] = v80[r];
+                    v80[r] = (v72[r] - v65[r]);
                 }
             }
             float v81[8];
@@ -10036,7 +10028,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v81[r] = fmaxf(v80[r], v73[0]);
+                    v81[r] = (v80[r] * v79[r]);
                 }
             }
             float v82[8];
@@ -10044,7 +10036,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v82[r] = (v72[r] / v81[r]);
+                    v82[r] = (v65[r] + v81[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v82[r];
                 }
             }
             float v83[8];
@@ -10052,7 +10051,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v83[r] = (v75[r] - v66[r]);
+                    v83[r] = (v81[r] * v80[r]);
                 }
             }
             float v84[8];
@@ -10060,7 +10059,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v84[r] = (v83[r] * v82[r]);
+                    v84[r] = (v83[r] * v64[r]);
                 }
             }
             float v85[8];
@@ -10068,14 +10067,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v85[r] = (v66[r] + v84[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc7[r] = v85[r];
+                    v85[r] = acc5[r];
                 }
             }
             float v86[8];
@@ -10083,7 +10075,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v86[r] = (v84[r] * v83[r]);
+                    v86[r] = (v85[r] + v76[r]);
                 }
             }
             float v87[8];
@@ -10091,38 +10083,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v87[r] = (v86[r] * v65[r]);
-                }
-            }
-            float v88[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v88[r] = acc5[r];
-                }
-            }
-            float v89[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v89[r] = (v88[r] + v79[r]);
-                }
-            }
-            float v90[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v90[r] = (v89[r] + v87[r]);
+                    v87[r] = (v86[r] + v84[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v90[r];
+                    acc5[r] = v87[r];
                 }
             }
         }
@@ -10184,52 +10152,53 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l75 = (int)((unsigned)e / 1u % 8192u);
-                    v35[r] = (float)(o64 + l75);
+                    v35[r] = 1e0f;
                 }
             }
-            float v36[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v36[r] = (float)s1;
-            }
-            float v37[8];
+            float v36[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v37[r] = ((v35[r]) < (v36[0]) ? 1.0f : 0.0f);
+                    v36[r] = ((unsigned)(o64 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) % 8192u)) < (unsigned)s1) ? v35[r] : 0e0f;
                 }
             }
-            float v38[8];
+            float v37[8];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v38[r] = (v37[r * 4 + 0] + v37[r * 4 + 1]) + (v37[r * 4 + 2] + v37[r * 4 + 3]);
+                    v37[r] = (v36[r * 4 + 0] + v36[r * 4 + 1]) + (v36[r * 4 + 2] + v36[r * 4 + 3]);
                 }
             }
-            float v40[1];
+            float v39[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
-                v40[r] = 1e0f;
+                v39[r] = 1e0f;
+            }
+            float v40[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v40[r] = fmaxf(v37[r], v39[0]);
+                }
             }
             float v41[8];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v41[r] = fmaxf(v38[r], v40[0]);
+                    v41[r] = (v34[r] / v40[r]);
                 }
             }
             float v42[8];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v42[r] = (v34[r] / v41[r]);
+                    v42[r] = (v0[r] - v41[r / 4]);
                 }
             }
             float v43[8];
@@ -10237,7 +10206,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v43[r] = (v0[r] - v42[r / 4]);
+                    v43[r] = (v42[r] * v36[r]);
                 }
             }
             float v44[8];
@@ -10245,15 +10214,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v44[r] = (v43[r] * v37[r]);
+                    v44[r] = (v43[r] * v43[r]);
                 }
             }
             float v45[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v45[r] = (v44[r] * v44[r]);
+                    v45[r] = (v44[r * 4 + 0] + v44[r * 4 + 1]) + (v44[r * 4 + 2] + v44[r * 4 + 3]);
                 }
             }
             float v46[8];
@@ -10261,7 +10230,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v46[r] = (v45[r * 4 + 0] + v45[r * 4 + 1]) + (v45[r * 4 + 2] + v45[r * 4 + 3]);
+                    v46[r] = (v32[r] + v37[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc6[r] = v46[r];
                 }
             }
             float v47[8];
@@ -10269,14 +10245,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v47[r] = (v32[r] + v38[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc6[r] = v47[r];
+                    v47[r] = fmaxf(v46[r], v39[0]);
                 }
             }
             float v48[8];
@@ -10284,7 +10253,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v48[r] = fmaxf(v47[r], v40[0]);
+                    v48[r] = (v37[r] / v47[r]);
                 }
             }
             float v49[8];
@@ -10292,7 +10261,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v49[r] = (v38[r] / v48[r]);
+                    v49[r] = (v41[r] - v33[r]);
                 }
             }
             float v50[8];
@@ -10300,7 +10269,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v50[r] = (v42[r] - v33[r]);
+                    v50[r] = (v49[r] * v48[r]);
                 }
             }
             float v51[8];
@@ -10308,7 +10277,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v51[r] = (v50[r] * v49[r]);
+                    v51[r] = (v33[r] + v50[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v51[r];
                 }
             }
             float v52[8];
@@ -10316,14 +10292,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v52[r] = (v33[r] + v51[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc7[r] = v52[r];
+                    v52[r] = (v50[r] * v49[r]);
                 }
             }
             float v53[8];
@@ -10331,7 +10300,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v53[r] = (v51[r] * v50[r]);
+                    v53[r] = (v52[r] * v32[r]);
                 }
             }
             float v54[8];
@@ -10339,7 +10308,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v54[r] = (v53[r] * v32[r]);
+                    v54[r] = acc5[r];
                 }
             }
             float v55[8];
@@ -10347,7 +10316,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v55[r] = acc5[r];
+                    v55[r] = (v54[r] + v45[r]);
                 }
             }
             float v56[8];
@@ -10355,22 +10324,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v56[r] = (v55[r] + v46[r]);
-                }
-            }
-            float v57[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v57[r] = (v56[r] + v54[r]);
+                    v56[r] = (v55[r] + v53[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v57[r];
+                    acc5[r] = v56[r];
                 }
             }
         }
@@ -10421,12 +10382,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             (void)r; (void)e;
             v5[r] = (v3[0] / v4[0]);
         }
+        float v57[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v57[r] = acc5[r];
+            }
+        }
         float v58[8];
         #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v58[r] = acc5[r];
+                v58[r] = acc6[r];
             }
         }
         float v59[8];
@@ -10434,7 +10403,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v59[r] = acc6[r];
+                v59[r] = acc7[r];
             }
         }
         float v60[8];
@@ -10442,7 +10411,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v60[r] = acc7[r];
+                v60[r] = (v59[r] - v5[0]);
             }
         }
         float v61[8];
@@ -10450,7 +10419,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v61[r] = (v60[r] - v5[0]);
+                v61[r] = (v60[r] * v60[r]);
             }
         }
         float v62[8];
@@ -10458,7 +10427,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v62[r] = (v61[r] * v61[r]);
+                v62[r] = (v58[r] * v61[r]);
             }
         }
         float v63[8];
@@ -10466,15 +10435,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v63[r] = (v59[r] * v62[r]);
-            }
-        }
-        float v64[8];
-        #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-            (void)e; {
-                v64[r] = (v58[r] + v63[r]);
+                v63[r] = (v57[r] + v62[r]);
             }
         }
         float v14[1];
@@ -10485,7 +10446,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 2; q++) p[i] = p[i] + v64[i * 2 + q];
+                for (int q = 0; q < 2; q++) p[i] = p[i] + v63[i * 2 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }

@@ -22,15 +22,15 @@
 //! first, then its full steps backward, so that the order of the steps does not change. Each copy
 //! takes fresh values.
 //!
-//! Layernorm's statistics loop tests its lanes instead (`index < len`, which pass `online`
-//! counts): in the full copy each such test is the constant 1, and the C compiler folds what
-//! follows (a run's count of 8, multiplications by 1).
+//! Layernorm's statistics loop counts its valid lanes (pass `online`) as a mask of the constant
+//! 1: in the full copy the count is that constant, and the C compiler folds what follows (a
+//! run's count of 8, multiplications by 1).
 //!
 //! A loop over this program's block of a dimension (`in block`, a row split over a cluster) is
 //! split the same way where its step divides the block: its full steps are those of its block
 //! that lie inside the dimension.
 //!
-//! It applies to innermost loops with a mask or a lane test along their dimension, without a
+//! It applies to innermost loops with a mask along their dimension, without a
 //! tensor-core dot (those pipeline their own steps), whose values are read only inside them. A
 //! loop whose only checks are the bounds of its loads and stores (one comparison per 16-byte
 //! access) stays whole. Splitting layernorm's loop while its statistics were kept lane by lane
@@ -38,7 +38,7 @@
 //! 0.66 to 0.43 of a copy on the H100; kept per run (pass `online`) it fits in 64 registers
 //! without spilling.
 
-use crate::algo::{BinOp, DimId};
+use crate::algo::DimId;
 use crate::kir::{count_uses, Kernel, Loop, LoopKind, Op, Steps, Stmt, ValueId};
 use std::collections::HashMap;
 
@@ -75,27 +75,8 @@ fn rewrite(k: &mut Kernel, uses: &[usize], stmts: Vec<Stmt>) -> Vec<Stmt> {
     out
 }
 
-/// The values of `body` that test whether a lane along `dim` is valid: `index < len`, as pass
-/// `online` counts lanes.
-fn lane_tests(body: &[Stmt], dim: DimId) -> Vec<ValueId> {
-    let defs: HashMap<ValueId, &Op> =
-        body.iter().filter_map(|s| if let Stmt::Let { value, op } = s { Some((*value, op)) } else { None }).collect();
-    let is = |v: &ValueId, want: fn(&Op, DimId) -> bool| defs.get(v).is_some_and(|op| want(op, dim));
-    body.iter()
-        .filter_map(|s| match s {
-            Stmt::Let { value, op: Op::Binary(BinOp::Lt, i, n) }
-                if is(i, |op, d| *op == Op::Index(d)) && is(n, |op, d| *op == Op::Len(d)) =>
-            {
-                Some(*value)
-            }
-            _ => None,
-        })
-        .collect()
-}
-
 fn splittable(k: &Kernel, uses: &[usize], l: &Loop) -> bool {
-    let masks = l.body.iter().any(|s| matches!(s, Stmt::Let { op: Op::MaskFill { dim, .. }, .. } if *dim == l.dim))
-        || !lane_tests(&l.body, l.dim).is_empty();
+    let masks = l.body.iter().any(|s| matches!(s, Stmt::Let { op: Op::MaskFill { dim, .. }, .. } if *dim == l.dim));
     let plain = l.body.iter().all(|s| !matches!(s, Stmt::Loop(_) | Stmt::Let { op: Op::Dot { .. }, .. }));
     // A loop over this program's block (a row split over a cluster) splits where its steps
     // tile the block, more than one of them (a loop of one step runs once: the GPU emitter
@@ -117,12 +98,11 @@ fn splittable(k: &Kernel, uses: &[usize], l: &Loop) -> bool {
 fn full_body(k: &mut Kernel, body: &[Stmt], dim: DimId) -> Vec<Stmt> {
     let mut renamed: HashMap<ValueId, ValueId> = HashMap::new();
     let mut out = Vec::with_capacity(body.len());
-    let tests = lane_tests(body, dim);
     for s in body {
         let name = |v: ValueId, renamed: &HashMap<ValueId, ValueId>| renamed.get(&v).copied().unwrap_or(v);
         match s {
             Stmt::Let { value, op } => {
-                let op = if tests.contains(value) { Op::Const(1.0) } else { op.clone().renamed(|v| name(v, &renamed)) };
+                let op = op.clone().renamed(|v| name(v, &renamed));
                 if let Op::MaskFill { value: inner, dim: d, .. } = op {
                     if d == dim {
                         renamed.insert(*value, inner);

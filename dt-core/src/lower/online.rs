@@ -435,10 +435,11 @@ fn merge(k: &mut Kernel, mut stmts: Vec<Stmt>, m: Match) -> Vec<Stmt> {
             let old = [push(k, &mut body, pshape.clone(), Op::Var(count)), push(k, &mut body, pshape.clone(), Op::Var(mean))];
             // Each run adds its sum to the first statistic's partial.
             first_loop_body(k, &mut body, l1.body, m.p1, runs.then_some(&pshape), dim);
+            // 1 for the step's lanes inside the row, 0 past its end: a mask, which every backend
+            // tests in integers (a lane index compared as f32 would miscount past 2^24).
             let lane_shape = Shape(vec![(dim, l1.step)]);
-            let index = push(k, &mut body, lane_shape.clone(), Op::Index(dim));
-            let len = push(k, &mut body, Shape::default(), Op::Len(dim));
-            let valid = push(k, &mut body, lane_shape, Op::Binary(BinOp::Lt, index, len));
+            let one = push(k, &mut body, lane_shape.clone(), Op::Const(1.0));
+            let valid = push(k, &mut body, lane_shape, Op::MaskFill { value: one, dim, fill: 0.0 });
             let vars = [count, mean, m.p2];
             if runs {
                 combine_runs(k, &mut body, vars, old, z, valid, &pshape, dim);
