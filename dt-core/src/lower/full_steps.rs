@@ -30,13 +30,13 @@
 //! split the same way where its step divides the block: its full steps are those of its block
 //! that lie inside the dimension.
 //!
-//! It applies to innermost loops with a mask along their dimension, without a
-//! tensor-core dot (those pipeline their own steps), whose values are read only inside them. A
-//! loop whose only checks are the bounds of its loads and stores (one comparison per 16-byte
-//! access) stays whole. Splitting layernorm's loop while its statistics were kept lane by lane
-//! made ptxas spill 218 bytes per thread at 64 registers and slowed the looped f16 class from
-//! 0.66 to 0.43 of a copy on the H100; kept per run (pass `online`) it fits in 64 registers
-//! without spilling.
+//! It applies to innermost loops with a mask along their dimension, without a tensor-core dot
+//! (those pipeline their own steps), whose values are read only inside them. A loop whose only
+//! checks are the bounds of its loads and stores (one comparison per 16-byte access) stays
+//! whole. Splitting layernorm's loop while its statistics were kept lane by lane made ptxas
+//! spill 218 bytes per thread at 64 registers and slowed the looped f16 class from 0.66 to 0.43
+//! of a copy on the H100; kept per run (pass `online`) it fits in 64 registers without
+//! spilling.
 
 use crate::algo::DimId;
 use crate::kir::{count_uses, Kernel, Loop, LoopKind, Op, Steps, Stmt, ValueId};
