@@ -62,7 +62,7 @@ fn kernels_for_whole_runs_mask_each_run_once() {
         fn masks(text: &str) -> Vec<&str> {
             text.lines().filter(|l| l.contains(": 0e0f;") && l.contains("< (unsigned)s1")).map(str::trim).collect()
         }
-        let first_lane = format!("(int)((unsigned)(((r / {run}) * 64 + tid) * {run}) % 1024u)");
+        let first_lane = format!("(int)((unsigned)(((r / {run}) * 64 + tid) * {run}) / 1u % 1024u)");
         let (m_any, m_whole) = (masks(any), masks(whole));
         assert!(!m_any.is_empty() && m_any.iter().all(|l| !l.contains(&first_lane)), "{any}");
         assert!(!m_whole.is_empty() && m_whole.iter().all(|l| l.contains(&first_lane)), "{whole}");

@@ -875,7 +875,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16_w
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 64 + tid) * 8) % 1024u)) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 64 + tid) * 8) / 1u % 1024u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -1440,7 +1440,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16_
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 64 + tid) * 8) % 1024u)) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 64 + tid) * 8) / 1u % 1024u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -1930,7 +1930,7 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32_whole(c
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
-                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 128 + tid) * 4) % 1024u)) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 128 + tid) * 4) / 1u % 1024u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -2515,7 +2515,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16_whole(c
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
-                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 256 + tid) * 8) % 4096u)) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 256 + tid) * 8) / 1u % 4096u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -3080,7 +3080,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16_whole(
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
-                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 256 + tid) * 8) % 4096u)) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 256 + tid) * 8) / 1u % 4096u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -3572,7 +3572,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f32_whole(c
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
             (void)e; {
-                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 256 + tid) * 4) % 4096u)) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 256 + tid) * 4) / 1u % 4096u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -4157,7 +4157,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16_whole(con
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) % 16384u)) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) / 1u % 16384u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -4722,7 +4722,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16_whole(co
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) % 16384u)) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) / 1u % 16384u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -5214,7 +5214,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_whole(con
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
-                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 512 + tid) * 4) % 16384u)) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 512 + tid) * 4) / 1u % 16384u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -6856,7 +6856,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v38[r] = ((unsigned)(o94 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) % 4096u)) < (unsigned)s1) ? v37[r] : 0e0f;
+                    v38[r] = ((unsigned)(o94 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) / 1u % 4096u)) < (unsigned)s1) ? v37[r] : 0e0f;
                 }
             }
             float v39[8];
@@ -8829,7 +8829,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v38[r] = ((unsigned)(o94 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) % 4096u)) < (unsigned)s1) ? v37[r] : 0e0f;
+                    v38[r] = ((unsigned)(o94 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) / 1u % 4096u)) < (unsigned)s1) ? v37[r] : 0e0f;
                 }
             }
             float v39[8];
@@ -10518,7 +10518,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v38[r] = ((unsigned)(o64 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) % 16384u)) < (unsigned)s1) ? v37[r] : 0e0f;
+                    v38[r] = ((unsigned)(o64 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) / 1u % 16384u)) < (unsigned)s1) ? v37[r] : 0e0f;
                 }
             }
             float v39[16];
@@ -12504,7 +12504,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v36[r] = ((unsigned)(o92 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 8192u)) < (unsigned)s1) ? v35[r] : 0e0f;
+                    v36[r] = ((unsigned)(o92 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) / 1u % 8192u)) < (unsigned)s1) ? v35[r] : 0e0f;
                 }
             }
             float v37[8];
@@ -14506,7 +14506,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v36[r] = ((unsigned)(o92 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 8192u)) < (unsigned)s1) ? v35[r] : 0e0f;
+                    v36[r] = ((unsigned)(o92 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) / 1u % 8192u)) < (unsigned)s1) ? v35[r] : 0e0f;
                 }
             }
             float v37[8];
@@ -16180,7 +16180,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v36[r] = ((unsigned)(o64 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) % 8192u)) < (unsigned)s1) ? v35[r] : 0e0f;
+                    v36[r] = ((unsigned)(o64 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) / 1u % 8192u)) < (unsigned)s1) ? v35[r] : 0e0f;
                 }
             }
             float v37[8];

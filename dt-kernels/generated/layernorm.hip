@@ -875,7 +875,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16_whol
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 128 + tid) * 8) % 1024u)) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 128 + tid) * 8) / 1u % 1024u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -1440,7 +1440,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16_who
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 128 + tid) * 8) % 1024u)) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 128 + tid) * 8) / 1u % 1024u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -1930,7 +1930,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32_whole(cons
         for (int r = 0; r < 4; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
             (void)e; {
-                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 256 + tid) * 4) % 1024u)) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 256 + tid) * 4) / 1u % 1024u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -2515,7 +2515,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16_whole(cons
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) % 4096u)) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) / 1u % 4096u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -3080,7 +3080,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16_whole(con
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) % 4096u)) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) / 1u % 4096u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -3572,7 +3572,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32_whole(cons
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
-                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 512 + tid) * 4) % 4096u)) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 512 + tid) * 4) / 1u % 4096u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -4157,7 +4157,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16_whole(co
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
-                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 16384u)) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) / 1u % 16384u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -4722,7 +4722,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16_whole(c
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
-                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 16384u)) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) / 1u % 16384u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -5214,7 +5214,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32_whole(co
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
-                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) % 16384u)) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) / 1u % 16384u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -6678,7 +6678,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v36[r] = ((unsigned)(o72 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 8192u)) < (unsigned)s1) ? v35[r] : 0e0f;
+                    v36[r] = ((unsigned)(o72 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) / 1u % 8192u)) < (unsigned)s1) ? v35[r] : 0e0f;
                 }
             }
             float v37[8];
@@ -8487,7 +8487,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v36[r] = ((unsigned)(o72 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 8192u)) < (unsigned)s1) ? v35[r] : 0e0f;
+                    v36[r] = ((unsigned)(o72 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) / 1u % 8192u)) < (unsigned)s1) ? v35[r] : 0e0f;
                 }
             }
             float v37[8];
@@ -10160,7 +10160,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v36[r] = ((unsigned)(o64 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) % 8192u)) < (unsigned)s1) ? v35[r] : 0e0f;
+                    v36[r] = ((unsigned)(o64 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) / 1u % 8192u)) < (unsigned)s1) ? v35[r] : 0e0f;
                 }
             }
             float v37[8];

@@ -705,7 +705,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f16_whole(con
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 64 + tid) * 8) % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 64 + tid) * 8) / 1u % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1042,7 +1042,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_bf16_whole(co
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 64 + tid) * 8) % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 64 + tid) * 8) / 1u % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1368,7 +1368,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f32_whole(con
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
-                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 64 + tid) * 4) % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 64 + tid) * 4) / 1u % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1705,7 +1705,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f16_whole(con
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
-                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 256 + tid) * 8) % 4096u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 256 + tid) * 8) / 1u % 4096u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -2042,7 +2042,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_bf16_whole(co
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
-                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 256 + tid) * 8) % 4096u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 256 + tid) * 8) / 1u % 4096u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -2368,7 +2368,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f32_whole(con
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
             (void)e; {
-                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 256 + tid) * 4) % 4096u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 256 + tid) * 4) / 1u % 4096u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -2705,7 +2705,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f16_whole(co
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) / 1u % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -3042,7 +3042,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16_whole(c
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) / 1u % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -3368,7 +3368,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f32_whole(co
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
-                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 512 + tid) * 4) % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 512 + tid) * 4) / 1u % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -4597,7 +4597,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v5[r] = ((unsigned)(o71 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) % 4096u)) < (unsigned)s1) ? v0[r] : 0e0f;
+                    v5[r] = ((unsigned)(o71 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) / 1u % 4096u)) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
             float v7[8];
@@ -4621,7 +4621,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v9[r] = ((unsigned)(o71 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) % 4096u)) < (unsigned)s1) ? v8[r] : 0e0f;
+                    v9[r] = ((unsigned)(o71 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) / 1u % 4096u)) < (unsigned)s1) ? v8[r] : 0e0f;
                 }
             }
             float v30[8];
@@ -6051,7 +6051,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v5[r] = ((unsigned)(o71 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) % 4096u)) < (unsigned)s1) ? v0[r] : 0e0f;
+                    v5[r] = ((unsigned)(o71 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) / 1u % 4096u)) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
             float v7[8];
@@ -6075,7 +6075,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v9[r] = ((unsigned)(o71 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) % 4096u)) < (unsigned)s1) ? v8[r] : 0e0f;
+                    v9[r] = ((unsigned)(o71 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) / 1u % 4096u)) < (unsigned)s1) ? v8[r] : 0e0f;
                 }
             }
             float v30[8];
@@ -7233,7 +7233,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v5[r] = ((unsigned)(o41 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) % 16384u)) < (unsigned)s1) ? v0[r] : 0e0f;
+                    v5[r] = ((unsigned)(o41 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) / 1u % 16384u)) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
             float v7[16];
@@ -7257,7 +7257,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v9[r] = ((unsigned)(o41 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) % 16384u)) < (unsigned)s1) ? v8[r] : 0e0f;
+                    v9[r] = ((unsigned)(o41 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) / 1u % 16384u)) < (unsigned)s1) ? v8[r] : 0e0f;
                 }
             }
             float v30[16];
@@ -8409,7 +8409,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v4[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 16384u)) < (unsigned)s1) ? v0[r] : 0e0f;
+                    v4[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) / 1u % 16384u)) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
             float v6[16];
@@ -8433,7 +8433,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v8[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                    v8[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) / 1u % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
             float v28[16];
@@ -9561,7 +9561,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v4[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 16384u)) < (unsigned)s1) ? v0[r] : 0e0f;
+                    v4[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) / 1u % 16384u)) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
             float v6[16];
@@ -9585,7 +9585,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v8[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                    v8[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) / 1u % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
             float v28[16];
@@ -10688,7 +10688,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v4[r] = ((unsigned)(o41 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) % 16384u)) < (unsigned)s1) ? v0[r] : 0e0f;
+                    v4[r] = ((unsigned)(o41 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) / 1u % 16384u)) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
             float v6[16];
@@ -10712,7 +10712,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v8[r] = ((unsigned)(o41 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                    v8[r] = ((unsigned)(o41 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) / 1u % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
             float v28[16];

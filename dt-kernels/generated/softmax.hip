@@ -705,7 +705,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16_whole(const 
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 128 + tid) * 8) % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 128 + tid) * 8) / 1u % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1042,7 +1042,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16_whole(const
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 128 + tid) * 8) % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 128 + tid) * 8) / 1u % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1368,7 +1368,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32_whole(const 
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
-                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 128 + tid) * 4) % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 128 + tid) * 4) / 1u % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1705,7 +1705,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16_whole(const 
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) % 4096u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) / 1u % 4096u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -2042,7 +2042,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16_whole(const
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) % 4096u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) / 1u % 4096u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -2368,7 +2368,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32_whole(const 
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
-                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 512 + tid) * 4) % 4096u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 512 + tid) * 4) / 1u % 4096u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -2705,7 +2705,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16_whole(cons
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
-                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) / 1u % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -3042,7 +3042,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16_whole(con
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
-                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) / 1u % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -3368,7 +3368,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32_whole(cons
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
-                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) / 1u % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -4320,7 +4320,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v4[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 16384u)) < (unsigned)s1) ? v0[r] : 0e0f;
+                    v4[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) / 1u % 16384u)) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
             float v6[16];
@@ -4344,7 +4344,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v8[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                    v8[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) / 1u % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
             float v28[16];
@@ -5472,7 +5472,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v4[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 16384u)) < (unsigned)s1) ? v0[r] : 0e0f;
+                    v4[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) / 1u % 16384u)) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
             float v6[16];
@@ -5496,7 +5496,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v8[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                    v8[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) / 1u % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
             float v28[16];
@@ -6599,7 +6599,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v4[r] = ((unsigned)(o41 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) % 16384u)) < (unsigned)s1) ? v0[r] : 0e0f;
+                    v4[r] = ((unsigned)(o41 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) / 1u % 16384u)) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
             float v6[16];
@@ -6623,7 +6623,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v8[r] = ((unsigned)(o41 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                    v8[r] = ((unsigned)(o41 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) / 1u % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
             float v28[16];

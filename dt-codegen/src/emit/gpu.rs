@@ -142,6 +142,13 @@ fn runs_start_whole(k: &Kernel, vector: usize) -> bool {
         && steps_ok(&k.body, &run_dims, vector)
 }
 
+/// The lane along `d` of element `element` (a C expression) of a tile of `shape`, row-major.
+/// Unsigned: an element index is never negative, and so / and % by powers of two are shifts and
+/// masks.
+fn lane_of(shape: &Shape, d: DimId, element: &str) -> String {
+    format!("(int)((unsigned){element} / {}u % {}u)", shape.stride(d), shape.extent(d).unwrap_or(1))
+}
+
 /// The dimensions that are the last axis of a tensor of `k`: those its 16-byte runs lie along.
 /// Where runs are whole, the size of each is a multiple of the run.
 fn run_dims(k: &Kernel) -> Vec<DimId> {
@@ -412,20 +419,19 @@ impl Mapping {
 
     /// The element register `r` of thread `tid` holds, as a C expression.
     fn element(&self, n: usize, r: &str) -> String {
-        let (t, v) = (self.threads, self.width(n));
-        if v == 1 {
-            format!("tid + {r} * {t}")
-        } else {
-            format!("(({r} / {v}) * {t} + tid) * {v} + {r} % {v}")
+        match self.width(n) {
+            1 => self.run_start(n, r),
+            v => format!("{} + {r} % {v}", self.run_start(n, r)),
         }
     }
 
     /// The first element of the run that register `r` of thread `tid` holds an element of, as a
-    /// C expression that is the same for every register of the run (see [`Self::element`]).
+    /// C expression that is the same for every register of the run (a run of one element where
+    /// the tile is dealt one element at a time).
     fn run_start(&self, n: usize, r: &str) -> String {
         let (t, v) = (self.threads, self.width(n));
         if v == 1 {
-            self.element(n, r)
+            format!("tid + {r} * {t}")
         } else {
             format!("(({r} / {v}) * {t} + tid) * {v}")
         }
@@ -729,10 +735,9 @@ impl Emitter<'_> {
         let before = std::mem::take(&mut self.out);
         body(self, &lanes);
         let inner = std::mem::replace(&mut self.out, before);
-        for ((d, ext), (_, l)) in shape.0.iter().zip(&lanes.0) {
+        for ((d, _), (_, l)) in shape.0.iter().zip(&lanes.0) {
             if mentions(&inner, l) {
-                // Unsigned: e is never negative, and so / and % by powers of two are shifts and masks.
-                self.line(&format!("const int {l} = (int)((unsigned)e / {}u % {ext}u);", shape.stride(*d)));
+                self.line(&format!("const int {l} = {};", lane_of(shape, *d, "e")));
             }
         }
         self.out += &inner;
@@ -1797,9 +1802,9 @@ impl Emitter<'_> {
                         (None, _) => "1".into(),
                         // The lane of the first element of the register's run, the same expression
                         // for every register of the run: one test per run, not per lane.
-                        (Some(ext), true) => {
-                            let first = e.mapping.run_start(shape.elements(), "r");
-                            e.valid(*dim, &format!("(int)((unsigned)({first}) % {ext}u)"))
+                        (Some(_), true) => {
+                            let first = format!("({})", e.mapping.run_start(shape.elements(), "r"));
+                            e.valid(*dim, &lane_of(&shape, *dim, &first))
                         }
                         (Some(_), false) => e.valid(*dim, l.lane(*dim)),
                     };
