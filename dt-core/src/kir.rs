@@ -209,6 +209,15 @@ pub struct Loop {
     pub body: Vec<Stmt>,
 }
 
+impl Loop {
+    /// Whether every lane along the loop's dimension is valid in every step it runs: in its full
+    /// steps, and in any loop of step 1, whose one lane is its offset, which the loop keeps below
+    /// the end (a row per step, as softmax and layernorm take them).
+    pub fn lanes_all_valid(&self) -> bool {
+        self.steps == Steps::Full || self.step == 1
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Stmt {
     Let {

@@ -501,12 +501,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                     const int l19 = (int)((unsigned)e / 256u % 1u);
                                     const int l20 = (int)((unsigned)e / 4u % 64u);
                                     const int l21 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec17 && (unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec17 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8)], &in0[(unsigned)(o1 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l19) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l20) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + (l21 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = ((unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l19) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l20) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + (l21 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = ((unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l19) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l20) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + (l21 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -523,12 +523,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                     const int l24 = (int)((unsigned)e / 256u % 1u);
                                     const int l25 = (int)((unsigned)e / 4u % 64u);
                                     const int l26 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec22 && (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec22 && (unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8)], &in1[(unsigned)(o1 + l23) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l25) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + (l26 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l23) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l25) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + (l26 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = ((unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l23) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l25) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + (l26 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -682,12 +682,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                     const int l78 = (int)((unsigned)e / 256u % 1u);
                                     const int l79 = (int)((unsigned)e / 4u % 64u);
                                     const int l80 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec76 && (unsigned)(o1 + l77) < (unsigned)s0 && (unsigned)(o2 + l78) < (unsigned)s1 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec76 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8)], &in0[(unsigned)(o1 + l77) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l78) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l79) * (unsigned)args.input_strides[0][2] + (unsigned)(o75 + (l80 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8 + q)] = ((unsigned)(o1 + l77) < (unsigned)s0 && (unsigned)(o2 + l78) < (unsigned)s1 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l77) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l78) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l79) * (unsigned)args.input_strides[0][2] + (unsigned)(o75 + (l80 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8 + q)] = ((unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l77) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l78) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l79) * (unsigned)args.input_strides[0][2] + (unsigned)(o75 + (l80 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -704,12 +704,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                     const int l83 = (int)((unsigned)e / 256u % 1u);
                                     const int l84 = (int)((unsigned)e / 4u % 64u);
                                     const int l85 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec81 && (unsigned)(o1 + l82) < (unsigned)s0 && (unsigned)(o2 + l83) < (unsigned)s1 && (unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec81 && (unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8)], &in1[(unsigned)(o1 + l82) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l83) * (unsigned)args.input_strides[1][1] + (unsigned)(o70 + l84) * (unsigned)args.input_strides[1][2] + (unsigned)(o75 + (l85 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8 + q)] = ((unsigned)(o1 + l82) < (unsigned)s0 && (unsigned)(o2 + l83) < (unsigned)s1 && (unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l82) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l83) * (unsigned)args.input_strides[1][1] + (unsigned)(o70 + l84) * (unsigned)args.input_strides[1][2] + (unsigned)(o75 + (l85 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8 + q)] = ((unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l82) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l83) * (unsigned)args.input_strides[1][1] + (unsigned)(o70 + l84) * (unsigned)args.input_strides[1][2] + (unsigned)(o75 + (l85 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -876,12 +876,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                         const int l143 = (int)((unsigned)e / 256u % 1u);
                                         const int l144 = (int)((unsigned)e / 4u % 64u);
                                         const int l145 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec141 && (unsigned)(o1 + l142) < (unsigned)s0 && (unsigned)(o2 + l143) < (unsigned)s1 && (unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + 7)) < (unsigned)s5) {
+                                        if (vec141 && (unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8)], &in0[(unsigned)(o1 + l142) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l143) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l144) * (unsigned)args.input_strides[0][2] + (unsigned)(o140 + (l145 * 8)) * (unsigned)args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8 + q)] = ((unsigned)(o1 + l142) < (unsigned)s0 && (unsigned)(o2 + l143) < (unsigned)s1 && (unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l142) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l143) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l144) * (unsigned)args.input_strides[0][2] + (unsigned)(o140 + (l145 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8 + q)] = ((unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l142) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l143) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l144) * (unsigned)args.input_strides[0][2] + (unsigned)(o140 + (l145 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -898,12 +898,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                         const int l148 = (int)((unsigned)e / 256u % 1u);
                                         const int l149 = (int)((unsigned)e / 4u % 64u);
                                         const int l150 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec146 && (unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + 7)) < (unsigned)s5) {
+                                        if (vec146 && (unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8)], &in1[(unsigned)(o1 + l147) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[1][1] + (unsigned)(o135 + l149) * (unsigned)args.input_strides[1][2] + (unsigned)(o140 + (l150 * 8)) * (unsigned)args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8 + q)] = ((unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l147) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[1][1] + (unsigned)(o135 + l149) * (unsigned)args.input_strides[1][2] + (unsigned)(o140 + (l150 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8 + q)] = ((unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l147) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[1][1] + (unsigned)(o135 + l149) * (unsigned)args.input_strides[1][2] + (unsigned)(o140 + (l150 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -985,7 +985,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                 const int l172 = (int)((unsigned)e / 8192u % 1u);
                                 const int l173 = (int)((unsigned)e / 64u % 128u);
                                 const int l174 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = ((unsigned)(o1 + l171) < (unsigned)s0 && (unsigned)(o2 + l172) < (unsigned)s1 && (unsigned)(o135 + l174) < (unsigned)s3 && (unsigned)(o130 + l173) < (unsigned)s4) ? dt_load_f16(in2[(unsigned)(o1 + l171) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l172) * (unsigned)args.input_strides[2][1] + (unsigned)(o135 + l174) * (unsigned)args.input_strides[2][2] + (unsigned)(o130 + l173) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                                v34[r] = ((unsigned)(o135 + l174) < (unsigned)s3 && (unsigned)(o130 + l173) < (unsigned)s4) ? dt_load_f16(in2[(unsigned)(o1 + l171) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l172) * (unsigned)args.input_strides[2][1] + (unsigned)(o135 + l174) * (unsigned)args.input_strides[2][2] + (unsigned)(o130 + l173) * (unsigned)args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -1056,17 +1056,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         const int l198 = (int)((unsigned)e / 128u % 64u);
                         const int l199 = (int)((unsigned)e / 1u % 128u);
                         const unsigned a = (unsigned)(o1 + l196) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l197) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l198) * (unsigned)args.output_strides[2] + (unsigned)(o130 + l199) * (unsigned)args.output_strides[3];
-                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v38[c * 8 + 0], v38[c * 8 + 1]), dt_pack2_f16(v38[c * 8 + 2], v38[c * 8 + 3]), dt_pack2_f16(v38[c * 8 + 4], v38[c * 8 + 5]), dt_pack2_f16(v38[c * 8 + 6], v38[c * 8 + 7]));
                         } else {
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + l199) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 0]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 1]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 2]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 3]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 4)) < (unsigned)s4) out[a + 4 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 4]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 5)) < (unsigned)s4) out[a + 5 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 5]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 6)) < (unsigned)s4) out[a + 6 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 6]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 7)) < (unsigned)s4) out[a + 7 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 7]);
+                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + l199) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 0]);
+                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 1]);
+                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 2]);
+                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 3]);
+                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 4)) < (unsigned)s4) out[a + 4 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 4]);
+                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 5)) < (unsigned)s4) out[a + 5 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 5]);
+                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 6)) < (unsigned)s4) out[a + 6 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 6]);
+                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 7)) < (unsigned)s4) out[a + 7 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 7]);
                         }
                     }
                 }
@@ -1154,12 +1154,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16_whole(const d
                                     const int l19 = (int)((unsigned)e / 256u % 1u);
                                     const int l20 = (int)((unsigned)e / 4u % 64u);
                                     const int l21 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec17 && (unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec17 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8)], &in0[(unsigned)(o1 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l19) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l20) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + (l21 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = ((unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l19) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l20) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + (l21 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = ((unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l19) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l20) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + (l21 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1176,12 +1176,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16_whole(const d
                                     const int l24 = (int)((unsigned)e / 256u % 1u);
                                     const int l25 = (int)((unsigned)e / 4u % 64u);
                                     const int l26 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec22 && (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec22 && (unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8)], &in1[(unsigned)(o1 + l23) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l25) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + (l26 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l23) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l25) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + (l26 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = ((unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l23) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l25) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + (l26 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1335,12 +1335,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16_whole(const d
                                     const int l78 = (int)((unsigned)e / 256u % 1u);
                                     const int l79 = (int)((unsigned)e / 4u % 64u);
                                     const int l80 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec76 && (unsigned)(o1 + l77) < (unsigned)s0 && (unsigned)(o2 + l78) < (unsigned)s1 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec76 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8)], &in0[(unsigned)(o1 + l77) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l78) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l79) * (unsigned)args.input_strides[0][2] + (unsigned)(o75 + (l80 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8 + q)] = ((unsigned)(o1 + l77) < (unsigned)s0 && (unsigned)(o2 + l78) < (unsigned)s1 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l77) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l78) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l79) * (unsigned)args.input_strides[0][2] + (unsigned)(o75 + (l80 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8 + q)] = ((unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l77) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l78) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l79) * (unsigned)args.input_strides[0][2] + (unsigned)(o75 + (l80 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1357,12 +1357,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16_whole(const d
                                     const int l83 = (int)((unsigned)e / 256u % 1u);
                                     const int l84 = (int)((unsigned)e / 4u % 64u);
                                     const int l85 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec81 && (unsigned)(o1 + l82) < (unsigned)s0 && (unsigned)(o2 + l83) < (unsigned)s1 && (unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec81 && (unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8)], &in1[(unsigned)(o1 + l82) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l83) * (unsigned)args.input_strides[1][1] + (unsigned)(o70 + l84) * (unsigned)args.input_strides[1][2] + (unsigned)(o75 + (l85 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8 + q)] = ((unsigned)(o1 + l82) < (unsigned)s0 && (unsigned)(o2 + l83) < (unsigned)s1 && (unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l82) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l83) * (unsigned)args.input_strides[1][1] + (unsigned)(o70 + l84) * (unsigned)args.input_strides[1][2] + (unsigned)(o75 + (l85 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8 + q)] = ((unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l82) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l83) * (unsigned)args.input_strides[1][1] + (unsigned)(o70 + l84) * (unsigned)args.input_strides[1][2] + (unsigned)(o75 + (l85 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1529,12 +1529,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16_whole(const d
                                         const int l143 = (int)((unsigned)e / 256u % 1u);
                                         const int l144 = (int)((unsigned)e / 4u % 64u);
                                         const int l145 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec141 && (unsigned)(o1 + l142) < (unsigned)s0 && (unsigned)(o2 + l143) < (unsigned)s1 && (unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + 7)) < (unsigned)s5) {
+                                        if (vec141 && (unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8)], &in0[(unsigned)(o1 + l142) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l143) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l144) * (unsigned)args.input_strides[0][2] + (unsigned)(o140 + (l145 * 8)) * (unsigned)args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8 + q)] = ((unsigned)(o1 + l142) < (unsigned)s0 && (unsigned)(o2 + l143) < (unsigned)s1 && (unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l142) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l143) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l144) * (unsigned)args.input_strides[0][2] + (unsigned)(o140 + (l145 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8 + q)] = ((unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l142) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l143) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l144) * (unsigned)args.input_strides[0][2] + (unsigned)(o140 + (l145 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -1551,12 +1551,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16_whole(const d
                                         const int l148 = (int)((unsigned)e / 256u % 1u);
                                         const int l149 = (int)((unsigned)e / 4u % 64u);
                                         const int l150 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec146 && (unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + 7)) < (unsigned)s5) {
+                                        if (vec146 && (unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8)], &in1[(unsigned)(o1 + l147) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[1][1] + (unsigned)(o135 + l149) * (unsigned)args.input_strides[1][2] + (unsigned)(o140 + (l150 * 8)) * (unsigned)args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8 + q)] = ((unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l147) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[1][1] + (unsigned)(o135 + l149) * (unsigned)args.input_strides[1][2] + (unsigned)(o140 + (l150 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8 + q)] = ((unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l147) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[1][1] + (unsigned)(o135 + l149) * (unsigned)args.input_strides[1][2] + (unsigned)(o140 + (l150 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -1638,7 +1638,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16_whole(const d
                                 const int l172 = (int)((unsigned)e / 8192u % 1u);
                                 const int l173 = (int)((unsigned)e / 64u % 128u);
                                 const int l174 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = ((unsigned)(o1 + l171) < (unsigned)s0 && (unsigned)(o2 + l172) < (unsigned)s1 && (unsigned)(o135 + l174) < (unsigned)s3 && (unsigned)(o130 + l173) < (unsigned)s4) ? dt_load_f16(in2[(unsigned)(o1 + l171) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l172) * (unsigned)args.input_strides[2][1] + (unsigned)(o135 + l174) * (unsigned)args.input_strides[2][2] + (unsigned)(o130 + l173) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                                v34[r] = ((unsigned)(o135 + l174) < (unsigned)s3 && (unsigned)(o130 + l173) < (unsigned)s4) ? dt_load_f16(in2[(unsigned)(o1 + l171) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l172) * (unsigned)args.input_strides[2][1] + (unsigned)(o135 + l174) * (unsigned)args.input_strides[2][2] + (unsigned)(o130 + l173) * (unsigned)args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -1709,7 +1709,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16_whole(const d
                         const int l198 = (int)((unsigned)e / 128u % 64u);
                         const int l199 = (int)((unsigned)e / 1u % 128u);
                         const unsigned a = (unsigned)(o1 + l196) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l197) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l198) * (unsigned)args.output_strides[2] + (unsigned)(o130 + l199) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + l199) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v38[c * 8 + 0], v38[c * 8 + 1]), dt_pack2_f16(v38[c * 8 + 2], v38[c * 8 + 3]), dt_pack2_f16(v38[c * 8 + 4], v38[c * 8 + 5]), dt_pack2_f16(v38[c * 8 + 6], v38[c * 8 + 7]));
+                        if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + l199) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v38[c * 8 + 0], v38[c * 8 + 1]), dt_pack2_f16(v38[c * 8 + 2], v38[c * 8 + 3]), dt_pack2_f16(v38[c * 8 + 4], v38[c * 8 + 5]), dt_pack2_f16(v38[c * 8 + 6], v38[c * 8 + 7]));
                     }
                 }
             }
@@ -1796,12 +1796,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                     const int l19 = (int)((unsigned)e / 256u % 1u);
                                     const int l20 = (int)((unsigned)e / 4u % 64u);
                                     const int l21 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec17 && (unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec17 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8)], &in0[(unsigned)(o1 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l19) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l20) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + (l21 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = ((unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l19) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l20) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + (l21 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = ((unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l19) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l20) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + (l21 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1818,12 +1818,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                     const int l24 = (int)((unsigned)e / 256u % 1u);
                                     const int l25 = (int)((unsigned)e / 4u % 64u);
                                     const int l26 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec22 && (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec22 && (unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8)], &in1[(unsigned)(o1 + l23) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l25) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + (l26 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l23) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l25) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + (l26 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = ((unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l23) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l25) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + (l26 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1977,12 +1977,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                     const int l78 = (int)((unsigned)e / 256u % 1u);
                                     const int l79 = (int)((unsigned)e / 4u % 64u);
                                     const int l80 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec76 && (unsigned)(o1 + l77) < (unsigned)s0 && (unsigned)(o2 + l78) < (unsigned)s1 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec76 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8)], &in0[(unsigned)(o1 + l77) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l78) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l79) * (unsigned)args.input_strides[0][2] + (unsigned)(o75 + (l80 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8 + q)] = ((unsigned)(o1 + l77) < (unsigned)s0 && (unsigned)(o2 + l78) < (unsigned)s1 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l77) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l78) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l79) * (unsigned)args.input_strides[0][2] + (unsigned)(o75 + (l80 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8 + q)] = ((unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l77) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l78) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l79) * (unsigned)args.input_strides[0][2] + (unsigned)(o75 + (l80 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1999,12 +1999,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                     const int l83 = (int)((unsigned)e / 256u % 1u);
                                     const int l84 = (int)((unsigned)e / 4u % 64u);
                                     const int l85 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec81 && (unsigned)(o1 + l82) < (unsigned)s0 && (unsigned)(o2 + l83) < (unsigned)s1 && (unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec81 && (unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8)], &in1[(unsigned)(o1 + l82) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l83) * (unsigned)args.input_strides[1][1] + (unsigned)(o70 + l84) * (unsigned)args.input_strides[1][2] + (unsigned)(o75 + (l85 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8 + q)] = ((unsigned)(o1 + l82) < (unsigned)s0 && (unsigned)(o2 + l83) < (unsigned)s1 && (unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l82) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l83) * (unsigned)args.input_strides[1][1] + (unsigned)(o70 + l84) * (unsigned)args.input_strides[1][2] + (unsigned)(o75 + (l85 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8 + q)] = ((unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l82) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l83) * (unsigned)args.input_strides[1][1] + (unsigned)(o70 + l84) * (unsigned)args.input_strides[1][2] + (unsigned)(o75 + (l85 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2171,12 +2171,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                         const int l143 = (int)((unsigned)e / 256u % 1u);
                                         const int l144 = (int)((unsigned)e / 4u % 64u);
                                         const int l145 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec141 && (unsigned)(o1 + l142) < (unsigned)s0 && (unsigned)(o2 + l143) < (unsigned)s1 && (unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + 7)) < (unsigned)s5) {
+                                        if (vec141 && (unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8)], &in0[(unsigned)(o1 + l142) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l143) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l144) * (unsigned)args.input_strides[0][2] + (unsigned)(o140 + (l145 * 8)) * (unsigned)args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8 + q)] = ((unsigned)(o1 + l142) < (unsigned)s0 && (unsigned)(o2 + l143) < (unsigned)s1 && (unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l142) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l143) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l144) * (unsigned)args.input_strides[0][2] + (unsigned)(o140 + (l145 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8 + q)] = ((unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l142) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l143) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l144) * (unsigned)args.input_strides[0][2] + (unsigned)(o140 + (l145 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -2193,12 +2193,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                         const int l148 = (int)((unsigned)e / 256u % 1u);
                                         const int l149 = (int)((unsigned)e / 4u % 64u);
                                         const int l150 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec146 && (unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + 7)) < (unsigned)s5) {
+                                        if (vec146 && (unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8)], &in1[(unsigned)(o1 + l147) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[1][1] + (unsigned)(o135 + l149) * (unsigned)args.input_strides[1][2] + (unsigned)(o140 + (l150 * 8)) * (unsigned)args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8 + q)] = ((unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l147) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[1][1] + (unsigned)(o135 + l149) * (unsigned)args.input_strides[1][2] + (unsigned)(o140 + (l150 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8 + q)] = ((unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l147) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[1][1] + (unsigned)(o135 + l149) * (unsigned)args.input_strides[1][2] + (unsigned)(o140 + (l150 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -2280,7 +2280,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                 const int l172 = (int)((unsigned)e / 8192u % 1u);
                                 const int l173 = (int)((unsigned)e / 64u % 128u);
                                 const int l174 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = ((unsigned)(o1 + l171) < (unsigned)s0 && (unsigned)(o2 + l172) < (unsigned)s1 && (unsigned)(o135 + l174) < (unsigned)s3 && (unsigned)(o130 + l173) < (unsigned)s4) ? dt_load_bf16(in2[(unsigned)(o1 + l171) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l172) * (unsigned)args.input_strides[2][1] + (unsigned)(o135 + l174) * (unsigned)args.input_strides[2][2] + (unsigned)(o130 + l173) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                                v34[r] = ((unsigned)(o135 + l174) < (unsigned)s3 && (unsigned)(o130 + l173) < (unsigned)s4) ? dt_load_bf16(in2[(unsigned)(o1 + l171) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l172) * (unsigned)args.input_strides[2][1] + (unsigned)(o135 + l174) * (unsigned)args.input_strides[2][2] + (unsigned)(o130 + l173) * (unsigned)args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -2351,17 +2351,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         const int l198 = (int)((unsigned)e / 128u % 64u);
                         const int l199 = (int)((unsigned)e / 1u % 128u);
                         const unsigned a = (unsigned)(o1 + l196) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l197) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l198) * (unsigned)args.output_strides[2] + (unsigned)(o130 + l199) * (unsigned)args.output_strides[3];
-                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v38[c * 8 + 0], v38[c * 8 + 1]), dt_pack2_bf16(v38[c * 8 + 2], v38[c * 8 + 3]), dt_pack2_bf16(v38[c * 8 + 4], v38[c * 8 + 5]), dt_pack2_bf16(v38[c * 8 + 6], v38[c * 8 + 7]));
                         } else {
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + l199) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 0]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 1]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 2]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 3]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 4)) < (unsigned)s4) out[a + 4 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 4]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 5)) < (unsigned)s4) out[a + 5 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 5]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 6)) < (unsigned)s4) out[a + 6 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 6]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 7)) < (unsigned)s4) out[a + 7 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 7]);
+                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + l199) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 0]);
+                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 1]);
+                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 2]);
+                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 3]);
+                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 4)) < (unsigned)s4) out[a + 4 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 4]);
+                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 5)) < (unsigned)s4) out[a + 5 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 5]);
+                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 6)) < (unsigned)s4) out[a + 6 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 6]);
+                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 7)) < (unsigned)s4) out[a + 7 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 7]);
                         }
                     }
                 }
@@ -2449,12 +2449,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16_whole(const 
                                     const int l19 = (int)((unsigned)e / 256u % 1u);
                                     const int l20 = (int)((unsigned)e / 4u % 64u);
                                     const int l21 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec17 && (unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec17 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8)], &in0[(unsigned)(o1 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l19) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l20) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + (l21 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = ((unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l19) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l20) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + (l21 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = ((unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l19) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l20) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + (l21 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2471,12 +2471,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16_whole(const 
                                     const int l24 = (int)((unsigned)e / 256u % 1u);
                                     const int l25 = (int)((unsigned)e / 4u % 64u);
                                     const int l26 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec22 && (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec22 && (unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8)], &in1[(unsigned)(o1 + l23) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l25) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + (l26 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l23) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l25) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + (l26 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = ((unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l23) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l25) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + (l26 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2630,12 +2630,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16_whole(const 
                                     const int l78 = (int)((unsigned)e / 256u % 1u);
                                     const int l79 = (int)((unsigned)e / 4u % 64u);
                                     const int l80 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec76 && (unsigned)(o1 + l77) < (unsigned)s0 && (unsigned)(o2 + l78) < (unsigned)s1 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec76 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8)], &in0[(unsigned)(o1 + l77) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l78) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l79) * (unsigned)args.input_strides[0][2] + (unsigned)(o75 + (l80 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8 + q)] = ((unsigned)(o1 + l77) < (unsigned)s0 && (unsigned)(o2 + l78) < (unsigned)s1 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l77) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l78) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l79) * (unsigned)args.input_strides[0][2] + (unsigned)(o75 + (l80 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8 + q)] = ((unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l77) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l78) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l79) * (unsigned)args.input_strides[0][2] + (unsigned)(o75 + (l80 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2652,12 +2652,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16_whole(const 
                                     const int l83 = (int)((unsigned)e / 256u % 1u);
                                     const int l84 = (int)((unsigned)e / 4u % 64u);
                                     const int l85 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec81 && (unsigned)(o1 + l82) < (unsigned)s0 && (unsigned)(o2 + l83) < (unsigned)s1 && (unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec81 && (unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8)], &in1[(unsigned)(o1 + l82) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l83) * (unsigned)args.input_strides[1][1] + (unsigned)(o70 + l84) * (unsigned)args.input_strides[1][2] + (unsigned)(o75 + (l85 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8 + q)] = ((unsigned)(o1 + l82) < (unsigned)s0 && (unsigned)(o2 + l83) < (unsigned)s1 && (unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l82) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l83) * (unsigned)args.input_strides[1][1] + (unsigned)(o70 + l84) * (unsigned)args.input_strides[1][2] + (unsigned)(o75 + (l85 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8 + q)] = ((unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l82) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l83) * (unsigned)args.input_strides[1][1] + (unsigned)(o70 + l84) * (unsigned)args.input_strides[1][2] + (unsigned)(o75 + (l85 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2824,12 +2824,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16_whole(const 
                                         const int l143 = (int)((unsigned)e / 256u % 1u);
                                         const int l144 = (int)((unsigned)e / 4u % 64u);
                                         const int l145 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec141 && (unsigned)(o1 + l142) < (unsigned)s0 && (unsigned)(o2 + l143) < (unsigned)s1 && (unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + 7)) < (unsigned)s5) {
+                                        if (vec141 && (unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8)], &in0[(unsigned)(o1 + l142) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l143) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l144) * (unsigned)args.input_strides[0][2] + (unsigned)(o140 + (l145 * 8)) * (unsigned)args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8 + q)] = ((unsigned)(o1 + l142) < (unsigned)s0 && (unsigned)(o2 + l143) < (unsigned)s1 && (unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l142) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l143) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l144) * (unsigned)args.input_strides[0][2] + (unsigned)(o140 + (l145 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8 + q)] = ((unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l142) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l143) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l144) * (unsigned)args.input_strides[0][2] + (unsigned)(o140 + (l145 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -2846,12 +2846,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16_whole(const 
                                         const int l148 = (int)((unsigned)e / 256u % 1u);
                                         const int l149 = (int)((unsigned)e / 4u % 64u);
                                         const int l150 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec146 && (unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + 7)) < (unsigned)s5) {
+                                        if (vec146 && (unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8)], &in1[(unsigned)(o1 + l147) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[1][1] + (unsigned)(o135 + l149) * (unsigned)args.input_strides[1][2] + (unsigned)(o140 + (l150 * 8)) * (unsigned)args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8 + q)] = ((unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l147) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[1][1] + (unsigned)(o135 + l149) * (unsigned)args.input_strides[1][2] + (unsigned)(o140 + (l150 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8 + q)] = ((unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l147) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[1][1] + (unsigned)(o135 + l149) * (unsigned)args.input_strides[1][2] + (unsigned)(o140 + (l150 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -2933,7 +2933,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16_whole(const 
                                 const int l172 = (int)((unsigned)e / 8192u % 1u);
                                 const int l173 = (int)((unsigned)e / 64u % 128u);
                                 const int l174 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = ((unsigned)(o1 + l171) < (unsigned)s0 && (unsigned)(o2 + l172) < (unsigned)s1 && (unsigned)(o135 + l174) < (unsigned)s3 && (unsigned)(o130 + l173) < (unsigned)s4) ? dt_load_bf16(in2[(unsigned)(o1 + l171) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l172) * (unsigned)args.input_strides[2][1] + (unsigned)(o135 + l174) * (unsigned)args.input_strides[2][2] + (unsigned)(o130 + l173) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                                v34[r] = ((unsigned)(o135 + l174) < (unsigned)s3 && (unsigned)(o130 + l173) < (unsigned)s4) ? dt_load_bf16(in2[(unsigned)(o1 + l171) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l172) * (unsigned)args.input_strides[2][1] + (unsigned)(o135 + l174) * (unsigned)args.input_strides[2][2] + (unsigned)(o130 + l173) * (unsigned)args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -3004,7 +3004,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16_whole(const 
                         const int l198 = (int)((unsigned)e / 128u % 64u);
                         const int l199 = (int)((unsigned)e / 1u % 128u);
                         const unsigned a = (unsigned)(o1 + l196) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l197) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l198) * (unsigned)args.output_strides[2] + (unsigned)(o130 + l199) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + l199) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v38[c * 8 + 0], v38[c * 8 + 1]), dt_pack2_bf16(v38[c * 8 + 2], v38[c * 8 + 3]), dt_pack2_bf16(v38[c * 8 + 4], v38[c * 8 + 5]), dt_pack2_bf16(v38[c * 8 + 6], v38[c * 8 + 7]));
+                        if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + l199) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v38[c * 8 + 0], v38[c * 8 + 1]), dt_pack2_bf16(v38[c * 8 + 2], v38[c * 8 + 3]), dt_pack2_bf16(v38[c * 8 + 4], v38[c * 8 + 5]), dt_pack2_bf16(v38[c * 8 + 6], v38[c * 8 + 7]));
                     }
                 }
             }
@@ -3092,17 +3092,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             const int l19 = (int)((unsigned)e / 32u % 64u);
                             const int l20 = (int)((unsigned)e / 1u % 32u);
                             const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l18) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l19) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + l20) * (unsigned)args.input_strides[0][3];
-                            if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o2 + l18) < (unsigned)s1 && (unsigned)(o3 + l19) < (unsigned)s2 && (unsigned)(o16 + (l20 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o3 + l19) < (unsigned)s2 && (unsigned)(o16 + (l20 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v0[c * 4 + 0] = __uint_as_float(q.x);
                                 v0[c * 4 + 1] = __uint_as_float(q.y);
                                 v0[c * 4 + 2] = __uint_as_float(q.z);
                                 v0[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v0[c * 4 + 0] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o2 + l18) < (unsigned)s1 && (unsigned)(o3 + l19) < (unsigned)s2 && (unsigned)(o16 + l20) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 4 + 1] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o2 + l18) < (unsigned)s1 && (unsigned)(o3 + l19) < (unsigned)s2 && (unsigned)(o16 + (l20 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 4 + 2] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o2 + l18) < (unsigned)s1 && (unsigned)(o3 + l19) < (unsigned)s2 && (unsigned)(o16 + (l20 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 4 + 3] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o2 + l18) < (unsigned)s1 && (unsigned)(o3 + l19) < (unsigned)s2 && (unsigned)(o16 + (l20 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 4 + 0] = ((unsigned)(o3 + l19) < (unsigned)s2 && (unsigned)(o16 + l20) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 4 + 1] = ((unsigned)(o3 + l19) < (unsigned)s2 && (unsigned)(o16 + (l20 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 4 + 2] = ((unsigned)(o3 + l19) < (unsigned)s2 && (unsigned)(o16 + (l20 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 4 + 3] = ((unsigned)(o3 + l19) < (unsigned)s2 && (unsigned)(o16 + (l20 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v1[8];
@@ -3114,17 +3114,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             const int l23 = (int)((unsigned)e / 32u % 64u);
                             const int l24 = (int)((unsigned)e / 1u % 32u);
                             const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l22) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l23) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + l24) * (unsigned)args.input_strides[1][3];
-                            if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o11 + l23) < (unsigned)s3 && (unsigned)(o16 + (l24 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o11 + l23) < (unsigned)s3 && (unsigned)(o16 + (l24 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v1[c * 4 + 0] = __uint_as_float(q.x);
                                 v1[c * 4 + 1] = __uint_as_float(q.y);
                                 v1[c * 4 + 2] = __uint_as_float(q.z);
                                 v1[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v1[c * 4 + 0] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o11 + l23) < (unsigned)s3 && (unsigned)(o16 + l24) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 4 + 1] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o11 + l23) < (unsigned)s3 && (unsigned)(o16 + (l24 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 4 + 2] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o11 + l23) < (unsigned)s3 && (unsigned)(o16 + (l24 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 4 + 3] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o11 + l23) < (unsigned)s3 && (unsigned)(o16 + (l24 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 4 + 0] = ((unsigned)(o11 + l23) < (unsigned)s3 && (unsigned)(o16 + l24) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 4 + 1] = ((unsigned)(o11 + l23) < (unsigned)s3 && (unsigned)(o16 + (l24 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 4 + 2] = ((unsigned)(o11 + l23) < (unsigned)s3 && (unsigned)(o16 + (l24 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 4 + 3] = ((unsigned)(o11 + l23) < (unsigned)s3 && (unsigned)(o16 + (l24 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -3292,17 +3292,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             const int l81 = (int)((unsigned)e / 32u % 64u);
                             const int l82 = (int)((unsigned)e / 1u % 32u);
                             const unsigned a = (unsigned)(o1 + l79) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l80) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l81) * (unsigned)args.input_strides[0][2] + (unsigned)(o78 + l82) * (unsigned)args.input_strides[0][3];
-                            if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o2 + l80) < (unsigned)s1 && (unsigned)(o3 + l81) < (unsigned)s2 && (unsigned)(o78 + (l82 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o3 + l81) < (unsigned)s2 && (unsigned)(o78 + (l82 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v10[c * 4 + 0] = __uint_as_float(q.x);
                                 v10[c * 4 + 1] = __uint_as_float(q.y);
                                 v10[c * 4 + 2] = __uint_as_float(q.z);
                                 v10[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v10[c * 4 + 0] = ((unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o2 + l80) < (unsigned)s1 && (unsigned)(o3 + l81) < (unsigned)s2 && (unsigned)(o78 + l82) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 4 + 1] = ((unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o2 + l80) < (unsigned)s1 && (unsigned)(o3 + l81) < (unsigned)s2 && (unsigned)(o78 + (l82 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 4 + 2] = ((unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o2 + l80) < (unsigned)s1 && (unsigned)(o3 + l81) < (unsigned)s2 && (unsigned)(o78 + (l82 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 4 + 3] = ((unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o2 + l80) < (unsigned)s1 && (unsigned)(o3 + l81) < (unsigned)s2 && (unsigned)(o78 + (l82 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 4 + 0] = ((unsigned)(o3 + l81) < (unsigned)s2 && (unsigned)(o78 + l82) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 4 + 1] = ((unsigned)(o3 + l81) < (unsigned)s2 && (unsigned)(o78 + (l82 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 4 + 2] = ((unsigned)(o3 + l81) < (unsigned)s2 && (unsigned)(o78 + (l82 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 4 + 3] = ((unsigned)(o3 + l81) < (unsigned)s2 && (unsigned)(o78 + (l82 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v11[8];
@@ -3314,17 +3314,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             const int l85 = (int)((unsigned)e / 32u % 64u);
                             const int l86 = (int)((unsigned)e / 1u % 32u);
                             const unsigned a = (unsigned)(o1 + l83) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l84) * (unsigned)args.input_strides[1][1] + (unsigned)(o73 + l85) * (unsigned)args.input_strides[1][2] + (unsigned)(o78 + l86) * (unsigned)args.input_strides[1][3];
-                            if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o1 + l83) < (unsigned)s0 && (unsigned)(o2 + l84) < (unsigned)s1 && (unsigned)(o73 + l85) < (unsigned)s3 && (unsigned)(o78 + (l86 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o73 + l85) < (unsigned)s3 && (unsigned)(o78 + (l86 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v11[c * 4 + 0] = __uint_as_float(q.x);
                                 v11[c * 4 + 1] = __uint_as_float(q.y);
                                 v11[c * 4 + 2] = __uint_as_float(q.z);
                                 v11[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v11[c * 4 + 0] = ((unsigned)(o1 + l83) < (unsigned)s0 && (unsigned)(o2 + l84) < (unsigned)s1 && (unsigned)(o73 + l85) < (unsigned)s3 && (unsigned)(o78 + l86) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 4 + 1] = ((unsigned)(o1 + l83) < (unsigned)s0 && (unsigned)(o2 + l84) < (unsigned)s1 && (unsigned)(o73 + l85) < (unsigned)s3 && (unsigned)(o78 + (l86 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 4 + 2] = ((unsigned)(o1 + l83) < (unsigned)s0 && (unsigned)(o2 + l84) < (unsigned)s1 && (unsigned)(o73 + l85) < (unsigned)s3 && (unsigned)(o78 + (l86 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 4 + 3] = ((unsigned)(o1 + l83) < (unsigned)s0 && (unsigned)(o2 + l84) < (unsigned)s1 && (unsigned)(o73 + l85) < (unsigned)s3 && (unsigned)(o78 + (l86 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 4 + 0] = ((unsigned)(o73 + l85) < (unsigned)s3 && (unsigned)(o78 + l86) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 4 + 1] = ((unsigned)(o73 + l85) < (unsigned)s3 && (unsigned)(o78 + (l86 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 4 + 2] = ((unsigned)(o73 + l85) < (unsigned)s3 && (unsigned)(o78 + (l86 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 4 + 3] = ((unsigned)(o73 + l85) < (unsigned)s3 && (unsigned)(o78 + (l86 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -3508,17 +3508,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                                 const int l149 = (int)((unsigned)e / 32u % 64u);
                                 const int l150 = (int)((unsigned)e / 1u % 32u);
                                 const unsigned a = (unsigned)(o1 + l147) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l149) * (unsigned)args.input_strides[0][2] + (unsigned)(o146 + l150) * (unsigned)args.input_strides[0][3];
-                                if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o3 + l149) < (unsigned)s2 && (unsigned)(o146 + (l150 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o3 + l149) < (unsigned)s2 && (unsigned)(o146 + (l150 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in0 + a);
                                     v23[c * 4 + 0] = __uint_as_float(q.x);
                                     v23[c * 4 + 1] = __uint_as_float(q.y);
                                     v23[c * 4 + 2] = __uint_as_float(q.z);
                                     v23[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v23[c * 4 + 0] = ((unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o3 + l149) < (unsigned)s2 && (unsigned)(o146 + l150) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 4 + 1] = ((unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o3 + l149) < (unsigned)s2 && (unsigned)(o146 + (l150 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 4 + 2] = ((unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o3 + l149) < (unsigned)s2 && (unsigned)(o146 + (l150 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 4 + 3] = ((unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o3 + l149) < (unsigned)s2 && (unsigned)(o146 + (l150 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 4 + 0] = ((unsigned)(o3 + l149) < (unsigned)s2 && (unsigned)(o146 + l150) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 4 + 1] = ((unsigned)(o3 + l149) < (unsigned)s2 && (unsigned)(o146 + (l150 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 4 + 2] = ((unsigned)(o3 + l149) < (unsigned)s2 && (unsigned)(o146 + (l150 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 4 + 3] = ((unsigned)(o3 + l149) < (unsigned)s2 && (unsigned)(o146 + (l150 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
                                 }
                             }
                             float v24[8];
@@ -3530,17 +3530,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                                 const int l153 = (int)((unsigned)e / 32u % 64u);
                                 const int l154 = (int)((unsigned)e / 1u % 32u);
                                 const unsigned a = (unsigned)(o1 + l151) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l152) * (unsigned)args.input_strides[1][1] + (unsigned)(o141 + l153) * (unsigned)args.input_strides[1][2] + (unsigned)(o146 + l154) * (unsigned)args.input_strides[1][3];
-                                if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o1 + l151) < (unsigned)s0 && (unsigned)(o2 + l152) < (unsigned)s1 && (unsigned)(o141 + l153) < (unsigned)s3 && (unsigned)(o146 + (l154 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o141 + l153) < (unsigned)s3 && (unsigned)(o146 + (l154 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in1 + a);
                                     v24[c * 4 + 0] = __uint_as_float(q.x);
                                     v24[c * 4 + 1] = __uint_as_float(q.y);
                                     v24[c * 4 + 2] = __uint_as_float(q.z);
                                     v24[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v24[c * 4 + 0] = ((unsigned)(o1 + l151) < (unsigned)s0 && (unsigned)(o2 + l152) < (unsigned)s1 && (unsigned)(o141 + l153) < (unsigned)s3 && (unsigned)(o146 + l154) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 4 + 1] = ((unsigned)(o1 + l151) < (unsigned)s0 && (unsigned)(o2 + l152) < (unsigned)s1 && (unsigned)(o141 + l153) < (unsigned)s3 && (unsigned)(o146 + (l154 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 4 + 2] = ((unsigned)(o1 + l151) < (unsigned)s0 && (unsigned)(o2 + l152) < (unsigned)s1 && (unsigned)(o141 + l153) < (unsigned)s3 && (unsigned)(o146 + (l154 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 4 + 3] = ((unsigned)(o1 + l151) < (unsigned)s0 && (unsigned)(o2 + l152) < (unsigned)s1 && (unsigned)(o141 + l153) < (unsigned)s3 && (unsigned)(o146 + (l154 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 4 + 0] = ((unsigned)(o141 + l153) < (unsigned)s3 && (unsigned)(o146 + l154) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 4 + 1] = ((unsigned)(o141 + l153) < (unsigned)s3 && (unsigned)(o146 + (l154 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 4 + 2] = ((unsigned)(o141 + l153) < (unsigned)s3 && (unsigned)(o146 + (l154 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 4 + 3] = ((unsigned)(o141 + l153) < (unsigned)s3 && (unsigned)(o146 + (l154 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
                                 }
                             }
                             __syncthreads();
@@ -3642,7 +3642,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                                 const int l185 = (int)((unsigned)e / 8192u % 1u);
                                 const int l186 = (int)((unsigned)e / 64u % 128u);
                                 const int l187 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = ((unsigned)(o1 + l184) < (unsigned)s0 && (unsigned)(o2 + l185) < (unsigned)s1 && (unsigned)(o141 + l187) < (unsigned)s3 && (unsigned)(o136 + l186) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l184) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l185) * (unsigned)args.input_strides[2][1] + (unsigned)(o141 + l187) * (unsigned)args.input_strides[2][2] + (unsigned)(o136 + l186) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                                v34[r] = ((unsigned)(o141 + l187) < (unsigned)s3 && (unsigned)(o136 + l186) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l184) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l185) * (unsigned)args.input_strides[2][1] + (unsigned)(o141 + l187) * (unsigned)args.input_strides[2][2] + (unsigned)(o136 + l186) * (unsigned)args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -3706,13 +3706,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         const int l207 = (int)((unsigned)e / 128u % 64u);
                         const int l208 = (int)((unsigned)e / 1u % 128u);
                         const unsigned a = (unsigned)(o1 + l205) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l206) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l207) * (unsigned)args.output_strides[2] + (unsigned)(o136 + l208) * (unsigned)args.output_strides[3];
-                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o1 + l205) < (unsigned)s0 && (unsigned)(o2 + l206) < (unsigned)s1 && (unsigned)(o3 + l207) < (unsigned)s2 && (unsigned)(o136 + (l208 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o3 + l207) < (unsigned)s2 && (unsigned)(o136 + (l208 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(__float_as_uint(v38[c * 4 + 0]), __float_as_uint(v38[c * 4 + 1]), __float_as_uint(v38[c * 4 + 2]), __float_as_uint(v38[c * 4 + 3]));
                         } else {
-                            if ((unsigned)(o1 + l205) < (unsigned)s0 && (unsigned)(o2 + l206) < (unsigned)s1 && (unsigned)(o3 + l207) < (unsigned)s2 && (unsigned)(o136 + l208) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 0]);
-                            if ((unsigned)(o1 + l205) < (unsigned)s0 && (unsigned)(o2 + l206) < (unsigned)s1 && (unsigned)(o3 + l207) < (unsigned)s2 && (unsigned)(o136 + (l208 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 1]);
-                            if ((unsigned)(o1 + l205) < (unsigned)s0 && (unsigned)(o2 + l206) < (unsigned)s1 && (unsigned)(o3 + l207) < (unsigned)s2 && (unsigned)(o136 + (l208 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 2]);
-                            if ((unsigned)(o1 + l205) < (unsigned)s0 && (unsigned)(o2 + l206) < (unsigned)s1 && (unsigned)(o3 + l207) < (unsigned)s2 && (unsigned)(o136 + (l208 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 3]);
+                            if ((unsigned)(o3 + l207) < (unsigned)s2 && (unsigned)(o136 + l208) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 0]);
+                            if ((unsigned)(o3 + l207) < (unsigned)s2 && (unsigned)(o136 + (l208 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 1]);
+                            if ((unsigned)(o3 + l207) < (unsigned)s2 && (unsigned)(o136 + (l208 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 2]);
+                            if ((unsigned)(o3 + l207) < (unsigned)s2 && (unsigned)(o136 + (l208 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 3]);
                         }
                     }
                 }
@@ -3801,7 +3801,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(const d
                             const int l19 = (int)((unsigned)e / 32u % 64u);
                             const int l20 = (int)((unsigned)e / 1u % 32u);
                             const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l18) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l19) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + l20) * (unsigned)args.input_strides[0][3];
-                            if ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o2 + l18) < (unsigned)s1 && (unsigned)(o3 + l19) < (unsigned)s2 && (unsigned)(o16 + l20) < (unsigned)s5) {
+                            if ((unsigned)(o3 + l19) < (unsigned)s2 && (unsigned)(o16 + l20) < (unsigned)s5) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v0[c * 4 + 0] = __uint_as_float(q.x);
                                 v0[c * 4 + 1] = __uint_as_float(q.y);
@@ -3823,7 +3823,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(const d
                             const int l23 = (int)((unsigned)e / 32u % 64u);
                             const int l24 = (int)((unsigned)e / 1u % 32u);
                             const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l22) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l23) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + l24) * (unsigned)args.input_strides[1][3];
-                            if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o11 + l23) < (unsigned)s3 && (unsigned)(o16 + l24) < (unsigned)s5) {
+                            if ((unsigned)(o11 + l23) < (unsigned)s3 && (unsigned)(o16 + l24) < (unsigned)s5) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v1[c * 4 + 0] = __uint_as_float(q.x);
                                 v1[c * 4 + 1] = __uint_as_float(q.y);
@@ -4001,7 +4001,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(const d
                             const int l81 = (int)((unsigned)e / 32u % 64u);
                             const int l82 = (int)((unsigned)e / 1u % 32u);
                             const unsigned a = (unsigned)(o1 + l79) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l80) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l81) * (unsigned)args.input_strides[0][2] + (unsigned)(o78 + l82) * (unsigned)args.input_strides[0][3];
-                            if ((unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o2 + l80) < (unsigned)s1 && (unsigned)(o3 + l81) < (unsigned)s2 && (unsigned)(o78 + l82) < (unsigned)s5) {
+                            if ((unsigned)(o3 + l81) < (unsigned)s2 && (unsigned)(o78 + l82) < (unsigned)s5) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v10[c * 4 + 0] = __uint_as_float(q.x);
                                 v10[c * 4 + 1] = __uint_as_float(q.y);
@@ -4023,7 +4023,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(const d
                             const int l85 = (int)((unsigned)e / 32u % 64u);
                             const int l86 = (int)((unsigned)e / 1u % 32u);
                             const unsigned a = (unsigned)(o1 + l83) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l84) * (unsigned)args.input_strides[1][1] + (unsigned)(o73 + l85) * (unsigned)args.input_strides[1][2] + (unsigned)(o78 + l86) * (unsigned)args.input_strides[1][3];
-                            if ((unsigned)(o1 + l83) < (unsigned)s0 && (unsigned)(o2 + l84) < (unsigned)s1 && (unsigned)(o73 + l85) < (unsigned)s3 && (unsigned)(o78 + l86) < (unsigned)s5) {
+                            if ((unsigned)(o73 + l85) < (unsigned)s3 && (unsigned)(o78 + l86) < (unsigned)s5) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v11[c * 4 + 0] = __uint_as_float(q.x);
                                 v11[c * 4 + 1] = __uint_as_float(q.y);
@@ -4217,7 +4217,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(const d
                                 const int l149 = (int)((unsigned)e / 32u % 64u);
                                 const int l150 = (int)((unsigned)e / 1u % 32u);
                                 const unsigned a = (unsigned)(o1 + l147) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l149) * (unsigned)args.input_strides[0][2] + (unsigned)(o146 + l150) * (unsigned)args.input_strides[0][3];
-                                if ((unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o3 + l149) < (unsigned)s2 && (unsigned)(o146 + l150) < (unsigned)s5) {
+                                if ((unsigned)(o3 + l149) < (unsigned)s2 && (unsigned)(o146 + l150) < (unsigned)s5) {
                                     const uint4 q = *(const uint4*)(in0 + a);
                                     v23[c * 4 + 0] = __uint_as_float(q.x);
                                     v23[c * 4 + 1] = __uint_as_float(q.y);
@@ -4239,7 +4239,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(const d
                                 const int l153 = (int)((unsigned)e / 32u % 64u);
                                 const int l154 = (int)((unsigned)e / 1u % 32u);
                                 const unsigned a = (unsigned)(o1 + l151) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l152) * (unsigned)args.input_strides[1][1] + (unsigned)(o141 + l153) * (unsigned)args.input_strides[1][2] + (unsigned)(o146 + l154) * (unsigned)args.input_strides[1][3];
-                                if ((unsigned)(o1 + l151) < (unsigned)s0 && (unsigned)(o2 + l152) < (unsigned)s1 && (unsigned)(o141 + l153) < (unsigned)s3 && (unsigned)(o146 + l154) < (unsigned)s5) {
+                                if ((unsigned)(o141 + l153) < (unsigned)s3 && (unsigned)(o146 + l154) < (unsigned)s5) {
                                     const uint4 q = *(const uint4*)(in1 + a);
                                     v24[c * 4 + 0] = __uint_as_float(q.x);
                                     v24[c * 4 + 1] = __uint_as_float(q.y);
@@ -4351,7 +4351,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(const d
                                 const int l185 = (int)((unsigned)e / 8192u % 1u);
                                 const int l186 = (int)((unsigned)e / 64u % 128u);
                                 const int l187 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = ((unsigned)(o1 + l184) < (unsigned)s0 && (unsigned)(o2 + l185) < (unsigned)s1 && (unsigned)(o141 + l187) < (unsigned)s3 && (unsigned)(o136 + l186) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l184) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l185) * (unsigned)args.input_strides[2][1] + (unsigned)(o141 + l187) * (unsigned)args.input_strides[2][2] + (unsigned)(o136 + l186) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                                v34[r] = ((unsigned)(o141 + l187) < (unsigned)s3 && (unsigned)(o136 + l186) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l184) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l185) * (unsigned)args.input_strides[2][1] + (unsigned)(o141 + l187) * (unsigned)args.input_strides[2][2] + (unsigned)(o136 + l186) * (unsigned)args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -4415,7 +4415,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(const d
                         const int l207 = (int)((unsigned)e / 128u % 64u);
                         const int l208 = (int)((unsigned)e / 1u % 128u);
                         const unsigned a = (unsigned)(o1 + l205) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l206) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l207) * (unsigned)args.output_strides[2] + (unsigned)(o136 + l208) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o1 + l205) < (unsigned)s0 && (unsigned)(o2 + l206) < (unsigned)s1 && (unsigned)(o3 + l207) < (unsigned)s2 && (unsigned)(o136 + l208) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(__float_as_uint(v38[c * 4 + 0]), __float_as_uint(v38[c * 4 + 1]), __float_as_uint(v38[c * 4 + 2]), __float_as_uint(v38[c * 4 + 3]));
+                        if ((unsigned)(o3 + l207) < (unsigned)s2 && (unsigned)(o136 + l208) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(__float_as_uint(v38[c * 4 + 0]), __float_as_uint(v38[c * 4 + 1]), __float_as_uint(v38[c * 4 + 2]), __float_as_uint(v38[c * 4 + 3]));
                     }
                 }
             }
@@ -4538,12 +4538,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                     const int l23 = (int)((unsigned)e / 256u % 1u);
                                     const int l24 = (int)((unsigned)e / 4u % 64u);
                                     const int l25 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec21 && (unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(o2 + l23) < (unsigned)s1 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec21 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8)], &in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8 + q)] = ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(o2 + l23) < (unsigned)s1 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8 + q)] = ((unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -4560,12 +4560,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                     const int l28 = (int)((unsigned)e / 256u % 1u);
                                     const int l29 = (int)((unsigned)e / 4u % 64u);
                                     const int l30 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec26 && (unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + l28) < (unsigned)s1 && (unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec26 && (unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8)], &in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8 + q)] = ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + l28) < (unsigned)s1 && (unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8 + q)] = ((unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -4778,12 +4778,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                     const int l90 = (int)((unsigned)e / 256u % 1u);
                                     const int l91 = (int)((unsigned)e / 4u % 64u);
                                     const int l92 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec88 && (unsigned)(o1 + l89) < (unsigned)s0 && (unsigned)(o2 + l90) < (unsigned)s1 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec88 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8)], &in0[(unsigned)(o1 + l89) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l91) * (unsigned)args.input_strides[0][2] + (unsigned)(o87 + (l92 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8 + q)] = ((unsigned)(o1 + l89) < (unsigned)s0 && (unsigned)(o2 + l90) < (unsigned)s1 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l89) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l91) * (unsigned)args.input_strides[0][2] + (unsigned)(o87 + (l92 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8 + q)] = ((unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l89) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l91) * (unsigned)args.input_strides[0][2] + (unsigned)(o87 + (l92 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -4800,12 +4800,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                     const int l95 = (int)((unsigned)e / 256u % 1u);
                                     const int l96 = (int)((unsigned)e / 4u % 64u);
                                     const int l97 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec93 && (unsigned)(o1 + l94) < (unsigned)s0 && (unsigned)(o2 + l95) < (unsigned)s1 && (unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec93 && (unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8)], &in1[(unsigned)(o1 + l94) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l95) * (unsigned)args.input_strides[1][1] + (unsigned)(o78 + l96) * (unsigned)args.input_strides[1][2] + (unsigned)(o87 + (l97 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8 + q)] = ((unsigned)(o1 + l94) < (unsigned)s0 && (unsigned)(o2 + l95) < (unsigned)s1 && (unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l94) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l95) * (unsigned)args.input_strides[1][1] + (unsigned)(o78 + l96) * (unsigned)args.input_strides[1][2] + (unsigned)(o87 + (l97 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8 + q)] = ((unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l94) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l95) * (unsigned)args.input_strides[1][1] + (unsigned)(o78 + l96) * (unsigned)args.input_strides[1][2] + (unsigned)(o87 + (l97 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -5031,12 +5031,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                         const int l163 = (int)((unsigned)e / 256u % 1u);
                                         const int l164 = (int)((unsigned)e / 4u % 64u);
                                         const int l165 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec161 && (unsigned)(o1 + l162) < (unsigned)s0 && (unsigned)(o2 + l163) < (unsigned)s1 && (unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + 7)) < (unsigned)s5) {
+                                        if (vec161 && (unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8)], &in0[(unsigned)(o1 + l162) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l163) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l164) * (unsigned)args.input_strides[0][2] + (unsigned)(o160 + (l165 * 8)) * (unsigned)args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8 + q)] = ((unsigned)(o1 + l162) < (unsigned)s0 && (unsigned)(o2 + l163) < (unsigned)s1 && (unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l162) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l163) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l164) * (unsigned)args.input_strides[0][2] + (unsigned)(o160 + (l165 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8 + q)] = ((unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l162) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l163) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l164) * (unsigned)args.input_strides[0][2] + (unsigned)(o160 + (l165 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -5053,12 +5053,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                         const int l168 = (int)((unsigned)e / 256u % 1u);
                                         const int l169 = (int)((unsigned)e / 4u % 64u);
                                         const int l170 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec166 && (unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + 7)) < (unsigned)s5) {
+                                        if (vec166 && (unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8)], &in1[(unsigned)(o1 + l167) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[1][1] + (unsigned)(o151 + l169) * (unsigned)args.input_strides[1][2] + (unsigned)(o160 + (l170 * 8)) * (unsigned)args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8 + q)] = ((unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l167) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[1][1] + (unsigned)(o151 + l169) * (unsigned)args.input_strides[1][2] + (unsigned)(o160 + (l170 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8 + q)] = ((unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l167) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[1][1] + (unsigned)(o151 + l169) * (unsigned)args.input_strides[1][2] + (unsigned)(o160 + (l170 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -5163,7 +5163,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                 const int l196 = (int)((unsigned)e / 8192u % 1u);
                                 const int l197 = (int)((unsigned)e / 64u % 128u);
                                 const int l198 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = ((unsigned)(o1 + l195) < (unsigned)s0 && (unsigned)(o2 + l196) < (unsigned)s1 && (unsigned)(o151 + l198) < (unsigned)s3 && (unsigned)(o146 + l197) < (unsigned)s4) ? dt_load_f16(in2[(unsigned)(o1 + l195) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l196) * (unsigned)args.input_strides[2][1] + (unsigned)(o151 + l198) * (unsigned)args.input_strides[2][2] + (unsigned)(o146 + l197) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                                v52[r] = ((unsigned)(o151 + l198) < (unsigned)s3 && (unsigned)(o146 + l197) < (unsigned)s4) ? dt_load_f16(in2[(unsigned)(o1 + l195) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l196) * (unsigned)args.input_strides[2][1] + (unsigned)(o151 + l198) * (unsigned)args.input_strides[2][2] + (unsigned)(o146 + l197) * (unsigned)args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -5234,17 +5234,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         const int l222 = (int)((unsigned)e / 128u % 64u);
                         const int l223 = (int)((unsigned)e / 1u % 128u);
                         const unsigned a = (unsigned)(o1 + l220) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l221) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l222) * (unsigned)args.output_strides[2] + (unsigned)(o146 + l223) * (unsigned)args.output_strides[3];
-                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v56[c * 8 + 0], v56[c * 8 + 1]), dt_pack2_f16(v56[c * 8 + 2], v56[c * 8 + 3]), dt_pack2_f16(v56[c * 8 + 4], v56[c * 8 + 5]), dt_pack2_f16(v56[c * 8 + 6], v56[c * 8 + 7]));
                         } else {
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + l223) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 0]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 1]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 2]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 3]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 4)) < (unsigned)s4) out[a + 4 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 4]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 5)) < (unsigned)s4) out[a + 5 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 5]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 6)) < (unsigned)s4) out[a + 6 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 6]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 7)) < (unsigned)s4) out[a + 7 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 7]);
+                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + l223) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 0]);
+                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 1]);
+                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 2]);
+                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 3]);
+                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 4)) < (unsigned)s4) out[a + 4 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 4]);
+                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 5)) < (unsigned)s4) out[a + 5 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 5]);
+                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 6)) < (unsigned)s4) out[a + 6 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 6]);
+                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 7)) < (unsigned)s4) out[a + 7 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 7]);
                         }
                     }
                 }
@@ -5368,12 +5368,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16_whole(
                                     const int l23 = (int)((unsigned)e / 256u % 1u);
                                     const int l24 = (int)((unsigned)e / 4u % 64u);
                                     const int l25 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec21 && (unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(o2 + l23) < (unsigned)s1 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec21 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8)], &in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8 + q)] = ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(o2 + l23) < (unsigned)s1 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8 + q)] = ((unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -5390,12 +5390,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16_whole(
                                     const int l28 = (int)((unsigned)e / 256u % 1u);
                                     const int l29 = (int)((unsigned)e / 4u % 64u);
                                     const int l30 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec26 && (unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + l28) < (unsigned)s1 && (unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec26 && (unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8)], &in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8 + q)] = ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + l28) < (unsigned)s1 && (unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8 + q)] = ((unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -5608,12 +5608,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16_whole(
                                     const int l90 = (int)((unsigned)e / 256u % 1u);
                                     const int l91 = (int)((unsigned)e / 4u % 64u);
                                     const int l92 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec88 && (unsigned)(o1 + l89) < (unsigned)s0 && (unsigned)(o2 + l90) < (unsigned)s1 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec88 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8)], &in0[(unsigned)(o1 + l89) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l91) * (unsigned)args.input_strides[0][2] + (unsigned)(o87 + (l92 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8 + q)] = ((unsigned)(o1 + l89) < (unsigned)s0 && (unsigned)(o2 + l90) < (unsigned)s1 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l89) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l91) * (unsigned)args.input_strides[0][2] + (unsigned)(o87 + (l92 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8 + q)] = ((unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l89) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l91) * (unsigned)args.input_strides[0][2] + (unsigned)(o87 + (l92 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -5630,12 +5630,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16_whole(
                                     const int l95 = (int)((unsigned)e / 256u % 1u);
                                     const int l96 = (int)((unsigned)e / 4u % 64u);
                                     const int l97 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec93 && (unsigned)(o1 + l94) < (unsigned)s0 && (unsigned)(o2 + l95) < (unsigned)s1 && (unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec93 && (unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8)], &in1[(unsigned)(o1 + l94) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l95) * (unsigned)args.input_strides[1][1] + (unsigned)(o78 + l96) * (unsigned)args.input_strides[1][2] + (unsigned)(o87 + (l97 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8 + q)] = ((unsigned)(o1 + l94) < (unsigned)s0 && (unsigned)(o2 + l95) < (unsigned)s1 && (unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l94) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l95) * (unsigned)args.input_strides[1][1] + (unsigned)(o78 + l96) * (unsigned)args.input_strides[1][2] + (unsigned)(o87 + (l97 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8 + q)] = ((unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l94) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l95) * (unsigned)args.input_strides[1][1] + (unsigned)(o78 + l96) * (unsigned)args.input_strides[1][2] + (unsigned)(o87 + (l97 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -5861,12 +5861,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16_whole(
                                         const int l163 = (int)((unsigned)e / 256u % 1u);
                                         const int l164 = (int)((unsigned)e / 4u % 64u);
                                         const int l165 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec161 && (unsigned)(o1 + l162) < (unsigned)s0 && (unsigned)(o2 + l163) < (unsigned)s1 && (unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + 7)) < (unsigned)s5) {
+                                        if (vec161 && (unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8)], &in0[(unsigned)(o1 + l162) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l163) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l164) * (unsigned)args.input_strides[0][2] + (unsigned)(o160 + (l165 * 8)) * (unsigned)args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8 + q)] = ((unsigned)(o1 + l162) < (unsigned)s0 && (unsigned)(o2 + l163) < (unsigned)s1 && (unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l162) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l163) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l164) * (unsigned)args.input_strides[0][2] + (unsigned)(o160 + (l165 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8 + q)] = ((unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l162) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l163) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l164) * (unsigned)args.input_strides[0][2] + (unsigned)(o160 + (l165 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -5883,12 +5883,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16_whole(
                                         const int l168 = (int)((unsigned)e / 256u % 1u);
                                         const int l169 = (int)((unsigned)e / 4u % 64u);
                                         const int l170 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec166 && (unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + 7)) < (unsigned)s5) {
+                                        if (vec166 && (unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8)], &in1[(unsigned)(o1 + l167) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[1][1] + (unsigned)(o151 + l169) * (unsigned)args.input_strides[1][2] + (unsigned)(o160 + (l170 * 8)) * (unsigned)args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8 + q)] = ((unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l167) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[1][1] + (unsigned)(o151 + l169) * (unsigned)args.input_strides[1][2] + (unsigned)(o160 + (l170 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8 + q)] = ((unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l167) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[1][1] + (unsigned)(o151 + l169) * (unsigned)args.input_strides[1][2] + (unsigned)(o160 + (l170 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -5993,7 +5993,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16_whole(
                                 const int l196 = (int)((unsigned)e / 8192u % 1u);
                                 const int l197 = (int)((unsigned)e / 64u % 128u);
                                 const int l198 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = ((unsigned)(o1 + l195) < (unsigned)s0 && (unsigned)(o2 + l196) < (unsigned)s1 && (unsigned)(o151 + l198) < (unsigned)s3 && (unsigned)(o146 + l197) < (unsigned)s4) ? dt_load_f16(in2[(unsigned)(o1 + l195) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l196) * (unsigned)args.input_strides[2][1] + (unsigned)(o151 + l198) * (unsigned)args.input_strides[2][2] + (unsigned)(o146 + l197) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                                v52[r] = ((unsigned)(o151 + l198) < (unsigned)s3 && (unsigned)(o146 + l197) < (unsigned)s4) ? dt_load_f16(in2[(unsigned)(o1 + l195) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l196) * (unsigned)args.input_strides[2][1] + (unsigned)(o151 + l198) * (unsigned)args.input_strides[2][2] + (unsigned)(o146 + l197) * (unsigned)args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -6064,7 +6064,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16_whole(
                         const int l222 = (int)((unsigned)e / 128u % 64u);
                         const int l223 = (int)((unsigned)e / 1u % 128u);
                         const unsigned a = (unsigned)(o1 + l220) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l221) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l222) * (unsigned)args.output_strides[2] + (unsigned)(o146 + l223) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + l223) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v56[c * 8 + 0], v56[c * 8 + 1]), dt_pack2_f16(v56[c * 8 + 2], v56[c * 8 + 3]), dt_pack2_f16(v56[c * 8 + 4], v56[c * 8 + 5]), dt_pack2_f16(v56[c * 8 + 6], v56[c * 8 + 7]));
+                        if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + l223) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v56[c * 8 + 0], v56[c * 8 + 1]), dt_pack2_f16(v56[c * 8 + 2], v56[c * 8 + 3]), dt_pack2_f16(v56[c * 8 + 4], v56[c * 8 + 5]), dt_pack2_f16(v56[c * 8 + 6], v56[c * 8 + 7]));
                     }
                 }
             }
@@ -6187,12 +6187,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                     const int l23 = (int)((unsigned)e / 256u % 1u);
                                     const int l24 = (int)((unsigned)e / 4u % 64u);
                                     const int l25 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec21 && (unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(o2 + l23) < (unsigned)s1 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec21 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8)], &in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8 + q)] = ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(o2 + l23) < (unsigned)s1 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8 + q)] = ((unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -6209,12 +6209,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                     const int l28 = (int)((unsigned)e / 256u % 1u);
                                     const int l29 = (int)((unsigned)e / 4u % 64u);
                                     const int l30 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec26 && (unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + l28) < (unsigned)s1 && (unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec26 && (unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8)], &in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8 + q)] = ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + l28) < (unsigned)s1 && (unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8 + q)] = ((unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -6427,12 +6427,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                     const int l90 = (int)((unsigned)e / 256u % 1u);
                                     const int l91 = (int)((unsigned)e / 4u % 64u);
                                     const int l92 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec88 && (unsigned)(o1 + l89) < (unsigned)s0 && (unsigned)(o2 + l90) < (unsigned)s1 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec88 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8)], &in0[(unsigned)(o1 + l89) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l91) * (unsigned)args.input_strides[0][2] + (unsigned)(o87 + (l92 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8 + q)] = ((unsigned)(o1 + l89) < (unsigned)s0 && (unsigned)(o2 + l90) < (unsigned)s1 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l89) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l91) * (unsigned)args.input_strides[0][2] + (unsigned)(o87 + (l92 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8 + q)] = ((unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l89) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l91) * (unsigned)args.input_strides[0][2] + (unsigned)(o87 + (l92 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -6449,12 +6449,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                     const int l95 = (int)((unsigned)e / 256u % 1u);
                                     const int l96 = (int)((unsigned)e / 4u % 64u);
                                     const int l97 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec93 && (unsigned)(o1 + l94) < (unsigned)s0 && (unsigned)(o2 + l95) < (unsigned)s1 && (unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec93 && (unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8)], &in1[(unsigned)(o1 + l94) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l95) * (unsigned)args.input_strides[1][1] + (unsigned)(o78 + l96) * (unsigned)args.input_strides[1][2] + (unsigned)(o87 + (l97 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8 + q)] = ((unsigned)(o1 + l94) < (unsigned)s0 && (unsigned)(o2 + l95) < (unsigned)s1 && (unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l94) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l95) * (unsigned)args.input_strides[1][1] + (unsigned)(o78 + l96) * (unsigned)args.input_strides[1][2] + (unsigned)(o87 + (l97 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8 + q)] = ((unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l94) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l95) * (unsigned)args.input_strides[1][1] + (unsigned)(o78 + l96) * (unsigned)args.input_strides[1][2] + (unsigned)(o87 + (l97 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -6680,12 +6680,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                         const int l163 = (int)((unsigned)e / 256u % 1u);
                                         const int l164 = (int)((unsigned)e / 4u % 64u);
                                         const int l165 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec161 && (unsigned)(o1 + l162) < (unsigned)s0 && (unsigned)(o2 + l163) < (unsigned)s1 && (unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + 7)) < (unsigned)s5) {
+                                        if (vec161 && (unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8)], &in0[(unsigned)(o1 + l162) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l163) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l164) * (unsigned)args.input_strides[0][2] + (unsigned)(o160 + (l165 * 8)) * (unsigned)args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8 + q)] = ((unsigned)(o1 + l162) < (unsigned)s0 && (unsigned)(o2 + l163) < (unsigned)s1 && (unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l162) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l163) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l164) * (unsigned)args.input_strides[0][2] + (unsigned)(o160 + (l165 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8 + q)] = ((unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l162) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l163) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l164) * (unsigned)args.input_strides[0][2] + (unsigned)(o160 + (l165 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -6702,12 +6702,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                         const int l168 = (int)((unsigned)e / 256u % 1u);
                                         const int l169 = (int)((unsigned)e / 4u % 64u);
                                         const int l170 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec166 && (unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + 7)) < (unsigned)s5) {
+                                        if (vec166 && (unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8)], &in1[(unsigned)(o1 + l167) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[1][1] + (unsigned)(o151 + l169) * (unsigned)args.input_strides[1][2] + (unsigned)(o160 + (l170 * 8)) * (unsigned)args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8 + q)] = ((unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l167) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[1][1] + (unsigned)(o151 + l169) * (unsigned)args.input_strides[1][2] + (unsigned)(o160 + (l170 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8 + q)] = ((unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l167) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[1][1] + (unsigned)(o151 + l169) * (unsigned)args.input_strides[1][2] + (unsigned)(o160 + (l170 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -6812,7 +6812,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                 const int l196 = (int)((unsigned)e / 8192u % 1u);
                                 const int l197 = (int)((unsigned)e / 64u % 128u);
                                 const int l198 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = ((unsigned)(o1 + l195) < (unsigned)s0 && (unsigned)(o2 + l196) < (unsigned)s1 && (unsigned)(o151 + l198) < (unsigned)s3 && (unsigned)(o146 + l197) < (unsigned)s4) ? dt_load_bf16(in2[(unsigned)(o1 + l195) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l196) * (unsigned)args.input_strides[2][1] + (unsigned)(o151 + l198) * (unsigned)args.input_strides[2][2] + (unsigned)(o146 + l197) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                                v52[r] = ((unsigned)(o151 + l198) < (unsigned)s3 && (unsigned)(o146 + l197) < (unsigned)s4) ? dt_load_bf16(in2[(unsigned)(o1 + l195) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l196) * (unsigned)args.input_strides[2][1] + (unsigned)(o151 + l198) * (unsigned)args.input_strides[2][2] + (unsigned)(o146 + l197) * (unsigned)args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -6883,17 +6883,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         const int l222 = (int)((unsigned)e / 128u % 64u);
                         const int l223 = (int)((unsigned)e / 1u % 128u);
                         const unsigned a = (unsigned)(o1 + l220) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l221) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l222) * (unsigned)args.output_strides[2] + (unsigned)(o146 + l223) * (unsigned)args.output_strides[3];
-                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v56[c * 8 + 0], v56[c * 8 + 1]), dt_pack2_bf16(v56[c * 8 + 2], v56[c * 8 + 3]), dt_pack2_bf16(v56[c * 8 + 4], v56[c * 8 + 5]), dt_pack2_bf16(v56[c * 8 + 6], v56[c * 8 + 7]));
                         } else {
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + l223) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 0]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 1]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 2]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 3]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 4)) < (unsigned)s4) out[a + 4 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 4]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 5)) < (unsigned)s4) out[a + 5 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 5]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 6)) < (unsigned)s4) out[a + 6 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 6]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 7)) < (unsigned)s4) out[a + 7 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 7]);
+                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + l223) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 0]);
+                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 1]);
+                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 2]);
+                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 3]);
+                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 4)) < (unsigned)s4) out[a + 4 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 4]);
+                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 5)) < (unsigned)s4) out[a + 5 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 5]);
+                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 6)) < (unsigned)s4) out[a + 6 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 6]);
+                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 7)) < (unsigned)s4) out[a + 7 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 7]);
                         }
                     }
                 }
@@ -7017,12 +7017,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16_whole
                                     const int l23 = (int)((unsigned)e / 256u % 1u);
                                     const int l24 = (int)((unsigned)e / 4u % 64u);
                                     const int l25 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec21 && (unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(o2 + l23) < (unsigned)s1 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec21 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8)], &in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8 + q)] = ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(o2 + l23) < (unsigned)s1 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8 + q)] = ((unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -7039,12 +7039,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16_whole
                                     const int l28 = (int)((unsigned)e / 256u % 1u);
                                     const int l29 = (int)((unsigned)e / 4u % 64u);
                                     const int l30 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec26 && (unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + l28) < (unsigned)s1 && (unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec26 && (unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8)], &in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8 + q)] = ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + l28) < (unsigned)s1 && (unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8 + q)] = ((unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -7257,12 +7257,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16_whole
                                     const int l90 = (int)((unsigned)e / 256u % 1u);
                                     const int l91 = (int)((unsigned)e / 4u % 64u);
                                     const int l92 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec88 && (unsigned)(o1 + l89) < (unsigned)s0 && (unsigned)(o2 + l90) < (unsigned)s1 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec88 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8)], &in0[(unsigned)(o1 + l89) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l91) * (unsigned)args.input_strides[0][2] + (unsigned)(o87 + (l92 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8 + q)] = ((unsigned)(o1 + l89) < (unsigned)s0 && (unsigned)(o2 + l90) < (unsigned)s1 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l89) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l91) * (unsigned)args.input_strides[0][2] + (unsigned)(o87 + (l92 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8 + q)] = ((unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l89) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l91) * (unsigned)args.input_strides[0][2] + (unsigned)(o87 + (l92 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -7279,12 +7279,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16_whole
                                     const int l95 = (int)((unsigned)e / 256u % 1u);
                                     const int l96 = (int)((unsigned)e / 4u % 64u);
                                     const int l97 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec93 && (unsigned)(o1 + l94) < (unsigned)s0 && (unsigned)(o2 + l95) < (unsigned)s1 && (unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + 7)) < (unsigned)s5) {
+                                    if (vec93 && (unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8)], &in1[(unsigned)(o1 + l94) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l95) * (unsigned)args.input_strides[1][1] + (unsigned)(o78 + l96) * (unsigned)args.input_strides[1][2] + (unsigned)(o87 + (l97 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8 + q)] = ((unsigned)(o1 + l94) < (unsigned)s0 && (unsigned)(o2 + l95) < (unsigned)s1 && (unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l94) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l95) * (unsigned)args.input_strides[1][1] + (unsigned)(o78 + l96) * (unsigned)args.input_strides[1][2] + (unsigned)(o87 + (l97 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8 + q)] = ((unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l94) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l95) * (unsigned)args.input_strides[1][1] + (unsigned)(o78 + l96) * (unsigned)args.input_strides[1][2] + (unsigned)(o87 + (l97 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -7510,12 +7510,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16_whole
                                         const int l163 = (int)((unsigned)e / 256u % 1u);
                                         const int l164 = (int)((unsigned)e / 4u % 64u);
                                         const int l165 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec161 && (unsigned)(o1 + l162) < (unsigned)s0 && (unsigned)(o2 + l163) < (unsigned)s1 && (unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + 7)) < (unsigned)s5) {
+                                        if (vec161 && (unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8)], &in0[(unsigned)(o1 + l162) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l163) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l164) * (unsigned)args.input_strides[0][2] + (unsigned)(o160 + (l165 * 8)) * (unsigned)args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8 + q)] = ((unsigned)(o1 + l162) < (unsigned)s0 && (unsigned)(o2 + l163) < (unsigned)s1 && (unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l162) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l163) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l164) * (unsigned)args.input_strides[0][2] + (unsigned)(o160 + (l165 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8 + q)] = ((unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l162) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l163) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l164) * (unsigned)args.input_strides[0][2] + (unsigned)(o160 + (l165 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -7532,12 +7532,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16_whole
                                         const int l168 = (int)((unsigned)e / 256u % 1u);
                                         const int l169 = (int)((unsigned)e / 4u % 64u);
                                         const int l170 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec166 && (unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + 7)) < (unsigned)s5) {
+                                        if (vec166 && (unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8)], &in1[(unsigned)(o1 + l167) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[1][1] + (unsigned)(o151 + l169) * (unsigned)args.input_strides[1][2] + (unsigned)(o160 + (l170 * 8)) * (unsigned)args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8 + q)] = ((unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l167) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[1][1] + (unsigned)(o151 + l169) * (unsigned)args.input_strides[1][2] + (unsigned)(o160 + (l170 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8 + q)] = ((unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l167) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[1][1] + (unsigned)(o151 + l169) * (unsigned)args.input_strides[1][2] + (unsigned)(o160 + (l170 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -7642,7 +7642,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16_whole
                                 const int l196 = (int)((unsigned)e / 8192u % 1u);
                                 const int l197 = (int)((unsigned)e / 64u % 128u);
                                 const int l198 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = ((unsigned)(o1 + l195) < (unsigned)s0 && (unsigned)(o2 + l196) < (unsigned)s1 && (unsigned)(o151 + l198) < (unsigned)s3 && (unsigned)(o146 + l197) < (unsigned)s4) ? dt_load_bf16(in2[(unsigned)(o1 + l195) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l196) * (unsigned)args.input_strides[2][1] + (unsigned)(o151 + l198) * (unsigned)args.input_strides[2][2] + (unsigned)(o146 + l197) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                                v52[r] = ((unsigned)(o151 + l198) < (unsigned)s3 && (unsigned)(o146 + l197) < (unsigned)s4) ? dt_load_bf16(in2[(unsigned)(o1 + l195) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l196) * (unsigned)args.input_strides[2][1] + (unsigned)(o151 + l198) * (unsigned)args.input_strides[2][2] + (unsigned)(o146 + l197) * (unsigned)args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -7713,7 +7713,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16_whole
                         const int l222 = (int)((unsigned)e / 128u % 64u);
                         const int l223 = (int)((unsigned)e / 1u % 128u);
                         const unsigned a = (unsigned)(o1 + l220) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l221) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l222) * (unsigned)args.output_strides[2] + (unsigned)(o146 + l223) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + l223) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v56[c * 8 + 0], v56[c * 8 + 1]), dt_pack2_bf16(v56[c * 8 + 2], v56[c * 8 + 3]), dt_pack2_bf16(v56[c * 8 + 4], v56[c * 8 + 5]), dt_pack2_bf16(v56[c * 8 + 6], v56[c * 8 + 7]));
+                        if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + l223) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v56[c * 8 + 0], v56[c * 8 + 1]), dt_pack2_bf16(v56[c * 8 + 2], v56[c * 8 + 3]), dt_pack2_bf16(v56[c * 8 + 4], v56[c * 8 + 5]), dt_pack2_bf16(v56[c * 8 + 6], v56[c * 8 + 7]));
                     }
                 }
             }
@@ -7837,17 +7837,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             const int l23 = (int)((unsigned)e / 32u % 64u);
                             const int l24 = (int)((unsigned)e / 1u % 32u);
                             const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l22) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l23) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + l24) * (unsigned)args.input_strides[0][3];
-                            if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v3[c * 4 + 0] = __uint_as_float(q.x);
                                 v3[c * 4 + 1] = __uint_as_float(q.y);
                                 v3[c * 4 + 2] = __uint_as_float(q.z);
                                 v3[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v3[c * 4 + 0] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + l24) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 4 + 1] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 4 + 2] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 4 + 3] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 4 + 0] = ((unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + l24) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 4 + 1] = ((unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 4 + 2] = ((unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 4 + 3] = ((unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v4[8];
@@ -7859,17 +7859,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             const int l27 = (int)((unsigned)e / 32u % 64u);
                             const int l28 = (int)((unsigned)e / 1u % 32u);
                             const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l26) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l27) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + l28) * (unsigned)args.input_strides[1][3];
-                            if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v4[c * 4 + 0] = __uint_as_float(q.x);
                                 v4[c * 4 + 1] = __uint_as_float(q.y);
                                 v4[c * 4 + 2] = __uint_as_float(q.z);
                                 v4[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v4[c * 4 + 0] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o20 + l28) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 4 + 1] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 4 + 2] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 4 + 3] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 4 + 0] = ((unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o20 + l28) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 4 + 1] = ((unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 4 + 2] = ((unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 4 + 3] = ((unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -8093,17 +8093,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             const int l93 = (int)((unsigned)e / 32u % 64u);
                             const int l94 = (int)((unsigned)e / 1u % 32u);
                             const unsigned a = (unsigned)(o1 + l91) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l92) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l93) * (unsigned)args.input_strides[0][2] + (unsigned)(o90 + l94) * (unsigned)args.input_strides[0][3];
-                            if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o3 + l93) < (unsigned)s2 && (unsigned)(o90 + (l94 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o3 + l93) < (unsigned)s2 && (unsigned)(o90 + (l94 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v19[c * 4 + 0] = __uint_as_float(q.x);
                                 v19[c * 4 + 1] = __uint_as_float(q.y);
                                 v19[c * 4 + 2] = __uint_as_float(q.z);
                                 v19[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v19[c * 4 + 0] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o3 + l93) < (unsigned)s2 && (unsigned)(o90 + l94) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 4 + 1] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o3 + l93) < (unsigned)s2 && (unsigned)(o90 + (l94 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 4 + 2] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o3 + l93) < (unsigned)s2 && (unsigned)(o90 + (l94 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 4 + 3] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o3 + l93) < (unsigned)s2 && (unsigned)(o90 + (l94 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 4 + 0] = ((unsigned)(o3 + l93) < (unsigned)s2 && (unsigned)(o90 + l94) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 4 + 1] = ((unsigned)(o3 + l93) < (unsigned)s2 && (unsigned)(o90 + (l94 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 4 + 2] = ((unsigned)(o3 + l93) < (unsigned)s2 && (unsigned)(o90 + (l94 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 4 + 3] = ((unsigned)(o3 + l93) < (unsigned)s2 && (unsigned)(o90 + (l94 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v20[8];
@@ -8115,17 +8115,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             const int l97 = (int)((unsigned)e / 32u % 64u);
                             const int l98 = (int)((unsigned)e / 1u % 32u);
                             const unsigned a = (unsigned)(o1 + l95) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l96) * (unsigned)args.input_strides[1][1] + (unsigned)(o81 + l97) * (unsigned)args.input_strides[1][2] + (unsigned)(o90 + l98) * (unsigned)args.input_strides[1][3];
-                            if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o1 + l95) < (unsigned)s0 && (unsigned)(o2 + l96) < (unsigned)s1 && (unsigned)(o81 + l97) < (unsigned)s3 && (unsigned)(o90 + (l98 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o81 + l97) < (unsigned)s3 && (unsigned)(o90 + (l98 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v20[c * 4 + 0] = __uint_as_float(q.x);
                                 v20[c * 4 + 1] = __uint_as_float(q.y);
                                 v20[c * 4 + 2] = __uint_as_float(q.z);
                                 v20[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v20[c * 4 + 0] = ((unsigned)(o1 + l95) < (unsigned)s0 && (unsigned)(o2 + l96) < (unsigned)s1 && (unsigned)(o81 + l97) < (unsigned)s3 && (unsigned)(o90 + l98) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 4 + 1] = ((unsigned)(o1 + l95) < (unsigned)s0 && (unsigned)(o2 + l96) < (unsigned)s1 && (unsigned)(o81 + l97) < (unsigned)s3 && (unsigned)(o90 + (l98 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 4 + 2] = ((unsigned)(o1 + l95) < (unsigned)s0 && (unsigned)(o2 + l96) < (unsigned)s1 && (unsigned)(o81 + l97) < (unsigned)s3 && (unsigned)(o90 + (l98 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 4 + 3] = ((unsigned)(o1 + l95) < (unsigned)s0 && (unsigned)(o2 + l96) < (unsigned)s1 && (unsigned)(o81 + l97) < (unsigned)s3 && (unsigned)(o90 + (l98 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 4 + 0] = ((unsigned)(o81 + l97) < (unsigned)s3 && (unsigned)(o90 + l98) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 4 + 1] = ((unsigned)(o81 + l97) < (unsigned)s3 && (unsigned)(o90 + (l98 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 4 + 2] = ((unsigned)(o81 + l97) < (unsigned)s3 && (unsigned)(o90 + (l98 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 4 + 3] = ((unsigned)(o81 + l97) < (unsigned)s3 && (unsigned)(o90 + (l98 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -8365,17 +8365,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                                 const int l169 = (int)((unsigned)e / 32u % 64u);
                                 const int l170 = (int)((unsigned)e / 1u % 32u);
                                 const unsigned a = (unsigned)(o1 + l167) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l169) * (unsigned)args.input_strides[0][2] + (unsigned)(o166 + l170) * (unsigned)args.input_strides[0][3];
-                                if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o3 + l169) < (unsigned)s2 && (unsigned)(o166 + (l170 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o3 + l169) < (unsigned)s2 && (unsigned)(o166 + (l170 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in0 + a);
                                     v38[c * 4 + 0] = __uint_as_float(q.x);
                                     v38[c * 4 + 1] = __uint_as_float(q.y);
                                     v38[c * 4 + 2] = __uint_as_float(q.z);
                                     v38[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v38[c * 4 + 0] = ((unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o3 + l169) < (unsigned)s2 && (unsigned)(o166 + l170) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 4 + 1] = ((unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o3 + l169) < (unsigned)s2 && (unsigned)(o166 + (l170 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 4 + 2] = ((unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o3 + l169) < (unsigned)s2 && (unsigned)(o166 + (l170 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 4 + 3] = ((unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o3 + l169) < (unsigned)s2 && (unsigned)(o166 + (l170 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 4 + 0] = ((unsigned)(o3 + l169) < (unsigned)s2 && (unsigned)(o166 + l170) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 4 + 1] = ((unsigned)(o3 + l169) < (unsigned)s2 && (unsigned)(o166 + (l170 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 4 + 2] = ((unsigned)(o3 + l169) < (unsigned)s2 && (unsigned)(o166 + (l170 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 4 + 3] = ((unsigned)(o3 + l169) < (unsigned)s2 && (unsigned)(o166 + (l170 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
                                 }
                             }
                             float v39[8];
@@ -8387,17 +8387,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                                 const int l173 = (int)((unsigned)e / 32u % 64u);
                                 const int l174 = (int)((unsigned)e / 1u % 32u);
                                 const unsigned a = (unsigned)(o1 + l171) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l172) * (unsigned)args.input_strides[1][1] + (unsigned)(o157 + l173) * (unsigned)args.input_strides[1][2] + (unsigned)(o166 + l174) * (unsigned)args.input_strides[1][3];
-                                if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o1 + l171) < (unsigned)s0 && (unsigned)(o2 + l172) < (unsigned)s1 && (unsigned)(o157 + l173) < (unsigned)s3 && (unsigned)(o166 + (l174 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o157 + l173) < (unsigned)s3 && (unsigned)(o166 + (l174 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in1 + a);
                                     v39[c * 4 + 0] = __uint_as_float(q.x);
                                     v39[c * 4 + 1] = __uint_as_float(q.y);
                                     v39[c * 4 + 2] = __uint_as_float(q.z);
                                     v39[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v39[c * 4 + 0] = ((unsigned)(o1 + l171) < (unsigned)s0 && (unsigned)(o2 + l172) < (unsigned)s1 && (unsigned)(o157 + l173) < (unsigned)s3 && (unsigned)(o166 + l174) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 4 + 1] = ((unsigned)(o1 + l171) < (unsigned)s0 && (unsigned)(o2 + l172) < (unsigned)s1 && (unsigned)(o157 + l173) < (unsigned)s3 && (unsigned)(o166 + (l174 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 4 + 2] = ((unsigned)(o1 + l171) < (unsigned)s0 && (unsigned)(o2 + l172) < (unsigned)s1 && (unsigned)(o157 + l173) < (unsigned)s3 && (unsigned)(o166 + (l174 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 4 + 3] = ((unsigned)(o1 + l171) < (unsigned)s0 && (unsigned)(o2 + l172) < (unsigned)s1 && (unsigned)(o157 + l173) < (unsigned)s3 && (unsigned)(o166 + (l174 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 4 + 0] = ((unsigned)(o157 + l173) < (unsigned)s3 && (unsigned)(o166 + l174) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 4 + 1] = ((unsigned)(o157 + l173) < (unsigned)s3 && (unsigned)(o166 + (l174 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 4 + 2] = ((unsigned)(o157 + l173) < (unsigned)s3 && (unsigned)(o166 + (l174 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 4 + 3] = ((unsigned)(o157 + l173) < (unsigned)s3 && (unsigned)(o166 + (l174 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
                                 }
                             }
                             __syncthreads();
@@ -8519,7 +8519,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                                 const int l209 = (int)((unsigned)e / 8192u % 1u);
                                 const int l210 = (int)((unsigned)e / 64u % 128u);
                                 const int l211 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = ((unsigned)(o1 + l208) < (unsigned)s0 && (unsigned)(o2 + l209) < (unsigned)s1 && (unsigned)(o157 + l211) < (unsigned)s3 && (unsigned)(o152 + l210) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l208) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l209) * (unsigned)args.input_strides[2][1] + (unsigned)(o157 + l211) * (unsigned)args.input_strides[2][2] + (unsigned)(o152 + l210) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                                v52[r] = ((unsigned)(o157 + l211) < (unsigned)s3 && (unsigned)(o152 + l210) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l208) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l209) * (unsigned)args.input_strides[2][1] + (unsigned)(o157 + l211) * (unsigned)args.input_strides[2][2] + (unsigned)(o152 + l210) * (unsigned)args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -8583,13 +8583,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         const int l231 = (int)((unsigned)e / 128u % 64u);
                         const int l232 = (int)((unsigned)e / 1u % 128u);
                         const unsigned a = (unsigned)(o1 + l229) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l230) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l231) * (unsigned)args.output_strides[2] + (unsigned)(o152 + l232) * (unsigned)args.output_strides[3];
-                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o1 + l229) < (unsigned)s0 && (unsigned)(o2 + l230) < (unsigned)s1 && (unsigned)(o3 + l231) < (unsigned)s2 && (unsigned)(o152 + (l232 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o3 + l231) < (unsigned)s2 && (unsigned)(o152 + (l232 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(__float_as_uint(v56[c * 4 + 0]), __float_as_uint(v56[c * 4 + 1]), __float_as_uint(v56[c * 4 + 2]), __float_as_uint(v56[c * 4 + 3]));
                         } else {
-                            if ((unsigned)(o1 + l229) < (unsigned)s0 && (unsigned)(o2 + l230) < (unsigned)s1 && (unsigned)(o3 + l231) < (unsigned)s2 && (unsigned)(o152 + l232) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 0]);
-                            if ((unsigned)(o1 + l229) < (unsigned)s0 && (unsigned)(o2 + l230) < (unsigned)s1 && (unsigned)(o3 + l231) < (unsigned)s2 && (unsigned)(o152 + (l232 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 1]);
-                            if ((unsigned)(o1 + l229) < (unsigned)s0 && (unsigned)(o2 + l230) < (unsigned)s1 && (unsigned)(o3 + l231) < (unsigned)s2 && (unsigned)(o152 + (l232 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 2]);
-                            if ((unsigned)(o1 + l229) < (unsigned)s0 && (unsigned)(o2 + l230) < (unsigned)s1 && (unsigned)(o3 + l231) < (unsigned)s2 && (unsigned)(o152 + (l232 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 3]);
+                            if ((unsigned)(o3 + l231) < (unsigned)s2 && (unsigned)(o152 + l232) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 0]);
+                            if ((unsigned)(o3 + l231) < (unsigned)s2 && (unsigned)(o152 + (l232 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 1]);
+                            if ((unsigned)(o3 + l231) < (unsigned)s2 && (unsigned)(o152 + (l232 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 2]);
+                            if ((unsigned)(o3 + l231) < (unsigned)s2 && (unsigned)(o152 + (l232 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 3]);
                         }
                     }
                 }
@@ -8714,7 +8714,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                             const int l23 = (int)((unsigned)e / 32u % 64u);
                             const int l24 = (int)((unsigned)e / 1u % 32u);
                             const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l22) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l23) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + l24) * (unsigned)args.input_strides[0][3];
-                            if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + l24) < (unsigned)s5) {
+                            if ((unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + l24) < (unsigned)s5) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v3[c * 4 + 0] = __uint_as_float(q.x);
                                 v3[c * 4 + 1] = __uint_as_float(q.y);
@@ -8736,7 +8736,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                             const int l27 = (int)((unsigned)e / 32u % 64u);
                             const int l28 = (int)((unsigned)e / 1u % 32u);
                             const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l26) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l27) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + l28) * (unsigned)args.input_strides[1][3];
-                            if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o20 + l28) < (unsigned)s5) {
+                            if ((unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o20 + l28) < (unsigned)s5) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v4[c * 4 + 0] = __uint_as_float(q.x);
                                 v4[c * 4 + 1] = __uint_as_float(q.y);
@@ -8970,7 +8970,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                             const int l93 = (int)((unsigned)e / 32u % 64u);
                             const int l94 = (int)((unsigned)e / 1u % 32u);
                             const unsigned a = (unsigned)(o1 + l91) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l92) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l93) * (unsigned)args.input_strides[0][2] + (unsigned)(o90 + l94) * (unsigned)args.input_strides[0][3];
-                            if ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o3 + l93) < (unsigned)s2 && (unsigned)(o90 + l94) < (unsigned)s5) {
+                            if ((unsigned)(o3 + l93) < (unsigned)s2 && (unsigned)(o90 + l94) < (unsigned)s5) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v19[c * 4 + 0] = __uint_as_float(q.x);
                                 v19[c * 4 + 1] = __uint_as_float(q.y);
@@ -8992,7 +8992,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                             const int l97 = (int)((unsigned)e / 32u % 64u);
                             const int l98 = (int)((unsigned)e / 1u % 32u);
                             const unsigned a = (unsigned)(o1 + l95) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l96) * (unsigned)args.input_strides[1][1] + (unsigned)(o81 + l97) * (unsigned)args.input_strides[1][2] + (unsigned)(o90 + l98) * (unsigned)args.input_strides[1][3];
-                            if ((unsigned)(o1 + l95) < (unsigned)s0 && (unsigned)(o2 + l96) < (unsigned)s1 && (unsigned)(o81 + l97) < (unsigned)s3 && (unsigned)(o90 + l98) < (unsigned)s5) {
+                            if ((unsigned)(o81 + l97) < (unsigned)s3 && (unsigned)(o90 + l98) < (unsigned)s5) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v20[c * 4 + 0] = __uint_as_float(q.x);
                                 v20[c * 4 + 1] = __uint_as_float(q.y);
@@ -9242,7 +9242,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                                 const int l169 = (int)((unsigned)e / 32u % 64u);
                                 const int l170 = (int)((unsigned)e / 1u % 32u);
                                 const unsigned a = (unsigned)(o1 + l167) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l169) * (unsigned)args.input_strides[0][2] + (unsigned)(o166 + l170) * (unsigned)args.input_strides[0][3];
-                                if ((unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o3 + l169) < (unsigned)s2 && (unsigned)(o166 + l170) < (unsigned)s5) {
+                                if ((unsigned)(o3 + l169) < (unsigned)s2 && (unsigned)(o166 + l170) < (unsigned)s5) {
                                     const uint4 q = *(const uint4*)(in0 + a);
                                     v38[c * 4 + 0] = __uint_as_float(q.x);
                                     v38[c * 4 + 1] = __uint_as_float(q.y);
@@ -9264,7 +9264,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                                 const int l173 = (int)((unsigned)e / 32u % 64u);
                                 const int l174 = (int)((unsigned)e / 1u % 32u);
                                 const unsigned a = (unsigned)(o1 + l171) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l172) * (unsigned)args.input_strides[1][1] + (unsigned)(o157 + l173) * (unsigned)args.input_strides[1][2] + (unsigned)(o166 + l174) * (unsigned)args.input_strides[1][3];
-                                if ((unsigned)(o1 + l171) < (unsigned)s0 && (unsigned)(o2 + l172) < (unsigned)s1 && (unsigned)(o157 + l173) < (unsigned)s3 && (unsigned)(o166 + l174) < (unsigned)s5) {
+                                if ((unsigned)(o157 + l173) < (unsigned)s3 && (unsigned)(o166 + l174) < (unsigned)s5) {
                                     const uint4 q = *(const uint4*)(in1 + a);
                                     v39[c * 4 + 0] = __uint_as_float(q.x);
                                     v39[c * 4 + 1] = __uint_as_float(q.y);
@@ -9396,7 +9396,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                                 const int l209 = (int)((unsigned)e / 8192u % 1u);
                                 const int l210 = (int)((unsigned)e / 64u % 128u);
                                 const int l211 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = ((unsigned)(o1 + l208) < (unsigned)s0 && (unsigned)(o2 + l209) < (unsigned)s1 && (unsigned)(o157 + l211) < (unsigned)s3 && (unsigned)(o152 + l210) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l208) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l209) * (unsigned)args.input_strides[2][1] + (unsigned)(o157 + l211) * (unsigned)args.input_strides[2][2] + (unsigned)(o152 + l210) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                                v52[r] = ((unsigned)(o157 + l211) < (unsigned)s3 && (unsigned)(o152 + l210) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l208) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l209) * (unsigned)args.input_strides[2][1] + (unsigned)(o157 + l211) * (unsigned)args.input_strides[2][2] + (unsigned)(o152 + l210) * (unsigned)args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -9460,7 +9460,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                         const int l231 = (int)((unsigned)e / 128u % 64u);
                         const int l232 = (int)((unsigned)e / 1u % 128u);
                         const unsigned a = (unsigned)(o1 + l229) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l230) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l231) * (unsigned)args.output_strides[2] + (unsigned)(o152 + l232) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o1 + l229) < (unsigned)s0 && (unsigned)(o2 + l230) < (unsigned)s1 && (unsigned)(o3 + l231) < (unsigned)s2 && (unsigned)(o152 + l232) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(__float_as_uint(v56[c * 4 + 0]), __float_as_uint(v56[c * 4 + 1]), __float_as_uint(v56[c * 4 + 2]), __float_as_uint(v56[c * 4 + 3]));
+                        if ((unsigned)(o3 + l231) < (unsigned)s2 && (unsigned)(o152 + l232) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(__float_as_uint(v56[c * 4 + 0]), __float_as_uint(v56[c * 4 + 1]), __float_as_uint(v56[c * 4 + 2]), __float_as_uint(v56[c * 4 + 3]));
                     }
                 }
             }

@@ -463,7 +463,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f16(const dt_args ar
                 const int l5 = (int)((unsigned)e / 1024u % 1u);
                 const int l6 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l6) * (unsigned)args.input_strides[0][1];
-                f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o2 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -477,7 +477,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f16(const dt_args ar
                     const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o2 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v1.w[c] = w;
                 }
             }
@@ -569,17 +569,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f16(const dt_args ar
                 const int l25 = (int)((unsigned)e / 1024u % 1u);
                 const int l26 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l26) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_f16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_f16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_f16(v7[c * 8 + 6], v7[c * 8 + 7]));
                 } else {
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 0]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 1]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 2]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 3]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 4]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 5]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 6]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 7]);
+                    if ((unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 0]);
+                    if ((unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 1]);
+                    if ((unsigned)(o2 + (l26 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 2]);
+                    if ((unsigned)(o2 + (l26 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 3]);
+                    if ((unsigned)(o2 + (l26 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 4]);
+                    if ((unsigned)(o2 + (l26 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 5]);
+                    if ((unsigned)(o2 + (l26 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 6]);
+                    if ((unsigned)(o2 + (l26 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 7]);
                 }
             }
         }
@@ -627,7 +627,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f16_whole(const dt_a
                 const int l5 = (int)((unsigned)e / 1024u % 1u);
                 const int l6 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l6) * (unsigned)args.input_strides[0][1];
-                f4[c] = (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + l6) < (unsigned)s1;
+                f4[c] = (unsigned)(o2 + l6) < (unsigned)s1;
                 if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -714,7 +714,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f16_whole(const dt_a
                 const int l25 = (int)((unsigned)e / 1024u % 1u);
                 const int l26 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l26) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_f16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_f16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_f16(v7[c * 8 + 6], v7[c * 8 + 7]));
+                if ((unsigned)(o2 + l26) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_f16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_f16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_f16(v7[c * 8 + 6], v7[c * 8 + 7]));
             }
         }
     }
@@ -761,7 +761,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16(const dt_args a
                 const int l5 = (int)((unsigned)e / 1024u % 1u);
                 const int l6 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l6) * (unsigned)args.input_strides[0][1];
-                f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o2 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -775,7 +775,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16(const dt_args a
                     const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o2 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v1.w[c] = w;
                 }
             }
@@ -867,17 +867,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16(const dt_args a
                 const int l25 = (int)((unsigned)e / 1024u % 1u);
                 const int l26 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l26) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_bf16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_bf16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_bf16(v7[c * 8 + 6], v7[c * 8 + 7]));
                 } else {
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 0]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 1]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 2]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 3]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 4]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 5]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 6]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 7]);
+                    if ((unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 0]);
+                    if ((unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 1]);
+                    if ((unsigned)(o2 + (l26 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 2]);
+                    if ((unsigned)(o2 + (l26 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 3]);
+                    if ((unsigned)(o2 + (l26 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 4]);
+                    if ((unsigned)(o2 + (l26 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 5]);
+                    if ((unsigned)(o2 + (l26 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 6]);
+                    if ((unsigned)(o2 + (l26 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 7]);
                 }
             }
         }
@@ -925,7 +925,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16_whole(const dt_
                 const int l5 = (int)((unsigned)e / 1024u % 1u);
                 const int l6 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l6) * (unsigned)args.input_strides[0][1];
-                f4[c] = (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + l6) < (unsigned)s1;
+                f4[c] = (unsigned)(o2 + l6) < (unsigned)s1;
                 if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -1012,7 +1012,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16_whole(const dt_
                 const int l25 = (int)((unsigned)e / 1024u % 1u);
                 const int l26 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l26) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_bf16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_bf16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_bf16(v7[c * 8 + 6], v7[c * 8 + 7]));
+                if ((unsigned)(o2 + l26) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_bf16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_bf16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_bf16(v7[c * 8 + 6], v7[c * 8 + 7]));
             }
         }
     }
@@ -1057,17 +1057,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f32(const dt_args ar
                 const int l3 = (int)((unsigned)e / 1024u % 1u);
                 const int l4 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l4) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o2 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v1[c * 4 + 0] = __uint_as_float(q.x);
                     v1[c * 4 + 1] = __uint_as_float(q.y);
                     v1[c * 4 + 2] = __uint_as_float(q.z);
                     v1[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v1[c * 4 + 0] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 4 + 1] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 4 + 2] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 4 + 3] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 0] = ((unsigned)(o2 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 1] = ((unsigned)(o2 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 2] = ((unsigned)(o2 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 3] = ((unsigned)(o2 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v2[8];
@@ -1146,13 +1146,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f32(const dt_args ar
                 const int l15 = (int)((unsigned)e / 1024u % 1u);
                 const int l16 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l16) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o2 + (l16 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v7[c * 4 + 0]), __float_as_uint(v7[c * 4 + 1]), __float_as_uint(v7[c * 4 + 2]), __float_as_uint(v7[c * 4 + 3]));
                 } else {
-                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 0]);
-                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 1]);
-                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 2]);
-                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 3]);
+                    if ((unsigned)(o2 + l16) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 0]);
+                    if ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 1]);
+                    if ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 2]);
+                    if ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 3]);
                 }
             }
         }
@@ -1198,7 +1198,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f32_whole(const dt_a
                 const int l3 = (int)((unsigned)e / 1024u % 1u);
                 const int l4 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l4) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + l4) < (unsigned)s1) {
+                if ((unsigned)(o2 + l4) < (unsigned)s1) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v1[c * 4 + 0] = __uint_as_float(q.x);
                     v1[c * 4 + 1] = __uint_as_float(q.y);
@@ -1287,7 +1287,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f32_whole(const dt_a
                 const int l15 = (int)((unsigned)e / 1024u % 1u);
                 const int l16 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l16) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v7[c * 4 + 0]), __float_as_uint(v7[c * 4 + 1]), __float_as_uint(v7[c * 4 + 2]), __float_as_uint(v7[c * 4 + 3]));
+                if ((unsigned)(o2 + l16) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v7[c * 4 + 0]), __float_as_uint(v7[c * 4 + 1]), __float_as_uint(v7[c * 4 + 2]), __float_as_uint(v7[c * 4 + 3]));
             }
         }
     }
@@ -1334,7 +1334,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16(const dt_args args)
                 const int l5 = (int)((unsigned)e / 1024u % 1u);
                 const int l6 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l6) * (unsigned)args.input_strides[0][1];
-                f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o2 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -1348,7 +1348,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16(const dt_args args)
                     const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o2 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v1.w[c] = w;
                 }
             }
@@ -1440,17 +1440,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16(const dt_args args)
                 const int l25 = (int)((unsigned)e / 1024u % 1u);
                 const int l26 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l26) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_f16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_f16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_f16(v7[c * 8 + 6], v7[c * 8 + 7]));
                 } else {
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 0]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 1]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 2]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 3]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 4]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 5]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 6]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 7]);
+                    if ((unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 0]);
+                    if ((unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 1]);
+                    if ((unsigned)(o2 + (l26 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 2]);
+                    if ((unsigned)(o2 + (l26 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 3]);
+                    if ((unsigned)(o2 + (l26 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 4]);
+                    if ((unsigned)(o2 + (l26 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 5]);
+                    if ((unsigned)(o2 + (l26 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 6]);
+                    if ((unsigned)(o2 + (l26 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 7]);
                 }
             }
         }
@@ -1498,7 +1498,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16_whole(const dt_args
                 const int l5 = (int)((unsigned)e / 1024u % 1u);
                 const int l6 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l6) * (unsigned)args.input_strides[0][1];
-                f4[c] = (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + l6) < (unsigned)s1;
+                f4[c] = (unsigned)(o2 + l6) < (unsigned)s1;
                 if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -1585,7 +1585,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16_whole(const dt_args
                 const int l25 = (int)((unsigned)e / 1024u % 1u);
                 const int l26 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l26) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_f16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_f16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_f16(v7[c * 8 + 6], v7[c * 8 + 7]));
+                if ((unsigned)(o2 + l26) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_f16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_f16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_f16(v7[c * 8 + 6], v7[c * 8 + 7]));
             }
         }
     }
@@ -1632,7 +1632,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16(const dt_args args
                 const int l5 = (int)((unsigned)e / 1024u % 1u);
                 const int l6 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l6) * (unsigned)args.input_strides[0][1];
-                f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o2 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -1646,7 +1646,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16(const dt_args args
                     const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o2 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v1.w[c] = w;
                 }
             }
@@ -1738,17 +1738,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16(const dt_args args
                 const int l25 = (int)((unsigned)e / 1024u % 1u);
                 const int l26 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l26) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_bf16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_bf16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_bf16(v7[c * 8 + 6], v7[c * 8 + 7]));
                 } else {
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 0]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 1]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 2]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 3]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 4]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 5]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 6]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 7]);
+                    if ((unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 0]);
+                    if ((unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 1]);
+                    if ((unsigned)(o2 + (l26 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 2]);
+                    if ((unsigned)(o2 + (l26 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 3]);
+                    if ((unsigned)(o2 + (l26 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 4]);
+                    if ((unsigned)(o2 + (l26 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 5]);
+                    if ((unsigned)(o2 + (l26 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 6]);
+                    if ((unsigned)(o2 + (l26 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 7]);
                 }
             }
         }
@@ -1796,7 +1796,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16_whole(const dt_arg
                 const int l5 = (int)((unsigned)e / 1024u % 1u);
                 const int l6 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l6) * (unsigned)args.input_strides[0][1];
-                f4[c] = (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + l6) < (unsigned)s1;
+                f4[c] = (unsigned)(o2 + l6) < (unsigned)s1;
                 if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -1883,7 +1883,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16_whole(const dt_arg
                 const int l25 = (int)((unsigned)e / 1024u % 1u);
                 const int l26 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l26) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_bf16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_bf16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_bf16(v7[c * 8 + 6], v7[c * 8 + 7]));
+                if ((unsigned)(o2 + l26) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_bf16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_bf16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_bf16(v7[c * 8 + 6], v7[c * 8 + 7]));
             }
         }
     }
@@ -1928,17 +1928,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f32(const dt_args args)
                 const int l3 = (int)((unsigned)e / 1024u % 1u);
                 const int l4 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l4) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o2 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v1[c * 4 + 0] = __uint_as_float(q.x);
                     v1[c * 4 + 1] = __uint_as_float(q.y);
                     v1[c * 4 + 2] = __uint_as_float(q.z);
                     v1[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v1[c * 4 + 0] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 4 + 1] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 4 + 2] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 4 + 3] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 0] = ((unsigned)(o2 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 1] = ((unsigned)(o2 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 2] = ((unsigned)(o2 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 3] = ((unsigned)(o2 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v2[8];
@@ -2017,13 +2017,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f32(const dt_args args)
                 const int l15 = (int)((unsigned)e / 1024u % 1u);
                 const int l16 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l16) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o2 + (l16 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v7[c * 4 + 0]), __float_as_uint(v7[c * 4 + 1]), __float_as_uint(v7[c * 4 + 2]), __float_as_uint(v7[c * 4 + 3]));
                 } else {
-                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 0]);
-                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 1]);
-                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 2]);
-                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 3]);
+                    if ((unsigned)(o2 + l16) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 0]);
+                    if ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 1]);
+                    if ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 2]);
+                    if ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 3]);
                 }
             }
         }
@@ -2069,7 +2069,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f32_whole(const dt_args
                 const int l3 = (int)((unsigned)e / 1024u % 1u);
                 const int l4 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l4) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + l4) < (unsigned)s1) {
+                if ((unsigned)(o2 + l4) < (unsigned)s1) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v1[c * 4 + 0] = __uint_as_float(q.x);
                     v1[c * 4 + 1] = __uint_as_float(q.y);
@@ -2158,7 +2158,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f32_whole(const dt_args
                 const int l15 = (int)((unsigned)e / 1024u % 1u);
                 const int l16 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l16) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v7[c * 4 + 0]), __float_as_uint(v7[c * 4 + 1]), __float_as_uint(v7[c * 4 + 2]), __float_as_uint(v7[c * 4 + 3]));
+                if ((unsigned)(o2 + l16) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v7[c * 4 + 0]), __float_as_uint(v7[c * 4 + 1]), __float_as_uint(v7[c * 4 + 2]), __float_as_uint(v7[c * 4 + 3]));
             }
         }
     }

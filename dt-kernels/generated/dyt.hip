@@ -461,7 +461,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_1k_f16(const dt_args ar
                 (void)e; {
                     const int l3 = (int)((unsigned)e / 1024u % 1u);
                     const int l4 = (int)((unsigned)e / 1u % 1024u);
-                    v1[r] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + l4) < (unsigned)s1) ? dt_load_f16(in0[(unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l4) * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[r] = ((unsigned)(o2 + l4) < (unsigned)s1) ? dt_load_f16(in0[(unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l4) * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v2[4];
@@ -520,7 +520,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_1k_f16(const dt_args ar
                 (void)e; {
                     const int l15 = (int)((unsigned)e / 1024u % 1u);
                     const int l16 = (int)((unsigned)e / 1u % 1024u);
-                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1) out[(unsigned)(o1 + l15) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l16) * (unsigned)args.output_strides[1]] = dt_store_f16(v7[r]);
+                    if ((unsigned)(o2 + l16) < (unsigned)s1) out[(unsigned)(o1 + l15) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l16) * (unsigned)args.output_strides[1]] = dt_store_f16(v7[r]);
                 }
             }
         }
@@ -566,7 +566,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_1k_bf16(const dt_args a
                 (void)e; {
                     const int l3 = (int)((unsigned)e / 1024u % 1u);
                     const int l4 = (int)((unsigned)e / 1u % 1024u);
-                    v1[r] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + l4) < (unsigned)s1) ? dt_load_bf16(in0[(unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l4) * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[r] = ((unsigned)(o2 + l4) < (unsigned)s1) ? dt_load_bf16(in0[(unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l4) * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v2[4];
@@ -625,7 +625,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_1k_bf16(const dt_args a
                 (void)e; {
                     const int l15 = (int)((unsigned)e / 1024u % 1u);
                     const int l16 = (int)((unsigned)e / 1u % 1024u);
-                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1) out[(unsigned)(o1 + l15) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l16) * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[r]);
+                    if ((unsigned)(o2 + l16) < (unsigned)s1) out[(unsigned)(o1 + l15) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l16) * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[r]);
                 }
             }
         }
@@ -671,17 +671,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_1k_f32(const dt_args ar
                 const int l3 = (int)((unsigned)e / 1024u % 1u);
                 const int l4 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l4) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o2 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v1[c * 4 + 0] = __uint_as_float(q.x);
                     v1[c * 4 + 1] = __uint_as_float(q.y);
                     v1[c * 4 + 2] = __uint_as_float(q.z);
                     v1[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v1[c * 4 + 0] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 4 + 1] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 4 + 2] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 4 + 3] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 0] = ((unsigned)(o2 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 1] = ((unsigned)(o2 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 2] = ((unsigned)(o2 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 3] = ((unsigned)(o2 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v2[4];
@@ -760,13 +760,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_1k_f32(const dt_args ar
                 const int l15 = (int)((unsigned)e / 1024u % 1u);
                 const int l16 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l16) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o2 + (l16 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v7[c * 4 + 0]), __float_as_uint(v7[c * 4 + 1]), __float_as_uint(v7[c * 4 + 2]), __float_as_uint(v7[c * 4 + 3]));
                 } else {
-                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 0]);
-                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 1]);
-                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 2]);
-                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 3]);
+                    if ((unsigned)(o2 + l16) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 0]);
+                    if ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 1]);
+                    if ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 2]);
+                    if ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 3]);
                 }
             }
         }
@@ -812,7 +812,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_1k_f32_whole(const dt_a
                 const int l3 = (int)((unsigned)e / 1024u % 1u);
                 const int l4 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l4) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + l4) < (unsigned)s1) {
+                if ((unsigned)(o2 + l4) < (unsigned)s1) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v1[c * 4 + 0] = __uint_as_float(q.x);
                     v1[c * 4 + 1] = __uint_as_float(q.y);
@@ -901,7 +901,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_1k_f32_whole(const dt_a
                 const int l15 = (int)((unsigned)e / 1024u % 1u);
                 const int l16 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l16) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v7[c * 4 + 0]), __float_as_uint(v7[c * 4 + 1]), __float_as_uint(v7[c * 4 + 2]), __float_as_uint(v7[c * 4 + 3]));
+                if ((unsigned)(o2 + l16) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v7[c * 4 + 0]), __float_as_uint(v7[c * 4 + 1]), __float_as_uint(v7[c * 4 + 2]), __float_as_uint(v7[c * 4 + 3]));
             }
         }
     }
@@ -946,7 +946,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f16(const dt_args args)
                 (void)e; {
                     const int l3 = (int)((unsigned)e / 1024u % 1u);
                     const int l4 = (int)((unsigned)e / 1u % 1024u);
-                    v1[r] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + l4) < (unsigned)s1) ? dt_load_f16(in0[(unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l4) * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[r] = ((unsigned)(o2 + l4) < (unsigned)s1) ? dt_load_f16(in0[(unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l4) * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v2[4];
@@ -1005,7 +1005,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f16(const dt_args args)
                 (void)e; {
                     const int l15 = (int)((unsigned)e / 1024u % 1u);
                     const int l16 = (int)((unsigned)e / 1u % 1024u);
-                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1) out[(unsigned)(o1 + l15) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l16) * (unsigned)args.output_strides[1]] = dt_store_f16(v7[r]);
+                    if ((unsigned)(o2 + l16) < (unsigned)s1) out[(unsigned)(o1 + l15) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l16) * (unsigned)args.output_strides[1]] = dt_store_f16(v7[r]);
                 }
             }
         }
@@ -1051,7 +1051,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_bf16(const dt_args args
                 (void)e; {
                     const int l3 = (int)((unsigned)e / 1024u % 1u);
                     const int l4 = (int)((unsigned)e / 1u % 1024u);
-                    v1[r] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + l4) < (unsigned)s1) ? dt_load_bf16(in0[(unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l4) * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[r] = ((unsigned)(o2 + l4) < (unsigned)s1) ? dt_load_bf16(in0[(unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l4) * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v2[4];
@@ -1110,7 +1110,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_bf16(const dt_args args
                 (void)e; {
                     const int l15 = (int)((unsigned)e / 1024u % 1u);
                     const int l16 = (int)((unsigned)e / 1u % 1024u);
-                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1) out[(unsigned)(o1 + l15) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l16) * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[r]);
+                    if ((unsigned)(o2 + l16) < (unsigned)s1) out[(unsigned)(o1 + l15) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l16) * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[r]);
                 }
             }
         }
@@ -1156,17 +1156,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f32(const dt_args args)
                 const int l3 = (int)((unsigned)e / 1024u % 1u);
                 const int l4 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l4) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o2 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v1[c * 4 + 0] = __uint_as_float(q.x);
                     v1[c * 4 + 1] = __uint_as_float(q.y);
                     v1[c * 4 + 2] = __uint_as_float(q.z);
                     v1[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v1[c * 4 + 0] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 4 + 1] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 4 + 2] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 4 + 3] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 0] = ((unsigned)(o2 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 1] = ((unsigned)(o2 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 2] = ((unsigned)(o2 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 3] = ((unsigned)(o2 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v2[4];
@@ -1245,13 +1245,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f32(const dt_args args)
                 const int l15 = (int)((unsigned)e / 1024u % 1u);
                 const int l16 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l16) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o2 + (l16 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v7[c * 4 + 0]), __float_as_uint(v7[c * 4 + 1]), __float_as_uint(v7[c * 4 + 2]), __float_as_uint(v7[c * 4 + 3]));
                 } else {
-                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 0]);
-                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 1]);
-                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 2]);
-                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 3]);
+                    if ((unsigned)(o2 + l16) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 0]);
+                    if ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 1]);
+                    if ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 2]);
+                    if ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 3]);
                 }
             }
         }
@@ -1297,7 +1297,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f32_whole(const dt_args
                 const int l3 = (int)((unsigned)e / 1024u % 1u);
                 const int l4 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l4) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + l4) < (unsigned)s1) {
+                if ((unsigned)(o2 + l4) < (unsigned)s1) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v1[c * 4 + 0] = __uint_as_float(q.x);
                     v1[c * 4 + 1] = __uint_as_float(q.y);
@@ -1386,7 +1386,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f32_whole(const dt_args
                 const int l15 = (int)((unsigned)e / 1024u % 1u);
                 const int l16 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l16) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v7[c * 4 + 0]), __float_as_uint(v7[c * 4 + 1]), __float_as_uint(v7[c * 4 + 2]), __float_as_uint(v7[c * 4 + 3]));
+                if ((unsigned)(o2 + l16) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v7[c * 4 + 0]), __float_as_uint(v7[c * 4 + 1]), __float_as_uint(v7[c * 4 + 2]), __float_as_uint(v7[c * 4 + 3]));
             }
         }
     }

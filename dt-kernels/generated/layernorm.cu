@@ -484,7 +484,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16(c
                 const int l14 = (int)((unsigned)e / 1024u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -507,7 +507,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16(c
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                 v0.w[c] = w;
             }
         }
@@ -704,17 +704,17 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16(c
             const int l46 = (int)((unsigned)e / 1024u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
@@ -782,7 +782,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16_w
                 const int l14 = (int)((unsigned)e / 1024u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + l15) < (unsigned)s1;
+                fn3[c] = (unsigned)(0 + l15) < (unsigned)s1;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -982,7 +982,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16_w
             const int l46 = (int)((unsigned)e / 1024u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
+            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
         }
     }
 }
@@ -1049,7 +1049,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16(
                 const int l14 = (int)((unsigned)e / 1024u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -1072,7 +1072,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16(
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                 v0.w[c] = w;
             }
         }
@@ -1269,17 +1269,17 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16(
             const int l46 = (int)((unsigned)e / 1024u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }
@@ -1347,7 +1347,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16_
                 const int l14 = (int)((unsigned)e / 1024u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + l15) < (unsigned)s1;
+                fn3[c] = (unsigned)(0 + l15) < (unsigned)s1;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -1547,7 +1547,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16_
             const int l46 = (int)((unsigned)e / 1024u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
+            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
         }
     }
 }
@@ -1586,17 +1586,17 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32(const d
             const int l3 = (int)((unsigned)e / 1024u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
-            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 1] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 2] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 3] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 0] = ((unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 1] = ((unsigned)(0 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 2] = ((unsigned)(0 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 3] = ((unsigned)(0 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -1799,13 +1799,13 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32(const d
             const int l32 = (int)((unsigned)e / 1024u % 1u);
             const int l33 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
             } else {
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                if ((unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                if ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                if ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                if ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
             }
         }
     }
@@ -1845,7 +1845,7 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32_whole(c
             const int l3 = (int)((unsigned)e / 1024u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
-            if ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) {
+            if ((unsigned)(0 + l4) < (unsigned)s1) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
@@ -2057,7 +2057,7 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32_whole(c
             const int l32 = (int)((unsigned)e / 1024u % 1u);
             const int l33 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
+            if ((unsigned)(0 + l33) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
         }
     }
 }
@@ -2124,7 +2124,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16(const d
                 const int l14 = (int)((unsigned)e / 4096u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -2147,7 +2147,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16(const d
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                 v0.w[c] = w;
             }
         }
@@ -2344,17 +2344,17 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16(const d
             const int l46 = (int)((unsigned)e / 4096u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
@@ -2422,7 +2422,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16_whole(c
                 const int l14 = (int)((unsigned)e / 4096u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + l15) < (unsigned)s1;
+                fn3[c] = (unsigned)(0 + l15) < (unsigned)s1;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -2622,7 +2622,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16_whole(c
             const int l46 = (int)((unsigned)e / 4096u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
+            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
         }
     }
 }
@@ -2689,7 +2689,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16(const 
                 const int l14 = (int)((unsigned)e / 4096u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -2712,7 +2712,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16(const 
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                 v0.w[c] = w;
             }
         }
@@ -2909,17 +2909,17 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16(const 
             const int l46 = (int)((unsigned)e / 4096u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }
@@ -2987,7 +2987,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16_whole(
                 const int l14 = (int)((unsigned)e / 4096u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + l15) < (unsigned)s1;
+                fn3[c] = (unsigned)(0 + l15) < (unsigned)s1;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -3187,7 +3187,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16_whole(
             const int l46 = (int)((unsigned)e / 4096u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
+            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
         }
     }
 }
@@ -3226,17 +3226,17 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f32(const d
             const int l3 = (int)((unsigned)e / 4096u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
-            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 1] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 2] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 3] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 0] = ((unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 1] = ((unsigned)(0 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 2] = ((unsigned)(0 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 3] = ((unsigned)(0 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -3440,13 +3440,13 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f32(const d
             const int l32 = (int)((unsigned)e / 4096u % 1u);
             const int l33 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
             } else {
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                if ((unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                if ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                if ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                if ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
             }
         }
     }
@@ -3486,7 +3486,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f32_whole(c
             const int l3 = (int)((unsigned)e / 4096u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
-            if ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) {
+            if ((unsigned)(0 + l4) < (unsigned)s1) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
@@ -3699,7 +3699,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f32_whole(c
             const int l32 = (int)((unsigned)e / 4096u % 1u);
             const int l33 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
+            if ((unsigned)(0 + l33) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
         }
     }
 }
@@ -3766,7 +3766,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16(const dt_
                 const int l14 = (int)((unsigned)e / 16384u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -3789,7 +3789,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16(const dt_
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                 v0.w[c] = w;
             }
         }
@@ -3986,17 +3986,17 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16(const dt_
             const int l46 = (int)((unsigned)e / 16384u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
@@ -4064,7 +4064,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16_whole(con
                 const int l14 = (int)((unsigned)e / 16384u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + l15) < (unsigned)s1;
+                fn3[c] = (unsigned)(0 + l15) < (unsigned)s1;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -4264,7 +4264,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16_whole(con
             const int l46 = (int)((unsigned)e / 16384u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
+            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
         }
     }
 }
@@ -4331,7 +4331,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16(const dt
                 const int l14 = (int)((unsigned)e / 16384u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -4354,7 +4354,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16(const dt
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                 v0.w[c] = w;
             }
         }
@@ -4551,17 +4551,17 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16(const dt
             const int l46 = (int)((unsigned)e / 16384u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }
@@ -4629,7 +4629,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16_whole(co
                 const int l14 = (int)((unsigned)e / 16384u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + l15) < (unsigned)s1;
+                fn3[c] = (unsigned)(0 + l15) < (unsigned)s1;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -4829,7 +4829,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16_whole(co
             const int l46 = (int)((unsigned)e / 16384u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
+            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
         }
     }
 }
@@ -4868,17 +4868,17 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32(const dt_
             const int l3 = (int)((unsigned)e / 16384u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
-            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 1] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 2] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 3] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 0] = ((unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 1] = ((unsigned)(0 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 2] = ((unsigned)(0 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 3] = ((unsigned)(0 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -5082,13 +5082,13 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32(const dt_
             const int l32 = (int)((unsigned)e / 16384u % 1u);
             const int l33 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
             } else {
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                if ((unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                if ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                if ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                if ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
             }
         }
     }
@@ -5128,7 +5128,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_whole(con
             const int l3 = (int)((unsigned)e / 16384u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
-            if ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) {
+            if ((unsigned)(0 + l4) < (unsigned)s1) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
@@ -5341,7 +5341,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_whole(con
             const int l32 = (int)((unsigned)e / 16384u % 1u);
             const int l33 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
+            if ((unsigned)(0 + l33) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
         }
     }
 }
@@ -5435,7 +5435,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l14 = (int)((unsigned)e / 4096u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l14) * (unsigned)args.input_strides[0][0] + (unsigned)((b1 * 32768) + l15) * (unsigned)args.input_strides[0][1];
-                fs13[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)((b1 * 32768) + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs13[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((b1 * 32768) + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs13[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((b1 * 32768) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -5450,7 +5450,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l17 = (int)((unsigned)e / 4096u % 1u);
                 const int l18 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(((b1 * 32768) + 4096) + l18) * (unsigned)args.input_strides[0][1];
-                fs16[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(((b1 * 32768) + 4096) + (l18 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs16[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((b1 * 32768) + 4096) + (l18 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs16[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((b1 * 32768) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -5465,7 +5465,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l20 = (int)((unsigned)e / 4096u % 1u);
                 const int l21 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)((((b1 * 32768) + 4096) + 4096) + l21) * (unsigned)args.input_strides[0][1];
-                fs19[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)((((b1 * 32768) + 4096) + 4096) + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs19[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((b1 * 32768) + 4096) + 4096) + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs19[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((b1 * 32768) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -5480,7 +5480,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l23 = (int)((unsigned)e / 4096u % 1u);
                 const int l24 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l24) * (unsigned)args.input_strides[0][1];
-                fs22[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + (l24 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs22[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + (l24 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs22[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -5495,7 +5495,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l26 = (int)((unsigned)e / 4096u % 1u);
                 const int l27 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l27) * (unsigned)args.input_strides[0][1];
-                fs25[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs25[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs25[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -5510,7 +5510,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l29 = (int)((unsigned)e / 4096u % 1u);
                 const int l30 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l30) * (unsigned)args.input_strides[0][1];
-                fs28[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + (l30 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs28[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + (l30 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs28[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -5525,7 +5525,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l32 = (int)((unsigned)e / 4096u % 1u);
                 const int l33 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l33) * (unsigned)args.input_strides[0][1];
-                fs31[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs31[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs31[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -5541,7 +5541,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                     const int l37 = (int)((unsigned)e / 4096u % 1u);
                     const int l38 = (int)((unsigned)e / 1u % 4096u);
                     const unsigned a = (unsigned)(o1 + l37) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l38) * (unsigned)args.input_strides[0][1];
-                    fs36[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    fs36[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fs36[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
                 }
                 dt_cp_async_commit();
@@ -5557,7 +5557,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l41 = (int)((unsigned)e / 4096u % 1u);
                 const int l42 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l41) * (unsigned)args.input_strides[0][0] + (unsigned)(o34 + l42) * (unsigned)args.input_strides[0][1];
-                f40[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l41) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f40[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f40[c]) q39[c] = ring12[0 + (((unsigned)(o34 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             float v66[8];
@@ -5588,7 +5588,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                     const unsigned a = (unsigned)(o1 + l47) * (unsigned)args.input_strides[0][0] + (unsigned)(o34 + l48) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l47) < (unsigned)s0) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v68.w[c] = w;
                 }
             }
@@ -5799,7 +5799,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l98 = (int)((unsigned)e / 4096u % 1u);
                 const int l99 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l98) * (unsigned)args.input_strides[0][0] + (unsigned)(o94 + l99) * (unsigned)args.input_strides[0][1];
-                f97[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l98) < (unsigned)s0 && (unsigned)(o94 + (l99 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f97[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o94 + (l99 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f97[c]) q96[c] = held95[0 + (((unsigned)(o94 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             float v34[8];
@@ -5830,7 +5830,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                     const unsigned a = (unsigned)(o1 + l104) * (unsigned)args.input_strides[0][0] + (unsigned)(o94 + l105) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o94 + (l105 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o94 + (l105 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v0.w[c] = w;
                 }
             }
@@ -6215,7 +6215,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l184 = (int)((unsigned)e / 4096u % 1u);
                 const int l185 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l184) * (unsigned)args.input_strides[0][0] + (unsigned)(o180 + l185) * (unsigned)args.input_strides[0][1];
-                f183[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l184) < (unsigned)s0 && (unsigned)(o180 + (l185 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f183[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o180 + (l185 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f183[c]) q182[c] = held181[0 + (((unsigned)(o180 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             dt_f16s<8> v20; /* 16-bit values as loaded */
@@ -6230,7 +6230,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                     const unsigned a = (unsigned)(o1 + l186) * (unsigned)args.input_strides[0][0] + (unsigned)(o180 + l187) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l186) < (unsigned)s0 && (unsigned)(o180 + (l187 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o180 + (l187 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v20.w[c] = w;
                 }
             }
@@ -6340,17 +6340,17 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l206 = (int)((unsigned)e / 4096u % 1u);
                 const int l207 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l206) * (unsigned)args.output_strides[0] + (unsigned)(o180 + l207) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o180 + (l207 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v31[c * 8 + 0], v31[c * 8 + 1]), dt_pack2_f16(v31[c * 8 + 2], v31[c * 8 + 3]), dt_pack2_f16(v31[c * 8 + 4], v31[c * 8 + 5]), dt_pack2_f16(v31[c * 8 + 6], v31[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + l207) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 0]);
-                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 1]);
-                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 2]);
-                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 3]);
-                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 4]);
-                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 5]);
-                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 6]);
-                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 7]);
+                    if ((unsigned)(o180 + l207) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 0]);
+                    if ((unsigned)(o180 + (l207 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 1]);
+                    if ((unsigned)(o180 + (l207 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 2]);
+                    if ((unsigned)(o180 + (l207 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 3]);
+                    if ((unsigned)(o180 + (l207 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 4]);
+                    if ((unsigned)(o180 + (l207 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 5]);
+                    if ((unsigned)(o180 + (l207 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 6]);
+                    if ((unsigned)(o180 + (l207 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 7]);
                 }
             }
         }
@@ -6446,7 +6446,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l14 = (int)((unsigned)e / 4096u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l14) * (unsigned)args.input_strides[0][0] + (unsigned)((b1 * 32768) + l15) * (unsigned)args.input_strides[0][1];
-                fs13[c] = (unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)((b1 * 32768) + l15) < (unsigned)s1;
+                fs13[c] = (unsigned)((b1 * 32768) + l15) < (unsigned)s1;
                 if (fs13[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((b1 * 32768) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -6461,7 +6461,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l17 = (int)((unsigned)e / 4096u % 1u);
                 const int l18 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(((b1 * 32768) + 4096) + l18) * (unsigned)args.input_strides[0][1];
-                fs16[c] = (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(((b1 * 32768) + 4096) + l18) < (unsigned)s1;
+                fs16[c] = (unsigned)(((b1 * 32768) + 4096) + l18) < (unsigned)s1;
                 if (fs16[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((b1 * 32768) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -6476,7 +6476,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l20 = (int)((unsigned)e / 4096u % 1u);
                 const int l21 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)((((b1 * 32768) + 4096) + 4096) + l21) * (unsigned)args.input_strides[0][1];
-                fs19[c] = (unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)((((b1 * 32768) + 4096) + 4096) + l21) < (unsigned)s1;
+                fs19[c] = (unsigned)((((b1 * 32768) + 4096) + 4096) + l21) < (unsigned)s1;
                 if (fs19[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((b1 * 32768) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -6491,7 +6491,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l23 = (int)((unsigned)e / 4096u % 1u);
                 const int l24 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l24) * (unsigned)args.input_strides[0][1];
-                fs22[c] = (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l24) < (unsigned)s1;
+                fs22[c] = (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l24) < (unsigned)s1;
                 if (fs22[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -6506,7 +6506,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l26 = (int)((unsigned)e / 4096u % 1u);
                 const int l27 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l27) * (unsigned)args.input_strides[0][1];
-                fs25[c] = (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l27) < (unsigned)s1;
+                fs25[c] = (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l27) < (unsigned)s1;
                 if (fs25[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -6521,7 +6521,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l29 = (int)((unsigned)e / 4096u % 1u);
                 const int l30 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l30) * (unsigned)args.input_strides[0][1];
-                fs28[c] = (unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l30) < (unsigned)s1;
+                fs28[c] = (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l30) < (unsigned)s1;
                 if (fs28[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -6536,7 +6536,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l32 = (int)((unsigned)e / 4096u % 1u);
                 const int l33 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l33) * (unsigned)args.input_strides[0][1];
-                fs31[c] = (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l33) < (unsigned)s1;
+                fs31[c] = (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l33) < (unsigned)s1;
                 if (fs31[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -6552,7 +6552,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                     const int l37 = (int)((unsigned)e / 4096u % 1u);
                     const int l38 = (int)((unsigned)e / 1u % 4096u);
                     const unsigned a = (unsigned)(o1 + l37) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l38) * (unsigned)args.input_strides[0][1];
-                    fs36[c] = (unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l38) < (unsigned)s1;
+                    fs36[c] = (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l38) < (unsigned)s1;
                     if (fs36[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
                 }
                 dt_cp_async_commit();
@@ -6564,9 +6564,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             bool f40[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l41 = (int)((unsigned)e / 4096u % 1u);
-                f40[c] = (unsigned)(o1 + l41) < (unsigned)s0;
+                f40[c] = 1;
                 if (f40[c]) q39[c] = ring12[0 + (((unsigned)(o34 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             float v66[8];
@@ -6798,9 +6796,8 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l98 = (int)((unsigned)e / 4096u % 1u);
                 const int l99 = (int)((unsigned)e / 1u % 4096u);
-                f97[c] = (unsigned)(o1 + l98) < (unsigned)s0 && (unsigned)(o94 + l99) < (unsigned)s1;
+                f97[c] = (unsigned)(o94 + l99) < (unsigned)s1;
                 if (f97[c]) q96[c] = held95[0 + (((unsigned)(o94 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             float v34[8];
@@ -7205,9 +7202,8 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l184 = (int)((unsigned)e / 4096u % 1u);
                 const int l185 = (int)((unsigned)e / 1u % 4096u);
-                f183[c] = (unsigned)(o1 + l184) < (unsigned)s0 && (unsigned)(o180 + l185) < (unsigned)s1;
+                f183[c] = (unsigned)(o180 + l185) < (unsigned)s1;
                 if (f183[c]) q182[c] = held181[0 + (((unsigned)(o180 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             dt_f16s<8> v20; /* 16-bit values as loaded */
@@ -7313,7 +7309,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l206 = (int)((unsigned)e / 4096u % 1u);
                 const int l207 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l206) * (unsigned)args.output_strides[0] + (unsigned)(o180 + l207) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + l207) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v31[c * 8 + 0], v31[c * 8 + 1]), dt_pack2_f16(v31[c * 8 + 2], v31[c * 8 + 3]), dt_pack2_f16(v31[c * 8 + 4], v31[c * 8 + 5]), dt_pack2_f16(v31[c * 8 + 6], v31[c * 8 + 7])));
+                if ((unsigned)(o180 + l207) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v31[c * 8 + 0], v31[c * 8 + 1]), dt_pack2_f16(v31[c * 8 + 2], v31[c * 8 + 3]), dt_pack2_f16(v31[c * 8 + 4], v31[c * 8 + 5]), dt_pack2_f16(v31[c * 8 + 6], v31[c * 8 + 7])));
             }
         }
     }
@@ -7408,7 +7404,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l14 = (int)((unsigned)e / 4096u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l14) * (unsigned)args.input_strides[0][0] + (unsigned)((b1 * 32768) + l15) * (unsigned)args.input_strides[0][1];
-                fs13[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)((b1 * 32768) + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs13[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((b1 * 32768) + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs13[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((b1 * 32768) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -7423,7 +7419,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l17 = (int)((unsigned)e / 4096u % 1u);
                 const int l18 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(((b1 * 32768) + 4096) + l18) * (unsigned)args.input_strides[0][1];
-                fs16[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(((b1 * 32768) + 4096) + (l18 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs16[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((b1 * 32768) + 4096) + (l18 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs16[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((b1 * 32768) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -7438,7 +7434,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l20 = (int)((unsigned)e / 4096u % 1u);
                 const int l21 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)((((b1 * 32768) + 4096) + 4096) + l21) * (unsigned)args.input_strides[0][1];
-                fs19[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)((((b1 * 32768) + 4096) + 4096) + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs19[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((b1 * 32768) + 4096) + 4096) + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs19[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((b1 * 32768) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -7453,7 +7449,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l23 = (int)((unsigned)e / 4096u % 1u);
                 const int l24 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l24) * (unsigned)args.input_strides[0][1];
-                fs22[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + (l24 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs22[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + (l24 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs22[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -7468,7 +7464,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l26 = (int)((unsigned)e / 4096u % 1u);
                 const int l27 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l27) * (unsigned)args.input_strides[0][1];
-                fs25[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs25[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs25[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -7483,7 +7479,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l29 = (int)((unsigned)e / 4096u % 1u);
                 const int l30 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l30) * (unsigned)args.input_strides[0][1];
-                fs28[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + (l30 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs28[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + (l30 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs28[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -7498,7 +7494,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l32 = (int)((unsigned)e / 4096u % 1u);
                 const int l33 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l33) * (unsigned)args.input_strides[0][1];
-                fs31[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs31[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs31[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -7514,7 +7510,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                     const int l37 = (int)((unsigned)e / 4096u % 1u);
                     const int l38 = (int)((unsigned)e / 1u % 4096u);
                     const unsigned a = (unsigned)(o1 + l37) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l38) * (unsigned)args.input_strides[0][1];
-                    fs36[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    fs36[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fs36[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
                 }
                 dt_cp_async_commit();
@@ -7530,7 +7526,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l41 = (int)((unsigned)e / 4096u % 1u);
                 const int l42 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l41) * (unsigned)args.input_strides[0][0] + (unsigned)(o34 + l42) * (unsigned)args.input_strides[0][1];
-                f40[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l41) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f40[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f40[c]) q39[c] = ring12[0 + (((unsigned)(o34 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             float v66[8];
@@ -7561,7 +7557,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                     const unsigned a = (unsigned)(o1 + l47) * (unsigned)args.input_strides[0][0] + (unsigned)(o34 + l48) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l47) < (unsigned)s0) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v68.w[c] = w;
                 }
             }
@@ -7772,7 +7768,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l98 = (int)((unsigned)e / 4096u % 1u);
                 const int l99 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l98) * (unsigned)args.input_strides[0][0] + (unsigned)(o94 + l99) * (unsigned)args.input_strides[0][1];
-                f97[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l98) < (unsigned)s0 && (unsigned)(o94 + (l99 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f97[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o94 + (l99 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f97[c]) q96[c] = held95[0 + (((unsigned)(o94 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             float v34[8];
@@ -7803,7 +7799,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                     const unsigned a = (unsigned)(o1 + l104) * (unsigned)args.input_strides[0][0] + (unsigned)(o94 + l105) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o94 + (l105 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o94 + (l105 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v0.w[c] = w;
                 }
             }
@@ -8188,7 +8184,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l184 = (int)((unsigned)e / 4096u % 1u);
                 const int l185 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l184) * (unsigned)args.input_strides[0][0] + (unsigned)(o180 + l185) * (unsigned)args.input_strides[0][1];
-                f183[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l184) < (unsigned)s0 && (unsigned)(o180 + (l185 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f183[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o180 + (l185 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f183[c]) q182[c] = held181[0 + (((unsigned)(o180 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             dt_bf16s<8> v20; /* 16-bit values as loaded */
@@ -8203,7 +8199,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                     const unsigned a = (unsigned)(o1 + l186) * (unsigned)args.input_strides[0][0] + (unsigned)(o180 + l187) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l186) < (unsigned)s0 && (unsigned)(o180 + (l187 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o180 + (l187 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v20.w[c] = w;
                 }
             }
@@ -8313,17 +8309,17 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l206 = (int)((unsigned)e / 4096u % 1u);
                 const int l207 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l206) * (unsigned)args.output_strides[0] + (unsigned)(o180 + l207) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o180 + (l207 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v31[c * 8 + 0], v31[c * 8 + 1]), dt_pack2_bf16(v31[c * 8 + 2], v31[c * 8 + 3]), dt_pack2_bf16(v31[c * 8 + 4], v31[c * 8 + 5]), dt_pack2_bf16(v31[c * 8 + 6], v31[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + l207) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 0]);
-                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 1]);
-                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 2]);
-                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 3]);
-                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 4]);
-                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 5]);
-                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 6]);
-                    if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + (l207 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 7]);
+                    if ((unsigned)(o180 + l207) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 0]);
+                    if ((unsigned)(o180 + (l207 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 1]);
+                    if ((unsigned)(o180 + (l207 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 2]);
+                    if ((unsigned)(o180 + (l207 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 3]);
+                    if ((unsigned)(o180 + (l207 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 4]);
+                    if ((unsigned)(o180 + (l207 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 5]);
+                    if ((unsigned)(o180 + (l207 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 6]);
+                    if ((unsigned)(o180 + (l207 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 7]);
                 }
             }
         }
@@ -8419,7 +8415,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l14 = (int)((unsigned)e / 4096u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l14) * (unsigned)args.input_strides[0][0] + (unsigned)((b1 * 32768) + l15) * (unsigned)args.input_strides[0][1];
-                fs13[c] = (unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)((b1 * 32768) + l15) < (unsigned)s1;
+                fs13[c] = (unsigned)((b1 * 32768) + l15) < (unsigned)s1;
                 if (fs13[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((b1 * 32768) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -8434,7 +8430,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l17 = (int)((unsigned)e / 4096u % 1u);
                 const int l18 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(((b1 * 32768) + 4096) + l18) * (unsigned)args.input_strides[0][1];
-                fs16[c] = (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(((b1 * 32768) + 4096) + l18) < (unsigned)s1;
+                fs16[c] = (unsigned)(((b1 * 32768) + 4096) + l18) < (unsigned)s1;
                 if (fs16[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((b1 * 32768) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -8449,7 +8445,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l20 = (int)((unsigned)e / 4096u % 1u);
                 const int l21 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)((((b1 * 32768) + 4096) + 4096) + l21) * (unsigned)args.input_strides[0][1];
-                fs19[c] = (unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)((((b1 * 32768) + 4096) + 4096) + l21) < (unsigned)s1;
+                fs19[c] = (unsigned)((((b1 * 32768) + 4096) + 4096) + l21) < (unsigned)s1;
                 if (fs19[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((b1 * 32768) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -8464,7 +8460,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l23 = (int)((unsigned)e / 4096u % 1u);
                 const int l24 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l24) * (unsigned)args.input_strides[0][1];
-                fs22[c] = (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l24) < (unsigned)s1;
+                fs22[c] = (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l24) < (unsigned)s1;
                 if (fs22[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -8479,7 +8475,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l26 = (int)((unsigned)e / 4096u % 1u);
                 const int l27 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l27) * (unsigned)args.input_strides[0][1];
-                fs25[c] = (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l27) < (unsigned)s1;
+                fs25[c] = (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l27) < (unsigned)s1;
                 if (fs25[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -8494,7 +8490,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l29 = (int)((unsigned)e / 4096u % 1u);
                 const int l30 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l30) * (unsigned)args.input_strides[0][1];
-                fs28[c] = (unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l30) < (unsigned)s1;
+                fs28[c] = (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l30) < (unsigned)s1;
                 if (fs28[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -8509,7 +8505,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l32 = (int)((unsigned)e / 4096u % 1u);
                 const int l33 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l33) * (unsigned)args.input_strides[0][1];
-                fs31[c] = (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l33) < (unsigned)s1;
+                fs31[c] = (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l33) < (unsigned)s1;
                 if (fs31[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -8525,7 +8521,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                     const int l37 = (int)((unsigned)e / 4096u % 1u);
                     const int l38 = (int)((unsigned)e / 1u % 4096u);
                     const unsigned a = (unsigned)(o1 + l37) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l38) * (unsigned)args.input_strides[0][1];
-                    fs36[c] = (unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l38) < (unsigned)s1;
+                    fs36[c] = (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l38) < (unsigned)s1;
                     if (fs36[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
                 }
                 dt_cp_async_commit();
@@ -8537,9 +8533,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             bool f40[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l41 = (int)((unsigned)e / 4096u % 1u);
-                f40[c] = (unsigned)(o1 + l41) < (unsigned)s0;
+                f40[c] = 1;
                 if (f40[c]) q39[c] = ring12[0 + (((unsigned)(o34 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             float v66[8];
@@ -8771,9 +8765,8 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l98 = (int)((unsigned)e / 4096u % 1u);
                 const int l99 = (int)((unsigned)e / 1u % 4096u);
-                f97[c] = (unsigned)(o1 + l98) < (unsigned)s0 && (unsigned)(o94 + l99) < (unsigned)s1;
+                f97[c] = (unsigned)(o94 + l99) < (unsigned)s1;
                 if (f97[c]) q96[c] = held95[0 + (((unsigned)(o94 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             float v34[8];
@@ -9178,9 +9171,8 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l184 = (int)((unsigned)e / 4096u % 1u);
                 const int l185 = (int)((unsigned)e / 1u % 4096u);
-                f183[c] = (unsigned)(o1 + l184) < (unsigned)s0 && (unsigned)(o180 + l185) < (unsigned)s1;
+                f183[c] = (unsigned)(o180 + l185) < (unsigned)s1;
                 if (f183[c]) q182[c] = held181[0 + (((unsigned)(o180 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             dt_bf16s<8> v20; /* 16-bit values as loaded */
@@ -9286,7 +9278,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int l206 = (int)((unsigned)e / 4096u % 1u);
                 const int l207 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l206) * (unsigned)args.output_strides[0] + (unsigned)(o180 + l207) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + l206) < (unsigned)s0 && (unsigned)(o180 + l207) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v31[c * 8 + 0], v31[c * 8 + 1]), dt_pack2_bf16(v31[c * 8 + 2], v31[c * 8 + 3]), dt_pack2_bf16(v31[c * 8 + 4], v31[c * 8 + 5]), dt_pack2_bf16(v31[c * 8 + 6], v31[c * 8 + 7])));
+                if ((unsigned)(o180 + l207) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v31[c * 8 + 0], v31[c * 8 + 1]), dt_pack2_bf16(v31[c * 8 + 2], v31[c * 8 + 3]), dt_pack2_bf16(v31[c * 8 + 4], v31[c * 8 + 5]), dt_pack2_bf16(v31[c * 8 + 6], v31[c * 8 + 7])));
             }
         }
     }
@@ -9396,17 +9388,17 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
                 const int l17 = (int)((unsigned)e / 16384u % 1u);
                 const int l18 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l18) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l17) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                if ((unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v68[c * 4 + 0] = __uint_as_float(q.x);
                     v68[c * 4 + 1] = __uint_as_float(q.y);
                     v68[c * 4 + 2] = __uint_as_float(q.z);
                     v68[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v68[c * 4 + 0] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v68[c * 4 + 1] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v68[c * 4 + 2] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v68[c * 4 + 3] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v68[c * 4 + 0] = (1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v68[c * 4 + 1] = (1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v68[c * 4 + 2] = (1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v68[c * 4 + 3] = (1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v69[16];
@@ -9629,17 +9621,17 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
                 const int l69 = (int)((unsigned)e / 16384u % 1u);
                 const int l70 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l69) * (unsigned)args.input_strides[0][0] + (unsigned)(o64 + l70) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + (l70 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o64 + (l70 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
                     v0[c * 4 + 2] = __uint_as_float(q.z);
                     v0[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v0[c * 4 + 0] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + l70) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 4 + 1] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + (l70 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 4 + 2] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + (l70 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 4 + 3] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + (l70 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 0] = ((unsigned)(o64 + l70) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 1] = ((unsigned)(o64 + (l70 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 2] = ((unsigned)(o64 + (l70 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 3] = ((unsigned)(o64 + (l70 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v36[16];
@@ -10020,17 +10012,17 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
                 const int l146 = (int)((unsigned)e / 16384u % 1u);
                 const int l147 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l146) * (unsigned)args.input_strides[0][0] + (unsigned)(o145 + l147) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l146) < (unsigned)s0 && (unsigned)(o145 + (l147 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o145 + (l147 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v20[c * 4 + 0] = __uint_as_float(q.x);
                     v20[c * 4 + 1] = __uint_as_float(q.y);
                     v20[c * 4 + 2] = __uint_as_float(q.z);
                     v20[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v20[c * 4 + 0] = ((unsigned)(o1 + l146) < (unsigned)s0 && (unsigned)(o145 + l147) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v20[c * 4 + 1] = ((unsigned)(o1 + l146) < (unsigned)s0 && (unsigned)(o145 + (l147 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v20[c * 4 + 2] = ((unsigned)(o1 + l146) < (unsigned)s0 && (unsigned)(o145 + (l147 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v20[c * 4 + 3] = ((unsigned)(o1 + l146) < (unsigned)s0 && (unsigned)(o145 + (l147 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v20[c * 4 + 0] = ((unsigned)(o145 + l147) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v20[c * 4 + 1] = ((unsigned)(o145 + (l147 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v20[c * 4 + 2] = ((unsigned)(o145 + (l147 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v20[c * 4 + 3] = ((unsigned)(o145 + (l147 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v22[16];
@@ -10127,13 +10119,13 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
                 const int l160 = (int)((unsigned)e / 16384u % 1u);
                 const int l161 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l160) * (unsigned)args.output_strides[0] + (unsigned)(o145 + l161) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l160) < (unsigned)s0 && (unsigned)(o145 + (l161 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o145 + (l161 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v31[c * 4 + 0]), __float_as_uint(v31[c * 4 + 1]), __float_as_uint(v31[c * 4 + 2]), __float_as_uint(v31[c * 4 + 3])));
                 } else {
-                    if ((unsigned)(o1 + l160) < (unsigned)s0 && (unsigned)(o145 + l161) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 0]);
-                    if ((unsigned)(o1 + l160) < (unsigned)s0 && (unsigned)(o145 + (l161 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 1]);
-                    if ((unsigned)(o1 + l160) < (unsigned)s0 && (unsigned)(o145 + (l161 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 2]);
-                    if ((unsigned)(o1 + l160) < (unsigned)s0 && (unsigned)(o145 + (l161 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 3]);
+                    if ((unsigned)(o145 + l161) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 0]);
+                    if ((unsigned)(o145 + (l161 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 1]);
+                    if ((unsigned)(o145 + (l161 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 2]);
+                    if ((unsigned)(o145 + (l161 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 3]);
                 }
             }
         }
@@ -10244,7 +10236,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
                 const int l17 = (int)((unsigned)e / 16384u % 1u);
                 const int l18 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l18) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o1 + l17) < (unsigned)s0) {
+                if (1) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v68[c * 4 + 0] = __uint_as_float(q.x);
                     v68[c * 4 + 1] = __uint_as_float(q.y);
@@ -10477,7 +10469,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
                 const int l69 = (int)((unsigned)e / 16384u % 1u);
                 const int l70 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l69) * (unsigned)args.input_strides[0][0] + (unsigned)(o64 + l70) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + l70) < (unsigned)s1) {
+                if ((unsigned)(o64 + l70) < (unsigned)s1) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
@@ -10867,7 +10859,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
                 const int l146 = (int)((unsigned)e / 16384u % 1u);
                 const int l147 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l146) * (unsigned)args.input_strides[0][0] + (unsigned)(o145 + l147) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o1 + l146) < (unsigned)s0 && (unsigned)(o145 + l147) < (unsigned)s1) {
+                if ((unsigned)(o145 + l147) < (unsigned)s1) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v20[c * 4 + 0] = __uint_as_float(q.x);
                     v20[c * 4 + 1] = __uint_as_float(q.y);
@@ -10974,7 +10966,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
                 const int l160 = (int)((unsigned)e / 16384u % 1u);
                 const int l161 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l160) * (unsigned)args.output_strides[0] + (unsigned)(o145 + l161) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + l160) < (unsigned)s0 && (unsigned)(o145 + l161) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v31[c * 4 + 0]), __float_as_uint(v31[c * 4 + 1]), __float_as_uint(v31[c * 4 + 2]), __float_as_uint(v31[c * 4 + 3])));
+                if ((unsigned)(o145 + l161) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v31[c * 4 + 0]), __float_as_uint(v31[c * 4 + 1]), __float_as_uint(v31[c * 4 + 2]), __float_as_uint(v31[c * 4 + 3])));
             }
         }
     }
@@ -11066,7 +11058,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 const int l14 = (int)((unsigned)e / 8192u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l14) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l15) * (unsigned)args.input_strides[0][1];
-                fs13[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)((0) + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs13[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((0) + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs13[c]) dt_cp_async16(ring12 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -11081,7 +11073,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 const int l17 = (int)((unsigned)e / 8192u % 1u);
                 const int l18 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(((0) + 8192) + l18) * (unsigned)args.input_strides[0][1];
-                fs16[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(((0) + 8192) + (l18 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs16[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((0) + 8192) + (l18 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs16[c]) dt_cp_async16(ring12 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -11096,7 +11088,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 const int l20 = (int)((unsigned)e / 8192u % 1u);
                 const int l21 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)((((0) + 8192) + 8192) + l21) * (unsigned)args.input_strides[0][1];
-                fs19[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)((((0) + 8192) + 8192) + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs19[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((0) + 8192) + 8192) + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs19[c]) dt_cp_async16(ring12 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -11113,7 +11105,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     const int l25 = (int)((unsigned)e / 8192u % 1u);
                     const int l26 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)((((o22 + 8192) + 8192) + 8192) + l26) * (unsigned)args.input_strides[0][1];
-                    fs24[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    fs24[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fs24[c]) dt_cp_async16(ring12 + 0 + (((st23 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
                 }
                 dt_cp_async_commit();
@@ -11129,7 +11121,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 const int l29 = (int)((unsigned)e / 8192u % 1u);
                 const int l30 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(o22 + l30) * (unsigned)args.input_strides[0][1];
-                f28[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l29) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f28[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f28[c]) q27[c] = ring12[0 + (st23 * 1 + c) * 1024 + tid];
             }
             float v64[8];
@@ -11160,7 +11152,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     const unsigned a = (unsigned)(o1 + l35) * (unsigned)args.input_strides[0][0] + (unsigned)(o22 + l36) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l35) < (unsigned)s0) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v66.w[c] = w;
                 }
             }
@@ -11370,7 +11362,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 const int l84 = (int)((unsigned)e / 8192u % 1u);
                 const int l85 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l84) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l85) * (unsigned)args.input_strides[0][1];
-                fs83[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(((s1 / 8192) * 8192) + (l85 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs83[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((s1 / 8192) * 8192) + (l85 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs83[c]) dt_cp_async16(ring82 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -11385,7 +11377,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 const int l87 = (int)((unsigned)e / 8192u % 1u);
                 const int l88 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l87) * (unsigned)args.input_strides[0][0] + (unsigned)((((s1 / 8192) * 8192) + 8192) + l88) * (unsigned)args.input_strides[0][1];
-                fs86[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l87) < (unsigned)s0 && (unsigned)((((s1 / 8192) * 8192) + 8192) + (l88 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs86[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((s1 / 8192) * 8192) + 8192) + (l88 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs86[c]) dt_cp_async16(ring82 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -11400,7 +11392,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 const int l90 = (int)((unsigned)e / 8192u % 1u);
                 const int l91 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l90) * (unsigned)args.input_strides[0][0] + (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + l91) * (unsigned)args.input_strides[0][1];
-                fs89[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + (l91 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs89[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + (l91 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs89[c]) dt_cp_async16(ring82 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -11417,7 +11409,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     const int l95 = (int)((unsigned)e / 8192u % 1u);
                     const int l96 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l95) * (unsigned)args.input_strides[0][0] + (unsigned)((((o92 + 8192) + 8192) + 8192) + l96) * (unsigned)args.input_strides[0][1];
-                    fs94[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l95) < (unsigned)s0 && (unsigned)((((o92 + 8192) + 8192) + 8192) + (l96 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    fs94[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((o92 + 8192) + 8192) + 8192) + (l96 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fs94[c]) dt_cp_async16(ring82 + 0 + (((st93 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
                 }
                 dt_cp_async_commit();
@@ -11433,7 +11425,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 const int l99 = (int)((unsigned)e / 8192u % 1u);
                 const int l100 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l99) * (unsigned)args.input_strides[0][0] + (unsigned)(o92 + l100) * (unsigned)args.input_strides[0][1];
-                f98[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o92 + (l100 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f98[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o92 + (l100 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f98[c]) q97[c] = ring82[0 + (st93 * 1 + c) * 1024 + tid];
             }
             float v32[8];
@@ -11464,7 +11456,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     const unsigned a = (unsigned)(o1 + l105) * (unsigned)args.input_strides[0][0] + (unsigned)(o92 + l106) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o92 + (l106 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v0.w[c] = w;
                 }
             }
@@ -11827,7 +11819,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             const int l186 = (int)((unsigned)e / 8192u % 1u);
             const int l187 = (int)((unsigned)e / 1u % 8192u);
             const unsigned a = (unsigned)(o1 + l186) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l187) * (unsigned)args.input_strides[0][1];
-            fn181[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l186) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l187 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            fn181[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l187 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (fn181[c]) qn180[c] = dt_load_once((const uint4*)(in0 + a));
         }
         #pragma unroll
@@ -11866,7 +11858,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     const int l196 = (int)((unsigned)e / 8192u % 1u);
                     const int l197 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l196) * (unsigned)args.input_strides[0][0] + (unsigned)((o179 - 8192) + l197) * (unsigned)args.input_strides[0][1];
-                    fn181[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)((o179 - 8192) + (l197 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    fn181[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o179 - 8192) + (l197 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fn181[c]) qn180[c] = dt_load_once((const uint4*)(in0 + a));
                 }
                 #pragma unroll
@@ -11898,7 +11890,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     const unsigned a = (unsigned)(o1 + l200) * (unsigned)args.input_strides[0][0] + (unsigned)(o179 + l201) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o179 + (l201 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v18.w[c] = w;
                 }
             }
@@ -11988,17 +11980,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 const int l214 = (int)((unsigned)e / 8192u % 1u);
                 const int l215 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l214) * (unsigned)args.output_strides[0] + (unsigned)(o179 + l215) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o179 + (l215 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + l215) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                    if ((unsigned)(o179 + l215) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                    if ((unsigned)(o179 + (l215 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                    if ((unsigned)(o179 + (l215 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                    if ((unsigned)(o179 + (l215 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                    if ((unsigned)(o179 + (l215 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                    if ((unsigned)(o179 + (l215 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                    if ((unsigned)(o179 + (l215 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                    if ((unsigned)(o179 + (l215 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
                 }
             }
         }
@@ -12091,7 +12083,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
                 const int l14 = (int)((unsigned)e / 8192u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l14) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l15) * (unsigned)args.input_strides[0][1];
-                fs13[c] = (unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)((0) + l15) < (unsigned)s1;
+                fs13[c] = (unsigned)((0) + l15) < (unsigned)s1;
                 if (fs13[c]) dt_cp_async16(ring12 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -12106,7 +12098,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
                 const int l17 = (int)((unsigned)e / 8192u % 1u);
                 const int l18 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(((0) + 8192) + l18) * (unsigned)args.input_strides[0][1];
-                fs16[c] = (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(((0) + 8192) + l18) < (unsigned)s1;
+                fs16[c] = (unsigned)(((0) + 8192) + l18) < (unsigned)s1;
                 if (fs16[c]) dt_cp_async16(ring12 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -12121,7 +12113,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
                 const int l20 = (int)((unsigned)e / 8192u % 1u);
                 const int l21 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)((((0) + 8192) + 8192) + l21) * (unsigned)args.input_strides[0][1];
-                fs19[c] = (unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)((((0) + 8192) + 8192) + l21) < (unsigned)s1;
+                fs19[c] = (unsigned)((((0) + 8192) + 8192) + l21) < (unsigned)s1;
                 if (fs19[c]) dt_cp_async16(ring12 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -12138,7 +12130,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
                     const int l25 = (int)((unsigned)e / 8192u % 1u);
                     const int l26 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)((((o22 + 8192) + 8192) + 8192) + l26) * (unsigned)args.input_strides[0][1];
-                    fs24[c] = (unsigned)(o1 + l25) < (unsigned)s0;
+                    fs24[c] = 1;
                     if (fs24[c]) dt_cp_async16(ring12 + 0 + (((st23 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
                 }
                 dt_cp_async_commit();
@@ -12150,9 +12142,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             bool f28[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                const int e = (c * 1024 + tid) * 8;
-                const int l29 = (int)((unsigned)e / 8192u % 1u);
-                f28[c] = (unsigned)(o1 + l29) < (unsigned)s0;
+                f28[c] = 1;
                 if (f28[c]) q27[c] = ring12[0 + (st23 * 1 + c) * 1024 + tid];
             }
             float v64[8];
@@ -12386,7 +12376,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
                 const int l84 = (int)((unsigned)e / 8192u % 1u);
                 const int l85 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l84) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l85) * (unsigned)args.input_strides[0][1];
-                fs83[c] = (unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(((s1 / 8192) * 8192) + l85) < (unsigned)s1;
+                fs83[c] = (unsigned)(((s1 / 8192) * 8192) + l85) < (unsigned)s1;
                 if (fs83[c]) dt_cp_async16(ring82 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -12401,7 +12391,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
                 const int l87 = (int)((unsigned)e / 8192u % 1u);
                 const int l88 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l87) * (unsigned)args.input_strides[0][0] + (unsigned)((((s1 / 8192) * 8192) + 8192) + l88) * (unsigned)args.input_strides[0][1];
-                fs86[c] = (unsigned)(o1 + l87) < (unsigned)s0 && (unsigned)((((s1 / 8192) * 8192) + 8192) + l88) < (unsigned)s1;
+                fs86[c] = (unsigned)((((s1 / 8192) * 8192) + 8192) + l88) < (unsigned)s1;
                 if (fs86[c]) dt_cp_async16(ring82 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -12416,7 +12406,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
                 const int l90 = (int)((unsigned)e / 8192u % 1u);
                 const int l91 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l90) * (unsigned)args.input_strides[0][0] + (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + l91) * (unsigned)args.input_strides[0][1];
-                fs89[c] = (unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + l91) < (unsigned)s1;
+                fs89[c] = (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + l91) < (unsigned)s1;
                 if (fs89[c]) dt_cp_async16(ring82 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -12433,7 +12423,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
                     const int l95 = (int)((unsigned)e / 8192u % 1u);
                     const int l96 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l95) * (unsigned)args.input_strides[0][0] + (unsigned)((((o92 + 8192) + 8192) + 8192) + l96) * (unsigned)args.input_strides[0][1];
-                    fs94[c] = (unsigned)(o1 + l95) < (unsigned)s0 && (unsigned)((((o92 + 8192) + 8192) + 8192) + l96) < (unsigned)s1;
+                    fs94[c] = (unsigned)((((o92 + 8192) + 8192) + 8192) + l96) < (unsigned)s1;
                     if (fs94[c]) dt_cp_async16(ring82 + 0 + (((st93 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
                 }
                 dt_cp_async_commit();
@@ -12446,9 +12436,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l99 = (int)((unsigned)e / 8192u % 1u);
                 const int l100 = (int)((unsigned)e / 1u % 8192u);
-                f98[c] = (unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o92 + l100) < (unsigned)s1;
+                f98[c] = (unsigned)(o92 + l100) < (unsigned)s1;
                 if (f98[c]) q97[c] = ring82[0 + (st93 * 1 + c) * 1024 + tid];
             }
             float v32[8];
@@ -12834,7 +12823,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             const int l186 = (int)((unsigned)e / 8192u % 1u);
             const int l187 = (int)((unsigned)e / 1u % 8192u);
             const unsigned a = (unsigned)(o1 + l186) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l187) * (unsigned)args.input_strides[0][1];
-            fn181[c] = (unsigned)(o1 + l186) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l187) < (unsigned)s1;
+            fn181[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l187) < (unsigned)s1;
             if (fn181[c]) qn180[c] = dt_load_once((const uint4*)(in0 + a));
         }
         #pragma unroll
@@ -12873,7 +12862,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
                     const int l196 = (int)((unsigned)e / 8192u % 1u);
                     const int l197 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l196) * (unsigned)args.input_strides[0][0] + (unsigned)((o179 - 8192) + l197) * (unsigned)args.input_strides[0][1];
-                    fn181[c] = (unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)((o179 - 8192) + l197) < (unsigned)s1;
+                    fn181[c] = (unsigned)((o179 - 8192) + l197) < (unsigned)s1;
                     if (fn181[c]) qn180[c] = dt_load_once((const uint4*)(in0 + a));
                 }
                 #pragma unroll
@@ -12976,7 +12965,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
                 const int l214 = (int)((unsigned)e / 8192u % 1u);
                 const int l215 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l214) * (unsigned)args.output_strides[0] + (unsigned)(o179 + l215) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + l215) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7])));
+                if ((unsigned)(o179 + l215) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7])));
             }
         }
     }
@@ -13068,7 +13057,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 const int l14 = (int)((unsigned)e / 8192u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l14) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l15) * (unsigned)args.input_strides[0][1];
-                fs13[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)((0) + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs13[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((0) + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs13[c]) dt_cp_async16(ring12 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -13083,7 +13072,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 const int l17 = (int)((unsigned)e / 8192u % 1u);
                 const int l18 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(((0) + 8192) + l18) * (unsigned)args.input_strides[0][1];
-                fs16[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(((0) + 8192) + (l18 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs16[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((0) + 8192) + (l18 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs16[c]) dt_cp_async16(ring12 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -13098,7 +13087,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 const int l20 = (int)((unsigned)e / 8192u % 1u);
                 const int l21 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)((((0) + 8192) + 8192) + l21) * (unsigned)args.input_strides[0][1];
-                fs19[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)((((0) + 8192) + 8192) + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs19[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((0) + 8192) + 8192) + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs19[c]) dt_cp_async16(ring12 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -13115,7 +13104,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     const int l25 = (int)((unsigned)e / 8192u % 1u);
                     const int l26 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)((((o22 + 8192) + 8192) + 8192) + l26) * (unsigned)args.input_strides[0][1];
-                    fs24[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    fs24[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fs24[c]) dt_cp_async16(ring12 + 0 + (((st23 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
                 }
                 dt_cp_async_commit();
@@ -13131,7 +13120,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 const int l29 = (int)((unsigned)e / 8192u % 1u);
                 const int l30 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(o22 + l30) * (unsigned)args.input_strides[0][1];
-                f28[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l29) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f28[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f28[c]) q27[c] = ring12[0 + (st23 * 1 + c) * 1024 + tid];
             }
             float v64[8];
@@ -13162,7 +13151,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     const unsigned a = (unsigned)(o1 + l35) * (unsigned)args.input_strides[0][0] + (unsigned)(o22 + l36) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l35) < (unsigned)s0) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v66.w[c] = w;
                 }
             }
@@ -13372,7 +13361,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 const int l84 = (int)((unsigned)e / 8192u % 1u);
                 const int l85 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l84) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l85) * (unsigned)args.input_strides[0][1];
-                fs83[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(((s1 / 8192) * 8192) + (l85 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs83[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((s1 / 8192) * 8192) + (l85 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs83[c]) dt_cp_async16(ring82 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -13387,7 +13376,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 const int l87 = (int)((unsigned)e / 8192u % 1u);
                 const int l88 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l87) * (unsigned)args.input_strides[0][0] + (unsigned)((((s1 / 8192) * 8192) + 8192) + l88) * (unsigned)args.input_strides[0][1];
-                fs86[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l87) < (unsigned)s0 && (unsigned)((((s1 / 8192) * 8192) + 8192) + (l88 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs86[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((s1 / 8192) * 8192) + 8192) + (l88 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs86[c]) dt_cp_async16(ring82 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -13402,7 +13391,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 const int l90 = (int)((unsigned)e / 8192u % 1u);
                 const int l91 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l90) * (unsigned)args.input_strides[0][0] + (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + l91) * (unsigned)args.input_strides[0][1];
-                fs89[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + (l91 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs89[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + (l91 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs89[c]) dt_cp_async16(ring82 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -13419,7 +13408,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     const int l95 = (int)((unsigned)e / 8192u % 1u);
                     const int l96 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l95) * (unsigned)args.input_strides[0][0] + (unsigned)((((o92 + 8192) + 8192) + 8192) + l96) * (unsigned)args.input_strides[0][1];
-                    fs94[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l95) < (unsigned)s0 && (unsigned)((((o92 + 8192) + 8192) + 8192) + (l96 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    fs94[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((o92 + 8192) + 8192) + 8192) + (l96 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fs94[c]) dt_cp_async16(ring82 + 0 + (((st93 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
                 }
                 dt_cp_async_commit();
@@ -13435,7 +13424,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 const int l99 = (int)((unsigned)e / 8192u % 1u);
                 const int l100 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l99) * (unsigned)args.input_strides[0][0] + (unsigned)(o92 + l100) * (unsigned)args.input_strides[0][1];
-                f98[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o92 + (l100 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f98[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o92 + (l100 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f98[c]) q97[c] = ring82[0 + (st93 * 1 + c) * 1024 + tid];
             }
             float v32[8];
@@ -13466,7 +13455,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     const unsigned a = (unsigned)(o1 + l105) * (unsigned)args.input_strides[0][0] + (unsigned)(o92 + l106) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l105) < (unsigned)s0 && (unsigned)(o92 + (l106 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o92 + (l106 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v0.w[c] = w;
                 }
             }
@@ -13829,7 +13818,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             const int l186 = (int)((unsigned)e / 8192u % 1u);
             const int l187 = (int)((unsigned)e / 1u % 8192u);
             const unsigned a = (unsigned)(o1 + l186) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l187) * (unsigned)args.input_strides[0][1];
-            fn181[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l186) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l187 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            fn181[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l187 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (fn181[c]) qn180[c] = dt_load_once((const uint4*)(in0 + a));
         }
         #pragma unroll
@@ -13868,7 +13857,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     const int l196 = (int)((unsigned)e / 8192u % 1u);
                     const int l197 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l196) * (unsigned)args.input_strides[0][0] + (unsigned)((o179 - 8192) + l197) * (unsigned)args.input_strides[0][1];
-                    fn181[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)((o179 - 8192) + (l197 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    fn181[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o179 - 8192) + (l197 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fn181[c]) qn180[c] = dt_load_once((const uint4*)(in0 + a));
                 }
                 #pragma unroll
@@ -13900,7 +13889,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     const unsigned a = (unsigned)(o1 + l200) * (unsigned)args.input_strides[0][0] + (unsigned)(o179 + l201) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l200) < (unsigned)s0 && (unsigned)(o179 + (l201 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o179 + (l201 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v18.w[c] = w;
                 }
             }
@@ -13990,17 +13979,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 const int l214 = (int)((unsigned)e / 8192u % 1u);
                 const int l215 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l214) * (unsigned)args.output_strides[0] + (unsigned)(o179 + l215) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o179 + (l215 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + l215) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                    if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + (l215 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                    if ((unsigned)(o179 + l215) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                    if ((unsigned)(o179 + (l215 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                    if ((unsigned)(o179 + (l215 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                    if ((unsigned)(o179 + (l215 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                    if ((unsigned)(o179 + (l215 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                    if ((unsigned)(o179 + (l215 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                    if ((unsigned)(o179 + (l215 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                    if ((unsigned)(o179 + (l215 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
                 }
             }
         }
@@ -14093,7 +14082,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
                 const int l14 = (int)((unsigned)e / 8192u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l14) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l15) * (unsigned)args.input_strides[0][1];
-                fs13[c] = (unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)((0) + l15) < (unsigned)s1;
+                fs13[c] = (unsigned)((0) + l15) < (unsigned)s1;
                 if (fs13[c]) dt_cp_async16(ring12 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -14108,7 +14097,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
                 const int l17 = (int)((unsigned)e / 8192u % 1u);
                 const int l18 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(((0) + 8192) + l18) * (unsigned)args.input_strides[0][1];
-                fs16[c] = (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(((0) + 8192) + l18) < (unsigned)s1;
+                fs16[c] = (unsigned)(((0) + 8192) + l18) < (unsigned)s1;
                 if (fs16[c]) dt_cp_async16(ring12 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -14123,7 +14112,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
                 const int l20 = (int)((unsigned)e / 8192u % 1u);
                 const int l21 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)((((0) + 8192) + 8192) + l21) * (unsigned)args.input_strides[0][1];
-                fs19[c] = (unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)((((0) + 8192) + 8192) + l21) < (unsigned)s1;
+                fs19[c] = (unsigned)((((0) + 8192) + 8192) + l21) < (unsigned)s1;
                 if (fs19[c]) dt_cp_async16(ring12 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -14140,7 +14129,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
                     const int l25 = (int)((unsigned)e / 8192u % 1u);
                     const int l26 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)((((o22 + 8192) + 8192) + 8192) + l26) * (unsigned)args.input_strides[0][1];
-                    fs24[c] = (unsigned)(o1 + l25) < (unsigned)s0;
+                    fs24[c] = 1;
                     if (fs24[c]) dt_cp_async16(ring12 + 0 + (((st23 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
                 }
                 dt_cp_async_commit();
@@ -14152,9 +14141,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             bool f28[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                const int e = (c * 1024 + tid) * 8;
-                const int l29 = (int)((unsigned)e / 8192u % 1u);
-                f28[c] = (unsigned)(o1 + l29) < (unsigned)s0;
+                f28[c] = 1;
                 if (f28[c]) q27[c] = ring12[0 + (st23 * 1 + c) * 1024 + tid];
             }
             float v64[8];
@@ -14388,7 +14375,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
                 const int l84 = (int)((unsigned)e / 8192u % 1u);
                 const int l85 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l84) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l85) * (unsigned)args.input_strides[0][1];
-                fs83[c] = (unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(((s1 / 8192) * 8192) + l85) < (unsigned)s1;
+                fs83[c] = (unsigned)(((s1 / 8192) * 8192) + l85) < (unsigned)s1;
                 if (fs83[c]) dt_cp_async16(ring82 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -14403,7 +14390,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
                 const int l87 = (int)((unsigned)e / 8192u % 1u);
                 const int l88 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l87) * (unsigned)args.input_strides[0][0] + (unsigned)((((s1 / 8192) * 8192) + 8192) + l88) * (unsigned)args.input_strides[0][1];
-                fs86[c] = (unsigned)(o1 + l87) < (unsigned)s0 && (unsigned)((((s1 / 8192) * 8192) + 8192) + l88) < (unsigned)s1;
+                fs86[c] = (unsigned)((((s1 / 8192) * 8192) + 8192) + l88) < (unsigned)s1;
                 if (fs86[c]) dt_cp_async16(ring82 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -14418,7 +14405,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
                 const int l90 = (int)((unsigned)e / 8192u % 1u);
                 const int l91 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l90) * (unsigned)args.input_strides[0][0] + (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + l91) * (unsigned)args.input_strides[0][1];
-                fs89[c] = (unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + l91) < (unsigned)s1;
+                fs89[c] = (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + l91) < (unsigned)s1;
                 if (fs89[c]) dt_cp_async16(ring82 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -14435,7 +14422,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
                     const int l95 = (int)((unsigned)e / 8192u % 1u);
                     const int l96 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l95) * (unsigned)args.input_strides[0][0] + (unsigned)((((o92 + 8192) + 8192) + 8192) + l96) * (unsigned)args.input_strides[0][1];
-                    fs94[c] = (unsigned)(o1 + l95) < (unsigned)s0 && (unsigned)((((o92 + 8192) + 8192) + 8192) + l96) < (unsigned)s1;
+                    fs94[c] = (unsigned)((((o92 + 8192) + 8192) + 8192) + l96) < (unsigned)s1;
                     if (fs94[c]) dt_cp_async16(ring82 + 0 + (((st93 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
                 }
                 dt_cp_async_commit();
@@ -14448,9 +14435,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l99 = (int)((unsigned)e / 8192u % 1u);
                 const int l100 = (int)((unsigned)e / 1u % 8192u);
-                f98[c] = (unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o92 + l100) < (unsigned)s1;
+                f98[c] = (unsigned)(o92 + l100) < (unsigned)s1;
                 if (f98[c]) q97[c] = ring82[0 + (st93 * 1 + c) * 1024 + tid];
             }
             float v32[8];
@@ -14836,7 +14822,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             const int l186 = (int)((unsigned)e / 8192u % 1u);
             const int l187 = (int)((unsigned)e / 1u % 8192u);
             const unsigned a = (unsigned)(o1 + l186) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l187) * (unsigned)args.input_strides[0][1];
-            fn181[c] = (unsigned)(o1 + l186) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l187) < (unsigned)s1;
+            fn181[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l187) < (unsigned)s1;
             if (fn181[c]) qn180[c] = dt_load_once((const uint4*)(in0 + a));
         }
         #pragma unroll
@@ -14875,7 +14861,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
                     const int l196 = (int)((unsigned)e / 8192u % 1u);
                     const int l197 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l196) * (unsigned)args.input_strides[0][0] + (unsigned)((o179 - 8192) + l197) * (unsigned)args.input_strides[0][1];
-                    fn181[c] = (unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)((o179 - 8192) + l197) < (unsigned)s1;
+                    fn181[c] = (unsigned)((o179 - 8192) + l197) < (unsigned)s1;
                     if (fn181[c]) qn180[c] = dt_load_once((const uint4*)(in0 + a));
                 }
                 #pragma unroll
@@ -14978,7 +14964,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
                 const int l214 = (int)((unsigned)e / 8192u % 1u);
                 const int l215 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l214) * (unsigned)args.output_strides[0] + (unsigned)(o179 + l215) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + l214) < (unsigned)s0 && (unsigned)(o179 + l215) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7])));
+                if ((unsigned)(o179 + l215) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7])));
             }
         }
     }
@@ -15085,17 +15071,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                 const int l17 = (int)((unsigned)e / 8192u % 1u);
                 const int l18 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l18) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l17) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                if ((unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v66[c * 4 + 0] = __uint_as_float(q.x);
                     v66[c * 4 + 1] = __uint_as_float(q.y);
                     v66[c * 4 + 2] = __uint_as_float(q.z);
                     v66[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v66[c * 4 + 0] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v66[c * 4 + 1] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v66[c * 4 + 2] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v66[c * 4 + 3] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v66[c * 4 + 0] = (1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v66[c * 4 + 1] = (1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v66[c * 4 + 2] = (1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v66[c * 4 + 3] = (1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v67[8];
@@ -15318,17 +15304,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                 const int l69 = (int)((unsigned)e / 8192u % 1u);
                 const int l70 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l69) * (unsigned)args.input_strides[0][0] + (unsigned)(o64 + l70) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + (l70 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o64 + (l70 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
                     v0[c * 4 + 2] = __uint_as_float(q.z);
                     v0[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v0[c * 4 + 0] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + l70) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 4 + 1] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + (l70 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 4 + 2] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + (l70 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 4 + 3] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + (l70 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 0] = ((unsigned)(o64 + l70) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 1] = ((unsigned)(o64 + (l70 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 2] = ((unsigned)(o64 + (l70 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 3] = ((unsigned)(o64 + (l70 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v34[8];
@@ -15685,17 +15671,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                 const int l144 = (int)((unsigned)e / 8192u % 1u);
                 const int l145 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l144) * (unsigned)args.input_strides[0][0] + (unsigned)(o143 + l145) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l144) < (unsigned)s0 && (unsigned)(o143 + (l145 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o143 + (l145 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v18[c * 4 + 0] = __uint_as_float(q.x);
                     v18[c * 4 + 1] = __uint_as_float(q.y);
                     v18[c * 4 + 2] = __uint_as_float(q.z);
                     v18[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v18[c * 4 + 0] = ((unsigned)(o1 + l144) < (unsigned)s0 && (unsigned)(o143 + l145) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 4 + 1] = ((unsigned)(o1 + l144) < (unsigned)s0 && (unsigned)(o143 + (l145 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 4 + 2] = ((unsigned)(o1 + l144) < (unsigned)s0 && (unsigned)(o143 + (l145 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 4 + 3] = ((unsigned)(o1 + l144) < (unsigned)s0 && (unsigned)(o143 + (l145 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 0] = ((unsigned)(o143 + l145) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 1] = ((unsigned)(o143 + (l145 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 2] = ((unsigned)(o143 + (l145 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 3] = ((unsigned)(o143 + (l145 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v20[8];
@@ -15792,13 +15778,13 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                 const int l158 = (int)((unsigned)e / 8192u % 1u);
                 const int l159 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l158) * (unsigned)args.output_strides[0] + (unsigned)(o143 + l159) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l158) < (unsigned)s0 && (unsigned)(o143 + (l159 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o143 + (l159 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3])));
                 } else {
-                    if ((unsigned)(o1 + l158) < (unsigned)s0 && (unsigned)(o143 + l159) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                    if ((unsigned)(o1 + l158) < (unsigned)s0 && (unsigned)(o143 + (l159 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                    if ((unsigned)(o1 + l158) < (unsigned)s0 && (unsigned)(o143 + (l159 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                    if ((unsigned)(o1 + l158) < (unsigned)s0 && (unsigned)(o143 + (l159 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                    if ((unsigned)(o143 + l159) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                    if ((unsigned)(o143 + (l159 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                    if ((unsigned)(o143 + (l159 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                    if ((unsigned)(o143 + (l159 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
                 }
             }
         }
@@ -15906,7 +15892,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
                 const int l17 = (int)((unsigned)e / 8192u % 1u);
                 const int l18 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l18) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o1 + l17) < (unsigned)s0) {
+                if (1) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v66[c * 4 + 0] = __uint_as_float(q.x);
                     v66[c * 4 + 1] = __uint_as_float(q.y);
@@ -16139,7 +16125,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
                 const int l69 = (int)((unsigned)e / 8192u % 1u);
                 const int l70 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l69) * (unsigned)args.input_strides[0][0] + (unsigned)(o64 + l70) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + l70) < (unsigned)s1) {
+                if ((unsigned)(o64 + l70) < (unsigned)s1) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
@@ -16505,7 +16491,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
                 const int l144 = (int)((unsigned)e / 8192u % 1u);
                 const int l145 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l144) * (unsigned)args.input_strides[0][0] + (unsigned)(o143 + l145) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o1 + l144) < (unsigned)s0 && (unsigned)(o143 + l145) < (unsigned)s1) {
+                if ((unsigned)(o143 + l145) < (unsigned)s1) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v18[c * 4 + 0] = __uint_as_float(q.x);
                     v18[c * 4 + 1] = __uint_as_float(q.y);
@@ -16612,7 +16598,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
                 const int l158 = (int)((unsigned)e / 8192u % 1u);
                 const int l159 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l158) * (unsigned)args.output_strides[0] + (unsigned)(o143 + l159) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + l158) < (unsigned)s0 && (unsigned)(o143 + l159) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3])));
+                if ((unsigned)(o143 + l159) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3])));
             }
         }
     }

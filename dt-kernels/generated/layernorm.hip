@@ -484,7 +484,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16(cons
                 const int l14 = (int)((unsigned)e / 1024u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -507,7 +507,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16(cons
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                 v0.w[c] = w;
             }
         }
@@ -704,17 +704,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16(cons
             const int l46 = (int)((unsigned)e / 1024u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
@@ -782,7 +782,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16_whol
                 const int l14 = (int)((unsigned)e / 1024u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + l15) < (unsigned)s1;
+                fn3[c] = (unsigned)(0 + l15) < (unsigned)s1;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -982,7 +982,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16_whol
             const int l46 = (int)((unsigned)e / 1024u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
+            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
         }
     }
 }
@@ -1049,7 +1049,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16(con
                 const int l14 = (int)((unsigned)e / 1024u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -1072,7 +1072,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16(con
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                 v0.w[c] = w;
             }
         }
@@ -1269,17 +1269,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16(con
             const int l46 = (int)((unsigned)e / 1024u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }
@@ -1347,7 +1347,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16_who
                 const int l14 = (int)((unsigned)e / 1024u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + l15) < (unsigned)s1;
+                fn3[c] = (unsigned)(0 + l15) < (unsigned)s1;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -1547,7 +1547,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16_who
             const int l46 = (int)((unsigned)e / 1024u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
+            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
         }
     }
 }
@@ -1586,17 +1586,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32(const dt_a
             const int l3 = (int)((unsigned)e / 1024u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
-            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 1] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 2] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 3] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 0] = ((unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 1] = ((unsigned)(0 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 2] = ((unsigned)(0 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 3] = ((unsigned)(0 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -1799,13 +1799,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32(const dt_a
             const int l32 = (int)((unsigned)e / 1024u % 1u);
             const int l33 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
             } else {
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                if ((unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                if ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                if ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                if ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
             }
         }
     }
@@ -1845,7 +1845,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32_whole(cons
             const int l3 = (int)((unsigned)e / 1024u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
-            if ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) {
+            if ((unsigned)(0 + l4) < (unsigned)s1) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
@@ -2057,7 +2057,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32_whole(cons
             const int l32 = (int)((unsigned)e / 1024u % 1u);
             const int l33 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
+            if ((unsigned)(0 + l33) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
         }
     }
 }
@@ -2124,7 +2124,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
                 const int l14 = (int)((unsigned)e / 4096u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -2147,7 +2147,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                 v0.w[c] = w;
             }
         }
@@ -2344,17 +2344,17 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
             const int l46 = (int)((unsigned)e / 4096u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
@@ -2422,7 +2422,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16_whole(cons
                 const int l14 = (int)((unsigned)e / 4096u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + l15) < (unsigned)s1;
+                fn3[c] = (unsigned)(0 + l15) < (unsigned)s1;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -2622,7 +2622,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16_whole(cons
             const int l46 = (int)((unsigned)e / 4096u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
+            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
         }
     }
 }
@@ -2689,7 +2689,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
                 const int l14 = (int)((unsigned)e / 4096u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -2712,7 +2712,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                 v0.w[c] = w;
             }
         }
@@ -2909,17 +2909,17 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
             const int l46 = (int)((unsigned)e / 4096u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }
@@ -2987,7 +2987,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16_whole(con
                 const int l14 = (int)((unsigned)e / 4096u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + l15) < (unsigned)s1;
+                fn3[c] = (unsigned)(0 + l15) < (unsigned)s1;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -3187,7 +3187,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16_whole(con
             const int l46 = (int)((unsigned)e / 4096u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
+            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
         }
     }
 }
@@ -3226,17 +3226,17 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
             const int l3 = (int)((unsigned)e / 4096u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
-            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 1] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 2] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 3] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 0] = ((unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 1] = ((unsigned)(0 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 2] = ((unsigned)(0 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 3] = ((unsigned)(0 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -3440,13 +3440,13 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
             const int l32 = (int)((unsigned)e / 4096u % 1u);
             const int l33 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
             } else {
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                if ((unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                if ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                if ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                if ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
             }
         }
     }
@@ -3486,7 +3486,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32_whole(cons
             const int l3 = (int)((unsigned)e / 4096u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
-            if ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) {
+            if ((unsigned)(0 + l4) < (unsigned)s1) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
@@ -3699,7 +3699,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32_whole(cons
             const int l32 = (int)((unsigned)e / 4096u % 1u);
             const int l33 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
+            if ((unsigned)(0 + l33) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
         }
     }
 }
@@ -3766,7 +3766,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
                 const int l14 = (int)((unsigned)e / 16384u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -3789,7 +3789,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                 v0.w[c] = w;
             }
         }
@@ -3986,17 +3986,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
             const int l46 = (int)((unsigned)e / 16384u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
@@ -4064,7 +4064,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16_whole(co
                 const int l14 = (int)((unsigned)e / 16384u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + l15) < (unsigned)s1;
+                fn3[c] = (unsigned)(0 + l15) < (unsigned)s1;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -4264,7 +4264,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16_whole(co
             const int l46 = (int)((unsigned)e / 16384u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
+            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
         }
     }
 }
@@ -4331,7 +4331,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
                 const int l14 = (int)((unsigned)e / 16384u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -4354,7 +4354,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                 v0.w[c] = w;
             }
         }
@@ -4551,17 +4551,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
             const int l46 = (int)((unsigned)e / 16384u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }
@@ -4629,7 +4629,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16_whole(c
                 const int l14 = (int)((unsigned)e / 16384u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + l15) < (unsigned)s1;
+                fn3[c] = (unsigned)(0 + l15) < (unsigned)s1;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -4829,7 +4829,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16_whole(c
             const int l46 = (int)((unsigned)e / 16384u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
+            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
         }
     }
 }
@@ -4868,17 +4868,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32(const dt
             const int l3 = (int)((unsigned)e / 16384u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
-            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 1] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 2] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 3] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 0] = ((unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 1] = ((unsigned)(0 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 2] = ((unsigned)(0 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 3] = ((unsigned)(0 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -5082,13 +5082,13 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32(const dt
             const int l32 = (int)((unsigned)e / 16384u % 1u);
             const int l33 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
             } else {
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                if ((unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                if ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                if ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                if ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
             }
         }
     }
@@ -5128,7 +5128,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32_whole(co
             const int l3 = (int)((unsigned)e / 16384u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
-            if ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) {
+            if ((unsigned)(0 + l4) < (unsigned)s1) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
@@ -5341,7 +5341,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32_whole(co
             const int l32 = (int)((unsigned)e / 16384u % 1u);
             const int l33 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
+            if ((unsigned)(0 + l33) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
         }
     }
 }
@@ -5431,7 +5431,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             const int l15 = (int)((unsigned)e / 8192u % 1u);
             const int l16 = (int)((unsigned)e / 1u % 8192u);
             const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l16) * (unsigned)args.input_strides[0][1];
-            fn14[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)((0) + (l16 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            fn14[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((0) + (l16 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
         }
         for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
@@ -5446,7 +5446,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     const int l19 = (int)((unsigned)e / 8192u % 1u);
                     const int l20 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)((o12 + 8192) + l20) * (unsigned)args.input_strides[0][1];
-                    fn14[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    fn14[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
                 }
             }
@@ -5478,7 +5478,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l26) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l25) < (unsigned)s0) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v66.w[c] = w;
                 }
             }
@@ -5686,7 +5686,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             const int l75 = (int)((unsigned)e / 8192u % 1u);
             const int l76 = (int)((unsigned)e / 1u % 8192u);
             const unsigned a = (unsigned)(o1 + l75) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l76) * (unsigned)args.input_strides[0][1];
-            fn74[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(((s1 / 8192) * 8192) + (l76 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            fn74[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((s1 / 8192) * 8192) + (l76 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
         }
         for (long long o72 = (s1 / 8192) * 8192; o72 < s1; o72 += 8192) {
@@ -5701,7 +5701,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     const int l79 = (int)((unsigned)e / 8192u % 1u);
                     const int l80 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l79) * (unsigned)args.input_strides[0][0] + (unsigned)((o72 + 8192) + l80) * (unsigned)args.input_strides[0][1];
-                    fn74[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)((o72 + 8192) + (l80 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    fn74[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o72 + 8192) + (l80 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
                 }
             }
@@ -5733,7 +5733,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     const unsigned a = (unsigned)(o1 + l85) * (unsigned)args.input_strides[0][0] + (unsigned)(o72 + l86) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o72 + (l86 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v0.w[c] = w;
                 }
             }
@@ -6095,7 +6095,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             const int l166 = (int)((unsigned)e / 8192u % 1u);
             const int l167 = (int)((unsigned)e / 1u % 8192u);
             const unsigned a = (unsigned)(o1 + l166) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l167) * (unsigned)args.input_strides[0][1];
-            fn161[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l166) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l167 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            fn161[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l167 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (fn161[c]) qn160[c] = dt_load_once((const uint4*)(in0 + a));
         }
         #pragma unroll
@@ -6134,7 +6134,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     const int l176 = (int)((unsigned)e / 8192u % 1u);
                     const int l177 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l176) * (unsigned)args.input_strides[0][0] + (unsigned)((o159 - 8192) + l177) * (unsigned)args.input_strides[0][1];
-                    fn161[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l176) < (unsigned)s0 && (unsigned)((o159 - 8192) + (l177 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    fn161[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o159 - 8192) + (l177 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fn161[c]) qn160[c] = dt_load_once((const uint4*)(in0 + a));
                 }
                 #pragma unroll
@@ -6166,7 +6166,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     const unsigned a = (unsigned)(o1 + l180) * (unsigned)args.input_strides[0][0] + (unsigned)(o159 + l181) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o159 + (l181 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v18.w[c] = w;
                 }
             }
@@ -6256,17 +6256,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 const int l194 = (int)((unsigned)e / 8192u % 1u);
                 const int l195 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l194) * (unsigned)args.output_strides[0] + (unsigned)(o159 + l195) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o159 + (l195 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + l195) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                    if ((unsigned)(o159 + l195) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                    if ((unsigned)(o159 + (l195 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                    if ((unsigned)(o159 + (l195 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                    if ((unsigned)(o159 + (l195 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                    if ((unsigned)(o159 + (l195 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                    if ((unsigned)(o159 + (l195 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                    if ((unsigned)(o159 + (l195 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                    if ((unsigned)(o159 + (l195 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
                 }
             }
         }
@@ -6358,7 +6358,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             const int l15 = (int)((unsigned)e / 8192u % 1u);
             const int l16 = (int)((unsigned)e / 1u % 8192u);
             const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l16) * (unsigned)args.input_strides[0][1];
-            fn14[c] = (unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)((0) + l16) < (unsigned)s1;
+            fn14[c] = (unsigned)((0) + l16) < (unsigned)s1;
             if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
         }
         for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
@@ -6373,7 +6373,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
                     const int l19 = (int)((unsigned)e / 8192u % 1u);
                     const int l20 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)((o12 + 8192) + l20) * (unsigned)args.input_strides[0][1];
-                    fn14[c] = (unsigned)(o1 + l19) < (unsigned)s0;
+                    fn14[c] = 1;
                     if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
                 }
             }
@@ -6606,7 +6606,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             const int l75 = (int)((unsigned)e / 8192u % 1u);
             const int l76 = (int)((unsigned)e / 1u % 8192u);
             const unsigned a = (unsigned)(o1 + l75) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l76) * (unsigned)args.input_strides[0][1];
-            fn74[c] = (unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(((s1 / 8192) * 8192) + l76) < (unsigned)s1;
+            fn74[c] = (unsigned)(((s1 / 8192) * 8192) + l76) < (unsigned)s1;
             if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
         }
         for (long long o72 = (s1 / 8192) * 8192; o72 < s1; o72 += 8192) {
@@ -6621,7 +6621,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
                     const int l79 = (int)((unsigned)e / 8192u % 1u);
                     const int l80 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l79) * (unsigned)args.input_strides[0][0] + (unsigned)((o72 + 8192) + l80) * (unsigned)args.input_strides[0][1];
-                    fn74[c] = (unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)((o72 + 8192) + l80) < (unsigned)s1;
+                    fn74[c] = (unsigned)((o72 + 8192) + l80) < (unsigned)s1;
                     if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
                 }
             }
@@ -7007,7 +7007,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             const int l166 = (int)((unsigned)e / 8192u % 1u);
             const int l167 = (int)((unsigned)e / 1u % 8192u);
             const unsigned a = (unsigned)(o1 + l166) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l167) * (unsigned)args.input_strides[0][1];
-            fn161[c] = (unsigned)(o1 + l166) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l167) < (unsigned)s1;
+            fn161[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l167) < (unsigned)s1;
             if (fn161[c]) qn160[c] = dt_load_once((const uint4*)(in0 + a));
         }
         #pragma unroll
@@ -7046,7 +7046,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
                     const int l176 = (int)((unsigned)e / 8192u % 1u);
                     const int l177 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l176) * (unsigned)args.input_strides[0][0] + (unsigned)((o159 - 8192) + l177) * (unsigned)args.input_strides[0][1];
-                    fn161[c] = (unsigned)(o1 + l176) < (unsigned)s0 && (unsigned)((o159 - 8192) + l177) < (unsigned)s1;
+                    fn161[c] = (unsigned)((o159 - 8192) + l177) < (unsigned)s1;
                     if (fn161[c]) qn160[c] = dt_load_once((const uint4*)(in0 + a));
                 }
                 #pragma unroll
@@ -7149,7 +7149,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
                 const int l194 = (int)((unsigned)e / 8192u % 1u);
                 const int l195 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l194) * (unsigned)args.output_strides[0] + (unsigned)(o159 + l195) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + l195) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7])));
+                if ((unsigned)(o159 + l195) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7])));
             }
         }
     }
@@ -7240,7 +7240,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             const int l15 = (int)((unsigned)e / 8192u % 1u);
             const int l16 = (int)((unsigned)e / 1u % 8192u);
             const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l16) * (unsigned)args.input_strides[0][1];
-            fn14[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)((0) + (l16 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            fn14[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((0) + (l16 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
         }
         for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
@@ -7255,7 +7255,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     const int l19 = (int)((unsigned)e / 8192u % 1u);
                     const int l20 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)((o12 + 8192) + l20) * (unsigned)args.input_strides[0][1];
-                    fn14[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    fn14[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
                 }
             }
@@ -7287,7 +7287,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l26) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l25) < (unsigned)s0) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v66.w[c] = w;
                 }
             }
@@ -7495,7 +7495,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             const int l75 = (int)((unsigned)e / 8192u % 1u);
             const int l76 = (int)((unsigned)e / 1u % 8192u);
             const unsigned a = (unsigned)(o1 + l75) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l76) * (unsigned)args.input_strides[0][1];
-            fn74[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(((s1 / 8192) * 8192) + (l76 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            fn74[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((s1 / 8192) * 8192) + (l76 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
         }
         for (long long o72 = (s1 / 8192) * 8192; o72 < s1; o72 += 8192) {
@@ -7510,7 +7510,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     const int l79 = (int)((unsigned)e / 8192u % 1u);
                     const int l80 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l79) * (unsigned)args.input_strides[0][0] + (unsigned)((o72 + 8192) + l80) * (unsigned)args.input_strides[0][1];
-                    fn74[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)((o72 + 8192) + (l80 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    fn74[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o72 + 8192) + (l80 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
                 }
             }
@@ -7542,7 +7542,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     const unsigned a = (unsigned)(o1 + l85) * (unsigned)args.input_strides[0][0] + (unsigned)(o72 + l86) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o72 + (l86 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o72 + (l86 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v0.w[c] = w;
                 }
             }
@@ -7904,7 +7904,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             const int l166 = (int)((unsigned)e / 8192u % 1u);
             const int l167 = (int)((unsigned)e / 1u % 8192u);
             const unsigned a = (unsigned)(o1 + l166) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l167) * (unsigned)args.input_strides[0][1];
-            fn161[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l166) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l167 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            fn161[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l167 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (fn161[c]) qn160[c] = dt_load_once((const uint4*)(in0 + a));
         }
         #pragma unroll
@@ -7943,7 +7943,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     const int l176 = (int)((unsigned)e / 8192u % 1u);
                     const int l177 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l176) * (unsigned)args.input_strides[0][0] + (unsigned)((o159 - 8192) + l177) * (unsigned)args.input_strides[0][1];
-                    fn161[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l176) < (unsigned)s0 && (unsigned)((o159 - 8192) + (l177 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    fn161[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o159 - 8192) + (l177 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fn161[c]) qn160[c] = dt_load_once((const uint4*)(in0 + a));
                 }
                 #pragma unroll
@@ -7975,7 +7975,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     const unsigned a = (unsigned)(o1 + l180) * (unsigned)args.input_strides[0][0] + (unsigned)(o159 + l181) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l180) < (unsigned)s0 && (unsigned)(o159 + (l181 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o159 + (l181 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v18.w[c] = w;
                 }
             }
@@ -8065,17 +8065,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 const int l194 = (int)((unsigned)e / 8192u % 1u);
                 const int l195 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l194) * (unsigned)args.output_strides[0] + (unsigned)(o159 + l195) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o159 + (l195 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + l195) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                    if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + (l195 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                    if ((unsigned)(o159 + l195) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                    if ((unsigned)(o159 + (l195 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                    if ((unsigned)(o159 + (l195 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                    if ((unsigned)(o159 + (l195 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                    if ((unsigned)(o159 + (l195 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                    if ((unsigned)(o159 + (l195 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                    if ((unsigned)(o159 + (l195 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                    if ((unsigned)(o159 + (l195 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
                 }
             }
         }
@@ -8167,7 +8167,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             const int l15 = (int)((unsigned)e / 8192u % 1u);
             const int l16 = (int)((unsigned)e / 1u % 8192u);
             const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l16) * (unsigned)args.input_strides[0][1];
-            fn14[c] = (unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)((0) + l16) < (unsigned)s1;
+            fn14[c] = (unsigned)((0) + l16) < (unsigned)s1;
             if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
         }
         for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
@@ -8182,7 +8182,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
                     const int l19 = (int)((unsigned)e / 8192u % 1u);
                     const int l20 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)((o12 + 8192) + l20) * (unsigned)args.input_strides[0][1];
-                    fn14[c] = (unsigned)(o1 + l19) < (unsigned)s0;
+                    fn14[c] = 1;
                     if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
                 }
             }
@@ -8415,7 +8415,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             const int l75 = (int)((unsigned)e / 8192u % 1u);
             const int l76 = (int)((unsigned)e / 1u % 8192u);
             const unsigned a = (unsigned)(o1 + l75) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l76) * (unsigned)args.input_strides[0][1];
-            fn74[c] = (unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(((s1 / 8192) * 8192) + l76) < (unsigned)s1;
+            fn74[c] = (unsigned)(((s1 / 8192) * 8192) + l76) < (unsigned)s1;
             if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
         }
         for (long long o72 = (s1 / 8192) * 8192; o72 < s1; o72 += 8192) {
@@ -8430,7 +8430,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
                     const int l79 = (int)((unsigned)e / 8192u % 1u);
                     const int l80 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l79) * (unsigned)args.input_strides[0][0] + (unsigned)((o72 + 8192) + l80) * (unsigned)args.input_strides[0][1];
-                    fn74[c] = (unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)((o72 + 8192) + l80) < (unsigned)s1;
+                    fn74[c] = (unsigned)((o72 + 8192) + l80) < (unsigned)s1;
                     if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
                 }
             }
@@ -8816,7 +8816,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             const int l166 = (int)((unsigned)e / 8192u % 1u);
             const int l167 = (int)((unsigned)e / 1u % 8192u);
             const unsigned a = (unsigned)(o1 + l166) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l167) * (unsigned)args.input_strides[0][1];
-            fn161[c] = (unsigned)(o1 + l166) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l167) < (unsigned)s1;
+            fn161[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l167) < (unsigned)s1;
             if (fn161[c]) qn160[c] = dt_load_once((const uint4*)(in0 + a));
         }
         #pragma unroll
@@ -8855,7 +8855,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
                     const int l176 = (int)((unsigned)e / 8192u % 1u);
                     const int l177 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l176) * (unsigned)args.input_strides[0][0] + (unsigned)((o159 - 8192) + l177) * (unsigned)args.input_strides[0][1];
-                    fn161[c] = (unsigned)(o1 + l176) < (unsigned)s0 && (unsigned)((o159 - 8192) + l177) < (unsigned)s1;
+                    fn161[c] = (unsigned)((o159 - 8192) + l177) < (unsigned)s1;
                     if (fn161[c]) qn160[c] = dt_load_once((const uint4*)(in0 + a));
                 }
                 #pragma unroll
@@ -8958,7 +8958,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
                 const int l194 = (int)((unsigned)e / 8192u % 1u);
                 const int l195 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l194) * (unsigned)args.output_strides[0] + (unsigned)(o159 + l195) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + l194) < (unsigned)s0 && (unsigned)(o159 + l195) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7])));
+                if ((unsigned)(o159 + l195) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7])));
             }
         }
     }
@@ -9065,17 +9065,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                 const int l17 = (int)((unsigned)e / 8192u % 1u);
                 const int l18 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l18) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l17) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                if ((unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v66[c * 4 + 0] = __uint_as_float(q.x);
                     v66[c * 4 + 1] = __uint_as_float(q.y);
                     v66[c * 4 + 2] = __uint_as_float(q.z);
                     v66[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v66[c * 4 + 0] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v66[c * 4 + 1] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v66[c * 4 + 2] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v66[c * 4 + 3] = ((unsigned)(o1 + l17) < (unsigned)s0) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v66[c * 4 + 0] = (1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v66[c * 4 + 1] = (1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v66[c * 4 + 2] = (1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v66[c * 4 + 3] = (1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v67[8];
@@ -9298,17 +9298,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                 const int l69 = (int)((unsigned)e / 8192u % 1u);
                 const int l70 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l69) * (unsigned)args.input_strides[0][0] + (unsigned)(o64 + l70) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + (l70 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o64 + (l70 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
                     v0[c * 4 + 2] = __uint_as_float(q.z);
                     v0[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v0[c * 4 + 0] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + l70) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 4 + 1] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + (l70 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 4 + 2] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + (l70 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 4 + 3] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + (l70 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 0] = ((unsigned)(o64 + l70) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 1] = ((unsigned)(o64 + (l70 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 2] = ((unsigned)(o64 + (l70 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 3] = ((unsigned)(o64 + (l70 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v34[8];
@@ -9665,17 +9665,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                 const int l144 = (int)((unsigned)e / 8192u % 1u);
                 const int l145 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l144) * (unsigned)args.input_strides[0][0] + (unsigned)(o143 + l145) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l144) < (unsigned)s0 && (unsigned)(o143 + (l145 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o143 + (l145 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v18[c * 4 + 0] = __uint_as_float(q.x);
                     v18[c * 4 + 1] = __uint_as_float(q.y);
                     v18[c * 4 + 2] = __uint_as_float(q.z);
                     v18[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v18[c * 4 + 0] = ((unsigned)(o1 + l144) < (unsigned)s0 && (unsigned)(o143 + l145) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 4 + 1] = ((unsigned)(o1 + l144) < (unsigned)s0 && (unsigned)(o143 + (l145 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 4 + 2] = ((unsigned)(o1 + l144) < (unsigned)s0 && (unsigned)(o143 + (l145 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 4 + 3] = ((unsigned)(o1 + l144) < (unsigned)s0 && (unsigned)(o143 + (l145 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 0] = ((unsigned)(o143 + l145) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 1] = ((unsigned)(o143 + (l145 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 2] = ((unsigned)(o143 + (l145 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 3] = ((unsigned)(o143 + (l145 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v20[8];
@@ -9772,13 +9772,13 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                 const int l158 = (int)((unsigned)e / 8192u % 1u);
                 const int l159 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l158) * (unsigned)args.output_strides[0] + (unsigned)(o143 + l159) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l158) < (unsigned)s0 && (unsigned)(o143 + (l159 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o143 + (l159 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3])));
                 } else {
-                    if ((unsigned)(o1 + l158) < (unsigned)s0 && (unsigned)(o143 + l159) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                    if ((unsigned)(o1 + l158) < (unsigned)s0 && (unsigned)(o143 + (l159 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                    if ((unsigned)(o1 + l158) < (unsigned)s0 && (unsigned)(o143 + (l159 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                    if ((unsigned)(o1 + l158) < (unsigned)s0 && (unsigned)(o143 + (l159 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                    if ((unsigned)(o143 + l159) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                    if ((unsigned)(o143 + (l159 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                    if ((unsigned)(o143 + (l159 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                    if ((unsigned)(o143 + (l159 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
                 }
             }
         }
@@ -9886,7 +9886,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
                 const int l17 = (int)((unsigned)e / 8192u % 1u);
                 const int l18 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l18) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o1 + l17) < (unsigned)s0) {
+                if (1) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v66[c * 4 + 0] = __uint_as_float(q.x);
                     v66[c * 4 + 1] = __uint_as_float(q.y);
@@ -10119,7 +10119,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
                 const int l69 = (int)((unsigned)e / 8192u % 1u);
                 const int l70 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l69) * (unsigned)args.input_strides[0][0] + (unsigned)(o64 + l70) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o64 + l70) < (unsigned)s1) {
+                if ((unsigned)(o64 + l70) < (unsigned)s1) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
@@ -10485,7 +10485,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
                 const int l144 = (int)((unsigned)e / 8192u % 1u);
                 const int l145 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l144) * (unsigned)args.input_strides[0][0] + (unsigned)(o143 + l145) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o1 + l144) < (unsigned)s0 && (unsigned)(o143 + l145) < (unsigned)s1) {
+                if ((unsigned)(o143 + l145) < (unsigned)s1) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v18[c * 4 + 0] = __uint_as_float(q.x);
                     v18[c * 4 + 1] = __uint_as_float(q.y);
@@ -10592,7 +10592,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
                 const int l158 = (int)((unsigned)e / 8192u % 1u);
                 const int l159 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l158) * (unsigned)args.output_strides[0] + (unsigned)(o143 + l159) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + l158) < (unsigned)s0 && (unsigned)(o143 + l159) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3])));
+                if ((unsigned)(o143 + l159) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3])));
             }
         }
     }

@@ -456,7 +456,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f16(const dt_
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
-            f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -470,7 +470,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f16(const dt_
                 const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l8) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xfc00u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xfc00u);
                 v0.w[c] = w;
             }
         }
@@ -584,17 +584,17 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f16(const dt_
             const int l26 = (int)((unsigned)e / 1024u % 1u);
             const int l27 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                if ((unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                if ((unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                if ((unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                if ((unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                if ((unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                if ((unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                if ((unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                if ((unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
             }
         }
     }
@@ -634,7 +634,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f16_whole(con
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
-            f4[c] = (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1;
+            f4[c] = (unsigned)(0 + l6) < (unsigned)s1;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -754,7 +754,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f16_whole(con
             const int l26 = (int)((unsigned)e / 1024u % 1u);
             const int l27 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
+            if ((unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
         }
     }
 }
@@ -793,7 +793,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_bf16(const dt
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
-            f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -807,7 +807,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_bf16(const dt
                 const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l8) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xff80u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xff80u);
                 v0.w[c] = w;
             }
         }
@@ -921,17 +921,17 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_bf16(const dt
             const int l26 = (int)((unsigned)e / 1024u % 1u);
             const int l27 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                if ((unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                if ((unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                if ((unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                if ((unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                if ((unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                if ((unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                if ((unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                if ((unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
             }
         }
     }
@@ -971,7 +971,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_bf16_whole(co
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
-            f4[c] = (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1;
+            f4[c] = (unsigned)(0 + l6) < (unsigned)s1;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -1091,7 +1091,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_bf16_whole(co
             const int l26 = (int)((unsigned)e / 1024u % 1u);
             const int l27 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
+            if ((unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
         }
     }
 }
@@ -1128,17 +1128,17 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f32(const dt_
             const int l3 = (int)((unsigned)e / 1024u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
-            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 4 + 1] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 4 + 2] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 4 + 3] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 0] = ((unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 1] = ((unsigned)(0 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 2] = ((unsigned)(0 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 3] = ((unsigned)(0 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -1251,13 +1251,13 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f32(const dt_
             const int l22 = (int)((unsigned)e / 1024u % 1u);
             const int l23 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l23 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
             } else {
-                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + l23) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                if ((unsigned)(0 + l23) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                if ((unsigned)(0 + (l23 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                if ((unsigned)(0 + (l23 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                if ((unsigned)(0 + (l23 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
             }
         }
     }
@@ -1295,7 +1295,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f32_whole(con
             const int l3 = (int)((unsigned)e / 1024u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
-            if ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) {
+            if ((unsigned)(0 + l4) < (unsigned)s1) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
@@ -1417,7 +1417,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f32_whole(con
             const int l22 = (int)((unsigned)e / 1024u % 1u);
             const int l23 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + l23) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
+            if ((unsigned)(0 + l23) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
         }
     }
 }
@@ -1456,7 +1456,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f16(const dt_
             const int l5 = (int)((unsigned)e / 4096u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
-            f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -1470,7 +1470,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f16(const dt_
                 const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l8) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xfc00u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xfc00u);
                 v0.w[c] = w;
             }
         }
@@ -1584,17 +1584,17 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f16(const dt_
             const int l26 = (int)((unsigned)e / 4096u % 1u);
             const int l27 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                if ((unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                if ((unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                if ((unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                if ((unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                if ((unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                if ((unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                if ((unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                if ((unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
             }
         }
     }
@@ -1634,7 +1634,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f16_whole(con
             const int l5 = (int)((unsigned)e / 4096u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
-            f4[c] = (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1;
+            f4[c] = (unsigned)(0 + l6) < (unsigned)s1;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -1754,7 +1754,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f16_whole(con
             const int l26 = (int)((unsigned)e / 4096u % 1u);
             const int l27 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
+            if ((unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
         }
     }
 }
@@ -1793,7 +1793,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_bf16(const dt
             const int l5 = (int)((unsigned)e / 4096u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
-            f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -1807,7 +1807,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_bf16(const dt
                 const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l8) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xff80u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xff80u);
                 v0.w[c] = w;
             }
         }
@@ -1921,17 +1921,17 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_bf16(const dt
             const int l26 = (int)((unsigned)e / 4096u % 1u);
             const int l27 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                if ((unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                if ((unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                if ((unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                if ((unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                if ((unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                if ((unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                if ((unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                if ((unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
             }
         }
     }
@@ -1971,7 +1971,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_bf16_whole(co
             const int l5 = (int)((unsigned)e / 4096u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
-            f4[c] = (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1;
+            f4[c] = (unsigned)(0 + l6) < (unsigned)s1;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -2091,7 +2091,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_bf16_whole(co
             const int l26 = (int)((unsigned)e / 4096u % 1u);
             const int l27 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
+            if ((unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
         }
     }
 }
@@ -2128,17 +2128,17 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f32(const dt_
             const int l3 = (int)((unsigned)e / 4096u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
-            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 4 + 1] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 4 + 2] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 4 + 3] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 0] = ((unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 1] = ((unsigned)(0 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 2] = ((unsigned)(0 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 3] = ((unsigned)(0 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -2251,13 +2251,13 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f32(const dt_
             const int l22 = (int)((unsigned)e / 4096u % 1u);
             const int l23 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l23 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
             } else {
-                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + l23) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                if ((unsigned)(0 + l23) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                if ((unsigned)(0 + (l23 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                if ((unsigned)(0 + (l23 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                if ((unsigned)(0 + (l23 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
             }
         }
     }
@@ -2295,7 +2295,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f32_whole(con
             const int l3 = (int)((unsigned)e / 4096u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
-            if ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) {
+            if ((unsigned)(0 + l4) < (unsigned)s1) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
@@ -2417,7 +2417,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f32_whole(con
             const int l22 = (int)((unsigned)e / 4096u % 1u);
             const int l23 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + l23) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
+            if ((unsigned)(0 + l23) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
         }
     }
 }
@@ -2456,7 +2456,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f16(const dt
             const int l5 = (int)((unsigned)e / 16384u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
-            f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -2470,7 +2470,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f16(const dt
                 const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l8) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xfc00u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xfc00u);
                 v0.w[c] = w;
             }
         }
@@ -2584,17 +2584,17 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f16(const dt
             const int l26 = (int)((unsigned)e / 16384u % 1u);
             const int l27 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                if ((unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                if ((unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                if ((unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                if ((unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                if ((unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                if ((unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                if ((unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                if ((unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
             }
         }
     }
@@ -2634,7 +2634,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f16_whole(co
             const int l5 = (int)((unsigned)e / 16384u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
-            f4[c] = (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1;
+            f4[c] = (unsigned)(0 + l6) < (unsigned)s1;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -2754,7 +2754,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f16_whole(co
             const int l26 = (int)((unsigned)e / 16384u % 1u);
             const int l27 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
+            if ((unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
         }
     }
 }
@@ -2793,7 +2793,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16(const d
             const int l5 = (int)((unsigned)e / 16384u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
-            f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -2807,7 +2807,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16(const d
                 const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l8) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xff80u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xff80u);
                 v0.w[c] = w;
             }
         }
@@ -2921,17 +2921,17 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16(const d
             const int l26 = (int)((unsigned)e / 16384u % 1u);
             const int l27 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                if ((unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                if ((unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                if ((unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                if ((unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                if ((unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                if ((unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                if ((unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                if ((unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
             }
         }
     }
@@ -2971,7 +2971,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16_whole(c
             const int l5 = (int)((unsigned)e / 16384u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
-            f4[c] = (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1;
+            f4[c] = (unsigned)(0 + l6) < (unsigned)s1;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -3091,7 +3091,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16_whole(c
             const int l26 = (int)((unsigned)e / 16384u % 1u);
             const int l27 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
+            if ((unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
         }
     }
 }
@@ -3128,17 +3128,17 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f32(const dt
             const int l3 = (int)((unsigned)e / 16384u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
-            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 4 + 1] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 4 + 2] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 4 + 3] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 0] = ((unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 1] = ((unsigned)(0 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 2] = ((unsigned)(0 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 3] = ((unsigned)(0 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -3251,13 +3251,13 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f32(const dt
             const int l22 = (int)((unsigned)e / 16384u % 1u);
             const int l23 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l23 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
             } else {
-                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + l23) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                if ((unsigned)(0 + l23) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                if ((unsigned)(0 + (l23 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                if ((unsigned)(0 + (l23 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                if ((unsigned)(0 + (l23 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
             }
         }
     }
@@ -3295,7 +3295,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f32_whole(co
             const int l3 = (int)((unsigned)e / 16384u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
-            if ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) {
+            if ((unsigned)(0 + l4) < (unsigned)s1) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
@@ -3417,7 +3417,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f32_whole(co
             const int l22 = (int)((unsigned)e / 16384u % 1u);
             const int l23 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
-            if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + l23) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
+            if ((unsigned)(0 + l23) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
         }
     }
 }
@@ -3485,7 +3485,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l10 = (int)((unsigned)e / 4096u % 1u);
                 const int l11 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)((b1 * 32768) + l11) * (unsigned)args.input_strides[0][1];
-                fs9[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)((b1 * 32768) + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs9[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((b1 * 32768) + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs9[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((b1 * 32768) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -3500,7 +3500,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l13 = (int)((unsigned)e / 4096u % 1u);
                 const int l14 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(((b1 * 32768) + 4096) + l14) * (unsigned)args.input_strides[0][1];
-                fs12[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(((b1 * 32768) + 4096) + (l14 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs12[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((b1 * 32768) + 4096) + (l14 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs12[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)(((b1 * 32768) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -3515,7 +3515,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l16 = (int)((unsigned)e / 4096u % 1u);
                 const int l17 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)((((b1 * 32768) + 4096) + 4096) + l17) * (unsigned)args.input_strides[0][1];
-                fs15[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)((((b1 * 32768) + 4096) + 4096) + (l17 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs15[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((b1 * 32768) + 4096) + 4096) + (l17 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs15[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((b1 * 32768) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -3530,7 +3530,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l19 = (int)((unsigned)e / 4096u % 1u);
                 const int l20 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l20) * (unsigned)args.input_strides[0][1];
-                fs18[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + (l20 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs18[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + (l20 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs18[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -3545,7 +3545,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l22 = (int)((unsigned)e / 4096u % 1u);
                 const int l23 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l23) * (unsigned)args.input_strides[0][1];
-                fs21[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + (l23 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs21[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + (l23 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs21[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -3560,7 +3560,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l25 = (int)((unsigned)e / 4096u % 1u);
                 const int l26 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l26) * (unsigned)args.input_strides[0][1];
-                fs24[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs24[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs24[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -3575,7 +3575,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l28 = (int)((unsigned)e / 4096u % 1u);
                 const int l29 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l28) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l29) * (unsigned)args.input_strides[0][1];
-                fs27[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l29 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs27[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l29 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs27[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -3591,7 +3591,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                     const int l33 = (int)((unsigned)e / 4096u % 1u);
                     const int l34 = (int)((unsigned)e / 1u % 4096u);
                     const unsigned a = (unsigned)(o1 + l33) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l34) * (unsigned)args.input_strides[0][1];
-                    fs32[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l34 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    fs32[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l34 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fs32[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
                 }
                 dt_cp_async_commit();
@@ -3607,7 +3607,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l37 = (int)((unsigned)e / 4096u % 1u);
                 const int l38 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l37) * (unsigned)args.input_strides[0][0] + (unsigned)(o30 + l38) * (unsigned)args.input_strides[0][1];
-                f36[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l37) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f36[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f36[c]) q35[c] = ring8[0 + (((unsigned)(o30 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             float v43[8];
@@ -3630,7 +3630,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                     const unsigned a = (unsigned)(o1 + l41) * (unsigned)args.input_strides[0][0] + (unsigned)(o30 + l42) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l41) < (unsigned)s0) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xfc00u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xfc00u);
                     v44.w[c] = w;
                 }
             }
@@ -3769,7 +3769,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l75 = (int)((unsigned)e / 4096u % 1u);
                 const int l76 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l75) * (unsigned)args.input_strides[0][0] + (unsigned)(o71 + l76) * (unsigned)args.input_strides[0][1];
-                f74[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(o71 + (l76 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f74[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o71 + (l76 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f74[c]) q73[c] = held72[0 + (((unsigned)(o71 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             float v21[8];
@@ -3792,7 +3792,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                     const unsigned a = (unsigned)(o1 + l79) * (unsigned)args.input_strides[0][0] + (unsigned)(o71 + l80) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o71 + (l80 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xfc00u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o71 + (l80 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xfc00u);
                     v0.w[c] = w;
                 }
             }
@@ -4102,7 +4102,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l139 = (int)((unsigned)e / 4096u % 1u);
                 const int l140 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l139) * (unsigned)args.input_strides[0][0] + (unsigned)(o135 + l140) * (unsigned)args.input_strides[0][1];
-                f138[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l139) < (unsigned)s0 && (unsigned)(o135 + (l140 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f138[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o135 + (l140 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f138[c]) q137[c] = held136[0 + (((unsigned)(o135 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             dt_f16s<8> v13; /* 16-bit values as loaded */
@@ -4117,7 +4117,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                     const unsigned a = (unsigned)(o1 + l141) * (unsigned)args.input_strides[0][0] + (unsigned)(o135 + l142) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l141) < (unsigned)s0 && (unsigned)(o135 + (l142 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o135 + (l142 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v13.w[c] = w;
                 }
             }
@@ -4151,17 +4151,17 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l149 = (int)((unsigned)e / 4096u % 1u);
                 const int l150 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l149) * (unsigned)args.output_strides[0] + (unsigned)(o135 + l150) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o135 + (l150 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_f16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_f16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_f16(v18[c * 8 + 6], v18[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + l150) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 0]);
-                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 1]);
-                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 2]);
-                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 3]);
-                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 4]);
-                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 5]);
-                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 6]);
-                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 7]);
+                    if ((unsigned)(o135 + l150) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 0]);
+                    if ((unsigned)(o135 + (l150 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 1]);
+                    if ((unsigned)(o135 + (l150 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 2]);
+                    if ((unsigned)(o135 + (l150 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 3]);
+                    if ((unsigned)(o135 + (l150 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 4]);
+                    if ((unsigned)(o135 + (l150 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 5]);
+                    if ((unsigned)(o135 + (l150 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 6]);
+                    if ((unsigned)(o135 + (l150 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 7]);
                 }
             }
         }
@@ -4231,7 +4231,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l10 = (int)((unsigned)e / 4096u % 1u);
                 const int l11 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)((b1 * 32768) + l11) * (unsigned)args.input_strides[0][1];
-                fs9[c] = (unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)((b1 * 32768) + l11) < (unsigned)s1;
+                fs9[c] = (unsigned)((b1 * 32768) + l11) < (unsigned)s1;
                 if (fs9[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((b1 * 32768) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -4246,7 +4246,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l13 = (int)((unsigned)e / 4096u % 1u);
                 const int l14 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(((b1 * 32768) + 4096) + l14) * (unsigned)args.input_strides[0][1];
-                fs12[c] = (unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(((b1 * 32768) + 4096) + l14) < (unsigned)s1;
+                fs12[c] = (unsigned)(((b1 * 32768) + 4096) + l14) < (unsigned)s1;
                 if (fs12[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)(((b1 * 32768) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -4261,7 +4261,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l16 = (int)((unsigned)e / 4096u % 1u);
                 const int l17 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)((((b1 * 32768) + 4096) + 4096) + l17) * (unsigned)args.input_strides[0][1];
-                fs15[c] = (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)((((b1 * 32768) + 4096) + 4096) + l17) < (unsigned)s1;
+                fs15[c] = (unsigned)((((b1 * 32768) + 4096) + 4096) + l17) < (unsigned)s1;
                 if (fs15[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((b1 * 32768) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -4276,7 +4276,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l19 = (int)((unsigned)e / 4096u % 1u);
                 const int l20 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l20) * (unsigned)args.input_strides[0][1];
-                fs18[c] = (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l20) < (unsigned)s1;
+                fs18[c] = (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l20) < (unsigned)s1;
                 if (fs18[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -4291,7 +4291,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l22 = (int)((unsigned)e / 4096u % 1u);
                 const int l23 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l23) * (unsigned)args.input_strides[0][1];
-                fs21[c] = (unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l23) < (unsigned)s1;
+                fs21[c] = (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l23) < (unsigned)s1;
                 if (fs21[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -4306,7 +4306,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l25 = (int)((unsigned)e / 4096u % 1u);
                 const int l26 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l26) * (unsigned)args.input_strides[0][1];
-                fs24[c] = (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l26) < (unsigned)s1;
+                fs24[c] = (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l26) < (unsigned)s1;
                 if (fs24[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -4321,7 +4321,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l28 = (int)((unsigned)e / 4096u % 1u);
                 const int l29 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l28) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l29) * (unsigned)args.input_strides[0][1];
-                fs27[c] = (unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l29) < (unsigned)s1;
+                fs27[c] = (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l29) < (unsigned)s1;
                 if (fs27[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -4337,7 +4337,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                     const int l33 = (int)((unsigned)e / 4096u % 1u);
                     const int l34 = (int)((unsigned)e / 1u % 4096u);
                     const unsigned a = (unsigned)(o1 + l33) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l34) * (unsigned)args.input_strides[0][1];
-                    fs32[c] = (unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l34) < (unsigned)s1;
+                    fs32[c] = (unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l34) < (unsigned)s1;
                     if (fs32[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
                 }
                 dt_cp_async_commit();
@@ -4349,9 +4349,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             bool f36[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l37 = (int)((unsigned)e / 4096u % 1u);
-                f36[c] = (unsigned)(o1 + l37) < (unsigned)s0;
+                f36[c] = 1;
                 if (f36[c]) q35[c] = ring8[0 + (((unsigned)(o30 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             float v43[8];
@@ -4503,9 +4501,8 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l75 = (int)((unsigned)e / 4096u % 1u);
                 const int l76 = (int)((unsigned)e / 1u % 4096u);
-                f74[c] = (unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(o71 + l76) < (unsigned)s1;
+                f74[c] = (unsigned)(o71 + l76) < (unsigned)s1;
                 if (f74[c]) q73[c] = held72[0 + (((unsigned)(o71 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             float v21[8];
@@ -4826,9 +4823,8 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l139 = (int)((unsigned)e / 4096u % 1u);
                 const int l140 = (int)((unsigned)e / 1u % 4096u);
-                f138[c] = (unsigned)(o1 + l139) < (unsigned)s0 && (unsigned)(o135 + l140) < (unsigned)s1;
+                f138[c] = (unsigned)(o135 + l140) < (unsigned)s1;
                 if (f138[c]) q137[c] = held136[0 + (((unsigned)(o135 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             dt_f16s<8> v13; /* 16-bit values as loaded */
@@ -4870,7 +4866,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l149 = (int)((unsigned)e / 4096u % 1u);
                 const int l150 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l149) * (unsigned)args.output_strides[0] + (unsigned)(o135 + l150) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + l150) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_f16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_f16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_f16(v18[c * 8 + 6], v18[c * 8 + 7])));
+                if ((unsigned)(o135 + l150) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_f16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_f16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_f16(v18[c * 8 + 6], v18[c * 8 + 7])));
             }
         }
     }
@@ -4939,7 +4935,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l10 = (int)((unsigned)e / 4096u % 1u);
                 const int l11 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)((b1 * 32768) + l11) * (unsigned)args.input_strides[0][1];
-                fs9[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)((b1 * 32768) + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs9[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((b1 * 32768) + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs9[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((b1 * 32768) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -4954,7 +4950,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l13 = (int)((unsigned)e / 4096u % 1u);
                 const int l14 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(((b1 * 32768) + 4096) + l14) * (unsigned)args.input_strides[0][1];
-                fs12[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(((b1 * 32768) + 4096) + (l14 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs12[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((b1 * 32768) + 4096) + (l14 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs12[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)(((b1 * 32768) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -4969,7 +4965,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l16 = (int)((unsigned)e / 4096u % 1u);
                 const int l17 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)((((b1 * 32768) + 4096) + 4096) + l17) * (unsigned)args.input_strides[0][1];
-                fs15[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)((((b1 * 32768) + 4096) + 4096) + (l17 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs15[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((b1 * 32768) + 4096) + 4096) + (l17 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs15[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((b1 * 32768) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -4984,7 +4980,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l19 = (int)((unsigned)e / 4096u % 1u);
                 const int l20 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l20) * (unsigned)args.input_strides[0][1];
-                fs18[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + (l20 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs18[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + (l20 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs18[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -4999,7 +4995,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l22 = (int)((unsigned)e / 4096u % 1u);
                 const int l23 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l23) * (unsigned)args.input_strides[0][1];
-                fs21[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + (l23 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs21[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + (l23 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs21[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -5014,7 +5010,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l25 = (int)((unsigned)e / 4096u % 1u);
                 const int l26 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l26) * (unsigned)args.input_strides[0][1];
-                fs24[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs24[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs24[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -5029,7 +5025,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l28 = (int)((unsigned)e / 4096u % 1u);
                 const int l29 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l28) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l29) * (unsigned)args.input_strides[0][1];
-                fs27[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l29 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                fs27[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l29 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs27[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -5045,7 +5041,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                     const int l33 = (int)((unsigned)e / 4096u % 1u);
                     const int l34 = (int)((unsigned)e / 1u % 4096u);
                     const unsigned a = (unsigned)(o1 + l33) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l34) * (unsigned)args.input_strides[0][1];
-                    fs32[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l34 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    fs32[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l34 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fs32[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
                 }
                 dt_cp_async_commit();
@@ -5061,7 +5057,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l37 = (int)((unsigned)e / 4096u % 1u);
                 const int l38 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l37) * (unsigned)args.input_strides[0][0] + (unsigned)(o30 + l38) * (unsigned)args.input_strides[0][1];
-                f36[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l37) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f36[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f36[c]) q35[c] = ring8[0 + (((unsigned)(o30 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             float v43[8];
@@ -5084,7 +5080,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                     const unsigned a = (unsigned)(o1 + l41) * (unsigned)args.input_strides[0][0] + (unsigned)(o30 + l42) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l41) < (unsigned)s0) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xff80u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xff80u);
                     v44.w[c] = w;
                 }
             }
@@ -5223,7 +5219,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l75 = (int)((unsigned)e / 4096u % 1u);
                 const int l76 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l75) * (unsigned)args.input_strides[0][0] + (unsigned)(o71 + l76) * (unsigned)args.input_strides[0][1];
-                f74[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(o71 + (l76 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f74[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o71 + (l76 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f74[c]) q73[c] = held72[0 + (((unsigned)(o71 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             float v21[8];
@@ -5246,7 +5242,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                     const unsigned a = (unsigned)(o1 + l79) * (unsigned)args.input_strides[0][0] + (unsigned)(o71 + l80) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o71 + (l80 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xff80u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o71 + (l80 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xff80u);
                     v0.w[c] = w;
                 }
             }
@@ -5556,7 +5552,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l139 = (int)((unsigned)e / 4096u % 1u);
                 const int l140 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l139) * (unsigned)args.input_strides[0][0] + (unsigned)(o135 + l140) * (unsigned)args.input_strides[0][1];
-                f138[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l139) < (unsigned)s0 && (unsigned)(o135 + (l140 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f138[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o135 + (l140 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f138[c]) q137[c] = held136[0 + (((unsigned)(o135 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             dt_bf16s<8> v13; /* 16-bit values as loaded */
@@ -5571,7 +5567,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                     const unsigned a = (unsigned)(o1 + l141) * (unsigned)args.input_strides[0][0] + (unsigned)(o135 + l142) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l141) < (unsigned)s0 && (unsigned)(o135 + (l142 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o135 + (l142 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v13.w[c] = w;
                 }
             }
@@ -5605,17 +5601,17 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l149 = (int)((unsigned)e / 4096u % 1u);
                 const int l150 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l149) * (unsigned)args.output_strides[0] + (unsigned)(o135 + l150) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o135 + (l150 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_bf16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_bf16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_bf16(v18[c * 8 + 6], v18[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + l150) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 0]);
-                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 1]);
-                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 2]);
-                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 3]);
-                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 4]);
-                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 5]);
-                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 6]);
-                    if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + (l150 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 7]);
+                    if ((unsigned)(o135 + l150) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 0]);
+                    if ((unsigned)(o135 + (l150 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 1]);
+                    if ((unsigned)(o135 + (l150 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 2]);
+                    if ((unsigned)(o135 + (l150 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 3]);
+                    if ((unsigned)(o135 + (l150 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 4]);
+                    if ((unsigned)(o135 + (l150 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 5]);
+                    if ((unsigned)(o135 + (l150 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 6]);
+                    if ((unsigned)(o135 + (l150 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 7]);
                 }
             }
         }
@@ -5685,7 +5681,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l10 = (int)((unsigned)e / 4096u % 1u);
                 const int l11 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)((b1 * 32768) + l11) * (unsigned)args.input_strides[0][1];
-                fs9[c] = (unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)((b1 * 32768) + l11) < (unsigned)s1;
+                fs9[c] = (unsigned)((b1 * 32768) + l11) < (unsigned)s1;
                 if (fs9[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((b1 * 32768) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -5700,7 +5696,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l13 = (int)((unsigned)e / 4096u % 1u);
                 const int l14 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(((b1 * 32768) + 4096) + l14) * (unsigned)args.input_strides[0][1];
-                fs12[c] = (unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(((b1 * 32768) + 4096) + l14) < (unsigned)s1;
+                fs12[c] = (unsigned)(((b1 * 32768) + 4096) + l14) < (unsigned)s1;
                 if (fs12[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)(((b1 * 32768) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -5715,7 +5711,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l16 = (int)((unsigned)e / 4096u % 1u);
                 const int l17 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)((((b1 * 32768) + 4096) + 4096) + l17) * (unsigned)args.input_strides[0][1];
-                fs15[c] = (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)((((b1 * 32768) + 4096) + 4096) + l17) < (unsigned)s1;
+                fs15[c] = (unsigned)((((b1 * 32768) + 4096) + 4096) + l17) < (unsigned)s1;
                 if (fs15[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((b1 * 32768) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -5730,7 +5726,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l19 = (int)((unsigned)e / 4096u % 1u);
                 const int l20 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l20) * (unsigned)args.input_strides[0][1];
-                fs18[c] = (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l20) < (unsigned)s1;
+                fs18[c] = (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l20) < (unsigned)s1;
                 if (fs18[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -5745,7 +5741,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l22 = (int)((unsigned)e / 4096u % 1u);
                 const int l23 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l23) * (unsigned)args.input_strides[0][1];
-                fs21[c] = (unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l23) < (unsigned)s1;
+                fs21[c] = (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l23) < (unsigned)s1;
                 if (fs21[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -5760,7 +5756,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l25 = (int)((unsigned)e / 4096u % 1u);
                 const int l26 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l26) * (unsigned)args.input_strides[0][1];
-                fs24[c] = (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l26) < (unsigned)s1;
+                fs24[c] = (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l26) < (unsigned)s1;
                 if (fs24[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -5775,7 +5771,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l28 = (int)((unsigned)e / 4096u % 1u);
                 const int l29 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l28) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l29) * (unsigned)args.input_strides[0][1];
-                fs27[c] = (unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l29) < (unsigned)s1;
+                fs27[c] = (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l29) < (unsigned)s1;
                 if (fs27[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
@@ -5791,7 +5787,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                     const int l33 = (int)((unsigned)e / 4096u % 1u);
                     const int l34 = (int)((unsigned)e / 1u % 4096u);
                     const unsigned a = (unsigned)(o1 + l33) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l34) * (unsigned)args.input_strides[0][1];
-                    fs32[c] = (unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l34) < (unsigned)s1;
+                    fs32[c] = (unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l34) < (unsigned)s1;
                     if (fs32[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((((((o30 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
                 }
                 dt_cp_async_commit();
@@ -5803,9 +5799,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             bool f36[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l37 = (int)((unsigned)e / 4096u % 1u);
-                f36[c] = (unsigned)(o1 + l37) < (unsigned)s0;
+                f36[c] = 1;
                 if (f36[c]) q35[c] = ring8[0 + (((unsigned)(o30 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             float v43[8];
@@ -5957,9 +5951,8 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l75 = (int)((unsigned)e / 4096u % 1u);
                 const int l76 = (int)((unsigned)e / 1u % 4096u);
-                f74[c] = (unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(o71 + l76) < (unsigned)s1;
+                f74[c] = (unsigned)(o71 + l76) < (unsigned)s1;
                 if (f74[c]) q73[c] = held72[0 + (((unsigned)(o71 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             float v21[8];
@@ -6280,9 +6273,8 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l139 = (int)((unsigned)e / 4096u % 1u);
                 const int l140 = (int)((unsigned)e / 1u % 4096u);
-                f138[c] = (unsigned)(o1 + l139) < (unsigned)s0 && (unsigned)(o135 + l140) < (unsigned)s1;
+                f138[c] = (unsigned)(o135 + l140) < (unsigned)s1;
                 if (f138[c]) q137[c] = held136[0 + (((unsigned)(o135 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             dt_bf16s<8> v13; /* 16-bit values as loaded */
@@ -6324,7 +6316,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 const int l149 = (int)((unsigned)e / 4096u % 1u);
                 const int l150 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)(o1 + l149) * (unsigned)args.output_strides[0] + (unsigned)(o135 + l150) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o135 + l150) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_bf16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_bf16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_bf16(v18[c * 8 + 6], v18[c * 8 + 7])));
+                if ((unsigned)(o135 + l150) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_bf16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_bf16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_bf16(v18[c * 8 + 6], v18[c * 8 + 7])));
             }
         }
     }
@@ -6400,17 +6392,17 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
                 const int l11 = (int)((unsigned)e / 16384u % 1u);
                 const int l12 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l11) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                if ((unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v44[c * 4 + 0] = __uint_as_float(q.x);
                     v44[c * 4 + 1] = __uint_as_float(q.y);
                     v44[c * 4 + 2] = __uint_as_float(q.z);
                     v44[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v44[c * 4 + 0] = ((unsigned)(o1 + l11) < (unsigned)s0) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v44[c * 4 + 1] = ((unsigned)(o1 + l11) < (unsigned)s0) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v44[c * 4 + 2] = ((unsigned)(o1 + l11) < (unsigned)s0) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v44[c * 4 + 3] = ((unsigned)(o1 + l11) < (unsigned)s0) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v44[c * 4 + 0] = (1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v44[c * 4 + 1] = (1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v44[c * 4 + 2] = (1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v44[c * 4 + 3] = (1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
                 }
             }
             float v45[16];
@@ -6553,17 +6545,17 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
                 const int l44 = (int)((unsigned)e / 16384u % 1u);
                 const int l45 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l44) * (unsigned)args.input_strides[0][0] + (unsigned)(o41 + l45) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(o41 + (l45 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o41 + (l45 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
                     v0[c * 4 + 2] = __uint_as_float(q.z);
                     v0[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v0[c * 4 + 0] = ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(o41 + l45) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 4 + 1] = ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(o41 + (l45 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 4 + 2] = ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(o41 + (l45 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 4 + 3] = ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(o41 + (l45 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 0] = ((unsigned)(o41 + l45) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 1] = ((unsigned)(o41 + (l45 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 2] = ((unsigned)(o41 + (l45 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 3] = ((unsigned)(o41 + (l45 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
                 }
             }
             float v22[16];
@@ -6869,17 +6861,17 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
                 const int l101 = (int)((unsigned)e / 16384u % 1u);
                 const int l102 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l101) * (unsigned)args.input_strides[0][0] + (unsigned)(o100 + l102) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l101) < (unsigned)s0 && (unsigned)(o100 + (l102 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o100 + (l102 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v13[c * 4 + 0] = __uint_as_float(q.x);
                     v13[c * 4 + 1] = __uint_as_float(q.y);
                     v13[c * 4 + 2] = __uint_as_float(q.z);
                     v13[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v13[c * 4 + 0] = ((unsigned)(o1 + l101) < (unsigned)s0 && (unsigned)(o100 + l102) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v13[c * 4 + 1] = ((unsigned)(o1 + l101) < (unsigned)s0 && (unsigned)(o100 + (l102 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v13[c * 4 + 2] = ((unsigned)(o1 + l101) < (unsigned)s0 && (unsigned)(o100 + (l102 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v13[c * 4 + 3] = ((unsigned)(o1 + l101) < (unsigned)s0 && (unsigned)(o100 + (l102 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v13[c * 4 + 0] = ((unsigned)(o100 + l102) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v13[c * 4 + 1] = ((unsigned)(o100 + (l102 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v13[c * 4 + 2] = ((unsigned)(o100 + (l102 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v13[c * 4 + 3] = ((unsigned)(o100 + (l102 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v15[16];
@@ -6912,13 +6904,13 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
                 const int l109 = (int)((unsigned)e / 16384u % 1u);
                 const int l110 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.output_strides[0] + (unsigned)(o100 + l110) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(o100 + (l110 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o100 + (l110 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v18[c * 4 + 0]), __float_as_uint(v18[c * 4 + 1]), __float_as_uint(v18[c * 4 + 2]), __float_as_uint(v18[c * 4 + 3])));
                 } else {
-                    if ((unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(o100 + l110) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 0]);
-                    if ((unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(o100 + (l110 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 1]);
-                    if ((unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(o100 + (l110 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 2]);
-                    if ((unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(o100 + (l110 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 3]);
+                    if ((unsigned)(o100 + l110) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 0]);
+                    if ((unsigned)(o100 + (l110 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 1]);
+                    if ((unsigned)(o100 + (l110 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 2]);
+                    if ((unsigned)(o100 + (l110 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 3]);
                 }
             }
         }
@@ -6995,7 +6987,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
                 const int l11 = (int)((unsigned)e / 16384u % 1u);
                 const int l12 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o1 + l11) < (unsigned)s0) {
+                if (1) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v44[c * 4 + 0] = __uint_as_float(q.x);
                     v44[c * 4 + 1] = __uint_as_float(q.y);
@@ -7148,7 +7140,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
                 const int l44 = (int)((unsigned)e / 16384u % 1u);
                 const int l45 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l44) * (unsigned)args.input_strides[0][0] + (unsigned)(o41 + l45) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(o41 + l45) < (unsigned)s1) {
+                if ((unsigned)(o41 + l45) < (unsigned)s1) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
@@ -7462,7 +7454,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
                 const int l101 = (int)((unsigned)e / 16384u % 1u);
                 const int l102 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l101) * (unsigned)args.input_strides[0][0] + (unsigned)(o100 + l102) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o1 + l101) < (unsigned)s0 && (unsigned)(o100 + l102) < (unsigned)s1) {
+                if ((unsigned)(o100 + l102) < (unsigned)s1) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v13[c * 4 + 0] = __uint_as_float(q.x);
                     v13[c * 4 + 1] = __uint_as_float(q.y);
@@ -7505,7 +7497,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
                 const int l109 = (int)((unsigned)e / 16384u % 1u);
                 const int l110 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.output_strides[0] + (unsigned)(o100 + l110) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(o100 + l110) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v18[c * 4 + 0]), __float_as_uint(v18[c * 4 + 1]), __float_as_uint(v18[c * 4 + 2]), __float_as_uint(v18[c * 4 + 3])));
+                if ((unsigned)(o100 + l110) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v18[c * 4 + 0]), __float_as_uint(v18[c * 4 + 1]), __float_as_uint(v18[c * 4 + 2]), __float_as_uint(v18[c * 4 + 3])));
             }
         }
     }
@@ -7580,7 +7572,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
                 const int l13 = (int)((unsigned)e / 16384u % 1u);
                 const int l14 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l14) * (unsigned)args.input_strides[0][1];
-                f12[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l13) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f12[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f12[c]) q11[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -7594,7 +7586,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
                     const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l16) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l15) < (unsigned)s0) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xfc00u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xfc00u);
                     v42.w[c] = w;
                 }
             }
@@ -7740,7 +7732,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
                 const int l50 = (int)((unsigned)e / 16384u % 1u);
                 const int l51 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l50) * (unsigned)args.input_strides[0][0] + (unsigned)(o45 + l51) * (unsigned)args.input_strides[0][1];
-                f49[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l50) < (unsigned)s0 && (unsigned)(o45 + (l51 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f49[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o45 + (l51 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f49[c]) q48[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -7754,7 +7746,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
                     const unsigned a = (unsigned)(o1 + l52) * (unsigned)args.input_strides[0][0] + (unsigned)(o45 + l53) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xfc00u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o45 + (l53 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xfc00u);
                     v0.w[c] = w;
                 }
             }
@@ -8039,7 +8031,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
                 const int l109 = (int)((unsigned)e / 16384u % 1u);
                 const int l110 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l110) * (unsigned)args.input_strides[0][1];
-                f108[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(o106 + (l110 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f108[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o106 + (l110 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f108[c]) q107[c] = dt_load_once((const uint4*)(in0 + a));
             }
             #pragma unroll
@@ -8053,7 +8045,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
                     const unsigned a = (unsigned)(o1 + l111) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l112) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o106 + (l112 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v11.w[c] = w;
                 }
             }
@@ -8087,17 +8079,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
                 const int l119 = (int)((unsigned)e / 16384u % 1u);
                 const int l120 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l119) * (unsigned)args.output_strides[0] + (unsigned)(o106 + l120) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o106 + (l120 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + l120) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                    if ((unsigned)(o106 + l120) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                    if ((unsigned)(o106 + (l120 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                    if ((unsigned)(o106 + (l120 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                    if ((unsigned)(o106 + (l120 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                    if ((unsigned)(o106 + (l120 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                    if ((unsigned)(o106 + (l120 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                    if ((unsigned)(o106 + (l120 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                    if ((unsigned)(o106 + (l120 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
                 }
             }
         }
@@ -8173,7 +8165,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
                 const int l13 = (int)((unsigned)e / 16384u % 1u);
                 const int l14 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l14) * (unsigned)args.input_strides[0][1];
-                f12[c] = (unsigned)(o1 + l13) < (unsigned)s0;
+                f12[c] = 1;
                 if (f12[c]) q11[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -8326,7 +8318,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
                 const int l50 = (int)((unsigned)e / 16384u % 1u);
                 const int l51 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l50) * (unsigned)args.input_strides[0][0] + (unsigned)(o45 + l51) * (unsigned)args.input_strides[0][1];
-                f49[c] = (unsigned)(o1 + l50) < (unsigned)s0 && (unsigned)(o45 + l51) < (unsigned)s1;
+                f49[c] = (unsigned)(o45 + l51) < (unsigned)s1;
                 if (f49[c]) q48[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -8616,7 +8608,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
                 const int l109 = (int)((unsigned)e / 16384u % 1u);
                 const int l110 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l110) * (unsigned)args.input_strides[0][1];
-                f108[c] = (unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(o106 + l110) < (unsigned)s1;
+                f108[c] = (unsigned)(o106 + l110) < (unsigned)s1;
                 if (f108[c]) q107[c] = dt_load_once((const uint4*)(in0 + a));
             }
             #pragma unroll
@@ -8657,7 +8649,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
                 const int l119 = (int)((unsigned)e / 16384u % 1u);
                 const int l120 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l119) * (unsigned)args.output_strides[0] + (unsigned)(o106 + l120) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + l120) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7])));
+                if ((unsigned)(o106 + l120) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7])));
             }
         }
     }
@@ -8732,7 +8724,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
                 const int l13 = (int)((unsigned)e / 16384u % 1u);
                 const int l14 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l14) * (unsigned)args.input_strides[0][1];
-                f12[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l13) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f12[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f12[c]) q11[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -8746,7 +8738,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
                     const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l16) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l15) < (unsigned)s0) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xff80u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xff80u);
                     v42.w[c] = w;
                 }
             }
@@ -8892,7 +8884,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
                 const int l50 = (int)((unsigned)e / 16384u % 1u);
                 const int l51 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l50) * (unsigned)args.input_strides[0][0] + (unsigned)(o45 + l51) * (unsigned)args.input_strides[0][1];
-                f49[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l50) < (unsigned)s0 && (unsigned)(o45 + (l51 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f49[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o45 + (l51 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f49[c]) q48[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -8906,7 +8898,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
                     const unsigned a = (unsigned)(o1 + l52) * (unsigned)args.input_strides[0][0] + (unsigned)(o45 + l53) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(o45 + (l53 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xff80u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o45 + (l53 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xff80u);
                     v0.w[c] = w;
                 }
             }
@@ -9191,7 +9183,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
                 const int l109 = (int)((unsigned)e / 16384u % 1u);
                 const int l110 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l110) * (unsigned)args.input_strides[0][1];
-                f108[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(o106 + (l110 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f108[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o106 + (l110 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f108[c]) q107[c] = dt_load_once((const uint4*)(in0 + a));
             }
             #pragma unroll
@@ -9205,7 +9197,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
                     const unsigned a = (unsigned)(o1 + l111) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l112) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o1 + l111) < (unsigned)s0 && (unsigned)(o106 + (l112 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o106 + (l112 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v11.w[c] = w;
                 }
             }
@@ -9239,17 +9231,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
                 const int l119 = (int)((unsigned)e / 16384u % 1u);
                 const int l120 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l119) * (unsigned)args.output_strides[0] + (unsigned)(o106 + l120) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o106 + (l120 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + l120) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                    if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + (l120 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                    if ((unsigned)(o106 + l120) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                    if ((unsigned)(o106 + (l120 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                    if ((unsigned)(o106 + (l120 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                    if ((unsigned)(o106 + (l120 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                    if ((unsigned)(o106 + (l120 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                    if ((unsigned)(o106 + (l120 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                    if ((unsigned)(o106 + (l120 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                    if ((unsigned)(o106 + (l120 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
                 }
             }
         }
@@ -9325,7 +9317,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
                 const int l13 = (int)((unsigned)e / 16384u % 1u);
                 const int l14 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l14) * (unsigned)args.input_strides[0][1];
-                f12[c] = (unsigned)(o1 + l13) < (unsigned)s0;
+                f12[c] = 1;
                 if (f12[c]) q11[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -9478,7 +9470,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
                 const int l50 = (int)((unsigned)e / 16384u % 1u);
                 const int l51 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l50) * (unsigned)args.input_strides[0][0] + (unsigned)(o45 + l51) * (unsigned)args.input_strides[0][1];
-                f49[c] = (unsigned)(o1 + l50) < (unsigned)s0 && (unsigned)(o45 + l51) < (unsigned)s1;
+                f49[c] = (unsigned)(o45 + l51) < (unsigned)s1;
                 if (f49[c]) q48[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -9768,7 +9760,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
                 const int l109 = (int)((unsigned)e / 16384u % 1u);
                 const int l110 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l110) * (unsigned)args.input_strides[0][1];
-                f108[c] = (unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(o106 + l110) < (unsigned)s1;
+                f108[c] = (unsigned)(o106 + l110) < (unsigned)s1;
                 if (f108[c]) q107[c] = dt_load_once((const uint4*)(in0 + a));
             }
             #pragma unroll
@@ -9809,7 +9801,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
                 const int l119 = (int)((unsigned)e / 16384u % 1u);
                 const int l120 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l119) * (unsigned)args.output_strides[0] + (unsigned)(o106 + l120) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + l119) < (unsigned)s0 && (unsigned)(o106 + l120) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7])));
+                if ((unsigned)(o106 + l120) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7])));
             }
         }
     }
@@ -9882,17 +9874,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
                 const int l11 = (int)((unsigned)e / 16384u % 1u);
                 const int l12 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l11) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                if ((unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v42[c * 4 + 0] = __uint_as_float(q.x);
                     v42[c * 4 + 1] = __uint_as_float(q.y);
                     v42[c * 4 + 2] = __uint_as_float(q.z);
                     v42[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v42[c * 4 + 0] = ((unsigned)(o1 + l11) < (unsigned)s0) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v42[c * 4 + 1] = ((unsigned)(o1 + l11) < (unsigned)s0) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v42[c * 4 + 2] = ((unsigned)(o1 + l11) < (unsigned)s0) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v42[c * 4 + 3] = ((unsigned)(o1 + l11) < (unsigned)s0) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v42[c * 4 + 0] = (1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v42[c * 4 + 1] = (1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v42[c * 4 + 2] = (1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v42[c * 4 + 3] = (1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
                 }
             }
             float v43[16];
@@ -10035,17 +10027,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
                 const int l44 = (int)((unsigned)e / 16384u % 1u);
                 const int l45 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l44) * (unsigned)args.input_strides[0][0] + (unsigned)(o41 + l45) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(o41 + (l45 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o41 + (l45 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
                     v0[c * 4 + 2] = __uint_as_float(q.z);
                     v0[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v0[c * 4 + 0] = ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(o41 + l45) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 4 + 1] = ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(o41 + (l45 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 4 + 2] = ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(o41 + (l45 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 4 + 3] = ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(o41 + (l45 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 0] = ((unsigned)(o41 + l45) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 1] = ((unsigned)(o41 + (l45 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 2] = ((unsigned)(o41 + (l45 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 3] = ((unsigned)(o41 + (l45 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
                 }
             }
             float v20[16];
@@ -10327,17 +10319,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
                 const int l99 = (int)((unsigned)e / 16384u % 1u);
                 const int l100 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l99) * (unsigned)args.input_strides[0][0] + (unsigned)(o98 + l100) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o98 + (l100 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o98 + (l100 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v11[c * 4 + 0] = __uint_as_float(q.x);
                     v11[c * 4 + 1] = __uint_as_float(q.y);
                     v11[c * 4 + 2] = __uint_as_float(q.z);
                     v11[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v11[c * 4 + 0] = ((unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o98 + l100) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 4 + 1] = ((unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o98 + (l100 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 4 + 2] = ((unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o98 + (l100 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 4 + 3] = ((unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o98 + (l100 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 0] = ((unsigned)(o98 + l100) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 1] = ((unsigned)(o98 + (l100 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 2] = ((unsigned)(o98 + (l100 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 3] = ((unsigned)(o98 + (l100 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v13[16];
@@ -10370,13 +10362,13 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
                 const int l107 = (int)((unsigned)e / 16384u % 1u);
                 const int l108 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l107) * (unsigned)args.output_strides[0] + (unsigned)(o98 + l108) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l107) < (unsigned)s0 && (unsigned)(o98 + (l108 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o98 + (l108 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3])));
                 } else {
-                    if ((unsigned)(o1 + l107) < (unsigned)s0 && (unsigned)(o98 + l108) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                    if ((unsigned)(o1 + l107) < (unsigned)s0 && (unsigned)(o98 + (l108 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                    if ((unsigned)(o1 + l107) < (unsigned)s0 && (unsigned)(o98 + (l108 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                    if ((unsigned)(o1 + l107) < (unsigned)s0 && (unsigned)(o98 + (l108 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                    if ((unsigned)(o98 + l108) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                    if ((unsigned)(o98 + (l108 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                    if ((unsigned)(o98 + (l108 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                    if ((unsigned)(o98 + (l108 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
                 }
             }
         }
@@ -10450,7 +10442,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
                 const int l11 = (int)((unsigned)e / 16384u % 1u);
                 const int l12 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o1 + l11) < (unsigned)s0) {
+                if (1) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v42[c * 4 + 0] = __uint_as_float(q.x);
                     v42[c * 4 + 1] = __uint_as_float(q.y);
@@ -10603,7 +10595,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
                 const int l44 = (int)((unsigned)e / 16384u % 1u);
                 const int l45 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l44) * (unsigned)args.input_strides[0][0] + (unsigned)(o41 + l45) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o1 + l44) < (unsigned)s0 && (unsigned)(o41 + l45) < (unsigned)s1) {
+                if ((unsigned)(o41 + l45) < (unsigned)s1) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
@@ -10893,7 +10885,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
                 const int l99 = (int)((unsigned)e / 16384u % 1u);
                 const int l100 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l99) * (unsigned)args.input_strides[0][0] + (unsigned)(o98 + l100) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o98 + l100) < (unsigned)s1) {
+                if ((unsigned)(o98 + l100) < (unsigned)s1) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v11[c * 4 + 0] = __uint_as_float(q.x);
                     v11[c * 4 + 1] = __uint_as_float(q.y);
@@ -10936,7 +10928,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
                 const int l107 = (int)((unsigned)e / 16384u % 1u);
                 const int l108 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l107) * (unsigned)args.output_strides[0] + (unsigned)(o98 + l108) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + l107) < (unsigned)s0 && (unsigned)(o98 + l108) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3])));
+                if ((unsigned)(o98 + l108) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3])));
             }
         }
     }

@@ -485,8 +485,8 @@ struct Emitter<'a> {
     /// Inside a `backward` loop (the second read of a looped row): its 16-byte loads and stores
     /// touch lines for the last time, and say so (`dt_load_once`, `dt_store_once`).
     once: bool,
-    /// The dimensions whose full steps ([`Steps::Full`]) the printed code is in: every lane
-    /// along them is valid.
+    /// The dimensions whose full steps ([`Steps::Full`]), or steps of one, the printed code is
+    /// in: every lane along them is valid.
     full: Vec<DimId>,
     /// Whether the printed code has arrived at a cluster barrier it has not yet waited on (see
     /// [`Emitter::cluster_reduce`]).
@@ -1489,10 +1489,11 @@ impl Emitter<'_> {
     }
 
     /// Notes, at the top of the body of loop `l`, that every lane along its dimension is valid
-    /// there if it runs full steps; returns what to truncate [`Self::full`] to after the body.
+    /// there if it runs full steps or steps of one ([`Loop::lanes_all_valid`]); returns what to
+    /// truncate [`Self::full`] to after the body.
     fn enter_steps(&mut self, l: &Loop) -> usize {
         let before = self.full.len();
-        if l.steps == Steps::Full {
+        if l.lanes_all_valid() {
             self.full.push(l.dim);
         }
         before
