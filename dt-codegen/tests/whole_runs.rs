@@ -3,6 +3,7 @@
 //! runs are all aligned and either inside or outside the tensor, which checks a run's first
 //! element only and never goes element by element. That both compute what the reference does
 //! is checked by `hip_cpu_matches_reference` (here, on the CPU) and `gpu_matches_reference`.
+//! Rows taken one per step are not bounds-checked at all.
 
 use dt_codegen::emit::gpu::{self, Dialect, Layouts};
 use dt_core::kir::Kernel;
@@ -75,4 +76,22 @@ fn kernels_without_runs_have_no_kernel_for_whole_runs() {
     let scalar = "Func out; In A; Var x; out[x] = A[x] * 2; out.block(x:32); out.tensorize(x:32); out.num_warps(1); out.compile();";
     let (_, kernels) = emitted(scalar, DType::F16);
     assert_eq!(kernels, vec![("dt_out_f16".to_string(), Layouts::Any)]);
+}
+
+#[test]
+fn rows_taken_one_per_step_are_never_bounds_checked() {
+    // A loop of step 1 keeps its offset, its one lane, below the number of rows (`s0`): a row
+    // guard on its loads and stores would always hold, and is left out, in both kernels. With
+    // two rows per step the second may lie past the end, and is checked.
+    let (file, kernels) = emitted(SOFTMAX, DType::F32);
+    for (symbol, _) in &kernels {
+        let text = kernel_text(&file, symbol);
+        assert!(text.contains("in0 + a") && !text.contains("< (unsigned)s0"), "{text}");
+    }
+    let two_rows = SOFTMAX.replace("out.block(x:1); out.tensorize(x:0, y:0);", "out.block(x:2); out.tensorize(x:2, y:0);");
+    let (file, kernels) = emitted(&two_rows, DType::F32);
+    for (symbol, _) in &kernels {
+        let text = kernel_text(&file, symbol);
+        assert!(text.contains("< (unsigned)s0"), "{text}");
+    }
 }

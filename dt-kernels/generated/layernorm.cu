@@ -10236,18 +10236,11 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
                 const int l17 = (int)((unsigned)e / 16384u % 1u);
                 const int l18 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l18) * (unsigned)args.input_strides[0][1];
-                if (1) {
-                    const uint4 q = *(const uint4*)(in0 + a);
-                    v68[c * 4 + 0] = __uint_as_float(q.x);
-                    v68[c * 4 + 1] = __uint_as_float(q.y);
-                    v68[c * 4 + 2] = __uint_as_float(q.z);
-                    v68[c * 4 + 3] = __uint_as_float(q.w);
-                } else {
-                    v68[c * 4 + 0] = 0e0f;
-                    v68[c * 4 + 1] = 0e0f;
-                    v68[c * 4 + 2] = 0e0f;
-                    v68[c * 4 + 3] = 0e0f;
-                }
+                const uint4 q = *(const uint4*)(in0 + a);
+                v68[c * 4 + 0] = __uint_as_float(q.x);
+                v68[c * 4 + 1] = __uint_as_float(q.y);
+                v68[c * 4 + 2] = __uint_as_float(q.z);
+                v68[c * 4 + 3] = __uint_as_float(q.w);
             }
             float v69[16];
             #pragma unroll
@@ -15892,18 +15885,11 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
                 const int l17 = (int)((unsigned)e / 8192u % 1u);
                 const int l18 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l18) * (unsigned)args.input_strides[0][1];
-                if (1) {
-                    const uint4 q = *(const uint4*)(in0 + a);
-                    v66[c * 4 + 0] = __uint_as_float(q.x);
-                    v66[c * 4 + 1] = __uint_as_float(q.y);
-                    v66[c * 4 + 2] = __uint_as_float(q.z);
-                    v66[c * 4 + 3] = __uint_as_float(q.w);
-                } else {
-                    v66[c * 4 + 0] = 0e0f;
-                    v66[c * 4 + 1] = 0e0f;
-                    v66[c * 4 + 2] = 0e0f;
-                    v66[c * 4 + 3] = 0e0f;
-                }
+                const uint4 q = *(const uint4*)(in0 + a);
+                v66[c * 4 + 0] = __uint_as_float(q.x);
+                v66[c * 4 + 1] = __uint_as_float(q.y);
+                v66[c * 4 + 2] = __uint_as_float(q.z);
+                v66[c * 4 + 3] = __uint_as_float(q.w);
             }
             float v67[8];
             #pragma unroll

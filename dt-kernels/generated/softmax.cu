@@ -6987,18 +6987,11 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
                 const int l11 = (int)((unsigned)e / 16384u % 1u);
                 const int l12 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
-                if (1) {
-                    const uint4 q = *(const uint4*)(in0 + a);
-                    v44[c * 4 + 0] = __uint_as_float(q.x);
-                    v44[c * 4 + 1] = __uint_as_float(q.y);
-                    v44[c * 4 + 2] = __uint_as_float(q.z);
-                    v44[c * 4 + 3] = __uint_as_float(q.w);
-                } else {
-                    v44[c * 4 + 0] = (-INFINITY);
-                    v44[c * 4 + 1] = (-INFINITY);
-                    v44[c * 4 + 2] = (-INFINITY);
-                    v44[c * 4 + 3] = (-INFINITY);
-                }
+                const uint4 q = *(const uint4*)(in0 + a);
+                v44[c * 4 + 0] = __uint_as_float(q.x);
+                v44[c * 4 + 1] = __uint_as_float(q.y);
+                v44[c * 4 + 2] = __uint_as_float(q.z);
+                v44[c * 4 + 3] = __uint_as_float(q.w);
             }
             float v45[16];
             #pragma unroll
@@ -10442,18 +10435,11 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
                 const int l11 = (int)((unsigned)e / 16384u % 1u);
                 const int l12 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
-                if (1) {
-                    const uint4 q = *(const uint4*)(in0 + a);
-                    v42[c * 4 + 0] = __uint_as_float(q.x);
-                    v42[c * 4 + 1] = __uint_as_float(q.y);
-                    v42[c * 4 + 2] = __uint_as_float(q.z);
-                    v42[c * 4 + 3] = __uint_as_float(q.w);
-                } else {
-                    v42[c * 4 + 0] = (-INFINITY);
-                    v42[c * 4 + 1] = (-INFINITY);
-                    v42[c * 4 + 2] = (-INFINITY);
-                    v42[c * 4 + 3] = (-INFINITY);
-                }
+                const uint4 q = *(const uint4*)(in0 + a);
+                v42[c * 4 + 0] = __uint_as_float(q.x);
+                v42[c * 4 + 1] = __uint_as_float(q.y);
+                v42[c * 4 + 2] = __uint_as_float(q.z);
+                v42[c * 4 + 3] = __uint_as_float(q.w);
             }
             float v43[16];
             #pragma unroll
