@@ -1740,7 +1740,7 @@ impl Emitter<'_> {
                 self.for_runs(&shape, v, |e, lanes, base| {
                     let (inside, addr) = e.address(axes, lanes, stride);
                     e.line(&format!("const {} a = {addr};", super::GPU_INDEX));
-                    if e.whole_runs && inside == "1" {
+                    if e.whole_runs && inside == super::ALWAYS_VALID {
                         // Every lane valid here (full steps, a row per step): no branch.
                         e.line(&format!("const uint4 q = {};", e.vector_load(&format!("in{input} + a"), axes)));
                         for (j, w) in words.iter().enumerate() {

@@ -283,6 +283,9 @@ pub(crate) fn in_bounds(index: &str, offset: &str, lane: &str, size: &str) -> St
     }
 }
 
+/// The validity condition [`masked_address`] gives an access that needs no check.
+pub(crate) const ALWAYS_VALID: &str = "1";
+
 /// The validity condition and the element offset of a tensor access at the current lanes, both
 /// in C type `index`: axis `a` is indexed along `dims[a]` at `offset(dim) + lane`, times
 /// `stride(a)` (which the GPU emitter gives as `index` too). Dimensions in `inside` are known to
@@ -312,7 +315,7 @@ pub(crate) fn masked_address(
             }
         })
         .collect();
-    let cond = if conds.is_empty() { "1".to_string() } else { conds.join(" && ") };
+    let cond = if conds.is_empty() { ALWAYS_VALID.to_string() } else { conds.join(" && ") };
     let addr = if addr.is_empty() { "0".to_string() } else { addr.join(" + ") };
     (cond, addr)
 }
