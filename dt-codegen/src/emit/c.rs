@@ -270,7 +270,7 @@ impl Emitter<'_> {
             Op::MaskFill { value, dim, fill } => {
                 let (sv, src, fill) = (shape_of(value), self.val(*value), float_lit(*fill));
                 self.for_lanes(&shape, |e, l| {
-                    let cond = if shape.extent(*dim).is_some() { e.valid(*dim, l.lane(*dim)) } else { "1".into() };
+                    let cond = if shape.extent(*dim).is_some() { e.valid(*dim, l.lane(*dim)) } else { super::ALWAYS_VALID.into() };
                     e.line(&format!("{dst}[{}] = ({cond}) ? {src}[{}] : {fill};", l.index(&shape), l.index(&sv)));
                 });
             }

@@ -603,7 +603,12 @@ impl Emitter<'_> {
         self.whole_runs && layout == RegLayout::Blocked && n > 1 && runs_along_d && run_dims(self.k).contains(&d)
     }
 
+    /// The validity condition of `lane` along `d`: none where every lane along `d` is valid
+    /// ([`Self::full`]), as in [`Self::address`].
     fn valid(&self, d: DimId, lane: &str) -> String {
+        if self.full.contains(&d) {
+            return super::ALWAYS_VALID.to_string();
+        }
         super::in_bounds(super::GPU_INDEX, &self.offset(d), lane, &self.size(d))
     }
 
@@ -1808,7 +1813,7 @@ impl Emitter<'_> {
                 let by_run = self.masks_by_run(&shape, layout, *dim);
                 self.for_owned(&shape, layout, |e, l| {
                     let cond = match (shape.extent(*dim), by_run) {
-                        (None, _) => "1".into(),
+                        (None, _) => super::ALWAYS_VALID.into(),
                         // The lane of the first element of the register's run, the same expression
                         // for every register of the run: one test per run, not per lane.
                         (Some(_), true) => {
