@@ -416,7 +416,7 @@ fn kernels_rs(out_dir: &Path, specs: &[Spec], cuda: &CudaArtifacts, hip: Option<
             .out
             .cuda_launch
             .iter()
-            .map(|l| format!("LaunchRow {{ symbol: {:?}, threads: {}, shared_bytes: {} }}", l.symbol, l.threads, l.shared_bytes))
+            .map(launch_row)
             .collect();
         let cpu: Vec<String> = spec.out.cpu_symbols.iter().map(|s| format!("({s:?}, {s} as CpuFn)")).collect();
         for s in &spec.out.cpu_symbols {
@@ -434,7 +434,7 @@ fn kernels_rs(out_dir: &Path, specs: &[Spec], cuda: &CudaArtifacts, hip: Option<
                     .out
                     .hip_launch
                     .iter()
-                    .map(|l| format!("LaunchRow {{ symbol: {:?}, threads: {}, shared_bytes: {} }}", l.symbol, l.threads, l.shared_bytes))
+                    .map(launch_row)
                     .collect();
                 format!("    hip_objects: &[{}],\n    hip_launch: &[\n        {}\n    ],\n", objects.join(", "), rows.join(",\n        "))
             }
@@ -454,4 +454,9 @@ fn kernels_rs(out_dir: &Path, specs: &[Spec], cuda: &CudaArtifacts, hip: Option<
     m.item(&externs);
     m.item(&table);
     m
+}
+
+/// One kernel's launch parameters as a `LaunchRow` literal.
+fn launch_row(l: &dt_codegen::emit::gpu::LaunchInfo) -> String {
+    format!("LaunchRow {{ symbol: {:?}, threads: {}, shared_bytes: {}, cluster: {} }}", l.symbol, l.threads, l.shared_bytes, l.cluster)
 }

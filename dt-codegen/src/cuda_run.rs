@@ -55,10 +55,10 @@ impl CudaRunner {
         Ok(Box::leak(name.into_boxed_str()))
     }
 
-    /// Whether the GPU has thread-block clusters (sm_90 and newer), which clustered kernels
-    /// (`cluster(y:N)`) need.
-    pub fn clusters(&self) -> bool {
-        self.ctx.compute_capability().is_ok_and(|(major, _)| dt_core::kir::cuda_has_clusters(major))
+    /// The most programs of a thread-block cluster on this GPU (0: none before sm_90), which
+    /// clustered kernels (`cluster(y:N)`) need.
+    pub fn max_cluster(&self) -> u32 {
+        self.ctx.compute_capability().map_or(0, |(major, _)| dt_core::kir::cuda_max_cluster(major))
     }
 
     /// Compiles CUDA C with NVRTC for this GPU and loads it.
@@ -125,6 +125,10 @@ impl CudaRunner {
                 info.shared_bytes as i32,
             )
             .map_err(err("shared memory limit"))?;
+        }
+        if info.cluster > dt_core::kir::MAX_PORTABLE_CLUSTER {
+            f.set_attribute(cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+                .map_err(err("allowing a cluster of more than 8 programs"))?;
         }
         Ok(f)
     }

@@ -29,6 +29,18 @@ fn draw_sizes(p: &dt_core::algo::Program, rng: &mut Rng) -> Vec<usize> {
     sizes
 }
 
+/// The clustered test specs (`dt-codegen/tests/cluster/*.dt`), as paths from the workspace root.
+fn cluster_specs() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(workspace().join("dt-codegen/tests/cluster"))
+        .expect("dt-codegen/tests/cluster")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".dt"))
+        .collect();
+    names.sort();
+    names.into_iter().map(|n| format!("dt-codegen/tests/cluster/{n}")).collect()
+}
+
 #[test]
 fn cuda_matches_reference_evaluator() {
     let gpu = match CudaRunner::new(0) {
@@ -43,8 +55,9 @@ fn cuda_matches_reference_evaluator() {
     // DT_GPU_SPECS=a,b runs only the specs whose path contains one of the names.
     let only: Vec<String> = std::env::var("DT_GPU_SPECS").map(|s| s.split(',').map(str::to_string).collect()).unwrap_or_default();
     // The clustered test specs, which only CUDA runs, besides those every backend runs.
-    let specs = SPECS.iter().chain(&["dt-codegen/tests/cluster/row_stats_cluster.dt", "dt-codegen/tests/cluster/held_rows_cluster.dt"]);
+    let specs = SPECS.iter().map(|s| s.to_string()).chain(cluster_specs());
     for rel in specs.filter(|r| only.is_empty() || only.iter().any(|o| r.contains(o.as_str()))) {
+        let rel = rel.as_str();
         let src = read_spec(rel);
         let base = dt_core::compile_spec(&src).expect("spec checks");
         let algorithm = explore::algorithm_text(&src).expect("spec parses");
@@ -68,8 +81,8 @@ fn cuda_matches_reference_evaluator() {
             let module = gpu.compile(&cuda).unwrap_or_else(|e| panic!("{rel} schedule {si}: {e}\n{spec}"));
             for info in &infos {
                 let (k, dtype, _) = item_of(&items, |(_, _, s)| s.as_str(), info);
-                if k.grid.cluster.is_some() && !gpu.clusters() {
-                    eprintln!("{rel} schedule {si}: kernel {} skipped: clustered, and this GPU has no clusters", k.name);
+                if !k.grid.runs_with_clusters_of(gpu.max_cluster()) {
+                    eprintln!("{rel} schedule {si}: kernel {} skipped: clustered, and this GPU has no clusters of its size", k.name);
                     continue;
                 }
                 let fid = p.kernel_by_name(&k.name).expect("kernel");

@@ -21,10 +21,15 @@ fn row_mean(step: u32, stages: u32) -> String {
 
 /// The f16 kernel of spec `src` built for any layout (its first kernel).
 fn emitted(src: &str, dialect: Dialect) -> (String, LaunchInfo) {
+    emitted_as(src, dialect, DType::F16)
+}
+
+/// The `dtype` kernel of spec `src` built for any layout (its first kernel).
+fn emitted_as(src: &str, dialect: Dialect, dtype: DType) -> (String, LaunchInfo) {
     let p = dt_core::compile_spec(src).expect("spec checks");
     let kernels = dt_core::lower::lower_all(&p).expect("lowers");
     let k = &kernels[0];
-    gpu::emit_kernel(k, DType::F16, &dt_codegen::emit::symbol(k, DType::F16), dialect, gpu::Layouts::Any).expect("emits")
+    gpu::emit_kernel(k, dtype, &dt_codegen::emit::symbol(k, dtype), dialect, gpu::Layouts::Any).expect("emits")
 }
 
 #[test]
@@ -84,7 +89,7 @@ fn clustered_softmax(stages: u32) -> String {
         out[x, y] = exp(A[x, y] - m[x]) / reshape(s[x], x, 1);
         out.block(x:1, y:2048); out.tensorize(x:0, y:256); out.cluster(y:4); out.num_warps(1);
         out.num_stages({stages}); m.fuse_at(out, x); s.fuse_at(out, x);
-        out.dtypes(f16); out.compile();"
+        out.dtypes(f16, f32); out.compile();"
     )
 }
 
@@ -109,4 +114,27 @@ fn a_block_of_more_steps_than_stages_is_read_again() {
     let (cuda, _) = emitted(&clustered_softmax(4), Dialect::Cuda);
     assert!(!cuda.contains("the block held") && !cuda.contains("the block's steps"), "{cuda}");
     assert!(cuda.contains("block(y:2048) out.tensorize(y:256) num_stages(4): loads 3 steps ahead, staged in shared memory"), "{cuda}");
+}
+
+/// f32 loads are held as 16-bit ones are: the statistics loop stages the block's steps and the
+/// loops after it read them there, as floats. 8 steps of one 16-byte run (4 floats) per thread.
+#[test]
+fn an_f32_block_is_held_as_a_16_bit_one() {
+    let (cuda, info) = emitted_as(&clustered_softmax(8), Dialect::Cuda, DType::F32);
+    assert!(cuda.contains("loads the block's steps, staged in shared memory"), "{cuda}");
+    assert_eq!(cuda.matches("dt_cp_async_wait<0>(); /* the block held in shared memory */").count(), 2, "{cuda}");
+    assert!(!cuda.contains("*(const uint4*)(in0 + a)") && !cuda.contains("dt_load_once((const uint4*)(in0 + a))"), "{cuda}");
+    assert!(cuda.contains("__uint_as_float(q.x)") && !cuda.contains("dt_f32s"), "{cuda}");
+    // 8 steps of 256 columns, 32 threads of 8 floats: two 16-byte runs per thread and step.
+    assert!(info.shared_bytes >= 8 * 2 * 32 * 16 && info.shared_bytes < 2 * 8 * 2 * 32 * 16, "{}", info.shared_bytes);
+}
+
+/// f32 loads that a loop would only stage, not hold, are loaded at their use (staged, such
+/// loops ran slower on the H100, docs/language.md); nor do they go one step ahead in registers.
+#[test]
+fn f32_loads_are_staged_only_to_hold_a_block() {
+    let (cuda, info) = emitted_as(&clustered_softmax(4), Dialect::Cuda, DType::F32);
+    assert!(!cuda.contains("staged in shared memory") && !cuda.contains("loads one step ahead"), "{cuda}");
+    assert!(cuda.contains("*(const uint4*)(in0 + a)") || cuda.contains("dt_load_once((const uint4*)(in0 + a))"), "{cuda}");
+    assert!(info.shared_bytes < 1024, "{}", info.shared_bytes);
 }

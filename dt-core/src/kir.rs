@@ -270,6 +270,11 @@ impl Grid {
         self.blocked.iter().find(|(x, _)| *x == d).map(|(_, b)| *b)
     }
 
+    /// Whether a GPU whose clusters hold up to `max_cluster` programs (0: none) runs this grid.
+    pub fn runs_with_clusters_of(&self, max_cluster: u32) -> bool {
+        self.cluster.is_none_or(|(_, n)| n <= max_cluster)
+    }
+
     /// The programs per cluster when `d` is the clustered dimension (its number of blocks).
     pub fn cluster_size(&self, d: DimId) -> Option<u32> {
         self.cluster.filter(|(c, _)| *c == d).map(|(_, n)| n)
@@ -600,10 +605,23 @@ pub fn whole_runs_symbol(symbol: &str) -> String {
     format!("{symbol}_whole")
 }
 
-/// Whether a CUDA GPU of compute capability `major`.x has thread-block clusters (sm_90 and newer),
-/// which clustered kernels need.
-pub fn cuda_has_clusters(major: i32) -> bool {
-    major >= 9
+/// The largest thread-block cluster that every CUDA GPU with clusters runs.
+pub const MAX_PORTABLE_CLUSTER: u32 = 8;
+
+/// The largest cluster a kernel may ask for: above [`MAX_PORTABLE_CLUSTER`] the kernel must opt in
+/// (`CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED`), and only some GPUs run it (the H100
+/// does); where a GPU cannot, the library runs another class.
+pub const MAX_CLUSTER: u32 = 16;
+
+/// The largest thread-block cluster that a CUDA GPU of compute capability `major`.x runs: none (0)
+/// before sm_90; [`MAX_CLUSTER`] on sm_90 (the H100 and H200), where it is checked; elsewhere
+/// [`MAX_PORTABLE_CLUSTER`], which every GPU with clusters runs.
+pub fn cuda_max_cluster(major: i32) -> u32 {
+    match major {
+        ..=8 => 0,
+        9 => MAX_CLUSTER,
+        _ => MAX_PORTABLE_CLUSTER,
+    }
 }
 
 /// Whether kernel `name` is a size-class variant of the kernel `family`: the family's name

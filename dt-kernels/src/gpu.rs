@@ -34,8 +34,8 @@ struct Loaded {
 struct Shared {
     ctx: Arc<CudaContext>,
     nvrtc_only: bool,
-    /// Whether the GPU has thread-block clusters (sm_90 and newer).
-    clusters: bool,
+    /// The most programs of a thread-block cluster on this GPU (0: none).
+    max_cluster: u32,
     modules: Vec<OnceLock<std::result::Result<Loaded, String>>>,
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
 }
@@ -53,7 +53,7 @@ fn shared_for(ctx: &Arc<CudaContext>, nvrtc_only: bool) -> Arc<Shared> {
     let s = Arc::new(Shared {
         ctx: ctx.clone(),
         nvrtc_only,
-        clusters: ctx.compute_capability().is_ok_and(|(major, _)| dt_core::kir::cuda_has_clusters(major)),
+        max_cluster: ctx.compute_capability().map_or(0, |(major, _)| dt_core::kir::cuda_max_cluster(major)),
         modules: SPECS.iter().map(|_| OnceLock::new()).collect(),
         functions: Mutex::new(HashMap::new()),
     });
@@ -151,7 +151,7 @@ impl Gpu {
 
     /// What the GPU offers that the kernels may use.
     pub(crate) fn device(&self) -> Device {
-        Device { clusters: self.shared.clusters }
+        Device { max_cluster: self.shared.max_cluster }
     }
 
     /// Whether the fatbin was built (nvcc found at build time), and for which architectures.
@@ -204,6 +204,10 @@ impl Gpu {
                 row.shared_bytes as i32,
             )
             .map_err(Error::driver(format!("allowing kernel `{}` {} bytes of shared memory", row.symbol, row.shared_bytes)))?;
+        }
+        if row.cluster > dt_core::kir::MAX_PORTABLE_CLUSTER {
+            f.set_attribute(cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+                .map_err(Error::driver(format!("allowing kernel `{}` a cluster of {} programs", row.symbol, row.cluster)))?;
         }
         self.shared.functions.lock().unwrap_or_else(|e| e.into_inner()).insert(row.symbol, f.clone());
         Ok((f, row))

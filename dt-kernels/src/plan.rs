@@ -51,13 +51,14 @@ pub(crate) struct Plan {
 /// What the device a plan is for offers beyond what every backend has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Device {
-    /// Thread-block clusters (CUDA, sm_90 and newer): clustered kernels (`cluster(y:N)`) can run.
-    pub clusters: bool,
+    /// The most programs of a thread-block cluster (0: no clusters; CUDA has them from sm_90):
+    /// clustered kernels (`cluster(y:N)`) of up to this many can run.
+    pub max_cluster: u32,
 }
 
 impl Device {
     /// The CPU, HIP, and CUDA GPUs before sm_90.
-    pub const PLAIN: Device = Device { clusters: false };
+    pub const PLAIN: Device = Device { max_cluster: 0 };
 }
 
 /// Matches `shapes` (one `(shape, strides)` per input of `op`, in `op.inputs` order) and
@@ -73,7 +74,7 @@ pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], s
         .kernels()?
         .iter()
         .filter(|k| dt_core::kir::is_variant_of(&k.name, op.kernel))
-        .filter(|k| device.clusters || k.grid.cluster.is_none())
+        .filter(|k| k.grid.runs_with_clusters_of(device.max_cluster))
         .collect();
     // A clustered class whose rows would leave a program of each cluster without columns runs
     // only where no later class admits the sizes.

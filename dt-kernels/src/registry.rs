@@ -57,6 +57,8 @@ pub(crate) struct LaunchRow {
     pub symbol: &'static str,
     pub threads: u32,
     pub shared_bytes: u32,
+    /// Programs per thread-block cluster (1: not clustered).
+    pub cluster: u32,
 }
 
 /// Everything embedded for one spec.

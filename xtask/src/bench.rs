@@ -329,7 +329,7 @@ pub fn run(opts: &Options) -> Result<(), String> {
             }
             let c = &compiled[job.spec()];
             let args = args(job, &mut rng);
-            let (kernel, bound) = choose_variant(&c.program, &c.kernels, job, &args, gpu.clusters())?;
+            let (kernel, bound) = choose_variant(&c.program, &c.kernels, job, &args, gpu.max_cluster())?;
             row.kernel = kernel.name.clone();
             let staged: Staged = gpu.stage(kernel, &bound, job.dtype).map_err(|e| e.to_string())?;
             // As the library does: the kernel built for whole 16-byte runs where the tensors have
@@ -562,16 +562,16 @@ fn to_json(rows: &[Row]) -> String {
 
 /// The size-class variant of the job's kernel that the library runs: the first, in the spec's
 /// order, built for the job's dtype, whose bounds admit the sizes of `args` (among the
-/// unclustered ones where there are no thread-block `clusters`; a clustered one that would
+/// those whose clusters the GPU runs, `max_cluster` programs at most; a clustered one that would
 /// leave programs idle only where no other admits them).
 fn choose_variant<'a, 'b>(
     program: &dt_core::algo::Program,
     kernels: &'a [Kernel],
     job: &Job,
     args: &'b Args,
-    clusters: bool,
+    max_cluster: u32,
 ) -> Result<(&'a Kernel, dt_core::tensor::Bound<'b>), String> {
-    let runnable = |k: &&Kernel| (clusters || k.grid.cluster.is_none()) && k.dtypes.contains(&job.dtype);
+    let runnable = |k: &&Kernel| k.grid.runs_with_clusters_of(max_cluster) && k.dtypes.contains(&job.dtype);
     let mut idle = None;
     for kernel in kernels.iter().filter(|k| dt_core::kir::is_variant_of(&k.name, job.kernel())).filter(runnable) {
         let fid = program.kernel_by_name(&kernel.name).ok_or("kernel")?;
@@ -621,7 +621,7 @@ fn cpu_bench(selected: &[Job], opts: &Options) -> Result<(), String> {
             }
             let (program, kernels, lib) = &libs[job.spec()];
             let args = args(job, &mut rng);
-            let (kernel, bound) = choose_variant(program, kernels, job, &args, false)?;
+            let (kernel, bound) = choose_variant(program, kernels, job, &args, 0)?;
             row.kernel = kernel.name.clone();
             let symbol = dt_codegen::emit::symbol(kernel, job.dtype);
             let mut times = Vec::new();

@@ -4,8 +4,11 @@
 use std::path::{Path, PathBuf};
 
 pub fn workspace() -> PathBuf {
-    // The xtask binary may run outside cargo (e.g. copied to a GPU machine): fall back to the
-    // current directory.
+    // A checkout in the current directory comes first: the xtask binary may run outside cargo
+    // (e.g. copied to a GPU machine), on specs other than those it was built from.
+    if Path::new("dt-kernels/specs").is_dir() {
+        return PathBuf::from(".");
+    }
     match option_env!("CARGO_MANIFEST_DIR") {
         Some(dir) if Path::new(dir).exists() => Path::new(dir).parent().map(Path::to_path_buf).unwrap_or_default(),
         _ => PathBuf::from("."),

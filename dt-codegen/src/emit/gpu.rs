@@ -65,6 +65,9 @@ pub struct LaunchInfo {
     pub threads: u32,
     /// Dynamic shared memory per program, in bytes.
     pub shared_bytes: u32,
+    /// Programs per thread-block cluster (1: not clustered). Above 8 (a size that not every GPU
+    /// with clusters allows, [`dt_core::kir::MAX_PORTABLE_CLUSTER`]), the launcher opts the kernel in.
+    pub cluster: u32,
     /// The tensor layouts the kernel is built for.
     pub layouts: Layouts,
 }
@@ -259,7 +262,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
     let shared_bytes = shared_bytes + (e.ring_words * 4) as u32;
     let head =
         format!("/* kernel {} for {dtype}: grid {}; {threads} threads, {shared_bytes} bytes of shared memory */\n", k.name, k.grid.origin);
-    Ok((head + &e.out, LaunchInfo { symbol: symbol.to_string(), threads, shared_bytes, layouts }))
+    Ok((head + &e.out, LaunchInfo { symbol: symbol.to_string(), threads, shared_bytes, cluster: k.grid.cluster.map_or(1, |(_, n)| n), layouts }))
 }
 
 /// Assigns a shared-memory slot to every operand read under a shape or a layout other than its
@@ -1056,10 +1059,15 @@ impl Emitter<'_> {
     /// every read of an element widens it there (one instruction); so a row kept across the
     /// reductions of layernorm takes 8 registers per 16 elements, not 16.
     fn packed(&self, id: ValueId) -> bool {
+        self.dtype.size_bytes() == 2 && self.read_in_runs(id)
+    }
+
+    /// Whether value `id` is a load read in 16-byte runs that its element type holds as loaded
+    /// (fill included): the loads a loop may issue ahead ([`Self::prefetchable`]).
+    fn read_in_runs(&self, id: ValueId) -> bool {
         let Op::Load { axes, fill, .. } = self.def(id) else { return false };
         let shape = &self.k.value(id).shape;
-        self.dtype.size_bytes() == 2
-            && self.layout(id) == RegLayout::Blocked
+        self.layout(id) == RegLayout::Blocked
             && !self.plan.direct_load(id)
             && self.vector_run(shape, axes).is_some()
             && self.dtype.round(*fill) == *fill
@@ -1133,18 +1141,23 @@ impl Emitter<'_> {
     /// 16-byte runs, at the top of its body or of single-step loops there (their offsets then
     /// known ahead: the start of their block). The tensor-core dots pipeline their own loops.
     fn prefetchable(&self, l: &Loop) -> Vec<Prefetch> {
-        if l.stages < 2 || self.single_iteration(l) || self.dtype.size_bytes() != 2 {
+        if l.stages < 2 || self.single_iteration(l) {
             return Vec::new();
         }
         let mut out = Vec::new();
         self.collect_prefetchable(&l.body, &mut Vec::new(), &mut out);
+        // f32 loads go ahead only into a block held in shared memory: one step ahead in
+        // registers they spilled, and staged in a ring they ran 1-10% slower (docs/language.md).
+        if self.dtype.size_bytes() != 2 && !self.holds_block(l, &out) {
+            return Vec::new();
+        }
         out
     }
 
     fn collect_prefetchable(&self, body: &[Stmt], at: &mut Vec<(DimId, String)>, out: &mut Vec<Prefetch>) {
         for s in body {
             match s {
-                Stmt::Let { value, op: Op::Load { input, axes, .. } } if self.packed(*value) => {
+                Stmt::Let { value, op: Op::Load { input, axes, .. } } if self.read_in_runs(*value) => {
                     out.push(Prefetch { value: *value, input: *input, axes: axes.clone(), at: at.clone() });
                 }
                 Stmt::Loop(inner) if self.single_iteration(inner) => {
@@ -1421,9 +1434,9 @@ impl Emitter<'_> {
     }
 
     /// The loads of loop `l` that a staged loop before it left in shared memory ([`HeldRing`]):
-    /// a 16-bit tile of the same input, axes and shape, over the same block in the same steps.
+    /// a tile of the same input, axes and shape, over the same block in the same steps.
     fn held_loads(&self, l: &Loop) -> Vec<(Prefetch, HeldLoad)> {
-        if l.kind != LoopKind::Block || self.single_iteration(l) || self.dtype.size_bytes() != 2 {
+        if l.kind != LoopKind::Block || self.single_iteration(l) || self.held.is_empty() {
             return Vec::new();
         }
         let mut loads = Vec::new();
@@ -1585,7 +1598,7 @@ impl Emitter<'_> {
         if !loads.is_empty() && l.stages > 2 && self.dialect == Dialect::Cuda && ring_fits {
             return self.staged_rows(l, &loads, holds);
         }
-        if !loads.is_empty() {
+        if !loads.is_empty() && self.dtype.size_bytes() == 2 {
             return self.pipelined_rows(l, &loads);
         }
         let o = self.fresh("o");
@@ -1742,19 +1755,34 @@ impl Emitter<'_> {
                     let (end_ok, _) = e.address(axes, &lanes.shifted(axes[last], v - 1), stride);
                     format!("{} == 1 && {end_ok} && ((unsigned long long)(in{input} + a) & 15) == 0", stride(last))
                 };
+                // Runs a loop staged in shared memory (f32 loads of a held block, Self::prefetchable):
+                // read there where `f[c]` says the run was staged.
+                let staged = self.prefetched.iter().find(|(x, ..)| *x == id).map(|(_, q, f)| (q.clone(), f.clone()));
                 self.for_runs(&shape, v, |e, lanes, base| {
                     let (inside, addr) = e.address(axes, lanes, stride);
-                    e.line(&format!("const {} a = {addr};", super::GPU_INDEX));
+                    let run = match &staged {
+                        Some((q, _)) => format!("{q}[c]"),
+                        None => e.vector_load(&format!("in{input} + a"), axes),
+                    };
+                    // The offset, for the load or the reads element by element of a run not whole.
+                    if staged.is_none() || !e.whole_runs {
+                        e.line(&format!("const {} a = {addr};", super::GPU_INDEX));
+                    }
                     if e.whole_runs && inside == super::ALWAYS_VALID {
                         // Every lane valid here (full steps, a row per step): no branch.
-                        e.line(&format!("const uint4 q = {};", e.vector_load(&format!("in{input} + a"), axes)));
+                        e.line(&format!("const uint4 q = {run};"));
                         for (j, w) in words.iter().enumerate() {
                             e.line(&format!("{dst}[{base} + {j}] = {w};"));
                         }
                         return;
                     }
-                    e.line(&format!("if ({}) {{", if e.whole_runs { inside } else { aligned(e, lanes) }));
-                    e.line(&format!("    const uint4 q = {};", e.vector_load(&format!("in{input} + a"), axes)));
+                    let cond = match &staged {
+                        Some((_, f)) => format!("{f}[c]"),
+                        None if e.whole_runs => inside,
+                        None => aligned(e, lanes),
+                    };
+                    e.line(&format!("if ({cond}) {{"));
+                    e.line(&format!("    const uint4 q = {run};"));
                     for (j, w) in words.iter().enumerate() {
                         e.line(&format!("    {dst}[{base} + {j}] = {w};"));
                     }
