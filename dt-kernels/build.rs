@@ -412,12 +412,7 @@ fn kernels_rs(out_dir: &Path, specs: &[Spec], cuda: &CudaArtifacts, hip: Option<
             }
             None => "None".to_string(),
         };
-        let launch: Vec<String> = spec
-            .out
-            .cuda_launch
-            .iter()
-            .map(launch_row)
-            .collect();
+        let launch: Vec<String> = spec.out.cuda_launch.iter().map(launch_row).collect();
         let cpu: Vec<String> = spec.out.cpu_symbols.iter().map(|s| format!("({s:?}, {s} as CpuFn)")).collect();
         for s in &spec.out.cpu_symbols {
             let _ = writeln!(externs, "    fn {s}(args: *const DtArgs, first: i64, last: i64);");
@@ -430,12 +425,7 @@ fn kernels_rs(out_dir: &Path, specs: &[Spec], cuda: &CudaArtifacts, hip: Option<
                     m.bytes(&name, path).expect("absolute path");
                     objects.push(format!("({arch:?}, {name})"));
                 }
-                let rows: Vec<String> = spec
-                    .out
-                    .hip_launch
-                    .iter()
-                    .map(launch_row)
-                    .collect();
+                let rows: Vec<String> = spec.out.hip_launch.iter().map(launch_row).collect();
                 format!("    hip_objects: &[{}],\n    hip_launch: &[\n        {}\n    ],\n", objects.join(", "), rows.join(",\n        "))
             }
             None => String::new(),

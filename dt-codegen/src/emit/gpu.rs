@@ -262,7 +262,10 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
     let shared_bytes = shared_bytes + (e.ring_words * 4) as u32;
     let head =
         format!("/* kernel {} for {dtype}: grid {}; {threads} threads, {shared_bytes} bytes of shared memory */\n", k.name, k.grid.origin);
-    Ok((head + &e.out, LaunchInfo { symbol: symbol.to_string(), threads, shared_bytes, cluster: k.grid.cluster.map_or(1, |(_, n)| n), layouts }))
+    Ok((
+        head + &e.out,
+        LaunchInfo { symbol: symbol.to_string(), threads, shared_bytes, cluster: k.grid.cluster.map_or(1, |(_, n)| n), layouts },
+    ))
 }
 
 /// Assigns a shared-memory slot to every operand read under a shape or a layout other than its
