@@ -6322,8 +6322,8 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
     }
 }
 
-/* kernel softmax_256k for f32: grid block(x:1, y:32768); 1024 threads, 131328 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_256k_f32(const dt_args args) {
+/* kernel softmax_256k for f32: grid block(x:1, y:65536); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -6334,7 +6334,7 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n1 = (unsigned)(8);
+    const unsigned n1 = (unsigned)(4);
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
@@ -6351,9 +6351,9 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
             acc0[r] = (-INFINITY);
         }
         /* partial rmax over y, by runs of 8 lanes */
-        float acc4[8];
+        float acc4[16];
         #pragma unroll
-        for (int r = 0; r < 2; r++) {
+        for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
                 acc4[r] = (-INFINITY);
@@ -6367,106 +6367,33 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
             acc2[r] = 0e0f;
         }
         /* partial rsum over y, by runs of 8 lanes */
-        float acc5[8];
+        float acc5[16];
         #pragma unroll
-        for (int r = 0; r < 2; r++) {
+        for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
                 acc5[r] = 0e0f;
             }
         }
-        /* rmax softmax_256k.tensorize(y:8192) num_stages(4) + rsum softmax_256k.tensorize(y:8192) num_stages(4), in one pass: loads the block's steps, staged in shared memory */
-        uint4* const ring8 = (uint4*)(dt_smem + 64);
-        if ((b1 * 32768) < dt_min_ll(b1 * 32768 + 32768, s1)) {
-            bool fs9[2];
+        /* rmax softmax_256k.tensorize(y:16384) + rsum softmax_256k.tensorize(y:16384), in one pass */
+        for (long long o8 = b1 * 65536; o8 < dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o8 += 16384) {
+            float v43[16];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 1024 + tid) * 4;
-                const int l10 = (int)((unsigned)e / 8192u % 1u);
-                const int l11 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)((b1 * 32768) + l11) * (unsigned)args.input_strides[0][1];
-                fs9[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((b1 * 32768) + (l11 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fs9[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((b1 * 32768) - b1 * 32768) / 8192u)) * 2 + c) * 1024 + tid, in0 + a);
-            }
-            dt_cp_async_commit();
-        } else {
-            dt_cp_async_commit();
-        }
-        if (((b1 * 32768) + 8192) < dt_min_ll(b1 * 32768 + 32768, s1)) {
-            bool fs12[2];
-            #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 1024 + tid) * 4;
-                const int l13 = (int)((unsigned)e / 8192u % 1u);
-                const int l14 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(((b1 * 32768) + 8192) + l14) * (unsigned)args.input_strides[0][1];
-                fs12[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((b1 * 32768) + 8192) + (l14 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fs12[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)(((b1 * 32768) + 8192) - b1 * 32768) / 8192u)) * 2 + c) * 1024 + tid, in0 + a);
-            }
-            dt_cp_async_commit();
-        } else {
-            dt_cp_async_commit();
-        }
-        if ((((b1 * 32768) + 8192) + 8192) < dt_min_ll(b1 * 32768 + 32768, s1)) {
-            bool fs15[2];
-            #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 1024 + tid) * 4;
-                const int l16 = (int)((unsigned)e / 8192u % 1u);
-                const int l17 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)((((b1 * 32768) + 8192) + 8192) + l17) * (unsigned)args.input_strides[0][1];
-                fs15[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((b1 * 32768) + 8192) + 8192) + (l17 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fs15[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((b1 * 32768) + 8192) + 8192) - b1 * 32768) / 8192u)) * 2 + c) * 1024 + tid, in0 + a);
-            }
-            dt_cp_async_commit();
-        } else {
-            dt_cp_async_commit();
-        }
-        for (long long o18 = b1 * 32768; o18 < dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 8192) * 8192)); o18 += 8192) {
-            if ((((o18 + 8192) + 8192) + 8192) < dt_min_ll(b1 * 32768 + 32768, s1)) {
-                bool fs20[2];
-                #pragma unroll
-                for (int c = 0; c < 2; c++) {
-                    const int e = (c * 1024 + tid) * 4;
-                    const int l21 = (int)((unsigned)e / 8192u % 1u);
-                    const int l22 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)((((o18 + 8192) + 8192) + 8192) + l22) * (unsigned)args.input_strides[0][1];
-                    fs20[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((o18 + 8192) + 8192) + 8192) + (l22 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fs20[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((o18 + 8192) + 8192) + 8192) - b1 * 32768) / 8192u)) * 2 + c) * 1024 + tid, in0 + a);
-                }
-                dt_cp_async_commit();
-            } else {
-                dt_cp_async_commit();
-            }
-            dt_cp_async_wait<3>();
-            uint4 q23[2];
-            bool f24[2];
-            #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 1024 + tid) * 4;
-                const int l25 = (int)((unsigned)e / 8192u % 1u);
-                const int l26 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(o18 + l26) * (unsigned)args.input_strides[0][1];
-                f24[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f24[c]) q23[c] = ring8[0 + (((unsigned)(o18 - b1 * 32768) / 8192u) * 2 + c) * 1024 + tid];
-            }
-            float v43[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v43[r] = acc4[r];
                 }
             }
-            float v44[8];
+            float v44[16];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
+            for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l29 = (int)((unsigned)e / 8192u % 1u);
-                const int l30 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(o18 + l30) * (unsigned)args.input_strides[0][1];
-                if (f24[c]) {
-                    const uint4 q = q23[c];
+                const int l11 = (int)((unsigned)e / 16384u % 1u);
+                const int l12 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
                     v44[c * 4 + 0] = __uint_as_float(q.x);
                     v44[c * 4 + 1] = __uint_as_float(q.y);
                     v44[c * 4 + 2] = __uint_as_float(q.z);
@@ -6478,24 +6405,24 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
                     v44[c * 4 + 3] = (1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
                 }
             }
-            float v45[8];
+            float v45[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v45[r] = fmaxf((fmaxf(v44[r * 4 + 0], v44[r * 4 + 1])), (fmaxf(v44[r * 4 + 2], v44[r * 4 + 3])));
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     acc4[r] = fmaxf(acc4[r], v45[r]);
                 }
             }
-            float v46[8];
+            float v46[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v46[r] = acc4[r];
@@ -6513,155 +6440,142 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
                 (void)r; (void)e;
                 v48[r] = 0e0f;
             }
-            float v49[8];
+            float v49[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v49[r] = ((v46[r]) == (v47[0]) ? 1.0f : 0.0f);
                 }
             }
-            float v50[8];
+            float v50[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v50[r] = v49[r] != 0.0f ? v48[0] : v46[r];
                 }
             }
-            float v51[8];
+            float v51[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v51[r] = (v43[r] - v50[r]);
                 }
             }
-            float v52[8];
+            float v52[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v52[r] = expf(v51[r]);
                 }
             }
-            float v53[8];
+            float v53[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v53[r] = (v44[r] - v50[r / 4]);
                 }
             }
-            float v54[8];
+            float v54[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v54[r] = expf(v53[r]);
                 }
             }
-            float v55[8];
+            float v55[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v55[r] = (v54[r * 4 + 0] + v54[r * 4 + 1]) + (v54[r * 4 + 2] + v54[r * 4 + 3]);
                 }
             }
-            float v56[8];
+            float v56[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v56[r] = acc5[r];
                 }
             }
-            float v57[8];
+            float v57[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v57[r] = (v56[r] * v52[r]);
                 }
             }
-            float v58[8];
+            float v58[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v58[r] = (v57[r] + v55[r]);
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     acc5[r] = v58[r];
                 }
             }
         }
-        dt_cp_async_wait<0>(); /* the block held in shared memory */
-        /* rmax softmax_256k.tensorize(y:8192) num_stages(4) + rsum softmax_256k.tensorize(y:8192) num_stages(4), in one pass */
-        for (long long o59 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 8192) * 8192)); o59 < dt_min_ll(b1 * 32768 + 32768, s1); o59 += 8192) {
-            const uint4* const held60 = (const uint4*)(dt_smem + 64);
-            uint4 q61[2];
-            bool f62[2];
+        /* rmax softmax_256k.tensorize(y:16384) + rsum softmax_256k.tensorize(y:16384), in one pass */
+        for (long long o41 = dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o41 < dt_min_ll(b1 * 65536 + 65536, s1); o41 += 16384) {
+            float v21[16];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 1024 + tid) * 4;
-                const int l63 = (int)((unsigned)e / 8192u % 1u);
-                const int l64 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l63) * (unsigned)args.input_strides[0][0] + (unsigned)(o59 + l64) * (unsigned)args.input_strides[0][1];
-                f62[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o59 + (l64 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f62[c]) q61[c] = held60[0 + (((unsigned)(o59 - b1 * 32768) / 8192u) * 2 + c) * 1024 + tid];
-            }
-            float v21[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v21[r] = acc4[r];
                 }
             }
-            float v0[8];
+            float v0[16];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
+            for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l67 = (int)((unsigned)e / 8192u % 1u);
-                const int l68 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l67) * (unsigned)args.input_strides[0][0] + (unsigned)(o59 + l68) * (unsigned)args.input_strides[0][1];
-                if (f62[c]) {
-                    const uint4 q = q61[c];
+                const int l44 = (int)((unsigned)e / 16384u % 1u);
+                const int l45 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l44) * (unsigned)args.input_strides[0][0] + (unsigned)(o41 + l45) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o41 + (l45 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
                     v0[c * 4 + 2] = __uint_as_float(q.z);
                     v0[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v0[c * 4 + 0] = ((unsigned)(o59 + l68) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 4 + 1] = ((unsigned)(o59 + (l68 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 4 + 2] = ((unsigned)(o59 + (l68 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 4 + 3] = ((unsigned)(o59 + (l68 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 0] = ((unsigned)(o41 + l45) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 1] = ((unsigned)(o41 + (l45 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 2] = ((unsigned)(o41 + (l45 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 3] = ((unsigned)(o41 + (l45 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
                 }
             }
-            float v22[8];
+            float v22[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v22[r] = fmaxf((fmaxf(v0[r * 4 + 0], v0[r * 4 + 1])), (fmaxf(v0[r * 4 + 2], v0[r * 4 + 3])));
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     acc4[r] = fmaxf(acc4[r], v22[r]);
                 }
             }
-            float v23[8];
+            float v23[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v23[r] = acc4[r];
@@ -6679,129 +6593,129 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
                 (void)r; (void)e;
                 v25[r] = 0e0f;
             }
-            float v26[8];
+            float v26[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v26[r] = ((v23[r]) == (v24[0]) ? 1.0f : 0.0f);
                 }
             }
-            float v27[8];
+            float v27[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v27[r] = v26[r] != 0.0f ? v25[0] : v23[r];
                 }
             }
-            float v28[8];
+            float v28[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v28[r] = (v21[r] - v27[r]);
                 }
             }
-            float v29[8];
+            float v29[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v29[r] = expf(v28[r]);
                 }
             }
-            float v5[8];
+            float v5[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l84 = (int)((unsigned)e / 1u % 8192u);
-                    v5[r] = ((unsigned)(o59 + l84) < (unsigned)s1) ? v0[r] : 0e0f;
+                    const int l61 = (int)((unsigned)e / 1u % 16384u);
+                    v5[r] = ((unsigned)(o41 + l61) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
-            float v7[8];
+            float v7[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v7[r] = (v5[r] - v27[r / 4]);
                 }
             }
-            float v8[8];
+            float v8[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v8[r] = expf(v7[r]);
                 }
             }
-            float v9[8];
+            float v9[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l90 = (int)((unsigned)e / 1u % 8192u);
-                    v9[r] = ((unsigned)(o59 + l90) < (unsigned)s1) ? v8[r] : 0e0f;
+                    const int l67 = (int)((unsigned)e / 1u % 16384u);
+                    v9[r] = ((unsigned)(o41 + l67) < (unsigned)s1) ? v8[r] : 0e0f;
                 }
             }
-            float v30[8];
+            float v30[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v30[r] = (v9[r * 4 + 0] + v9[r * 4 + 1]) + (v9[r * 4 + 2] + v9[r * 4 + 3]);
                 }
             }
-            float v31[8];
+            float v31[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v31[r] = acc5[r];
                 }
             }
-            float v32[8];
+            float v32[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v32[r] = (v31[r] * v29[r]);
                 }
             }
-            float v33[8];
+            float v33[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v33[r] = (v32[r] + v30[r]);
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     acc5[r] = v33[r];
                 }
             }
         }
-        float v19[8];
+        float v19[16];
         #pragma unroll
-        for (int r = 0; r < 2; r++) {
+        for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
                 v19[r] = acc4[r];
             }
         }
         float v2[1];
-        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
+        /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 2; q++) p[i] = fmaxf(p[i], v19[i * 2 + q]);
+                for (int q = 0; q < 4; q++) p[i] = fmaxf(p[i], v19[i * 4 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
@@ -6811,9 +6725,9 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a104 = (-INFINITY);
-            for (int g = 0; g < 32; g++) a104 = fmaxf(a104, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a104;
+            float a81 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a81 = fmaxf(a81, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a81;
         }
         {
             const int r = 0, e = 0;
@@ -6827,19 +6741,19 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
             v3[r] = acc0[r];
         }
         float v4[1];
-        /* rmax over the 8 programs of the cluster along y */
-        __shared__ float cl107[1];
-        if (tid == 0) cl107[0] = v3[0];
+        /* rmax over the 4 programs of the cluster along y */
+        __shared__ float cl84[1];
+        if (tid == 0) cl84[0] = v3[0];
         dt_cluster_sync();
         {
-            float p = (tid % 32) < 8 ? dt_cluster_load(&cl107[0], (unsigned)(tid % 32)) : (-INFINITY);
+            float p = (tid % 32) < 4 ? dt_cluster_load(&cl84[0], (unsigned)(tid % 32)) : (-INFINITY);
             for (int m = 16; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 32));
             v4[0] = p;
         }
         dt_cluster_arrive();
-        float v34[8];
+        float v34[16];
         #pragma unroll
-        for (int r = 0; r < 2; r++) {
+        for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
                 v34[r] = acc5[r];
@@ -6869,39 +6783,39 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
             (void)r; (void)e;
             v39[r] = v38[0] != 0.0f ? v37[0] : v4[0];
         }
-        float v40[8];
+        float v40[16];
         #pragma unroll
-        for (int r = 0; r < 2; r++) {
+        for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
                 v40[r] = (v19[r] - v39[0]);
             }
         }
-        float v41[8];
+        float v41[16];
         #pragma unroll
-        for (int r = 0; r < 2; r++) {
+        for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
                 v41[r] = expf(v40[r]);
             }
         }
-        float v42[8];
+        float v42[16];
         #pragma unroll
-        for (int r = 0; r < 2; r++) {
+        for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
                 v42[r] = (v34[r] * v41[r]);
             }
         }
         float v10[1];
-        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
+        /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 2; q++) p[i] = p[i] + v42[i * 2 + q];
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v42[i * 4 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
@@ -6910,9 +6824,9 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a119 = 0e0f;
-            for (int g = 0; g < 32; g++) a119 = a119 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v10[r] = a119;
+            float a96 = 0e0f;
+            for (int g = 0; g < 32; g++) a96 = a96 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v10[r] = a96;
         }
         {
             const int r = 0, e = 0;
@@ -6926,98 +6840,85 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
             v11[r] = acc2[r];
         }
         float v12[1];
-        /* rsum over the 8 programs of the cluster along y */
-        __shared__ float cl122[1];
+        /* rsum over the 4 programs of the cluster along y */
+        __shared__ float cl99[1];
         dt_cluster_wait();
-        if (tid == 0) cl122[0] = v11[0];
+        if (tid == 0) cl99[0] = v11[0];
         dt_cluster_sync();
         {
-            float p = (tid % 32) < 8 ? dt_cluster_load(&cl122[0], (unsigned)(tid % 32)) : 0e0f;
+            float p = (tid % 32) < 4 ? dt_cluster_load(&cl99[0], (unsigned)(tid % 32)) : 0e0f;
             for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
             v12[0] = p;
         }
         dt_cluster_arrive();
         dt_cluster_wait();
-        dt_cp_async_wait<0>(); /* the block held in shared memory */
-        /* block(y:32768) softmax_256k.tensorize(y:8192) num_stages(4) */
-        for (long long o123 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 8192) - 1) * 8192; o123 >= b1 * 32768; o123 -= 8192) {
-            const uint4* const held124 = (const uint4*)(dt_smem + 64);
-            uint4 q125[2];
-            bool f126[2];
+        /* block(y:65536) softmax_256k.tensorize(y:16384) */
+        for (long long o100 = b1 * 65536 + (dt_cdiv(dt_min_ll(b1 * 65536 + 65536, s1) - (b1 * 65536), 16384) - 1) * 16384; o100 >= b1 * 65536; o100 -= 16384) {
+            float v13[16];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
+            for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l127 = (int)((unsigned)e / 8192u % 1u);
-                const int l128 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l127) * (unsigned)args.input_strides[0][0] + (unsigned)(o123 + l128) * (unsigned)args.input_strides[0][1];
-                f126[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o123 + (l128 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f126[c]) q125[c] = held124[0 + (((unsigned)(o123 - b1 * 32768) / 8192u) * 2 + c) * 1024 + tid];
-            }
-            float v13[8];
-            #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 1024 + tid) * 4;
-                const int l129 = (int)((unsigned)e / 8192u % 1u);
-                const int l130 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l129) * (unsigned)args.input_strides[0][0] + (unsigned)(o123 + l130) * (unsigned)args.input_strides[0][1];
-                if (f126[c]) {
-                    const uint4 q = q125[c];
+                const int l101 = (int)((unsigned)e / 16384u % 1u);
+                const int l102 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l101) * (unsigned)args.input_strides[0][0] + (unsigned)(o100 + l102) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o100 + (l102 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v13[c * 4 + 0] = __uint_as_float(q.x);
                     v13[c * 4 + 1] = __uint_as_float(q.y);
                     v13[c * 4 + 2] = __uint_as_float(q.z);
                     v13[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v13[c * 4 + 0] = ((unsigned)(o123 + l130) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v13[c * 4 + 1] = ((unsigned)(o123 + (l130 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v13[c * 4 + 2] = ((unsigned)(o123 + (l130 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v13[c * 4 + 3] = ((unsigned)(o123 + (l130 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v13[c * 4 + 0] = ((unsigned)(o100 + l102) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v13[c * 4 + 1] = ((unsigned)(o100 + (l102 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v13[c * 4 + 2] = ((unsigned)(o100 + (l102 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v13[c * 4 + 3] = ((unsigned)(o100 + (l102 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            float v15[8];
+            float v15[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v15[r] = (v13[r] - v4[0]);
                 }
             }
-            float v16[8];
+            float v16[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v16[r] = expf(v15[r]);
                 }
             }
-            float v18[8];
+            float v18[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v18[r] = (v16[r] / v12[0]);
                 }
             }
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
+            for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l137 = (int)((unsigned)e / 8192u % 1u);
-                const int l138 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l137) * (unsigned)args.output_strides[0] + (unsigned)(o123 + l138) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o123 + (l138 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l109 = (int)((unsigned)e / 16384u % 1u);
+                const int l110 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.output_strides[0] + (unsigned)(o100 + l110) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o100 + (l110 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v18[c * 4 + 0]), __float_as_uint(v18[c * 4 + 1]), __float_as_uint(v18[c * 4 + 2]), __float_as_uint(v18[c * 4 + 3])));
                 } else {
-                    if ((unsigned)(o123 + l138) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 0]);
-                    if ((unsigned)(o123 + (l138 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 1]);
-                    if ((unsigned)(o123 + (l138 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 2]);
-                    if ((unsigned)(o123 + (l138 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 3]);
+                    if ((unsigned)(o100 + l110) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 0]);
+                    if ((unsigned)(o100 + (l110 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 1]);
+                    if ((unsigned)(o100 + (l110 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 2]);
+                    if ((unsigned)(o100 + (l110 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 3]);
                 }
             }
         }
     }
 }
 
-/* kernel softmax_256k for f32: grid block(x:1, y:32768); 1024 threads, 131328 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_256k_f32_whole(const dt_args args) {
+/* kernel softmax_256k for f32: grid block(x:1, y:65536); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k_f32_whole(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -7028,7 +6929,7 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n1 = (unsigned)(8);
+    const unsigned n1 = (unsigned)(4);
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
@@ -7045,9 +6946,9 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
             acc0[r] = (-INFINITY);
         }
         /* partial rmax over y, by runs of 8 lanes */
-        float acc4[8];
+        float acc4[16];
         #pragma unroll
-        for (int r = 0; r < 2; r++) {
+        for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
                 acc4[r] = (-INFINITY);
@@ -7061,120 +6962,55 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
             acc2[r] = 0e0f;
         }
         /* partial rsum over y, by runs of 8 lanes */
-        float acc5[8];
+        float acc5[16];
         #pragma unroll
-        for (int r = 0; r < 2; r++) {
+        for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
                 acc5[r] = 0e0f;
             }
         }
-        /* rmax softmax_256k.tensorize(y:8192) num_stages(4) + rsum softmax_256k.tensorize(y:8192) num_stages(4), in one pass: loads the block's steps, staged in shared memory */
-        uint4* const ring8 = (uint4*)(dt_smem + 64);
-        if ((b1 * 32768) < dt_min_ll(b1 * 32768 + 32768, s1)) {
-            bool fs9[2];
+        /* rmax softmax_256k.tensorize(y:16384) + rsum softmax_256k.tensorize(y:16384), in one pass */
+        for (long long o8 = b1 * 65536; o8 < dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o8 += 16384) {
+            float v43[16];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 1024 + tid) * 4;
-                const int l10 = (int)((unsigned)e / 8192u % 1u);
-                const int l11 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)((b1 * 32768) + l11) * (unsigned)args.input_strides[0][1];
-                fs9[c] = (unsigned)((b1 * 32768) + l11) < (unsigned)s1;
-                if (fs9[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((b1 * 32768) - b1 * 32768) / 8192u)) * 2 + c) * 1024 + tid, in0 + a);
-            }
-            dt_cp_async_commit();
-        } else {
-            dt_cp_async_commit();
-        }
-        if (((b1 * 32768) + 8192) < dt_min_ll(b1 * 32768 + 32768, s1)) {
-            bool fs12[2];
-            #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 1024 + tid) * 4;
-                const int l13 = (int)((unsigned)e / 8192u % 1u);
-                const int l14 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(((b1 * 32768) + 8192) + l14) * (unsigned)args.input_strides[0][1];
-                fs12[c] = (unsigned)(((b1 * 32768) + 8192) + l14) < (unsigned)s1;
-                if (fs12[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)(((b1 * 32768) + 8192) - b1 * 32768) / 8192u)) * 2 + c) * 1024 + tid, in0 + a);
-            }
-            dt_cp_async_commit();
-        } else {
-            dt_cp_async_commit();
-        }
-        if ((((b1 * 32768) + 8192) + 8192) < dt_min_ll(b1 * 32768 + 32768, s1)) {
-            bool fs15[2];
-            #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 1024 + tid) * 4;
-                const int l16 = (int)((unsigned)e / 8192u % 1u);
-                const int l17 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)((((b1 * 32768) + 8192) + 8192) + l17) * (unsigned)args.input_strides[0][1];
-                fs15[c] = (unsigned)((((b1 * 32768) + 8192) + 8192) + l17) < (unsigned)s1;
-                if (fs15[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((b1 * 32768) + 8192) + 8192) - b1 * 32768) / 8192u)) * 2 + c) * 1024 + tid, in0 + a);
-            }
-            dt_cp_async_commit();
-        } else {
-            dt_cp_async_commit();
-        }
-        for (long long o18 = b1 * 32768; o18 < dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 8192) * 8192)); o18 += 8192) {
-            if ((((o18 + 8192) + 8192) + 8192) < dt_min_ll(b1 * 32768 + 32768, s1)) {
-                bool fs20[2];
-                #pragma unroll
-                for (int c = 0; c < 2; c++) {
-                    const int e = (c * 1024 + tid) * 4;
-                    const int l21 = (int)((unsigned)e / 8192u % 1u);
-                    const int l22 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)((((o18 + 8192) + 8192) + 8192) + l22) * (unsigned)args.input_strides[0][1];
-                    fs20[c] = (unsigned)((((o18 + 8192) + 8192) + 8192) + l22) < (unsigned)s1;
-                    if (fs20[c]) dt_cp_async16(ring8 + 0 + ((((unsigned)((((o18 + 8192) + 8192) + 8192) - b1 * 32768) / 8192u)) * 2 + c) * 1024 + tid, in0 + a);
-                }
-                dt_cp_async_commit();
-            } else {
-                dt_cp_async_commit();
-            }
-            dt_cp_async_wait<3>();
-            uint4 q23[2];
-            bool f24[2];
-            #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                f24[c] = 1;
-                if (f24[c]) q23[c] = ring8[0 + (((unsigned)(o18 - b1 * 32768) / 8192u) * 2 + c) * 1024 + tid];
-            }
-            float v43[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v43[r] = acc4[r];
                 }
             }
-            float v44[8];
+            float v44[16];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const uint4 q = q23[c];
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l11 = (int)((unsigned)e / 16384u % 1u);
+                const int l12 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
+                const uint4 q = *(const uint4*)(in0 + a);
                 v44[c * 4 + 0] = __uint_as_float(q.x);
                 v44[c * 4 + 1] = __uint_as_float(q.y);
                 v44[c * 4 + 2] = __uint_as_float(q.z);
                 v44[c * 4 + 3] = __uint_as_float(q.w);
             }
-            float v45[8];
+            float v45[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v45[r] = fmaxf((fmaxf(v44[r * 4 + 0], v44[r * 4 + 1])), (fmaxf(v44[r * 4 + 2], v44[r * 4 + 3])));
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     acc4[r] = fmaxf(acc4[r], v45[r]);
                 }
             }
-            float v46[8];
+            float v46[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v46[r] = acc4[r];
@@ -7192,120 +7028,113 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
                 (void)r; (void)e;
                 v48[r] = 0e0f;
             }
-            float v49[8];
+            float v49[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v49[r] = ((v46[r]) == (v47[0]) ? 1.0f : 0.0f);
                 }
             }
-            float v50[8];
+            float v50[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v50[r] = v49[r] != 0.0f ? v48[0] : v46[r];
                 }
             }
-            float v51[8];
+            float v51[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v51[r] = (v43[r] - v50[r]);
                 }
             }
-            float v52[8];
+            float v52[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v52[r] = expf(v51[r]);
                 }
             }
-            float v53[8];
+            float v53[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v53[r] = (v44[r] - v50[r / 4]);
                 }
             }
-            float v54[8];
+            float v54[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v54[r] = expf(v53[r]);
                 }
             }
-            float v55[8];
+            float v55[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v55[r] = (v54[r * 4 + 0] + v54[r * 4 + 1]) + (v54[r * 4 + 2] + v54[r * 4 + 3]);
                 }
             }
-            float v56[8];
+            float v56[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v56[r] = acc5[r];
                 }
             }
-            float v57[8];
+            float v57[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v57[r] = (v56[r] * v52[r]);
                 }
             }
-            float v58[8];
+            float v58[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v58[r] = (v57[r] + v55[r]);
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     acc5[r] = v58[r];
                 }
             }
         }
-        dt_cp_async_wait<0>(); /* the block held in shared memory */
-        /* rmax softmax_256k.tensorize(y:8192) num_stages(4) + rsum softmax_256k.tensorize(y:8192) num_stages(4), in one pass */
-        for (long long o59 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 8192) * 8192)); o59 < dt_min_ll(b1 * 32768 + 32768, s1); o59 += 8192) {
-            const uint4* const held60 = (const uint4*)(dt_smem + 64);
-            uint4 q61[2];
-            bool f62[2];
+        /* rmax softmax_256k.tensorize(y:16384) + rsum softmax_256k.tensorize(y:16384), in one pass */
+        for (long long o41 = dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o41 < dt_min_ll(b1 * 65536 + 65536, s1); o41 += 16384) {
+            float v21[16];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 1024 + tid) * 4;
-                const int l64 = (int)((unsigned)e / 1u % 8192u);
-                f62[c] = (unsigned)(o59 + l64) < (unsigned)s1;
-                if (f62[c]) q61[c] = held60[0 + (((unsigned)(o59 - b1 * 32768) / 8192u) * 2 + c) * 1024 + tid];
-            }
-            float v21[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v21[r] = acc4[r];
                 }
             }
-            float v0[8];
+            float v0[16];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                if (f62[c]) {
-                    const uint4 q = q61[c];
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l44 = (int)((unsigned)e / 16384u % 1u);
+                const int l45 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l44) * (unsigned)args.input_strides[0][0] + (unsigned)(o41 + l45) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)(o41 + l45) < (unsigned)s1) {
+                    const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
                     v0[c * 4 + 2] = __uint_as_float(q.z);
@@ -7317,24 +7146,24 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
                     v0[c * 4 + 3] = (-INFINITY);
                 }
             }
-            float v22[8];
+            float v22[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v22[r] = fmaxf((fmaxf(v0[r * 4 + 0], v0[r * 4 + 1])), (fmaxf(v0[r * 4 + 2], v0[r * 4 + 3])));
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     acc4[r] = fmaxf(acc4[r], v22[r]);
                 }
             }
-            float v23[8];
+            float v23[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v23[r] = acc4[r];
@@ -7352,127 +7181,127 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
                 (void)r; (void)e;
                 v25[r] = 0e0f;
             }
-            float v26[8];
+            float v26[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v26[r] = ((v23[r]) == (v24[0]) ? 1.0f : 0.0f);
                 }
             }
-            float v27[8];
+            float v27[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v27[r] = v26[r] != 0.0f ? v25[0] : v23[r];
                 }
             }
-            float v28[8];
+            float v28[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v28[r] = (v21[r] - v27[r]);
                 }
             }
-            float v29[8];
+            float v29[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v29[r] = expf(v28[r]);
                 }
             }
-            float v5[8];
+            float v5[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v5[r] = ((unsigned)(o59 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) / 1u % 8192u)) < (unsigned)s1) ? v0[r] : 0e0f;
+                    v5[r] = ((unsigned)(o41 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) / 1u % 16384u)) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
-            float v7[8];
+            float v7[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v7[r] = (v5[r] - v27[r / 4]);
                 }
             }
-            float v8[8];
+            float v8[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v8[r] = expf(v7[r]);
                 }
             }
-            float v9[8];
+            float v9[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v9[r] = ((unsigned)(o59 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) / 1u % 8192u)) < (unsigned)s1) ? v8[r] : 0e0f;
+                    v9[r] = ((unsigned)(o41 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) / 1u % 16384u)) < (unsigned)s1) ? v8[r] : 0e0f;
                 }
             }
-            float v30[8];
+            float v30[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v30[r] = (v9[r * 4 + 0] + v9[r * 4 + 1]) + (v9[r * 4 + 2] + v9[r * 4 + 3]);
                 }
             }
-            float v31[8];
+            float v31[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v31[r] = acc5[r];
                 }
             }
-            float v32[8];
+            float v32[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v32[r] = (v31[r] * v29[r]);
                 }
             }
-            float v33[8];
+            float v33[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     v33[r] = (v32[r] + v30[r]);
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
                     acc5[r] = v33[r];
                 }
             }
         }
-        float v19[8];
+        float v19[16];
         #pragma unroll
-        for (int r = 0; r < 2; r++) {
+        for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
                 v19[r] = acc4[r];
             }
         }
         float v2[1];
-        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
+        /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 2; q++) p[i] = fmaxf(p[i], v19[i * 2 + q]);
+                for (int q = 0; q < 4; q++) p[i] = fmaxf(p[i], v19[i * 4 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
@@ -7482,9 +7311,9 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a104 = (-INFINITY);
-            for (int g = 0; g < 32; g++) a104 = fmaxf(a104, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a104;
+            float a81 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a81 = fmaxf(a81, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a81;
         }
         {
             const int r = 0, e = 0;
@@ -7498,19 +7327,19 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
             v3[r] = acc0[r];
         }
         float v4[1];
-        /* rmax over the 8 programs of the cluster along y */
-        __shared__ float cl107[1];
-        if (tid == 0) cl107[0] = v3[0];
+        /* rmax over the 4 programs of the cluster along y */
+        __shared__ float cl84[1];
+        if (tid == 0) cl84[0] = v3[0];
         dt_cluster_sync();
         {
-            float p = (tid % 32) < 8 ? dt_cluster_load(&cl107[0], (unsigned)(tid % 32)) : (-INFINITY);
+            float p = (tid % 32) < 4 ? dt_cluster_load(&cl84[0], (unsigned)(tid % 32)) : (-INFINITY);
             for (int m = 16; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 32));
             v4[0] = p;
         }
         dt_cluster_arrive();
-        float v34[8];
+        float v34[16];
         #pragma unroll
-        for (int r = 0; r < 2; r++) {
+        for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
                 v34[r] = acc5[r];
@@ -7540,39 +7369,39 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
             (void)r; (void)e;
             v39[r] = v38[0] != 0.0f ? v37[0] : v4[0];
         }
-        float v40[8];
+        float v40[16];
         #pragma unroll
-        for (int r = 0; r < 2; r++) {
+        for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
                 v40[r] = (v19[r] - v39[0]);
             }
         }
-        float v41[8];
+        float v41[16];
         #pragma unroll
-        for (int r = 0; r < 2; r++) {
+        for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
                 v41[r] = expf(v40[r]);
             }
         }
-        float v42[8];
+        float v42[16];
         #pragma unroll
-        for (int r = 0; r < 2; r++) {
+        for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
                 v42[r] = (v34[r] * v41[r]);
             }
         }
         float v10[1];
-        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
+        /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 2; q++) p[i] = p[i] + v42[i * 2 + q];
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v42[i * 4 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
@@ -7581,9 +7410,9 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a119 = 0e0f;
-            for (int g = 0; g < 32; g++) a119 = a119 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v10[r] = a119;
+            float a96 = 0e0f;
+            for (int g = 0; g < 32; g++) a96 = a96 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v10[r] = a96;
         }
         {
             const int r = 0, e = 0;
@@ -7597,36 +7426,29 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
             v11[r] = acc2[r];
         }
         float v12[1];
-        /* rsum over the 8 programs of the cluster along y */
-        __shared__ float cl122[1];
+        /* rsum over the 4 programs of the cluster along y */
+        __shared__ float cl99[1];
         dt_cluster_wait();
-        if (tid == 0) cl122[0] = v11[0];
+        if (tid == 0) cl99[0] = v11[0];
         dt_cluster_sync();
         {
-            float p = (tid % 32) < 8 ? dt_cluster_load(&cl122[0], (unsigned)(tid % 32)) : 0e0f;
+            float p = (tid % 32) < 4 ? dt_cluster_load(&cl99[0], (unsigned)(tid % 32)) : 0e0f;
             for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
             v12[0] = p;
         }
         dt_cluster_arrive();
         dt_cluster_wait();
-        dt_cp_async_wait<0>(); /* the block held in shared memory */
-        /* block(y:32768) softmax_256k.tensorize(y:8192) num_stages(4) */
-        for (long long o123 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 8192) - 1) * 8192; o123 >= b1 * 32768; o123 -= 8192) {
-            const uint4* const held124 = (const uint4*)(dt_smem + 64);
-            uint4 q125[2];
-            bool f126[2];
+        /* block(y:65536) softmax_256k.tensorize(y:16384) */
+        for (long long o100 = b1 * 65536 + (dt_cdiv(dt_min_ll(b1 * 65536 + 65536, s1) - (b1 * 65536), 16384) - 1) * 16384; o100 >= b1 * 65536; o100 -= 16384) {
+            float v13[16];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
+            for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l128 = (int)((unsigned)e / 1u % 8192u);
-                f126[c] = (unsigned)(o123 + l128) < (unsigned)s1;
-                if (f126[c]) q125[c] = held124[0 + (((unsigned)(o123 - b1 * 32768) / 8192u) * 2 + c) * 1024 + tid];
-            }
-            float v13[8];
-            #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                if (f126[c]) {
-                    const uint4 q = q125[c];
+                const int l101 = (int)((unsigned)e / 16384u % 1u);
+                const int l102 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l101) * (unsigned)args.input_strides[0][0] + (unsigned)(o100 + l102) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)(o100 + l102) < (unsigned)s1) {
+                    const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v13[c * 4 + 0] = __uint_as_float(q.x);
                     v13[c * 4 + 1] = __uint_as_float(q.y);
                     v13[c * 4 + 2] = __uint_as_float(q.z);
@@ -7638,37 +7460,37 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
                     v13[c * 4 + 3] = 0e0f;
                 }
             }
-            float v15[8];
+            float v15[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v15[r] = (v13[r] - v4[0]);
                 }
             }
-            float v16[8];
+            float v16[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v16[r] = expf(v15[r]);
                 }
             }
-            float v18[8];
+            float v18[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v18[r] = (v16[r] / v12[0]);
                 }
             }
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
+            for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l137 = (int)((unsigned)e / 8192u % 1u);
-                const int l138 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l137) * (unsigned)args.output_strides[0] + (unsigned)(o123 + l138) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o123 + l138) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v18[c * 4 + 0]), __float_as_uint(v18[c * 4 + 1]), __float_as_uint(v18[c * 4 + 2]), __float_as_uint(v18[c * 4 + 3])));
+                const int l109 = (int)((unsigned)e / 16384u % 1u);
+                const int l110 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.output_strides[0] + (unsigned)(o100 + l110) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o100 + l110) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v18[c * 4 + 0]), __float_as_uint(v18[c * 4 + 1]), __float_as_uint(v18[c * 4 + 2]), __float_as_uint(v18[c * 4 + 3])));
             }
         }
     }
