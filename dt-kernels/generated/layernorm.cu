@@ -2062,6 +2062,516 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32_whole(c
     }
 }
 
+/* kernel layernorm_4k_f32 for f32: grid block(x:1); 256 threads, 64 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
+    const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
+    const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
+    float* __restrict__ out = (float*)args.output; /* layernorm_4k_f32 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) layernorm_4k_f32.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        float v0[16];
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 256 + tid) * 4;
+            const int l3 = (int)((unsigned)e / 4096u % 1u);
+            const int l4 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
+            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 4 + 0] = __uint_as_float(q.x);
+                v0[c * 4 + 1] = __uint_as_float(q.y);
+                v0[c * 4 + 2] = __uint_as_float(q.z);
+                v0[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v0[c * 4 + 0] = ((unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 1] = ((unsigned)(0 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 2] = ((unsigned)(0 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 3] = ((unsigned)(0 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v0[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a6 = 0e0f;
+            for (int g = 0; g < 8; g++) a6 = a6 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a6;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v4[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v4[r] = (float)s1;
+        }
+        float v5[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v5[r] = (v3[0] / v4[0]);
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            (void)e; {
+                v8[r] = (v0[r] - v5[0]);
+            }
+        }
+        float v12[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            (void)e; {
+                v12[r] = (v8[r] * v8[r]);
+            }
+        }
+        float v13[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            (void)e; {
+                const int l16 = (int)((unsigned)e / 1u % 4096u);
+                v13[r] = ((unsigned)(0 + l16) < (unsigned)s1) ? v12[r] : 0e0f;
+            }
+        }
+        float v14[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a18 = 0e0f;
+            for (int g = 0; g < 8; g++) a18 = a18 + ((dt_smem + 0) + 8)[g * 1 + e];
+            v14[r] = a18;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v14[0];
+        }
+        float v15[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v15[r] = acc2[r];
+        }
+        float v17[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v17[r] = (v15[0] / v4[0]);
+        }
+        float v22[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v22[r] = args.scalars[0];
+        }
+        float v23[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
+        }
+        float v24[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_rsqrt(v23[0]);
+        }
+        float v25[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            (void)e; {
+                v25[r] = (v8[r] * v24[0]);
+            }
+        }
+        float v26[16];
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 256 + tid) * 4;
+            const int l26 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(0 + l26) * (unsigned)args.input_strides[1][0];
+            if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l26 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in1 + a);
+                v26[c * 4 + 0] = __uint_as_float(q.x);
+                v26[c * 4 + 1] = __uint_as_float(q.y);
+                v26[c * 4 + 2] = __uint_as_float(q.z);
+                v26[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v26[c * 4 + 0] = ((unsigned)(0 + l26) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 1] = ((unsigned)(0 + (l26 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 2] = ((unsigned)(0 + (l26 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 3] = ((unsigned)(0 + (l26 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+            }
+        }
+        float v27[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            (void)e; {
+                v27[r] = (v25[r] * v26[r]);
+            }
+        }
+        float v28[16];
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 256 + tid) * 4;
+            const int l29 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(0 + l29) * (unsigned)args.input_strides[2][0];
+            if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l29 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in2 + a);
+                v28[c * 4 + 0] = __uint_as_float(q.x);
+                v28[c * 4 + 1] = __uint_as_float(q.y);
+                v28[c * 4 + 2] = __uint_as_float(q.z);
+                v28[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v28[c * 4 + 0] = ((unsigned)(0 + l29) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 1] = ((unsigned)(0 + (l29 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 2] = ((unsigned)(0 + (l29 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 3] = ((unsigned)(0 + (l29 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+            }
+        }
+        float v29[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            (void)e; {
+                v29[r] = (v27[r] + v28[r]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 256 + tid) * 4;
+            const int l32 = (int)((unsigned)e / 4096u % 1u);
+            const int l33 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
+            } else {
+                if ((unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                if ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                if ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                if ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+            }
+        }
+    }
+}
+
+/* kernel layernorm_4k_f32 for f32: grid block(x:1); 256 threads, 64 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32_whole(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
+    const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
+    const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
+    float* __restrict__ out = (float*)args.output; /* layernorm_4k_f32 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) layernorm_4k_f32.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        float v0[16];
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 256 + tid) * 4;
+            const int l3 = (int)((unsigned)e / 4096u % 1u);
+            const int l4 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
+            if ((unsigned)(0 + l4) < (unsigned)s1) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 4 + 0] = __uint_as_float(q.x);
+                v0[c * 4 + 1] = __uint_as_float(q.y);
+                v0[c * 4 + 2] = __uint_as_float(q.z);
+                v0[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v0[c * 4 + 0] = 0e0f;
+                v0[c * 4 + 1] = 0e0f;
+                v0[c * 4 + 2] = 0e0f;
+                v0[c * 4 + 3] = 0e0f;
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v0[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a6 = 0e0f;
+            for (int g = 0; g < 8; g++) a6 = a6 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a6;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v4[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v4[r] = (float)s1;
+        }
+        float v5[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v5[r] = (v3[0] / v4[0]);
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            (void)e; {
+                v8[r] = (v0[r] - v5[0]);
+            }
+        }
+        float v12[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            (void)e; {
+                v12[r] = (v8[r] * v8[r]);
+            }
+        }
+        float v13[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            (void)e; {
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 256 + tid) * 4) / 1u % 4096u)) < (unsigned)s1) ? v12[r] : 0e0f;
+            }
+        }
+        float v14[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a18 = 0e0f;
+            for (int g = 0; g < 8; g++) a18 = a18 + ((dt_smem + 0) + 8)[g * 1 + e];
+            v14[r] = a18;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v14[0];
+        }
+        float v15[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v15[r] = acc2[r];
+        }
+        float v17[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v17[r] = (v15[0] / v4[0]);
+        }
+        float v22[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v22[r] = args.scalars[0];
+        }
+        float v23[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
+        }
+        float v24[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_rsqrt(v23[0]);
+        }
+        float v25[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            (void)e; {
+                v25[r] = (v8[r] * v24[0]);
+            }
+        }
+        float v26[16];
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 256 + tid) * 4;
+            const int l26 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(0 + l26) * (unsigned)args.input_strides[1][0];
+            if ((unsigned)(0 + l26) < (unsigned)s1) {
+                const uint4 q = *(const uint4*)(in1 + a);
+                v26[c * 4 + 0] = __uint_as_float(q.x);
+                v26[c * 4 + 1] = __uint_as_float(q.y);
+                v26[c * 4 + 2] = __uint_as_float(q.z);
+                v26[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v26[c * 4 + 0] = 0e0f;
+                v26[c * 4 + 1] = 0e0f;
+                v26[c * 4 + 2] = 0e0f;
+                v26[c * 4 + 3] = 0e0f;
+            }
+        }
+        float v27[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            (void)e; {
+                v27[r] = (v25[r] * v26[r]);
+            }
+        }
+        float v28[16];
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 256 + tid) * 4;
+            const int l29 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(0 + l29) * (unsigned)args.input_strides[2][0];
+            if ((unsigned)(0 + l29) < (unsigned)s1) {
+                const uint4 q = *(const uint4*)(in2 + a);
+                v28[c * 4 + 0] = __uint_as_float(q.x);
+                v28[c * 4 + 1] = __uint_as_float(q.y);
+                v28[c * 4 + 2] = __uint_as_float(q.z);
+                v28[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v28[c * 4 + 0] = 0e0f;
+                v28[c * 4 + 1] = 0e0f;
+                v28[c * 4 + 2] = 0e0f;
+                v28[c * 4 + 3] = 0e0f;
+            }
+        }
+        float v29[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            (void)e; {
+                v29[r] = (v27[r] + v28[r]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 256 + tid) * 4;
+            const int l32 = (int)((unsigned)e / 4096u % 1u);
+            const int l33 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l33) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
+        }
+    }
+}
+
 /* kernel layernorm_4k for f16: grid block(x:2); 256 threads, 64 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
@@ -3192,8 +3702,8 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16_whole(
     }
 }
 
-/* kernel layernorm_4k for f32: grid block(x:2); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f32(const dt_args args) {
+/* kernel layernorm_16k_f32 for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3202,16 +3712,16 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f32(const d
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
-    float* __restrict__ out = (float*)args.output; /* layernorm_4k */
+    float* __restrict__ out = (float*)args.output; /* layernorm_16k_f32 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
-    /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2) */
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) layernorm_16k_f32.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -3219,12 +3729,12 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f32(const d
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        float v0[16];
+        float v0[32];
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 256 + tid) * 4;
-            const int l3 = (int)((unsigned)e / 4096u % 1u);
-            const int l4 = (int)((unsigned)e / 1u % 4096u);
+        for (int c = 0; c < 8; c++) {
+            const int e = (c * 512 + tid) * 4;
+            const int l3 = (int)((unsigned)e / 16384u % 1u);
+            const int l4 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
             if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
@@ -3240,17 +3750,16 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f32(const d
             }
         }
         float v2[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        /* reduction in registers: 32 per thread and row, then shuffles, then 16 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v0[i * 16 + q];
+                for (int q = 0; q < 32; q++) p[i] = p[i] + v0[i * 32 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
@@ -3258,7 +3767,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f32(const d
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a6 = 0e0f;
-            for (int g = 0; g < 8; g++) a6 = a6 + ((dt_smem + 0) + 0)[g * 1 + e];
+            for (int g = 0; g < 16; g++) a6 = a6 + ((dt_smem + 0) + 0)[g * 1 + e];
             v2[r] = a6;
         }
         {
@@ -3291,50 +3800,50 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f32(const d
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v8[16];
+        float v8[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
                 v8[r] = (v0[r] - v5[0]);
             }
         }
-        float v12[16];
+        float v12[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
                 v12[r] = (v8[r] * v8[r]);
             }
         }
-        float v13[16];
+        float v13[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
-                const int l16 = (int)((unsigned)e / 1u % 4096u);
+                const int l16 = (int)((unsigned)e / 1u % 16384u);
                 v13[r] = ((unsigned)(0 + l16) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        /* reduction in registers: 32 per thread and row, then shuffles, then 16 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
+                for (int q = 0; q < 32; q++) p[i] = p[i] + v13[i * 32 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a18 = 0e0f;
-            for (int g = 0; g < 8; g++) a18 = a18 + ((dt_smem + 0) + 8)[g * 1 + e];
+            for (int g = 0; g < 16; g++) a18 = a18 + ((dt_smem + 0) + 16)[g * 1 + e];
             v14[r] = a18;
         }
         {
@@ -3372,19 +3881,19 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f32(const d
             (void)r; (void)e;
             v24[r] = dt_rsqrt(v23[0]);
         }
-        float v25[16];
+        float v25[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        float v26[16];
+        float v26[32];
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 256 + tid) * 4;
-            const int l26 = (int)((unsigned)e / 1u % 4096u);
+        for (int c = 0; c < 8; c++) {
+            const int e = (c * 512 + tid) * 4;
+            const int l26 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(0 + l26) * (unsigned)args.input_strides[1][0];
             if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l26 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in1 + a);
@@ -3399,19 +3908,19 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f32(const d
                 v26[c * 4 + 3] = ((unsigned)(0 + (l26 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
             }
         }
-        float v27[16];
+        float v27[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        float v28[16];
+        float v28[32];
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 256 + tid) * 4;
-            const int l29 = (int)((unsigned)e / 1u % 4096u);
+        for (int c = 0; c < 8; c++) {
+            const int e = (c * 512 + tid) * 4;
+            const int l29 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(0 + l29) * (unsigned)args.input_strides[2][0];
             if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l29 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in2 + a);
@@ -3426,19 +3935,19 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f32(const d
                 v28[c * 4 + 3] = ((unsigned)(0 + (l29 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
             }
         }
-        float v29[16];
+        float v29[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 256 + tid) * 4;
-            const int l32 = (int)((unsigned)e / 4096u % 1u);
-            const int l33 = (int)((unsigned)e / 1u % 4096u);
+        for (int c = 0; c < 8; c++) {
+            const int e = (c * 512 + tid) * 4;
+            const int l32 = (int)((unsigned)e / 16384u % 1u);
+            const int l33 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
             if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
@@ -3452,8 +3961,8 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f32(const d
     }
 }
 
-/* kernel layernorm_4k for f32: grid block(x:2); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f32_whole(const dt_args args) {
+/* kernel layernorm_16k_f32 for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_f32_whole(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3462,16 +3971,16 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f32_whole(c
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
-    float* __restrict__ out = (float*)args.output; /* layernorm_4k */
+    float* __restrict__ out = (float*)args.output; /* layernorm_16k_f32 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
-    /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2) */
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) layernorm_16k_f32.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -3479,12 +3988,12 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f32_whole(c
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        float v0[16];
+        float v0[32];
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 256 + tid) * 4;
-            const int l3 = (int)((unsigned)e / 4096u % 1u);
-            const int l4 = (int)((unsigned)e / 1u % 4096u);
+        for (int c = 0; c < 8; c++) {
+            const int e = (c * 512 + tid) * 4;
+            const int l3 = (int)((unsigned)e / 16384u % 1u);
+            const int l4 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
             if ((unsigned)(0 + l4) < (unsigned)s1) {
                 const uint4 q = *(const uint4*)(in0 + a);
@@ -3500,17 +4009,16 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f32_whole(c
             }
         }
         float v2[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        /* reduction in registers: 32 per thread and row, then shuffles, then 16 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v0[i * 16 + q];
+                for (int q = 0; q < 32; q++) p[i] = p[i] + v0[i * 32 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
@@ -3518,7 +4026,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f32_whole(c
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a6 = 0e0f;
-            for (int g = 0; g < 8; g++) a6 = a6 + ((dt_smem + 0) + 0)[g * 1 + e];
+            for (int g = 0; g < 16; g++) a6 = a6 + ((dt_smem + 0) + 0)[g * 1 + e];
             v2[r] = a6;
         }
         {
@@ -3551,49 +4059,49 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f32_whole(c
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v8[16];
+        float v8[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
                 v8[r] = (v0[r] - v5[0]);
             }
         }
-        float v12[16];
+        float v12[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
                 v12[r] = (v8[r] * v8[r]);
             }
         }
-        float v13[16];
+        float v13[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
-                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 256 + tid) * 4) / 1u % 4096u)) < (unsigned)s1) ? v12[r] : 0e0f;
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 512 + tid) * 4) / 1u % 16384u)) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        /* reduction in registers: 32 per thread and row, then shuffles, then 16 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
+                for (int q = 0; q < 32; q++) p[i] = p[i] + v13[i * 32 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a18 = 0e0f;
-            for (int g = 0; g < 8; g++) a18 = a18 + ((dt_smem + 0) + 8)[g * 1 + e];
+            for (int g = 0; g < 16; g++) a18 = a18 + ((dt_smem + 0) + 16)[g * 1 + e];
             v14[r] = a18;
         }
         {
@@ -3631,19 +4139,19 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f32_whole(c
             (void)r; (void)e;
             v24[r] = dt_rsqrt(v23[0]);
         }
-        float v25[16];
+        float v25[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        float v26[16];
+        float v26[32];
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 256 + tid) * 4;
-            const int l26 = (int)((unsigned)e / 1u % 4096u);
+        for (int c = 0; c < 8; c++) {
+            const int e = (c * 512 + tid) * 4;
+            const int l26 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(0 + l26) * (unsigned)args.input_strides[1][0];
             if ((unsigned)(0 + l26) < (unsigned)s1) {
                 const uint4 q = *(const uint4*)(in1 + a);
@@ -3658,19 +4166,19 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f32_whole(c
                 v26[c * 4 + 3] = 0e0f;
             }
         }
-        float v27[16];
+        float v27[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        float v28[16];
+        float v28[32];
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 256 + tid) * 4;
-            const int l29 = (int)((unsigned)e / 1u % 4096u);
+        for (int c = 0; c < 8; c++) {
+            const int e = (c * 512 + tid) * 4;
+            const int l29 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(0 + l29) * (unsigned)args.input_strides[2][0];
             if ((unsigned)(0 + l29) < (unsigned)s1) {
                 const uint4 q = *(const uint4*)(in2 + a);
@@ -3685,19 +4193,19 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f32_whole(c
                 v28[c * 4 + 3] = 0e0f;
             }
         }
-        float v29[16];
+        float v29[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 256 + tid) * 4;
-            const int l32 = (int)((unsigned)e / 4096u % 1u);
-            const int l33 = (int)((unsigned)e / 1u % 4096u);
+        for (int c = 0; c < 8; c++) {
+            const int e = (c * 512 + tid) * 4;
+            const int l32 = (int)((unsigned)e / 16384u % 1u);
+            const int l33 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
             if ((unsigned)(0 + l33) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
         }
@@ -4830,518 +5338,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16_whole(co
             const int l47 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
             if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
-        }
-    }
-}
-
-/* kernel layernorm_16k for f32: grid block(x:4); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32(const dt_args args) {
-    extern __shared__ float dt_smem[];
-    (void)dt_smem;
-    const int tid = (int)threadIdx.x;
-    const long long s0 = args.sizes[0]; /* size of x */
-    const long long s1 = args.sizes[1]; /* size of y */
-    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
-    const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
-    const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
-    float* __restrict__ out = (float*)args.output; /* layernorm_16k */
-    const long long pid = (long long)blockIdx.x;
-    unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 4));
-    const long long g0 = rest % n0; rest /= n0;
-    const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
-    /* block(x:4) layernorm_16k.tensorize(x:1) num_stages(2) */
-    for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 1) {
-        /* rsum identity */
-        float acc0[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            acc0[r] = 0e0f;
-        }
-        float v0[32];
-        #pragma unroll
-        for (int c = 0; c < 8; c++) {
-            const int e = (c * 512 + tid) * 4;
-            const int l3 = (int)((unsigned)e / 16384u % 1u);
-            const int l4 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
-            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                const uint4 q = *(const uint4*)(in0 + a);
-                v0[c * 4 + 0] = __uint_as_float(q.x);
-                v0[c * 4 + 1] = __uint_as_float(q.y);
-                v0[c * 4 + 2] = __uint_as_float(q.z);
-                v0[c * 4 + 3] = __uint_as_float(q.w);
-            } else {
-                v0[c * 4 + 0] = ((unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 1] = ((unsigned)(0 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 2] = ((unsigned)(0 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 3] = ((unsigned)(0 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-            }
-        }
-        float v2[1];
-        /* reduction in registers: 32 per thread and row, then shuffles, then 16 groups of 32 */
-        {
-            float p[1];
-            #pragma unroll
-            for (int i = 0; i < 1; i++) {
-                p[i] = 0e0f;
-                #pragma unroll
-                for (int q = 0; q < 32; q++) p[i] = p[i] + v0[i * 32 + q];
-                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
-            }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
-            __syncthreads();
-        }
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            float a6 = 0e0f;
-            for (int g = 0; g < 16; g++) a6 = a6 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a6;
-        }
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            acc0[r] = acc0[r] + v2[0];
-        }
-        float v3[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
-        }
-        float v5[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v5[r] = (v3[0] / v4[0]);
-        }
-        /* rsum identity */
-        float acc2[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            acc2[r] = 0e0f;
-        }
-        float v8[32];
-        #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            (void)e; {
-                v8[r] = (v0[r] - v5[0]);
-            }
-        }
-        float v12[32];
-        #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            (void)e; {
-                v12[r] = (v8[r] * v8[r]);
-            }
-        }
-        float v13[32];
-        #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            (void)e; {
-                const int l16 = (int)((unsigned)e / 1u % 16384u);
-                v13[r] = ((unsigned)(0 + l16) < (unsigned)s1) ? v12[r] : 0e0f;
-            }
-        }
-        float v14[1];
-        /* reduction in registers: 32 per thread and row, then shuffles, then 16 groups of 32 */
-        {
-            float p[1];
-            #pragma unroll
-            for (int i = 0; i < 1; i++) {
-                p[i] = 0e0f;
-                #pragma unroll
-                for (int q = 0; q < 32; q++) p[i] = p[i] + v13[i * 32 + q];
-                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
-            }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
-            __syncthreads();
-        }
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            float a18 = 0e0f;
-            for (int g = 0; g < 16; g++) a18 = a18 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v14[r] = a18;
-        }
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            acc2[r] = acc2[r] + v14[0];
-        }
-        float v15[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v15[r] = acc2[r];
-        }
-        float v17[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v17[r] = (v15[0] / v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
-        }
-        float v23[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v23[r] = (v17[0] + v22[0]);
-        }
-        float v24[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
-        }
-        float v25[32];
-        #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            (void)e; {
-                v25[r] = (v8[r] * v24[0]);
-            }
-        }
-        float v26[32];
-        #pragma unroll
-        for (int c = 0; c < 8; c++) {
-            const int e = (c * 512 + tid) * 4;
-            const int l26 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(0 + l26) * (unsigned)args.input_strides[1][0];
-            if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l26 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                const uint4 q = *(const uint4*)(in1 + a);
-                v26[c * 4 + 0] = __uint_as_float(q.x);
-                v26[c * 4 + 1] = __uint_as_float(q.y);
-                v26[c * 4 + 2] = __uint_as_float(q.z);
-                v26[c * 4 + 3] = __uint_as_float(q.w);
-            } else {
-                v26[c * 4 + 0] = ((unsigned)(0 + l26) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 4 + 1] = ((unsigned)(0 + (l26 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 4 + 2] = ((unsigned)(0 + (l26 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 4 + 3] = ((unsigned)(0 + (l26 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-            }
-        }
-        float v27[32];
-        #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            (void)e; {
-                v27[r] = (v25[r] * v26[r]);
-            }
-        }
-        float v28[32];
-        #pragma unroll
-        for (int c = 0; c < 8; c++) {
-            const int e = (c * 512 + tid) * 4;
-            const int l29 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(0 + l29) * (unsigned)args.input_strides[2][0];
-            if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l29 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
-                const uint4 q = *(const uint4*)(in2 + a);
-                v28[c * 4 + 0] = __uint_as_float(q.x);
-                v28[c * 4 + 1] = __uint_as_float(q.y);
-                v28[c * 4 + 2] = __uint_as_float(q.z);
-                v28[c * 4 + 3] = __uint_as_float(q.w);
-            } else {
-                v28[c * 4 + 0] = ((unsigned)(0 + l29) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 4 + 1] = ((unsigned)(0 + (l29 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 4 + 2] = ((unsigned)(0 + (l29 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 4 + 3] = ((unsigned)(0 + (l29 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-            }
-        }
-        float v29[32];
-        #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            (void)e; {
-                v29[r] = (v27[r] + v28[r]);
-            }
-        }
-        #pragma unroll
-        for (int c = 0; c < 8; c++) {
-            const int e = (c * 512 + tid) * 4;
-            const int l32 = (int)((unsigned)e / 16384u % 1u);
-            const int l33 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
-            } else {
-                if ((unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                if ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                if ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                if ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
-            }
-        }
-    }
-}
-
-/* kernel layernorm_16k for f32: grid block(x:4); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_whole(const dt_args args) {
-    extern __shared__ float dt_smem[];
-    (void)dt_smem;
-    const int tid = (int)threadIdx.x;
-    const long long s0 = args.sizes[0]; /* size of x */
-    const long long s1 = args.sizes[1]; /* size of y */
-    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
-    const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
-    const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
-    float* __restrict__ out = (float*)args.output; /* layernorm_16k */
-    const long long pid = (long long)blockIdx.x;
-    unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 4));
-    const long long g0 = rest % n0; rest /= n0;
-    const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
-    /* block(x:4) layernorm_16k.tensorize(x:1) num_stages(2) */
-    for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 1) {
-        /* rsum identity */
-        float acc0[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            acc0[r] = 0e0f;
-        }
-        float v0[32];
-        #pragma unroll
-        for (int c = 0; c < 8; c++) {
-            const int e = (c * 512 + tid) * 4;
-            const int l3 = (int)((unsigned)e / 16384u % 1u);
-            const int l4 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
-            if ((unsigned)(0 + l4) < (unsigned)s1) {
-                const uint4 q = *(const uint4*)(in0 + a);
-                v0[c * 4 + 0] = __uint_as_float(q.x);
-                v0[c * 4 + 1] = __uint_as_float(q.y);
-                v0[c * 4 + 2] = __uint_as_float(q.z);
-                v0[c * 4 + 3] = __uint_as_float(q.w);
-            } else {
-                v0[c * 4 + 0] = 0e0f;
-                v0[c * 4 + 1] = 0e0f;
-                v0[c * 4 + 2] = 0e0f;
-                v0[c * 4 + 3] = 0e0f;
-            }
-        }
-        float v2[1];
-        /* reduction in registers: 32 per thread and row, then shuffles, then 16 groups of 32 */
-        {
-            float p[1];
-            #pragma unroll
-            for (int i = 0; i < 1; i++) {
-                p[i] = 0e0f;
-                #pragma unroll
-                for (int q = 0; q < 32; q++) p[i] = p[i] + v0[i * 32 + q];
-                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
-            }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
-            __syncthreads();
-        }
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            float a6 = 0e0f;
-            for (int g = 0; g < 16; g++) a6 = a6 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a6;
-        }
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            acc0[r] = acc0[r] + v2[0];
-        }
-        float v3[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
-        }
-        float v5[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v5[r] = (v3[0] / v4[0]);
-        }
-        /* rsum identity */
-        float acc2[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            acc2[r] = 0e0f;
-        }
-        float v8[32];
-        #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            (void)e; {
-                v8[r] = (v0[r] - v5[0]);
-            }
-        }
-        float v12[32];
-        #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            (void)e; {
-                v12[r] = (v8[r] * v8[r]);
-            }
-        }
-        float v13[32];
-        #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            (void)e; {
-                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 512 + tid) * 4) / 1u % 16384u)) < (unsigned)s1) ? v12[r] : 0e0f;
-            }
-        }
-        float v14[1];
-        /* reduction in registers: 32 per thread and row, then shuffles, then 16 groups of 32 */
-        {
-            float p[1];
-            #pragma unroll
-            for (int i = 0; i < 1; i++) {
-                p[i] = 0e0f;
-                #pragma unroll
-                for (int q = 0; q < 32; q++) p[i] = p[i] + v13[i * 32 + q];
-                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
-            }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
-            __syncthreads();
-        }
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            float a18 = 0e0f;
-            for (int g = 0; g < 16; g++) a18 = a18 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v14[r] = a18;
-        }
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            acc2[r] = acc2[r] + v14[0];
-        }
-        float v15[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v15[r] = acc2[r];
-        }
-        float v17[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v17[r] = (v15[0] / v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
-        }
-        float v23[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v23[r] = (v17[0] + v22[0]);
-        }
-        float v24[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
-        }
-        float v25[32];
-        #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            (void)e; {
-                v25[r] = (v8[r] * v24[0]);
-            }
-        }
-        float v26[32];
-        #pragma unroll
-        for (int c = 0; c < 8; c++) {
-            const int e = (c * 512 + tid) * 4;
-            const int l26 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(0 + l26) * (unsigned)args.input_strides[1][0];
-            if ((unsigned)(0 + l26) < (unsigned)s1) {
-                const uint4 q = *(const uint4*)(in1 + a);
-                v26[c * 4 + 0] = __uint_as_float(q.x);
-                v26[c * 4 + 1] = __uint_as_float(q.y);
-                v26[c * 4 + 2] = __uint_as_float(q.z);
-                v26[c * 4 + 3] = __uint_as_float(q.w);
-            } else {
-                v26[c * 4 + 0] = 0e0f;
-                v26[c * 4 + 1] = 0e0f;
-                v26[c * 4 + 2] = 0e0f;
-                v26[c * 4 + 3] = 0e0f;
-            }
-        }
-        float v27[32];
-        #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            (void)e; {
-                v27[r] = (v25[r] * v26[r]);
-            }
-        }
-        float v28[32];
-        #pragma unroll
-        for (int c = 0; c < 8; c++) {
-            const int e = (c * 512 + tid) * 4;
-            const int l29 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(0 + l29) * (unsigned)args.input_strides[2][0];
-            if ((unsigned)(0 + l29) < (unsigned)s1) {
-                const uint4 q = *(const uint4*)(in2 + a);
-                v28[c * 4 + 0] = __uint_as_float(q.x);
-                v28[c * 4 + 1] = __uint_as_float(q.y);
-                v28[c * 4 + 2] = __uint_as_float(q.z);
-                v28[c * 4 + 3] = __uint_as_float(q.w);
-            } else {
-                v28[c * 4 + 0] = 0e0f;
-                v28[c * 4 + 1] = 0e0f;
-                v28[c * 4 + 2] = 0e0f;
-                v28[c * 4 + 3] = 0e0f;
-            }
-        }
-        float v29[32];
-        #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            (void)e; {
-                v29[r] = (v27[r] + v28[r]);
-            }
-        }
-        #pragma unroll
-        for (int c = 0; c < 8; c++) {
-            const int e = (c * 512 + tid) * 4;
-            const int l32 = (int)((unsigned)e / 16384u % 1u);
-            const int l33 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
-            if ((unsigned)(0 + l33) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
         }
     }
 }

@@ -260,8 +260,9 @@ fn programs(kernel: &Kernel, by_dim: &[Option<usize>]) -> usize {
 mod tests {
     use super::*;
 
-    /// Layernorm of 1000 columns: the 16-bit types run the one-warp class scheduled for them,
-    /// f32 the class after it; 5000 columns pass both by for the next size class.
+    /// Layernorm of 1000 columns: the 16-bit types run the class scheduled for them, f32 the class
+    /// after it; 5000 columns pass both by for the next size class, again one for f32 and one
+    /// for the 16-bit types.
     #[test]
     fn the_first_variant_built_for_the_dtype_runs() {
         let symbol = |dtype: DType, cols: usize| {
@@ -273,6 +274,7 @@ mod tests {
         assert_eq!(symbol(DType::BF16, 1000).unwrap(), "dt_layernorm_1k_16bit_bf16");
         assert_eq!(symbol(DType::F32, 1000).unwrap(), "dt_layernorm_1k_f32");
         assert_eq!(symbol(DType::F16, 5000).unwrap(), "dt_layernorm_16k_f16");
+        assert_eq!(symbol(DType::F32, 5000).unwrap(), "dt_layernorm_16k_f32_f32");
     }
 
     /// Tensors whose 16-byte runs are whole run the kernel built for them; an address one
