@@ -1076,6 +1076,11 @@ impl Emitter<'_> {
             && self.dtype.round(*fill) == *fill
     }
 
+    /// The words and flags of load `id` where a loop issued its runs ahead ([`Self::prefetched`]).
+    fn prefetched_runs(&self, id: ValueId) -> Option<(String, String)> {
+        self.prefetched.iter().find(|(x, ..)| *x == id).map(|(_, q, f)| (q.clone(), f.clone()))
+    }
+
     /// The operation that defines value `id`.
     fn def(&self, id: ValueId) -> &Op {
         fn find(stmts: &[Stmt], id: ValueId) -> Option<&Op> {
@@ -1104,8 +1109,7 @@ impl Emitter<'_> {
             _ => half::f16::from_f32(fill).to_bits(),
         };
         self.line(&format!("dt_{}s<{}> {dst}; /* 16-bit values as loaded */", self.dtype.name(), runs * v));
-        let prefetched = self.prefetched.iter().find(|(x, ..)| *x == id).map(|(_, q, f)| (q.clone(), f.clone()));
-        let (q, fast) = match prefetched {
+        let (q, fast) = match self.prefetched_runs(id) {
             Some(names) => names,
             None => {
                 let (q, fast) = (self.fresh("q"), self.fresh("f"));
@@ -1140,20 +1144,16 @@ impl Emitter<'_> {
     }
 
     /// The loads of pipelined loop `l` (over the rows of a block or the chunks of a dimension:
-    /// the lowering decides which) that [`Self::pipelined_rows`] issues ahead: 16-bit tiles in
+    /// the lowering decides which) that [`Self::pipelined_rows`] issues ahead: tiles read in
     /// 16-byte runs, at the top of its body or of single-step loops there (their offsets then
-    /// known ahead: the start of their block). The tensor-core dots pipeline their own loops.
+    /// known ahead: the start of their block); in f32, only where the loop holds its block
+    /// ([`Self::loop_stmt`] decides). The tensor-core dots pipeline their own loops.
     fn prefetchable(&self, l: &Loop) -> Vec<Prefetch> {
         if l.stages < 2 || self.single_iteration(l) {
             return Vec::new();
         }
         let mut out = Vec::new();
         self.collect_prefetchable(&l.body, &mut Vec::new(), &mut out);
-        // f32 loads go ahead only into a block held in shared memory: one step ahead in
-        // registers they spilled, and staged in a ring they ran 1-10% slower (docs/language.md).
-        if self.dtype.size_bytes() != 2 && !self.holds_block(l, &out) {
-            return Vec::new();
-        }
         out
     }
 
@@ -1596,6 +1596,9 @@ impl Emitter<'_> {
         // docs/bench/h100.md).
         let loads: Vec<Prefetch> = if held.is_empty() { self.prefetchable(l) } else { Vec::new() };
         let holds = self.holds_block(l, &loads);
+        // f32 loads go ahead only into a block held in shared memory: one step ahead in
+        // registers they spilled, and staged in a ring they ran 1-10% slower (docs/language.md).
+        let loads = if self.dtype.size_bytes() == 2 || holds { loads } else { Vec::new() };
         let limit = if self.k.grid.cluster.is_some() && holds { MAX_CLUSTER_STAGED_SHARED_BYTES } else { MAX_STAGED_SHARED_BYTES };
         let ring_fits = (self.ring_offset + self.ring_used + self.ring_words_for(l, &loads, holds)) * 4 <= limit as usize;
         if !loads.is_empty() && l.stages > 2 && self.dialect == Dialect::Cuda && ring_fits {
@@ -1760,7 +1763,7 @@ impl Emitter<'_> {
                 };
                 // Runs a loop staged in shared memory (f32 loads of a held block, Self::prefetchable):
                 // read there where `f[c]` says the run was staged.
-                let staged = self.prefetched.iter().find(|(x, ..)| *x == id).map(|(_, q, f)| (q.clone(), f.clone()));
+                let staged = self.prefetched_runs(id);
                 self.for_runs(&shape, v, |e, lanes, base| {
                     let (inside, addr) = e.address(axes, lanes, stride);
                     let run = match &staged {
