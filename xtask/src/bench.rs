@@ -7,7 +7,8 @@
 //!
 //! Each time is the median of CUDA-event-timed runs after warm-up, queued back to back behind a
 //! GPU spin as `bench/baselines.py` times its baselines ([`Timer`]); memory-bound ops flush L2
-//! (a 256 MiB write) before every run, outside the timed region. A run count below the asked-for
+//! before every run, outside the timed region ([`flush_l2`], as `bench/baselines.py` does). A run
+//! count below the asked-for
 //! repetitions means a single run was so slow that the per-row time budget cut it short; the
 //! table says so.
 
@@ -273,6 +274,19 @@ impl Timer {
     }
 }
 
+/// Queues what empties the L2 cache before a timed run: every line kept at evict-last priority
+/// back to normal (`cuCtxResetPersistingL2Cache`, ordered with the stream's work), then a write of
+/// `buf` (256 MiB). Without the reset, a kernel that loads with evict-last hints (torch.compile's
+/// reductions do) keeps its input in L2 through the writes, and the next kernel to read that
+/// tensor starts warm: on the H100 a 4096x1024 f16 copy took 8.3 us after torch.compile's softmax
+/// had read its input, 10.7 us cold (docs/bench/h100.md).
+fn flush_l2(stream: &Arc<CudaStream>, buf: &mut CudaSlice<u8>) -> Result<(), String> {
+    stream.context().bind_to_thread().map_err(|e| e.to_string())?;
+    // SAFETY: a driver call without arguments, on the context just bound to this thread.
+    unsafe { cudarc::driver::sys::cuCtxResetPersistingL2Cache() }.result().map_err(|e| format!("resetting L2 priorities: {e}"))?;
+    stream.memset_zeros(buf).map_err(|e| e.to_string())
+}
+
 /// A time in milliseconds with four significant digits under 1 ms (0.0285), three above.
 fn ms(m: f64) -> String {
     if m < 1.0 {
@@ -347,7 +361,7 @@ pub fn run(opts: &Options) -> Result<(), String> {
             let (ms, runs) = timer.time(
                 opts.reps,
                 opts.budget_s,
-                || if mb { stream.memset_zeros(&mut flush).map_err(|e| e.to_string()) } else { Ok(()) },
+                || if mb { flush_l2(&stream, &mut flush) } else { Ok(()) },
                 || gpu.launch(&f, info, &staged).map_err(|e| e.to_string()),
             )?;
             row.dt_ms = Some(ms);
@@ -361,7 +375,7 @@ pub fn run(opts: &Options) -> Result<(), String> {
                 let (copy_ms, _) = timer.time(
                     opts.reps,
                     opts.budget_s,
-                    || stream.memset_zeros(&mut flush).map_err(|e| e.to_string()),
+                    || flush_l2(&stream, &mut flush),
                     || stream.memcpy_dtod(&src, &mut dst).map_err(|e| e.to_string()),
                 )?;
                 row.copy_fraction = Some(copy_ms / ms);
