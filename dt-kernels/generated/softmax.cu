@@ -422,8 +422,8 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel softmax_1k for f16: grid block(x:1); 64 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f16(const dt_args args) {
+/* kernel softmax_1k for f16: grid block(x:1); 32 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -447,12 +447,12 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f16(const dt_
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        dt_f16s<16> v0; /* 16-bit values as loaded */
-        uint4 q3[2];
-        bool f4[2];
+        dt_f16s<32> v0; /* 16-bit values as loaded */
+        uint4 q3[4];
+        bool f4[4];
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 64 + tid) * 8;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 32 + tid) * 8;
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
@@ -460,8 +460,8 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f16(const dt_
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 64 + tid) * 8;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 32 + tid) * 8;
             const int l7 = (int)((unsigned)e / 1024u % 1u);
             const int l8 = (int)((unsigned)e / 1u % 1024u);
             if (f4[c]) {
@@ -475,25 +475,21 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f16(const dt_
             }
         }
         float v2[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        /* reduction in registers: 32 per thread and row, then shuffles */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
+                for (int q = 0; q < 32; q++) p[i] = fmaxf(p[i], v0[i * 32 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
-            __syncthreads();
-        }
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            float a10 = (-INFINITY);
-            for (int g = 0; g < 2; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a10;
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v2[r] = p[e];
+            }
         }
         {
             const int r = 0, e = 0;
@@ -513,51 +509,47 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f16(const dt_
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[16];
+        float v6[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[16];
+        float v7[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
                 v7[r] = dt_fast_exp(v6[r]);
             }
         }
-        float v8[16];
+        float v8[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
-                const int l19 = (int)((unsigned)e / 1u % 1024u);
-                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+                const int l18 = (int)((unsigned)e / 1u % 1024u);
+                v8[r] = ((unsigned)(0 + l18) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        /* reduction in registers: 32 per thread and row, then shuffles */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int q = 0; q < 32; q++) p[i] = p[i] + v8[i * 32 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
-            __syncthreads();
-        }
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            float a21 = 0e0f;
-            for (int g = 0; g < 2; g++) a21 = a21 + ((dt_smem + 0) + 2)[g * 1 + e];
-            v9[r] = a21;
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v9[r] = p[e];
+            }
         }
         {
             const int r = 0, e = 0;
@@ -570,38 +562,38 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f16(const dt_
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[16];
+        float v16[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
                 v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 64 + tid) * 8;
-            const int l26 = (int)((unsigned)e / 1024u % 1u);
-            const int l27 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 32 + tid) * 8;
+            const int l24 = (int)((unsigned)e / 1024u % 1u);
+            const int l25 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l24) * (unsigned)args.output_strides[0] + (unsigned)(0 + l25) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l25 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                if ((unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                if ((unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                if ((unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                if ((unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                if ((unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                if ((unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                if ((unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                if ((unsigned)(0 + l25) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                if ((unsigned)(0 + (l25 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                if ((unsigned)(0 + (l25 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                if ((unsigned)(0 + (l25 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                if ((unsigned)(0 + (l25 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                if ((unsigned)(0 + (l25 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                if ((unsigned)(0 + (l25 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                if ((unsigned)(0 + (l25 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel softmax_1k for f16: grid block(x:1); 64 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f16_whole(const dt_args args) {
+/* kernel softmax_1k for f16: grid block(x:1); 32 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16_whole(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -625,12 +617,12 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f16_whole(con
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        dt_f16s<16> v0; /* 16-bit values as loaded */
-        uint4 q3[2];
-        bool f4[2];
+        dt_f16s<32> v0; /* 16-bit values as loaded */
+        uint4 q3[4];
+        bool f4[4];
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 64 + tid) * 8;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 32 + tid) * 8;
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
@@ -638,7 +630,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f16_whole(con
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
+        for (int c = 0; c < 4; c++) {
             if (f4[c]) {
                 v0.w[c] = q3[c];
             } else {
@@ -646,25 +638,21 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f16_whole(con
             }
         }
         float v2[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        /* reduction in registers: 32 per thread and row, then shuffles */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
+                for (int q = 0; q < 32; q++) p[i] = fmaxf(p[i], v0[i * 32 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
-            __syncthreads();
-        }
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            float a10 = (-INFINITY);
-            for (int g = 0; g < 2; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a10;
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v2[r] = p[e];
+            }
         }
         {
             const int r = 0, e = 0;
@@ -684,50 +672,46 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f16_whole(con
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[16];
+        float v6[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[16];
+        float v7[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
                 v7[r] = dt_fast_exp(v6[r]);
             }
         }
-        float v8[16];
+        float v8[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
-                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 64 + tid) * 8) / 1u % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 32 + tid) * 8) / 1u % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        /* reduction in registers: 32 per thread and row, then shuffles */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int q = 0; q < 32; q++) p[i] = p[i] + v8[i * 32 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
-            __syncthreads();
-        }
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            float a21 = 0e0f;
-            for (int g = 0; g < 2; g++) a21 = a21 + ((dt_smem + 0) + 2)[g * 1 + e];
-            v9[r] = a21;
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v9[r] = p[e];
+            }
         }
         {
             const int r = 0, e = 0;
@@ -740,27 +724,27 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f16_whole(con
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[16];
+        float v16[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
                 v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 64 + tid) * 8;
-            const int l26 = (int)((unsigned)e / 1024u % 1u);
-            const int l27 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
-            if ((unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 32 + tid) * 8;
+            const int l24 = (int)((unsigned)e / 1024u % 1u);
+            const int l25 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l24) * (unsigned)args.output_strides[0] + (unsigned)(0 + l25) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l25) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
         }
     }
 }
 
-/* kernel softmax_1k for bf16: grid block(x:1); 64 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_bf16(const dt_args args) {
+/* kernel softmax_1k for bf16: grid block(x:1); 32 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -784,12 +768,12 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_bf16(const dt
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        dt_bf16s<16> v0; /* 16-bit values as loaded */
-        uint4 q3[2];
-        bool f4[2];
+        dt_bf16s<32> v0; /* 16-bit values as loaded */
+        uint4 q3[4];
+        bool f4[4];
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 64 + tid) * 8;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 32 + tid) * 8;
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
@@ -797,8 +781,8 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_bf16(const dt
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 64 + tid) * 8;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 32 + tid) * 8;
             const int l7 = (int)((unsigned)e / 1024u % 1u);
             const int l8 = (int)((unsigned)e / 1u % 1024u);
             if (f4[c]) {
@@ -812,25 +796,21 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_bf16(const dt
             }
         }
         float v2[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        /* reduction in registers: 32 per thread and row, then shuffles */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
+                for (int q = 0; q < 32; q++) p[i] = fmaxf(p[i], v0[i * 32 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
-            __syncthreads();
-        }
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            float a10 = (-INFINITY);
-            for (int g = 0; g < 2; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a10;
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v2[r] = p[e];
+            }
         }
         {
             const int r = 0, e = 0;
@@ -850,51 +830,47 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_bf16(const dt
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[16];
+        float v6[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[16];
+        float v7[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
                 v7[r] = dt_fast_exp(v6[r]);
             }
         }
-        float v8[16];
+        float v8[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
-                const int l19 = (int)((unsigned)e / 1u % 1024u);
-                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+                const int l18 = (int)((unsigned)e / 1u % 1024u);
+                v8[r] = ((unsigned)(0 + l18) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        /* reduction in registers: 32 per thread and row, then shuffles */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int q = 0; q < 32; q++) p[i] = p[i] + v8[i * 32 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
-            __syncthreads();
-        }
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            float a21 = 0e0f;
-            for (int g = 0; g < 2; g++) a21 = a21 + ((dt_smem + 0) + 2)[g * 1 + e];
-            v9[r] = a21;
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v9[r] = p[e];
+            }
         }
         {
             const int r = 0, e = 0;
@@ -907,38 +883,38 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_bf16(const dt
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[16];
+        float v16[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
                 v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 64 + tid) * 8;
-            const int l26 = (int)((unsigned)e / 1024u % 1u);
-            const int l27 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 32 + tid) * 8;
+            const int l24 = (int)((unsigned)e / 1024u % 1u);
+            const int l25 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l24) * (unsigned)args.output_strides[0] + (unsigned)(0 + l25) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l25 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                if ((unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                if ((unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                if ((unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                if ((unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                if ((unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                if ((unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                if ((unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                if ((unsigned)(0 + l25) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                if ((unsigned)(0 + (l25 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                if ((unsigned)(0 + (l25 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                if ((unsigned)(0 + (l25 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                if ((unsigned)(0 + (l25 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                if ((unsigned)(0 + (l25 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                if ((unsigned)(0 + (l25 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                if ((unsigned)(0 + (l25 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel softmax_1k for bf16: grid block(x:1); 64 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_bf16_whole(const dt_args args) {
+/* kernel softmax_1k for bf16: grid block(x:1); 32 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16_whole(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -962,12 +938,12 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_bf16_whole(co
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        dt_bf16s<16> v0; /* 16-bit values as loaded */
-        uint4 q3[2];
-        bool f4[2];
+        dt_bf16s<32> v0; /* 16-bit values as loaded */
+        uint4 q3[4];
+        bool f4[4];
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 64 + tid) * 8;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 32 + tid) * 8;
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
@@ -975,7 +951,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_bf16_whole(co
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
+        for (int c = 0; c < 4; c++) {
             if (f4[c]) {
                 v0.w[c] = q3[c];
             } else {
@@ -983,25 +959,21 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_bf16_whole(co
             }
         }
         float v2[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        /* reduction in registers: 32 per thread and row, then shuffles */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
+                for (int q = 0; q < 32; q++) p[i] = fmaxf(p[i], v0[i * 32 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
-            __syncthreads();
-        }
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            float a10 = (-INFINITY);
-            for (int g = 0; g < 2; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a10;
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v2[r] = p[e];
+            }
         }
         {
             const int r = 0, e = 0;
@@ -1021,50 +993,46 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_bf16_whole(co
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[16];
+        float v6[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[16];
+        float v7[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
                 v7[r] = dt_fast_exp(v6[r]);
             }
         }
-        float v8[16];
+        float v8[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
-                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 64 + tid) * 8) / 1u % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 32 + tid) * 8) / 1u % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        /* reduction in registers: 32 per thread and row, then shuffles */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int q = 0; q < 32; q++) p[i] = p[i] + v8[i * 32 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
-            __syncthreads();
-        }
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            float a21 = 0e0f;
-            for (int g = 0; g < 2; g++) a21 = a21 + ((dt_smem + 0) + 2)[g * 1 + e];
-            v9[r] = a21;
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v9[r] = p[e];
+            }
         }
         {
             const int r = 0, e = 0;
@@ -1077,27 +1045,27 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_bf16_whole(co
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[16];
+        float v16[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
                 v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 64 + tid) * 8;
-            const int l26 = (int)((unsigned)e / 1024u % 1u);
-            const int l27 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
-            if ((unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 32 + tid) * 8;
+            const int l24 = (int)((unsigned)e / 1024u % 1u);
+            const int l25 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l24) * (unsigned)args.output_strides[0] + (unsigned)(0 + l25) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l25) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
         }
     }
 }
 
-/* kernel softmax_1k for f32: grid block(x:1); 64 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f32(const dt_args args) {
+/* kernel softmax_1k for f32: grid block(x:1); 32 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1121,10 +1089,10 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f32(const dt_
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        float v0[16];
+        float v0[32];
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 64 + tid) * 4;
+        for (int c = 0; c < 8; c++) {
+            const int e = (c * 32 + tid) * 4;
             const int l3 = (int)((unsigned)e / 1024u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
@@ -1142,25 +1110,21 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f32(const dt_
             }
         }
         float v2[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        /* reduction in registers: 32 per thread and row, then shuffles */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
+                for (int q = 0; q < 32; q++) p[i] = fmaxf(p[i], v0[i * 32 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
-            __syncthreads();
-        }
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            float a6 = (-INFINITY);
-            for (int g = 0; g < 2; g++) a6 = fmaxf(a6, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a6;
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v2[r] = p[e];
+            }
         }
         {
             const int r = 0, e = 0;
@@ -1180,51 +1144,47 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f32(const dt_
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[16];
+        float v6[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 32 + tid) * 4 + r % 4;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[16];
+        float v7[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 32 + tid) * 4 + r % 4;
             (void)e; {
-                v7[r] = expf(v6[r]);
+                v7[r] = dt_fast_exp(v6[r]);
             }
         }
-        float v8[16];
+        float v8[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 32 + tid) * 4 + r % 4;
             (void)e; {
-                const int l15 = (int)((unsigned)e / 1u % 1024u);
-                v8[r] = ((unsigned)(0 + l15) < (unsigned)s1) ? v7[r] : 0e0f;
+                const int l14 = (int)((unsigned)e / 1u % 1024u);
+                v8[r] = ((unsigned)(0 + l14) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        /* reduction in registers: 32 per thread and row, then shuffles */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int q = 0; q < 32; q++) p[i] = p[i] + v8[i * 32 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
-            __syncthreads();
-        }
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            float a17 = 0e0f;
-            for (int g = 0; g < 2; g++) a17 = a17 + ((dt_smem + 0) + 2)[g * 1 + e];
-            v9[r] = a17;
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v9[r] = p[e];
+            }
         }
         {
             const int r = 0, e = 0;
@@ -1237,34 +1197,34 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f32(const dt_
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[16];
+        float v16[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 32 + tid) * 4 + r % 4;
             (void)e; {
-                v16[r] = (v7[r] / v10[0]);
+                v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 64 + tid) * 4;
-            const int l22 = (int)((unsigned)e / 1024u % 1u);
-            const int l23 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l23 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+        for (int c = 0; c < 8; c++) {
+            const int e = (c * 32 + tid) * 4;
+            const int l20 = (int)((unsigned)e / 1024u % 1u);
+            const int l21 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.output_strides[0] + (unsigned)(0 + l21) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l21 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
             } else {
-                if ((unsigned)(0 + l23) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                if ((unsigned)(0 + (l23 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                if ((unsigned)(0 + (l23 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                if ((unsigned)(0 + (l23 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                if ((unsigned)(0 + l21) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                if ((unsigned)(0 + (l21 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                if ((unsigned)(0 + (l21 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                if ((unsigned)(0 + (l21 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
             }
         }
     }
 }
 
-/* kernel softmax_1k for f32: grid block(x:1); 64 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f32_whole(const dt_args args) {
+/* kernel softmax_1k for f32: grid block(x:1); 32 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32_whole(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1288,10 +1248,10 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f32_whole(con
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        float v0[16];
+        float v0[32];
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 64 + tid) * 4;
+        for (int c = 0; c < 8; c++) {
+            const int e = (c * 32 + tid) * 4;
             const int l3 = (int)((unsigned)e / 1024u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
@@ -1309,25 +1269,21 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f32_whole(con
             }
         }
         float v2[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        /* reduction in registers: 32 per thread and row, then shuffles */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
+                for (int q = 0; q < 32; q++) p[i] = fmaxf(p[i], v0[i * 32 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
-            __syncthreads();
-        }
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            float a6 = (-INFINITY);
-            for (int g = 0; g < 2; g++) a6 = fmaxf(a6, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a6;
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v2[r] = p[e];
+            }
         }
         {
             const int r = 0, e = 0;
@@ -1347,50 +1303,46 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f32_whole(con
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[16];
+        float v6[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 32 + tid) * 4 + r % 4;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[16];
+        float v7[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 32 + tid) * 4 + r % 4;
             (void)e; {
-                v7[r] = expf(v6[r]);
+                v7[r] = dt_fast_exp(v6[r]);
             }
         }
-        float v8[16];
+        float v8[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 32 + tid) * 4 + r % 4;
             (void)e; {
-                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 64 + tid) * 4) / 1u % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 32 + tid) * 4) / 1u % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        /* reduction in registers: 32 per thread and row, then shuffles */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int q = 0; q < 32; q++) p[i] = p[i] + v8[i * 32 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
-            __syncthreads();
-        }
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            float a17 = 0e0f;
-            for (int g = 0; g < 2; g++) a17 = a17 + ((dt_smem + 0) + 2)[g * 1 + e];
-            v9[r] = a17;
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v9[r] = p[e];
+            }
         }
         {
             const int r = 0, e = 0;
@@ -1403,21 +1355,21 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_softmax_1k_f32_whole(con
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[16];
+        float v16[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 32 + tid) * 4 + r % 4;
             (void)e; {
-                v16[r] = (v7[r] / v10[0]);
+                v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 64 + tid) * 4;
-            const int l22 = (int)((unsigned)e / 1024u % 1u);
-            const int l23 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
-            if ((unsigned)(0 + l23) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
+        for (int c = 0; c < 8; c++) {
+            const int e = (c * 32 + tid) * 4;
+            const int l20 = (int)((unsigned)e / 1024u % 1u);
+            const int l21 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.output_strides[0] + (unsigned)(0 + l21) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l21) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
         }
     }
 }
@@ -6469,7 +6421,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v52[r] = expf(v51[r]);
+                    v52[r] = dt_fast_exp(v51[r]);
                 }
             }
             float v53[16];
@@ -6485,7 +6437,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v54[r] = expf(v53[r]);
+                    v54[r] = dt_fast_exp(v53[r]);
                 }
             }
             float v55[16];
@@ -6622,7 +6574,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v29[r] = expf(v28[r]);
+                    v29[r] = dt_fast_exp(v28[r]);
                 }
             }
             float v5[16];
@@ -6647,7 +6599,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v8[r] = expf(v7[r]);
+                    v8[r] = dt_fast_exp(v7[r]);
                 }
             }
             float v9[16];
@@ -6796,7 +6748,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v41[r] = expf(v40[r]);
+                v41[r] = dt_fast_exp(v40[r]);
             }
         }
         float v42[16];
@@ -6887,7 +6839,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v16[r] = expf(v15[r]);
+                    v16[r] = dt_fast_exp(v15[r]);
                 }
             }
             float v18[16];
@@ -6895,7 +6847,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v18[r] = (v16[r] / v12[0]);
+                    v18[r] = dt_fast_div(v16[r], v12[0]);
                 }
             }
             #pragma unroll
@@ -7057,7 +7009,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v52[r] = expf(v51[r]);
+                    v52[r] = dt_fast_exp(v51[r]);
                 }
             }
             float v53[16];
@@ -7073,7 +7025,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v54[r] = expf(v53[r]);
+                    v54[r] = dt_fast_exp(v53[r]);
                 }
             }
             float v55[16];
@@ -7210,7 +7162,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v29[r] = expf(v28[r]);
+                    v29[r] = dt_fast_exp(v28[r]);
                 }
             }
             float v5[16];
@@ -7234,7 +7186,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v8[r] = expf(v7[r]);
+                    v8[r] = dt_fast_exp(v7[r]);
                 }
             }
             float v9[16];
@@ -7382,7 +7334,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v41[r] = expf(v40[r]);
+                v41[r] = dt_fast_exp(v40[r]);
             }
         }
         float v42[16];
@@ -7473,7 +7425,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v16[r] = expf(v15[r]);
+                    v16[r] = dt_fast_exp(v15[r]);
                 }
             }
             float v18[16];
@@ -7481,7 +7433,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v18[r] = (v16[r] / v12[0]);
+                    v18[r] = dt_fast_div(v16[r], v12[0]);
                 }
             }
             #pragma unroll
@@ -9944,7 +9896,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v50[r] = expf(v49[r]);
+                    v50[r] = dt_fast_exp(v49[r]);
                 }
             }
             float v51[16];
@@ -9960,7 +9912,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v52[r] = expf(v51[r]);
+                    v52[r] = dt_fast_exp(v51[r]);
                 }
             }
             float v53[16];
@@ -10097,7 +10049,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v27[r] = expf(v26[r]);
+                    v27[r] = dt_fast_exp(v26[r]);
                 }
             }
             float v4[16];
@@ -10122,7 +10074,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v7[r] = expf(v6[r]);
+                    v7[r] = dt_fast_exp(v6[r]);
                 }
             }
             float v8[16];
@@ -10260,7 +10212,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v39[r] = expf(v38[r]);
+                v39[r] = dt_fast_exp(v38[r]);
             }
         }
         float v40[16];
@@ -10338,7 +10290,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v14[r] = expf(v13[r]);
+                    v14[r] = dt_fast_exp(v13[r]);
                 }
             }
             float v16[16];
@@ -10346,7 +10298,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v16[r] = (v14[r] / v10[0]);
+                    v16[r] = dt_fast_div(v14[r], v10[0]);
                 }
             }
             #pragma unroll
@@ -10505,7 +10457,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v50[r] = expf(v49[r]);
+                    v50[r] = dt_fast_exp(v49[r]);
                 }
             }
             float v51[16];
@@ -10521,7 +10473,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v52[r] = expf(v51[r]);
+                    v52[r] = dt_fast_exp(v51[r]);
                 }
             }
             float v53[16];
@@ -10658,7 +10610,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v27[r] = expf(v26[r]);
+                    v27[r] = dt_fast_exp(v26[r]);
                 }
             }
             float v4[16];
@@ -10682,7 +10634,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v7[r] = expf(v6[r]);
+                    v7[r] = dt_fast_exp(v6[r]);
                 }
             }
             float v8[16];
@@ -10819,7 +10771,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v39[r] = expf(v38[r]);
+                v39[r] = dt_fast_exp(v38[r]);
             }
         }
         float v40[16];
@@ -10897,7 +10849,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v14[r] = expf(v13[r]);
+                    v14[r] = dt_fast_exp(v13[r]);
                 }
             }
             float v16[16];
@@ -10905,7 +10857,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v16[r] = (v14[r] / v10[0]);
+                    v16[r] = dt_fast_div(v14[r], v10[0]);
                 }
             }
             #pragma unroll

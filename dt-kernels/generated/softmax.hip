@@ -422,8 +422,8 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel softmax_1k for f16: grid block(x:1); 128 threads, 32 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_args args) {
+/* kernel softmax_1k for f16: grid block(x:1); 64 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -447,12 +447,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_arg
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        dt_f16s<8> v0; /* 16-bit values as loaded */
-        uint4 q3[1];
-        bool f4[1];
+        dt_f16s<16> v0; /* 16-bit values as loaded */
+        uint4 q3[2];
+        bool f4[2];
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
@@ -460,8 +460,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_arg
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
             const int l7 = (int)((unsigned)e / 1024u % 1u);
             const int l8 = (int)((unsigned)e / 1u % 1024u);
             if (f4[c]) {
@@ -475,14 +475,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_arg
             }
         }
         float v2[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
@@ -492,7 +492,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_arg
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a10 = (-INFINITY);
-            for (int g = 0; g < 4; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            for (int g = 0; g < 2; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
             v2[r] = a10;
         }
         {
@@ -513,50 +513,50 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_arg
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[8];
+        float v6[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[8];
+        float v7[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v7[r] = dt_fast_exp(v6[r]);
             }
         }
-        float v8[8];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 const int l19 = (int)((unsigned)e / 1u % 1024u);
                 v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a21 = 0e0f;
-            for (int g = 0; g < 4; g++) a21 = a21 + ((dt_smem + 0) + 4)[g * 1 + e];
+            for (int g = 0; g < 2; g++) a21 = a21 + ((dt_smem + 0) + 2)[g * 1 + e];
             v9[r] = a21;
         }
         {
@@ -570,17 +570,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_arg
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[8];
+        float v16[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
             const int l26 = (int)((unsigned)e / 1024u % 1u);
             const int l27 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
@@ -600,8 +600,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_arg
     }
 }
 
-/* kernel softmax_1k for f16: grid block(x:1); 128 threads, 32 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16_whole(const dt_args args) {
+/* kernel softmax_1k for f16: grid block(x:1); 64 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16_whole(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -625,12 +625,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16_whole(const 
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        dt_f16s<8> v0; /* 16-bit values as loaded */
-        uint4 q3[1];
-        bool f4[1];
+        dt_f16s<16> v0; /* 16-bit values as loaded */
+        uint4 q3[2];
+        bool f4[2];
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
@@ -638,7 +638,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16_whole(const 
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
+        for (int c = 0; c < 2; c++) {
             if (f4[c]) {
                 v0.w[c] = q3[c];
             } else {
@@ -646,14 +646,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16_whole(const 
             }
         }
         float v2[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
@@ -663,7 +663,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16_whole(const 
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a10 = (-INFINITY);
-            for (int g = 0; g < 4; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            for (int g = 0; g < 2; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
             v2[r] = a10;
         }
         {
@@ -684,49 +684,49 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16_whole(const 
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[8];
+        float v6[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[8];
+        float v7[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v7[r] = dt_fast_exp(v6[r]);
             }
         }
-        float v8[8];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 128 + tid) * 8) / 1u % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 64 + tid) * 8) / 1u % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a21 = 0e0f;
-            for (int g = 0; g < 4; g++) a21 = a21 + ((dt_smem + 0) + 4)[g * 1 + e];
+            for (int g = 0; g < 2; g++) a21 = a21 + ((dt_smem + 0) + 2)[g * 1 + e];
             v9[r] = a21;
         }
         {
@@ -740,17 +740,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16_whole(const 
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[8];
+        float v16[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
             const int l26 = (int)((unsigned)e / 1024u % 1u);
             const int l27 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
@@ -759,8 +759,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16_whole(const 
     }
 }
 
-/* kernel softmax_1k for bf16: grid block(x:1); 128 threads, 32 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_args args) {
+/* kernel softmax_1k for bf16: grid block(x:1); 64 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -784,12 +784,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_ar
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        dt_bf16s<8> v0; /* 16-bit values as loaded */
-        uint4 q3[1];
-        bool f4[1];
+        dt_bf16s<16> v0; /* 16-bit values as loaded */
+        uint4 q3[2];
+        bool f4[2];
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
@@ -797,8 +797,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_ar
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
             const int l7 = (int)((unsigned)e / 1024u % 1u);
             const int l8 = (int)((unsigned)e / 1u % 1024u);
             if (f4[c]) {
@@ -812,14 +812,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_ar
             }
         }
         float v2[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
@@ -829,7 +829,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_ar
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a10 = (-INFINITY);
-            for (int g = 0; g < 4; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            for (int g = 0; g < 2; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
             v2[r] = a10;
         }
         {
@@ -850,50 +850,50 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_ar
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[8];
+        float v6[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[8];
+        float v7[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v7[r] = dt_fast_exp(v6[r]);
             }
         }
-        float v8[8];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 const int l19 = (int)((unsigned)e / 1u % 1024u);
                 v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a21 = 0e0f;
-            for (int g = 0; g < 4; g++) a21 = a21 + ((dt_smem + 0) + 4)[g * 1 + e];
+            for (int g = 0; g < 2; g++) a21 = a21 + ((dt_smem + 0) + 2)[g * 1 + e];
             v9[r] = a21;
         }
         {
@@ -907,17 +907,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_ar
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[8];
+        float v16[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
             const int l26 = (int)((unsigned)e / 1024u % 1u);
             const int l27 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
@@ -937,8 +937,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_ar
     }
 }
 
-/* kernel softmax_1k for bf16: grid block(x:1); 128 threads, 32 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16_whole(const dt_args args) {
+/* kernel softmax_1k for bf16: grid block(x:1); 64 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16_whole(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -962,12 +962,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16_whole(const
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        dt_bf16s<8> v0; /* 16-bit values as loaded */
-        uint4 q3[1];
-        bool f4[1];
+        dt_bf16s<16> v0; /* 16-bit values as loaded */
+        uint4 q3[2];
+        bool f4[2];
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
@@ -975,7 +975,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16_whole(const
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
+        for (int c = 0; c < 2; c++) {
             if (f4[c]) {
                 v0.w[c] = q3[c];
             } else {
@@ -983,14 +983,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16_whole(const
             }
         }
         float v2[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
@@ -1000,7 +1000,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16_whole(const
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a10 = (-INFINITY);
-            for (int g = 0; g < 4; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            for (int g = 0; g < 2; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
             v2[r] = a10;
         }
         {
@@ -1021,49 +1021,49 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16_whole(const
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[8];
+        float v6[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[8];
+        float v7[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v7[r] = dt_fast_exp(v6[r]);
             }
         }
-        float v8[8];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 128 + tid) * 8) / 1u % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 64 + tid) * 8) / 1u % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a21 = 0e0f;
-            for (int g = 0; g < 4; g++) a21 = a21 + ((dt_smem + 0) + 4)[g * 1 + e];
+            for (int g = 0; g < 2; g++) a21 = a21 + ((dt_smem + 0) + 2)[g * 1 + e];
             v9[r] = a21;
         }
         {
@@ -1077,17 +1077,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16_whole(const
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[8];
+        float v16[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
             const int l26 = (int)((unsigned)e / 1024u % 1u);
             const int l27 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
@@ -1096,8 +1096,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16_whole(const
     }
 }
 
-/* kernel softmax_1k for f32: grid block(x:1); 128 threads, 32 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_args args) {
+/* kernel softmax_1k for f32: grid block(x:1); 64 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1121,10 +1121,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        float v0[8];
+        float v0[16];
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 128 + tid) * 4;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 64 + tid) * 4;
             const int l3 = (int)((unsigned)e / 1024u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
@@ -1142,14 +1142,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
             }
         }
         float v2[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
@@ -1159,7 +1159,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a6 = (-INFINITY);
-            for (int g = 0; g < 4; g++) a6 = fmaxf(a6, ((dt_smem + 0) + 0)[g * 1 + e]);
+            for (int g = 0; g < 2; g++) a6 = fmaxf(a6, ((dt_smem + 0) + 0)[g * 1 + e]);
             v2[r] = a6;
         }
         {
@@ -1180,50 +1180,50 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[8];
+        float v6[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[8];
+        float v7[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
-                v7[r] = expf(v6[r]);
+                v7[r] = dt_fast_exp(v6[r]);
             }
         }
-        float v8[8];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
                 const int l15 = (int)((unsigned)e / 1u % 1024u);
                 v8[r] = ((unsigned)(0 + l15) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a17 = 0e0f;
-            for (int g = 0; g < 4; g++) a17 = a17 + ((dt_smem + 0) + 4)[g * 1 + e];
+            for (int g = 0; g < 2; g++) a17 = a17 + ((dt_smem + 0) + 2)[g * 1 + e];
             v9[r] = a17;
         }
         {
@@ -1237,17 +1237,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[8];
+        float v16[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
-                v16[r] = (v7[r] / v10[0]);
+                v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 128 + tid) * 4;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 64 + tid) * 4;
             const int l22 = (int)((unsigned)e / 1024u % 1u);
             const int l23 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
@@ -1263,8 +1263,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
     }
 }
 
-/* kernel softmax_1k for f32: grid block(x:1); 128 threads, 32 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32_whole(const dt_args args) {
+/* kernel softmax_1k for f32: grid block(x:1); 64 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32_whole(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1288,10 +1288,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32_whole(const 
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        float v0[8];
+        float v0[16];
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 128 + tid) * 4;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 64 + tid) * 4;
             const int l3 = (int)((unsigned)e / 1024u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
@@ -1309,14 +1309,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32_whole(const 
             }
         }
         float v2[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
@@ -1326,7 +1326,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32_whole(const 
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a6 = (-INFINITY);
-            for (int g = 0; g < 4; g++) a6 = fmaxf(a6, ((dt_smem + 0) + 0)[g * 1 + e]);
+            for (int g = 0; g < 2; g++) a6 = fmaxf(a6, ((dt_smem + 0) + 0)[g * 1 + e]);
             v2[r] = a6;
         }
         {
@@ -1347,49 +1347,49 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32_whole(const 
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[8];
+        float v6[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[8];
+        float v7[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
-                v7[r] = expf(v6[r]);
+                v7[r] = dt_fast_exp(v6[r]);
             }
         }
-        float v8[8];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
-                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 128 + tid) * 4) / 1u % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 64 + tid) * 4) / 1u % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a17 = 0e0f;
-            for (int g = 0; g < 4; g++) a17 = a17 + ((dt_smem + 0) + 4)[g * 1 + e];
+            for (int g = 0; g < 2; g++) a17 = a17 + ((dt_smem + 0) + 2)[g * 1 + e];
             v9[r] = a17;
         }
         {
@@ -1403,17 +1403,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32_whole(const 
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[8];
+        float v16[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
-                v16[r] = (v7[r] / v10[0]);
+                v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 128 + tid) * 4;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 64 + tid) * 4;
             const int l22 = (int)((unsigned)e / 1024u % 1u);
             const int l23 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
@@ -5870,7 +5870,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v50[r] = expf(v49[r]);
+                    v50[r] = dt_fast_exp(v49[r]);
                 }
             }
             float v51[16];
@@ -5886,7 +5886,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v52[r] = expf(v51[r]);
+                    v52[r] = dt_fast_exp(v51[r]);
                 }
             }
             float v53[16];
@@ -6023,7 +6023,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v27[r] = expf(v26[r]);
+                    v27[r] = dt_fast_exp(v26[r]);
                 }
             }
             float v4[16];
@@ -6048,7 +6048,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v7[r] = expf(v6[r]);
+                    v7[r] = dt_fast_exp(v6[r]);
                 }
             }
             float v8[16];
@@ -6186,7 +6186,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v39[r] = expf(v38[r]);
+                v39[r] = dt_fast_exp(v38[r]);
             }
         }
         float v40[16];
@@ -6264,7 +6264,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v14[r] = expf(v13[r]);
+                    v14[r] = dt_fast_exp(v13[r]);
                 }
             }
             float v16[16];
@@ -6272,7 +6272,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v16[r] = (v14[r] / v10[0]);
+                    v16[r] = dt_fast_div(v14[r], v10[0]);
                 }
             }
             #pragma unroll
@@ -6431,7 +6431,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v50[r] = expf(v49[r]);
+                    v50[r] = dt_fast_exp(v49[r]);
                 }
             }
             float v51[16];
@@ -6447,7 +6447,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v52[r] = expf(v51[r]);
+                    v52[r] = dt_fast_exp(v51[r]);
                 }
             }
             float v53[16];
@@ -6584,7 +6584,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v27[r] = expf(v26[r]);
+                    v27[r] = dt_fast_exp(v26[r]);
                 }
             }
             float v4[16];
@@ -6608,7 +6608,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v7[r] = expf(v6[r]);
+                    v7[r] = dt_fast_exp(v6[r]);
                 }
             }
             float v8[16];
@@ -6745,7 +6745,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v39[r] = expf(v38[r]);
+                v39[r] = dt_fast_exp(v38[r]);
             }
         }
         float v40[16];
@@ -6823,7 +6823,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v14[r] = expf(v13[r]);
+                    v14[r] = dt_fast_exp(v13[r]);
                 }
             }
             float v16[16];
@@ -6831,7 +6831,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v16[r] = (v14[r] / v10[0]);
+                    v16[r] = dt_fast_div(v14[r], v10[0]);
                 }
             }
             #pragma unroll
