@@ -1641,7 +1641,7 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32(const d
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v5[r] = (v3[0] / v4[0]);
+            v5[r] = dt_fast_div(v3[0], v4[0]);
         }
         /* rsum identity */
         float acc2[1];
@@ -1711,7 +1711,7 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32(const d
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v17[r] = (v15[0] / v4[0]);
+            v17[r] = dt_fast_div(v15[0], v4[0]);
         }
         float v22[1];
         {
@@ -1729,7 +1729,7 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32(const d
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[8];
         #pragma unroll
@@ -1900,7 +1900,7 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32_whole(c
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v5[r] = (v3[0] / v4[0]);
+            v5[r] = dt_fast_div(v3[0], v4[0]);
         }
         /* rsum identity */
         float acc2[1];
@@ -1969,7 +1969,7 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32_whole(c
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v17[r] = (v15[0] / v4[0]);
+            v17[r] = dt_fast_div(v15[0], v4[0]);
         }
         float v22[1];
         {
@@ -1987,7 +1987,7 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32_whole(c
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[8];
         #pragma unroll
@@ -2151,7 +2151,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32(con
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v5[r] = (v3[0] / v4[0]);
+            v5[r] = dt_fast_div(v3[0], v4[0]);
         }
         /* rsum identity */
         float acc2[1];
@@ -2221,7 +2221,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32(con
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v17[r] = (v15[0] / v4[0]);
+            v17[r] = dt_fast_div(v15[0], v4[0]);
         }
         float v22[1];
         {
@@ -2239,7 +2239,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32(con
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[16];
         #pragma unroll
@@ -2410,7 +2410,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32_who
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v5[r] = (v3[0] / v4[0]);
+            v5[r] = dt_fast_div(v3[0], v4[0]);
         }
         /* rsum identity */
         float acc2[1];
@@ -2479,7 +2479,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32_who
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v17[r] = (v15[0] / v4[0]);
+            v17[r] = dt_fast_div(v15[0], v4[0]);
         }
         float v22[1];
         {
@@ -2497,7 +2497,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32_who
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v24[r] = dt_rsqrt(v23[0]);
+            v24[r] = dt_fast_rsqrt(v23[0]);
         }
         float v25[16];
         #pragma unroll
