@@ -18,7 +18,9 @@ pub(crate) static OP: OpDesc = OpDesc {
 };
 
 /// `(x - mean) / sqrt(var + eps) * w + b` for each row of `x` (`[rows, cols]`), with the biased
-/// variance and per-column `w` and `b` (`[cols]`), on the GPU. Result `[rows, cols]`.
+/// variance and per-column `w` and `b` (`[cols]`), on the GPU. Result `[rows, cols]`. In f32,
+/// rows of up to 4096 columns use the GPU's approximate division and `rsqrt` (errors of a few units
+/// in the last place); f16 and bf16 always do.
 pub fn layernorm<T: Element>(
     gpu: &Gpu,
     x: &DeviceTensor<T>,
