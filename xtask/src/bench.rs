@@ -8,9 +8,8 @@
 //! Each time is the median of CUDA-event-timed runs after warm-up, queued back to back behind a
 //! GPU spin as `bench/baselines.py` times its baselines ([`Timer`]); memory-bound ops flush L2
 //! before every run, outside the timed region ([`flush_l2`], as `bench/baselines.py` does). A run
-//! count below the asked-for
-//! repetitions means a single run was so slow that the per-row time budget cut it short; the
-//! table says so.
+//! count below the asked-for repetitions means a single run was so slow that the per-row time
+//! budget cut it short; the table says so.
 
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
