@@ -459,6 +459,7 @@ def build(op, baseline, causal, inputs):
 # --------------------------------------------------------------------------
 _FLUSH_BUF = None
 _RESET_L2 = None
+CUDA_ERROR_NOT_SUPPORTED = 801
 
 
 def _flush_buf():
@@ -484,7 +485,9 @@ def _reset_l2_priorities():
         _RESET_L2 = lib.cuCtxResetPersistingL2Cache
         _RESET_L2.restype = ctypes.c_int
     rc = _RESET_L2()
-    if rc != 0:
+    # CUDA_ERROR_NOT_SUPPORTED: a GPU without L2 eviction priorities (before
+    # sm_80) has nothing to reset.
+    if rc not in (0, CUDA_ERROR_NOT_SUPPORTED):
         raise RuntimeError(f"cuCtxResetPersistingL2Cache failed with CUresult {rc}")
 
 

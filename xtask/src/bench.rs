@@ -292,7 +292,11 @@ fn copy_bytes(half: f64) -> usize {
 fn flush_l2(stream: &Arc<CudaStream>, buf: &mut CudaSlice<u8>) -> Result<(), String> {
     stream.context().bind_to_thread().map_err(|e| e.to_string())?;
     // SAFETY: a driver call without arguments, on the context just bound to this thread.
-    unsafe { cudarc::driver::sys::cuCtxResetPersistingL2Cache() }.result().map_err(|e| format!("resetting L2 priorities: {e}"))?;
+    let rc = unsafe { cudarc::driver::sys::cuCtxResetPersistingL2Cache() };
+    // A GPU without L2 eviction priorities (before sm_80) has nothing to reset.
+    if rc != cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_SUPPORTED {
+        rc.result().map_err(|e| format!("resetting L2 priorities: {e}"))?;
+    }
     stream.memset_zeros(buf).map_err(|e| e.to_string())
 }
 
