@@ -6198,7 +6198,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             (void)r; (void)e;
             v19[r] = dt_fast_div(v17[0], v5[0]);
         }
-        dt_cluster_wait();
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) layernorm_256k_16bit.tensorize(y:4096) num_stages(8) */
         for (long long o180 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o180 >= b1 * 32768; o180 -= 4096) {
@@ -6350,6 +6349,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 }
             }
         }
+        dt_cluster_wait();
     }
 }
 
@@ -7188,7 +7188,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             (void)r; (void)e;
             v19[r] = dt_fast_div(v17[0], v5[0]);
         }
-        dt_cluster_wait();
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) layernorm_256k_16bit.tensorize(y:4096) num_stages(8) */
         for (long long o180 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o180 >= b1 * 32768; o180 -= 4096) {
@@ -7308,6 +7307,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 if ((unsigned)(o180 + l207) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v31[c * 8 + 0], v31[c * 8 + 1]), dt_pack2_f16(v31[c * 8 + 2], v31[c * 8 + 3]), dt_pack2_f16(v31[c * 8 + 4], v31[c * 8 + 5]), dt_pack2_f16(v31[c * 8 + 6], v31[c * 8 + 7])));
             }
         }
+        dt_cluster_wait();
     }
 }
 
@@ -8167,7 +8167,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             (void)r; (void)e;
             v19[r] = dt_fast_div(v17[0], v5[0]);
         }
-        dt_cluster_wait();
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) layernorm_256k_16bit.tensorize(y:4096) num_stages(8) */
         for (long long o180 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o180 >= b1 * 32768; o180 -= 4096) {
@@ -8319,6 +8318,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 }
             }
         }
+        dt_cluster_wait();
     }
 }
 
@@ -9157,7 +9157,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             (void)r; (void)e;
             v19[r] = dt_fast_div(v17[0], v5[0]);
         }
-        dt_cluster_wait();
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) layernorm_256k_16bit.tensorize(y:4096) num_stages(8) */
         for (long long o180 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o180 >= b1 * 32768; o180 -= 4096) {
@@ -9277,6 +9276,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 if ((unsigned)(o180 + l207) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v31[c * 8 + 0], v31[c * 8 + 1]), dt_pack2_bf16(v31[c * 8 + 2], v31[c * 8 + 3]), dt_pack2_bf16(v31[c * 8 + 4], v31[c * 8 + 5]), dt_pack2_bf16(v31[c * 8 + 6], v31[c * 8 + 7])));
             }
         }
+        dt_cluster_wait();
     }
 }
 
@@ -9998,7 +9998,6 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             (void)r; (void)e;
             v19[r] = (v17[0] / v5[0]);
         }
-        dt_cluster_wait();
         /* block(y:65536) layernorm_256k.tensorize(y:16384) */
         for (long long o145 = b1 * 65536 + (dt_cdiv(dt_min_ll(b1 * 65536 + 65536, s1) - (b1 * 65536), 16384) - 1) * 16384; o145 >= b1 * 65536; o145 -= 16384) {
             float v20[16];
@@ -10125,6 +10124,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
                 }
             }
         }
+        dt_cluster_wait();
     }
 }
 
@@ -10838,7 +10838,6 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             (void)r; (void)e;
             v19[r] = (v17[0] / v5[0]);
         }
-        dt_cluster_wait();
         /* block(y:65536) layernorm_256k.tensorize(y:16384) */
         for (long long o145 = b1 * 65536 + (dt_cdiv(dt_min_ll(b1 * 65536 + 65536, s1) - (b1 * 65536), 16384) - 1) * 16384; o145 >= b1 * 65536; o145 -= 16384) {
             float v20[16];
@@ -10958,6 +10957,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
                 if ((unsigned)(o145 + l161) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v31[c * 4 + 0]), __float_as_uint(v31[c * 4 + 1]), __float_as_uint(v31[c * 4 + 2]), __float_as_uint(v31[c * 4 + 3])));
             }
         }
+        dt_cluster_wait();
     }
 }
 

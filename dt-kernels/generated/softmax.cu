@@ -4041,7 +4041,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             v12[0] = p;
         }
         dt_cluster_arrive();
-        dt_cluster_wait();
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
         for (long long o135 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o135 >= b1 * 32768; o135 -= 4096) {
@@ -4117,6 +4116,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 }
             }
         }
+        dt_cluster_wait();
     }
 }
 
@@ -4765,7 +4765,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             v12[0] = p;
         }
         dt_cluster_arrive();
-        dt_cluster_wait();
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
         for (long long o135 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o135 >= b1 * 32768; o135 -= 4096) {
@@ -4821,6 +4820,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 if ((unsigned)(o135 + l150) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_f16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_f16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_f16(v18[c * 8 + 6], v18[c * 8 + 7])));
             }
         }
+        dt_cluster_wait();
     }
 }
 
@@ -5491,7 +5491,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             v12[0] = p;
         }
         dt_cluster_arrive();
-        dt_cluster_wait();
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
         for (long long o135 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o135 >= b1 * 32768; o135 -= 4096) {
@@ -5567,6 +5566,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 }
             }
         }
+        dt_cluster_wait();
     }
 }
 
@@ -6215,7 +6215,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             v12[0] = p;
         }
         dt_cluster_arrive();
-        dt_cluster_wait();
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
         for (long long o135 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o135 >= b1 * 32768; o135 -= 4096) {
@@ -6271,6 +6270,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 if ((unsigned)(o135 + l150) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_bf16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_bf16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_bf16(v18[c * 8 + 6], v18[c * 8 + 7])));
             }
         }
+        dt_cluster_wait();
     }
 }
 
@@ -6803,7 +6803,6 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             v12[0] = p;
         }
         dt_cluster_arrive();
-        dt_cluster_wait();
         /* block(y:65536) softmax_256k.tensorize(y:16384) */
         for (long long o100 = b1 * 65536 + (dt_cdiv(dt_min_ll(b1 * 65536 + 65536, s1) - (b1 * 65536), 16384) - 1) * 16384; o100 >= b1 * 65536; o100 -= 16384) {
             float v13[16];
@@ -6866,6 +6865,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
                 }
             }
         }
+        dt_cluster_wait();
     }
 }
 
@@ -7389,7 +7389,6 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             v12[0] = p;
         }
         dt_cluster_arrive();
-        dt_cluster_wait();
         /* block(y:65536) softmax_256k.tensorize(y:16384) */
         for (long long o100 = b1 * 65536 + (dt_cdiv(dt_min_ll(b1 * 65536 + 65536, s1) - (b1 * 65536), 16384) - 1) * 16384; o100 >= b1 * 65536; o100 -= 16384) {
             float v13[16];
@@ -7445,6 +7444,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
                 if ((unsigned)(o100 + l110) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v18[c * 4 + 0]), __float_as_uint(v18[c * 4 + 1]), __float_as_uint(v18[c * 4 + 2]), __float_as_uint(v18[c * 4 + 3])));
             }
         }
+        dt_cluster_wait();
     }
 }
 

@@ -268,6 +268,15 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
     ))
 }
 
+/// Whether `stmts` make a cluster reduction, at any depth.
+fn reduces_over_the_cluster(stmts: &[Stmt]) -> bool {
+    stmts.iter().any(|s| match s {
+        Stmt::Let { op: Op::ClusterReduce { .. }, .. } => true,
+        Stmt::Loop(l) => reduces_over_the_cluster(&l.body),
+        _ => false,
+    })
+}
+
 /// Assigns a shared-memory slot to every operand read under a shape or a layout other than its
 /// own.
 fn plan_publishing(k: &Kernel, plan: &Plan, mapping: Mapping) -> Publishing {
@@ -936,9 +945,10 @@ impl Emitter<'_> {
     }
 
     /// Waits on the cluster barrier arrived at after the last cluster reduction, if any: before
-    /// a buffer of the cluster's is written again (the next reduction), before a loop and at the
-    /// end of a loop's body (so that an arrival and its wait are in one iteration of one loop),
-    /// and before the program exits.
+    /// a buffer of the cluster's is written again (the next reduction), before a loop that makes
+    /// cluster reductions of its own and after any other loop ([`Self::loop_stmt`]), at the end
+    /// of a loop's body (so that an arrival and its wait are in one iteration of one loop), and
+    /// before the program exits.
     fn settle_cluster(&mut self) {
         if std::mem::take(&mut self.cluster_arrived) {
             self.line("dt_cluster_wait();");
@@ -1575,11 +1585,21 @@ impl Emitter<'_> {
         l.kind == LoopKind::Block && self.k.grid.block_extent(l.dim).is_some_and(|b| b <= l.step)
     }
 
-    /// A loop: tensor-core pipelined, with its loads issued a step ahead, or plain.
+    /// A loop. An arrival at the cluster barrier from before it (the last cluster reduction's)
+    /// is waited on before the loop where the loop makes cluster reductions of its own (a wait
+    /// inside would come once per iteration); otherwise after it, so that the loop's work (a
+    /// clustered row's output) overlaps the other programs' reading of this one's buffer.
     fn loop_stmt(&mut self, l: &Loop) -> Result<(), EmitError> {
-        // No loop body waits on an arrival from before the loop (it would wait once per
-        // iteration).
+        let defer = !reduces_over_the_cluster(&l.body);
+        let pending = defer && std::mem::take(&mut self.cluster_arrived);
         self.settle_cluster();
+        let done = self.loop_stmt_inner(l);
+        self.cluster_arrived |= pending;
+        done
+    }
+
+    /// A loop: tensor-core pipelined, with its loads issued a step ahead, or plain.
+    fn loop_stmt_inner(&mut self, l: &Loop) -> Result<(), EmitError> {
         if let Some((id, d)) = self.plan.pipelined(l).map(|(id, d)| (id, d.clone())) {
             return self.pipelined_loop(l, id, &d);
         }
