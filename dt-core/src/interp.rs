@@ -261,6 +261,17 @@ impl Machine<'_> {
                 exchange.meet.wait();
                 (0..n).map(|i| all.iter().fold(op.identity(), |acc, p| op.combine(acc, p[i]))).collect()
             }
+            Op::ClusterPaired { rule, value, first, count, .. } => {
+                // Its own meeting here, with the same result as a target's shared one.
+                let (exchange, rank) = self.cluster.expect("a cluster reduction runs in a clustered kernel");
+                let counts = count.map(|c| val(&c).clone()).unwrap_or_else(|| vec![0.0; n]);
+                let shares: Vec<f32> = (0..n).flat_map(|i| [val(first)[i], val(value)[i], counts[i]]).collect();
+                exchange.partials.lock().unwrap_or_else(|e| e.into_inner())[rank] = shares;
+                exchange.meet.wait();
+                let all = exchange.partials.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                exchange.meet.wait();
+                (0..n).map(|i| rule.combine(&all.iter().map(|p| (p[3 * i], p[3 * i + 1], p[3 * i + 2])).collect::<Vec<_>>())).collect()
+            }
             Op::Dot { a, b, dim } => {
                 let sa = &self.k.value(*a).shape;
                 let sb = &self.k.value(*b).shape;

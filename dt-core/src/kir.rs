@@ -119,6 +119,19 @@ pub enum Op {
         value: ValueId,
         dim: DimId,
     },
+    /// The second statistic of a row split over a cluster, combined over the cluster at the
+    /// meeting of the first: the [`Op::ClusterReduce`] of `first` is the statement before this
+    /// one, and a target makes one exchange of both. Each program holds `first` (its partial of
+    /// the first statistic), `value` (its share of the second, taken about its own `first`, not
+    /// the row's) and, for [`PairRule::SquaredDeviation`], `count` (the lanes of its block);
+    /// every program gets the row's second statistic.
+    ClusterPaired {
+        rule: PairRule,
+        value: ValueId,
+        first: ValueId,
+        count: Option<ValueId>,
+        dim: DimId,
+    },
     /// Contraction of `a` and `b` over `dim`.
     Dot {
         a: ValueId,
@@ -140,6 +153,9 @@ impl Op {
             Op::Reduce { op, value, dim, run } => Op::Reduce { op, value: f(value), dim, run },
             Op::RunReduce { op, value, dim, run } => Op::RunReduce { op, value: f(value), dim, run },
             Op::ClusterReduce { op, value, dim } => Op::ClusterReduce { op, value: f(value), dim },
+            Op::ClusterPaired { rule, value, first, count, dim } => {
+                Op::ClusterPaired { rule, value: f(value), first: f(first), count: count.map(&f), dim }
+            }
             Op::Dot { a, b, dim } => Op::Dot { a: f(a), b: f(b), dim },
             leaf @ (Op::Const(_) | Op::Scalar(_) | Op::Index(_) | Op::Len(_) | Op::Load { .. } | Op::Var(_)) => leaf,
         }
@@ -155,9 +171,55 @@ impl Op {
             | Op::ClusterReduce { value: a, .. } => {
                 vec![*a]
             }
+            Op::ClusterPaired { value, first, count, .. } => [Some(*first), Some(*value), *count].into_iter().flatten().collect(),
             Op::Binary(_, a, b) | Op::Dot { a, b, .. } => vec![*a, *b],
             Op::Select(c, a, b) => vec![*c, *a, *b],
             Op::Const(_) | Op::Scalar(_) | Op::Index(_) | Op::Len(_) | Op::Load { .. } | Op::Var(_) => vec![],
+        }
+    }
+}
+
+/// How [`Op::ClusterPaired`] combines the programs' shares of a second statistic, each taken
+/// about the program's own first statistic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PairRule {
+    /// Sums of `exp(z - m)`, `m` a program's maximum (`first`): the row's is the sum of each
+    /// program's times `exp(first - max of first)`, a program whose maximum is -inf (it saw no
+    /// lane) adding 0.
+    ExpScaled,
+    /// Sums of squared deviations from a program's mean (`first / count`, `first` its sum): the
+    /// row's is the sum of each program's plus `count (first / count - row mean)^2`, the row
+    /// mean being the sum of `first` over the sum of `count`; a program of no lanes adds 0.
+    SquaredDeviation,
+}
+
+impl PairRule {
+    /// Combines the programs' `(first, value, count)` in rank order, as every target does.
+    pub fn combine(self, shares: &[(f32, f32, f32)]) -> f32 {
+        match self {
+            PairRule::ExpScaled => {
+                let m = shares.iter().fold(f32::NEG_INFINITY, |a, s| a.max(s.0));
+                shares.iter().filter(|s| s.0 != f32::NEG_INFINITY).map(|s| s.1 * (s.0 - m).exp()).sum()
+            }
+            PairRule::SquaredDeviation => {
+                let (sum, n) = shares.iter().fold((0.0f32, 0.0f32), |a, s| (a.0 + s.0, a.1 + s.2));
+                let mean = sum / n.max(1.0);
+                shares
+                    .iter()
+                    .filter(|s| s.2 > 0.0)
+                    .map(|s| {
+                        let d = s.0 / s.2 - mean;
+                        s.1 + s.2 * d * d
+                    })
+                    .sum()
+            }
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PairRule::ExpScaled => "sum of exp-scaled sums",
+            PairRule::SquaredDeviation => "sum of squared deviations",
         }
     }
 }
@@ -513,6 +575,10 @@ fn op_text(k: &Kernel, op: &Op) -> String {
         Op::Reduce { op, value, dim, run } => format!("{} {} over {}, one lane per run of {run}", op.name(), v(value), k.dim_name(*dim)),
         Op::RunReduce { op, value, dim, run } => format!("{} {} over runs of {run} along {}", op.name(), v(value), k.dim_name(*dim)),
         Op::ClusterReduce { op, value, dim } => format!("{} {} over the cluster along {}", op.name(), v(value), k.dim_name(*dim)),
+        Op::ClusterPaired { rule, value, first, count, dim } => {
+            let count = count.map(|c| format!(", counts {}", v(&c))).unwrap_or_default();
+            format!("{} {} about {}{count} over the cluster along {}, at its meeting", rule.name(), v(value), v(first), k.dim_name(*dim))
+        }
         Op::Dot { a, b, dim } => format!("dot {}, {} over {}", v(a), v(b), k.dim_name(*dim)),
         Op::Var(var) => format!("read $acc{}", var.0),
     }

@@ -5556,121 +5556,36 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 f40[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f40[c]) q39[c] = ring12[0 + (((unsigned)(o34 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
-            float v66[8];
+            float v76[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v66[r] = acc6[r];
+                    v76[r] = acc6[r];
                 }
             }
-            float v67[8];
+            float v77[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v67[r] = acc7[r];
+                    v77[r] = acc7[r];
                 }
             }
-            dt_f16s<8> v68; /* 16-bit values as loaded */
+            dt_f16s<8> v78; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l47 = (int)((unsigned)e / 4096u % 1u);
                 const int l48 = (int)((unsigned)e / 1u % 4096u);
                 if (f40[c]) {
-                    v68.w[c] = q39[c];
+                    v78.w[c] = q39[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l47) * (unsigned)args.input_strides[0][0] + (unsigned)(o34 + l48) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
-                    v68.w[c] = w;
-                }
-            }
-            float v69[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v69[r] = ((v68[r * 8 + 0] + v68[r * 8 + 1]) + (v68[r * 8 + 2] + v68[r * 8 + 3])) + ((v68[r * 8 + 4] + v68[r * 8 + 5]) + (v68[r * 8 + 6] + v68[r * 8 + 7]));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = acc4[r] + v69[r];
-                }
-            }
-            float v70[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v70[r] = 1e0f;
-                }
-            }
-            float v71[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v71[r] = ((v70[r * 8 + 0] + v70[r * 8 + 1]) + (v70[r * 8 + 2] + v70[r * 8 + 3])) + ((v70[r * 8 + 4] + v70[r * 8 + 5]) + (v70[r * 8 + 6] + v70[r * 8 + 7]));
-                }
-            }
-            float v72[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v72[r] = 1e0f;
-            }
-            float v73[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v73[r] = fmaxf(v71[r], v72[0]);
-                }
-            }
-            float v74[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v74[r] = dt_fast_div(v69[r], v73[r]);
-                }
-            }
-            float v75[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v75[r] = (v68[r] - v74[r / 8]);
-                }
-            }
-            float v76[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v76[r] = (v75[r] * v70[r]);
-                }
-            }
-            float v77[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v77[r] = (v76[r] * v76[r]);
-                }
-            }
-            float v78[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v78[r] = ((v77[r * 8 + 0] + v77[r * 8 + 1]) + (v77[r * 8 + 2] + v77[r * 8 + 3])) + ((v77[r * 8 + 4] + v77[r * 8 + 5]) + (v77[r * 8 + 6] + v77[r * 8 + 7]));
+                    v78.w[c] = w;
                 }
             }
             float v79[8];
@@ -5678,22 +5593,22 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = (v66[r] + v71[r]);
+                    v79[r] = ((v78[r * 8 + 0] + v78[r * 8 + 1]) + (v78[r * 8 + 2] + v78[r * 8 + 3])) + ((v78[r * 8 + 4] + v78[r * 8 + 5]) + (v78[r * 8 + 6] + v78[r * 8 + 7]));
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc6[r] = v79[r];
+                    acc4[r] = acc4[r] + v79[r];
                 }
             }
             float v80[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v80[r] = fmaxf(v79[r], v72[0]);
+                    v80[r] = 1e0f;
                 }
             }
             float v81[8];
@@ -5701,23 +5616,21 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = dt_fast_div(v71[r], v80[r]);
+                    v81[r] = ((v80[r * 8 + 0] + v80[r * 8 + 1]) + (v80[r * 8 + 2] + v80[r * 8 + 3])) + ((v80[r * 8 + 4] + v80[r * 8 + 5]) + (v80[r * 8 + 6] + v80[r * 8 + 7]));
                 }
             }
-            float v82[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v82[r] = (v74[r] - v67[r]);
-                }
+            float v82[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v82[r] = 1e0f;
             }
             float v83[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v83[r] = (v82[r] * v81[r]);
+                    v83[r] = fmaxf(v81[r], v82[0]);
                 }
             }
             float v84[8];
@@ -5725,38 +5638,31 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v84[r] = (v67[r] + v83[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v84[r];
+                    v84[r] = dt_fast_div(v79[r], v83[r]);
                 }
             }
             float v85[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v85[r] = (v83[r] * v82[r]);
+                    v85[r] = (v78[r] - v84[r / 8]);
                 }
             }
             float v86[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v86[r] = (v85[r] * v66[r]);
+                    v86[r] = (v85[r] * v80[r]);
                 }
             }
             float v87[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v87[r] = acc5[r];
+                    v87[r] = (v86[r] * v86[r]);
                 }
             }
             float v88[8];
@@ -5764,7 +5670,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v88[r] = (v87[r] + v78[r]);
+                    v88[r] = ((v87[r * 8 + 0] + v87[r * 8 + 1]) + (v87[r * 8 + 2] + v87[r * 8 + 3])) + ((v87[r * 8 + 4] + v87[r * 8 + 5]) + (v87[r * 8 + 6] + v87[r * 8 + 7]));
                 }
             }
             float v89[8];
@@ -5772,14 +5678,108 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v89[r] = (v88[r] + v86[r]);
+                    v89[r] = (v76[r] + v81[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v89[r];
+                    acc6[r] = v89[r];
+                }
+            }
+            float v90[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v90[r] = fmaxf(v89[r], v82[0]);
+                }
+            }
+            float v91[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v91[r] = dt_fast_div(v81[r], v90[r]);
+                }
+            }
+            float v92[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v92[r] = (v84[r] - v77[r]);
+                }
+            }
+            float v93[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v93[r] = (v92[r] * v91[r]);
+                }
+            }
+            float v94[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v94[r] = (v77[r] + v93[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v94[r];
+                }
+            }
+            float v95[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v95[r] = (v93[r] * v92[r]);
+                }
+            }
+            float v96[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v96[r] = (v95[r] * v76[r]);
+                }
+            }
+            float v97[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v97[r] = acc5[r];
+                }
+            }
+            float v98[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v98[r] = (v97[r] + v88[r]);
+                }
+            }
+            float v99[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v99[r] = (v98[r] + v96[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v99[r];
                 }
             }
         }
@@ -6075,22 +6075,52 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v4[1];
-        /* rsum over the 8 programs of the cluster along y */
-        __shared__ float cl158[1];
-        if (tid == 0) cl158[0] = v3[0];
-        dt_cluster_sync();
-        {
-            float p = (tid % 32) < 8 ? dt_cluster_load(&cl158[0], (unsigned)(tid % 32)) : 0e0f;
-            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-            v4[0] = p;
+        float v66[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v66[r] = acc6[r];
+            }
         }
-        dt_cluster_arrive();
-        float v6[1];
+        float v67[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v66[i * 1 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v6[r] = dt_fast_div(v4[0], v5[0]);
+            float a161 = 0e0f;
+            for (int g = 0; g < 16; g++) a161 = a161 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v67[r] = a161;
+        }
+        float v68[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v68[r] = 1e0f;
+        }
+        float v69[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v69[r] = fmaxf(v67[0], v68[0]);
+        }
+        float v70[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v70[r] = dt_fast_div(v3[0], v69[0]);
         }
         float v59[8];
         #pragma unroll
@@ -6098,14 +6128,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
                 v59[r] = acc5[r];
-            }
-        }
-        float v60[8];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-            (void)e; {
-                v60[r] = acc6[r];
             }
         }
         float v61[8];
@@ -6116,39 +6138,39 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 v61[r] = acc7[r];
             }
         }
-        float v62[8];
+        float v71[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v62[r] = (v61[r] - v6[0]);
+                v71[r] = (v61[r] - v70[0]);
             }
         }
-        float v63[8];
+        float v72[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v63[r] = (v62[r] * v62[r]);
+                v72[r] = (v71[r] * v71[r]);
             }
         }
-        float v64[8];
+        float v73[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v64[r] = (v60[r] * v63[r]);
+                v73[r] = (v66[r] * v72[r]);
             }
         }
-        float v65[8];
+        float v74[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v65[r] = (v59[r] + v64[r]);
+                v74[r] = (v59[r] + v73[r]);
             }
         }
-        float v15[1];
+        float v75[1];
         /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
         {
             float p[1];
@@ -6156,23 +6178,23 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v65[i * 1 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v74[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a175 = 0e0f;
-            for (int g = 0; g < 16; g++) a175 = a175 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v15[r] = a175;
+            float a177 = 0e0f;
+            for (int g = 0; g < 16; g++) a177 = a177 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v75[r] = a177;
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            acc2[r] = acc2[r] + v15[0];
+            acc2[r] = acc2[r] + v75[0];
         }
         float v16[1];
         {
@@ -6181,17 +6203,34 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             v16[r] = acc2[r];
         }
         float v17[1];
-        /* rsum over the 8 programs of the cluster along y */
-        __shared__ float cl178[1];
-        dt_cluster_wait();
-        if (tid == 0) cl178[0] = v16[0];
+        float v4[1];
+        /* sum of squared deviations over the 8 programs of the cluster along y, at one meeting */
+        __shared__ float cl180[3];
+        if (tid == 0) cl180[0] = v3[0];
+        if (tid == 0) cl180[1] = v16[0];
+        if (tid == 0) cl180[2] = v67[0];
         dt_cluster_sync();
         {
-            float p = (tid % 32) < 8 ? dt_cluster_load(&cl178[0], (unsigned)(tid % 32)) : 0e0f;
-            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-            v17[0] = p;
+            const unsigned q = (unsigned)(tid % 32);
+            const float f = q < 8u ? dt_cluster_load(&cl180[0], q) : 0e0f;
+            const float s = q < 8u ? dt_cluster_load(&cl180[1], q) : 0e0f;
+            const float n = q < 8u ? dt_cluster_load(&cl180[2], q) : 0e0f;
+            float total = f, lanes = n;
+            for (int m = 16; m > 0; m >>= 1) total = total + dt_shfl_xor(total, m, 32);
+            for (int m = 16; m > 0; m >>= 1) lanes = lanes + dt_shfl_xor(lanes, m, 32);
+            const float d = n > 0e0f ? f / n - total / fmaxf(lanes, 1e0f) : 0e0f;
+            float t = n > 0e0f ? s + n * d * d : 0e0f;
+            for (int m = 16; m > 0; m >>= 1) t = t + dt_shfl_xor(t, m, 32);
+            v4[0] = total;
+            v17[0] = t;
         }
         dt_cluster_arrive();
+        float v6[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v6[r] = dt_fast_div(v4[0], v5[0]);
+        }
         float v19[1];
         {
             const int r = 0, e = 0;
@@ -6200,32 +6239,32 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         }
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) layernorm_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o180 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o180 >= b1 * 32768; o180 -= 4096) {
-            const uint4* const held181 = (const uint4*)(dt_smem + 32);
-            uint4 q182[1];
-            bool f183[1];
+        for (long long o183 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o183 >= b1 * 32768; o183 -= 4096) {
+            const uint4* const held184 = (const uint4*)(dt_smem + 32);
+            uint4 q185[1];
+            bool f186[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l184 = (int)((unsigned)e / 4096u % 1u);
-                const int l185 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l184) * (unsigned)args.input_strides[0][0] + (unsigned)(o180 + l185) * (unsigned)args.input_strides[0][1];
-                f183[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o180 + (l185 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f183[c]) q182[c] = held181[0 + (((unsigned)(o180 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                const int l187 = (int)((unsigned)e / 4096u % 1u);
+                const int l188 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l187) * (unsigned)args.input_strides[0][0] + (unsigned)(o183 + l188) * (unsigned)args.input_strides[0][1];
+                f186[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o183 + (l188 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f186[c]) q185[c] = held184[0 + (((unsigned)(o183 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             dt_f16s<8> v20; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l186 = (int)((unsigned)e / 4096u % 1u);
-                const int l187 = (int)((unsigned)e / 1u % 4096u);
-                if (f183[c]) {
-                    v20.w[c] = q182[c];
+                const int l189 = (int)((unsigned)e / 4096u % 1u);
+                const int l190 = (int)((unsigned)e / 1u % 4096u);
+                if (f186[c]) {
+                    v20.w[c] = q185[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l186) * (unsigned)args.input_strides[0][0] + (unsigned)(o180 + l187) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l189) * (unsigned)args.input_strides[0][0] + (unsigned)(o183 + l190) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o180 + (l187 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o183 + (l190 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v20.w[c] = w;
                 }
             }
@@ -6264,27 +6303,27 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 }
             }
             dt_f16s<8> v28; /* 16-bit values as loaded */
-            uint4 q194[1];
-            bool f195[1];
+            uint4 q197[1];
+            bool f198[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l196 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o180 + l196) * (unsigned)args.input_strides[1][0];
-                f195[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o180 + (l196 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-                if (f195[c]) q194[c] = *(const uint4*)(in1 + a);
+                const int l199 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o183 + l199) * (unsigned)args.input_strides[1][0];
+                f198[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o183 + (l199 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                if (f198[c]) q197[c] = *(const uint4*)(in1 + a);
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l197 = (int)((unsigned)e / 1u % 4096u);
-                if (f195[c]) {
-                    v28.w[c] = q194[c];
+                const int l200 = (int)((unsigned)e / 1u % 4096u);
+                if (f198[c]) {
+                    v28.w[c] = q197[c];
                 } else {
-                    const unsigned a = (unsigned)(o180 + l197) * (unsigned)args.input_strides[1][0];
+                    const unsigned a = (unsigned)(o183 + l200) * (unsigned)args.input_strides[1][0];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o180 + (l197 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o183 + (l200 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
                     v28.w[c] = w;
                 }
             }
@@ -6297,27 +6336,27 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 }
             }
             dt_f16s<8> v30; /* 16-bit values as loaded */
-            uint4 q200[1];
-            bool f201[1];
+            uint4 q203[1];
+            bool f204[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l202 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o180 + l202) * (unsigned)args.input_strides[2][0];
-                f201[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o180 + (l202 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-                if (f201[c]) q200[c] = *(const uint4*)(in2 + a);
+                const int l205 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o183 + l205) * (unsigned)args.input_strides[2][0];
+                f204[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o183 + (l205 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                if (f204[c]) q203[c] = *(const uint4*)(in2 + a);
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l203 = (int)((unsigned)e / 1u % 4096u);
-                if (f201[c]) {
-                    v30.w[c] = q200[c];
+                const int l206 = (int)((unsigned)e / 1u % 4096u);
+                if (f204[c]) {
+                    v30.w[c] = q203[c];
                 } else {
-                    const unsigned a = (unsigned)(o180 + l203) * (unsigned)args.input_strides[2][0];
+                    const unsigned a = (unsigned)(o183 + l206) * (unsigned)args.input_strides[2][0];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o180 + (l203 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o183 + (l206 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
                     v30.w[c] = w;
                 }
             }
@@ -6332,20 +6371,20 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l206 = (int)((unsigned)e / 4096u % 1u);
-                const int l207 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l206) * (unsigned)args.output_strides[0] + (unsigned)(o180 + l207) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o180 + (l207 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l209 = (int)((unsigned)e / 4096u % 1u);
+                const int l210 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l209) * (unsigned)args.output_strides[0] + (unsigned)(o183 + l210) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o183 + (l210 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v31[c * 8 + 0], v31[c * 8 + 1]), dt_pack2_f16(v31[c * 8 + 2], v31[c * 8 + 3]), dt_pack2_f16(v31[c * 8 + 4], v31[c * 8 + 5]), dt_pack2_f16(v31[c * 8 + 6], v31[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o180 + l207) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 0]);
-                    if ((unsigned)(o180 + (l207 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 1]);
-                    if ((unsigned)(o180 + (l207 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 2]);
-                    if ((unsigned)(o180 + (l207 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 3]);
-                    if ((unsigned)(o180 + (l207 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 4]);
-                    if ((unsigned)(o180 + (l207 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 5]);
-                    if ((unsigned)(o180 + (l207 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 6]);
-                    if ((unsigned)(o180 + (l207 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 7]);
+                    if ((unsigned)(o183 + l210) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 0]);
+                    if ((unsigned)(o183 + (l210 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 1]);
+                    if ((unsigned)(o183 + (l210 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 2]);
+                    if ((unsigned)(o183 + (l210 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 3]);
+                    if ((unsigned)(o183 + (l210 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 4]);
+                    if ((unsigned)(o183 + (l210 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 5]);
+                    if ((unsigned)(o183 + (l210 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 6]);
+                    if ((unsigned)(o183 + (l210 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 7]);
                 }
             }
         }
@@ -6563,114 +6602,29 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 f40[c] = 1;
                 if (f40[c]) q39[c] = ring12[0 + (((unsigned)(o34 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
-            float v66[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v66[r] = acc6[r];
-                }
-            }
-            float v67[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v67[r] = acc7[r];
-                }
-            }
-            dt_f16s<8> v68; /* 16-bit values as loaded */
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                if (f40[c]) {
-                    v68.w[c] = q39[c];
-                } else {
-                    v68.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
-                }
-            }
-            float v69[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v69[r] = ((v68[r * 8 + 0] + v68[r * 8 + 1]) + (v68[r * 8 + 2] + v68[r * 8 + 3])) + ((v68[r * 8 + 4] + v68[r * 8 + 5]) + (v68[r * 8 + 6] + v68[r * 8 + 7]));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = acc4[r] + v69[r];
-                }
-            }
-            float v70[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v70[r] = 1e0f;
-                }
-            }
-            float v71[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v71[r] = ((v70[r * 8 + 0] + v70[r * 8 + 1]) + (v70[r * 8 + 2] + v70[r * 8 + 3])) + ((v70[r * 8 + 4] + v70[r * 8 + 5]) + (v70[r * 8 + 6] + v70[r * 8 + 7]));
-                }
-            }
-            float v72[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v72[r] = 1e0f;
-            }
-            float v73[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v73[r] = fmaxf(v71[r], v72[0]);
-                }
-            }
-            float v74[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v74[r] = dt_fast_div(v69[r], v73[r]);
-                }
-            }
-            float v75[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v75[r] = (v68[r] - v74[r / 8]);
-                }
-            }
             float v76[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v76[r] = (v75[r] * v70[r]);
+                    v76[r] = acc6[r];
                 }
             }
             float v77[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v77[r] = (v76[r] * v76[r]);
-                }
-            }
-            float v78[8];
-            #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v78[r] = ((v77[r * 8 + 0] + v77[r * 8 + 1]) + (v77[r * 8 + 2] + v77[r * 8 + 3])) + ((v77[r * 8 + 4] + v77[r * 8 + 5]) + (v77[r * 8 + 6] + v77[r * 8 + 7]));
+                    v77[r] = acc7[r];
+                }
+            }
+            dt_f16s<8> v78; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f40[c]) {
+                    v78.w[c] = q39[c];
+                } else {
+                    v78.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
             }
             float v79[8];
@@ -6678,22 +6632,22 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = (v66[r] + v71[r]);
+                    v79[r] = ((v78[r * 8 + 0] + v78[r * 8 + 1]) + (v78[r * 8 + 2] + v78[r * 8 + 3])) + ((v78[r * 8 + 4] + v78[r * 8 + 5]) + (v78[r * 8 + 6] + v78[r * 8 + 7]));
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc6[r] = v79[r];
+                    acc4[r] = acc4[r] + v79[r];
                 }
             }
             float v80[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v80[r] = fmaxf(v79[r], v72[0]);
+                    v80[r] = 1e0f;
                 }
             }
             float v81[8];
@@ -6701,23 +6655,21 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = dt_fast_div(v71[r], v80[r]);
+                    v81[r] = ((v80[r * 8 + 0] + v80[r * 8 + 1]) + (v80[r * 8 + 2] + v80[r * 8 + 3])) + ((v80[r * 8 + 4] + v80[r * 8 + 5]) + (v80[r * 8 + 6] + v80[r * 8 + 7]));
                 }
             }
-            float v82[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v82[r] = (v74[r] - v67[r]);
-                }
+            float v82[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v82[r] = 1e0f;
             }
             float v83[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v83[r] = (v82[r] * v81[r]);
+                    v83[r] = fmaxf(v81[r], v82[0]);
                 }
             }
             float v84[8];
@@ -6725,38 +6677,31 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v84[r] = (v67[r] + v83[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v84[r];
+                    v84[r] = dt_fast_div(v79[r], v83[r]);
                 }
             }
             float v85[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v85[r] = (v83[r] * v82[r]);
+                    v85[r] = (v78[r] - v84[r / 8]);
                 }
             }
             float v86[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v86[r] = (v85[r] * v66[r]);
+                    v86[r] = (v85[r] * v80[r]);
                 }
             }
             float v87[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v87[r] = acc5[r];
+                    v87[r] = (v86[r] * v86[r]);
                 }
             }
             float v88[8];
@@ -6764,7 +6709,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v88[r] = (v87[r] + v78[r]);
+                    v88[r] = ((v87[r * 8 + 0] + v87[r * 8 + 1]) + (v87[r * 8 + 2] + v87[r * 8 + 3])) + ((v87[r * 8 + 4] + v87[r * 8 + 5]) + (v87[r * 8 + 6] + v87[r * 8 + 7]));
                 }
             }
             float v89[8];
@@ -6772,14 +6717,108 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v89[r] = (v88[r] + v86[r]);
+                    v89[r] = (v76[r] + v81[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v89[r];
+                    acc6[r] = v89[r];
+                }
+            }
+            float v90[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v90[r] = fmaxf(v89[r], v82[0]);
+                }
+            }
+            float v91[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v91[r] = dt_fast_div(v81[r], v90[r]);
+                }
+            }
+            float v92[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v92[r] = (v84[r] - v77[r]);
+                }
+            }
+            float v93[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v93[r] = (v92[r] * v91[r]);
+                }
+            }
+            float v94[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v94[r] = (v77[r] + v93[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v94[r];
+                }
+            }
+            float v95[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v95[r] = (v93[r] * v92[r]);
+                }
+            }
+            float v96[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v96[r] = (v95[r] * v76[r]);
+                }
+            }
+            float v97[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v97[r] = acc5[r];
+                }
+            }
+            float v98[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v98[r] = (v97[r] + v88[r]);
+                }
+            }
+            float v99[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v99[r] = (v98[r] + v96[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v99[r];
                 }
             }
         }
@@ -7065,22 +7104,52 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v4[1];
-        /* rsum over the 8 programs of the cluster along y */
-        __shared__ float cl158[1];
-        if (tid == 0) cl158[0] = v3[0];
-        dt_cluster_sync();
-        {
-            float p = (tid % 32) < 8 ? dt_cluster_load(&cl158[0], (unsigned)(tid % 32)) : 0e0f;
-            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-            v4[0] = p;
+        float v66[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v66[r] = acc6[r];
+            }
         }
-        dt_cluster_arrive();
-        float v6[1];
+        float v67[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v66[i * 1 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v6[r] = dt_fast_div(v4[0], v5[0]);
+            float a161 = 0e0f;
+            for (int g = 0; g < 16; g++) a161 = a161 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v67[r] = a161;
+        }
+        float v68[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v68[r] = 1e0f;
+        }
+        float v69[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v69[r] = fmaxf(v67[0], v68[0]);
+        }
+        float v70[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v70[r] = dt_fast_div(v3[0], v69[0]);
         }
         float v59[8];
         #pragma unroll
@@ -7088,14 +7157,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
                 v59[r] = acc5[r];
-            }
-        }
-        float v60[8];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-            (void)e; {
-                v60[r] = acc6[r];
             }
         }
         float v61[8];
@@ -7106,39 +7167,39 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 v61[r] = acc7[r];
             }
         }
-        float v62[8];
+        float v71[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v62[r] = (v61[r] - v6[0]);
+                v71[r] = (v61[r] - v70[0]);
             }
         }
-        float v63[8];
+        float v72[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v63[r] = (v62[r] * v62[r]);
+                v72[r] = (v71[r] * v71[r]);
             }
         }
-        float v64[8];
+        float v73[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v64[r] = (v60[r] * v63[r]);
+                v73[r] = (v66[r] * v72[r]);
             }
         }
-        float v65[8];
+        float v74[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v65[r] = (v59[r] + v64[r]);
+                v74[r] = (v59[r] + v73[r]);
             }
         }
-        float v15[1];
+        float v75[1];
         /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
         {
             float p[1];
@@ -7146,23 +7207,23 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v65[i * 1 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v74[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a175 = 0e0f;
-            for (int g = 0; g < 16; g++) a175 = a175 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v15[r] = a175;
+            float a177 = 0e0f;
+            for (int g = 0; g < 16; g++) a177 = a177 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v75[r] = a177;
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            acc2[r] = acc2[r] + v15[0];
+            acc2[r] = acc2[r] + v75[0];
         }
         float v16[1];
         {
@@ -7171,17 +7232,34 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             v16[r] = acc2[r];
         }
         float v17[1];
-        /* rsum over the 8 programs of the cluster along y */
-        __shared__ float cl178[1];
-        dt_cluster_wait();
-        if (tid == 0) cl178[0] = v16[0];
+        float v4[1];
+        /* sum of squared deviations over the 8 programs of the cluster along y, at one meeting */
+        __shared__ float cl180[3];
+        if (tid == 0) cl180[0] = v3[0];
+        if (tid == 0) cl180[1] = v16[0];
+        if (tid == 0) cl180[2] = v67[0];
         dt_cluster_sync();
         {
-            float p = (tid % 32) < 8 ? dt_cluster_load(&cl178[0], (unsigned)(tid % 32)) : 0e0f;
-            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-            v17[0] = p;
+            const unsigned q = (unsigned)(tid % 32);
+            const float f = q < 8u ? dt_cluster_load(&cl180[0], q) : 0e0f;
+            const float s = q < 8u ? dt_cluster_load(&cl180[1], q) : 0e0f;
+            const float n = q < 8u ? dt_cluster_load(&cl180[2], q) : 0e0f;
+            float total = f, lanes = n;
+            for (int m = 16; m > 0; m >>= 1) total = total + dt_shfl_xor(total, m, 32);
+            for (int m = 16; m > 0; m >>= 1) lanes = lanes + dt_shfl_xor(lanes, m, 32);
+            const float d = n > 0e0f ? f / n - total / fmaxf(lanes, 1e0f) : 0e0f;
+            float t = n > 0e0f ? s + n * d * d : 0e0f;
+            for (int m = 16; m > 0; m >>= 1) t = t + dt_shfl_xor(t, m, 32);
+            v4[0] = total;
+            v17[0] = t;
         }
         dt_cluster_arrive();
+        float v6[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v6[r] = dt_fast_div(v4[0], v5[0]);
+        }
         float v19[1];
         {
             const int r = 0, e = 0;
@@ -7190,22 +7268,22 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         }
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) layernorm_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o180 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o180 >= b1 * 32768; o180 -= 4096) {
-            const uint4* const held181 = (const uint4*)(dt_smem + 32);
-            uint4 q182[1];
-            bool f183[1];
+        for (long long o183 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o183 >= b1 * 32768; o183 -= 4096) {
+            const uint4* const held184 = (const uint4*)(dt_smem + 32);
+            uint4 q185[1];
+            bool f186[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l185 = (int)((unsigned)e / 1u % 4096u);
-                f183[c] = (unsigned)(o180 + l185) < (unsigned)s1;
-                if (f183[c]) q182[c] = held181[0 + (((unsigned)(o180 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                const int l188 = (int)((unsigned)e / 1u % 4096u);
+                f186[c] = (unsigned)(o183 + l188) < (unsigned)s1;
+                if (f186[c]) q185[c] = held184[0 + (((unsigned)(o183 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             dt_f16s<8> v20; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f183[c]) {
-                    v20.w[c] = q182[c];
+                if (f186[c]) {
+                    v20.w[c] = q185[c];
                 } else {
                     v20.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -7245,20 +7323,20 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 }
             }
             dt_f16s<8> v28; /* 16-bit values as loaded */
-            uint4 q194[1];
-            bool f195[1];
+            uint4 q197[1];
+            bool f198[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l196 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o180 + l196) * (unsigned)args.input_strides[1][0];
-                f195[c] = (unsigned)(o180 + l196) < (unsigned)s1;
-                if (f195[c]) q194[c] = *(const uint4*)(in1 + a);
+                const int l199 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o183 + l199) * (unsigned)args.input_strides[1][0];
+                f198[c] = (unsigned)(o183 + l199) < (unsigned)s1;
+                if (f198[c]) q197[c] = *(const uint4*)(in1 + a);
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f195[c]) {
-                    v28.w[c] = q194[c];
+                if (f198[c]) {
+                    v28.w[c] = q197[c];
                 } else {
                     v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -7272,20 +7350,20 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 }
             }
             dt_f16s<8> v30; /* 16-bit values as loaded */
-            uint4 q200[1];
-            bool f201[1];
+            uint4 q203[1];
+            bool f204[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l202 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o180 + l202) * (unsigned)args.input_strides[2][0];
-                f201[c] = (unsigned)(o180 + l202) < (unsigned)s1;
-                if (f201[c]) q200[c] = *(const uint4*)(in2 + a);
+                const int l205 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o183 + l205) * (unsigned)args.input_strides[2][0];
+                f204[c] = (unsigned)(o183 + l205) < (unsigned)s1;
+                if (f204[c]) q203[c] = *(const uint4*)(in2 + a);
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f201[c]) {
-                    v30.w[c] = q200[c];
+                if (f204[c]) {
+                    v30.w[c] = q203[c];
                 } else {
                     v30.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -7301,10 +7379,10 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l206 = (int)((unsigned)e / 4096u % 1u);
-                const int l207 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l206) * (unsigned)args.output_strides[0] + (unsigned)(o180 + l207) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o180 + l207) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v31[c * 8 + 0], v31[c * 8 + 1]), dt_pack2_f16(v31[c * 8 + 2], v31[c * 8 + 3]), dt_pack2_f16(v31[c * 8 + 4], v31[c * 8 + 5]), dt_pack2_f16(v31[c * 8 + 6], v31[c * 8 + 7])));
+                const int l209 = (int)((unsigned)e / 4096u % 1u);
+                const int l210 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l209) * (unsigned)args.output_strides[0] + (unsigned)(o183 + l210) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o183 + l210) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v31[c * 8 + 0], v31[c * 8 + 1]), dt_pack2_f16(v31[c * 8 + 2], v31[c * 8 + 3]), dt_pack2_f16(v31[c * 8 + 4], v31[c * 8 + 5]), dt_pack2_f16(v31[c * 8 + 6], v31[c * 8 + 7])));
             }
         }
         dt_cluster_wait();
@@ -7525,121 +7603,36 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 f40[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f40[c]) q39[c] = ring12[0 + (((unsigned)(o34 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
-            float v66[8];
+            float v76[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v66[r] = acc6[r];
+                    v76[r] = acc6[r];
                 }
             }
-            float v67[8];
+            float v77[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v67[r] = acc7[r];
+                    v77[r] = acc7[r];
                 }
             }
-            dt_bf16s<8> v68; /* 16-bit values as loaded */
+            dt_bf16s<8> v78; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l47 = (int)((unsigned)e / 4096u % 1u);
                 const int l48 = (int)((unsigned)e / 1u % 4096u);
                 if (f40[c]) {
-                    v68.w[c] = q39[c];
+                    v78.w[c] = q39[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l47) * (unsigned)args.input_strides[0][0] + (unsigned)(o34 + l48) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
-                    v68.w[c] = w;
-                }
-            }
-            float v69[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v69[r] = ((v68[r * 8 + 0] + v68[r * 8 + 1]) + (v68[r * 8 + 2] + v68[r * 8 + 3])) + ((v68[r * 8 + 4] + v68[r * 8 + 5]) + (v68[r * 8 + 6] + v68[r * 8 + 7]));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = acc4[r] + v69[r];
-                }
-            }
-            float v70[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v70[r] = 1e0f;
-                }
-            }
-            float v71[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v71[r] = ((v70[r * 8 + 0] + v70[r * 8 + 1]) + (v70[r * 8 + 2] + v70[r * 8 + 3])) + ((v70[r * 8 + 4] + v70[r * 8 + 5]) + (v70[r * 8 + 6] + v70[r * 8 + 7]));
-                }
-            }
-            float v72[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v72[r] = 1e0f;
-            }
-            float v73[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v73[r] = fmaxf(v71[r], v72[0]);
-                }
-            }
-            float v74[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v74[r] = dt_fast_div(v69[r], v73[r]);
-                }
-            }
-            float v75[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v75[r] = (v68[r] - v74[r / 8]);
-                }
-            }
-            float v76[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v76[r] = (v75[r] * v70[r]);
-                }
-            }
-            float v77[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v77[r] = (v76[r] * v76[r]);
-                }
-            }
-            float v78[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v78[r] = ((v77[r * 8 + 0] + v77[r * 8 + 1]) + (v77[r * 8 + 2] + v77[r * 8 + 3])) + ((v77[r * 8 + 4] + v77[r * 8 + 5]) + (v77[r * 8 + 6] + v77[r * 8 + 7]));
+                    v78.w[c] = w;
                 }
             }
             float v79[8];
@@ -7647,22 +7640,22 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = (v66[r] + v71[r]);
+                    v79[r] = ((v78[r * 8 + 0] + v78[r * 8 + 1]) + (v78[r * 8 + 2] + v78[r * 8 + 3])) + ((v78[r * 8 + 4] + v78[r * 8 + 5]) + (v78[r * 8 + 6] + v78[r * 8 + 7]));
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc6[r] = v79[r];
+                    acc4[r] = acc4[r] + v79[r];
                 }
             }
             float v80[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v80[r] = fmaxf(v79[r], v72[0]);
+                    v80[r] = 1e0f;
                 }
             }
             float v81[8];
@@ -7670,23 +7663,21 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = dt_fast_div(v71[r], v80[r]);
+                    v81[r] = ((v80[r * 8 + 0] + v80[r * 8 + 1]) + (v80[r * 8 + 2] + v80[r * 8 + 3])) + ((v80[r * 8 + 4] + v80[r * 8 + 5]) + (v80[r * 8 + 6] + v80[r * 8 + 7]));
                 }
             }
-            float v82[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v82[r] = (v74[r] - v67[r]);
-                }
+            float v82[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v82[r] = 1e0f;
             }
             float v83[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v83[r] = (v82[r] * v81[r]);
+                    v83[r] = fmaxf(v81[r], v82[0]);
                 }
             }
             float v84[8];
@@ -7694,38 +7685,31 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v84[r] = (v67[r] + v83[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v84[r];
+                    v84[r] = dt_fast_div(v79[r], v83[r]);
                 }
             }
             float v85[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v85[r] = (v83[r] * v82[r]);
+                    v85[r] = (v78[r] - v84[r / 8]);
                 }
             }
             float v86[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v86[r] = (v85[r] * v66[r]);
+                    v86[r] = (v85[r] * v80[r]);
                 }
             }
             float v87[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v87[r] = acc5[r];
+                    v87[r] = (v86[r] * v86[r]);
                 }
             }
             float v88[8];
@@ -7733,7 +7717,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v88[r] = (v87[r] + v78[r]);
+                    v88[r] = ((v87[r * 8 + 0] + v87[r * 8 + 1]) + (v87[r * 8 + 2] + v87[r * 8 + 3])) + ((v87[r * 8 + 4] + v87[r * 8 + 5]) + (v87[r * 8 + 6] + v87[r * 8 + 7]));
                 }
             }
             float v89[8];
@@ -7741,14 +7725,108 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v89[r] = (v88[r] + v86[r]);
+                    v89[r] = (v76[r] + v81[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v89[r];
+                    acc6[r] = v89[r];
+                }
+            }
+            float v90[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v90[r] = fmaxf(v89[r], v82[0]);
+                }
+            }
+            float v91[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v91[r] = dt_fast_div(v81[r], v90[r]);
+                }
+            }
+            float v92[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v92[r] = (v84[r] - v77[r]);
+                }
+            }
+            float v93[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v93[r] = (v92[r] * v91[r]);
+                }
+            }
+            float v94[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v94[r] = (v77[r] + v93[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v94[r];
+                }
+            }
+            float v95[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v95[r] = (v93[r] * v92[r]);
+                }
+            }
+            float v96[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v96[r] = (v95[r] * v76[r]);
+                }
+            }
+            float v97[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v97[r] = acc5[r];
+                }
+            }
+            float v98[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v98[r] = (v97[r] + v88[r]);
+                }
+            }
+            float v99[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v99[r] = (v98[r] + v96[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v99[r];
                 }
             }
         }
@@ -8044,22 +8122,52 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v4[1];
-        /* rsum over the 8 programs of the cluster along y */
-        __shared__ float cl158[1];
-        if (tid == 0) cl158[0] = v3[0];
-        dt_cluster_sync();
-        {
-            float p = (tid % 32) < 8 ? dt_cluster_load(&cl158[0], (unsigned)(tid % 32)) : 0e0f;
-            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-            v4[0] = p;
+        float v66[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v66[r] = acc6[r];
+            }
         }
-        dt_cluster_arrive();
-        float v6[1];
+        float v67[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v66[i * 1 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v6[r] = dt_fast_div(v4[0], v5[0]);
+            float a161 = 0e0f;
+            for (int g = 0; g < 16; g++) a161 = a161 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v67[r] = a161;
+        }
+        float v68[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v68[r] = 1e0f;
+        }
+        float v69[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v69[r] = fmaxf(v67[0], v68[0]);
+        }
+        float v70[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v70[r] = dt_fast_div(v3[0], v69[0]);
         }
         float v59[8];
         #pragma unroll
@@ -8067,14 +8175,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
                 v59[r] = acc5[r];
-            }
-        }
-        float v60[8];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-            (void)e; {
-                v60[r] = acc6[r];
             }
         }
         float v61[8];
@@ -8085,39 +8185,39 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 v61[r] = acc7[r];
             }
         }
-        float v62[8];
+        float v71[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v62[r] = (v61[r] - v6[0]);
+                v71[r] = (v61[r] - v70[0]);
             }
         }
-        float v63[8];
+        float v72[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v63[r] = (v62[r] * v62[r]);
+                v72[r] = (v71[r] * v71[r]);
             }
         }
-        float v64[8];
+        float v73[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v64[r] = (v60[r] * v63[r]);
+                v73[r] = (v66[r] * v72[r]);
             }
         }
-        float v65[8];
+        float v74[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v65[r] = (v59[r] + v64[r]);
+                v74[r] = (v59[r] + v73[r]);
             }
         }
-        float v15[1];
+        float v75[1];
         /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
         {
             float p[1];
@@ -8125,23 +8225,23 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v65[i * 1 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v74[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a175 = 0e0f;
-            for (int g = 0; g < 16; g++) a175 = a175 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v15[r] = a175;
+            float a177 = 0e0f;
+            for (int g = 0; g < 16; g++) a177 = a177 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v75[r] = a177;
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            acc2[r] = acc2[r] + v15[0];
+            acc2[r] = acc2[r] + v75[0];
         }
         float v16[1];
         {
@@ -8150,17 +8250,34 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             v16[r] = acc2[r];
         }
         float v17[1];
-        /* rsum over the 8 programs of the cluster along y */
-        __shared__ float cl178[1];
-        dt_cluster_wait();
-        if (tid == 0) cl178[0] = v16[0];
+        float v4[1];
+        /* sum of squared deviations over the 8 programs of the cluster along y, at one meeting */
+        __shared__ float cl180[3];
+        if (tid == 0) cl180[0] = v3[0];
+        if (tid == 0) cl180[1] = v16[0];
+        if (tid == 0) cl180[2] = v67[0];
         dt_cluster_sync();
         {
-            float p = (tid % 32) < 8 ? dt_cluster_load(&cl178[0], (unsigned)(tid % 32)) : 0e0f;
-            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-            v17[0] = p;
+            const unsigned q = (unsigned)(tid % 32);
+            const float f = q < 8u ? dt_cluster_load(&cl180[0], q) : 0e0f;
+            const float s = q < 8u ? dt_cluster_load(&cl180[1], q) : 0e0f;
+            const float n = q < 8u ? dt_cluster_load(&cl180[2], q) : 0e0f;
+            float total = f, lanes = n;
+            for (int m = 16; m > 0; m >>= 1) total = total + dt_shfl_xor(total, m, 32);
+            for (int m = 16; m > 0; m >>= 1) lanes = lanes + dt_shfl_xor(lanes, m, 32);
+            const float d = n > 0e0f ? f / n - total / fmaxf(lanes, 1e0f) : 0e0f;
+            float t = n > 0e0f ? s + n * d * d : 0e0f;
+            for (int m = 16; m > 0; m >>= 1) t = t + dt_shfl_xor(t, m, 32);
+            v4[0] = total;
+            v17[0] = t;
         }
         dt_cluster_arrive();
+        float v6[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v6[r] = dt_fast_div(v4[0], v5[0]);
+        }
         float v19[1];
         {
             const int r = 0, e = 0;
@@ -8169,32 +8286,32 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         }
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) layernorm_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o180 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o180 >= b1 * 32768; o180 -= 4096) {
-            const uint4* const held181 = (const uint4*)(dt_smem + 32);
-            uint4 q182[1];
-            bool f183[1];
+        for (long long o183 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o183 >= b1 * 32768; o183 -= 4096) {
+            const uint4* const held184 = (const uint4*)(dt_smem + 32);
+            uint4 q185[1];
+            bool f186[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l184 = (int)((unsigned)e / 4096u % 1u);
-                const int l185 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l184) * (unsigned)args.input_strides[0][0] + (unsigned)(o180 + l185) * (unsigned)args.input_strides[0][1];
-                f183[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o180 + (l185 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f183[c]) q182[c] = held181[0 + (((unsigned)(o180 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                const int l187 = (int)((unsigned)e / 4096u % 1u);
+                const int l188 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l187) * (unsigned)args.input_strides[0][0] + (unsigned)(o183 + l188) * (unsigned)args.input_strides[0][1];
+                f186[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o183 + (l188 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f186[c]) q185[c] = held184[0 + (((unsigned)(o183 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             dt_bf16s<8> v20; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l186 = (int)((unsigned)e / 4096u % 1u);
-                const int l187 = (int)((unsigned)e / 1u % 4096u);
-                if (f183[c]) {
-                    v20.w[c] = q182[c];
+                const int l189 = (int)((unsigned)e / 4096u % 1u);
+                const int l190 = (int)((unsigned)e / 1u % 4096u);
+                if (f186[c]) {
+                    v20.w[c] = q185[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l186) * (unsigned)args.input_strides[0][0] + (unsigned)(o180 + l187) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l189) * (unsigned)args.input_strides[0][0] + (unsigned)(o183 + l190) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o180 + (l187 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o183 + (l190 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v20.w[c] = w;
                 }
             }
@@ -8233,27 +8350,27 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 }
             }
             dt_bf16s<8> v28; /* 16-bit values as loaded */
-            uint4 q194[1];
-            bool f195[1];
+            uint4 q197[1];
+            bool f198[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l196 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o180 + l196) * (unsigned)args.input_strides[1][0];
-                f195[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o180 + (l196 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-                if (f195[c]) q194[c] = *(const uint4*)(in1 + a);
+                const int l199 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o183 + l199) * (unsigned)args.input_strides[1][0];
+                f198[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o183 + (l199 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                if (f198[c]) q197[c] = *(const uint4*)(in1 + a);
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l197 = (int)((unsigned)e / 1u % 4096u);
-                if (f195[c]) {
-                    v28.w[c] = q194[c];
+                const int l200 = (int)((unsigned)e / 1u % 4096u);
+                if (f198[c]) {
+                    v28.w[c] = q197[c];
                 } else {
-                    const unsigned a = (unsigned)(o180 + l197) * (unsigned)args.input_strides[1][0];
+                    const unsigned a = (unsigned)(o183 + l200) * (unsigned)args.input_strides[1][0];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o180 + (l197 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o183 + (l200 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
                     v28.w[c] = w;
                 }
             }
@@ -8266,27 +8383,27 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 }
             }
             dt_bf16s<8> v30; /* 16-bit values as loaded */
-            uint4 q200[1];
-            bool f201[1];
+            uint4 q203[1];
+            bool f204[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l202 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o180 + l202) * (unsigned)args.input_strides[2][0];
-                f201[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o180 + (l202 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-                if (f201[c]) q200[c] = *(const uint4*)(in2 + a);
+                const int l205 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o183 + l205) * (unsigned)args.input_strides[2][0];
+                f204[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o183 + (l205 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                if (f204[c]) q203[c] = *(const uint4*)(in2 + a);
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l203 = (int)((unsigned)e / 1u % 4096u);
-                if (f201[c]) {
-                    v30.w[c] = q200[c];
+                const int l206 = (int)((unsigned)e / 1u % 4096u);
+                if (f204[c]) {
+                    v30.w[c] = q203[c];
                 } else {
-                    const unsigned a = (unsigned)(o180 + l203) * (unsigned)args.input_strides[2][0];
+                    const unsigned a = (unsigned)(o183 + l206) * (unsigned)args.input_strides[2][0];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o180 + (l203 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o183 + (l206 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
                     v30.w[c] = w;
                 }
             }
@@ -8301,20 +8418,20 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l206 = (int)((unsigned)e / 4096u % 1u);
-                const int l207 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l206) * (unsigned)args.output_strides[0] + (unsigned)(o180 + l207) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o180 + (l207 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l209 = (int)((unsigned)e / 4096u % 1u);
+                const int l210 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l209) * (unsigned)args.output_strides[0] + (unsigned)(o183 + l210) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o183 + (l210 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v31[c * 8 + 0], v31[c * 8 + 1]), dt_pack2_bf16(v31[c * 8 + 2], v31[c * 8 + 3]), dt_pack2_bf16(v31[c * 8 + 4], v31[c * 8 + 5]), dt_pack2_bf16(v31[c * 8 + 6], v31[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o180 + l207) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 0]);
-                    if ((unsigned)(o180 + (l207 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 1]);
-                    if ((unsigned)(o180 + (l207 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 2]);
-                    if ((unsigned)(o180 + (l207 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 3]);
-                    if ((unsigned)(o180 + (l207 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 4]);
-                    if ((unsigned)(o180 + (l207 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 5]);
-                    if ((unsigned)(o180 + (l207 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 6]);
-                    if ((unsigned)(o180 + (l207 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 7]);
+                    if ((unsigned)(o183 + l210) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 0]);
+                    if ((unsigned)(o183 + (l210 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 1]);
+                    if ((unsigned)(o183 + (l210 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 2]);
+                    if ((unsigned)(o183 + (l210 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 3]);
+                    if ((unsigned)(o183 + (l210 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 4]);
+                    if ((unsigned)(o183 + (l210 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 5]);
+                    if ((unsigned)(o183 + (l210 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 6]);
+                    if ((unsigned)(o183 + (l210 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 7]);
                 }
             }
         }
@@ -8532,114 +8649,29 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 f40[c] = 1;
                 if (f40[c]) q39[c] = ring12[0 + (((unsigned)(o34 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
-            float v66[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v66[r] = acc6[r];
-                }
-            }
-            float v67[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v67[r] = acc7[r];
-                }
-            }
-            dt_bf16s<8> v68; /* 16-bit values as loaded */
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                if (f40[c]) {
-                    v68.w[c] = q39[c];
-                } else {
-                    v68.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
-                }
-            }
-            float v69[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v69[r] = ((v68[r * 8 + 0] + v68[r * 8 + 1]) + (v68[r * 8 + 2] + v68[r * 8 + 3])) + ((v68[r * 8 + 4] + v68[r * 8 + 5]) + (v68[r * 8 + 6] + v68[r * 8 + 7]));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = acc4[r] + v69[r];
-                }
-            }
-            float v70[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v70[r] = 1e0f;
-                }
-            }
-            float v71[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v71[r] = ((v70[r * 8 + 0] + v70[r * 8 + 1]) + (v70[r * 8 + 2] + v70[r * 8 + 3])) + ((v70[r * 8 + 4] + v70[r * 8 + 5]) + (v70[r * 8 + 6] + v70[r * 8 + 7]));
-                }
-            }
-            float v72[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v72[r] = 1e0f;
-            }
-            float v73[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v73[r] = fmaxf(v71[r], v72[0]);
-                }
-            }
-            float v74[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v74[r] = dt_fast_div(v69[r], v73[r]);
-                }
-            }
-            float v75[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v75[r] = (v68[r] - v74[r / 8]);
-                }
-            }
             float v76[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v76[r] = (v75[r] * v70[r]);
+                    v76[r] = acc6[r];
                 }
             }
             float v77[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v77[r] = (v76[r] * v76[r]);
-                }
-            }
-            float v78[8];
-            #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v78[r] = ((v77[r * 8 + 0] + v77[r * 8 + 1]) + (v77[r * 8 + 2] + v77[r * 8 + 3])) + ((v77[r * 8 + 4] + v77[r * 8 + 5]) + (v77[r * 8 + 6] + v77[r * 8 + 7]));
+                    v77[r] = acc7[r];
+                }
+            }
+            dt_bf16s<8> v78; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f40[c]) {
+                    v78.w[c] = q39[c];
+                } else {
+                    v78.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
             }
             float v79[8];
@@ -8647,22 +8679,22 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = (v66[r] + v71[r]);
+                    v79[r] = ((v78[r * 8 + 0] + v78[r * 8 + 1]) + (v78[r * 8 + 2] + v78[r * 8 + 3])) + ((v78[r * 8 + 4] + v78[r * 8 + 5]) + (v78[r * 8 + 6] + v78[r * 8 + 7]));
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc6[r] = v79[r];
+                    acc4[r] = acc4[r] + v79[r];
                 }
             }
             float v80[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v80[r] = fmaxf(v79[r], v72[0]);
+                    v80[r] = 1e0f;
                 }
             }
             float v81[8];
@@ -8670,23 +8702,21 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = dt_fast_div(v71[r], v80[r]);
+                    v81[r] = ((v80[r * 8 + 0] + v80[r * 8 + 1]) + (v80[r * 8 + 2] + v80[r * 8 + 3])) + ((v80[r * 8 + 4] + v80[r * 8 + 5]) + (v80[r * 8 + 6] + v80[r * 8 + 7]));
                 }
             }
-            float v82[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v82[r] = (v74[r] - v67[r]);
-                }
+            float v82[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v82[r] = 1e0f;
             }
             float v83[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v83[r] = (v82[r] * v81[r]);
+                    v83[r] = fmaxf(v81[r], v82[0]);
                 }
             }
             float v84[8];
@@ -8694,38 +8724,31 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v84[r] = (v67[r] + v83[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v84[r];
+                    v84[r] = dt_fast_div(v79[r], v83[r]);
                 }
             }
             float v85[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v85[r] = (v83[r] * v82[r]);
+                    v85[r] = (v78[r] - v84[r / 8]);
                 }
             }
             float v86[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v86[r] = (v85[r] * v66[r]);
+                    v86[r] = (v85[r] * v80[r]);
                 }
             }
             float v87[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v87[r] = acc5[r];
+                    v87[r] = (v86[r] * v86[r]);
                 }
             }
             float v88[8];
@@ -8733,7 +8756,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v88[r] = (v87[r] + v78[r]);
+                    v88[r] = ((v87[r * 8 + 0] + v87[r * 8 + 1]) + (v87[r * 8 + 2] + v87[r * 8 + 3])) + ((v87[r * 8 + 4] + v87[r * 8 + 5]) + (v87[r * 8 + 6] + v87[r * 8 + 7]));
                 }
             }
             float v89[8];
@@ -8741,14 +8764,108 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v89[r] = (v88[r] + v86[r]);
+                    v89[r] = (v76[r] + v81[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v89[r];
+                    acc6[r] = v89[r];
+                }
+            }
+            float v90[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v90[r] = fmaxf(v89[r], v82[0]);
+                }
+            }
+            float v91[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v91[r] = dt_fast_div(v81[r], v90[r]);
+                }
+            }
+            float v92[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v92[r] = (v84[r] - v77[r]);
+                }
+            }
+            float v93[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v93[r] = (v92[r] * v91[r]);
+                }
+            }
+            float v94[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v94[r] = (v77[r] + v93[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v94[r];
+                }
+            }
+            float v95[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v95[r] = (v93[r] * v92[r]);
+                }
+            }
+            float v96[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v96[r] = (v95[r] * v76[r]);
+                }
+            }
+            float v97[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v97[r] = acc5[r];
+                }
+            }
+            float v98[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v98[r] = (v97[r] + v88[r]);
+                }
+            }
+            float v99[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v99[r] = (v98[r] + v96[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v99[r];
                 }
             }
         }
@@ -9034,22 +9151,52 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v4[1];
-        /* rsum over the 8 programs of the cluster along y */
-        __shared__ float cl158[1];
-        if (tid == 0) cl158[0] = v3[0];
-        dt_cluster_sync();
-        {
-            float p = (tid % 32) < 8 ? dt_cluster_load(&cl158[0], (unsigned)(tid % 32)) : 0e0f;
-            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-            v4[0] = p;
+        float v66[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v66[r] = acc6[r];
+            }
         }
-        dt_cluster_arrive();
-        float v6[1];
+        float v67[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v66[i * 1 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v6[r] = dt_fast_div(v4[0], v5[0]);
+            float a161 = 0e0f;
+            for (int g = 0; g < 16; g++) a161 = a161 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v67[r] = a161;
+        }
+        float v68[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v68[r] = 1e0f;
+        }
+        float v69[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v69[r] = fmaxf(v67[0], v68[0]);
+        }
+        float v70[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v70[r] = dt_fast_div(v3[0], v69[0]);
         }
         float v59[8];
         #pragma unroll
@@ -9057,14 +9204,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
                 v59[r] = acc5[r];
-            }
-        }
-        float v60[8];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-            (void)e; {
-                v60[r] = acc6[r];
             }
         }
         float v61[8];
@@ -9075,39 +9214,39 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 v61[r] = acc7[r];
             }
         }
-        float v62[8];
+        float v71[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v62[r] = (v61[r] - v6[0]);
+                v71[r] = (v61[r] - v70[0]);
             }
         }
-        float v63[8];
+        float v72[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v63[r] = (v62[r] * v62[r]);
+                v72[r] = (v71[r] * v71[r]);
             }
         }
-        float v64[8];
+        float v73[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v64[r] = (v60[r] * v63[r]);
+                v73[r] = (v66[r] * v72[r]);
             }
         }
-        float v65[8];
+        float v74[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v65[r] = (v59[r] + v64[r]);
+                v74[r] = (v59[r] + v73[r]);
             }
         }
-        float v15[1];
+        float v75[1];
         /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
         {
             float p[1];
@@ -9115,23 +9254,23 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v65[i * 1 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v74[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a175 = 0e0f;
-            for (int g = 0; g < 16; g++) a175 = a175 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v15[r] = a175;
+            float a177 = 0e0f;
+            for (int g = 0; g < 16; g++) a177 = a177 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v75[r] = a177;
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            acc2[r] = acc2[r] + v15[0];
+            acc2[r] = acc2[r] + v75[0];
         }
         float v16[1];
         {
@@ -9140,17 +9279,34 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             v16[r] = acc2[r];
         }
         float v17[1];
-        /* rsum over the 8 programs of the cluster along y */
-        __shared__ float cl178[1];
-        dt_cluster_wait();
-        if (tid == 0) cl178[0] = v16[0];
+        float v4[1];
+        /* sum of squared deviations over the 8 programs of the cluster along y, at one meeting */
+        __shared__ float cl180[3];
+        if (tid == 0) cl180[0] = v3[0];
+        if (tid == 0) cl180[1] = v16[0];
+        if (tid == 0) cl180[2] = v67[0];
         dt_cluster_sync();
         {
-            float p = (tid % 32) < 8 ? dt_cluster_load(&cl178[0], (unsigned)(tid % 32)) : 0e0f;
-            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-            v17[0] = p;
+            const unsigned q = (unsigned)(tid % 32);
+            const float f = q < 8u ? dt_cluster_load(&cl180[0], q) : 0e0f;
+            const float s = q < 8u ? dt_cluster_load(&cl180[1], q) : 0e0f;
+            const float n = q < 8u ? dt_cluster_load(&cl180[2], q) : 0e0f;
+            float total = f, lanes = n;
+            for (int m = 16; m > 0; m >>= 1) total = total + dt_shfl_xor(total, m, 32);
+            for (int m = 16; m > 0; m >>= 1) lanes = lanes + dt_shfl_xor(lanes, m, 32);
+            const float d = n > 0e0f ? f / n - total / fmaxf(lanes, 1e0f) : 0e0f;
+            float t = n > 0e0f ? s + n * d * d : 0e0f;
+            for (int m = 16; m > 0; m >>= 1) t = t + dt_shfl_xor(t, m, 32);
+            v4[0] = total;
+            v17[0] = t;
         }
         dt_cluster_arrive();
+        float v6[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v6[r] = dt_fast_div(v4[0], v5[0]);
+        }
         float v19[1];
         {
             const int r = 0, e = 0;
@@ -9159,22 +9315,22 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         }
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) layernorm_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o180 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o180 >= b1 * 32768; o180 -= 4096) {
-            const uint4* const held181 = (const uint4*)(dt_smem + 32);
-            uint4 q182[1];
-            bool f183[1];
+        for (long long o183 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o183 >= b1 * 32768; o183 -= 4096) {
+            const uint4* const held184 = (const uint4*)(dt_smem + 32);
+            uint4 q185[1];
+            bool f186[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l185 = (int)((unsigned)e / 1u % 4096u);
-                f183[c] = (unsigned)(o180 + l185) < (unsigned)s1;
-                if (f183[c]) q182[c] = held181[0 + (((unsigned)(o180 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                const int l188 = (int)((unsigned)e / 1u % 4096u);
+                f186[c] = (unsigned)(o183 + l188) < (unsigned)s1;
+                if (f186[c]) q185[c] = held184[0 + (((unsigned)(o183 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             dt_bf16s<8> v20; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f183[c]) {
-                    v20.w[c] = q182[c];
+                if (f186[c]) {
+                    v20.w[c] = q185[c];
                 } else {
                     v20.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -9214,20 +9370,20 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 }
             }
             dt_bf16s<8> v28; /* 16-bit values as loaded */
-            uint4 q194[1];
-            bool f195[1];
+            uint4 q197[1];
+            bool f198[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l196 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o180 + l196) * (unsigned)args.input_strides[1][0];
-                f195[c] = (unsigned)(o180 + l196) < (unsigned)s1;
-                if (f195[c]) q194[c] = *(const uint4*)(in1 + a);
+                const int l199 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o183 + l199) * (unsigned)args.input_strides[1][0];
+                f198[c] = (unsigned)(o183 + l199) < (unsigned)s1;
+                if (f198[c]) q197[c] = *(const uint4*)(in1 + a);
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f195[c]) {
-                    v28.w[c] = q194[c];
+                if (f198[c]) {
+                    v28.w[c] = q197[c];
                 } else {
                     v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -9241,20 +9397,20 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 }
             }
             dt_bf16s<8> v30; /* 16-bit values as loaded */
-            uint4 q200[1];
-            bool f201[1];
+            uint4 q203[1];
+            bool f204[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l202 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o180 + l202) * (unsigned)args.input_strides[2][0];
-                f201[c] = (unsigned)(o180 + l202) < (unsigned)s1;
-                if (f201[c]) q200[c] = *(const uint4*)(in2 + a);
+                const int l205 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o183 + l205) * (unsigned)args.input_strides[2][0];
+                f204[c] = (unsigned)(o183 + l205) < (unsigned)s1;
+                if (f204[c]) q203[c] = *(const uint4*)(in2 + a);
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f201[c]) {
-                    v30.w[c] = q200[c];
+                if (f204[c]) {
+                    v30.w[c] = q203[c];
                 } else {
                     v30.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -9270,10 +9426,10 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l206 = (int)((unsigned)e / 4096u % 1u);
-                const int l207 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l206) * (unsigned)args.output_strides[0] + (unsigned)(o180 + l207) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o180 + l207) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v31[c * 8 + 0], v31[c * 8 + 1]), dt_pack2_bf16(v31[c * 8 + 2], v31[c * 8 + 3]), dt_pack2_bf16(v31[c * 8 + 4], v31[c * 8 + 5]), dt_pack2_bf16(v31[c * 8 + 6], v31[c * 8 + 7])));
+                const int l209 = (int)((unsigned)e / 4096u % 1u);
+                const int l210 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l209) * (unsigned)args.output_strides[0] + (unsigned)(o183 + l210) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o183 + l210) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v31[c * 8 + 0], v31[c * 8 + 1]), dt_pack2_bf16(v31[c * 8 + 2], v31[c * 8 + 3]), dt_pack2_bf16(v31[c * 8 + 4], v31[c * 8 + 5]), dt_pack2_bf16(v31[c * 8 + 6], v31[c * 8 + 7])));
             }
         }
         dt_cluster_wait();
@@ -9361,23 +9517,23 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
         }
         /* rsum layernorm_256k.tensorize(y:16384) + rsum layernorm_256k.tensorize(y:16384), in one pass */
         for (long long o12 = b1 * 65536; o12 < dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o12 += 16384) {
-            float v66[16];
+            float v76[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v66[r] = acc6[r];
+                    v76[r] = acc6[r];
                 }
             }
-            float v67[16];
+            float v77[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v67[r] = acc7[r];
+                    v77[r] = acc7[r];
                 }
             }
-            float v68[16];
+            float v78[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
@@ -9386,100 +9542,15 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l18) * (unsigned)args.input_strides[0][1];
                 if ((unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
-                    v68[c * 4 + 0] = __uint_as_float(q.x);
-                    v68[c * 4 + 1] = __uint_as_float(q.y);
-                    v68[c * 4 + 2] = __uint_as_float(q.z);
-                    v68[c * 4 + 3] = __uint_as_float(q.w);
+                    v78[c * 4 + 0] = __uint_as_float(q.x);
+                    v78[c * 4 + 1] = __uint_as_float(q.y);
+                    v78[c * 4 + 2] = __uint_as_float(q.z);
+                    v78[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v68[c * 4 + 0] = (1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v68[c * 4 + 1] = (1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v68[c * 4 + 2] = (1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v68[c * 4 + 3] = (1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                }
-            }
-            float v69[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v69[r] = (v68[r * 4 + 0] + v68[r * 4 + 1]) + (v68[r * 4 + 2] + v68[r * 4 + 3]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc4[r] = acc4[r] + v69[r];
-                }
-            }
-            float v70[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v70[r] = 1e0f;
-                }
-            }
-            float v71[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v71[r] = (v70[r * 4 + 0] + v70[r * 4 + 1]) + (v70[r * 4 + 2] + v70[r * 4 + 3]);
-                }
-            }
-            float v72[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v72[r] = 1e0f;
-            }
-            float v73[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v73[r] = fmaxf(v71[r], v72[0]);
-                }
-            }
-            float v74[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v74[r] = (v69[r] / v73[r]);
-                }
-            }
-            float v75[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v75[r] = (v68[r] - v74[r / 4]);
-                }
-            }
-            float v76[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v76[r] = (v75[r] * v70[r]);
-                }
-            }
-            float v77[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v77[r] = (v76[r] * v76[r]);
-                }
-            }
-            float v78[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v78[r] = (v77[r * 4 + 0] + v77[r * 4 + 1]) + (v77[r * 4 + 2] + v77[r * 4 + 3]);
+                    v78[c * 4 + 0] = (1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v78[c * 4 + 1] = (1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v78[c * 4 + 2] = (1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v78[c * 4 + 3] = (1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v79[16];
@@ -9487,22 +9558,22 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v79[r] = (v66[r] + v71[r]);
+                    v79[r] = (v78[r * 4 + 0] + v78[r * 4 + 1]) + (v78[r * 4 + 2] + v78[r * 4 + 3]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc6[r] = v79[r];
+                    acc4[r] = acc4[r] + v79[r];
                 }
             }
             float v80[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v80[r] = fmaxf(v79[r], v72[0]);
+                    v80[r] = 1e0f;
                 }
             }
             float v81[16];
@@ -9510,23 +9581,21 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v81[r] = (v71[r] / v80[r]);
+                    v81[r] = (v80[r * 4 + 0] + v80[r * 4 + 1]) + (v80[r * 4 + 2] + v80[r * 4 + 3]);
                 }
             }
-            float v82[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v82[r] = (v74[r] - v67[r]);
-                }
+            float v82[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v82[r] = 1e0f;
             }
             float v83[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v83[r] = (v82[r] * v81[r]);
+                    v83[r] = fmaxf(v81[r], v82[0]);
                 }
             }
             float v84[16];
@@ -9534,38 +9603,31 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v84[r] = (v67[r] + v83[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc7[r] = v84[r];
+                    v84[r] = (v79[r] / v83[r]);
                 }
             }
             float v85[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v85[r] = (v83[r] * v82[r]);
+                    v85[r] = (v78[r] - v84[r / 4]);
                 }
             }
             float v86[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v86[r] = (v85[r] * v66[r]);
+                    v86[r] = (v85[r] * v80[r]);
                 }
             }
             float v87[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v87[r] = acc5[r];
+                    v87[r] = (v86[r] * v86[r]);
                 }
             }
             float v88[16];
@@ -9573,7 +9635,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v88[r] = (v87[r] + v78[r]);
+                    v88[r] = (v87[r * 4 + 0] + v87[r * 4 + 1]) + (v87[r * 4 + 2] + v87[r * 4 + 3]);
                 }
             }
             float v89[16];
@@ -9581,14 +9643,108 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v89[r] = (v88[r] + v86[r]);
+                    v89[r] = (v76[r] + v81[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v89[r];
+                    acc6[r] = v89[r];
+                }
+            }
+            float v90[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v90[r] = fmaxf(v89[r], v82[0]);
+                }
+            }
+            float v91[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v91[r] = (v81[r] / v90[r]);
+                }
+            }
+            float v92[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v92[r] = (v84[r] - v77[r]);
+                }
+            }
+            float v93[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v93[r] = (v92[r] * v91[r]);
+                }
+            }
+            float v94[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v94[r] = (v77[r] + v93[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v94[r];
+                }
+            }
+            float v95[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v95[r] = (v93[r] * v92[r]);
+                }
+            }
+            float v96[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v96[r] = (v95[r] * v76[r]);
+                }
+            }
+            float v97[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v97[r] = acc5[r];
+                }
+            }
+            float v98[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v98[r] = (v97[r] + v88[r]);
+                }
+            }
+            float v99[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v99[r] = (v98[r] + v96[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc5[r] = v99[r];
                 }
             }
         }
@@ -9875,22 +10031,52 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v4[1];
-        /* rsum over the 4 programs of the cluster along y */
-        __shared__ float cl123[1];
-        if (tid == 0) cl123[0] = v3[0];
-        dt_cluster_sync();
-        {
-            float p = (tid % 32) < 4 ? dt_cluster_load(&cl123[0], (unsigned)(tid % 32)) : 0e0f;
-            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-            v4[0] = p;
+        float v66[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v66[r] = acc6[r];
+            }
         }
-        dt_cluster_arrive();
-        float v6[1];
+        float v67[1];
+        /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v66[i * 4 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v6[r] = (v4[0] / v5[0]);
+            float a126 = 0e0f;
+            for (int g = 0; g < 32; g++) a126 = a126 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v67[r] = a126;
+        }
+        float v68[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v68[r] = 1e0f;
+        }
+        float v69[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v69[r] = fmaxf(v67[0], v68[0]);
+        }
+        float v70[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v70[r] = (v3[0] / v69[0]);
         }
         float v59[16];
         #pragma unroll
@@ -9898,14 +10084,6 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
                 v59[r] = acc5[r];
-            }
-        }
-        float v60[16];
-        #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-            (void)e; {
-                v60[r] = acc6[r];
             }
         }
         float v61[16];
@@ -9916,39 +10094,39 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
                 v61[r] = acc7[r];
             }
         }
-        float v62[16];
+        float v71[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v62[r] = (v61[r] - v6[0]);
+                v71[r] = (v61[r] - v70[0]);
             }
         }
-        float v63[16];
+        float v72[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v63[r] = (v62[r] * v62[r]);
+                v72[r] = (v71[r] * v71[r]);
             }
         }
-        float v64[16];
+        float v73[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v64[r] = (v60[r] * v63[r]);
+                v73[r] = (v66[r] * v72[r]);
             }
         }
-        float v65[16];
+        float v74[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v65[r] = (v59[r] + v64[r]);
+                v74[r] = (v59[r] + v73[r]);
             }
         }
-        float v15[1];
+        float v75[1];
         /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
@@ -9956,23 +10134,23 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 4; q++) p[i] = p[i] + v65[i * 4 + q];
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v74[i * 4 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a140 = 0e0f;
-            for (int g = 0; g < 32; g++) a140 = a140 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v15[r] = a140;
+            float a142 = 0e0f;
+            for (int g = 0; g < 32; g++) a142 = a142 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v75[r] = a142;
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            acc2[r] = acc2[r] + v15[0];
+            acc2[r] = acc2[r] + v75[0];
         }
         float v16[1];
         {
@@ -9981,17 +10159,34 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             v16[r] = acc2[r];
         }
         float v17[1];
-        /* rsum over the 4 programs of the cluster along y */
-        __shared__ float cl143[1];
-        dt_cluster_wait();
-        if (tid == 0) cl143[0] = v16[0];
+        float v4[1];
+        /* sum of squared deviations over the 4 programs of the cluster along y, at one meeting */
+        __shared__ float cl145[3];
+        if (tid == 0) cl145[0] = v3[0];
+        if (tid == 0) cl145[1] = v16[0];
+        if (tid == 0) cl145[2] = v67[0];
         dt_cluster_sync();
         {
-            float p = (tid % 32) < 4 ? dt_cluster_load(&cl143[0], (unsigned)(tid % 32)) : 0e0f;
-            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-            v17[0] = p;
+            const unsigned q = (unsigned)(tid % 32);
+            const float f = q < 4u ? dt_cluster_load(&cl145[0], q) : 0e0f;
+            const float s = q < 4u ? dt_cluster_load(&cl145[1], q) : 0e0f;
+            const float n = q < 4u ? dt_cluster_load(&cl145[2], q) : 0e0f;
+            float total = f, lanes = n;
+            for (int m = 16; m > 0; m >>= 1) total = total + dt_shfl_xor(total, m, 32);
+            for (int m = 16; m > 0; m >>= 1) lanes = lanes + dt_shfl_xor(lanes, m, 32);
+            const float d = n > 0e0f ? f / n - total / fmaxf(lanes, 1e0f) : 0e0f;
+            float t = n > 0e0f ? s + n * d * d : 0e0f;
+            for (int m = 16; m > 0; m >>= 1) t = t + dt_shfl_xor(t, m, 32);
+            v4[0] = total;
+            v17[0] = t;
         }
         dt_cluster_arrive();
+        float v6[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v6[r] = (v4[0] / v5[0]);
+        }
         float v19[1];
         {
             const int r = 0, e = 0;
@@ -9999,25 +10194,25 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             v19[r] = (v17[0] / v5[0]);
         }
         /* block(y:65536) layernorm_256k.tensorize(y:16384) */
-        for (long long o145 = b1 * 65536 + (dt_cdiv(dt_min_ll(b1 * 65536 + 65536, s1) - (b1 * 65536), 16384) - 1) * 16384; o145 >= b1 * 65536; o145 -= 16384) {
+        for (long long o148 = b1 * 65536 + (dt_cdiv(dt_min_ll(b1 * 65536 + 65536, s1) - (b1 * 65536), 16384) - 1) * 16384; o148 >= b1 * 65536; o148 -= 16384) {
             float v20[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l146 = (int)((unsigned)e / 16384u % 1u);
-                const int l147 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l146) * (unsigned)args.input_strides[0][0] + (unsigned)(o145 + l147) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o145 + (l147 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l149 = (int)((unsigned)e / 16384u % 1u);
+                const int l150 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l149) * (unsigned)args.input_strides[0][0] + (unsigned)(o148 + l150) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o148 + (l150 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v20[c * 4 + 0] = __uint_as_float(q.x);
                     v20[c * 4 + 1] = __uint_as_float(q.y);
                     v20[c * 4 + 2] = __uint_as_float(q.z);
                     v20[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v20[c * 4 + 0] = ((unsigned)(o145 + l147) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v20[c * 4 + 1] = ((unsigned)(o145 + (l147 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v20[c * 4 + 2] = ((unsigned)(o145 + (l147 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v20[c * 4 + 3] = ((unsigned)(o145 + (l147 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v20[c * 4 + 0] = ((unsigned)(o148 + l150) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v20[c * 4 + 1] = ((unsigned)(o148 + (l150 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v20[c * 4 + 2] = ((unsigned)(o148 + (l150 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v20[c * 4 + 3] = ((unsigned)(o148 + (l150 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v22[16];
@@ -10058,19 +10253,19 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l154 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o145 + l154) * (unsigned)args.input_strides[1][0];
-                if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(o145 + (l154 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                const int l157 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o148 + l157) * (unsigned)args.input_strides[1][0];
+                if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(o148 + (l157 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in1 + a);
                     v28[c * 4 + 0] = __uint_as_float(q.x);
                     v28[c * 4 + 1] = __uint_as_float(q.y);
                     v28[c * 4 + 2] = __uint_as_float(q.z);
                     v28[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v28[c * 4 + 0] = ((unsigned)(o145 + l154) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v28[c * 4 + 1] = ((unsigned)(o145 + (l154 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v28[c * 4 + 2] = ((unsigned)(o145 + (l154 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v28[c * 4 + 3] = ((unsigned)(o145 + (l154 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v28[c * 4 + 0] = ((unsigned)(o148 + l157) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v28[c * 4 + 1] = ((unsigned)(o148 + (l157 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v28[c * 4 + 2] = ((unsigned)(o148 + (l157 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v28[c * 4 + 3] = ((unsigned)(o148 + (l157 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v29[16];
@@ -10085,19 +10280,19 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l157 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o145 + l157) * (unsigned)args.input_strides[2][0];
-                if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(o145 + (l157 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                const int l160 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o148 + l160) * (unsigned)args.input_strides[2][0];
+                if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(o148 + (l160 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in2 + a);
                     v30[c * 4 + 0] = __uint_as_float(q.x);
                     v30[c * 4 + 1] = __uint_as_float(q.y);
                     v30[c * 4 + 2] = __uint_as_float(q.z);
                     v30[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v30[c * 4 + 0] = ((unsigned)(o145 + l157) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v30[c * 4 + 1] = ((unsigned)(o145 + (l157 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v30[c * 4 + 2] = ((unsigned)(o145 + (l157 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v30[c * 4 + 3] = ((unsigned)(o145 + (l157 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v30[c * 4 + 0] = ((unsigned)(o148 + l160) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v30[c * 4 + 1] = ((unsigned)(o148 + (l160 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v30[c * 4 + 2] = ((unsigned)(o148 + (l160 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v30[c * 4 + 3] = ((unsigned)(o148 + (l160 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v31[16];
@@ -10111,16 +10306,16 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l160 = (int)((unsigned)e / 16384u % 1u);
-                const int l161 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l160) * (unsigned)args.output_strides[0] + (unsigned)(o145 + l161) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o145 + (l161 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l163 = (int)((unsigned)e / 16384u % 1u);
+                const int l164 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l163) * (unsigned)args.output_strides[0] + (unsigned)(o148 + l164) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o148 + (l164 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v31[c * 4 + 0]), __float_as_uint(v31[c * 4 + 1]), __float_as_uint(v31[c * 4 + 2]), __float_as_uint(v31[c * 4 + 3])));
                 } else {
-                    if ((unsigned)(o145 + l161) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 0]);
-                    if ((unsigned)(o145 + (l161 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 1]);
-                    if ((unsigned)(o145 + (l161 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 2]);
-                    if ((unsigned)(o145 + (l161 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 3]);
+                    if ((unsigned)(o148 + l164) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 0]);
+                    if ((unsigned)(o148 + (l164 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 1]);
+                    if ((unsigned)(o148 + (l164 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 2]);
+                    if ((unsigned)(o148 + (l164 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 3]);
                 }
             }
         }
@@ -10209,23 +10404,23 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
         }
         /* rsum layernorm_256k.tensorize(y:16384) + rsum layernorm_256k.tensorize(y:16384), in one pass */
         for (long long o12 = b1 * 65536; o12 < dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o12 += 16384) {
-            float v66[16];
+            float v76[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v66[r] = acc6[r];
+                    v76[r] = acc6[r];
                 }
             }
-            float v67[16];
+            float v77[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v67[r] = acc7[r];
+                    v77[r] = acc7[r];
                 }
             }
-            float v68[16];
+            float v78[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
@@ -10233,117 +10428,32 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
                 const int l18 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l18) * (unsigned)args.input_strides[0][1];
                 const uint4 q = *(const uint4*)(in0 + a);
-                v68[c * 4 + 0] = __uint_as_float(q.x);
-                v68[c * 4 + 1] = __uint_as_float(q.y);
-                v68[c * 4 + 2] = __uint_as_float(q.z);
-                v68[c * 4 + 3] = __uint_as_float(q.w);
-            }
-            float v69[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v69[r] = (v68[r * 4 + 0] + v68[r * 4 + 1]) + (v68[r * 4 + 2] + v68[r * 4 + 3]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc4[r] = acc4[r] + v69[r];
-                }
-            }
-            float v70[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v70[r] = 1e0f;
-                }
-            }
-            float v71[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v71[r] = (v70[r * 4 + 0] + v70[r * 4 + 1]) + (v70[r * 4 + 2] + v70[r * 4 + 3]);
-                }
-            }
-            float v72[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v72[r] = 1e0f;
-            }
-            float v73[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v73[r] = fmaxf(v71[r], v72[0]);
-                }
-            }
-            float v74[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v74[r] = (v69[r] / v73[r]);
-                }
-            }
-            float v75[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v75[r] = (v68[r] - v74[r / 4]);
-                }
-            }
-            float v76[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v76[r] = (v75[r] * v70[r]);
-                }
-            }
-            float v77[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v77[r] = (v76[r] * v76[r]);
-                }
-            }
-            float v78[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v78[r] = (v77[r * 4 + 0] + v77[r * 4 + 1]) + (v77[r * 4 + 2] + v77[r * 4 + 3]);
-                }
+                v78[c * 4 + 0] = __uint_as_float(q.x);
+                v78[c * 4 + 1] = __uint_as_float(q.y);
+                v78[c * 4 + 2] = __uint_as_float(q.z);
+                v78[c * 4 + 3] = __uint_as_float(q.w);
             }
             float v79[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v79[r] = (v66[r] + v71[r]);
+                    v79[r] = (v78[r * 4 + 0] + v78[r * 4 + 1]) + (v78[r * 4 + 2] + v78[r * 4 + 3]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc6[r] = v79[r];
+                    acc4[r] = acc4[r] + v79[r];
                 }
             }
             float v80[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v80[r] = fmaxf(v79[r], v72[0]);
+                    v80[r] = 1e0f;
                 }
             }
             float v81[16];
@@ -10351,23 +10461,21 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v81[r] = (v71[r] / v80[r]);
+                    v81[r] = (v80[r * 4 + 0] + v80[r * 4 + 1]) + (v80[r * 4 + 2] + v80[r * 4 + 3]);
                 }
             }
-            float v82[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v82[r] = (v74[r] - v67[r]);
-                }
+            float v82[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v82[r] = 1e0f;
             }
             float v83[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v83[r] = (v82[r] * v81[r]);
+                    v83[r] = fmaxf(v81[r], v82[0]);
                 }
             }
             float v84[16];
@@ -10375,38 +10483,31 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v84[r] = (v67[r] + v83[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc7[r] = v84[r];
+                    v84[r] = (v79[r] / v83[r]);
                 }
             }
             float v85[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v85[r] = (v83[r] * v82[r]);
+                    v85[r] = (v78[r] - v84[r / 4]);
                 }
             }
             float v86[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v86[r] = (v85[r] * v66[r]);
+                    v86[r] = (v85[r] * v80[r]);
                 }
             }
             float v87[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v87[r] = acc5[r];
+                    v87[r] = (v86[r] * v86[r]);
                 }
             }
             float v88[16];
@@ -10414,7 +10515,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v88[r] = (v87[r] + v78[r]);
+                    v88[r] = (v87[r * 4 + 0] + v87[r * 4 + 1]) + (v87[r * 4 + 2] + v87[r * 4 + 3]);
                 }
             }
             float v89[16];
@@ -10422,14 +10523,108 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v89[r] = (v88[r] + v86[r]);
+                    v89[r] = (v76[r] + v81[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v89[r];
+                    acc6[r] = v89[r];
+                }
+            }
+            float v90[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v90[r] = fmaxf(v89[r], v82[0]);
+                }
+            }
+            float v91[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v91[r] = (v81[r] / v90[r]);
+                }
+            }
+            float v92[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v92[r] = (v84[r] - v77[r]);
+                }
+            }
+            float v93[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v93[r] = (v92[r] * v91[r]);
+                }
+            }
+            float v94[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v94[r] = (v77[r] + v93[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v94[r];
+                }
+            }
+            float v95[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v95[r] = (v93[r] * v92[r]);
+                }
+            }
+            float v96[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v96[r] = (v95[r] * v76[r]);
+                }
+            }
+            float v97[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v97[r] = acc5[r];
+                }
+            }
+            float v98[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v98[r] = (v97[r] + v88[r]);
+                }
+            }
+            float v99[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v99[r] = (v98[r] + v96[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc5[r] = v99[r];
                 }
             }
         }
@@ -10715,22 +10910,52 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v4[1];
-        /* rsum over the 4 programs of the cluster along y */
-        __shared__ float cl123[1];
-        if (tid == 0) cl123[0] = v3[0];
-        dt_cluster_sync();
-        {
-            float p = (tid % 32) < 4 ? dt_cluster_load(&cl123[0], (unsigned)(tid % 32)) : 0e0f;
-            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-            v4[0] = p;
+        float v66[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v66[r] = acc6[r];
+            }
         }
-        dt_cluster_arrive();
-        float v6[1];
+        float v67[1];
+        /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v66[i * 4 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v6[r] = (v4[0] / v5[0]);
+            float a126 = 0e0f;
+            for (int g = 0; g < 32; g++) a126 = a126 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v67[r] = a126;
+        }
+        float v68[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v68[r] = 1e0f;
+        }
+        float v69[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v69[r] = fmaxf(v67[0], v68[0]);
+        }
+        float v70[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v70[r] = (v3[0] / v69[0]);
         }
         float v59[16];
         #pragma unroll
@@ -10738,14 +10963,6 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
                 v59[r] = acc5[r];
-            }
-        }
-        float v60[16];
-        #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-            (void)e; {
-                v60[r] = acc6[r];
             }
         }
         float v61[16];
@@ -10756,39 +10973,39 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
                 v61[r] = acc7[r];
             }
         }
-        float v62[16];
+        float v71[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v62[r] = (v61[r] - v6[0]);
+                v71[r] = (v61[r] - v70[0]);
             }
         }
-        float v63[16];
+        float v72[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v63[r] = (v62[r] * v62[r]);
+                v72[r] = (v71[r] * v71[r]);
             }
         }
-        float v64[16];
+        float v73[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v64[r] = (v60[r] * v63[r]);
+                v73[r] = (v66[r] * v72[r]);
             }
         }
-        float v65[16];
+        float v74[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v65[r] = (v59[r] + v64[r]);
+                v74[r] = (v59[r] + v73[r]);
             }
         }
-        float v15[1];
+        float v75[1];
         /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
@@ -10796,23 +11013,23 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 4; q++) p[i] = p[i] + v65[i * 4 + q];
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v74[i * 4 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a140 = 0e0f;
-            for (int g = 0; g < 32; g++) a140 = a140 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v15[r] = a140;
+            float a142 = 0e0f;
+            for (int g = 0; g < 32; g++) a142 = a142 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v75[r] = a142;
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            acc2[r] = acc2[r] + v15[0];
+            acc2[r] = acc2[r] + v75[0];
         }
         float v16[1];
         {
@@ -10821,17 +11038,34 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             v16[r] = acc2[r];
         }
         float v17[1];
-        /* rsum over the 4 programs of the cluster along y */
-        __shared__ float cl143[1];
-        dt_cluster_wait();
-        if (tid == 0) cl143[0] = v16[0];
+        float v4[1];
+        /* sum of squared deviations over the 4 programs of the cluster along y, at one meeting */
+        __shared__ float cl145[3];
+        if (tid == 0) cl145[0] = v3[0];
+        if (tid == 0) cl145[1] = v16[0];
+        if (tid == 0) cl145[2] = v67[0];
         dt_cluster_sync();
         {
-            float p = (tid % 32) < 4 ? dt_cluster_load(&cl143[0], (unsigned)(tid % 32)) : 0e0f;
-            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-            v17[0] = p;
+            const unsigned q = (unsigned)(tid % 32);
+            const float f = q < 4u ? dt_cluster_load(&cl145[0], q) : 0e0f;
+            const float s = q < 4u ? dt_cluster_load(&cl145[1], q) : 0e0f;
+            const float n = q < 4u ? dt_cluster_load(&cl145[2], q) : 0e0f;
+            float total = f, lanes = n;
+            for (int m = 16; m > 0; m >>= 1) total = total + dt_shfl_xor(total, m, 32);
+            for (int m = 16; m > 0; m >>= 1) lanes = lanes + dt_shfl_xor(lanes, m, 32);
+            const float d = n > 0e0f ? f / n - total / fmaxf(lanes, 1e0f) : 0e0f;
+            float t = n > 0e0f ? s + n * d * d : 0e0f;
+            for (int m = 16; m > 0; m >>= 1) t = t + dt_shfl_xor(t, m, 32);
+            v4[0] = total;
+            v17[0] = t;
         }
         dt_cluster_arrive();
+        float v6[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v6[r] = (v4[0] / v5[0]);
+        }
         float v19[1];
         {
             const int r = 0, e = 0;
@@ -10839,15 +11073,15 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             v19[r] = (v17[0] / v5[0]);
         }
         /* block(y:65536) layernorm_256k.tensorize(y:16384) */
-        for (long long o145 = b1 * 65536 + (dt_cdiv(dt_min_ll(b1 * 65536 + 65536, s1) - (b1 * 65536), 16384) - 1) * 16384; o145 >= b1 * 65536; o145 -= 16384) {
+        for (long long o148 = b1 * 65536 + (dt_cdiv(dt_min_ll(b1 * 65536 + 65536, s1) - (b1 * 65536), 16384) - 1) * 16384; o148 >= b1 * 65536; o148 -= 16384) {
             float v20[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l146 = (int)((unsigned)e / 16384u % 1u);
-                const int l147 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l146) * (unsigned)args.input_strides[0][0] + (unsigned)(o145 + l147) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o145 + l147) < (unsigned)s1) {
+                const int l149 = (int)((unsigned)e / 16384u % 1u);
+                const int l150 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l149) * (unsigned)args.input_strides[0][0] + (unsigned)(o148 + l150) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)(o148 + l150) < (unsigned)s1) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v20[c * 4 + 0] = __uint_as_float(q.x);
                     v20[c * 4 + 1] = __uint_as_float(q.y);
@@ -10898,9 +11132,9 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l154 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o145 + l154) * (unsigned)args.input_strides[1][0];
-                if ((unsigned)(o145 + l154) < (unsigned)s1) {
+                const int l157 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o148 + l157) * (unsigned)args.input_strides[1][0];
+                if ((unsigned)(o148 + l157) < (unsigned)s1) {
                     const uint4 q = *(const uint4*)(in1 + a);
                     v28[c * 4 + 0] = __uint_as_float(q.x);
                     v28[c * 4 + 1] = __uint_as_float(q.y);
@@ -10925,9 +11159,9 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l157 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o145 + l157) * (unsigned)args.input_strides[2][0];
-                if ((unsigned)(o145 + l157) < (unsigned)s1) {
+                const int l160 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o148 + l160) * (unsigned)args.input_strides[2][0];
+                if ((unsigned)(o148 + l160) < (unsigned)s1) {
                     const uint4 q = *(const uint4*)(in2 + a);
                     v30[c * 4 + 0] = __uint_as_float(q.x);
                     v30[c * 4 + 1] = __uint_as_float(q.y);
@@ -10951,10 +11185,10 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l160 = (int)((unsigned)e / 16384u % 1u);
-                const int l161 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l160) * (unsigned)args.output_strides[0] + (unsigned)(o145 + l161) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o145 + l161) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v31[c * 4 + 0]), __float_as_uint(v31[c * 4 + 1]), __float_as_uint(v31[c * 4 + 2]), __float_as_uint(v31[c * 4 + 3])));
+                const int l163 = (int)((unsigned)e / 16384u % 1u);
+                const int l164 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l163) * (unsigned)args.output_strides[0] + (unsigned)(o148 + l164) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o148 + l164) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v31[c * 4 + 0]), __float_as_uint(v31[c * 4 + 1]), __float_as_uint(v31[c * 4 + 2]), __float_as_uint(v31[c * 4 + 3])));
             }
         }
         dt_cluster_wait();

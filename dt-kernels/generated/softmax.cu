@@ -3562,79 +3562,28 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 f36[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f36[c]) q35[c] = ring8[0 + (((unsigned)(o30 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
-            float v43[8];
+            float v49[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v43[r] = acc4[r];
+                    v49[r] = acc4[r];
                 }
             }
-            dt_f16s<8> v44; /* 16-bit values as loaded */
+            dt_f16s<8> v50; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l41 = (int)((unsigned)e / 4096u % 1u);
                 const int l42 = (int)((unsigned)e / 1u % 4096u);
                 if (f36[c]) {
-                    v44.w[c] = q35[c];
+                    v50.w[c] = q35[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l41) * (unsigned)args.input_strides[0][0] + (unsigned)(o30 + l42) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xfc00u);
-                    v44.w[c] = w;
-                }
-            }
-            float v45[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v45[r] = fmaxf((fmaxf((fmaxf(v44[r * 8 + 0], v44[r * 8 + 1])), (fmaxf(v44[r * 8 + 2], v44[r * 8 + 3])))), (fmaxf((fmaxf(v44[r * 8 + 4], v44[r * 8 + 5])), (fmaxf(v44[r * 8 + 6], v44[r * 8 + 7])))));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v45[r]);
-                }
-            }
-            float v46[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v46[r] = acc4[r];
-                }
-            }
-            float v47[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v47[r] = (-INFINITY);
-            }
-            float v48[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v48[r] = 0e0f;
-            }
-            float v49[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v49[r] = ((v46[r]) == (v47[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v50[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v50[r] = v49[r] != 0.0f ? v48[0] : v46[r];
+                    v50.w[c] = w;
                 }
             }
             float v51[8];
@@ -3642,7 +3591,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = (v43[r] - v50[r]);
+                    v51[r] = fmaxf((fmaxf((fmaxf(v50[r * 8 + 0], v50[r * 8 + 1])), (fmaxf(v50[r * 8 + 2], v50[r * 8 + 3])))), (fmaxf((fmaxf(v50[r * 8 + 4], v50[r * 8 + 5])), (fmaxf(v50[r * 8 + 6], v50[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v51[r]);
                 }
             }
             float v52[8];
@@ -3650,31 +3606,27 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = dt_fast_exp(v51[r]);
+                    v52[r] = acc4[r];
                 }
             }
-            float v53[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v53[r] = (v44[r] - v50[r / 8]);
-                }
+            float v53[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v53[r] = (-INFINITY);
             }
-            float v54[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v54[r] = dt_fast_exp(v53[r]);
-                }
+            float v54[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v54[r] = 0e0f;
             }
             float v55[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v55[r] = ((v54[r * 8 + 0] + v54[r * 8 + 1]) + (v54[r * 8 + 2] + v54[r * 8 + 3])) + ((v54[r * 8 + 4] + v54[r * 8 + 5]) + (v54[r * 8 + 6] + v54[r * 8 + 7]));
+                    v55[r] = ((v52[r]) == (v53[0]) ? 1.0f : 0.0f);
                 }
             }
             float v56[8];
@@ -3682,7 +3634,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v56[r] = acc5[r];
+                    v56[r] = v55[r] != 0.0f ? v54[0] : v52[r];
                 }
             }
             float v57[8];
@@ -3690,7 +3642,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v57[r] = (v56[r] * v52[r]);
+                    v57[r] = (v49[r] - v56[r]);
                 }
             }
             float v58[8];
@@ -3698,14 +3650,62 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v58[r] = (v57[r] + v55[r]);
+                    v58[r] = dt_fast_exp(v57[r]);
+                }
+            }
+            float v59[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v59[r] = (v50[r] - v56[r / 8]);
+                }
+            }
+            float v60[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v60[r] = dt_fast_exp(v59[r]);
+                }
+            }
+            float v61[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v61[r] = ((v60[r * 8 + 0] + v60[r * 8 + 1]) + (v60[r * 8 + 2] + v60[r * 8 + 3])) + ((v60[r * 8 + 4] + v60[r * 8 + 5]) + (v60[r * 8 + 6] + v60[r * 8 + 7]));
+                }
+            }
+            float v62[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v62[r] = acc5[r];
+                }
+            }
+            float v63[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v63[r] = (v62[r] * v58[r]);
+                }
+            }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v64[r] = (v63[r] + v61[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v58[r];
+                    acc5[r] = v64[r];
                 }
             }
         }
@@ -3930,17 +3930,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v4[1];
-        /* rmax over the 8 programs of the cluster along y */
-        __shared__ float cl119[1];
-        if (tid == 0) cl119[0] = v3[0];
-        dt_cluster_sync();
-        {
-            float p = (tid % 32) < 8 ? dt_cluster_load(&cl119[0], (unsigned)(tid % 32)) : (-INFINITY);
-            for (int m = 16; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 32));
-            v4[0] = p;
-        }
-        dt_cluster_arrive();
         float v34[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
@@ -3961,43 +3950,43 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             (void)r; (void)e;
             v37[r] = 0e0f;
         }
-        float v38[1];
+        float v43[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v38[r] = ((v4[0]) == (v36[0]) ? 1.0f : 0.0f);
+            v43[r] = ((v3[0]) == (v36[0]) ? 1.0f : 0.0f);
         }
-        float v39[1];
+        float v44[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v39[r] = v38[0] != 0.0f ? v37[0] : v4[0];
+            v44[r] = v43[0] != 0.0f ? v37[0] : v3[0];
         }
-        float v40[8];
+        float v45[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v40[r] = (v19[r] - v39[0]);
+                v45[r] = (v19[r] - v44[0]);
             }
         }
-        float v41[8];
+        float v46[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v41[r] = dt_fast_exp(v40[r]);
+                v46[r] = dt_fast_exp(v45[r]);
             }
         }
-        float v42[8];
+        float v47[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v42[r] = (v34[r] * v41[r]);
+                v47[r] = (v34[r] * v46[r]);
             }
         }
-        float v10[1];
+        float v48[1];
         /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
         {
             float p[1];
@@ -4005,7 +3994,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v42[i * 1 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v47[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
@@ -4014,14 +4003,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a131 = 0e0f;
-            for (int g = 0; g < 16; g++) a131 = a131 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v10[r] = a131;
+            float a130 = 0e0f;
+            for (int g = 0; g < 16; g++) a130 = a130 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v48[r] = a130;
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            acc2[r] = acc2[r] + v10[0];
+            acc2[r] = acc2[r] + v48[0];
         }
         float v11[1];
         {
@@ -4030,45 +4019,52 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             v11[r] = acc2[r];
         }
         float v12[1];
-        /* rsum over the 8 programs of the cluster along y */
-        __shared__ float cl134[1];
-        dt_cluster_wait();
-        if (tid == 0) cl134[0] = v11[0];
+        float v4[1];
+        /* sum of exp-scaled sums over the 8 programs of the cluster along y, at one meeting */
+        __shared__ float cl133[3];
+        if (tid == 0) cl133[0] = v3[0];
+        if (tid == 0) cl133[1] = v11[0];
         dt_cluster_sync();
         {
-            float p = (tid % 32) < 8 ? dt_cluster_load(&cl134[0], (unsigned)(tid % 32)) : 0e0f;
-            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-            v12[0] = p;
+            const unsigned q = (unsigned)(tid % 32);
+            const float f = q < 8u ? dt_cluster_load(&cl133[0], q) : (-INFINITY);
+            const float s = q < 8u ? dt_cluster_load(&cl133[1], q) : 0e0f;
+            float top = f;
+            for (int m = 16; m > 0; m >>= 1) top = fmaxf(top, dt_shfl_xor(top, m, 32));
+            float t = f == (-INFINITY) ? 0e0f : s * dt_fast_exp(f - top);
+            for (int m = 16; m > 0; m >>= 1) t = t + dt_shfl_xor(t, m, 32);
+            v4[0] = top;
+            v12[0] = t;
         }
         dt_cluster_arrive();
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o135 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o135 >= b1 * 32768; o135 -= 4096) {
-            const uint4* const held136 = (const uint4*)(dt_smem + 32);
-            uint4 q137[1];
-            bool f138[1];
+        for (long long o134 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o134 >= b1 * 32768; o134 -= 4096) {
+            const uint4* const held135 = (const uint4*)(dt_smem + 32);
+            uint4 q136[1];
+            bool f137[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l139 = (int)((unsigned)e / 4096u % 1u);
-                const int l140 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l139) * (unsigned)args.input_strides[0][0] + (unsigned)(o135 + l140) * (unsigned)args.input_strides[0][1];
-                f138[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o135 + (l140 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f138[c]) q137[c] = held136[0 + (((unsigned)(o135 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                const int l138 = (int)((unsigned)e / 4096u % 1u);
+                const int l139 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l138) * (unsigned)args.input_strides[0][0] + (unsigned)(o134 + l139) * (unsigned)args.input_strides[0][1];
+                f137[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o134 + (l139 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f137[c]) q136[c] = held135[0 + (((unsigned)(o134 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             dt_f16s<8> v13; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l141 = (int)((unsigned)e / 4096u % 1u);
-                const int l142 = (int)((unsigned)e / 1u % 4096u);
-                if (f138[c]) {
-                    v13.w[c] = q137[c];
+                const int l140 = (int)((unsigned)e / 4096u % 1u);
+                const int l141 = (int)((unsigned)e / 1u % 4096u);
+                if (f137[c]) {
+                    v13.w[c] = q136[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l141) * (unsigned)args.input_strides[0][0] + (unsigned)(o135 + l142) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l140) * (unsigned)args.input_strides[0][0] + (unsigned)(o134 + l141) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o135 + (l142 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o134 + (l141 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v13.w[c] = w;
                 }
             }
@@ -4099,20 +4095,20 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l149 = (int)((unsigned)e / 4096u % 1u);
-                const int l150 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l149) * (unsigned)args.output_strides[0] + (unsigned)(o135 + l150) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o135 + (l150 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l148 = (int)((unsigned)e / 4096u % 1u);
+                const int l149 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l148) * (unsigned)args.output_strides[0] + (unsigned)(o134 + l149) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o134 + (l149 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_f16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_f16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_f16(v18[c * 8 + 6], v18[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o135 + l150) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 0]);
-                    if ((unsigned)(o135 + (l150 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 1]);
-                    if ((unsigned)(o135 + (l150 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 2]);
-                    if ((unsigned)(o135 + (l150 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 3]);
-                    if ((unsigned)(o135 + (l150 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 4]);
-                    if ((unsigned)(o135 + (l150 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 5]);
-                    if ((unsigned)(o135 + (l150 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 6]);
-                    if ((unsigned)(o135 + (l150 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 7]);
+                    if ((unsigned)(o134 + l149) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 0]);
+                    if ((unsigned)(o134 + (l149 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 1]);
+                    if ((unsigned)(o134 + (l149 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 2]);
+                    if ((unsigned)(o134 + (l149 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 3]);
+                    if ((unsigned)(o134 + (l149 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 4]);
+                    if ((unsigned)(o134 + (l149 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 5]);
+                    if ((unsigned)(o134 + (l149 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 6]);
+                    if ((unsigned)(o134 + (l149 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 7]);
                 }
             }
         }
@@ -4304,72 +4300,21 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 f36[c] = 1;
                 if (f36[c]) q35[c] = ring8[0 + (((unsigned)(o30 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
-            float v43[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v43[r] = acc4[r];
-                }
-            }
-            dt_f16s<8> v44; /* 16-bit values as loaded */
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                if (f36[c]) {
-                    v44.w[c] = q35[c];
-                } else {
-                    v44.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
-                }
-            }
-            float v45[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v45[r] = fmaxf((fmaxf((fmaxf(v44[r * 8 + 0], v44[r * 8 + 1])), (fmaxf(v44[r * 8 + 2], v44[r * 8 + 3])))), (fmaxf((fmaxf(v44[r * 8 + 4], v44[r * 8 + 5])), (fmaxf(v44[r * 8 + 6], v44[r * 8 + 7])))));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v45[r]);
-                }
-            }
-            float v46[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v46[r] = acc4[r];
-                }
-            }
-            float v47[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v47[r] = (-INFINITY);
-            }
-            float v48[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v48[r] = 0e0f;
-            }
             float v49[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v49[r] = ((v46[r]) == (v47[0]) ? 1.0f : 0.0f);
+                    v49[r] = acc4[r];
                 }
             }
-            float v50[8];
+            dt_f16s<8> v50; /* 16-bit values as loaded */
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v50[r] = v49[r] != 0.0f ? v48[0] : v46[r];
+            for (int c = 0; c < 1; c++) {
+                if (f36[c]) {
+                    v50.w[c] = q35[c];
+                } else {
+                    v50.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
                 }
             }
             float v51[8];
@@ -4377,7 +4322,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = (v43[r] - v50[r]);
+                    v51[r] = fmaxf((fmaxf((fmaxf(v50[r * 8 + 0], v50[r * 8 + 1])), (fmaxf(v50[r * 8 + 2], v50[r * 8 + 3])))), (fmaxf((fmaxf(v50[r * 8 + 4], v50[r * 8 + 5])), (fmaxf(v50[r * 8 + 6], v50[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v51[r]);
                 }
             }
             float v52[8];
@@ -4385,31 +4337,27 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = dt_fast_exp(v51[r]);
+                    v52[r] = acc4[r];
                 }
             }
-            float v53[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v53[r] = (v44[r] - v50[r / 8]);
-                }
+            float v53[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v53[r] = (-INFINITY);
             }
-            float v54[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v54[r] = dt_fast_exp(v53[r]);
-                }
+            float v54[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v54[r] = 0e0f;
             }
             float v55[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v55[r] = ((v54[r * 8 + 0] + v54[r * 8 + 1]) + (v54[r * 8 + 2] + v54[r * 8 + 3])) + ((v54[r * 8 + 4] + v54[r * 8 + 5]) + (v54[r * 8 + 6] + v54[r * 8 + 7]));
+                    v55[r] = ((v52[r]) == (v53[0]) ? 1.0f : 0.0f);
                 }
             }
             float v56[8];
@@ -4417,7 +4365,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v56[r] = acc5[r];
+                    v56[r] = v55[r] != 0.0f ? v54[0] : v52[r];
                 }
             }
             float v57[8];
@@ -4425,7 +4373,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v57[r] = (v56[r] * v52[r]);
+                    v57[r] = (v49[r] - v56[r]);
                 }
             }
             float v58[8];
@@ -4433,14 +4381,62 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v58[r] = (v57[r] + v55[r]);
+                    v58[r] = dt_fast_exp(v57[r]);
+                }
+            }
+            float v59[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v59[r] = (v50[r] - v56[r / 8]);
+                }
+            }
+            float v60[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v60[r] = dt_fast_exp(v59[r]);
+                }
+            }
+            float v61[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v61[r] = ((v60[r * 8 + 0] + v60[r * 8 + 1]) + (v60[r * 8 + 2] + v60[r * 8 + 3])) + ((v60[r * 8 + 4] + v60[r * 8 + 5]) + (v60[r * 8 + 6] + v60[r * 8 + 7]));
+                }
+            }
+            float v62[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v62[r] = acc5[r];
+                }
+            }
+            float v63[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v63[r] = (v62[r] * v58[r]);
+                }
+            }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v64[r] = (v63[r] + v61[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v58[r];
+                    acc5[r] = v64[r];
                 }
             }
         }
@@ -4654,17 +4650,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v4[1];
-        /* rmax over the 8 programs of the cluster along y */
-        __shared__ float cl119[1];
-        if (tid == 0) cl119[0] = v3[0];
-        dt_cluster_sync();
-        {
-            float p = (tid % 32) < 8 ? dt_cluster_load(&cl119[0], (unsigned)(tid % 32)) : (-INFINITY);
-            for (int m = 16; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 32));
-            v4[0] = p;
-        }
-        dt_cluster_arrive();
         float v34[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
@@ -4685,43 +4670,43 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             (void)r; (void)e;
             v37[r] = 0e0f;
         }
-        float v38[1];
+        float v43[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v38[r] = ((v4[0]) == (v36[0]) ? 1.0f : 0.0f);
+            v43[r] = ((v3[0]) == (v36[0]) ? 1.0f : 0.0f);
         }
-        float v39[1];
+        float v44[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v39[r] = v38[0] != 0.0f ? v37[0] : v4[0];
+            v44[r] = v43[0] != 0.0f ? v37[0] : v3[0];
         }
-        float v40[8];
+        float v45[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v40[r] = (v19[r] - v39[0]);
+                v45[r] = (v19[r] - v44[0]);
             }
         }
-        float v41[8];
+        float v46[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v41[r] = dt_fast_exp(v40[r]);
+                v46[r] = dt_fast_exp(v45[r]);
             }
         }
-        float v42[8];
+        float v47[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v42[r] = (v34[r] * v41[r]);
+                v47[r] = (v34[r] * v46[r]);
             }
         }
-        float v10[1];
+        float v48[1];
         /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
         {
             float p[1];
@@ -4729,7 +4714,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v42[i * 1 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v47[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
@@ -4738,14 +4723,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a131 = 0e0f;
-            for (int g = 0; g < 16; g++) a131 = a131 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v10[r] = a131;
+            float a130 = 0e0f;
+            for (int g = 0; g < 16; g++) a130 = a130 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v48[r] = a130;
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            acc2[r] = acc2[r] + v10[0];
+            acc2[r] = acc2[r] + v48[0];
         }
         float v11[1];
         {
@@ -4754,35 +4739,42 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             v11[r] = acc2[r];
         }
         float v12[1];
-        /* rsum over the 8 programs of the cluster along y */
-        __shared__ float cl134[1];
-        dt_cluster_wait();
-        if (tid == 0) cl134[0] = v11[0];
+        float v4[1];
+        /* sum of exp-scaled sums over the 8 programs of the cluster along y, at one meeting */
+        __shared__ float cl133[3];
+        if (tid == 0) cl133[0] = v3[0];
+        if (tid == 0) cl133[1] = v11[0];
         dt_cluster_sync();
         {
-            float p = (tid % 32) < 8 ? dt_cluster_load(&cl134[0], (unsigned)(tid % 32)) : 0e0f;
-            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-            v12[0] = p;
+            const unsigned q = (unsigned)(tid % 32);
+            const float f = q < 8u ? dt_cluster_load(&cl133[0], q) : (-INFINITY);
+            const float s = q < 8u ? dt_cluster_load(&cl133[1], q) : 0e0f;
+            float top = f;
+            for (int m = 16; m > 0; m >>= 1) top = fmaxf(top, dt_shfl_xor(top, m, 32));
+            float t = f == (-INFINITY) ? 0e0f : s * dt_fast_exp(f - top);
+            for (int m = 16; m > 0; m >>= 1) t = t + dt_shfl_xor(t, m, 32);
+            v4[0] = top;
+            v12[0] = t;
         }
         dt_cluster_arrive();
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o135 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o135 >= b1 * 32768; o135 -= 4096) {
-            const uint4* const held136 = (const uint4*)(dt_smem + 32);
-            uint4 q137[1];
-            bool f138[1];
+        for (long long o134 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o134 >= b1 * 32768; o134 -= 4096) {
+            const uint4* const held135 = (const uint4*)(dt_smem + 32);
+            uint4 q136[1];
+            bool f137[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l140 = (int)((unsigned)e / 1u % 4096u);
-                f138[c] = (unsigned)(o135 + l140) < (unsigned)s1;
-                if (f138[c]) q137[c] = held136[0 + (((unsigned)(o135 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                const int l139 = (int)((unsigned)e / 1u % 4096u);
+                f137[c] = (unsigned)(o134 + l139) < (unsigned)s1;
+                if (f137[c]) q136[c] = held135[0 + (((unsigned)(o134 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             dt_f16s<8> v13; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f138[c]) {
-                    v13.w[c] = q137[c];
+                if (f137[c]) {
+                    v13.w[c] = q136[c];
                 } else {
                     v13.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -4814,10 +4806,10 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l149 = (int)((unsigned)e / 4096u % 1u);
-                const int l150 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l149) * (unsigned)args.output_strides[0] + (unsigned)(o135 + l150) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o135 + l150) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_f16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_f16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_f16(v18[c * 8 + 6], v18[c * 8 + 7])));
+                const int l148 = (int)((unsigned)e / 4096u % 1u);
+                const int l149 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l148) * (unsigned)args.output_strides[0] + (unsigned)(o134 + l149) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o134 + l149) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_f16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_f16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_f16(v18[c * 8 + 6], v18[c * 8 + 7])));
             }
         }
         dt_cluster_wait();
@@ -5012,79 +5004,28 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 f36[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f36[c]) q35[c] = ring8[0 + (((unsigned)(o30 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
-            float v43[8];
+            float v49[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v43[r] = acc4[r];
+                    v49[r] = acc4[r];
                 }
             }
-            dt_bf16s<8> v44; /* 16-bit values as loaded */
+            dt_bf16s<8> v50; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l41 = (int)((unsigned)e / 4096u % 1u);
                 const int l42 = (int)((unsigned)e / 1u % 4096u);
                 if (f36[c]) {
-                    v44.w[c] = q35[c];
+                    v50.w[c] = q35[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l41) * (unsigned)args.input_strides[0][0] + (unsigned)(o30 + l42) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xff80u);
-                    v44.w[c] = w;
-                }
-            }
-            float v45[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v45[r] = fmaxf((fmaxf((fmaxf(v44[r * 8 + 0], v44[r * 8 + 1])), (fmaxf(v44[r * 8 + 2], v44[r * 8 + 3])))), (fmaxf((fmaxf(v44[r * 8 + 4], v44[r * 8 + 5])), (fmaxf(v44[r * 8 + 6], v44[r * 8 + 7])))));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v45[r]);
-                }
-            }
-            float v46[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v46[r] = acc4[r];
-                }
-            }
-            float v47[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v47[r] = (-INFINITY);
-            }
-            float v48[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v48[r] = 0e0f;
-            }
-            float v49[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v49[r] = ((v46[r]) == (v47[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v50[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v50[r] = v49[r] != 0.0f ? v48[0] : v46[r];
+                    v50.w[c] = w;
                 }
             }
             float v51[8];
@@ -5092,7 +5033,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = (v43[r] - v50[r]);
+                    v51[r] = fmaxf((fmaxf((fmaxf(v50[r * 8 + 0], v50[r * 8 + 1])), (fmaxf(v50[r * 8 + 2], v50[r * 8 + 3])))), (fmaxf((fmaxf(v50[r * 8 + 4], v50[r * 8 + 5])), (fmaxf(v50[r * 8 + 6], v50[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v51[r]);
                 }
             }
             float v52[8];
@@ -5100,31 +5048,27 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = dt_fast_exp(v51[r]);
+                    v52[r] = acc4[r];
                 }
             }
-            float v53[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v53[r] = (v44[r] - v50[r / 8]);
-                }
+            float v53[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v53[r] = (-INFINITY);
             }
-            float v54[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v54[r] = dt_fast_exp(v53[r]);
-                }
+            float v54[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v54[r] = 0e0f;
             }
             float v55[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v55[r] = ((v54[r * 8 + 0] + v54[r * 8 + 1]) + (v54[r * 8 + 2] + v54[r * 8 + 3])) + ((v54[r * 8 + 4] + v54[r * 8 + 5]) + (v54[r * 8 + 6] + v54[r * 8 + 7]));
+                    v55[r] = ((v52[r]) == (v53[0]) ? 1.0f : 0.0f);
                 }
             }
             float v56[8];
@@ -5132,7 +5076,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v56[r] = acc5[r];
+                    v56[r] = v55[r] != 0.0f ? v54[0] : v52[r];
                 }
             }
             float v57[8];
@@ -5140,7 +5084,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v57[r] = (v56[r] * v52[r]);
+                    v57[r] = (v49[r] - v56[r]);
                 }
             }
             float v58[8];
@@ -5148,14 +5092,62 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v58[r] = (v57[r] + v55[r]);
+                    v58[r] = dt_fast_exp(v57[r]);
+                }
+            }
+            float v59[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v59[r] = (v50[r] - v56[r / 8]);
+                }
+            }
+            float v60[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v60[r] = dt_fast_exp(v59[r]);
+                }
+            }
+            float v61[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v61[r] = ((v60[r * 8 + 0] + v60[r * 8 + 1]) + (v60[r * 8 + 2] + v60[r * 8 + 3])) + ((v60[r * 8 + 4] + v60[r * 8 + 5]) + (v60[r * 8 + 6] + v60[r * 8 + 7]));
+                }
+            }
+            float v62[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v62[r] = acc5[r];
+                }
+            }
+            float v63[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v63[r] = (v62[r] * v58[r]);
+                }
+            }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v64[r] = (v63[r] + v61[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v58[r];
+                    acc5[r] = v64[r];
                 }
             }
         }
@@ -5380,17 +5372,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v4[1];
-        /* rmax over the 8 programs of the cluster along y */
-        __shared__ float cl119[1];
-        if (tid == 0) cl119[0] = v3[0];
-        dt_cluster_sync();
-        {
-            float p = (tid % 32) < 8 ? dt_cluster_load(&cl119[0], (unsigned)(tid % 32)) : (-INFINITY);
-            for (int m = 16; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 32));
-            v4[0] = p;
-        }
-        dt_cluster_arrive();
         float v34[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
@@ -5411,43 +5392,43 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             (void)r; (void)e;
             v37[r] = 0e0f;
         }
-        float v38[1];
+        float v43[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v38[r] = ((v4[0]) == (v36[0]) ? 1.0f : 0.0f);
+            v43[r] = ((v3[0]) == (v36[0]) ? 1.0f : 0.0f);
         }
-        float v39[1];
+        float v44[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v39[r] = v38[0] != 0.0f ? v37[0] : v4[0];
+            v44[r] = v43[0] != 0.0f ? v37[0] : v3[0];
         }
-        float v40[8];
+        float v45[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v40[r] = (v19[r] - v39[0]);
+                v45[r] = (v19[r] - v44[0]);
             }
         }
-        float v41[8];
+        float v46[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v41[r] = dt_fast_exp(v40[r]);
+                v46[r] = dt_fast_exp(v45[r]);
             }
         }
-        float v42[8];
+        float v47[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v42[r] = (v34[r] * v41[r]);
+                v47[r] = (v34[r] * v46[r]);
             }
         }
-        float v10[1];
+        float v48[1];
         /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
         {
             float p[1];
@@ -5455,7 +5436,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v42[i * 1 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v47[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
@@ -5464,14 +5445,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a131 = 0e0f;
-            for (int g = 0; g < 16; g++) a131 = a131 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v10[r] = a131;
+            float a130 = 0e0f;
+            for (int g = 0; g < 16; g++) a130 = a130 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v48[r] = a130;
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            acc2[r] = acc2[r] + v10[0];
+            acc2[r] = acc2[r] + v48[0];
         }
         float v11[1];
         {
@@ -5480,45 +5461,52 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             v11[r] = acc2[r];
         }
         float v12[1];
-        /* rsum over the 8 programs of the cluster along y */
-        __shared__ float cl134[1];
-        dt_cluster_wait();
-        if (tid == 0) cl134[0] = v11[0];
+        float v4[1];
+        /* sum of exp-scaled sums over the 8 programs of the cluster along y, at one meeting */
+        __shared__ float cl133[3];
+        if (tid == 0) cl133[0] = v3[0];
+        if (tid == 0) cl133[1] = v11[0];
         dt_cluster_sync();
         {
-            float p = (tid % 32) < 8 ? dt_cluster_load(&cl134[0], (unsigned)(tid % 32)) : 0e0f;
-            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-            v12[0] = p;
+            const unsigned q = (unsigned)(tid % 32);
+            const float f = q < 8u ? dt_cluster_load(&cl133[0], q) : (-INFINITY);
+            const float s = q < 8u ? dt_cluster_load(&cl133[1], q) : 0e0f;
+            float top = f;
+            for (int m = 16; m > 0; m >>= 1) top = fmaxf(top, dt_shfl_xor(top, m, 32));
+            float t = f == (-INFINITY) ? 0e0f : s * dt_fast_exp(f - top);
+            for (int m = 16; m > 0; m >>= 1) t = t + dt_shfl_xor(t, m, 32);
+            v4[0] = top;
+            v12[0] = t;
         }
         dt_cluster_arrive();
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o135 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o135 >= b1 * 32768; o135 -= 4096) {
-            const uint4* const held136 = (const uint4*)(dt_smem + 32);
-            uint4 q137[1];
-            bool f138[1];
+        for (long long o134 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o134 >= b1 * 32768; o134 -= 4096) {
+            const uint4* const held135 = (const uint4*)(dt_smem + 32);
+            uint4 q136[1];
+            bool f137[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l139 = (int)((unsigned)e / 4096u % 1u);
-                const int l140 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l139) * (unsigned)args.input_strides[0][0] + (unsigned)(o135 + l140) * (unsigned)args.input_strides[0][1];
-                f138[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o135 + (l140 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f138[c]) q137[c] = held136[0 + (((unsigned)(o135 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                const int l138 = (int)((unsigned)e / 4096u % 1u);
+                const int l139 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l138) * (unsigned)args.input_strides[0][0] + (unsigned)(o134 + l139) * (unsigned)args.input_strides[0][1];
+                f137[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o134 + (l139 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f137[c]) q136[c] = held135[0 + (((unsigned)(o134 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             dt_bf16s<8> v13; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l141 = (int)((unsigned)e / 4096u % 1u);
-                const int l142 = (int)((unsigned)e / 1u % 4096u);
-                if (f138[c]) {
-                    v13.w[c] = q137[c];
+                const int l140 = (int)((unsigned)e / 4096u % 1u);
+                const int l141 = (int)((unsigned)e / 1u % 4096u);
+                if (f137[c]) {
+                    v13.w[c] = q136[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l141) * (unsigned)args.input_strides[0][0] + (unsigned)(o135 + l142) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l140) * (unsigned)args.input_strides[0][0] + (unsigned)(o134 + l141) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o135 + (l142 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o134 + (l141 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v13.w[c] = w;
                 }
             }
@@ -5549,20 +5537,20 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l149 = (int)((unsigned)e / 4096u % 1u);
-                const int l150 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l149) * (unsigned)args.output_strides[0] + (unsigned)(o135 + l150) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o135 + (l150 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l148 = (int)((unsigned)e / 4096u % 1u);
+                const int l149 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l148) * (unsigned)args.output_strides[0] + (unsigned)(o134 + l149) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o134 + (l149 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_bf16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_bf16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_bf16(v18[c * 8 + 6], v18[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o135 + l150) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 0]);
-                    if ((unsigned)(o135 + (l150 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 1]);
-                    if ((unsigned)(o135 + (l150 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 2]);
-                    if ((unsigned)(o135 + (l150 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 3]);
-                    if ((unsigned)(o135 + (l150 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 4]);
-                    if ((unsigned)(o135 + (l150 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 5]);
-                    if ((unsigned)(o135 + (l150 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 6]);
-                    if ((unsigned)(o135 + (l150 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 7]);
+                    if ((unsigned)(o134 + l149) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 0]);
+                    if ((unsigned)(o134 + (l149 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 1]);
+                    if ((unsigned)(o134 + (l149 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 2]);
+                    if ((unsigned)(o134 + (l149 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 3]);
+                    if ((unsigned)(o134 + (l149 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 4]);
+                    if ((unsigned)(o134 + (l149 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 5]);
+                    if ((unsigned)(o134 + (l149 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 6]);
+                    if ((unsigned)(o134 + (l149 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 7]);
                 }
             }
         }
@@ -5754,72 +5742,21 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 f36[c] = 1;
                 if (f36[c]) q35[c] = ring8[0 + (((unsigned)(o30 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
-            float v43[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v43[r] = acc4[r];
-                }
-            }
-            dt_bf16s<8> v44; /* 16-bit values as loaded */
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                if (f36[c]) {
-                    v44.w[c] = q35[c];
-                } else {
-                    v44.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
-                }
-            }
-            float v45[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v45[r] = fmaxf((fmaxf((fmaxf(v44[r * 8 + 0], v44[r * 8 + 1])), (fmaxf(v44[r * 8 + 2], v44[r * 8 + 3])))), (fmaxf((fmaxf(v44[r * 8 + 4], v44[r * 8 + 5])), (fmaxf(v44[r * 8 + 6], v44[r * 8 + 7])))));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v45[r]);
-                }
-            }
-            float v46[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v46[r] = acc4[r];
-                }
-            }
-            float v47[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v47[r] = (-INFINITY);
-            }
-            float v48[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v48[r] = 0e0f;
-            }
             float v49[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v49[r] = ((v46[r]) == (v47[0]) ? 1.0f : 0.0f);
+                    v49[r] = acc4[r];
                 }
             }
-            float v50[8];
+            dt_bf16s<8> v50; /* 16-bit values as loaded */
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v50[r] = v49[r] != 0.0f ? v48[0] : v46[r];
+            for (int c = 0; c < 1; c++) {
+                if (f36[c]) {
+                    v50.w[c] = q35[c];
+                } else {
+                    v50.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
                 }
             }
             float v51[8];
@@ -5827,7 +5764,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = (v43[r] - v50[r]);
+                    v51[r] = fmaxf((fmaxf((fmaxf(v50[r * 8 + 0], v50[r * 8 + 1])), (fmaxf(v50[r * 8 + 2], v50[r * 8 + 3])))), (fmaxf((fmaxf(v50[r * 8 + 4], v50[r * 8 + 5])), (fmaxf(v50[r * 8 + 6], v50[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v51[r]);
                 }
             }
             float v52[8];
@@ -5835,31 +5779,27 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = dt_fast_exp(v51[r]);
+                    v52[r] = acc4[r];
                 }
             }
-            float v53[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v53[r] = (v44[r] - v50[r / 8]);
-                }
+            float v53[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v53[r] = (-INFINITY);
             }
-            float v54[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v54[r] = dt_fast_exp(v53[r]);
-                }
+            float v54[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v54[r] = 0e0f;
             }
             float v55[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v55[r] = ((v54[r * 8 + 0] + v54[r * 8 + 1]) + (v54[r * 8 + 2] + v54[r * 8 + 3])) + ((v54[r * 8 + 4] + v54[r * 8 + 5]) + (v54[r * 8 + 6] + v54[r * 8 + 7]));
+                    v55[r] = ((v52[r]) == (v53[0]) ? 1.0f : 0.0f);
                 }
             }
             float v56[8];
@@ -5867,7 +5807,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v56[r] = acc5[r];
+                    v56[r] = v55[r] != 0.0f ? v54[0] : v52[r];
                 }
             }
             float v57[8];
@@ -5875,7 +5815,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v57[r] = (v56[r] * v52[r]);
+                    v57[r] = (v49[r] - v56[r]);
                 }
             }
             float v58[8];
@@ -5883,14 +5823,62 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v58[r] = (v57[r] + v55[r]);
+                    v58[r] = dt_fast_exp(v57[r]);
+                }
+            }
+            float v59[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v59[r] = (v50[r] - v56[r / 8]);
+                }
+            }
+            float v60[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v60[r] = dt_fast_exp(v59[r]);
+                }
+            }
+            float v61[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v61[r] = ((v60[r * 8 + 0] + v60[r * 8 + 1]) + (v60[r * 8 + 2] + v60[r * 8 + 3])) + ((v60[r * 8 + 4] + v60[r * 8 + 5]) + (v60[r * 8 + 6] + v60[r * 8 + 7]));
+                }
+            }
+            float v62[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v62[r] = acc5[r];
+                }
+            }
+            float v63[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v63[r] = (v62[r] * v58[r]);
+                }
+            }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v64[r] = (v63[r] + v61[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v58[r];
+                    acc5[r] = v64[r];
                 }
             }
         }
@@ -6104,17 +6092,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v4[1];
-        /* rmax over the 8 programs of the cluster along y */
-        __shared__ float cl119[1];
-        if (tid == 0) cl119[0] = v3[0];
-        dt_cluster_sync();
-        {
-            float p = (tid % 32) < 8 ? dt_cluster_load(&cl119[0], (unsigned)(tid % 32)) : (-INFINITY);
-            for (int m = 16; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 32));
-            v4[0] = p;
-        }
-        dt_cluster_arrive();
         float v34[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
@@ -6135,43 +6112,43 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             (void)r; (void)e;
             v37[r] = 0e0f;
         }
-        float v38[1];
+        float v43[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v38[r] = ((v4[0]) == (v36[0]) ? 1.0f : 0.0f);
+            v43[r] = ((v3[0]) == (v36[0]) ? 1.0f : 0.0f);
         }
-        float v39[1];
+        float v44[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v39[r] = v38[0] != 0.0f ? v37[0] : v4[0];
+            v44[r] = v43[0] != 0.0f ? v37[0] : v3[0];
         }
-        float v40[8];
+        float v45[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v40[r] = (v19[r] - v39[0]);
+                v45[r] = (v19[r] - v44[0]);
             }
         }
-        float v41[8];
+        float v46[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v41[r] = dt_fast_exp(v40[r]);
+                v46[r] = dt_fast_exp(v45[r]);
             }
         }
-        float v42[8];
+        float v47[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v42[r] = (v34[r] * v41[r]);
+                v47[r] = (v34[r] * v46[r]);
             }
         }
-        float v10[1];
+        float v48[1];
         /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
         {
             float p[1];
@@ -6179,7 +6156,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v42[i * 1 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v47[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
@@ -6188,14 +6165,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a131 = 0e0f;
-            for (int g = 0; g < 16; g++) a131 = a131 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v10[r] = a131;
+            float a130 = 0e0f;
+            for (int g = 0; g < 16; g++) a130 = a130 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v48[r] = a130;
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            acc2[r] = acc2[r] + v10[0];
+            acc2[r] = acc2[r] + v48[0];
         }
         float v11[1];
         {
@@ -6204,35 +6181,42 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             v11[r] = acc2[r];
         }
         float v12[1];
-        /* rsum over the 8 programs of the cluster along y */
-        __shared__ float cl134[1];
-        dt_cluster_wait();
-        if (tid == 0) cl134[0] = v11[0];
+        float v4[1];
+        /* sum of exp-scaled sums over the 8 programs of the cluster along y, at one meeting */
+        __shared__ float cl133[3];
+        if (tid == 0) cl133[0] = v3[0];
+        if (tid == 0) cl133[1] = v11[0];
         dt_cluster_sync();
         {
-            float p = (tid % 32) < 8 ? dt_cluster_load(&cl134[0], (unsigned)(tid % 32)) : 0e0f;
-            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-            v12[0] = p;
+            const unsigned q = (unsigned)(tid % 32);
+            const float f = q < 8u ? dt_cluster_load(&cl133[0], q) : (-INFINITY);
+            const float s = q < 8u ? dt_cluster_load(&cl133[1], q) : 0e0f;
+            float top = f;
+            for (int m = 16; m > 0; m >>= 1) top = fmaxf(top, dt_shfl_xor(top, m, 32));
+            float t = f == (-INFINITY) ? 0e0f : s * dt_fast_exp(f - top);
+            for (int m = 16; m > 0; m >>= 1) t = t + dt_shfl_xor(t, m, 32);
+            v4[0] = top;
+            v12[0] = t;
         }
         dt_cluster_arrive();
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o135 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o135 >= b1 * 32768; o135 -= 4096) {
-            const uint4* const held136 = (const uint4*)(dt_smem + 32);
-            uint4 q137[1];
-            bool f138[1];
+        for (long long o134 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o134 >= b1 * 32768; o134 -= 4096) {
+            const uint4* const held135 = (const uint4*)(dt_smem + 32);
+            uint4 q136[1];
+            bool f137[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l140 = (int)((unsigned)e / 1u % 4096u);
-                f138[c] = (unsigned)(o135 + l140) < (unsigned)s1;
-                if (f138[c]) q137[c] = held136[0 + (((unsigned)(o135 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                const int l139 = (int)((unsigned)e / 1u % 4096u);
+                f137[c] = (unsigned)(o134 + l139) < (unsigned)s1;
+                if (f137[c]) q136[c] = held135[0 + (((unsigned)(o134 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             dt_bf16s<8> v13; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f138[c]) {
-                    v13.w[c] = q137[c];
+                if (f137[c]) {
+                    v13.w[c] = q136[c];
                 } else {
                     v13.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -6264,10 +6248,10 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l149 = (int)((unsigned)e / 4096u % 1u);
-                const int l150 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l149) * (unsigned)args.output_strides[0] + (unsigned)(o135 + l150) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o135 + l150) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_bf16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_bf16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_bf16(v18[c * 8 + 6], v18[c * 8 + 7])));
+                const int l148 = (int)((unsigned)e / 4096u % 1u);
+                const int l149 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l148) * (unsigned)args.output_strides[0] + (unsigned)(o134 + l149) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o134 + l149) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_bf16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_bf16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_bf16(v18[c * 8 + 6], v18[c * 8 + 7])));
             }
         }
         dt_cluster_wait();
@@ -6329,15 +6313,15 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
         }
         /* rmax softmax_256k.tensorize(y:16384) + rsum softmax_256k.tensorize(y:16384), in one pass */
         for (long long o8 = b1 * 65536; o8 < dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o8 += 16384) {
-            float v43[16];
+            float v49[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v43[r] = acc4[r];
+                    v49[r] = acc4[r];
                 }
             }
-            float v44[16];
+            float v50[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
@@ -6346,66 +6330,15 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
                 const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
                 if ((unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
-                    v44[c * 4 + 0] = __uint_as_float(q.x);
-                    v44[c * 4 + 1] = __uint_as_float(q.y);
-                    v44[c * 4 + 2] = __uint_as_float(q.z);
-                    v44[c * 4 + 3] = __uint_as_float(q.w);
+                    v50[c * 4 + 0] = __uint_as_float(q.x);
+                    v50[c * 4 + 1] = __uint_as_float(q.y);
+                    v50[c * 4 + 2] = __uint_as_float(q.z);
+                    v50[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v44[c * 4 + 0] = (1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v44[c * 4 + 1] = (1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v44[c * 4 + 2] = (1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v44[c * 4 + 3] = (1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                }
-            }
-            float v45[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v45[r] = fmaxf((fmaxf(v44[r * 4 + 0], v44[r * 4 + 1])), (fmaxf(v44[r * 4 + 2], v44[r * 4 + 3])));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v45[r]);
-                }
-            }
-            float v46[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v46[r] = acc4[r];
-                }
-            }
-            float v47[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v47[r] = (-INFINITY);
-            }
-            float v48[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v48[r] = 0e0f;
-            }
-            float v49[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v49[r] = ((v46[r]) == (v47[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v50[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v50[r] = v49[r] != 0.0f ? v48[0] : v46[r];
+                    v50[c * 4 + 0] = (1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v50[c * 4 + 1] = (1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v50[c * 4 + 2] = (1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v50[c * 4 + 3] = (1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
                 }
             }
             float v51[16];
@@ -6413,7 +6346,14 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v51[r] = (v43[r] - v50[r]);
+                    v51[r] = fmaxf((fmaxf(v50[r * 4 + 0], v50[r * 4 + 1])), (fmaxf(v50[r * 4 + 2], v50[r * 4 + 3])));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v51[r]);
                 }
             }
             float v52[16];
@@ -6421,31 +6361,27 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v52[r] = dt_fast_exp(v51[r]);
+                    v52[r] = acc4[r];
                 }
             }
-            float v53[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v53[r] = (v44[r] - v50[r / 4]);
-                }
+            float v53[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v53[r] = (-INFINITY);
             }
-            float v54[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v54[r] = dt_fast_exp(v53[r]);
-                }
+            float v54[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v54[r] = 0e0f;
             }
             float v55[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v55[r] = (v54[r * 4 + 0] + v54[r * 4 + 1]) + (v54[r * 4 + 2] + v54[r * 4 + 3]);
+                    v55[r] = ((v52[r]) == (v53[0]) ? 1.0f : 0.0f);
                 }
             }
             float v56[16];
@@ -6453,7 +6389,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v56[r] = acc5[r];
+                    v56[r] = v55[r] != 0.0f ? v54[0] : v52[r];
                 }
             }
             float v57[16];
@@ -6461,7 +6397,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v57[r] = (v56[r] * v52[r]);
+                    v57[r] = (v49[r] - v56[r]);
                 }
             }
             float v58[16];
@@ -6469,14 +6405,62 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v58[r] = (v57[r] + v55[r]);
+                    v58[r] = dt_fast_exp(v57[r]);
+                }
+            }
+            float v59[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v59[r] = (v50[r] - v56[r / 4]);
+                }
+            }
+            float v60[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v60[r] = dt_fast_exp(v59[r]);
+                }
+            }
+            float v61[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v61[r] = (v60[r * 4 + 0] + v60[r * 4 + 1]) + (v60[r * 4 + 2] + v60[r * 4 + 3]);
+                }
+            }
+            float v62[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v62[r] = acc5[r];
+                }
+            }
+            float v63[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v63[r] = (v62[r] * v58[r]);
+                }
+            }
+            float v64[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v64[r] = (v63[r] + v61[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v58[r];
+                    acc5[r] = v64[r];
                 }
             }
         }
@@ -6692,17 +6676,6 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v4[1];
-        /* rmax over the 4 programs of the cluster along y */
-        __shared__ float cl84[1];
-        if (tid == 0) cl84[0] = v3[0];
-        dt_cluster_sync();
-        {
-            float p = (tid % 32) < 4 ? dt_cluster_load(&cl84[0], (unsigned)(tid % 32)) : (-INFINITY);
-            for (int m = 16; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 32));
-            v4[0] = p;
-        }
-        dt_cluster_arrive();
         float v34[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
@@ -6723,43 +6696,43 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             (void)r; (void)e;
             v37[r] = 0e0f;
         }
-        float v38[1];
+        float v43[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v38[r] = ((v4[0]) == (v36[0]) ? 1.0f : 0.0f);
+            v43[r] = ((v3[0]) == (v36[0]) ? 1.0f : 0.0f);
         }
-        float v39[1];
+        float v44[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v39[r] = v38[0] != 0.0f ? v37[0] : v4[0];
+            v44[r] = v43[0] != 0.0f ? v37[0] : v3[0];
         }
-        float v40[16];
+        float v45[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v40[r] = (v19[r] - v39[0]);
+                v45[r] = (v19[r] - v44[0]);
             }
         }
-        float v41[16];
+        float v46[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v41[r] = dt_fast_exp(v40[r]);
+                v46[r] = dt_fast_exp(v45[r]);
             }
         }
-        float v42[16];
+        float v47[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v42[r] = (v34[r] * v41[r]);
+                v47[r] = (v34[r] * v46[r]);
             }
         }
-        float v10[1];
+        float v48[1];
         /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
@@ -6767,7 +6740,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 4; q++) p[i] = p[i] + v42[i * 4 + q];
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v47[i * 4 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
@@ -6776,14 +6749,14 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a96 = 0e0f;
-            for (int g = 0; g < 32; g++) a96 = a96 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v10[r] = a96;
+            float a95 = 0e0f;
+            for (int g = 0; g < 32; g++) a95 = a95 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v48[r] = a95;
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            acc2[r] = acc2[r] + v10[0];
+            acc2[r] = acc2[r] + v48[0];
         }
         float v11[1];
         {
@@ -6792,37 +6765,44 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             v11[r] = acc2[r];
         }
         float v12[1];
-        /* rsum over the 4 programs of the cluster along y */
-        __shared__ float cl99[1];
-        dt_cluster_wait();
-        if (tid == 0) cl99[0] = v11[0];
+        float v4[1];
+        /* sum of exp-scaled sums over the 4 programs of the cluster along y, at one meeting */
+        __shared__ float cl98[3];
+        if (tid == 0) cl98[0] = v3[0];
+        if (tid == 0) cl98[1] = v11[0];
         dt_cluster_sync();
         {
-            float p = (tid % 32) < 4 ? dt_cluster_load(&cl99[0], (unsigned)(tid % 32)) : 0e0f;
-            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-            v12[0] = p;
+            const unsigned q = (unsigned)(tid % 32);
+            const float f = q < 4u ? dt_cluster_load(&cl98[0], q) : (-INFINITY);
+            const float s = q < 4u ? dt_cluster_load(&cl98[1], q) : 0e0f;
+            float top = f;
+            for (int m = 16; m > 0; m >>= 1) top = fmaxf(top, dt_shfl_xor(top, m, 32));
+            float t = f == (-INFINITY) ? 0e0f : s * dt_fast_exp(f - top);
+            for (int m = 16; m > 0; m >>= 1) t = t + dt_shfl_xor(t, m, 32);
+            v4[0] = top;
+            v12[0] = t;
         }
         dt_cluster_arrive();
         /* block(y:65536) softmax_256k.tensorize(y:16384) */
-        for (long long o100 = b1 * 65536 + (dt_cdiv(dt_min_ll(b1 * 65536 + 65536, s1) - (b1 * 65536), 16384) - 1) * 16384; o100 >= b1 * 65536; o100 -= 16384) {
+        for (long long o99 = b1 * 65536 + (dt_cdiv(dt_min_ll(b1 * 65536 + 65536, s1) - (b1 * 65536), 16384) - 1) * 16384; o99 >= b1 * 65536; o99 -= 16384) {
             float v13[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l101 = (int)((unsigned)e / 16384u % 1u);
-                const int l102 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l101) * (unsigned)args.input_strides[0][0] + (unsigned)(o100 + l102) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o100 + (l102 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l100 = (int)((unsigned)e / 16384u % 1u);
+                const int l101 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l100) * (unsigned)args.input_strides[0][0] + (unsigned)(o99 + l101) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o99 + (l101 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v13[c * 4 + 0] = __uint_as_float(q.x);
                     v13[c * 4 + 1] = __uint_as_float(q.y);
                     v13[c * 4 + 2] = __uint_as_float(q.z);
                     v13[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v13[c * 4 + 0] = ((unsigned)(o100 + l102) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v13[c * 4 + 1] = ((unsigned)(o100 + (l102 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v13[c * 4 + 2] = ((unsigned)(o100 + (l102 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v13[c * 4 + 3] = ((unsigned)(o100 + (l102 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v13[c * 4 + 0] = ((unsigned)(o99 + l101) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v13[c * 4 + 1] = ((unsigned)(o99 + (l101 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v13[c * 4 + 2] = ((unsigned)(o99 + (l101 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v13[c * 4 + 3] = ((unsigned)(o99 + (l101 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v15[16];
@@ -6852,16 +6832,16 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l109 = (int)((unsigned)e / 16384u % 1u);
-                const int l110 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.output_strides[0] + (unsigned)(o100 + l110) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o100 + (l110 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l108 = (int)((unsigned)e / 16384u % 1u);
+                const int l109 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l108) * (unsigned)args.output_strides[0] + (unsigned)(o99 + l109) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o99 + (l109 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v18[c * 4 + 0]), __float_as_uint(v18[c * 4 + 1]), __float_as_uint(v18[c * 4 + 2]), __float_as_uint(v18[c * 4 + 3])));
                 } else {
-                    if ((unsigned)(o100 + l110) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 0]);
-                    if ((unsigned)(o100 + (l110 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 1]);
-                    if ((unsigned)(o100 + (l110 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 2]);
-                    if ((unsigned)(o100 + (l110 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 3]);
+                    if ((unsigned)(o99 + l109) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 0]);
+                    if ((unsigned)(o99 + (l109 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 1]);
+                    if ((unsigned)(o99 + (l109 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 2]);
+                    if ((unsigned)(o99 + (l109 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 3]);
                 }
             }
         }
@@ -6924,15 +6904,15 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
         }
         /* rmax softmax_256k.tensorize(y:16384) + rsum softmax_256k.tensorize(y:16384), in one pass */
         for (long long o8 = b1 * 65536; o8 < dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o8 += 16384) {
-            float v43[16];
+            float v49[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v43[r] = acc4[r];
+                    v49[r] = acc4[r];
                 }
             }
-            float v44[16];
+            float v50[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
@@ -6940,68 +6920,24 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
                 const int l12 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
                 const uint4 q = *(const uint4*)(in0 + a);
-                v44[c * 4 + 0] = __uint_as_float(q.x);
-                v44[c * 4 + 1] = __uint_as_float(q.y);
-                v44[c * 4 + 2] = __uint_as_float(q.z);
-                v44[c * 4 + 3] = __uint_as_float(q.w);
-            }
-            float v45[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v45[r] = fmaxf((fmaxf(v44[r * 4 + 0], v44[r * 4 + 1])), (fmaxf(v44[r * 4 + 2], v44[r * 4 + 3])));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v45[r]);
-                }
-            }
-            float v46[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v46[r] = acc4[r];
-                }
-            }
-            float v47[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v47[r] = (-INFINITY);
-            }
-            float v48[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v48[r] = 0e0f;
-            }
-            float v49[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v49[r] = ((v46[r]) == (v47[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v50[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v50[r] = v49[r] != 0.0f ? v48[0] : v46[r];
-                }
+                v50[c * 4 + 0] = __uint_as_float(q.x);
+                v50[c * 4 + 1] = __uint_as_float(q.y);
+                v50[c * 4 + 2] = __uint_as_float(q.z);
+                v50[c * 4 + 3] = __uint_as_float(q.w);
             }
             float v51[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v51[r] = (v43[r] - v50[r]);
+                    v51[r] = fmaxf((fmaxf(v50[r * 4 + 0], v50[r * 4 + 1])), (fmaxf(v50[r * 4 + 2], v50[r * 4 + 3])));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v51[r]);
                 }
             }
             float v52[16];
@@ -7009,31 +6945,27 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v52[r] = dt_fast_exp(v51[r]);
+                    v52[r] = acc4[r];
                 }
             }
-            float v53[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v53[r] = (v44[r] - v50[r / 4]);
-                }
+            float v53[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v53[r] = (-INFINITY);
             }
-            float v54[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v54[r] = dt_fast_exp(v53[r]);
-                }
+            float v54[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v54[r] = 0e0f;
             }
             float v55[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v55[r] = (v54[r * 4 + 0] + v54[r * 4 + 1]) + (v54[r * 4 + 2] + v54[r * 4 + 3]);
+                    v55[r] = ((v52[r]) == (v53[0]) ? 1.0f : 0.0f);
                 }
             }
             float v56[16];
@@ -7041,7 +6973,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v56[r] = acc5[r];
+                    v56[r] = v55[r] != 0.0f ? v54[0] : v52[r];
                 }
             }
             float v57[16];
@@ -7049,7 +6981,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v57[r] = (v56[r] * v52[r]);
+                    v57[r] = (v49[r] - v56[r]);
                 }
             }
             float v58[16];
@@ -7057,14 +6989,62 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v58[r] = (v57[r] + v55[r]);
+                    v58[r] = dt_fast_exp(v57[r]);
+                }
+            }
+            float v59[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v59[r] = (v50[r] - v56[r / 4]);
+                }
+            }
+            float v60[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v60[r] = dt_fast_exp(v59[r]);
+                }
+            }
+            float v61[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v61[r] = (v60[r * 4 + 0] + v60[r * 4 + 1]) + (v60[r * 4 + 2] + v60[r * 4 + 3]);
+                }
+            }
+            float v62[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v62[r] = acc5[r];
+                }
+            }
+            float v63[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v63[r] = (v62[r] * v58[r]);
+                }
+            }
+            float v64[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v64[r] = (v63[r] + v61[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v58[r];
+                    acc5[r] = v64[r];
                 }
             }
         }
@@ -7278,17 +7258,6 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v4[1];
-        /* rmax over the 4 programs of the cluster along y */
-        __shared__ float cl84[1];
-        if (tid == 0) cl84[0] = v3[0];
-        dt_cluster_sync();
-        {
-            float p = (tid % 32) < 4 ? dt_cluster_load(&cl84[0], (unsigned)(tid % 32)) : (-INFINITY);
-            for (int m = 16; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 32));
-            v4[0] = p;
-        }
-        dt_cluster_arrive();
         float v34[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
@@ -7309,43 +7278,43 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             (void)r; (void)e;
             v37[r] = 0e0f;
         }
-        float v38[1];
+        float v43[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v38[r] = ((v4[0]) == (v36[0]) ? 1.0f : 0.0f);
+            v43[r] = ((v3[0]) == (v36[0]) ? 1.0f : 0.0f);
         }
-        float v39[1];
+        float v44[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v39[r] = v38[0] != 0.0f ? v37[0] : v4[0];
+            v44[r] = v43[0] != 0.0f ? v37[0] : v3[0];
         }
-        float v40[16];
+        float v45[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v40[r] = (v19[r] - v39[0]);
+                v45[r] = (v19[r] - v44[0]);
             }
         }
-        float v41[16];
+        float v46[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v41[r] = dt_fast_exp(v40[r]);
+                v46[r] = dt_fast_exp(v45[r]);
             }
         }
-        float v42[16];
+        float v47[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v42[r] = (v34[r] * v41[r]);
+                v47[r] = (v34[r] * v46[r]);
             }
         }
-        float v10[1];
+        float v48[1];
         /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
@@ -7353,7 +7322,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 4; q++) p[i] = p[i] + v42[i * 4 + q];
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v47[i * 4 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
@@ -7362,14 +7331,14 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a96 = 0e0f;
-            for (int g = 0; g < 32; g++) a96 = a96 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v10[r] = a96;
+            float a95 = 0e0f;
+            for (int g = 0; g < 32; g++) a95 = a95 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v48[r] = a95;
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            acc2[r] = acc2[r] + v10[0];
+            acc2[r] = acc2[r] + v48[0];
         }
         float v11[1];
         {
@@ -7378,27 +7347,34 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             v11[r] = acc2[r];
         }
         float v12[1];
-        /* rsum over the 4 programs of the cluster along y */
-        __shared__ float cl99[1];
-        dt_cluster_wait();
-        if (tid == 0) cl99[0] = v11[0];
+        float v4[1];
+        /* sum of exp-scaled sums over the 4 programs of the cluster along y, at one meeting */
+        __shared__ float cl98[3];
+        if (tid == 0) cl98[0] = v3[0];
+        if (tid == 0) cl98[1] = v11[0];
         dt_cluster_sync();
         {
-            float p = (tid % 32) < 4 ? dt_cluster_load(&cl99[0], (unsigned)(tid % 32)) : 0e0f;
-            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-            v12[0] = p;
+            const unsigned q = (unsigned)(tid % 32);
+            const float f = q < 4u ? dt_cluster_load(&cl98[0], q) : (-INFINITY);
+            const float s = q < 4u ? dt_cluster_load(&cl98[1], q) : 0e0f;
+            float top = f;
+            for (int m = 16; m > 0; m >>= 1) top = fmaxf(top, dt_shfl_xor(top, m, 32));
+            float t = f == (-INFINITY) ? 0e0f : s * dt_fast_exp(f - top);
+            for (int m = 16; m > 0; m >>= 1) t = t + dt_shfl_xor(t, m, 32);
+            v4[0] = top;
+            v12[0] = t;
         }
         dt_cluster_arrive();
         /* block(y:65536) softmax_256k.tensorize(y:16384) */
-        for (long long o100 = b1 * 65536 + (dt_cdiv(dt_min_ll(b1 * 65536 + 65536, s1) - (b1 * 65536), 16384) - 1) * 16384; o100 >= b1 * 65536; o100 -= 16384) {
+        for (long long o99 = b1 * 65536 + (dt_cdiv(dt_min_ll(b1 * 65536 + 65536, s1) - (b1 * 65536), 16384) - 1) * 16384; o99 >= b1 * 65536; o99 -= 16384) {
             float v13[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l101 = (int)((unsigned)e / 16384u % 1u);
-                const int l102 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l101) * (unsigned)args.input_strides[0][0] + (unsigned)(o100 + l102) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o100 + l102) < (unsigned)s1) {
+                const int l100 = (int)((unsigned)e / 16384u % 1u);
+                const int l101 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l100) * (unsigned)args.input_strides[0][0] + (unsigned)(o99 + l101) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)(o99 + l101) < (unsigned)s1) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v13[c * 4 + 0] = __uint_as_float(q.x);
                     v13[c * 4 + 1] = __uint_as_float(q.y);
@@ -7438,10 +7414,10 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l109 = (int)((unsigned)e / 16384u % 1u);
-                const int l110 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.output_strides[0] + (unsigned)(o100 + l110) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o100 + l110) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v18[c * 4 + 0]), __float_as_uint(v18[c * 4 + 1]), __float_as_uint(v18[c * 4 + 2]), __float_as_uint(v18[c * 4 + 3])));
+                const int l108 = (int)((unsigned)e / 16384u % 1u);
+                const int l109 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l108) * (unsigned)args.output_strides[0] + (unsigned)(o99 + l109) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o99 + l109) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v18[c * 4 + 0]), __float_as_uint(v18[c * 4 + 1]), __float_as_uint(v18[c * 4 + 2]), __float_as_uint(v18[c * 4 + 3])));
             }
         }
         dt_cluster_wait();

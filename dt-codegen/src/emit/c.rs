@@ -211,7 +211,7 @@ impl Emitter<'_> {
         let dst = self.val(id);
         let shape_of = |v: &ValueId| self.k.value(*v).shape.clone();
         match op {
-            Op::ClusterReduce { .. } => return super::check_no_cluster(self.k, "the CPU"),
+            Op::ClusterReduce { .. } | Op::ClusterPaired { .. } => return super::check_no_cluster(self.k, "the CPU"),
             Op::Const(c) => {
                 let c = float_lit(*c);
                 self.for_lanes(&shape, |e, l| e.line(&format!("{dst}[{}] = {c};", l.index(&shape))));

@@ -224,6 +224,8 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
         once: false,
         full: Vec::new(),
         cluster_arrived: false,
+        met_jointly: Vec::new(),
+        pairs: Vec::new(),
         dialect,
         ring_offset: total,
         ring_used: 0,
@@ -506,6 +508,12 @@ struct Emitter<'a> {
     /// Whether the printed code has arrived at a cluster barrier it has not yet waited on (see
     /// [`Emitter::cluster_reduce`]).
     cluster_arrived: bool,
+    /// The [`Op::ClusterPaired`] values that a meeting printed before them already computed
+    /// ([`Emitter::joint_meeting`]).
+    met_jointly: Vec<ValueId>,
+    /// Cluster reductions followed by the second statistic of their pair (found by
+    /// [`Emitter::stmts`]): the reduction's value, the pair's, its rule, operand and counts.
+    pairs: Vec<(ValueId, ValueId, PairRule, ValueId, Option<ValueId>)>,
     /// The dialect printed for (loads staged in shared memory need CUDA's asynchronous copies).
     dialect: Dialect,
     /// Where the rings of [`Emitter::staged_rows`] start in shared memory (in 4-byte words, after
@@ -939,6 +947,125 @@ impl Emitter<'_> {
                 ));
                 e.line(&format!("{dst}[r] = {acc};"));
             });
+        }
+        self.line("dt_cluster_arrive();");
+        self.cluster_arrived = true;
+    }
+
+    /// The pair whose second statistic follows cluster reduction `met` in its statement list.
+    fn paired_after(&self, met: ValueId) -> Option<(ValueId, PairRule, ValueId, Option<ValueId>)> {
+        self.pairs.iter().find(|p| p.0 == met).map(|p| (p.1, p.2, p.3, p.4))
+    }
+
+    /// [`Op::ClusterPaired`]: one meeting for a row's two statistics. Each program writes its
+    /// `first` statistic, its share `second` of the second one (about its own first) and, for
+    /// layernorm, its `count` of lanes to a buffer; after a cluster barrier every program reads
+    /// every program's and combines them ([`PairRule`]) into the second statistic `id` and, where
+    /// the meeting stands for the first statistic's cluster reduction too (`first_met`), into
+    /// that one's value. Values every thread holds are read by the first lanes of every warp, one
+    /// program each, and combined by shuffles; others by the thread that holds them, program
+    /// after program. The closing barrier is as [`Self::cluster_reduce`]'s.
+    #[allow(clippy::too_many_arguments)]
+    fn paired_meeting(
+        &mut self,
+        rule: PairRule,
+        first: ValueId,
+        first_met: Option<(dt_core::algo::RedOp, ValueId)>,
+        second: ValueId,
+        count: Option<ValueId>,
+        dim: DimId,
+        id: ValueId,
+    ) {
+        let shape = self.k.value(id).shape.clone();
+        let ranks = self.k.grid.cluster_size(dim).unwrap_or(1);
+        let buf = self.fresh("cl");
+        let dst = format!("v{}", id.0);
+        self.declare(&dst, &shape);
+        if let Some((_, met)) = first_met {
+            self.declare(&format!("v{}", met.0), &shape);
+        }
+        self.line(&format!("/* {} over the {ranks} programs of the cluster along {}, at one meeting */", rule.name(), self.k.dim_name(dim)));
+        self.line(&format!("__shared__ float {buf}[{}];", 3 * shape.elements()));
+        self.settle_cluster();
+        let parts: Vec<(usize, ValueId)> = [Some((0, first)), Some((1, second)), count.map(|c| (2, c))].into_iter().flatten().collect();
+        for &(slot, v) in &parts {
+            match self.layout(v) {
+                RegLayout::Replicated => self.line(&format!("if (tid == 0) {buf}[{slot}] = v{}[0];", v.0)),
+                layout => self.for_owned(&shape, layout, |e, _| e.line(&format!("{buf}[3 * e + {slot}] = v{}[r];", v.0))),
+            }
+        }
+        self.line("dt_cluster_sync();");
+        let math = self.math;
+        let exp = move |a: &str| unary_in(math, dt_core::algo::UnOp::Exp, a);
+        let mut all = parts.iter().map(|p| p.1).chain([id]).chain(first_met.map(|m| m.1));
+        if all.all(|v| self.layout(v) == RegLayout::Replicated) {
+            // Lane q < ranks reads program q's shares; the warp combines them.
+            let shuffle = |e: &mut Self, v: &str, max: bool| {
+                let c = if max { format!("fmaxf({v}, dt_shfl_xor({v}, m, 32))") } else { format!("{v} + dt_shfl_xor({v}, m, 32)") };
+                e.line(&format!("    for (int m = 16; m > 0; m >>= 1) {v} = {c};"));
+            };
+            let none = if rule == PairRule::ExpScaled { "(-INFINITY)" } else { "0e0f" };
+            self.line("{");
+            self.line("    const unsigned q = (unsigned)(tid % 32);");
+            self.line(&format!("    const float f = q < {ranks}u ? dt_cluster_load(&{buf}[0], q) : {none};"));
+            self.line(&format!("    const float s = q < {ranks}u ? dt_cluster_load(&{buf}[1], q) : 0e0f;"));
+            let met_value = match rule {
+                PairRule::ExpScaled => {
+                    self.line("    float top = f;");
+                    shuffle(self, "top", true);
+                    self.line(&format!("    float t = f == (-INFINITY) ? 0e0f : s * {};", exp("f - top")));
+                    "top"
+                }
+                PairRule::SquaredDeviation => {
+                    self.line(&format!("    const float n = q < {ranks}u ? dt_cluster_load(&{buf}[2], q) : 0e0f;"));
+                    self.line("    float total = f, lanes = n;");
+                    shuffle(self, "total", false);
+                    shuffle(self, "lanes", false);
+                    self.line("    const float d = n > 0e0f ? f / n - total / fmaxf(lanes, 1e0f) : 0e0f;");
+                    self.line("    float t = n > 0e0f ? s + n * d * d : 0e0f;");
+                    "total"
+                }
+            };
+            shuffle(self, "t", false);
+            if let Some((_, met)) = first_met {
+                self.line(&format!("    v{}[0] = {met_value};", met.0));
+            }
+            self.line(&format!("    {dst}[0] = t;"));
+            self.line("}");
+        } else {
+            let load = |slot: usize| format!("dt_cluster_load(&{buf}[3 * e + {slot}], q)");
+            let each = |body: String| format!("    for (unsigned q = 0; q < {ranks}u; q++) {{ {body} }}");
+            let combined = |e: &mut Self, target: ValueId, met: bool| {
+                let layout = e.layout(target);
+                e.for_owned(&shape, layout, |e, _| {
+                    e.line("{");
+                    let result = match rule {
+                        PairRule::ExpScaled => {
+                            e.line("    float top = (-INFINITY), t = 0e0f;");
+                            e.line(&each(format!("top = fmaxf(top, {});", load(0))));
+                            e.line(&each(format!("const float f = {}; t += f == (-INFINITY) ? 0e0f : {} * {};", load(0), load(1), exp("f - top"))));
+                            if met { "top" } else { "t" }
+                        }
+                        PairRule::SquaredDeviation => {
+                            e.line("    float total = 0e0f, lanes = 0e0f, t = 0e0f;");
+                            e.line(&each(format!("total += {}; lanes += {};", load(0), load(2))));
+                            e.line(&each(format!(
+                                "const float n = {}; const float d = n > 0e0f ? {} / n - total / fmaxf(lanes, 1e0f) : 0e0f; t += n > 0e0f ? {} + n * d * d : 0e0f;",
+                                load(2),
+                                load(0),
+                                load(1)
+                            )));
+                            if met { "total" } else { "t" }
+                        }
+                    };
+                    e.line(&format!("    v{}[r] = {result};", target.0));
+                    e.line("}");
+                });
+            };
+            combined(self, id, false);
+            if let Some((_, met)) = first_met {
+                combined(self, met, true);
+            }
         }
         self.line("dt_cluster_arrive();");
         self.cluster_arrived = true;
@@ -1539,6 +1666,14 @@ impl Emitter<'_> {
         // A block a staged loop here holds stays in shared memory until the end of these
         // statements ([`HeldRing`]).
         let (held, ring_used) = (self.held.len(), self.ring_used);
+        // A cluster reduction right before the second statistic of its pair meets for both.
+        for w in stmts.windows(2) {
+            if let [Stmt::Let { value: met, op: Op::ClusterReduce { value: first, .. } }, Stmt::Let { value: paired, op: Op::ClusterPaired { rule, value, first: f, count, .. } }] = w {
+                if first == f {
+                    self.pairs.push((*met, *paired, *rule, *value, *count));
+                }
+            }
+        }
         for s in stmts {
             self.stmt(s)?;
         }
@@ -1932,7 +2067,16 @@ impl Emitter<'_> {
                     self.for_owned(&shape, layout, |e, _| e.line(&format!("{dst}[r] = {res}[e];")));
                 }
             }
-            Op::ClusterReduce { op, value, dim } => self.cluster_reduce(*op, *value, *dim, id),
+            Op::ClusterReduce { op, value, dim } => match self.paired_after(id) {
+                Some((paired, rule, second, count)) => {
+                    self.met_jointly.push(paired);
+                    self.paired_meeting(rule, *value, Some((*op, id)), second, count, *dim, paired);
+                }
+                None => self.cluster_reduce(*op, *value, *dim, id),
+            },
+            Op::ClusterPaired { .. } if self.met_jointly.contains(&id) => {}
+            // Apart from the first statistic's meeting: a meeting of its own.
+            Op::ClusterPaired { rule, value, first, count, dim } => self.paired_meeting(*rule, *first, None, *value, *count, *dim, id),
             Op::Dot { .. } if self.plan.dot(id).is_some() => {
                 let d = self.plan.dot(id).expect("planned").clone();
                 self.mma_dot(id, &d);

@@ -35,7 +35,7 @@ pub(super) fn replicate(k: &Kernel, mapping: Mapping, p: &mut Plan) {
                 Op::Reduce { value, dim, .. } => {
                     p.values[value.0 as usize] == RegLayout::Blocked && mapping.register_reduce(&k.value(*value).shape, *dim).is_some()
                 }
-                Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::MaskFill { .. } | Op::RunReduce { .. } | Op::ClusterReduce { .. } => {
+                Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::MaskFill { .. } | Op::RunReduce { .. } | Op::ClusterReduce { .. } | Op::ClusterPaired { .. } => {
                     op.operands().into_iter().all(rep)
                 }
                 Op::Var(var) => p.vars[var.0 as usize] == RegLayout::Replicated,

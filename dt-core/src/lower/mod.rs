@@ -13,8 +13,9 @@
 //!    chunks lane by lane and reduces across lanes once, after the loop.
 //! 8. [`online::merge_statistic_loops`]: a statistic that needs another one first (softmax's
 //!    sum, layernorm's variance) is computed in the other's loop, both kept per run of lanes
-//!    where the reads after the loop allow; [`cse`] and [`dead`] then run again over the merged
-//!    loops.
+//!    where the reads after the loop allow, and a row split over a cluster combines both over the
+//!    cluster at one meeting ([`cluster_pair::meet_once`]); [`cse`] and [`dead`] then run again
+//!    over the merged loops.
 //! 9. [`layout::assign_layouts`]: tensor-core layouts for `rdot` operands and accumulators.
 //! 10. [`reverse::reverse_second_passes`]: a `whole` loop that reads again what a `reduce` loop
 //!     before it read runs backward, starting with the chunks still in the L2 cache.
@@ -24,6 +25,7 @@
 //!
 //! Set `DT_PRINT_KIR=1` to print the kernel IR after each pass (on stderr).
 
+mod cluster_pair;
 mod cse;
 mod dead;
 mod defer;

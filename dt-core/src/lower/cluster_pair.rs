@@ -1,0 +1,172 @@
+//! Part of pass 8 ([`super::online`]): a row split over a cluster meets once for both statistics.
+//!
+//! After the merged loop of a row split over a cluster, each program combines its lanes into its
+//! partial of the first statistic (softmax's maximum, layernorm's sum), the cluster combines the
+//! partials (a `ClusterReduce`), each program rescales its lanes' second statistic to the row's
+//! first one, and the cluster combines the second statistic in turn: two meetings per row, each
+//! a barrier of every program of the cluster. Here the lanes' second statistic is taken about
+//! the program's own first one instead (its maximum; its mean, its sum over its count of lanes),
+//! and the second `ClusterReduce` becomes an [`Op::ClusterPaired`] right after the first one,
+//! which targets combine in the same exchange:
+//!
+//! ```text
+//! %4 = rsum %3 over the cluster           %m = div %3, max(rsum $count over y, 1)
+//! %6 = div %4, len y                      (the lanes' squares about %m, summed: %16)
+//! (the lanes' squares about %6: %16)  =>  %4 = rsum %3 over the cluster
+//! %17 = rsum %16 over the cluster         %17 = squares %16 about %3 over the cluster, at its meeting
+//!                                         %6 = div %4, len y
+//! ```
+//!
+//! On the H100 at 256x262144 (docs/bench/h100.md, eighteenth session) the rows ran 3-4% faster:
+//! softmax 0.1105-0.1112 -> 0.1068-0.1072 ms in 16-bit types and 0.2447 -> 0.2338 in f32,
+//! layernorm 0.1248-0.1257 -> 0.1212-0.1217 and 0.2617 -> 0.2514-0.2522. Leaving the second
+//! meeting out altogether (wrong results, timed only) bounds what a meeting costs: 0.1177 ms for
+//! the 16-bit layernorm, 0.1054-0.1060 for the 16-bit softmax; the program's count of lanes (one
+//! more reduction across its threads) takes part of the difference.
+
+use crate::algo::{BinOp, DimId, RedOp};
+use crate::kir::{Kernel, Layout, Op, PairRule, Shape, Stmt, Value, ValueId, VarId};
+use std::collections::{HashMap, HashSet};
+
+/// The statements after a merged loop (`tail`), rewritten to meet once where the row is split
+/// over a cluster along `dim`; unchanged where they do not have the shape the merge leaves.
+/// `stat` is the row's first statistic as the rescaling after the loop reads it (softmax's
+/// maximum over the cluster, layernorm's mean), and `count` the accumulator of the lanes' counts
+/// (layernorm's).
+pub(super) fn meet_once(k: &mut Kernel, tail: Vec<Stmt>, rule: PairRule, stat: ValueId, count: Option<VarId>, dim: DimId) -> Vec<Stmt> {
+    if k.grid.cluster.map(|(d, _)| d) != Some(dim) {
+        return tail;
+    }
+    match plan(k, &tail, rule, stat, count, dim) {
+        Some(p) => rewrite(k, tail, p, rule, count, dim),
+        None => tail,
+    }
+}
+
+/// Where the two meetings are, and what the rescaling reads of the first.
+struct Plan {
+    /// The first meeting (`ClusterReduce` of `first`, giving `met`) and the second.
+    at_first: usize,
+    at_second: usize,
+    first: ValueId,
+    met: ValueId,
+    /// What the rescaling reads in place of the row's statistic: `met` itself (softmax's
+    /// maximum) or the mean computed from it (layernorm's).
+    root: ValueId,
+}
+
+fn plan(k: &Kernel, tail: &[Stmt], rule: PairRule, stat: ValueId, count: Option<VarId>, dim: DimId) -> Option<Plan> {
+    let op1 = match rule {
+        PairRule::ExpScaled => RedOp::Max,
+        PairRule::SquaredDeviation => RedOp::Sum,
+    };
+    let def = |v: ValueId| {
+        tail.iter().position(|s| matches!(s, Stmt::Let { value, .. } if *value == v))
+    };
+    // The root: the statistic; for the mean, its division of the first meeting's result.
+    let met = match rule {
+        PairRule::ExpScaled => stat,
+        PairRule::SquaredDeviation => match &tail[def(stat)?] {
+            Stmt::Let { op: Op::Binary(BinOp::Div, met, _), .. } => *met,
+            _ => return None,
+        },
+    };
+    let at_first = def(met)?;
+    let Stmt::Let { op: Op::ClusterReduce { op, value: first, dim: d }, .. } = &tail[at_first] else { return None };
+    if *op != op1 || *d != dim || (rule == PairRule::SquaredDeviation) != count.is_some() {
+        return None;
+    }
+    let at_second = (at_first + 1..tail.len()).find(|&i| matches!(tail[i], Stmt::Let { op: Op::ClusterReduce { .. }, .. } | Stmt::Loop(_)))?;
+    match &tail[at_second] {
+        Stmt::Let { op: Op::ClusterReduce { op: RedOp::Sum, value, dim: d }, .. } if *d == dim => {
+            // One value per program, of the first's shape.
+            if k.value(*value).shape != k.value(*first).shape {
+                return None;
+            }
+        }
+        _ => return None,
+    }
+    // Between the meetings, the first one's result is read only through the statistic (which
+    // [`rewrite`] replaces), and nothing is stored.
+    let (mut from_met, mut replaced) = (HashSet::from([met]), HashSet::from([stat]));
+    for s in &tail[at_first + 1..at_second] {
+        match s {
+            Stmt::Let { value, .. } if *value == stat => {
+                from_met.insert(*value);
+            }
+            Stmt::Let { value, op } if op.operands().iter().any(|o| from_met.contains(o)) => {
+                if op.operands().iter().any(|o| from_met.contains(o) && !replaced.contains(o)) {
+                    return None;
+                }
+                from_met.insert(*value);
+                replaced.insert(*value);
+            }
+            Stmt::Let { .. } | Stmt::Init { .. } => {}
+            Stmt::Update { value, .. } if !from_met.contains(value) || replaced.contains(value) => {}
+            _ => return None,
+        }
+    }
+    Some(Plan { at_first, at_second, first: *first, met, root: stat })
+}
+
+fn rewrite(k: &mut Kernel, mut tail: Vec<Stmt>, p: Plan, rule: PairRule, count: Option<VarId>, dim: DimId) -> Vec<Stmt> {
+    let after = tail.split_off(p.at_second + 1);
+    let Some(Stmt::Let { value: second_met, op: Op::ClusterReduce { value: second, .. } }) = tail.pop() else {
+        unreachable!("the second meeting (plan)")
+    };
+    let between = tail.split_off(p.at_first + 1);
+    let Some(first_meeting) = tail.pop() else { unreachable!("the first meeting (plan)") };
+    let mut out = tail;
+    let shape = k.value(p.first).shape.clone();
+
+    // The program's own statistic, in place of the row's.
+    let (own, counted) = match (rule, count) {
+        (PairRule::SquaredDeviation, Some(count)) => {
+            let lanes = k.var(count).clone();
+            let read = push(k, &mut out, lanes, Op::Var(count));
+            let n = push(k, &mut out, shape.clone(), Op::Reduce { op: RedOp::Sum, value: read, dim, run: 1 });
+            let one = push(k, &mut out, Shape::default(), Op::Const(1.0));
+            let n1 = push(k, &mut out, shape.clone(), Op::Binary(BinOp::Max, n, one));
+            (push(k, &mut out, shape.clone(), Op::Binary(BinOp::Div, p.first, n1)), Some(n))
+        }
+        _ => (p.first, None),
+    };
+
+    // Between the meetings: what reads the row's statistic reads the program's (a copy of each
+    // statement on the way); the statistic and what follows from it move after the meetings.
+    let mut subst: HashMap<ValueId, ValueId> = HashMap::from([(p.root, own)]);
+    let mut from_met: HashSet<ValueId> = HashSet::from([p.met]);
+    let mut inside = Vec::new();
+    let mut moved = Vec::new();
+    for s in between {
+        match s {
+            Stmt::Let { value, op } if value == p.root => {
+                from_met.insert(value);
+                moved.push(Stmt::Let { value, op });
+            }
+            Stmt::Let { value, op } if op.operands().iter().any(|o| from_met.contains(o)) => {
+                let copy = push(k, &mut inside, k.value(value).shape.clone(), op.clone().renamed(|o| subst.get(&o).copied().unwrap_or(o)));
+                subst.insert(value, copy);
+                from_met.insert(value);
+                moved.push(Stmt::Let { value, op });
+            }
+            Stmt::Update { var, combine, value } => {
+                inside.push(Stmt::Update { var, combine, value: subst.get(&value).copied().unwrap_or(value) });
+            }
+            s => inside.push(s),
+        }
+    }
+    out.extend(inside);
+    out.push(first_meeting);
+    let op = Op::ClusterPaired { rule, value: second, first: p.first, count: counted, dim };
+    out.push(Stmt::Let { value: second_met, op });
+    out.extend(moved);
+    out.extend(after);
+    out
+}
+
+fn push(k: &mut Kernel, out: &mut Vec<Stmt>, shape: Shape, op: Op) -> ValueId {
+    let value = k.push_value(Value { shape, layout: Layout::Blocked });
+    out.push(Stmt::Let { value, op });
+    value
+}
