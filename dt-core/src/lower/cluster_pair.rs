@@ -170,3 +170,55 @@ fn push(k: &mut Kernel, out: &mut Vec<Stmt>, shape: Shape, op: Op) -> ValueId {
     out.push(Stmt::Let { value, op });
     value
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::kir::PairRule;
+    use proptest::prelude::*;
+
+    /// A row cut into programs' blocks (some empty, as past the end of a short row): each
+    /// program's (first, second, count) as a program computes them about its own first statistic.
+    fn shares(row: &[f32], cuts: &[usize], rule: PairRule) -> Vec<(f32, f32, f32)> {
+        let mut bounds: Vec<usize> = cuts.iter().map(|c| c % (row.len() + 1)).collect();
+        bounds.extend([0, row.len()]);
+        bounds.sort_unstable();
+        bounds
+            .windows(2)
+            .map(|w| {
+                let block = &row[w[0]..w[1]];
+                let n = block.len() as f32;
+                match rule {
+                    PairRule::ExpScaled => {
+                        let m = block.iter().fold(f32::NEG_INFINITY, |a, &z| a.max(z));
+                        (m, block.iter().map(|z| (z - m).exp()).sum(), n)
+                    }
+                    PairRule::SquaredDeviation => {
+                        let s: f32 = block.iter().sum();
+                        let mean = s / n.max(1.0);
+                        (s, block.iter().map(|z| (z - mean) * (z - mean)).sum(), n)
+                    }
+                }
+            })
+            .collect()
+    }
+
+    proptest! {
+        /// Combining the programs' shares gives the second statistic of the whole row, taken
+        /// about the row's first: softmax's sum of exp(z - row max), layernorm's squares from the
+        /// row mean.
+        #[test]
+        fn paired_meeting_gives_the_rows_second_statistic(
+            row in prop::collection::vec(-30.0f32..30.0, 1..200),
+            cuts in prop::collection::vec(0usize..400, 0..15),
+        ) {
+            let max = row.iter().fold(f32::NEG_INFINITY, |a, &z| a.max(z));
+            let want: f32 = row.iter().map(|z| (z - max).exp()).sum();
+            let got = PairRule::ExpScaled.combine(&shares(&row, &cuts, PairRule::ExpScaled));
+            prop_assert!((got - want).abs() <= 1e-4 * want, "softmax: {got} against {want}");
+            let mean = row.iter().sum::<f32>() / row.len() as f32;
+            let want: f32 = row.iter().map(|z| (z - mean) * (z - mean)).sum();
+            let got = PairRule::SquaredDeviation.combine(&shares(&row, &cuts, PairRule::SquaredDeviation));
+            prop_assert!((got - want).abs() <= 1e-3 * (1.0 + want), "layernorm: {got} against {want}");
+        }
+    }
+}
