@@ -224,7 +224,6 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
         once: false,
         full: Vec::new(),
         cluster_arrived: false,
-        met_jointly: Vec::new(),
         pairs: Vec::new(),
         dialect,
         ring_offset: total,
@@ -270,10 +269,11 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
     ))
 }
 
-/// Whether `stmts` make a cluster reduction, at any depth.
+/// Whether `stmts` meet the cluster (a cluster reduction, or a pair's second statistic), at any
+/// depth.
 fn reduces_over_the_cluster(stmts: &[Stmt]) -> bool {
     stmts.iter().any(|s| match s {
-        Stmt::Let { op: Op::ClusterReduce { .. }, .. } => true,
+        Stmt::Let { op: Op::ClusterReduce { .. } | Op::ClusterPaired { .. }, .. } => true,
         Stmt::Loop(l) => reduces_over_the_cluster(&l.body),
         _ => false,
     })
@@ -508,11 +508,9 @@ struct Emitter<'a> {
     /// Whether the printed code has arrived at a cluster barrier it has not yet waited on (see
     /// [`Emitter::cluster_reduce`]).
     cluster_arrived: bool,
-    /// The [`Op::ClusterPaired`] values that a meeting printed before them already computed
-    /// ([`Emitter::joint_meeting`]).
-    met_jointly: Vec<ValueId>,
     /// Cluster reductions followed by the second statistic of their pair (found by
-    /// [`Emitter::stmts`]): the reduction's value, the pair's, its rule, operand and counts.
+    /// [`Emitter::stmts`]): the reduction's value, the pair's, its rule, operand and counts. The
+    /// reduction's meeting computes the pair's value too ([`Emitter::paired_meeting`]).
     pairs: Vec<(ValueId, ValueId, PairRule, ValueId, Option<ValueId>)>,
     /// The dialect printed for (loads staged in shared memory need CUDA's asynchronous copies).
     dialect: Dialect,
@@ -970,7 +968,7 @@ impl Emitter<'_> {
         &mut self,
         rule: PairRule,
         first: ValueId,
-        first_met: Option<(dt_core::algo::RedOp, ValueId)>,
+        first_met: Option<ValueId>,
         second: ValueId,
         count: Option<ValueId>,
         dim: DimId,
@@ -981,7 +979,7 @@ impl Emitter<'_> {
         let buf = self.fresh("cl");
         let dst = format!("v{}", id.0);
         self.declare(&dst, &shape);
-        if let Some((_, met)) = first_met {
+        if let Some(met) = first_met {
             self.declare(&format!("v{}", met.0), &shape);
         }
         self.line(&format!("/* {} over the {ranks} programs of the cluster along {}, at one meeting */", rule.name(), self.k.dim_name(dim)));
@@ -997,7 +995,7 @@ impl Emitter<'_> {
         self.line("dt_cluster_sync();");
         let math = self.math;
         let exp = move |a: &str| unary_in(math, dt_core::algo::UnOp::Exp, a);
-        let mut all = parts.iter().map(|p| p.1).chain([id]).chain(first_met.map(|m| m.1));
+        let mut all = parts.iter().map(|p| p.1).chain([id]).chain(first_met);
         if all.all(|v| self.layout(v) == RegLayout::Replicated) {
             // Lane q < ranks reads program q's shares; the warp combines them.
             let shuffle = |e: &mut Self, v: &str, max: bool| {
@@ -1027,7 +1025,7 @@ impl Emitter<'_> {
                 }
             };
             shuffle(self, "t", false);
-            if let Some((_, met)) = first_met {
+            if let Some(met) = first_met {
                 self.line(&format!("    v{}[0] = {met_value};", met.0));
             }
             self.line(&format!("    {dst}[0] = t;"));
@@ -1063,7 +1061,7 @@ impl Emitter<'_> {
                 });
             };
             combined(self, id, false);
-            if let Some((_, met)) = first_met {
+            if let Some(met) = first_met {
                 combined(self, met, true);
             }
         }
@@ -2068,13 +2066,11 @@ impl Emitter<'_> {
                 }
             }
             Op::ClusterReduce { op, value, dim } => match self.paired_after(id) {
-                Some((paired, rule, second, count)) => {
-                    self.met_jointly.push(paired);
-                    self.paired_meeting(rule, *value, Some((*op, id)), second, count, *dim, paired);
-                }
+                Some((paired, rule, second, count)) => self.paired_meeting(rule, *value, Some(id), second, count, *dim, paired),
                 None => self.cluster_reduce(*op, *value, *dim, id),
             },
-            Op::ClusterPaired { .. } if self.met_jointly.contains(&id) => {}
+            // Computed at the meeting of the cluster reduction before it.
+            Op::ClusterPaired { .. } if self.pairs.iter().any(|p| p.1 == id) => {}
             // Apart from the first statistic's meeting: a meeting of its own.
             Op::ClusterPaired { rule, value, first, count, dim } => self.paired_meeting(*rule, *first, None, *value, *count, *dim, id),
             Op::Dot { .. } if self.plan.dot(id).is_some() => {
