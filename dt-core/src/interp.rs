@@ -181,6 +181,10 @@ impl Machine<'_> {
             Op::Const(c) => vec![*c; n],
             Op::Scalar(s) => vec![self.args.scalars[*s]; n],
             Op::Len(d) => vec![self.size(*d) as f32; n],
+            Op::BlockLanes(d) => {
+                let extent = self.k.grid.block_extent(*d).expect("lanes of a blocked dimension") as usize;
+                vec![self.size(*d).saturating_sub(self.block_start(*d)).min(extent) as f32; n]
+            }
             Op::Index(d) => (0..n).map(|l| (self.offset(*d) + l) as f32).collect(),
             Op::Load { input, axes, fill } => {
                 let t = self.args.inputs[*input];

@@ -75,6 +75,9 @@ pub enum Op {
     Index(DimId),
     /// The size of a dimension.
     Len(DimId),
+    /// How many lanes of this program's block of a blocked dimension lie inside the dimension:
+    /// the block's extent, fewer in a block that reaches past the end, 0 in one past it.
+    BlockLanes(DimId),
     /// Input number `input`, its axis `i` indexed along dimension `axes[i]`, read at the tile's
     /// offsets; invalid lanes read `fill` (0 as built, see `lower/masks.rs`).
     Load {
@@ -157,7 +160,7 @@ impl Op {
                 Op::ClusterPaired { rule, value: f(value), first: f(first), count: count.map(&f), dim }
             }
             Op::Dot { a, b, dim } => Op::Dot { a: f(a), b: f(b), dim },
-            leaf @ (Op::Const(_) | Op::Scalar(_) | Op::Index(_) | Op::Len(_) | Op::Load { .. } | Op::Var(_)) => leaf,
+            leaf @ (Op::Const(_) | Op::Scalar(_) | Op::Index(_) | Op::Len(_) | Op::BlockLanes(_) | Op::Load { .. } | Op::Var(_)) => leaf,
         }
     }
 
@@ -174,7 +177,7 @@ impl Op {
             Op::ClusterPaired { value, first, count, .. } => [Some(*first), Some(*value), *count].into_iter().flatten().collect(),
             Op::Binary(_, a, b) | Op::Dot { a, b, .. } => vec![*a, *b],
             Op::Select(c, a, b) => vec![*c, *a, *b],
-            Op::Const(_) | Op::Scalar(_) | Op::Index(_) | Op::Len(_) | Op::Load { .. } | Op::Var(_) => vec![],
+            Op::Const(_) | Op::Scalar(_) | Op::Index(_) | Op::Len(_) | Op::BlockLanes(_) | Op::Load { .. } | Op::Var(_) => vec![],
         }
     }
 }
@@ -563,6 +566,7 @@ fn op_text(k: &Kernel, op: &Op) -> String {
         Op::Scalar(i) => format!("scalar {}", k.scalars[*i]),
         Op::Index(d) => format!("index {}", k.dim_name(*d)),
         Op::Len(d) => format!("len {}", k.dim_name(*d)),
+        Op::BlockLanes(d) => format!("lanes of this block of {}", k.dim_name(*d)),
         Op::Load { input, axes, fill } => {
             let axes = axes.iter().map(|d| k.dim_name(*d)).collect::<Vec<_>>().join(", ");
             format!("load {}[{axes}] masked else {fill}", k.inputs[*input].name)

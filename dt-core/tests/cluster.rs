@@ -109,8 +109,8 @@ fn row_loops(stmts: &[Stmt]) -> (usize, usize, bool) {
 
 /// With a tile narrower than the block, a program loops over its block: both statistics in
 /// one loop (pass `online`), kept per run of 8 lanes, the second taken about the program's own
-/// first statistic and combined over the cluster at the first one's meeting, and the output loop
-/// backward.
+/// first statistic and combined over the cluster at the first one's meeting (layernorm's count of
+/// lanes from the block's bounds), and the output loop backward.
 #[test]
 fn clustered_looped_rows_carry_both_statistics_in_one_loop_and_meet_once() {
     for src in [SOFTMAX, LAYERNORM] {
@@ -121,6 +121,9 @@ fn clustered_looped_rows_carry_both_statistics_in_one_loop_and_meet_once() {
             let all = ops(&k.body);
             assert_eq!(all.iter().filter(|o| matches!(o, Op::ClusterReduce { .. })).count(), 1, "{text}");
             assert_eq!(all.iter().filter(|o| matches!(o, Op::ClusterPaired { .. })).count(), 1, "{text}");
+            // Layernorm's programs count their lanes from their blocks' bounds.
+            let counted = all.iter().filter(|o| matches!(o, Op::BlockLanes(_))).count();
+            assert_eq!(counted, usize::from(src == LAYERNORM), "{text}");
             assert!(text.contains("over runs of 8"), "{text}");
             assert!(text.contains("full steps"), "{text}");
         }

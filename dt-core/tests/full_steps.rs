@@ -48,3 +48,37 @@ fn full_steps_preserve_semantics() {
         }
     }
 }
+
+/// Layernorm's rows split over a cluster of 4, each program's block of 16 columns in steps of
+/// 4: with `num_stages(4)` every step of the block is staged (a block held in shared memory),
+/// without it the output loop reads memory again.
+const CLUSTERED: &str = "Func mean, var, out; In X, W; Var x; RVar y;
+    mean[x] = rsum(X[x, y], y) / len(y);
+    var[x] = rsum((X[x, y] - mean[x]) * (X[x, y] - mean[x]), y) / len(y);
+    out[x, y] = (X[x, y] - mean[x]) * rsqrt(var[x] + 0.00001) * W[y];
+    out.block(x:1, y:16); out.tensorize(x:0, y:4); out.cluster(y:4); STAGES
+    mean.fuse_at(out, x); var.fuse_at(out, x);
+    out.compile();";
+
+/// The steps of each loop that stores, in order.
+fn output_steps(src: &str) -> Vec<Steps> {
+    let (_, k) = lowered(src);
+    all_loops(&k.body).iter().filter(|l| l.body.iter().any(|s| matches!(s, Stmt::Store { .. }))).map(|l| l.steps).collect()
+}
+
+/// An output loop whose only checks are its loads' and stores' bounds splits where it loops
+/// over a held block (its loads read shared memory) and stays whole where it reads memory.
+#[test]
+fn output_loops_split_over_held_blocks_only() {
+    assert_eq!(output_steps(&CLUSTERED.replace("STAGES", "out.num_stages(4);")), [Steps::Partial, Steps::Full]);
+    assert_eq!(output_steps(&CLUSTERED.replace("STAGES", "")), [Steps::All]);
+}
+
+/// Rows that fill the cluster, end inside a program's block or inside a step, or leave programs
+/// idle: the split output loop over the held block computes what the algorithm says.
+#[test]
+fn held_blocks_split_preserve_semantics() {
+    for cols in [5, 17, 33, 49, 52, 55, 60, 63, 64] {
+        interpreter_matches_evaluator(&CLUSTERED.replace("STAGES", "out.num_stages(4);"), 2, cols);
+    }
+}

@@ -120,6 +120,12 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
         if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
+        (arena + 12288)[0] = (float)s5;
+        (arena + 12289)[0] = dt_rsqrt((arena + 12288)[0]);
+        (arena + 32898)[0] = (float)s5;
+        (arena + 32899)[0] = dt_rsqrt((arena + 32898)[0]);
+        (arena + 61764)[0] = (float)s5;
+        (arena + 61765)[0] = dt_rsqrt((arena + 61764)[0]);
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -206,8 +212,6 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                 }
                             }
                         }
-                        (arena + 12288)[0] = (float)s5;
-                        (arena + 12289)[0] = dt_rsqrt((arena + 12288)[0]);
                         for (long long l39 = 0; l39 < 1; l39++) {
                             for (long long l40 = 0; l40 < 1; l40++) {
                                 for (long long l41 = 0; l41 < 64; l41++) {
@@ -348,8 +352,6 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                 }
                             }
                         }
-                        (arena + 32898)[0] = (float)s5;
-                        (arena + 32899)[0] = dt_rsqrt((arena + 32898)[0]);
                         for (long long l101 = 0; l101 < 1; l101++) {
                             for (long long l102 = 0; l102 < 1; l102++) {
                                 for (long long l103 = 0; l103 < 64; l103++) {
@@ -502,8 +504,6 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                     }
                                 }
                             }
-                            (arena + 61764)[0] = (float)s5;
-                            (arena + 61765)[0] = dt_rsqrt((arena + 61764)[0]);
                             for (long long l169 = 0; l169 < 1; l169++) {
                                 for (long long l170 = 0; l170 < 1; l170++) {
                                     for (long long l171 = 0; l171 < 64; l171++) {
@@ -639,6 +639,12 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
         if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
+        (arena + 12288)[0] = (float)s5;
+        (arena + 12289)[0] = dt_rsqrt((arena + 12288)[0]);
+        (arena + 32898)[0] = (float)s5;
+        (arena + 32899)[0] = dt_rsqrt((arena + 32898)[0]);
+        (arena + 61764)[0] = (float)s5;
+        (arena + 61765)[0] = dt_rsqrt((arena + 61764)[0]);
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -725,8 +731,6 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                 }
                             }
                         }
-                        (arena + 12288)[0] = (float)s5;
-                        (arena + 12289)[0] = dt_rsqrt((arena + 12288)[0]);
                         for (long long l39 = 0; l39 < 1; l39++) {
                             for (long long l40 = 0; l40 < 1; l40++) {
                                 for (long long l41 = 0; l41 < 64; l41++) {
@@ -867,8 +871,6 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                 }
                             }
                         }
-                        (arena + 32898)[0] = (float)s5;
-                        (arena + 32899)[0] = dt_rsqrt((arena + 32898)[0]);
                         for (long long l101 = 0; l101 < 1; l101++) {
                             for (long long l102 = 0; l102 < 1; l102++) {
                                 for (long long l103 = 0; l103 < 64; l103++) {
@@ -1021,8 +1023,6 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                     }
                                 }
                             }
-                            (arena + 61764)[0] = (float)s5;
-                            (arena + 61765)[0] = dt_rsqrt((arena + 61764)[0]);
                             for (long long l169 = 0; l169 < 1; l169++) {
                                 for (long long l170 = 0; l170 < 1; l170++) {
                                     for (long long l171 = 0; l171 < 64; l171++) {
@@ -1158,6 +1158,12 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
         if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
+        (arena + 12288)[0] = (float)s5;
+        (arena + 12289)[0] = dt_rsqrt((arena + 12288)[0]);
+        (arena + 32898)[0] = (float)s5;
+        (arena + 32899)[0] = dt_rsqrt((arena + 32898)[0]);
+        (arena + 61764)[0] = (float)s5;
+        (arena + 61765)[0] = dt_rsqrt((arena + 61764)[0]);
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -1244,8 +1250,6 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                 }
                             }
                         }
-                        (arena + 12288)[0] = (float)s5;
-                        (arena + 12289)[0] = dt_rsqrt((arena + 12288)[0]);
                         for (long long l39 = 0; l39 < 1; l39++) {
                             for (long long l40 = 0; l40 < 1; l40++) {
                                 for (long long l41 = 0; l41 < 64; l41++) {
@@ -1386,8 +1390,6 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                 }
                             }
                         }
-                        (arena + 32898)[0] = (float)s5;
-                        (arena + 32899)[0] = dt_rsqrt((arena + 32898)[0]);
                         for (long long l101 = 0; l101 < 1; l101++) {
                             for (long long l102 = 0; l102 < 1; l102++) {
                                 for (long long l103 = 0; l103 < 64; l103++) {
@@ -1540,8 +1542,6 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                     }
                                 }
                             }
-                            (arena + 61764)[0] = (float)s5;
-                            (arena + 61765)[0] = dt_rsqrt((arena + 61764)[0]);
                             for (long long l169 = 0; l169 < 1; l169++) {
                                 for (long long l170 = 0; l170 < 1; l170++) {
                                     for (long long l171 = 0; l171 < 64; l171++) {
@@ -1677,6 +1677,18 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
         if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
+        (arena + 16512)[0] = (float)s5;
+        (arena + 16513)[0] = dt_rsqrt((arena + 16512)[0]);
+        (arena + 20610)[0] = INFINITY;
+        (arena + 20611)[0] = (-(arena + 20610)[0]);
+        (arena + 45444)[0] = (float)s5;
+        (arena + 45445)[0] = dt_rsqrt((arena + 45444)[0]);
+        (arena + 49542)[0] = INFINITY;
+        (arena + 49543)[0] = (-(arena + 49542)[0]);
+        (arena + 82632)[0] = (float)s5;
+        (arena + 82633)[0] = dt_rsqrt((arena + 82632)[0]);
+        (arena + 86730)[0] = INFINITY;
+        (arena + 86731)[0] = (-(arena + 86730)[0]);
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -1774,8 +1786,6 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 }
                             }
                         }
-                        (arena + 16512)[0] = (float)s5;
-                        (arena + 16513)[0] = dt_rsqrt((arena + 16512)[0]);
                         for (long long l43 = 0; l43 < 1; l43++) {
                             for (long long l44 = 0; l44 < 1; l44++) {
                                 for (long long l45 = 0; l45 < 64; l45++) {
@@ -1785,8 +1795,6 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 }
                             }
                         }
-                        (arena + 20610)[0] = INFINITY;
-                        (arena + 20611)[0] = (-(arena + 20610)[0]);
                         for (long long l47 = 0; l47 < 1; l47++) {
                             for (long long l48 = 0; l48 < 1; l48++) {
                                 for (long long l49 = 0; l49 < 64; l49++) {
@@ -1938,8 +1946,6 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 }
                             }
                         }
-                        (arena + 45444)[0] = (float)s5;
-                        (arena + 45445)[0] = dt_rsqrt((arena + 45444)[0]);
                         for (long long l113 = 0; l113 < 1; l113++) {
                             for (long long l114 = 0; l114 < 1; l114++) {
                                 for (long long l115 = 0; l115 < 64; l115++) {
@@ -1949,8 +1955,6 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 }
                             }
                         }
-                        (arena + 49542)[0] = INFINITY;
-                        (arena + 49543)[0] = (-(arena + 49542)[0]);
                         for (long long l117 = 0; l117 < 1; l117++) {
                             for (long long l118 = 0; l118 < 1; l118++) {
                                 for (long long l119 = 0; l119 < 64; l119++) {
@@ -2114,8 +2118,6 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                     }
                                 }
                             }
-                            (arena + 82632)[0] = (float)s5;
-                            (arena + 82633)[0] = dt_rsqrt((arena + 82632)[0]);
                             for (long long l189 = 0; l189 < 1; l189++) {
                                 for (long long l190 = 0; l190 < 1; l190++) {
                                     for (long long l191 = 0; l191 < 64; l191++) {
@@ -2125,8 +2127,6 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                     }
                                 }
                             }
-                            (arena + 86730)[0] = INFINITY;
-                            (arena + 86731)[0] = (-(arena + 86730)[0]);
                             for (long long l193 = 0; l193 < 1; l193++) {
                                 for (long long l194 = 0; l194 < 1; l194++) {
                                     for (long long l195 = 0; l195 < 64; l195++) {
@@ -2262,6 +2262,18 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
         if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
+        (arena + 16512)[0] = (float)s5;
+        (arena + 16513)[0] = dt_rsqrt((arena + 16512)[0]);
+        (arena + 20610)[0] = INFINITY;
+        (arena + 20611)[0] = (-(arena + 20610)[0]);
+        (arena + 45444)[0] = (float)s5;
+        (arena + 45445)[0] = dt_rsqrt((arena + 45444)[0]);
+        (arena + 49542)[0] = INFINITY;
+        (arena + 49543)[0] = (-(arena + 49542)[0]);
+        (arena + 82632)[0] = (float)s5;
+        (arena + 82633)[0] = dt_rsqrt((arena + 82632)[0]);
+        (arena + 86730)[0] = INFINITY;
+        (arena + 86731)[0] = (-(arena + 86730)[0]);
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -2359,8 +2371,6 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 }
                             }
                         }
-                        (arena + 16512)[0] = (float)s5;
-                        (arena + 16513)[0] = dt_rsqrt((arena + 16512)[0]);
                         for (long long l43 = 0; l43 < 1; l43++) {
                             for (long long l44 = 0; l44 < 1; l44++) {
                                 for (long long l45 = 0; l45 < 64; l45++) {
@@ -2370,8 +2380,6 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 }
                             }
                         }
-                        (arena + 20610)[0] = INFINITY;
-                        (arena + 20611)[0] = (-(arena + 20610)[0]);
                         for (long long l47 = 0; l47 < 1; l47++) {
                             for (long long l48 = 0; l48 < 1; l48++) {
                                 for (long long l49 = 0; l49 < 64; l49++) {
@@ -2523,8 +2531,6 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 }
                             }
                         }
-                        (arena + 45444)[0] = (float)s5;
-                        (arena + 45445)[0] = dt_rsqrt((arena + 45444)[0]);
                         for (long long l113 = 0; l113 < 1; l113++) {
                             for (long long l114 = 0; l114 < 1; l114++) {
                                 for (long long l115 = 0; l115 < 64; l115++) {
@@ -2534,8 +2540,6 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 }
                             }
                         }
-                        (arena + 49542)[0] = INFINITY;
-                        (arena + 49543)[0] = (-(arena + 49542)[0]);
                         for (long long l117 = 0; l117 < 1; l117++) {
                             for (long long l118 = 0; l118 < 1; l118++) {
                                 for (long long l119 = 0; l119 < 64; l119++) {
@@ -2699,8 +2703,6 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                     }
                                 }
                             }
-                            (arena + 82632)[0] = (float)s5;
-                            (arena + 82633)[0] = dt_rsqrt((arena + 82632)[0]);
                             for (long long l189 = 0; l189 < 1; l189++) {
                                 for (long long l190 = 0; l190 < 1; l190++) {
                                     for (long long l191 = 0; l191 < 64; l191++) {
@@ -2710,8 +2712,6 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                     }
                                 }
                             }
-                            (arena + 86730)[0] = INFINITY;
-                            (arena + 86731)[0] = (-(arena + 86730)[0]);
                             for (long long l193 = 0; l193 < 1; l193++) {
                                 for (long long l194 = 0; l194 < 1; l194++) {
                                     for (long long l195 = 0; l195 < 64; l195++) {
@@ -2847,6 +2847,18 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
         if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
+        (arena + 16512)[0] = (float)s5;
+        (arena + 16513)[0] = dt_rsqrt((arena + 16512)[0]);
+        (arena + 20610)[0] = INFINITY;
+        (arena + 20611)[0] = (-(arena + 20610)[0]);
+        (arena + 45444)[0] = (float)s5;
+        (arena + 45445)[0] = dt_rsqrt((arena + 45444)[0]);
+        (arena + 49542)[0] = INFINITY;
+        (arena + 49543)[0] = (-(arena + 49542)[0]);
+        (arena + 82632)[0] = (float)s5;
+        (arena + 82633)[0] = dt_rsqrt((arena + 82632)[0]);
+        (arena + 86730)[0] = INFINITY;
+        (arena + 86731)[0] = (-(arena + 86730)[0]);
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -2944,8 +2956,6 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 }
                             }
                         }
-                        (arena + 16512)[0] = (float)s5;
-                        (arena + 16513)[0] = dt_rsqrt((arena + 16512)[0]);
                         for (long long l43 = 0; l43 < 1; l43++) {
                             for (long long l44 = 0; l44 < 1; l44++) {
                                 for (long long l45 = 0; l45 < 64; l45++) {
@@ -2955,8 +2965,6 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 }
                             }
                         }
-                        (arena + 20610)[0] = INFINITY;
-                        (arena + 20611)[0] = (-(arena + 20610)[0]);
                         for (long long l47 = 0; l47 < 1; l47++) {
                             for (long long l48 = 0; l48 < 1; l48++) {
                                 for (long long l49 = 0; l49 < 64; l49++) {
@@ -3108,8 +3116,6 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 }
                             }
                         }
-                        (arena + 45444)[0] = (float)s5;
-                        (arena + 45445)[0] = dt_rsqrt((arena + 45444)[0]);
                         for (long long l113 = 0; l113 < 1; l113++) {
                             for (long long l114 = 0; l114 < 1; l114++) {
                                 for (long long l115 = 0; l115 < 64; l115++) {
@@ -3119,8 +3125,6 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 }
                             }
                         }
-                        (arena + 49542)[0] = INFINITY;
-                        (arena + 49543)[0] = (-(arena + 49542)[0]);
                         for (long long l117 = 0; l117 < 1; l117++) {
                             for (long long l118 = 0; l118 < 1; l118++) {
                                 for (long long l119 = 0; l119 < 64; l119++) {
@@ -3284,8 +3288,6 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                     }
                                 }
                             }
-                            (arena + 82632)[0] = (float)s5;
-                            (arena + 82633)[0] = dt_rsqrt((arena + 82632)[0]);
                             for (long long l189 = 0; l189 < 1; l189++) {
                                 for (long long l190 = 0; l190 < 1; l190++) {
                                     for (long long l191 = 0; l191 < 64; l191++) {
@@ -3295,8 +3297,6 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                     }
                                 }
                             }
-                            (arena + 86730)[0] = INFINITY;
-                            (arena + 86731)[0] = (-(arena + 86730)[0]);
                             for (long long l193 = 0; l193 < 1; l193++) {
                                 for (long long l194 = 0; l194 < 1; l194++) {
                                     for (long long l195 = 0; l195 < 64; l195++) {

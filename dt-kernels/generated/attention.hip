@@ -456,6 +456,42 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
     if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s5;
+    }
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = dt_fast_rsqrt(v4[0]);
+    }
+    float v14[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v14[r] = (float)s5;
+    }
+    float v15[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v15[r] = dt_fast_rsqrt(v14[0]);
+    }
+    float v27[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v27[r] = (float)s5;
+    }
+    float v28[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v28[r] = dt_fast_rsqrt(v27[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -560,18 +596,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         v3[r] = acc1[r];
-                    }
-                    float v4[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v4[r] = (float)s5;
-                    }
-                    float v5[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v5[r] = dt_fast_rsqrt(v4[0]);
                     }
                     float v6[16];
                     #pragma unroll
@@ -741,18 +765,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         v13[r] = acc4[r];
-                    }
-                    float v14[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v14[r] = (float)s5;
-                    }
-                    float v15[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v15[r] = dt_fast_rsqrt(v14[0]);
                     }
                     float v16[16];
                     #pragma unroll
@@ -935,18 +947,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             v26[r] = acc7[r];
-                        }
-                        float v27[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v27[r] = (float)s5;
-                        }
-                        float v28[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v28[r] = dt_fast_rsqrt(v27[0]);
                         }
                         float v29[16];
                         #pragma unroll
@@ -1109,6 +1109,42 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16_whole(const d
     if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s5;
+    }
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = dt_fast_rsqrt(v4[0]);
+    }
+    float v14[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v14[r] = (float)s5;
+    }
+    float v15[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v15[r] = dt_fast_rsqrt(v14[0]);
+    }
+    float v27[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v27[r] = (float)s5;
+    }
+    float v28[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v28[r] = dt_fast_rsqrt(v27[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -1213,18 +1249,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16_whole(const d
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         v3[r] = acc1[r];
-                    }
-                    float v4[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v4[r] = (float)s5;
-                    }
-                    float v5[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v5[r] = dt_fast_rsqrt(v4[0]);
                     }
                     float v6[16];
                     #pragma unroll
@@ -1394,18 +1418,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16_whole(const d
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         v13[r] = acc4[r];
-                    }
-                    float v14[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v14[r] = (float)s5;
-                    }
-                    float v15[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v15[r] = dt_fast_rsqrt(v14[0]);
                     }
                     float v16[16];
                     #pragma unroll
@@ -1589,18 +1601,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16_whole(const d
                         for (int r = 0; r < 16; r++) {
                             v26[r] = acc7[r];
                         }
-                        float v27[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v27[r] = (float)s5;
-                        }
-                        float v28[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v28[r] = dt_fast_rsqrt(v27[0]);
-                        }
                         float v29[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
@@ -1751,6 +1751,42 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
     if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s5;
+    }
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = dt_fast_rsqrt(v4[0]);
+    }
+    float v14[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v14[r] = (float)s5;
+    }
+    float v15[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v15[r] = dt_fast_rsqrt(v14[0]);
+    }
+    float v27[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v27[r] = (float)s5;
+    }
+    float v28[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v28[r] = dt_fast_rsqrt(v27[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -1855,18 +1891,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         v3[r] = acc1[r];
-                    }
-                    float v4[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v4[r] = (float)s5;
-                    }
-                    float v5[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v5[r] = dt_fast_rsqrt(v4[0]);
                     }
                     float v6[16];
                     #pragma unroll
@@ -2036,18 +2060,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         v13[r] = acc4[r];
-                    }
-                    float v14[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v14[r] = (float)s5;
-                    }
-                    float v15[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v15[r] = dt_fast_rsqrt(v14[0]);
                     }
                     float v16[16];
                     #pragma unroll
@@ -2230,18 +2242,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             v26[r] = acc7[r];
-                        }
-                        float v27[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v27[r] = (float)s5;
-                        }
-                        float v28[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v28[r] = dt_fast_rsqrt(v27[0]);
                         }
                         float v29[16];
                         #pragma unroll
@@ -2404,6 +2404,42 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16_whole(const 
     if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s5;
+    }
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = dt_fast_rsqrt(v4[0]);
+    }
+    float v14[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v14[r] = (float)s5;
+    }
+    float v15[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v15[r] = dt_fast_rsqrt(v14[0]);
+    }
+    float v27[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v27[r] = (float)s5;
+    }
+    float v28[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v28[r] = dt_fast_rsqrt(v27[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -2508,18 +2544,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16_whole(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         v3[r] = acc1[r];
-                    }
-                    float v4[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v4[r] = (float)s5;
-                    }
-                    float v5[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v5[r] = dt_fast_rsqrt(v4[0]);
                     }
                     float v6[16];
                     #pragma unroll
@@ -2689,18 +2713,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16_whole(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         v13[r] = acc4[r];
-                    }
-                    float v14[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v14[r] = (float)s5;
-                    }
-                    float v15[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v15[r] = dt_fast_rsqrt(v14[0]);
                     }
                     float v16[16];
                     #pragma unroll
@@ -2884,18 +2896,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16_whole(const 
                         for (int r = 0; r < 16; r++) {
                             v26[r] = acc7[r];
                         }
-                        float v27[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v27[r] = (float)s5;
-                        }
-                        float v28[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v28[r] = dt_fast_rsqrt(v27[0]);
-                        }
                         float v29[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
@@ -3046,6 +3046,42 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
     if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s5;
+    }
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = dt_rsqrt(v4[0]);
+    }
+    float v14[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v14[r] = (float)s5;
+    }
+    float v15[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v15[r] = dt_rsqrt(v14[0]);
+    }
+    float v27[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v27[r] = (float)s5;
+    }
+    float v28[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v28[r] = dt_rsqrt(v27[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -3164,18 +3200,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         (void)e; {
                             v3[r] = acc1[r];
                         }
-                    }
-                    float v4[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v4[r] = (float)s5;
-                    }
-                    float v5[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v5[r] = dt_rsqrt(v4[0]);
                     }
                     float v6[16];
                     #pragma unroll
@@ -3364,18 +3388,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         (void)e; {
                             v13[r] = acc4[r];
                         }
-                    }
-                    float v14[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v14[r] = (float)s5;
-                    }
-                    float v15[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v15[r] = dt_rsqrt(v14[0]);
                     }
                     float v16[16];
                     #pragma unroll
@@ -3581,18 +3593,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                                 v26[r] = acc7[r];
                             }
                         }
-                        float v27[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v27[r] = (float)s5;
-                        }
-                        float v28[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v28[r] = dt_rsqrt(v27[0]);
-                        }
                         float v29[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
@@ -3755,6 +3755,42 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(const d
     if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s5;
+    }
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = dt_rsqrt(v4[0]);
+    }
+    float v14[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v14[r] = (float)s5;
+    }
+    float v15[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v15[r] = dt_rsqrt(v14[0]);
+    }
+    float v27[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v27[r] = (float)s5;
+    }
+    float v28[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v28[r] = dt_rsqrt(v27[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -3873,18 +3909,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(const d
                         (void)e; {
                             v3[r] = acc1[r];
                         }
-                    }
-                    float v4[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v4[r] = (float)s5;
-                    }
-                    float v5[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v5[r] = dt_rsqrt(v4[0]);
                     }
                     float v6[16];
                     #pragma unroll
@@ -4073,18 +4097,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(const d
                         (void)e; {
                             v13[r] = acc4[r];
                         }
-                    }
-                    float v14[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v14[r] = (float)s5;
-                    }
-                    float v15[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v15[r] = dt_rsqrt(v14[0]);
                     }
                     float v16[16];
                     #pragma unroll
@@ -4290,18 +4302,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(const d
                                 v26[r] = acc7[r];
                             }
                         }
-                        float v27[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v27[r] = (float)s5;
-                        }
-                        float v28[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v28[r] = dt_rsqrt(v27[0]);
-                        }
                         float v29[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
@@ -4457,6 +4457,78 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
     if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
+    float v7[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v7[r] = (float)s5;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = dt_fast_rsqrt(v7[0]);
+    }
+    float v10[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v10[r] = INFINITY;
+    }
+    float v11[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v11[r] = (-v10[0]);
+    }
+    float v23[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v23[r] = (float)s5;
+    }
+    float v24[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v24[r] = dt_fast_rsqrt(v23[0]);
+    }
+    float v26[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v26[r] = INFINITY;
+    }
+    float v27[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v27[r] = (-v26[0]);
+    }
+    float v42[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v42[r] = (float)s5;
+    }
+    float v43[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v43[r] = dt_fast_rsqrt(v42[0]);
+    }
+    float v45[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v45[r] = INFINITY;
+    }
+    float v46[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v46[r] = (-v45[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -4598,34 +4670,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     for (int r = 0; r < 16; r++) {
                         v6[r] = acc1[r];
                     }
-                    float v7[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v7[r] = (float)s5;
-                    }
-                    float v8[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v8[r] = dt_fast_rsqrt(v7[0]);
-                    }
                     float v9[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         v9[r] = (v6[r] * v8[0]);
-                    }
-                    float v10[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v10[r] = INFINITY;
-                    }
-                    float v11[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v11[r] = (-v10[0]);
                     }
                     __syncthreads();
                     #pragma unroll
@@ -4838,34 +4886,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     for (int r = 0; r < 16; r++) {
                         v22[r] = acc4[r];
                     }
-                    float v23[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v23[r] = (float)s5;
-                    }
-                    float v24[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v24[r] = dt_fast_rsqrt(v23[0]);
-                    }
                     float v25[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         v25[r] = (v22[r] * v24[0]);
-                    }
-                    float v26[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v26[r] = INFINITY;
-                    }
-                    float v27[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v27[r] = (-v26[0]);
                     }
                     __syncthreads();
                     #pragma unroll
@@ -5091,34 +5115,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         for (int r = 0; r < 16; r++) {
                             v41[r] = acc7[r];
                         }
-                        float v42[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v42[r] = (float)s5;
-                        }
-                        float v43[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v43[r] = dt_fast_rsqrt(v42[0]);
-                        }
                         float v44[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             v44[r] = (v41[r] * v43[0]);
-                        }
-                        float v45[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v45[r] = INFINITY;
-                        }
-                        float v46[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v46[r] = (-v45[0]);
                         }
                         __syncthreads();
                         #pragma unroll
@@ -5287,6 +5287,78 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16_whole(
     if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
+    float v7[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v7[r] = (float)s5;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = dt_fast_rsqrt(v7[0]);
+    }
+    float v10[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v10[r] = INFINITY;
+    }
+    float v11[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v11[r] = (-v10[0]);
+    }
+    float v23[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v23[r] = (float)s5;
+    }
+    float v24[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v24[r] = dt_fast_rsqrt(v23[0]);
+    }
+    float v26[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v26[r] = INFINITY;
+    }
+    float v27[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v27[r] = (-v26[0]);
+    }
+    float v42[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v42[r] = (float)s5;
+    }
+    float v43[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v43[r] = dt_fast_rsqrt(v42[0]);
+    }
+    float v45[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v45[r] = INFINITY;
+    }
+    float v46[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v46[r] = (-v45[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -5428,34 +5500,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16_whole(
                     for (int r = 0; r < 16; r++) {
                         v6[r] = acc1[r];
                     }
-                    float v7[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v7[r] = (float)s5;
-                    }
-                    float v8[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v8[r] = dt_fast_rsqrt(v7[0]);
-                    }
                     float v9[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         v9[r] = (v6[r] * v8[0]);
-                    }
-                    float v10[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v10[r] = INFINITY;
-                    }
-                    float v11[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v11[r] = (-v10[0]);
                     }
                     __syncthreads();
                     #pragma unroll
@@ -5668,34 +5716,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16_whole(
                     for (int r = 0; r < 16; r++) {
                         v22[r] = acc4[r];
                     }
-                    float v23[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v23[r] = (float)s5;
-                    }
-                    float v24[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v24[r] = dt_fast_rsqrt(v23[0]);
-                    }
                     float v25[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         v25[r] = (v22[r] * v24[0]);
-                    }
-                    float v26[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v26[r] = INFINITY;
-                    }
-                    float v27[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v27[r] = (-v26[0]);
                     }
                     __syncthreads();
                     #pragma unroll
@@ -5921,34 +5945,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16_whole(
                         for (int r = 0; r < 16; r++) {
                             v41[r] = acc7[r];
                         }
-                        float v42[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v42[r] = (float)s5;
-                        }
-                        float v43[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v43[r] = dt_fast_rsqrt(v42[0]);
-                        }
                         float v44[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             v44[r] = (v41[r] * v43[0]);
-                        }
-                        float v45[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v45[r] = INFINITY;
-                        }
-                        float v46[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v46[r] = (-v45[0]);
                         }
                         __syncthreads();
                         #pragma unroll
@@ -6106,6 +6106,78 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
     if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
+    float v7[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v7[r] = (float)s5;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = dt_fast_rsqrt(v7[0]);
+    }
+    float v10[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v10[r] = INFINITY;
+    }
+    float v11[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v11[r] = (-v10[0]);
+    }
+    float v23[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v23[r] = (float)s5;
+    }
+    float v24[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v24[r] = dt_fast_rsqrt(v23[0]);
+    }
+    float v26[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v26[r] = INFINITY;
+    }
+    float v27[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v27[r] = (-v26[0]);
+    }
+    float v42[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v42[r] = (float)s5;
+    }
+    float v43[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v43[r] = dt_fast_rsqrt(v42[0]);
+    }
+    float v45[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v45[r] = INFINITY;
+    }
+    float v46[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v46[r] = (-v45[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -6247,34 +6319,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     for (int r = 0; r < 16; r++) {
                         v6[r] = acc1[r];
                     }
-                    float v7[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v7[r] = (float)s5;
-                    }
-                    float v8[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v8[r] = dt_fast_rsqrt(v7[0]);
-                    }
                     float v9[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         v9[r] = (v6[r] * v8[0]);
-                    }
-                    float v10[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v10[r] = INFINITY;
-                    }
-                    float v11[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v11[r] = (-v10[0]);
                     }
                     __syncthreads();
                     #pragma unroll
@@ -6487,34 +6535,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     for (int r = 0; r < 16; r++) {
                         v22[r] = acc4[r];
                     }
-                    float v23[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v23[r] = (float)s5;
-                    }
-                    float v24[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v24[r] = dt_fast_rsqrt(v23[0]);
-                    }
                     float v25[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         v25[r] = (v22[r] * v24[0]);
-                    }
-                    float v26[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v26[r] = INFINITY;
-                    }
-                    float v27[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v27[r] = (-v26[0]);
                     }
                     __syncthreads();
                     #pragma unroll
@@ -6740,34 +6764,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         for (int r = 0; r < 16; r++) {
                             v41[r] = acc7[r];
                         }
-                        float v42[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v42[r] = (float)s5;
-                        }
-                        float v43[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v43[r] = dt_fast_rsqrt(v42[0]);
-                        }
                         float v44[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             v44[r] = (v41[r] * v43[0]);
-                        }
-                        float v45[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v45[r] = INFINITY;
-                        }
-                        float v46[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v46[r] = (-v45[0]);
                         }
                         __syncthreads();
                         #pragma unroll
@@ -6936,6 +6936,78 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16_whole
     if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
+    float v7[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v7[r] = (float)s5;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = dt_fast_rsqrt(v7[0]);
+    }
+    float v10[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v10[r] = INFINITY;
+    }
+    float v11[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v11[r] = (-v10[0]);
+    }
+    float v23[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v23[r] = (float)s5;
+    }
+    float v24[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v24[r] = dt_fast_rsqrt(v23[0]);
+    }
+    float v26[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v26[r] = INFINITY;
+    }
+    float v27[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v27[r] = (-v26[0]);
+    }
+    float v42[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v42[r] = (float)s5;
+    }
+    float v43[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v43[r] = dt_fast_rsqrt(v42[0]);
+    }
+    float v45[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v45[r] = INFINITY;
+    }
+    float v46[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v46[r] = (-v45[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -7077,34 +7149,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16_whole
                     for (int r = 0; r < 16; r++) {
                         v6[r] = acc1[r];
                     }
-                    float v7[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v7[r] = (float)s5;
-                    }
-                    float v8[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v8[r] = dt_fast_rsqrt(v7[0]);
-                    }
                     float v9[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         v9[r] = (v6[r] * v8[0]);
-                    }
-                    float v10[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v10[r] = INFINITY;
-                    }
-                    float v11[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v11[r] = (-v10[0]);
                     }
                     __syncthreads();
                     #pragma unroll
@@ -7317,34 +7365,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16_whole
                     for (int r = 0; r < 16; r++) {
                         v22[r] = acc4[r];
                     }
-                    float v23[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v23[r] = (float)s5;
-                    }
-                    float v24[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v24[r] = dt_fast_rsqrt(v23[0]);
-                    }
                     float v25[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         v25[r] = (v22[r] * v24[0]);
-                    }
-                    float v26[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v26[r] = INFINITY;
-                    }
-                    float v27[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v27[r] = (-v26[0]);
                     }
                     __syncthreads();
                     #pragma unroll
@@ -7570,34 +7594,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16_whole
                         for (int r = 0; r < 16; r++) {
                             v41[r] = acc7[r];
                         }
-                        float v42[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v42[r] = (float)s5;
-                        }
-                        float v43[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v43[r] = dt_fast_rsqrt(v42[0]);
-                        }
                         float v44[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             v44[r] = (v41[r] * v43[0]);
-                        }
-                        float v45[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v45[r] = INFINITY;
-                        }
-                        float v46[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v46[r] = (-v45[0]);
                         }
                         __syncthreads();
                         #pragma unroll
@@ -7755,6 +7755,78 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
     if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
+    float v7[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v7[r] = (float)s5;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = dt_rsqrt(v7[0]);
+    }
+    float v10[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v10[r] = INFINITY;
+    }
+    float v11[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v11[r] = (-v10[0]);
+    }
+    float v23[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v23[r] = (float)s5;
+    }
+    float v24[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v24[r] = dt_rsqrt(v23[0]);
+    }
+    float v26[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v26[r] = INFINITY;
+    }
+    float v27[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v27[r] = (-v26[0]);
+    }
+    float v42[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v42[r] = (float)s5;
+    }
+    float v43[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v43[r] = dt_rsqrt(v42[0]);
+    }
+    float v45[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v45[r] = INFINITY;
+    }
+    float v46[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v46[r] = (-v45[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -7910,18 +7982,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             v6[r] = acc1[r];
                         }
                     }
-                    float v7[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v7[r] = (float)s5;
-                    }
-                    float v8[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v8[r] = dt_rsqrt(v7[0]);
-                    }
                     float v9[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
@@ -7929,18 +7989,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         (void)e; {
                             v9[r] = (v6[r] * v8[0]);
                         }
-                    }
-                    float v10[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v10[r] = INFINITY;
-                    }
-                    float v11[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v11[r] = (-v10[0]);
                     }
                     float v12[16];
                     #pragma unroll
@@ -8166,18 +8214,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             v22[r] = acc4[r];
                         }
                     }
-                    float v23[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v23[r] = (float)s5;
-                    }
-                    float v24[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v24[r] = dt_rsqrt(v23[0]);
-                    }
                     float v25[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
@@ -8185,18 +8221,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         (void)e; {
                             v25[r] = (v22[r] * v24[0]);
                         }
-                    }
-                    float v26[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v26[r] = INFINITY;
-                    }
-                    float v27[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v27[r] = (-v26[0]);
                     }
                     float v28[16];
                     #pragma unroll
@@ -8438,18 +8462,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                                 v41[r] = acc7[r];
                             }
                         }
-                        float v42[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v42[r] = (float)s5;
-                        }
-                        float v43[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v43[r] = dt_rsqrt(v42[0]);
-                        }
                         float v44[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
@@ -8457,18 +8469,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             (void)e; {
                                 v44[r] = (v41[r] * v43[0]);
                             }
-                        }
-                        float v45[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v45[r] = INFINITY;
-                        }
-                        float v46[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v46[r] = (-v45[0]);
                         }
                         float v47[16];
                         #pragma unroll
@@ -8632,6 +8632,78 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
     if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
+    float v7[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v7[r] = (float)s5;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = dt_rsqrt(v7[0]);
+    }
+    float v10[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v10[r] = INFINITY;
+    }
+    float v11[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v11[r] = (-v10[0]);
+    }
+    float v23[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v23[r] = (float)s5;
+    }
+    float v24[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v24[r] = dt_rsqrt(v23[0]);
+    }
+    float v26[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v26[r] = INFINITY;
+    }
+    float v27[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v27[r] = (-v26[0]);
+    }
+    float v42[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v42[r] = (float)s5;
+    }
+    float v43[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v43[r] = dt_rsqrt(v42[0]);
+    }
+    float v45[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v45[r] = INFINITY;
+    }
+    float v46[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v46[r] = (-v45[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -8787,18 +8859,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                             v6[r] = acc1[r];
                         }
                     }
-                    float v7[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v7[r] = (float)s5;
-                    }
-                    float v8[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v8[r] = dt_rsqrt(v7[0]);
-                    }
                     float v9[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
@@ -8806,18 +8866,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                         (void)e; {
                             v9[r] = (v6[r] * v8[0]);
                         }
-                    }
-                    float v10[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v10[r] = INFINITY;
-                    }
-                    float v11[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v11[r] = (-v10[0]);
                     }
                     float v12[16];
                     #pragma unroll
@@ -9043,18 +9091,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                             v22[r] = acc4[r];
                         }
                     }
-                    float v23[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v23[r] = (float)s5;
-                    }
-                    float v24[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v24[r] = dt_rsqrt(v23[0]);
-                    }
                     float v25[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
@@ -9062,18 +9098,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                         (void)e; {
                             v25[r] = (v22[r] * v24[0]);
                         }
-                    }
-                    float v26[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v26[r] = INFINITY;
-                    }
-                    float v27[1];
-                    {
-                        const int r = 0, e = 0;
-                        (void)r; (void)e;
-                        v27[r] = (-v26[0]);
                     }
                     float v28[16];
                     #pragma unroll
@@ -9315,18 +9339,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                                 v41[r] = acc7[r];
                             }
                         }
-                        float v42[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v42[r] = (float)s5;
-                        }
-                        float v43[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v43[r] = dt_rsqrt(v42[0]);
-                        }
                         float v44[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
@@ -9334,18 +9346,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                             (void)e; {
                                 v44[r] = (v41[r] * v43[0]);
                             }
-                        }
-                        float v45[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v45[r] = INFINITY;
-                        }
-                        float v46[1];
-                        {
-                            const int r = 0, e = 0;
-                            (void)r; (void)e;
-                            v46[r] = (-v45[0]);
                         }
                         float v47[16];
                         #pragma unroll

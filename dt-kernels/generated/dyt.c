@@ -108,11 +108,11 @@ void dt_dyt_1k_f16(const dt_args* args, long long first, long long last) {
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
         if (b1 >= dt_cdiv(s1, 1024)) continue; /* past the end of a short group */
+        (arena + 0)[0] = args->scalars[0];
         /* block(x:1) dyt_1k.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(y:1024) dyt_1k.tensorize(y:1024) */
             for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
-                (arena + 0)[0] = args->scalars[0];
                 for (long long l3 = 0; l3 < 1; l3++) {
                     for (long long l4 = 0; l4 < 1024; l4++) {
                         (arena + 1)[l3 * 1024 + l4] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_f16(in0[(o1 + l3) * args->input_strides[0][0] + (o2 + l4) * args->input_strides[0][1]]) : 0e0f;
@@ -177,11 +177,11 @@ void dt_dyt_1k_bf16(const dt_args* args, long long first, long long last) {
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
         if (b1 >= dt_cdiv(s1, 1024)) continue; /* past the end of a short group */
+        (arena + 0)[0] = args->scalars[0];
         /* block(x:1) dyt_1k.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(y:1024) dyt_1k.tensorize(y:1024) */
             for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
-                (arena + 0)[0] = args->scalars[0];
                 for (long long l3 = 0; l3 < 1; l3++) {
                     for (long long l4 = 0; l4 < 1024; l4++) {
                         (arena + 1)[l3 * 1024 + l4] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_bf16(in0[(o1 + l3) * args->input_strides[0][0] + (o2 + l4) * args->input_strides[0][1]]) : 0e0f;
@@ -246,11 +246,11 @@ void dt_dyt_1k_f32(const dt_args* args, long long first, long long last) {
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
         if (b1 >= dt_cdiv(s1, 1024)) continue; /* past the end of a short group */
+        (arena + 0)[0] = args->scalars[0];
         /* block(x:1) dyt_1k.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(y:1024) dyt_1k.tensorize(y:1024) */
             for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
-                (arena + 0)[0] = args->scalars[0];
                 for (long long l3 = 0; l3 < 1; l3++) {
                     for (long long l4 = 0; l4 < 1024; l4++) {
                         (arena + 1)[l3 * 1024 + l4] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_f32(in0[(o1 + l3) * args->input_strides[0][0] + (o2 + l4) * args->input_strides[0][1]]) : 0e0f;
@@ -315,11 +315,11 @@ void dt_dyt_f16(const dt_args* args, long long first, long long last) {
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
         if (b1 >= dt_cdiv(s1, 1024)) continue; /* past the end of a short group */
+        (arena + 0)[0] = args->scalars[0];
         /* block(x:1) dyt.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(y:1024) dyt.tensorize(y:1024) */
             for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
-                (arena + 0)[0] = args->scalars[0];
                 for (long long l3 = 0; l3 < 1; l3++) {
                     for (long long l4 = 0; l4 < 1024; l4++) {
                         (arena + 1)[l3 * 1024 + l4] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_f16(in0[(o1 + l3) * args->input_strides[0][0] + (o2 + l4) * args->input_strides[0][1]]) : 0e0f;
@@ -384,11 +384,11 @@ void dt_dyt_bf16(const dt_args* args, long long first, long long last) {
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
         if (b1 >= dt_cdiv(s1, 1024)) continue; /* past the end of a short group */
+        (arena + 0)[0] = args->scalars[0];
         /* block(x:1) dyt.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(y:1024) dyt.tensorize(y:1024) */
             for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
-                (arena + 0)[0] = args->scalars[0];
                 for (long long l3 = 0; l3 < 1; l3++) {
                     for (long long l4 = 0; l4 < 1024; l4++) {
                         (arena + 1)[l3 * 1024 + l4] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_bf16(in0[(o1 + l3) * args->input_strides[0][0] + (o2 + l4) * args->input_strides[0][1]]) : 0e0f;
@@ -453,11 +453,11 @@ void dt_dyt_f32(const dt_args* args, long long first, long long last) {
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
         if (b1 >= dt_cdiv(s1, 1024)) continue; /* past the end of a short group */
+        (arena + 0)[0] = args->scalars[0];
         /* block(x:1) dyt.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(y:1024) dyt.tensorize(y:1024) */
             for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
-                (arena + 0)[0] = args->scalars[0];
                 for (long long l3 = 0; l3 < 1; l3++) {
                     for (long long l4 = 0; l4 < 1024; l4++) {
                         (arena + 1)[l3 * 1024 + l4] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_f32(in0[(o1 + l3) * args->input_strides[0][0] + (o2 + l4) * args->input_strides[0][1]]) : 0e0f;

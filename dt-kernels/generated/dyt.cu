@@ -444,16 +444,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f16(const dt_args ar
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     if (b1 >= dt_cdiv(s1, 1024)) return; /* past the end of a short group */
+    float v0[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v0[r] = args.scalars[0];
+    }
     /* block(x:1) dyt_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(y:1024) dyt_1k.tensorize(y:1024) */
         for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
-            float v0[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v0[r] = args.scalars[0];
-            }
             dt_f16s<8> v1; /* 16-bit values as loaded */
             uint4 q3[1];
             bool f4[1];
@@ -608,16 +608,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f16_whole(const dt_a
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     if (b1 >= dt_cdiv(s1, 1024)) return; /* past the end of a short group */
+    float v0[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v0[r] = args.scalars[0];
+    }
     /* block(x:1) dyt_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(y:1024) dyt_1k.tensorize(y:1024) */
         for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
-            float v0[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v0[r] = args.scalars[0];
-            }
             dt_f16s<8> v1; /* 16-bit values as loaded */
             uint4 q3[1];
             bool f4[1];
@@ -742,16 +742,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16(const dt_args a
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     if (b1 >= dt_cdiv(s1, 1024)) return; /* past the end of a short group */
+    float v0[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v0[r] = args.scalars[0];
+    }
     /* block(x:1) dyt_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(y:1024) dyt_1k.tensorize(y:1024) */
         for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
-            float v0[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v0[r] = args.scalars[0];
-            }
             dt_bf16s<8> v1; /* 16-bit values as loaded */
             uint4 q3[1];
             bool f4[1];
@@ -906,16 +906,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16_whole(const dt_
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     if (b1 >= dt_cdiv(s1, 1024)) return; /* past the end of a short group */
+    float v0[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v0[r] = args.scalars[0];
+    }
     /* block(x:1) dyt_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(y:1024) dyt_1k.tensorize(y:1024) */
         for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
-            float v0[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v0[r] = args.scalars[0];
-            }
             dt_bf16s<8> v1; /* 16-bit values as loaded */
             uint4 q3[1];
             bool f4[1];
@@ -1040,16 +1040,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f32(const dt_args ar
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     if (b1 >= dt_cdiv(s1, 1024)) return; /* past the end of a short group */
+    float v0[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v0[r] = args.scalars[0];
+    }
     /* block(x:1) dyt_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(y:1024) dyt_1k.tensorize(y:1024) */
         for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
-            float v0[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v0[r] = args.scalars[0];
-            }
             float v1[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
@@ -1181,16 +1181,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f32_whole(const dt_a
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     if (b1 >= dt_cdiv(s1, 1024)) return; /* past the end of a short group */
+    float v0[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v0[r] = args.scalars[0];
+    }
     /* block(x:1) dyt_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(y:1024) dyt_1k.tensorize(y:1024) */
         for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
-            float v0[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v0[r] = args.scalars[0];
-            }
             float v1[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
@@ -1315,16 +1315,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16(const dt_args args)
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     if (b1 >= dt_cdiv(s1, 1024)) return; /* past the end of a short group */
+    float v0[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v0[r] = args.scalars[0];
+    }
     /* block(x:1) dyt.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(y:1024) dyt.tensorize(y:1024) */
         for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
-            float v0[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v0[r] = args.scalars[0];
-            }
             dt_f16s<8> v1; /* 16-bit values as loaded */
             uint4 q3[1];
             bool f4[1];
@@ -1479,16 +1479,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16_whole(const dt_args
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     if (b1 >= dt_cdiv(s1, 1024)) return; /* past the end of a short group */
+    float v0[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v0[r] = args.scalars[0];
+    }
     /* block(x:1) dyt.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(y:1024) dyt.tensorize(y:1024) */
         for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
-            float v0[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v0[r] = args.scalars[0];
-            }
             dt_f16s<8> v1; /* 16-bit values as loaded */
             uint4 q3[1];
             bool f4[1];
@@ -1613,16 +1613,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16(const dt_args args
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     if (b1 >= dt_cdiv(s1, 1024)) return; /* past the end of a short group */
+    float v0[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v0[r] = args.scalars[0];
+    }
     /* block(x:1) dyt.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(y:1024) dyt.tensorize(y:1024) */
         for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
-            float v0[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v0[r] = args.scalars[0];
-            }
             dt_bf16s<8> v1; /* 16-bit values as loaded */
             uint4 q3[1];
             bool f4[1];
@@ -1777,16 +1777,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16_whole(const dt_arg
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     if (b1 >= dt_cdiv(s1, 1024)) return; /* past the end of a short group */
+    float v0[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v0[r] = args.scalars[0];
+    }
     /* block(x:1) dyt.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(y:1024) dyt.tensorize(y:1024) */
         for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
-            float v0[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v0[r] = args.scalars[0];
-            }
             dt_bf16s<8> v1; /* 16-bit values as loaded */
             uint4 q3[1];
             bool f4[1];
@@ -1911,16 +1911,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f32(const dt_args args)
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     if (b1 >= dt_cdiv(s1, 1024)) return; /* past the end of a short group */
+    float v0[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v0[r] = args.scalars[0];
+    }
     /* block(x:1) dyt.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(y:1024) dyt.tensorize(y:1024) */
         for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
-            float v0[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v0[r] = args.scalars[0];
-            }
             float v1[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
@@ -2052,16 +2052,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f32_whole(const dt_args
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     if (b1 >= dt_cdiv(s1, 1024)) return; /* past the end of a short group */
+    float v0[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v0[r] = args.scalars[0];
+    }
     /* block(x:1) dyt.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(y:1024) dyt.tensorize(y:1024) */
         for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
-            float v0[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v0[r] = args.scalars[0];
-            }
             float v1[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {

@@ -94,7 +94,7 @@ void dt_layernorm_1k_16bit_f16(const dt_args* args, long long first, long long l
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* W */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* B */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* layernorm_1k_16bit */
-    float* arena = (float*)malloc(sizeof(float) * 15379);
+    float* arena = (float*)malloc(sizeof(float) * 24603);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 2));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -104,96 +104,187 @@ void dt_layernorm_1k_16bit_f16(const dt_args* args, long long first, long long l
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 2)) continue; /* past the end of a short group */
+        (arena + 2050)[0] = (float)s1;
+        (arena + 10252)[0] = args->scalars[0];
         /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2) */
-        for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+        for (long long o1 = b0 * 2; o1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o1 += 1) {
             /* rsum identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 15375)[l2] = 0e0f;
+                (arena + 24599)[l2] = 0e0f;
             }
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 1024; l4++) {
-                    (arena + 0)[l3 * 1024 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0e0f;
+                    (arena + 15375)[l3 * 1024 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0e0f;
                 }
             }
             for (long long l5 = 0; l5 < 1; l5++) {
                 float a7 = 0e0f;
-                for (long long r6 = 0; r6 < 1024; r6 += 1) a7 = a7 + (arena + 0)[l5 * 1024 + r6 * 1];
-                (arena + 2048)[l5] = a7;
+                for (long long r6 = 0; r6 < 1024; r6 += 1) a7 = a7 + (arena + 15375)[l5 * 1024 + r6 * 1];
+                (arena + 16399)[l5] = a7;
             }
             for (long long l8 = 0; l8 < 1; l8++) {
-                (arena + 15375)[l8] = (arena + 15375)[l8] + (arena + 2048)[l8];
+                (arena + 24599)[l8] = (arena + 24599)[l8] + (arena + 16399)[l8];
             }
             for (long long l9 = 0; l9 < 1; l9++) {
-                (arena + 2049)[l9] = (arena + 15375)[l9];
+                (arena + 16400)[l9] = (arena + 24599)[l9];
             }
-            (arena + 2050)[0] = (float)s1;
             for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 2051)[l10] = ((arena + 2049)[l10] / (arena + 2050)[0]);
+                (arena + 16401)[l10] = ((arena + 16400)[l10] / (arena + 2050)[0]);
             }
             /* rsum identity */
             for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 15377)[l11] = 0e0f;
+                (arena + 24601)[l11] = 0e0f;
             }
             for (long long l12 = 0; l12 < 1; l12++) {
                 for (long long l13 = 0; l13 < 1024; l13++) {
-                    (arena + 3077)[l12 * 1024 + l13] = ((arena + 0)[l12 * 1024 + l13] - (arena + 2051)[l12]);
+                    (arena + 16402)[l12 * 1024 + l13] = ((arena + 15375)[l12 * 1024 + l13] - (arena + 16401)[l12]);
                 }
             }
             for (long long l14 = 0; l14 < 1; l14++) {
                 for (long long l15 = 0; l15 < 1024; l15++) {
-                    (arena + 6150)[l14 * 1024 + l15] = ((arena + 3077)[l14 * 1024 + l15] * (arena + 3077)[l14 * 1024 + l15]);
+                    (arena + 17426)[l14 * 1024 + l15] = ((arena + 16402)[l14 * 1024 + l15] * (arena + 16402)[l14 * 1024 + l15]);
                 }
             }
             for (long long l16 = 0; l16 < 1; l16++) {
                 for (long long l17 = 0; l17 < 1024; l17++) {
-                    (arena + 7174)[l16 * 1024 + l17] = (0 + l17 < s1) ? (arena + 6150)[l16 * 1024 + l17] : 0e0f;
+                    (arena + 18450)[l16 * 1024 + l17] = (0 + l17 < s1) ? (arena + 17426)[l16 * 1024 + l17] : 0e0f;
                 }
             }
             for (long long l18 = 0; l18 < 1; l18++) {
                 float a20 = 0e0f;
-                for (long long r19 = 0; r19 < 1024; r19 += 1) a20 = a20 + (arena + 7174)[l18 * 1024 + r19 * 1];
-                (arena + 8198)[l18] = a20;
+                for (long long r19 = 0; r19 < 1024; r19 += 1) a20 = a20 + (arena + 18450)[l18 * 1024 + r19 * 1];
+                (arena + 19474)[l18] = a20;
             }
             for (long long l21 = 0; l21 < 1; l21++) {
-                (arena + 15377)[l21] = (arena + 15377)[l21] + (arena + 8198)[l21];
+                (arena + 24601)[l21] = (arena + 24601)[l21] + (arena + 19474)[l21];
             }
             for (long long l22 = 0; l22 < 1; l22++) {
-                (arena + 8199)[l22] = (arena + 15377)[l22];
+                (arena + 19475)[l22] = (arena + 24601)[l22];
             }
             for (long long l23 = 0; l23 < 1; l23++) {
-                (arena + 8201)[l23] = ((arena + 8199)[l23] / (arena + 2050)[0]);
+                (arena + 19476)[l23] = ((arena + 19475)[l23] / (arena + 2050)[0]);
             }
-            (arena + 10252)[0] = args->scalars[0];
             for (long long l24 = 0; l24 < 1; l24++) {
-                (arena + 10253)[l24] = ((arena + 8201)[l24] + (arena + 10252)[0]);
+                (arena + 19477)[l24] = ((arena + 19476)[l24] + (arena + 10252)[0]);
             }
             for (long long l25 = 0; l25 < 1; l25++) {
-                (arena + 10254)[l25] = dt_rsqrt((arena + 10253)[l25]);
+                (arena + 19478)[l25] = dt_rsqrt((arena + 19477)[l25]);
             }
             for (long long l26 = 0; l26 < 1; l26++) {
                 for (long long l27 = 0; l27 < 1024; l27++) {
-                    (arena + 10255)[l26 * 1024 + l27] = ((arena + 3077)[l26 * 1024 + l27] * (arena + 10254)[l26]);
+                    (arena + 19479)[l26 * 1024 + l27] = ((arena + 16402)[l26 * 1024 + l27] * (arena + 19478)[l26]);
                 }
             }
             for (long long l28 = 0; l28 < 1024; l28++) {
-                (arena + 11279)[l28] = (0 + l28 < s1) ? dt_load_f16(in1[(0 + l28) * args->input_strides[1][0]]) : 0e0f;
+                (arena + 20503)[l28] = (0 + l28 < s1) ? dt_load_f16(in1[(0 + l28) * args->input_strides[1][0]]) : 0e0f;
             }
             for (long long l29 = 0; l29 < 1; l29++) {
                 for (long long l30 = 0; l30 < 1024; l30++) {
-                    (arena + 12303)[l29 * 1024 + l30] = ((arena + 10255)[l29 * 1024 + l30] * (arena + 11279)[l30]);
+                    (arena + 21527)[l29 * 1024 + l30] = ((arena + 19479)[l29 * 1024 + l30] * (arena + 20503)[l30]);
                 }
             }
             for (long long l31 = 0; l31 < 1024; l31++) {
-                (arena + 13327)[l31] = (0 + l31 < s1) ? dt_load_f16(in2[(0 + l31) * args->input_strides[2][0]]) : 0e0f;
+                (arena + 22551)[l31] = (0 + l31 < s1) ? dt_load_f16(in2[(0 + l31) * args->input_strides[2][0]]) : 0e0f;
             }
             for (long long l32 = 0; l32 < 1; l32++) {
                 for (long long l33 = 0; l33 < 1024; l33++) {
-                    (arena + 14351)[l32 * 1024 + l33] = ((arena + 12303)[l32 * 1024 + l33] + (arena + 13327)[l33]);
+                    (arena + 23575)[l32 * 1024 + l33] = ((arena + 21527)[l32 * 1024 + l33] + (arena + 22551)[l33]);
                 }
             }
             for (long long l34 = 0; l34 < 1; l34++) {
                 for (long long l35 = 0; l35 < 1024; l35++) {
-                    if (o1 + l34 < s0 && 0 + l35 < s1) out[(o1 + l34) * args->output_strides[0] + (0 + l35) * args->output_strides[1]] = dt_store_f16((arena + 14351)[l34 * 1024 + l35]);
+                    if (o1 + l34 < s0 && 0 + l35 < s1) out[(o1 + l34) * args->output_strides[0] + (0 + l35) * args->output_strides[1]] = dt_store_f16((arena + 23575)[l34 * 1024 + l35]);
+                }
+            }
+        }
+        /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2) */
+        for (long long o36 = dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o36 < dt_min_ll(b0 * 2 + 2, s0); o36 += 1) {
+            /* rsum identity */
+            for (long long l37 = 0; l37 < 1; l37++) {
+                (arena + 24599)[l37] = 0e0f;
+            }
+            for (long long l38 = 0; l38 < 1; l38++) {
+                for (long long l39 = 0; l39 < 1024; l39++) {
+                    (arena + 0)[l38 * 1024 + l39] = (o36 + l38 < s0 && 0 + l39 < s1) ? dt_load_f16(in0[(o36 + l38) * args->input_strides[0][0] + (0 + l39) * args->input_strides[0][1]]) : 0e0f;
+                }
+            }
+            for (long long l40 = 0; l40 < 1; l40++) {
+                float a42 = 0e0f;
+                for (long long r41 = 0; r41 < 1024; r41 += 1) a42 = a42 + (arena + 0)[l40 * 1024 + r41 * 1];
+                (arena + 2048)[l40] = a42;
+            }
+            for (long long l43 = 0; l43 < 1; l43++) {
+                (arena + 24599)[l43] = (arena + 24599)[l43] + (arena + 2048)[l43];
+            }
+            for (long long l44 = 0; l44 < 1; l44++) {
+                (arena + 2049)[l44] = (arena + 24599)[l44];
+            }
+            for (long long l45 = 0; l45 < 1; l45++) {
+                (arena + 2051)[l45] = ((arena + 2049)[l45] / (arena + 2050)[0]);
+            }
+            /* rsum identity */
+            for (long long l46 = 0; l46 < 1; l46++) {
+                (arena + 24601)[l46] = 0e0f;
+            }
+            for (long long l47 = 0; l47 < 1; l47++) {
+                for (long long l48 = 0; l48 < 1024; l48++) {
+                    (arena + 3077)[l47 * 1024 + l48] = ((arena + 0)[l47 * 1024 + l48] - (arena + 2051)[l47]);
+                }
+            }
+            for (long long l49 = 0; l49 < 1; l49++) {
+                for (long long l50 = 0; l50 < 1024; l50++) {
+                    (arena + 6150)[l49 * 1024 + l50] = ((arena + 3077)[l49 * 1024 + l50] * (arena + 3077)[l49 * 1024 + l50]);
+                }
+            }
+            for (long long l51 = 0; l51 < 1; l51++) {
+                for (long long l52 = 0; l52 < 1024; l52++) {
+                    (arena + 7174)[l51 * 1024 + l52] = (0 + l52 < s1) ? (arena + 6150)[l51 * 1024 + l52] : 0e0f;
+                }
+            }
+            for (long long l53 = 0; l53 < 1; l53++) {
+                float a55 = 0e0f;
+                for (long long r54 = 0; r54 < 1024; r54 += 1) a55 = a55 + (arena + 7174)[l53 * 1024 + r54 * 1];
+                (arena + 8198)[l53] = a55;
+            }
+            for (long long l56 = 0; l56 < 1; l56++) {
+                (arena + 24601)[l56] = (arena + 24601)[l56] + (arena + 8198)[l56];
+            }
+            for (long long l57 = 0; l57 < 1; l57++) {
+                (arena + 8199)[l57] = (arena + 24601)[l57];
+            }
+            for (long long l58 = 0; l58 < 1; l58++) {
+                (arena + 8201)[l58] = ((arena + 8199)[l58] / (arena + 2050)[0]);
+            }
+            for (long long l59 = 0; l59 < 1; l59++) {
+                (arena + 10253)[l59] = ((arena + 8201)[l59] + (arena + 10252)[0]);
+            }
+            for (long long l60 = 0; l60 < 1; l60++) {
+                (arena + 10254)[l60] = dt_rsqrt((arena + 10253)[l60]);
+            }
+            for (long long l61 = 0; l61 < 1; l61++) {
+                for (long long l62 = 0; l62 < 1024; l62++) {
+                    (arena + 10255)[l61 * 1024 + l62] = ((arena + 3077)[l61 * 1024 + l62] * (arena + 10254)[l61]);
+                }
+            }
+            for (long long l63 = 0; l63 < 1024; l63++) {
+                (arena + 11279)[l63] = (0 + l63 < s1) ? dt_load_f16(in1[(0 + l63) * args->input_strides[1][0]]) : 0e0f;
+            }
+            for (long long l64 = 0; l64 < 1; l64++) {
+                for (long long l65 = 0; l65 < 1024; l65++) {
+                    (arena + 12303)[l64 * 1024 + l65] = ((arena + 10255)[l64 * 1024 + l65] * (arena + 11279)[l65]);
+                }
+            }
+            for (long long l66 = 0; l66 < 1024; l66++) {
+                (arena + 13327)[l66] = (0 + l66 < s1) ? dt_load_f16(in2[(0 + l66) * args->input_strides[2][0]]) : 0e0f;
+            }
+            for (long long l67 = 0; l67 < 1; l67++) {
+                for (long long l68 = 0; l68 < 1024; l68++) {
+                    (arena + 14351)[l67 * 1024 + l68] = ((arena + 12303)[l67 * 1024 + l68] + (arena + 13327)[l68]);
+                }
+            }
+            for (long long l69 = 0; l69 < 1; l69++) {
+                for (long long l70 = 0; l70 < 1024; l70++) {
+                    if (o36 + l69 < s0 && 0 + l70 < s1) out[(o36 + l69) * args->output_strides[0] + (0 + l70) * args->output_strides[1]] = dt_store_f16((arena + 14351)[l69 * 1024 + l70]);
                 }
             }
         }
@@ -209,7 +300,7 @@ void dt_layernorm_1k_16bit_bf16(const dt_args* args, long long first, long long 
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* W */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* B */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* layernorm_1k_16bit */
-    float* arena = (float*)malloc(sizeof(float) * 15379);
+    float* arena = (float*)malloc(sizeof(float) * 24603);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 2));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -219,96 +310,187 @@ void dt_layernorm_1k_16bit_bf16(const dt_args* args, long long first, long long 
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 2)) continue; /* past the end of a short group */
+        (arena + 2050)[0] = (float)s1;
+        (arena + 10252)[0] = args->scalars[0];
         /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2) */
-        for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+        for (long long o1 = b0 * 2; o1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o1 += 1) {
             /* rsum identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 15375)[l2] = 0e0f;
+                (arena + 24599)[l2] = 0e0f;
             }
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 1024; l4++) {
-                    (arena + 0)[l3 * 1024 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0e0f;
+                    (arena + 15375)[l3 * 1024 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0e0f;
                 }
             }
             for (long long l5 = 0; l5 < 1; l5++) {
                 float a7 = 0e0f;
-                for (long long r6 = 0; r6 < 1024; r6 += 1) a7 = a7 + (arena + 0)[l5 * 1024 + r6 * 1];
-                (arena + 2048)[l5] = a7;
+                for (long long r6 = 0; r6 < 1024; r6 += 1) a7 = a7 + (arena + 15375)[l5 * 1024 + r6 * 1];
+                (arena + 16399)[l5] = a7;
             }
             for (long long l8 = 0; l8 < 1; l8++) {
-                (arena + 15375)[l8] = (arena + 15375)[l8] + (arena + 2048)[l8];
+                (arena + 24599)[l8] = (arena + 24599)[l8] + (arena + 16399)[l8];
             }
             for (long long l9 = 0; l9 < 1; l9++) {
-                (arena + 2049)[l9] = (arena + 15375)[l9];
+                (arena + 16400)[l9] = (arena + 24599)[l9];
             }
-            (arena + 2050)[0] = (float)s1;
             for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 2051)[l10] = ((arena + 2049)[l10] / (arena + 2050)[0]);
+                (arena + 16401)[l10] = ((arena + 16400)[l10] / (arena + 2050)[0]);
             }
             /* rsum identity */
             for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 15377)[l11] = 0e0f;
+                (arena + 24601)[l11] = 0e0f;
             }
             for (long long l12 = 0; l12 < 1; l12++) {
                 for (long long l13 = 0; l13 < 1024; l13++) {
-                    (arena + 3077)[l12 * 1024 + l13] = ((arena + 0)[l12 * 1024 + l13] - (arena + 2051)[l12]);
+                    (arena + 16402)[l12 * 1024 + l13] = ((arena + 15375)[l12 * 1024 + l13] - (arena + 16401)[l12]);
                 }
             }
             for (long long l14 = 0; l14 < 1; l14++) {
                 for (long long l15 = 0; l15 < 1024; l15++) {
-                    (arena + 6150)[l14 * 1024 + l15] = ((arena + 3077)[l14 * 1024 + l15] * (arena + 3077)[l14 * 1024 + l15]);
+                    (arena + 17426)[l14 * 1024 + l15] = ((arena + 16402)[l14 * 1024 + l15] * (arena + 16402)[l14 * 1024 + l15]);
                 }
             }
             for (long long l16 = 0; l16 < 1; l16++) {
                 for (long long l17 = 0; l17 < 1024; l17++) {
-                    (arena + 7174)[l16 * 1024 + l17] = (0 + l17 < s1) ? (arena + 6150)[l16 * 1024 + l17] : 0e0f;
+                    (arena + 18450)[l16 * 1024 + l17] = (0 + l17 < s1) ? (arena + 17426)[l16 * 1024 + l17] : 0e0f;
                 }
             }
             for (long long l18 = 0; l18 < 1; l18++) {
                 float a20 = 0e0f;
-                for (long long r19 = 0; r19 < 1024; r19 += 1) a20 = a20 + (arena + 7174)[l18 * 1024 + r19 * 1];
-                (arena + 8198)[l18] = a20;
+                for (long long r19 = 0; r19 < 1024; r19 += 1) a20 = a20 + (arena + 18450)[l18 * 1024 + r19 * 1];
+                (arena + 19474)[l18] = a20;
             }
             for (long long l21 = 0; l21 < 1; l21++) {
-                (arena + 15377)[l21] = (arena + 15377)[l21] + (arena + 8198)[l21];
+                (arena + 24601)[l21] = (arena + 24601)[l21] + (arena + 19474)[l21];
             }
             for (long long l22 = 0; l22 < 1; l22++) {
-                (arena + 8199)[l22] = (arena + 15377)[l22];
+                (arena + 19475)[l22] = (arena + 24601)[l22];
             }
             for (long long l23 = 0; l23 < 1; l23++) {
-                (arena + 8201)[l23] = ((arena + 8199)[l23] / (arena + 2050)[0]);
+                (arena + 19476)[l23] = ((arena + 19475)[l23] / (arena + 2050)[0]);
             }
-            (arena + 10252)[0] = args->scalars[0];
             for (long long l24 = 0; l24 < 1; l24++) {
-                (arena + 10253)[l24] = ((arena + 8201)[l24] + (arena + 10252)[0]);
+                (arena + 19477)[l24] = ((arena + 19476)[l24] + (arena + 10252)[0]);
             }
             for (long long l25 = 0; l25 < 1; l25++) {
-                (arena + 10254)[l25] = dt_rsqrt((arena + 10253)[l25]);
+                (arena + 19478)[l25] = dt_rsqrt((arena + 19477)[l25]);
             }
             for (long long l26 = 0; l26 < 1; l26++) {
                 for (long long l27 = 0; l27 < 1024; l27++) {
-                    (arena + 10255)[l26 * 1024 + l27] = ((arena + 3077)[l26 * 1024 + l27] * (arena + 10254)[l26]);
+                    (arena + 19479)[l26 * 1024 + l27] = ((arena + 16402)[l26 * 1024 + l27] * (arena + 19478)[l26]);
                 }
             }
             for (long long l28 = 0; l28 < 1024; l28++) {
-                (arena + 11279)[l28] = (0 + l28 < s1) ? dt_load_bf16(in1[(0 + l28) * args->input_strides[1][0]]) : 0e0f;
+                (arena + 20503)[l28] = (0 + l28 < s1) ? dt_load_bf16(in1[(0 + l28) * args->input_strides[1][0]]) : 0e0f;
             }
             for (long long l29 = 0; l29 < 1; l29++) {
                 for (long long l30 = 0; l30 < 1024; l30++) {
-                    (arena + 12303)[l29 * 1024 + l30] = ((arena + 10255)[l29 * 1024 + l30] * (arena + 11279)[l30]);
+                    (arena + 21527)[l29 * 1024 + l30] = ((arena + 19479)[l29 * 1024 + l30] * (arena + 20503)[l30]);
                 }
             }
             for (long long l31 = 0; l31 < 1024; l31++) {
-                (arena + 13327)[l31] = (0 + l31 < s1) ? dt_load_bf16(in2[(0 + l31) * args->input_strides[2][0]]) : 0e0f;
+                (arena + 22551)[l31] = (0 + l31 < s1) ? dt_load_bf16(in2[(0 + l31) * args->input_strides[2][0]]) : 0e0f;
             }
             for (long long l32 = 0; l32 < 1; l32++) {
                 for (long long l33 = 0; l33 < 1024; l33++) {
-                    (arena + 14351)[l32 * 1024 + l33] = ((arena + 12303)[l32 * 1024 + l33] + (arena + 13327)[l33]);
+                    (arena + 23575)[l32 * 1024 + l33] = ((arena + 21527)[l32 * 1024 + l33] + (arena + 22551)[l33]);
                 }
             }
             for (long long l34 = 0; l34 < 1; l34++) {
                 for (long long l35 = 0; l35 < 1024; l35++) {
-                    if (o1 + l34 < s0 && 0 + l35 < s1) out[(o1 + l34) * args->output_strides[0] + (0 + l35) * args->output_strides[1]] = dt_store_bf16((arena + 14351)[l34 * 1024 + l35]);
+                    if (o1 + l34 < s0 && 0 + l35 < s1) out[(o1 + l34) * args->output_strides[0] + (0 + l35) * args->output_strides[1]] = dt_store_bf16((arena + 23575)[l34 * 1024 + l35]);
+                }
+            }
+        }
+        /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2) */
+        for (long long o36 = dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o36 < dt_min_ll(b0 * 2 + 2, s0); o36 += 1) {
+            /* rsum identity */
+            for (long long l37 = 0; l37 < 1; l37++) {
+                (arena + 24599)[l37] = 0e0f;
+            }
+            for (long long l38 = 0; l38 < 1; l38++) {
+                for (long long l39 = 0; l39 < 1024; l39++) {
+                    (arena + 0)[l38 * 1024 + l39] = (o36 + l38 < s0 && 0 + l39 < s1) ? dt_load_bf16(in0[(o36 + l38) * args->input_strides[0][0] + (0 + l39) * args->input_strides[0][1]]) : 0e0f;
+                }
+            }
+            for (long long l40 = 0; l40 < 1; l40++) {
+                float a42 = 0e0f;
+                for (long long r41 = 0; r41 < 1024; r41 += 1) a42 = a42 + (arena + 0)[l40 * 1024 + r41 * 1];
+                (arena + 2048)[l40] = a42;
+            }
+            for (long long l43 = 0; l43 < 1; l43++) {
+                (arena + 24599)[l43] = (arena + 24599)[l43] + (arena + 2048)[l43];
+            }
+            for (long long l44 = 0; l44 < 1; l44++) {
+                (arena + 2049)[l44] = (arena + 24599)[l44];
+            }
+            for (long long l45 = 0; l45 < 1; l45++) {
+                (arena + 2051)[l45] = ((arena + 2049)[l45] / (arena + 2050)[0]);
+            }
+            /* rsum identity */
+            for (long long l46 = 0; l46 < 1; l46++) {
+                (arena + 24601)[l46] = 0e0f;
+            }
+            for (long long l47 = 0; l47 < 1; l47++) {
+                for (long long l48 = 0; l48 < 1024; l48++) {
+                    (arena + 3077)[l47 * 1024 + l48] = ((arena + 0)[l47 * 1024 + l48] - (arena + 2051)[l47]);
+                }
+            }
+            for (long long l49 = 0; l49 < 1; l49++) {
+                for (long long l50 = 0; l50 < 1024; l50++) {
+                    (arena + 6150)[l49 * 1024 + l50] = ((arena + 3077)[l49 * 1024 + l50] * (arena + 3077)[l49 * 1024 + l50]);
+                }
+            }
+            for (long long l51 = 0; l51 < 1; l51++) {
+                for (long long l52 = 0; l52 < 1024; l52++) {
+                    (arena + 7174)[l51 * 1024 + l52] = (0 + l52 < s1) ? (arena + 6150)[l51 * 1024 + l52] : 0e0f;
+                }
+            }
+            for (long long l53 = 0; l53 < 1; l53++) {
+                float a55 = 0e0f;
+                for (long long r54 = 0; r54 < 1024; r54 += 1) a55 = a55 + (arena + 7174)[l53 * 1024 + r54 * 1];
+                (arena + 8198)[l53] = a55;
+            }
+            for (long long l56 = 0; l56 < 1; l56++) {
+                (arena + 24601)[l56] = (arena + 24601)[l56] + (arena + 8198)[l56];
+            }
+            for (long long l57 = 0; l57 < 1; l57++) {
+                (arena + 8199)[l57] = (arena + 24601)[l57];
+            }
+            for (long long l58 = 0; l58 < 1; l58++) {
+                (arena + 8201)[l58] = ((arena + 8199)[l58] / (arena + 2050)[0]);
+            }
+            for (long long l59 = 0; l59 < 1; l59++) {
+                (arena + 10253)[l59] = ((arena + 8201)[l59] + (arena + 10252)[0]);
+            }
+            for (long long l60 = 0; l60 < 1; l60++) {
+                (arena + 10254)[l60] = dt_rsqrt((arena + 10253)[l60]);
+            }
+            for (long long l61 = 0; l61 < 1; l61++) {
+                for (long long l62 = 0; l62 < 1024; l62++) {
+                    (arena + 10255)[l61 * 1024 + l62] = ((arena + 3077)[l61 * 1024 + l62] * (arena + 10254)[l61]);
+                }
+            }
+            for (long long l63 = 0; l63 < 1024; l63++) {
+                (arena + 11279)[l63] = (0 + l63 < s1) ? dt_load_bf16(in1[(0 + l63) * args->input_strides[1][0]]) : 0e0f;
+            }
+            for (long long l64 = 0; l64 < 1; l64++) {
+                for (long long l65 = 0; l65 < 1024; l65++) {
+                    (arena + 12303)[l64 * 1024 + l65] = ((arena + 10255)[l64 * 1024 + l65] * (arena + 11279)[l65]);
+                }
+            }
+            for (long long l66 = 0; l66 < 1024; l66++) {
+                (arena + 13327)[l66] = (0 + l66 < s1) ? dt_load_bf16(in2[(0 + l66) * args->input_strides[2][0]]) : 0e0f;
+            }
+            for (long long l67 = 0; l67 < 1; l67++) {
+                for (long long l68 = 0; l68 < 1024; l68++) {
+                    (arena + 14351)[l67 * 1024 + l68] = ((arena + 12303)[l67 * 1024 + l68] + (arena + 13327)[l68]);
+                }
+            }
+            for (long long l69 = 0; l69 < 1; l69++) {
+                for (long long l70 = 0; l70 < 1024; l70++) {
+                    if (o36 + l69 < s0 && 0 + l70 < s1) out[(o36 + l69) * args->output_strides[0] + (0 + l70) * args->output_strides[1]] = dt_store_bf16((arena + 14351)[l69 * 1024 + l70]);
                 }
             }
         }
@@ -334,6 +516,8 @@ void dt_layernorm_1k_f32(const dt_args* args, long long first, long long last) {
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
+        (arena + 2050)[0] = (float)s1;
+        (arena + 10252)[0] = args->scalars[0];
         /* block(x:1) layernorm_1k.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rsum identity */
@@ -356,7 +540,6 @@ void dt_layernorm_1k_f32(const dt_args* args, long long first, long long last) {
             for (long long l9 = 0; l9 < 1; l9++) {
                 (arena + 2049)[l9] = (arena + 15375)[l9];
             }
-            (arena + 2050)[0] = (float)s1;
             for (long long l10 = 0; l10 < 1; l10++) {
                 (arena + 2051)[l10] = ((arena + 2049)[l10] / (arena + 2050)[0]);
             }
@@ -393,7 +576,6 @@ void dt_layernorm_1k_f32(const dt_args* args, long long first, long long last) {
             for (long long l23 = 0; l23 < 1; l23++) {
                 (arena + 8201)[l23] = ((arena + 8199)[l23] / (arena + 2050)[0]);
             }
-            (arena + 10252)[0] = args->scalars[0];
             for (long long l24 = 0; l24 < 1; l24++) {
                 (arena + 10253)[l24] = ((arena + 8201)[l24] + (arena + 10252)[0]);
             }
@@ -449,6 +631,8 @@ void dt_layernorm_4k_f32_f32(const dt_args* args, long long first, long long las
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
+        (arena + 8194)[0] = (float)s1;
+        (arena + 40972)[0] = args->scalars[0];
         /* block(x:1) layernorm_4k_f32.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rsum identity */
@@ -471,7 +655,6 @@ void dt_layernorm_4k_f32_f32(const dt_args* args, long long first, long long las
             for (long long l9 = 0; l9 < 1; l9++) {
                 (arena + 8193)[l9] = (arena + 61455)[l9];
             }
-            (arena + 8194)[0] = (float)s1;
             for (long long l10 = 0; l10 < 1; l10++) {
                 (arena + 8195)[l10] = ((arena + 8193)[l10] / (arena + 8194)[0]);
             }
@@ -508,7 +691,6 @@ void dt_layernorm_4k_f32_f32(const dt_args* args, long long first, long long las
             for (long long l23 = 0; l23 < 1; l23++) {
                 (arena + 32777)[l23] = ((arena + 32775)[l23] / (arena + 8194)[0]);
             }
-            (arena + 40972)[0] = args->scalars[0];
             for (long long l24 = 0; l24 < 1; l24++) {
                 (arena + 40973)[l24] = ((arena + 32777)[l24] + (arena + 40972)[0]);
             }
@@ -554,7 +736,7 @@ void dt_layernorm_4k_f16(const dt_args* args, long long first, long long last) {
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* W */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* B */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* layernorm_4k */
-    float* arena = (float*)malloc(sizeof(float) * 61459);
+    float* arena = (float*)malloc(sizeof(float) * 98331);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 2));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -564,96 +746,187 @@ void dt_layernorm_4k_f16(const dt_args* args, long long first, long long last) {
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 2)) continue; /* past the end of a short group */
+        (arena + 8194)[0] = (float)s1;
+        (arena + 40972)[0] = args->scalars[0];
         /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2) */
-        for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+        for (long long o1 = b0 * 2; o1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o1 += 1) {
             /* rsum identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 61455)[l2] = 0e0f;
+                (arena + 98327)[l2] = 0e0f;
             }
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 4096; l4++) {
-                    (arena + 0)[l3 * 4096 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0e0f;
+                    (arena + 61455)[l3 * 4096 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0e0f;
                 }
             }
             for (long long l5 = 0; l5 < 1; l5++) {
                 float a7 = 0e0f;
-                for (long long r6 = 0; r6 < 4096; r6 += 1) a7 = a7 + (arena + 0)[l5 * 4096 + r6 * 1];
-                (arena + 8192)[l5] = a7;
+                for (long long r6 = 0; r6 < 4096; r6 += 1) a7 = a7 + (arena + 61455)[l5 * 4096 + r6 * 1];
+                (arena + 65551)[l5] = a7;
             }
             for (long long l8 = 0; l8 < 1; l8++) {
-                (arena + 61455)[l8] = (arena + 61455)[l8] + (arena + 8192)[l8];
+                (arena + 98327)[l8] = (arena + 98327)[l8] + (arena + 65551)[l8];
             }
             for (long long l9 = 0; l9 < 1; l9++) {
-                (arena + 8193)[l9] = (arena + 61455)[l9];
+                (arena + 65552)[l9] = (arena + 98327)[l9];
             }
-            (arena + 8194)[0] = (float)s1;
             for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 8195)[l10] = ((arena + 8193)[l10] / (arena + 8194)[0]);
+                (arena + 65553)[l10] = ((arena + 65552)[l10] / (arena + 8194)[0]);
             }
             /* rsum identity */
             for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 61457)[l11] = 0e0f;
+                (arena + 98329)[l11] = 0e0f;
             }
             for (long long l12 = 0; l12 < 1; l12++) {
                 for (long long l13 = 0; l13 < 4096; l13++) {
-                    (arena + 12293)[l12 * 4096 + l13] = ((arena + 0)[l12 * 4096 + l13] - (arena + 8195)[l12]);
+                    (arena + 65554)[l12 * 4096 + l13] = ((arena + 61455)[l12 * 4096 + l13] - (arena + 65553)[l12]);
                 }
             }
             for (long long l14 = 0; l14 < 1; l14++) {
                 for (long long l15 = 0; l15 < 4096; l15++) {
-                    (arena + 24582)[l14 * 4096 + l15] = ((arena + 12293)[l14 * 4096 + l15] * (arena + 12293)[l14 * 4096 + l15]);
+                    (arena + 69650)[l14 * 4096 + l15] = ((arena + 65554)[l14 * 4096 + l15] * (arena + 65554)[l14 * 4096 + l15]);
                 }
             }
             for (long long l16 = 0; l16 < 1; l16++) {
                 for (long long l17 = 0; l17 < 4096; l17++) {
-                    (arena + 28678)[l16 * 4096 + l17] = (0 + l17 < s1) ? (arena + 24582)[l16 * 4096 + l17] : 0e0f;
+                    (arena + 73746)[l16 * 4096 + l17] = (0 + l17 < s1) ? (arena + 69650)[l16 * 4096 + l17] : 0e0f;
                 }
             }
             for (long long l18 = 0; l18 < 1; l18++) {
                 float a20 = 0e0f;
-                for (long long r19 = 0; r19 < 4096; r19 += 1) a20 = a20 + (arena + 28678)[l18 * 4096 + r19 * 1];
-                (arena + 32774)[l18] = a20;
+                for (long long r19 = 0; r19 < 4096; r19 += 1) a20 = a20 + (arena + 73746)[l18 * 4096 + r19 * 1];
+                (arena + 77842)[l18] = a20;
             }
             for (long long l21 = 0; l21 < 1; l21++) {
-                (arena + 61457)[l21] = (arena + 61457)[l21] + (arena + 32774)[l21];
+                (arena + 98329)[l21] = (arena + 98329)[l21] + (arena + 77842)[l21];
             }
             for (long long l22 = 0; l22 < 1; l22++) {
-                (arena + 32775)[l22] = (arena + 61457)[l22];
+                (arena + 77843)[l22] = (arena + 98329)[l22];
             }
             for (long long l23 = 0; l23 < 1; l23++) {
-                (arena + 32777)[l23] = ((arena + 32775)[l23] / (arena + 8194)[0]);
+                (arena + 77844)[l23] = ((arena + 77843)[l23] / (arena + 8194)[0]);
             }
-            (arena + 40972)[0] = args->scalars[0];
             for (long long l24 = 0; l24 < 1; l24++) {
-                (arena + 40973)[l24] = ((arena + 32777)[l24] + (arena + 40972)[0]);
+                (arena + 77845)[l24] = ((arena + 77844)[l24] + (arena + 40972)[0]);
             }
             for (long long l25 = 0; l25 < 1; l25++) {
-                (arena + 40974)[l25] = dt_rsqrt((arena + 40973)[l25]);
+                (arena + 77846)[l25] = dt_rsqrt((arena + 77845)[l25]);
             }
             for (long long l26 = 0; l26 < 1; l26++) {
                 for (long long l27 = 0; l27 < 4096; l27++) {
-                    (arena + 40975)[l26 * 4096 + l27] = ((arena + 12293)[l26 * 4096 + l27] * (arena + 40974)[l26]);
+                    (arena + 77847)[l26 * 4096 + l27] = ((arena + 65554)[l26 * 4096 + l27] * (arena + 77846)[l26]);
                 }
             }
             for (long long l28 = 0; l28 < 4096; l28++) {
-                (arena + 45071)[l28] = (0 + l28 < s1) ? dt_load_f16(in1[(0 + l28) * args->input_strides[1][0]]) : 0e0f;
+                (arena + 81943)[l28] = (0 + l28 < s1) ? dt_load_f16(in1[(0 + l28) * args->input_strides[1][0]]) : 0e0f;
             }
             for (long long l29 = 0; l29 < 1; l29++) {
                 for (long long l30 = 0; l30 < 4096; l30++) {
-                    (arena + 49167)[l29 * 4096 + l30] = ((arena + 40975)[l29 * 4096 + l30] * (arena + 45071)[l30]);
+                    (arena + 86039)[l29 * 4096 + l30] = ((arena + 77847)[l29 * 4096 + l30] * (arena + 81943)[l30]);
                 }
             }
             for (long long l31 = 0; l31 < 4096; l31++) {
-                (arena + 53263)[l31] = (0 + l31 < s1) ? dt_load_f16(in2[(0 + l31) * args->input_strides[2][0]]) : 0e0f;
+                (arena + 90135)[l31] = (0 + l31 < s1) ? dt_load_f16(in2[(0 + l31) * args->input_strides[2][0]]) : 0e0f;
             }
             for (long long l32 = 0; l32 < 1; l32++) {
                 for (long long l33 = 0; l33 < 4096; l33++) {
-                    (arena + 57359)[l32 * 4096 + l33] = ((arena + 49167)[l32 * 4096 + l33] + (arena + 53263)[l33]);
+                    (arena + 94231)[l32 * 4096 + l33] = ((arena + 86039)[l32 * 4096 + l33] + (arena + 90135)[l33]);
                 }
             }
             for (long long l34 = 0; l34 < 1; l34++) {
                 for (long long l35 = 0; l35 < 4096; l35++) {
-                    if (o1 + l34 < s0 && 0 + l35 < s1) out[(o1 + l34) * args->output_strides[0] + (0 + l35) * args->output_strides[1]] = dt_store_f16((arena + 57359)[l34 * 4096 + l35]);
+                    if (o1 + l34 < s0 && 0 + l35 < s1) out[(o1 + l34) * args->output_strides[0] + (0 + l35) * args->output_strides[1]] = dt_store_f16((arena + 94231)[l34 * 4096 + l35]);
+                }
+            }
+        }
+        /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2) */
+        for (long long o36 = dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o36 < dt_min_ll(b0 * 2 + 2, s0); o36 += 1) {
+            /* rsum identity */
+            for (long long l37 = 0; l37 < 1; l37++) {
+                (arena + 98327)[l37] = 0e0f;
+            }
+            for (long long l38 = 0; l38 < 1; l38++) {
+                for (long long l39 = 0; l39 < 4096; l39++) {
+                    (arena + 0)[l38 * 4096 + l39] = (o36 + l38 < s0 && 0 + l39 < s1) ? dt_load_f16(in0[(o36 + l38) * args->input_strides[0][0] + (0 + l39) * args->input_strides[0][1]]) : 0e0f;
+                }
+            }
+            for (long long l40 = 0; l40 < 1; l40++) {
+                float a42 = 0e0f;
+                for (long long r41 = 0; r41 < 4096; r41 += 1) a42 = a42 + (arena + 0)[l40 * 4096 + r41 * 1];
+                (arena + 8192)[l40] = a42;
+            }
+            for (long long l43 = 0; l43 < 1; l43++) {
+                (arena + 98327)[l43] = (arena + 98327)[l43] + (arena + 8192)[l43];
+            }
+            for (long long l44 = 0; l44 < 1; l44++) {
+                (arena + 8193)[l44] = (arena + 98327)[l44];
+            }
+            for (long long l45 = 0; l45 < 1; l45++) {
+                (arena + 8195)[l45] = ((arena + 8193)[l45] / (arena + 8194)[0]);
+            }
+            /* rsum identity */
+            for (long long l46 = 0; l46 < 1; l46++) {
+                (arena + 98329)[l46] = 0e0f;
+            }
+            for (long long l47 = 0; l47 < 1; l47++) {
+                for (long long l48 = 0; l48 < 4096; l48++) {
+                    (arena + 12293)[l47 * 4096 + l48] = ((arena + 0)[l47 * 4096 + l48] - (arena + 8195)[l47]);
+                }
+            }
+            for (long long l49 = 0; l49 < 1; l49++) {
+                for (long long l50 = 0; l50 < 4096; l50++) {
+                    (arena + 24582)[l49 * 4096 + l50] = ((arena + 12293)[l49 * 4096 + l50] * (arena + 12293)[l49 * 4096 + l50]);
+                }
+            }
+            for (long long l51 = 0; l51 < 1; l51++) {
+                for (long long l52 = 0; l52 < 4096; l52++) {
+                    (arena + 28678)[l51 * 4096 + l52] = (0 + l52 < s1) ? (arena + 24582)[l51 * 4096 + l52] : 0e0f;
+                }
+            }
+            for (long long l53 = 0; l53 < 1; l53++) {
+                float a55 = 0e0f;
+                for (long long r54 = 0; r54 < 4096; r54 += 1) a55 = a55 + (arena + 28678)[l53 * 4096 + r54 * 1];
+                (arena + 32774)[l53] = a55;
+            }
+            for (long long l56 = 0; l56 < 1; l56++) {
+                (arena + 98329)[l56] = (arena + 98329)[l56] + (arena + 32774)[l56];
+            }
+            for (long long l57 = 0; l57 < 1; l57++) {
+                (arena + 32775)[l57] = (arena + 98329)[l57];
+            }
+            for (long long l58 = 0; l58 < 1; l58++) {
+                (arena + 32777)[l58] = ((arena + 32775)[l58] / (arena + 8194)[0]);
+            }
+            for (long long l59 = 0; l59 < 1; l59++) {
+                (arena + 40973)[l59] = ((arena + 32777)[l59] + (arena + 40972)[0]);
+            }
+            for (long long l60 = 0; l60 < 1; l60++) {
+                (arena + 40974)[l60] = dt_rsqrt((arena + 40973)[l60]);
+            }
+            for (long long l61 = 0; l61 < 1; l61++) {
+                for (long long l62 = 0; l62 < 4096; l62++) {
+                    (arena + 40975)[l61 * 4096 + l62] = ((arena + 12293)[l61 * 4096 + l62] * (arena + 40974)[l61]);
+                }
+            }
+            for (long long l63 = 0; l63 < 4096; l63++) {
+                (arena + 45071)[l63] = (0 + l63 < s1) ? dt_load_f16(in1[(0 + l63) * args->input_strides[1][0]]) : 0e0f;
+            }
+            for (long long l64 = 0; l64 < 1; l64++) {
+                for (long long l65 = 0; l65 < 4096; l65++) {
+                    (arena + 49167)[l64 * 4096 + l65] = ((arena + 40975)[l64 * 4096 + l65] * (arena + 45071)[l65]);
+                }
+            }
+            for (long long l66 = 0; l66 < 4096; l66++) {
+                (arena + 53263)[l66] = (0 + l66 < s1) ? dt_load_f16(in2[(0 + l66) * args->input_strides[2][0]]) : 0e0f;
+            }
+            for (long long l67 = 0; l67 < 1; l67++) {
+                for (long long l68 = 0; l68 < 4096; l68++) {
+                    (arena + 57359)[l67 * 4096 + l68] = ((arena + 49167)[l67 * 4096 + l68] + (arena + 53263)[l68]);
+                }
+            }
+            for (long long l69 = 0; l69 < 1; l69++) {
+                for (long long l70 = 0; l70 < 4096; l70++) {
+                    if (o36 + l69 < s0 && 0 + l70 < s1) out[(o36 + l69) * args->output_strides[0] + (0 + l70) * args->output_strides[1]] = dt_store_f16((arena + 57359)[l69 * 4096 + l70]);
                 }
             }
         }
@@ -669,7 +942,7 @@ void dt_layernorm_4k_bf16(const dt_args* args, long long first, long long last) 
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* W */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* B */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* layernorm_4k */
-    float* arena = (float*)malloc(sizeof(float) * 61459);
+    float* arena = (float*)malloc(sizeof(float) * 98331);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 2));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -679,96 +952,187 @@ void dt_layernorm_4k_bf16(const dt_args* args, long long first, long long last) 
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 2)) continue; /* past the end of a short group */
+        (arena + 8194)[0] = (float)s1;
+        (arena + 40972)[0] = args->scalars[0];
         /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2) */
-        for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+        for (long long o1 = b0 * 2; o1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o1 += 1) {
             /* rsum identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 61455)[l2] = 0e0f;
+                (arena + 98327)[l2] = 0e0f;
             }
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 4096; l4++) {
-                    (arena + 0)[l3 * 4096 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0e0f;
+                    (arena + 61455)[l3 * 4096 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0e0f;
                 }
             }
             for (long long l5 = 0; l5 < 1; l5++) {
                 float a7 = 0e0f;
-                for (long long r6 = 0; r6 < 4096; r6 += 1) a7 = a7 + (arena + 0)[l5 * 4096 + r6 * 1];
-                (arena + 8192)[l5] = a7;
+                for (long long r6 = 0; r6 < 4096; r6 += 1) a7 = a7 + (arena + 61455)[l5 * 4096 + r6 * 1];
+                (arena + 65551)[l5] = a7;
             }
             for (long long l8 = 0; l8 < 1; l8++) {
-                (arena + 61455)[l8] = (arena + 61455)[l8] + (arena + 8192)[l8];
+                (arena + 98327)[l8] = (arena + 98327)[l8] + (arena + 65551)[l8];
             }
             for (long long l9 = 0; l9 < 1; l9++) {
-                (arena + 8193)[l9] = (arena + 61455)[l9];
+                (arena + 65552)[l9] = (arena + 98327)[l9];
             }
-            (arena + 8194)[0] = (float)s1;
             for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 8195)[l10] = ((arena + 8193)[l10] / (arena + 8194)[0]);
+                (arena + 65553)[l10] = ((arena + 65552)[l10] / (arena + 8194)[0]);
             }
             /* rsum identity */
             for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 61457)[l11] = 0e0f;
+                (arena + 98329)[l11] = 0e0f;
             }
             for (long long l12 = 0; l12 < 1; l12++) {
                 for (long long l13 = 0; l13 < 4096; l13++) {
-                    (arena + 12293)[l12 * 4096 + l13] = ((arena + 0)[l12 * 4096 + l13] - (arena + 8195)[l12]);
+                    (arena + 65554)[l12 * 4096 + l13] = ((arena + 61455)[l12 * 4096 + l13] - (arena + 65553)[l12]);
                 }
             }
             for (long long l14 = 0; l14 < 1; l14++) {
                 for (long long l15 = 0; l15 < 4096; l15++) {
-                    (arena + 24582)[l14 * 4096 + l15] = ((arena + 12293)[l14 * 4096 + l15] * (arena + 12293)[l14 * 4096 + l15]);
+                    (arena + 69650)[l14 * 4096 + l15] = ((arena + 65554)[l14 * 4096 + l15] * (arena + 65554)[l14 * 4096 + l15]);
                 }
             }
             for (long long l16 = 0; l16 < 1; l16++) {
                 for (long long l17 = 0; l17 < 4096; l17++) {
-                    (arena + 28678)[l16 * 4096 + l17] = (0 + l17 < s1) ? (arena + 24582)[l16 * 4096 + l17] : 0e0f;
+                    (arena + 73746)[l16 * 4096 + l17] = (0 + l17 < s1) ? (arena + 69650)[l16 * 4096 + l17] : 0e0f;
                 }
             }
             for (long long l18 = 0; l18 < 1; l18++) {
                 float a20 = 0e0f;
-                for (long long r19 = 0; r19 < 4096; r19 += 1) a20 = a20 + (arena + 28678)[l18 * 4096 + r19 * 1];
-                (arena + 32774)[l18] = a20;
+                for (long long r19 = 0; r19 < 4096; r19 += 1) a20 = a20 + (arena + 73746)[l18 * 4096 + r19 * 1];
+                (arena + 77842)[l18] = a20;
             }
             for (long long l21 = 0; l21 < 1; l21++) {
-                (arena + 61457)[l21] = (arena + 61457)[l21] + (arena + 32774)[l21];
+                (arena + 98329)[l21] = (arena + 98329)[l21] + (arena + 77842)[l21];
             }
             for (long long l22 = 0; l22 < 1; l22++) {
-                (arena + 32775)[l22] = (arena + 61457)[l22];
+                (arena + 77843)[l22] = (arena + 98329)[l22];
             }
             for (long long l23 = 0; l23 < 1; l23++) {
-                (arena + 32777)[l23] = ((arena + 32775)[l23] / (arena + 8194)[0]);
+                (arena + 77844)[l23] = ((arena + 77843)[l23] / (arena + 8194)[0]);
             }
-            (arena + 40972)[0] = args->scalars[0];
             for (long long l24 = 0; l24 < 1; l24++) {
-                (arena + 40973)[l24] = ((arena + 32777)[l24] + (arena + 40972)[0]);
+                (arena + 77845)[l24] = ((arena + 77844)[l24] + (arena + 40972)[0]);
             }
             for (long long l25 = 0; l25 < 1; l25++) {
-                (arena + 40974)[l25] = dt_rsqrt((arena + 40973)[l25]);
+                (arena + 77846)[l25] = dt_rsqrt((arena + 77845)[l25]);
             }
             for (long long l26 = 0; l26 < 1; l26++) {
                 for (long long l27 = 0; l27 < 4096; l27++) {
-                    (arena + 40975)[l26 * 4096 + l27] = ((arena + 12293)[l26 * 4096 + l27] * (arena + 40974)[l26]);
+                    (arena + 77847)[l26 * 4096 + l27] = ((arena + 65554)[l26 * 4096 + l27] * (arena + 77846)[l26]);
                 }
             }
             for (long long l28 = 0; l28 < 4096; l28++) {
-                (arena + 45071)[l28] = (0 + l28 < s1) ? dt_load_bf16(in1[(0 + l28) * args->input_strides[1][0]]) : 0e0f;
+                (arena + 81943)[l28] = (0 + l28 < s1) ? dt_load_bf16(in1[(0 + l28) * args->input_strides[1][0]]) : 0e0f;
             }
             for (long long l29 = 0; l29 < 1; l29++) {
                 for (long long l30 = 0; l30 < 4096; l30++) {
-                    (arena + 49167)[l29 * 4096 + l30] = ((arena + 40975)[l29 * 4096 + l30] * (arena + 45071)[l30]);
+                    (arena + 86039)[l29 * 4096 + l30] = ((arena + 77847)[l29 * 4096 + l30] * (arena + 81943)[l30]);
                 }
             }
             for (long long l31 = 0; l31 < 4096; l31++) {
-                (arena + 53263)[l31] = (0 + l31 < s1) ? dt_load_bf16(in2[(0 + l31) * args->input_strides[2][0]]) : 0e0f;
+                (arena + 90135)[l31] = (0 + l31 < s1) ? dt_load_bf16(in2[(0 + l31) * args->input_strides[2][0]]) : 0e0f;
             }
             for (long long l32 = 0; l32 < 1; l32++) {
                 for (long long l33 = 0; l33 < 4096; l33++) {
-                    (arena + 57359)[l32 * 4096 + l33] = ((arena + 49167)[l32 * 4096 + l33] + (arena + 53263)[l33]);
+                    (arena + 94231)[l32 * 4096 + l33] = ((arena + 86039)[l32 * 4096 + l33] + (arena + 90135)[l33]);
                 }
             }
             for (long long l34 = 0; l34 < 1; l34++) {
                 for (long long l35 = 0; l35 < 4096; l35++) {
-                    if (o1 + l34 < s0 && 0 + l35 < s1) out[(o1 + l34) * args->output_strides[0] + (0 + l35) * args->output_strides[1]] = dt_store_bf16((arena + 57359)[l34 * 4096 + l35]);
+                    if (o1 + l34 < s0 && 0 + l35 < s1) out[(o1 + l34) * args->output_strides[0] + (0 + l35) * args->output_strides[1]] = dt_store_bf16((arena + 94231)[l34 * 4096 + l35]);
+                }
+            }
+        }
+        /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2) */
+        for (long long o36 = dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o36 < dt_min_ll(b0 * 2 + 2, s0); o36 += 1) {
+            /* rsum identity */
+            for (long long l37 = 0; l37 < 1; l37++) {
+                (arena + 98327)[l37] = 0e0f;
+            }
+            for (long long l38 = 0; l38 < 1; l38++) {
+                for (long long l39 = 0; l39 < 4096; l39++) {
+                    (arena + 0)[l38 * 4096 + l39] = (o36 + l38 < s0 && 0 + l39 < s1) ? dt_load_bf16(in0[(o36 + l38) * args->input_strides[0][0] + (0 + l39) * args->input_strides[0][1]]) : 0e0f;
+                }
+            }
+            for (long long l40 = 0; l40 < 1; l40++) {
+                float a42 = 0e0f;
+                for (long long r41 = 0; r41 < 4096; r41 += 1) a42 = a42 + (arena + 0)[l40 * 4096 + r41 * 1];
+                (arena + 8192)[l40] = a42;
+            }
+            for (long long l43 = 0; l43 < 1; l43++) {
+                (arena + 98327)[l43] = (arena + 98327)[l43] + (arena + 8192)[l43];
+            }
+            for (long long l44 = 0; l44 < 1; l44++) {
+                (arena + 8193)[l44] = (arena + 98327)[l44];
+            }
+            for (long long l45 = 0; l45 < 1; l45++) {
+                (arena + 8195)[l45] = ((arena + 8193)[l45] / (arena + 8194)[0]);
+            }
+            /* rsum identity */
+            for (long long l46 = 0; l46 < 1; l46++) {
+                (arena + 98329)[l46] = 0e0f;
+            }
+            for (long long l47 = 0; l47 < 1; l47++) {
+                for (long long l48 = 0; l48 < 4096; l48++) {
+                    (arena + 12293)[l47 * 4096 + l48] = ((arena + 0)[l47 * 4096 + l48] - (arena + 8195)[l47]);
+                }
+            }
+            for (long long l49 = 0; l49 < 1; l49++) {
+                for (long long l50 = 0; l50 < 4096; l50++) {
+                    (arena + 24582)[l49 * 4096 + l50] = ((arena + 12293)[l49 * 4096 + l50] * (arena + 12293)[l49 * 4096 + l50]);
+                }
+            }
+            for (long long l51 = 0; l51 < 1; l51++) {
+                for (long long l52 = 0; l52 < 4096; l52++) {
+                    (arena + 28678)[l51 * 4096 + l52] = (0 + l52 < s1) ? (arena + 24582)[l51 * 4096 + l52] : 0e0f;
+                }
+            }
+            for (long long l53 = 0; l53 < 1; l53++) {
+                float a55 = 0e0f;
+                for (long long r54 = 0; r54 < 4096; r54 += 1) a55 = a55 + (arena + 28678)[l53 * 4096 + r54 * 1];
+                (arena + 32774)[l53] = a55;
+            }
+            for (long long l56 = 0; l56 < 1; l56++) {
+                (arena + 98329)[l56] = (arena + 98329)[l56] + (arena + 32774)[l56];
+            }
+            for (long long l57 = 0; l57 < 1; l57++) {
+                (arena + 32775)[l57] = (arena + 98329)[l57];
+            }
+            for (long long l58 = 0; l58 < 1; l58++) {
+                (arena + 32777)[l58] = ((arena + 32775)[l58] / (arena + 8194)[0]);
+            }
+            for (long long l59 = 0; l59 < 1; l59++) {
+                (arena + 40973)[l59] = ((arena + 32777)[l59] + (arena + 40972)[0]);
+            }
+            for (long long l60 = 0; l60 < 1; l60++) {
+                (arena + 40974)[l60] = dt_rsqrt((arena + 40973)[l60]);
+            }
+            for (long long l61 = 0; l61 < 1; l61++) {
+                for (long long l62 = 0; l62 < 4096; l62++) {
+                    (arena + 40975)[l61 * 4096 + l62] = ((arena + 12293)[l61 * 4096 + l62] * (arena + 40974)[l61]);
+                }
+            }
+            for (long long l63 = 0; l63 < 4096; l63++) {
+                (arena + 45071)[l63] = (0 + l63 < s1) ? dt_load_bf16(in1[(0 + l63) * args->input_strides[1][0]]) : 0e0f;
+            }
+            for (long long l64 = 0; l64 < 1; l64++) {
+                for (long long l65 = 0; l65 < 4096; l65++) {
+                    (arena + 49167)[l64 * 4096 + l65] = ((arena + 40975)[l64 * 4096 + l65] * (arena + 45071)[l65]);
+                }
+            }
+            for (long long l66 = 0; l66 < 4096; l66++) {
+                (arena + 53263)[l66] = (0 + l66 < s1) ? dt_load_bf16(in2[(0 + l66) * args->input_strides[2][0]]) : 0e0f;
+            }
+            for (long long l67 = 0; l67 < 1; l67++) {
+                for (long long l68 = 0; l68 < 4096; l68++) {
+                    (arena + 57359)[l67 * 4096 + l68] = ((arena + 49167)[l67 * 4096 + l68] + (arena + 53263)[l68]);
+                }
+            }
+            for (long long l69 = 0; l69 < 1; l69++) {
+                for (long long l70 = 0; l70 < 4096; l70++) {
+                    if (o36 + l69 < s0 && 0 + l70 < s1) out[(o36 + l69) * args->output_strides[0] + (0 + l70) * args->output_strides[1]] = dt_store_bf16((arena + 57359)[l69 * 4096 + l70]);
                 }
             }
         }
@@ -794,6 +1158,8 @@ void dt_layernorm_16k_f32_f32(const dt_args* args, long long first, long long la
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
+        (arena + 32770)[0] = (float)s1;
+        (arena + 163852)[0] = args->scalars[0];
         /* block(x:1) layernorm_16k_f32.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rsum identity */
@@ -816,7 +1182,6 @@ void dt_layernorm_16k_f32_f32(const dt_args* args, long long first, long long la
             for (long long l9 = 0; l9 < 1; l9++) {
                 (arena + 32769)[l9] = (arena + 245775)[l9];
             }
-            (arena + 32770)[0] = (float)s1;
             for (long long l10 = 0; l10 < 1; l10++) {
                 (arena + 32771)[l10] = ((arena + 32769)[l10] / (arena + 32770)[0]);
             }
@@ -853,7 +1218,6 @@ void dt_layernorm_16k_f32_f32(const dt_args* args, long long first, long long la
             for (long long l23 = 0; l23 < 1; l23++) {
                 (arena + 131081)[l23] = ((arena + 131079)[l23] / (arena + 32770)[0]);
             }
-            (arena + 163852)[0] = args->scalars[0];
             for (long long l24 = 0; l24 < 1; l24++) {
                 (arena + 163853)[l24] = ((arena + 131081)[l24] + (arena + 163852)[0]);
             }
@@ -909,6 +1273,8 @@ void dt_layernorm_16k_f16(const dt_args* args, long long first, long long last) 
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 4)) continue; /* past the end of a short group */
+        (arena + 32770)[0] = (float)s1;
+        (arena + 163852)[0] = args->scalars[0];
         /* block(x:4) layernorm_16k.tensorize(x:1) num_stages(2) */
         for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 1) {
             /* rsum identity */
@@ -931,7 +1297,6 @@ void dt_layernorm_16k_f16(const dt_args* args, long long first, long long last) 
             for (long long l9 = 0; l9 < 1; l9++) {
                 (arena + 32769)[l9] = (arena + 245775)[l9];
             }
-            (arena + 32770)[0] = (float)s1;
             for (long long l10 = 0; l10 < 1; l10++) {
                 (arena + 32771)[l10] = ((arena + 32769)[l10] / (arena + 32770)[0]);
             }
@@ -968,7 +1333,6 @@ void dt_layernorm_16k_f16(const dt_args* args, long long first, long long last) 
             for (long long l23 = 0; l23 < 1; l23++) {
                 (arena + 131081)[l23] = ((arena + 131079)[l23] / (arena + 32770)[0]);
             }
-            (arena + 163852)[0] = args->scalars[0];
             for (long long l24 = 0; l24 < 1; l24++) {
                 (arena + 163853)[l24] = ((arena + 131081)[l24] + (arena + 163852)[0]);
             }
@@ -1024,6 +1388,8 @@ void dt_layernorm_16k_bf16(const dt_args* args, long long first, long long last)
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 4)) continue; /* past the end of a short group */
+        (arena + 32770)[0] = (float)s1;
+        (arena + 163852)[0] = args->scalars[0];
         /* block(x:4) layernorm_16k.tensorize(x:1) num_stages(2) */
         for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 1) {
             /* rsum identity */
@@ -1046,7 +1412,6 @@ void dt_layernorm_16k_bf16(const dt_args* args, long long first, long long last)
             for (long long l9 = 0; l9 < 1; l9++) {
                 (arena + 32769)[l9] = (arena + 245775)[l9];
             }
-            (arena + 32770)[0] = (float)s1;
             for (long long l10 = 0; l10 < 1; l10++) {
                 (arena + 32771)[l10] = ((arena + 32769)[l10] / (arena + 32770)[0]);
             }
@@ -1083,7 +1448,6 @@ void dt_layernorm_16k_bf16(const dt_args* args, long long first, long long last)
             for (long long l23 = 0; l23 < 1; l23++) {
                 (arena + 131081)[l23] = ((arena + 131079)[l23] / (arena + 32770)[0]);
             }
-            (arena + 163852)[0] = args->scalars[0];
             for (long long l24 = 0; l24 < 1; l24++) {
                 (arena + 163853)[l24] = ((arena + 131081)[l24] + (arena + 163852)[0]);
             }
@@ -1129,7 +1493,7 @@ void dt_layernorm_f16(const dt_args* args, long long first, long long last) {
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* W */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* B */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* layernorm */
-    float* arena = (float*)malloc(sizeof(float) * 614421);
+    float* arena = (float*)malloc(sizeof(float) * 606228);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1139,180 +1503,181 @@ void dt_layernorm_f16(const dt_args* args, long long first, long long last) {
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
+        (arena + 16386)[0] = (float)s1;
+        for (long long l1 = 0; l1 < 8192; l1++) {
+            (arena + 163855)[l1] = 1e0f;
+        }
+        (arena + 196623)[0] = 1e0f;
+        (arena + 81932)[0] = args->scalars[0];
         /* block(x:1) layernorm.tensorize(x:0) */
-        for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        for (long long o2 = b0 * 1; o2 < dt_min_ll(b0 * 1 + 1, s0); o2 += 1) {
             /* rsum identity */
-            for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 581649)[l2] = 0e0f;
+            for (long long l3 = 0; l3 < 1; l3++) {
+                (arena + 573456)[l3] = 0e0f;
             }
             /* partial rsum over y, by runs of 8 lanes */
-            for (long long l3 = 0; l3 < 1; l3++) {
-                for (long long l4 = 0; l4 < 8192; l4++) {
-                    (arena + 581653)[l3 * 8192 + l4] = 0e0f;
+            for (long long l4 = 0; l4 < 1; l4++) {
+                for (long long l5 = 0; l5 < 8192; l5++) {
+                    (arena + 573460)[l4 * 8192 + l5] = 0e0f;
                 }
             }
-            (arena + 16386)[0] = (float)s1;
             /* rsum identity */
-            for (long long l5 = 0; l5 < 1; l5++) {
-                (arena + 581651)[l5] = 0e0f;
+            for (long long l6 = 0; l6 < 1; l6++) {
+                (arena + 573458)[l6] = 0e0f;
             }
             /* partial rsum over y, by runs of 8 lanes */
-            for (long long l6 = 0; l6 < 1; l6++) {
-                for (long long l7 = 0; l7 < 8192; l7++) {
-                    (arena + 589845)[l6 * 8192 + l7] = 0e0f;
+            for (long long l7 = 0; l7 < 1; l7++) {
+                for (long long l8 = 0; l8 < 8192; l8++) {
+                    (arena + 581652)[l7 * 8192 + l8] = 0e0f;
                 }
             }
             /* run count over y */
-            for (long long l8 = 0; l8 < 1; l8++) {
-                for (long long l9 = 0; l9 < 8192; l9++) {
-                    (arena + 598037)[l8 * 8192 + l9] = 0e0f;
+            for (long long l9 = 0; l9 < 1; l9++) {
+                for (long long l10 = 0; l10 < 8192; l10++) {
+                    (arena + 589844)[l9 * 8192 + l10] = 0e0f;
                 }
             }
             /* run running mean over y */
-            for (long long l10 = 0; l10 < 1; l10++) {
-                for (long long l11 = 0; l11 < 8192; l11++) {
-                    (arena + 606229)[l10 * 8192 + l11] = 0e0f;
+            for (long long l11 = 0; l11 < 1; l11++) {
+                for (long long l12 = 0; l12 < 8192; l12++) {
+                    (arena + 598036)[l11 * 8192 + l12] = 0e0f;
                 }
             }
             /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
-            for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
-                for (long long l13 = 0; l13 < 1; l13++) {
-                    for (long long l14 = 0; l14 < 8192; l14++) {
-                        (arena + 393232)[l13 * 8192 + l14] = (arena + 598037)[l13 * 8192 + l14];
+            for (long long o13 = 0; o13 < (s1 / 8192) * 8192; o13 += 8192) {
+                for (long long l14 = 0; l14 < 1; l14++) {
+                    for (long long l15 = 0; l15 < 8192; l15++) {
+                        (arena + 393232)[l14 * 8192 + l15] = (arena + 589844)[l14 * 8192 + l15];
                     }
                 }
-                for (long long l15 = 0; l15 < 1; l15++) {
-                    for (long long l16 = 0; l16 < 8192; l16++) {
-                        (arena + 401424)[l15 * 8192 + l16] = (arena + 606229)[l15 * 8192 + l16];
+                for (long long l16 = 0; l16 < 1; l16++) {
+                    for (long long l17 = 0; l17 < 8192; l17++) {
+                        (arena + 401424)[l16 * 8192 + l17] = (arena + 598036)[l16 * 8192 + l17];
                     }
                 }
-                for (long long l17 = 0; l17 < 1; l17++) {
-                    for (long long l18 = 0; l18 < 8192; l18++) {
-                        (arena + 409616)[l17 * 8192 + l18] = (o1 + l17 < s0 && o12 + l18 < s1) ? dt_load_f16(in0[(o1 + l17) * args->input_strides[0][0] + (o12 + l18) * args->input_strides[0][1]]) : 0e0f;
+                for (long long l18 = 0; l18 < 1; l18++) {
+                    for (long long l19 = 0; l19 < 8192; l19++) {
+                        (arena + 409616)[l18 * 8192 + l19] = (o2 + l18 < s0 && o13 + l19 < s1) ? dt_load_f16(in0[(o2 + l18) * args->input_strides[0][0] + (o13 + l19) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l19 = 0; l19 < 1; l19++) {
-                    for (long long l20 = 0; l20 < 8192; l20++) {
-                        const long long f23 = l20 - l20 % 8;
-                        float a22 = 0e0f;
-                        for (long long r21 = f23; r21 < f23 + 8 && r21 < 8192; r21++) a22 = a22 + (arena + 409616)[l19 * 8192 + l20 + (r21 - l20) * 1];
-                        (arena + 417808)[l19 * 8192 + l20] = a22;
+                for (long long l20 = 0; l20 < 1; l20++) {
+                    for (long long l21 = 0; l21 < 8192; l21++) {
+                        const long long f24 = l21 - l21 % 8;
+                        float a23 = 0e0f;
+                        for (long long r22 = f24; r22 < f24 + 8 && r22 < 8192; r22++) a23 = a23 + (arena + 409616)[l20 * 8192 + l21 + (r22 - l21) * 1];
+                        (arena + 417808)[l20 * 8192 + l21] = a23;
                     }
                 }
-                for (long long l24 = 0; l24 < 1; l24++) {
-                    for (long long l25 = 0; l25 < 8192; l25++) {
-                        (arena + 581653)[l24 * 8192 + l25] = (arena + 581653)[l24 * 8192 + l25] + (arena + 417808)[l24 * 8192 + l25];
+                for (long long l25 = 0; l25 < 1; l25++) {
+                    for (long long l26 = 0; l26 < 8192; l26++) {
+                        (arena + 573460)[l25 * 8192 + l26] = (arena + 573460)[l25 * 8192 + l26] + (arena + 417808)[l25 * 8192 + l26];
                     }
-                }
-                for (long long l26 = 0; l26 < 8192; l26++) {
-                    (arena + 426000)[l26] = 1e0f;
                 }
                 for (long long l27 = 0; l27 < 8192; l27++) {
                     const long long f30 = l27 - l27 % 8;
                     float a29 = 0e0f;
-                    for (long long r28 = f30; r28 < f30 + 8 && r28 < 8192; r28++) a29 = a29 + (arena + 426000)[l27 + (r28 - l27) * 1];
-                    (arena + 434192)[l27] = a29;
+                    for (long long r28 = f30; r28 < f30 + 8 && r28 < 8192; r28++) a29 = a29 + (arena + 163855)[l27 + (r28 - l27) * 1];
+                    (arena + 426000)[l27] = a29;
                 }
-                (arena + 442384)[0] = 1e0f;
                 for (long long l31 = 0; l31 < 8192; l31++) {
-                    (arena + 442385)[l31] = fmaxf((arena + 434192)[l31], (arena + 442384)[0]);
+                    (arena + 434192)[l31] = fmaxf((arena + 426000)[l31], (arena + 196623)[0]);
                 }
                 for (long long l32 = 0; l32 < 1; l32++) {
                     for (long long l33 = 0; l33 < 8192; l33++) {
-                        (arena + 450577)[l32 * 8192 + l33] = ((arena + 417808)[l32 * 8192 + l33] / (arena + 442385)[l33]);
+                        (arena + 442384)[l32 * 8192 + l33] = ((arena + 417808)[l32 * 8192 + l33] / (arena + 434192)[l33]);
                     }
                 }
                 for (long long l34 = 0; l34 < 1; l34++) {
                     for (long long l35 = 0; l35 < 8192; l35++) {
-                        (arena + 458769)[l34 * 8192 + l35] = ((arena + 409616)[l34 * 8192 + l35] - (arena + 450577)[l34 * 8192 + l35]);
+                        (arena + 450576)[l34 * 8192 + l35] = ((arena + 409616)[l34 * 8192 + l35] - (arena + 442384)[l34 * 8192 + l35]);
                     }
                 }
                 for (long long l36 = 0; l36 < 1; l36++) {
                     for (long long l37 = 0; l37 < 8192; l37++) {
-                        (arena + 466961)[l36 * 8192 + l37] = ((arena + 458769)[l36 * 8192 + l37] * (arena + 426000)[l37]);
+                        (arena + 458768)[l36 * 8192 + l37] = ((arena + 450576)[l36 * 8192 + l37] * (arena + 163855)[l37]);
                     }
                 }
                 for (long long l38 = 0; l38 < 1; l38++) {
                     for (long long l39 = 0; l39 < 8192; l39++) {
-                        (arena + 475153)[l38 * 8192 + l39] = ((arena + 466961)[l38 * 8192 + l39] * (arena + 466961)[l38 * 8192 + l39]);
+                        (arena + 466960)[l38 * 8192 + l39] = ((arena + 458768)[l38 * 8192 + l39] * (arena + 458768)[l38 * 8192 + l39]);
                     }
                 }
                 for (long long l40 = 0; l40 < 1; l40++) {
                     for (long long l41 = 0; l41 < 8192; l41++) {
                         const long long f44 = l41 - l41 % 8;
                         float a43 = 0e0f;
-                        for (long long r42 = f44; r42 < f44 + 8 && r42 < 8192; r42++) a43 = a43 + (arena + 475153)[l40 * 8192 + l41 + (r42 - l41) * 1];
-                        (arena + 483345)[l40 * 8192 + l41] = a43;
+                        for (long long r42 = f44; r42 < f44 + 8 && r42 < 8192; r42++) a43 = a43 + (arena + 466960)[l40 * 8192 + l41 + (r42 - l41) * 1];
+                        (arena + 475152)[l40 * 8192 + l41] = a43;
                     }
                 }
                 for (long long l45 = 0; l45 < 1; l45++) {
                     for (long long l46 = 0; l46 < 8192; l46++) {
-                        (arena + 491537)[l45 * 8192 + l46] = ((arena + 393232)[l45 * 8192 + l46] + (arena + 434192)[l46]);
+                        (arena + 483344)[l45 * 8192 + l46] = ((arena + 393232)[l45 * 8192 + l46] + (arena + 426000)[l46]);
                     }
                 }
                 for (long long l47 = 0; l47 < 1; l47++) {
                     for (long long l48 = 0; l48 < 8192; l48++) {
-                        (arena + 598037)[l47 * 8192 + l48] = (arena + 491537)[l47 * 8192 + l48];
+                        (arena + 589844)[l47 * 8192 + l48] = (arena + 483344)[l47 * 8192 + l48];
                     }
                 }
                 for (long long l49 = 0; l49 < 1; l49++) {
                     for (long long l50 = 0; l50 < 8192; l50++) {
-                        (arena + 499729)[l49 * 8192 + l50] = fmaxf((arena + 491537)[l49 * 8192 + l50], (arena + 442384)[0]);
+                        (arena + 491536)[l49 * 8192 + l50] = fmaxf((arena + 483344)[l49 * 8192 + l50], (arena + 196623)[0]);
                     }
                 }
                 for (long long l51 = 0; l51 < 1; l51++) {
                     for (long long l52 = 0; l52 < 8192; l52++) {
-                        (arena + 507921)[l51 * 8192 + l52] = ((arena + 434192)[l52] / (arena + 499729)[l51 * 8192 + l52]);
+                        (arena + 499728)[l51 * 8192 + l52] = ((arena + 426000)[l52] / (arena + 491536)[l51 * 8192 + l52]);
                     }
                 }
                 for (long long l53 = 0; l53 < 1; l53++) {
                     for (long long l54 = 0; l54 < 8192; l54++) {
-                        (arena + 516113)[l53 * 8192 + l54] = ((arena + 450577)[l53 * 8192 + l54] - (arena + 401424)[l53 * 8192 + l54]);
+                        (arena + 507920)[l53 * 8192 + l54] = ((arena + 442384)[l53 * 8192 + l54] - (arena + 401424)[l53 * 8192 + l54]);
                     }
                 }
                 for (long long l55 = 0; l55 < 1; l55++) {
                     for (long long l56 = 0; l56 < 8192; l56++) {
-                        (arena + 524305)[l55 * 8192 + l56] = ((arena + 516113)[l55 * 8192 + l56] * (arena + 507921)[l55 * 8192 + l56]);
+                        (arena + 516112)[l55 * 8192 + l56] = ((arena + 507920)[l55 * 8192 + l56] * (arena + 499728)[l55 * 8192 + l56]);
                     }
                 }
                 for (long long l57 = 0; l57 < 1; l57++) {
                     for (long long l58 = 0; l58 < 8192; l58++) {
-                        (arena + 532497)[l57 * 8192 + l58] = ((arena + 401424)[l57 * 8192 + l58] + (arena + 524305)[l57 * 8192 + l58]);
+                        (arena + 524304)[l57 * 8192 + l58] = ((arena + 401424)[l57 * 8192 + l58] + (arena + 516112)[l57 * 8192 + l58]);
                     }
                 }
                 for (long long l59 = 0; l59 < 1; l59++) {
                     for (long long l60 = 0; l60 < 8192; l60++) {
-                        (arena + 606229)[l59 * 8192 + l60] = (arena + 532497)[l59 * 8192 + l60];
+                        (arena + 598036)[l59 * 8192 + l60] = (arena + 524304)[l59 * 8192 + l60];
                     }
                 }
                 for (long long l61 = 0; l61 < 1; l61++) {
                     for (long long l62 = 0; l62 < 8192; l62++) {
-                        (arena + 540689)[l61 * 8192 + l62] = ((arena + 524305)[l61 * 8192 + l62] * (arena + 516113)[l61 * 8192 + l62]);
+                        (arena + 532496)[l61 * 8192 + l62] = ((arena + 516112)[l61 * 8192 + l62] * (arena + 507920)[l61 * 8192 + l62]);
                     }
                 }
                 for (long long l63 = 0; l63 < 1; l63++) {
                     for (long long l64 = 0; l64 < 8192; l64++) {
-                        (arena + 548881)[l63 * 8192 + l64] = ((arena + 540689)[l63 * 8192 + l64] * (arena + 393232)[l63 * 8192 + l64]);
+                        (arena + 540688)[l63 * 8192 + l64] = ((arena + 532496)[l63 * 8192 + l64] * (arena + 393232)[l63 * 8192 + l64]);
                     }
                 }
                 for (long long l65 = 0; l65 < 1; l65++) {
                     for (long long l66 = 0; l66 < 8192; l66++) {
-                        (arena + 557073)[l65 * 8192 + l66] = (arena + 589845)[l65 * 8192 + l66];
+                        (arena + 548880)[l65 * 8192 + l66] = (arena + 581652)[l65 * 8192 + l66];
                     }
                 }
                 for (long long l67 = 0; l67 < 1; l67++) {
                     for (long long l68 = 0; l68 < 8192; l68++) {
-                        (arena + 565265)[l67 * 8192 + l68] = ((arena + 557073)[l67 * 8192 + l68] + (arena + 483345)[l67 * 8192 + l68]);
+                        (arena + 557072)[l67 * 8192 + l68] = ((arena + 548880)[l67 * 8192 + l68] + (arena + 475152)[l67 * 8192 + l68]);
                     }
                 }
                 for (long long l69 = 0; l69 < 1; l69++) {
                     for (long long l70 = 0; l70 < 8192; l70++) {
-                        (arena + 573457)[l69 * 8192 + l70] = ((arena + 565265)[l69 * 8192 + l70] + (arena + 548881)[l69 * 8192 + l70]);
+                        (arena + 565264)[l69 * 8192 + l70] = ((arena + 557072)[l69 * 8192 + l70] + (arena + 540688)[l69 * 8192 + l70]);
                     }
                 }
                 for (long long l71 = 0; l71 < 1; l71++) {
                     for (long long l72 = 0; l72 < 8192; l72++) {
-                        (arena + 589845)[l71 * 8192 + l72] = (arena + 573457)[l71 * 8192 + l72];
+                        (arena + 581652)[l71 * 8192 + l72] = (arena + 565264)[l71 * 8192 + l72];
                     }
                 }
             }
@@ -1320,17 +1685,17 @@ void dt_layernorm_f16(const dt_args* args, long long first, long long last) {
             for (long long o73 = (s1 / 8192) * 8192; o73 < s1; o73 += 8192) {
                 for (long long l74 = 0; l74 < 1; l74++) {
                     for (long long l75 = 0; l75 < 8192; l75++) {
-                        (arena + 139279)[l74 * 8192 + l75] = (arena + 598037)[l74 * 8192 + l75];
+                        (arena + 139279)[l74 * 8192 + l75] = (arena + 589844)[l74 * 8192 + l75];
                     }
                 }
                 for (long long l76 = 0; l76 < 1; l76++) {
                     for (long long l77 = 0; l77 < 8192; l77++) {
-                        (arena + 147471)[l76 * 8192 + l77] = (arena + 606229)[l76 * 8192 + l77];
+                        (arena + 147471)[l76 * 8192 + l77] = (arena + 598036)[l76 * 8192 + l77];
                     }
                 }
                 for (long long l78 = 0; l78 < 1; l78++) {
                     for (long long l79 = 0; l79 < 8192; l79++) {
-                        (arena + 0)[l78 * 8192 + l79] = (o1 + l78 < s0 && o73 + l79 < s1) ? dt_load_f16(in0[(o1 + l78) * args->input_strides[0][0] + (o73 + l79) * args->input_strides[0][1]]) : 0e0f;
+                        (arena + 0)[l78 * 8192 + l79] = (o2 + l78 < s0 && o73 + l79 < s1) ? dt_load_f16(in0[(o2 + l78) * args->input_strides[0][0] + (o73 + l79) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l80 = 0; l80 < 1; l80++) {
@@ -1343,235 +1708,230 @@ void dt_layernorm_f16(const dt_args* args, long long first, long long last) {
                 }
                 for (long long l85 = 0; l85 < 1; l85++) {
                     for (long long l86 = 0; l86 < 8192; l86++) {
-                        (arena + 581653)[l85 * 8192 + l86] = (arena + 581653)[l85 * 8192 + l86] + (arena + 155663)[l85 * 8192 + l86];
+                        (arena + 573460)[l85 * 8192 + l86] = (arena + 573460)[l85 * 8192 + l86] + (arena + 155663)[l85 * 8192 + l86];
                     }
                 }
                 for (long long l87 = 0; l87 < 8192; l87++) {
-                    (arena + 163855)[l87] = 1e0f;
+                    (arena + 172047)[l87] = (o73 + l87 < s1) ? (arena + 163855)[l87] : 0e0f;
                 }
                 for (long long l88 = 0; l88 < 8192; l88++) {
-                    (arena + 172047)[l88] = (o73 + l88 < s1) ? (arena + 163855)[l88] : 0e0f;
+                    const long long f91 = l88 - l88 % 8;
+                    float a90 = 0e0f;
+                    for (long long r89 = f91; r89 < f91 + 8 && r89 < 8192; r89++) a90 = a90 + (arena + 172047)[l88 + (r89 - l88) * 1];
+                    (arena + 180239)[l88] = a90;
                 }
-                for (long long l89 = 0; l89 < 8192; l89++) {
-                    const long long f92 = l89 - l89 % 8;
-                    float a91 = 0e0f;
-                    for (long long r90 = f92; r90 < f92 + 8 && r90 < 8192; r90++) a91 = a91 + (arena + 172047)[l89 + (r90 - l89) * 1];
-                    (arena + 180239)[l89] = a91;
+                for (long long l92 = 0; l92 < 8192; l92++) {
+                    (arena + 196624)[l92] = fmaxf((arena + 180239)[l92], (arena + 196623)[0]);
                 }
-                (arena + 196623)[0] = 1e0f;
-                for (long long l93 = 0; l93 < 8192; l93++) {
-                    (arena + 196624)[l93] = fmaxf((arena + 180239)[l93], (arena + 196623)[0]);
-                }
-                for (long long l94 = 0; l94 < 1; l94++) {
-                    for (long long l95 = 0; l95 < 8192; l95++) {
-                        (arena + 204816)[l94 * 8192 + l95] = ((arena + 155663)[l94 * 8192 + l95] / (arena + 196624)[l95]);
+                for (long long l93 = 0; l93 < 1; l93++) {
+                    for (long long l94 = 0; l94 < 8192; l94++) {
+                        (arena + 204816)[l93 * 8192 + l94] = ((arena + 155663)[l93 * 8192 + l94] / (arena + 196624)[l94]);
                     }
                 }
-                for (long long l96 = 0; l96 < 1; l96++) {
-                    for (long long l97 = 0; l97 < 8192; l97++) {
-                        (arena + 213008)[l96 * 8192 + l97] = ((arena + 0)[l96 * 8192 + l97] - (arena + 204816)[l96 * 8192 + l97]);
+                for (long long l95 = 0; l95 < 1; l95++) {
+                    for (long long l96 = 0; l96 < 8192; l96++) {
+                        (arena + 213008)[l95 * 8192 + l96] = ((arena + 0)[l95 * 8192 + l96] - (arena + 204816)[l95 * 8192 + l96]);
                     }
                 }
-                for (long long l98 = 0; l98 < 1; l98++) {
-                    for (long long l99 = 0; l99 < 8192; l99++) {
-                        (arena + 221200)[l98 * 8192 + l99] = ((arena + 213008)[l98 * 8192 + l99] * (arena + 172047)[l99]);
+                for (long long l97 = 0; l97 < 1; l97++) {
+                    for (long long l98 = 0; l98 < 8192; l98++) {
+                        (arena + 221200)[l97 * 8192 + l98] = ((arena + 213008)[l97 * 8192 + l98] * (arena + 172047)[l98]);
                     }
                 }
-                for (long long l100 = 0; l100 < 1; l100++) {
-                    for (long long l101 = 0; l101 < 8192; l101++) {
-                        (arena + 229392)[l100 * 8192 + l101] = ((arena + 221200)[l100 * 8192 + l101] * (arena + 221200)[l100 * 8192 + l101]);
+                for (long long l99 = 0; l99 < 1; l99++) {
+                    for (long long l100 = 0; l100 < 8192; l100++) {
+                        (arena + 229392)[l99 * 8192 + l100] = ((arena + 221200)[l99 * 8192 + l100] * (arena + 221200)[l99 * 8192 + l100]);
                     }
                 }
-                for (long long l102 = 0; l102 < 1; l102++) {
-                    for (long long l103 = 0; l103 < 8192; l103++) {
-                        const long long f106 = l103 - l103 % 8;
-                        float a105 = 0e0f;
-                        for (long long r104 = f106; r104 < f106 + 8 && r104 < 8192; r104++) a105 = a105 + (arena + 229392)[l102 * 8192 + l103 + (r104 - l103) * 1];
-                        (arena + 237584)[l102 * 8192 + l103] = a105;
+                for (long long l101 = 0; l101 < 1; l101++) {
+                    for (long long l102 = 0; l102 < 8192; l102++) {
+                        const long long f105 = l102 - l102 % 8;
+                        float a104 = 0e0f;
+                        for (long long r103 = f105; r103 < f105 + 8 && r103 < 8192; r103++) a104 = a104 + (arena + 229392)[l101 * 8192 + l102 + (r103 - l102) * 1];
+                        (arena + 237584)[l101 * 8192 + l102] = a104;
                     }
                 }
-                for (long long l107 = 0; l107 < 1; l107++) {
-                    for (long long l108 = 0; l108 < 8192; l108++) {
-                        (arena + 245776)[l107 * 8192 + l108] = ((arena + 139279)[l107 * 8192 + l108] + (arena + 180239)[l108]);
+                for (long long l106 = 0; l106 < 1; l106++) {
+                    for (long long l107 = 0; l107 < 8192; l107++) {
+                        (arena + 245776)[l106 * 8192 + l107] = ((arena + 139279)[l106 * 8192 + l107] + (arena + 180239)[l107]);
                     }
                 }
-                for (long long l109 = 0; l109 < 1; l109++) {
-                    for (long long l110 = 0; l110 < 8192; l110++) {
-                        (arena + 598037)[l109 * 8192 + l110] = (arena + 245776)[l109 * 8192 + l110];
+                for (long long l108 = 0; l108 < 1; l108++) {
+                    for (long long l109 = 0; l109 < 8192; l109++) {
+                        (arena + 589844)[l108 * 8192 + l109] = (arena + 245776)[l108 * 8192 + l109];
                     }
                 }
-                for (long long l111 = 0; l111 < 1; l111++) {
-                    for (long long l112 = 0; l112 < 8192; l112++) {
-                        (arena + 253968)[l111 * 8192 + l112] = fmaxf((arena + 245776)[l111 * 8192 + l112], (arena + 196623)[0]);
+                for (long long l110 = 0; l110 < 1; l110++) {
+                    for (long long l111 = 0; l111 < 8192; l111++) {
+                        (arena + 253968)[l110 * 8192 + l111] = fmaxf((arena + 245776)[l110 * 8192 + l111], (arena + 196623)[0]);
                     }
                 }
-                for (long long l113 = 0; l113 < 1; l113++) {
-                    for (long long l114 = 0; l114 < 8192; l114++) {
-                        (arena + 262160)[l113 * 8192 + l114] = ((arena + 180239)[l114] / (arena + 253968)[l113 * 8192 + l114]);
+                for (long long l112 = 0; l112 < 1; l112++) {
+                    for (long long l113 = 0; l113 < 8192; l113++) {
+                        (arena + 262160)[l112 * 8192 + l113] = ((arena + 180239)[l113] / (arena + 253968)[l112 * 8192 + l113]);
                     }
                 }
-                for (long long l115 = 0; l115 < 1; l115++) {
-                    for (long long l116 = 0; l116 < 8192; l116++) {
-                        (arena + 270352)[l115 * 8192 + l116] = ((arena + 204816)[l115 * 8192 + l116] - (arena + 147471)[l115 * 8192 + l116]);
+                for (long long l114 = 0; l114 < 1; l114++) {
+                    for (long long l115 = 0; l115 < 8192; l115++) {
+                        (arena + 270352)[l114 * 8192 + l115] = ((arena + 204816)[l114 * 8192 + l115] - (arena + 147471)[l114 * 8192 + l115]);
                     }
                 }
-                for (long long l117 = 0; l117 < 1; l117++) {
-                    for (long long l118 = 0; l118 < 8192; l118++) {
-                        (arena + 278544)[l117 * 8192 + l118] = ((arena + 270352)[l117 * 8192 + l118] * (arena + 262160)[l117 * 8192 + l118]);
+                for (long long l116 = 0; l116 < 1; l116++) {
+                    for (long long l117 = 0; l117 < 8192; l117++) {
+                        (arena + 278544)[l116 * 8192 + l117] = ((arena + 270352)[l116 * 8192 + l117] * (arena + 262160)[l116 * 8192 + l117]);
                     }
                 }
-                for (long long l119 = 0; l119 < 1; l119++) {
-                    for (long long l120 = 0; l120 < 8192; l120++) {
-                        (arena + 286736)[l119 * 8192 + l120] = ((arena + 147471)[l119 * 8192 + l120] + (arena + 278544)[l119 * 8192 + l120]);
+                for (long long l118 = 0; l118 < 1; l118++) {
+                    for (long long l119 = 0; l119 < 8192; l119++) {
+                        (arena + 286736)[l118 * 8192 + l119] = ((arena + 147471)[l118 * 8192 + l119] + (arena + 278544)[l118 * 8192 + l119]);
                     }
                 }
-                for (long long l121 = 0; l121 < 1; l121++) {
-                    for (long long l122 = 0; l122 < 8192; l122++) {
-                        (arena + 606229)[l121 * 8192 + l122] = (arena + 286736)[l121 * 8192 + l122];
+                for (long long l120 = 0; l120 < 1; l120++) {
+                    for (long long l121 = 0; l121 < 8192; l121++) {
+                        (arena + 598036)[l120 * 8192 + l121] = (arena + 286736)[l120 * 8192 + l121];
                     }
                 }
-                for (long long l123 = 0; l123 < 1; l123++) {
-                    for (long long l124 = 0; l124 < 8192; l124++) {
-                        (arena + 294928)[l123 * 8192 + l124] = ((arena + 278544)[l123 * 8192 + l124] * (arena + 270352)[l123 * 8192 + l124]);
+                for (long long l122 = 0; l122 < 1; l122++) {
+                    for (long long l123 = 0; l123 < 8192; l123++) {
+                        (arena + 294928)[l122 * 8192 + l123] = ((arena + 278544)[l122 * 8192 + l123] * (arena + 270352)[l122 * 8192 + l123]);
                     }
                 }
-                for (long long l125 = 0; l125 < 1; l125++) {
-                    for (long long l126 = 0; l126 < 8192; l126++) {
-                        (arena + 303120)[l125 * 8192 + l126] = ((arena + 294928)[l125 * 8192 + l126] * (arena + 139279)[l125 * 8192 + l126]);
+                for (long long l124 = 0; l124 < 1; l124++) {
+                    for (long long l125 = 0; l125 < 8192; l125++) {
+                        (arena + 303120)[l124 * 8192 + l125] = ((arena + 294928)[l124 * 8192 + l125] * (arena + 139279)[l124 * 8192 + l125]);
                     }
                 }
-                for (long long l127 = 0; l127 < 1; l127++) {
-                    for (long long l128 = 0; l128 < 8192; l128++) {
-                        (arena + 311312)[l127 * 8192 + l128] = (arena + 589845)[l127 * 8192 + l128];
+                for (long long l126 = 0; l126 < 1; l126++) {
+                    for (long long l127 = 0; l127 < 8192; l127++) {
+                        (arena + 311312)[l126 * 8192 + l127] = (arena + 581652)[l126 * 8192 + l127];
                     }
                 }
-                for (long long l129 = 0; l129 < 1; l129++) {
-                    for (long long l130 = 0; l130 < 8192; l130++) {
-                        (arena + 319504)[l129 * 8192 + l130] = ((arena + 311312)[l129 * 8192 + l130] + (arena + 237584)[l129 * 8192 + l130]);
+                for (long long l128 = 0; l128 < 1; l128++) {
+                    for (long long l129 = 0; l129 < 8192; l129++) {
+                        (arena + 319504)[l128 * 8192 + l129] = ((arena + 311312)[l128 * 8192 + l129] + (arena + 237584)[l128 * 8192 + l129]);
                     }
                 }
-                for (long long l131 = 0; l131 < 1; l131++) {
-                    for (long long l132 = 0; l132 < 8192; l132++) {
-                        (arena + 327696)[l131 * 8192 + l132] = ((arena + 319504)[l131 * 8192 + l132] + (arena + 303120)[l131 * 8192 + l132]);
+                for (long long l130 = 0; l130 < 1; l130++) {
+                    for (long long l131 = 0; l131 < 8192; l131++) {
+                        (arena + 327696)[l130 * 8192 + l131] = ((arena + 319504)[l130 * 8192 + l131] + (arena + 303120)[l130 * 8192 + l131]);
                     }
                 }
-                for (long long l133 = 0; l133 < 1; l133++) {
-                    for (long long l134 = 0; l134 < 8192; l134++) {
-                        (arena + 589845)[l133 * 8192 + l134] = (arena + 327696)[l133 * 8192 + l134];
+                for (long long l132 = 0; l132 < 1; l132++) {
+                    for (long long l133 = 0; l133 < 8192; l133++) {
+                        (arena + 581652)[l132 * 8192 + l133] = (arena + 327696)[l132 * 8192 + l133];
                     }
                 }
             }
-            for (long long l135 = 0; l135 < 1; l135++) {
-                for (long long l136 = 0; l136 < 8192; l136++) {
-                    (arena + 122895)[l135 * 8192 + l136] = (arena + 581653)[l135 * 8192 + l136];
+            for (long long l134 = 0; l134 < 1; l134++) {
+                for (long long l135 = 0; l135 < 8192; l135++) {
+                    (arena + 122895)[l134 * 8192 + l135] = (arena + 573460)[l134 * 8192 + l135];
                 }
             }
-            for (long long l137 = 0; l137 < 1; l137++) {
-                float a139 = 0e0f;
-                for (long long r138 = 0; r138 < 8192; r138 += 8) a139 = a139 + (arena + 122895)[l137 * 8192 + r138 * 1];
-                (arena + 16384)[l137] = a139;
+            for (long long l136 = 0; l136 < 1; l136++) {
+                float a138 = 0e0f;
+                for (long long r137 = 0; r137 < 8192; r137 += 8) a138 = a138 + (arena + 122895)[l136 * 8192 + r137 * 1];
+                (arena + 16384)[l136] = a138;
+            }
+            for (long long l139 = 0; l139 < 1; l139++) {
+                (arena + 573456)[l139] = (arena + 573456)[l139] + (arena + 16384)[l139];
             }
             for (long long l140 = 0; l140 < 1; l140++) {
-                (arena + 581649)[l140] = (arena + 581649)[l140] + (arena + 16384)[l140];
+                (arena + 16385)[l140] = (arena + 573456)[l140];
             }
             for (long long l141 = 0; l141 < 1; l141++) {
-                (arena + 16385)[l141] = (arena + 581649)[l141];
+                (arena + 16387)[l141] = ((arena + 16385)[l141] / (arena + 16386)[0]);
             }
             for (long long l142 = 0; l142 < 1; l142++) {
-                (arena + 16387)[l142] = ((arena + 16385)[l142] / (arena + 16386)[0]);
-            }
-            for (long long l143 = 0; l143 < 1; l143++) {
-                for (long long l144 = 0; l144 < 8192; l144++) {
-                    (arena + 335888)[l143 * 8192 + l144] = (arena + 589845)[l143 * 8192 + l144];
+                for (long long l143 = 0; l143 < 8192; l143++) {
+                    (arena + 335888)[l142 * 8192 + l143] = (arena + 581652)[l142 * 8192 + l143];
                 }
             }
-            for (long long l145 = 0; l145 < 1; l145++) {
-                for (long long l146 = 0; l146 < 8192; l146++) {
-                    (arena + 344080)[l145 * 8192 + l146] = (arena + 598037)[l145 * 8192 + l146];
+            for (long long l144 = 0; l144 < 1; l144++) {
+                for (long long l145 = 0; l145 < 8192; l145++) {
+                    (arena + 344080)[l144 * 8192 + l145] = (arena + 589844)[l144 * 8192 + l145];
                 }
             }
-            for (long long l147 = 0; l147 < 1; l147++) {
-                for (long long l148 = 0; l148 < 8192; l148++) {
-                    (arena + 352272)[l147 * 8192 + l148] = (arena + 606229)[l147 * 8192 + l148];
+            for (long long l146 = 0; l146 < 1; l146++) {
+                for (long long l147 = 0; l147 < 8192; l147++) {
+                    (arena + 352272)[l146 * 8192 + l147] = (arena + 598036)[l146 * 8192 + l147];
                 }
             }
-            for (long long l149 = 0; l149 < 1; l149++) {
-                for (long long l150 = 0; l150 < 8192; l150++) {
-                    (arena + 360464)[l149 * 8192 + l150] = ((arena + 352272)[l149 * 8192 + l150] - (arena + 16387)[l149]);
+            for (long long l148 = 0; l148 < 1; l148++) {
+                for (long long l149 = 0; l149 < 8192; l149++) {
+                    (arena + 360464)[l148 * 8192 + l149] = ((arena + 352272)[l148 * 8192 + l149] - (arena + 16387)[l148]);
                 }
             }
-            for (long long l151 = 0; l151 < 1; l151++) {
-                for (long long l152 = 0; l152 < 8192; l152++) {
-                    (arena + 368656)[l151 * 8192 + l152] = ((arena + 360464)[l151 * 8192 + l152] * (arena + 360464)[l151 * 8192 + l152]);
+            for (long long l150 = 0; l150 < 1; l150++) {
+                for (long long l151 = 0; l151 < 8192; l151++) {
+                    (arena + 368656)[l150 * 8192 + l151] = ((arena + 360464)[l150 * 8192 + l151] * (arena + 360464)[l150 * 8192 + l151]);
                 }
             }
-            for (long long l153 = 0; l153 < 1; l153++) {
-                for (long long l154 = 0; l154 < 8192; l154++) {
-                    (arena + 376848)[l153 * 8192 + l154] = ((arena + 344080)[l153 * 8192 + l154] * (arena + 368656)[l153 * 8192 + l154]);
+            for (long long l152 = 0; l152 < 1; l152++) {
+                for (long long l153 = 0; l153 < 8192; l153++) {
+                    (arena + 376848)[l152 * 8192 + l153] = ((arena + 344080)[l152 * 8192 + l153] * (arena + 368656)[l152 * 8192 + l153]);
                 }
             }
-            for (long long l155 = 0; l155 < 1; l155++) {
-                for (long long l156 = 0; l156 < 8192; l156++) {
-                    (arena + 385040)[l155 * 8192 + l156] = ((arena + 335888)[l155 * 8192 + l156] + (arena + 376848)[l155 * 8192 + l156]);
+            for (long long l154 = 0; l154 < 1; l154++) {
+                for (long long l155 = 0; l155 < 8192; l155++) {
+                    (arena + 385040)[l154 * 8192 + l155] = ((arena + 335888)[l154 * 8192 + l155] + (arena + 376848)[l154 * 8192 + l155]);
                 }
             }
-            for (long long l157 = 0; l157 < 1; l157++) {
-                float a159 = 0e0f;
-                for (long long r158 = 0; r158 < 8192; r158 += 8) a159 = a159 + (arena + 385040)[l157 * 8192 + r158 * 1];
-                (arena + 65542)[l157] = a159;
+            for (long long l156 = 0; l156 < 1; l156++) {
+                float a158 = 0e0f;
+                for (long long r157 = 0; r157 < 8192; r157 += 8) a158 = a158 + (arena + 385040)[l156 * 8192 + r157 * 1];
+                (arena + 65542)[l156] = a158;
+            }
+            for (long long l159 = 0; l159 < 1; l159++) {
+                (arena + 573458)[l159] = (arena + 573458)[l159] + (arena + 65542)[l159];
             }
             for (long long l160 = 0; l160 < 1; l160++) {
-                (arena + 581651)[l160] = (arena + 581651)[l160] + (arena + 65542)[l160];
+                (arena + 65543)[l160] = (arena + 573458)[l160];
             }
             for (long long l161 = 0; l161 < 1; l161++) {
-                (arena + 65543)[l161] = (arena + 581651)[l161];
+                (arena + 65545)[l161] = ((arena + 65543)[l161] / (arena + 16386)[0]);
             }
             for (long long l162 = 0; l162 < 1; l162++) {
-                (arena + 65545)[l162] = ((arena + 65543)[l162] / (arena + 16386)[0]);
+                (arena + 81933)[l162] = ((arena + 65545)[l162] + (arena + 81932)[0]);
+            }
+            for (long long l163 = 0; l163 < 1; l163++) {
+                (arena + 81934)[l163] = dt_rsqrt((arena + 81933)[l163]);
             }
             /* layernorm.tensorize(y:8192) num_stages(4) */
-            for (long long o163 = (dt_cdiv(s1, 8192) - 1) * 8192; o163 >= 0; o163 -= 8192) {
-                for (long long l164 = 0; l164 < 1; l164++) {
-                    for (long long l165 = 0; l165 < 8192; l165++) {
-                        (arena + 65546)[l164 * 8192 + l165] = (o1 + l164 < s0 && o163 + l165 < s1) ? dt_load_f16(in0[(o1 + l164) * args->input_strides[0][0] + (o163 + l165) * args->input_strides[0][1]]) : 0e0f;
+            for (long long o164 = (dt_cdiv(s1, 8192) - 1) * 8192; o164 >= 0; o164 -= 8192) {
+                for (long long l165 = 0; l165 < 1; l165++) {
+                    for (long long l166 = 0; l166 < 8192; l166++) {
+                        (arena + 65546)[l165 * 8192 + l166] = (o2 + l165 < s0 && o164 + l166 < s1) ? dt_load_f16(in0[(o2 + l165) * args->input_strides[0][0] + (o164 + l166) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l166 = 0; l166 < 1; l166++) {
-                    for (long long l167 = 0; l167 < 8192; l167++) {
-                        (arena + 73739)[l166 * 8192 + l167] = ((arena + 65546)[l166 * 8192 + l167] - (arena + 16387)[l166]);
+                for (long long l167 = 0; l167 < 1; l167++) {
+                    for (long long l168 = 0; l168 < 8192; l168++) {
+                        (arena + 73739)[l167 * 8192 + l168] = ((arena + 65546)[l167 * 8192 + l168] - (arena + 16387)[l167]);
                     }
-                }
-                (arena + 81932)[0] = args->scalars[0];
-                for (long long l168 = 0; l168 < 1; l168++) {
-                    (arena + 81933)[l168] = ((arena + 65545)[l168] + (arena + 81932)[0]);
                 }
                 for (long long l169 = 0; l169 < 1; l169++) {
-                    (arena + 81934)[l169] = dt_rsqrt((arena + 81933)[l169]);
-                }
-                for (long long l170 = 0; l170 < 1; l170++) {
-                    for (long long l171 = 0; l171 < 8192; l171++) {
-                        (arena + 81935)[l170 * 8192 + l171] = ((arena + 73739)[l170 * 8192 + l171] * (arena + 81934)[l170]);
+                    for (long long l170 = 0; l170 < 8192; l170++) {
+                        (arena + 81935)[l169 * 8192 + l170] = ((arena + 73739)[l169 * 8192 + l170] * (arena + 81934)[l169]);
                     }
                 }
-                for (long long l172 = 0; l172 < 8192; l172++) {
-                    (arena + 90127)[l172] = (o163 + l172 < s1) ? dt_load_f16(in1[(o163 + l172) * args->input_strides[1][0]]) : 0e0f;
+                for (long long l171 = 0; l171 < 8192; l171++) {
+                    (arena + 90127)[l171] = (o164 + l171 < s1) ? dt_load_f16(in1[(o164 + l171) * args->input_strides[1][0]]) : 0e0f;
                 }
-                for (long long l173 = 0; l173 < 1; l173++) {
-                    for (long long l174 = 0; l174 < 8192; l174++) {
-                        (arena + 98319)[l173 * 8192 + l174] = ((arena + 81935)[l173 * 8192 + l174] * (arena + 90127)[l174]);
+                for (long long l172 = 0; l172 < 1; l172++) {
+                    for (long long l173 = 0; l173 < 8192; l173++) {
+                        (arena + 98319)[l172 * 8192 + l173] = ((arena + 81935)[l172 * 8192 + l173] * (arena + 90127)[l173]);
                     }
                 }
-                for (long long l175 = 0; l175 < 8192; l175++) {
-                    (arena + 106511)[l175] = (o163 + l175 < s1) ? dt_load_f16(in2[(o163 + l175) * args->input_strides[2][0]]) : 0e0f;
+                for (long long l174 = 0; l174 < 8192; l174++) {
+                    (arena + 106511)[l174] = (o164 + l174 < s1) ? dt_load_f16(in2[(o164 + l174) * args->input_strides[2][0]]) : 0e0f;
                 }
-                for (long long l176 = 0; l176 < 1; l176++) {
-                    for (long long l177 = 0; l177 < 8192; l177++) {
-                        (arena + 114703)[l176 * 8192 + l177] = ((arena + 98319)[l176 * 8192 + l177] + (arena + 106511)[l177]);
+                for (long long l175 = 0; l175 < 1; l175++) {
+                    for (long long l176 = 0; l176 < 8192; l176++) {
+                        (arena + 114703)[l175 * 8192 + l176] = ((arena + 98319)[l175 * 8192 + l176] + (arena + 106511)[l176]);
                     }
                 }
-                for (long long l178 = 0; l178 < 1; l178++) {
-                    for (long long l179 = 0; l179 < 8192; l179++) {
-                        if (o1 + l178 < s0 && o163 + l179 < s1) out[(o1 + l178) * args->output_strides[0] + (o163 + l179) * args->output_strides[1]] = dt_store_f16((arena + 114703)[l178 * 8192 + l179]);
+                for (long long l177 = 0; l177 < 1; l177++) {
+                    for (long long l178 = 0; l178 < 8192; l178++) {
+                        if (o2 + l177 < s0 && o164 + l178 < s1) out[(o2 + l177) * args->output_strides[0] + (o164 + l178) * args->output_strides[1]] = dt_store_f16((arena + 114703)[l177 * 8192 + l178]);
                     }
                 }
             }
@@ -1588,7 +1948,7 @@ void dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* W */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* B */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* layernorm */
-    float* arena = (float*)malloc(sizeof(float) * 614421);
+    float* arena = (float*)malloc(sizeof(float) * 606228);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1598,180 +1958,181 @@ void dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
+        (arena + 16386)[0] = (float)s1;
+        for (long long l1 = 0; l1 < 8192; l1++) {
+            (arena + 163855)[l1] = 1e0f;
+        }
+        (arena + 196623)[0] = 1e0f;
+        (arena + 81932)[0] = args->scalars[0];
         /* block(x:1) layernorm.tensorize(x:0) */
-        for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        for (long long o2 = b0 * 1; o2 < dt_min_ll(b0 * 1 + 1, s0); o2 += 1) {
             /* rsum identity */
-            for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 581649)[l2] = 0e0f;
+            for (long long l3 = 0; l3 < 1; l3++) {
+                (arena + 573456)[l3] = 0e0f;
             }
             /* partial rsum over y, by runs of 8 lanes */
-            for (long long l3 = 0; l3 < 1; l3++) {
-                for (long long l4 = 0; l4 < 8192; l4++) {
-                    (arena + 581653)[l3 * 8192 + l4] = 0e0f;
+            for (long long l4 = 0; l4 < 1; l4++) {
+                for (long long l5 = 0; l5 < 8192; l5++) {
+                    (arena + 573460)[l4 * 8192 + l5] = 0e0f;
                 }
             }
-            (arena + 16386)[0] = (float)s1;
             /* rsum identity */
-            for (long long l5 = 0; l5 < 1; l5++) {
-                (arena + 581651)[l5] = 0e0f;
+            for (long long l6 = 0; l6 < 1; l6++) {
+                (arena + 573458)[l6] = 0e0f;
             }
             /* partial rsum over y, by runs of 8 lanes */
-            for (long long l6 = 0; l6 < 1; l6++) {
-                for (long long l7 = 0; l7 < 8192; l7++) {
-                    (arena + 589845)[l6 * 8192 + l7] = 0e0f;
+            for (long long l7 = 0; l7 < 1; l7++) {
+                for (long long l8 = 0; l8 < 8192; l8++) {
+                    (arena + 581652)[l7 * 8192 + l8] = 0e0f;
                 }
             }
             /* run count over y */
-            for (long long l8 = 0; l8 < 1; l8++) {
-                for (long long l9 = 0; l9 < 8192; l9++) {
-                    (arena + 598037)[l8 * 8192 + l9] = 0e0f;
+            for (long long l9 = 0; l9 < 1; l9++) {
+                for (long long l10 = 0; l10 < 8192; l10++) {
+                    (arena + 589844)[l9 * 8192 + l10] = 0e0f;
                 }
             }
             /* run running mean over y */
-            for (long long l10 = 0; l10 < 1; l10++) {
-                for (long long l11 = 0; l11 < 8192; l11++) {
-                    (arena + 606229)[l10 * 8192 + l11] = 0e0f;
+            for (long long l11 = 0; l11 < 1; l11++) {
+                for (long long l12 = 0; l12 < 8192; l12++) {
+                    (arena + 598036)[l11 * 8192 + l12] = 0e0f;
                 }
             }
             /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
-            for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
-                for (long long l13 = 0; l13 < 1; l13++) {
-                    for (long long l14 = 0; l14 < 8192; l14++) {
-                        (arena + 393232)[l13 * 8192 + l14] = (arena + 598037)[l13 * 8192 + l14];
+            for (long long o13 = 0; o13 < (s1 / 8192) * 8192; o13 += 8192) {
+                for (long long l14 = 0; l14 < 1; l14++) {
+                    for (long long l15 = 0; l15 < 8192; l15++) {
+                        (arena + 393232)[l14 * 8192 + l15] = (arena + 589844)[l14 * 8192 + l15];
                     }
                 }
-                for (long long l15 = 0; l15 < 1; l15++) {
-                    for (long long l16 = 0; l16 < 8192; l16++) {
-                        (arena + 401424)[l15 * 8192 + l16] = (arena + 606229)[l15 * 8192 + l16];
+                for (long long l16 = 0; l16 < 1; l16++) {
+                    for (long long l17 = 0; l17 < 8192; l17++) {
+                        (arena + 401424)[l16 * 8192 + l17] = (arena + 598036)[l16 * 8192 + l17];
                     }
                 }
-                for (long long l17 = 0; l17 < 1; l17++) {
-                    for (long long l18 = 0; l18 < 8192; l18++) {
-                        (arena + 409616)[l17 * 8192 + l18] = (o1 + l17 < s0 && o12 + l18 < s1) ? dt_load_bf16(in0[(o1 + l17) * args->input_strides[0][0] + (o12 + l18) * args->input_strides[0][1]]) : 0e0f;
+                for (long long l18 = 0; l18 < 1; l18++) {
+                    for (long long l19 = 0; l19 < 8192; l19++) {
+                        (arena + 409616)[l18 * 8192 + l19] = (o2 + l18 < s0 && o13 + l19 < s1) ? dt_load_bf16(in0[(o2 + l18) * args->input_strides[0][0] + (o13 + l19) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l19 = 0; l19 < 1; l19++) {
-                    for (long long l20 = 0; l20 < 8192; l20++) {
-                        const long long f23 = l20 - l20 % 8;
-                        float a22 = 0e0f;
-                        for (long long r21 = f23; r21 < f23 + 8 && r21 < 8192; r21++) a22 = a22 + (arena + 409616)[l19 * 8192 + l20 + (r21 - l20) * 1];
-                        (arena + 417808)[l19 * 8192 + l20] = a22;
+                for (long long l20 = 0; l20 < 1; l20++) {
+                    for (long long l21 = 0; l21 < 8192; l21++) {
+                        const long long f24 = l21 - l21 % 8;
+                        float a23 = 0e0f;
+                        for (long long r22 = f24; r22 < f24 + 8 && r22 < 8192; r22++) a23 = a23 + (arena + 409616)[l20 * 8192 + l21 + (r22 - l21) * 1];
+                        (arena + 417808)[l20 * 8192 + l21] = a23;
                     }
                 }
-                for (long long l24 = 0; l24 < 1; l24++) {
-                    for (long long l25 = 0; l25 < 8192; l25++) {
-                        (arena + 581653)[l24 * 8192 + l25] = (arena + 581653)[l24 * 8192 + l25] + (arena + 417808)[l24 * 8192 + l25];
+                for (long long l25 = 0; l25 < 1; l25++) {
+                    for (long long l26 = 0; l26 < 8192; l26++) {
+                        (arena + 573460)[l25 * 8192 + l26] = (arena + 573460)[l25 * 8192 + l26] + (arena + 417808)[l25 * 8192 + l26];
                     }
-                }
-                for (long long l26 = 0; l26 < 8192; l26++) {
-                    (arena + 426000)[l26] = 1e0f;
                 }
                 for (long long l27 = 0; l27 < 8192; l27++) {
                     const long long f30 = l27 - l27 % 8;
                     float a29 = 0e0f;
-                    for (long long r28 = f30; r28 < f30 + 8 && r28 < 8192; r28++) a29 = a29 + (arena + 426000)[l27 + (r28 - l27) * 1];
-                    (arena + 434192)[l27] = a29;
+                    for (long long r28 = f30; r28 < f30 + 8 && r28 < 8192; r28++) a29 = a29 + (arena + 163855)[l27 + (r28 - l27) * 1];
+                    (arena + 426000)[l27] = a29;
                 }
-                (arena + 442384)[0] = 1e0f;
                 for (long long l31 = 0; l31 < 8192; l31++) {
-                    (arena + 442385)[l31] = fmaxf((arena + 434192)[l31], (arena + 442384)[0]);
+                    (arena + 434192)[l31] = fmaxf((arena + 426000)[l31], (arena + 196623)[0]);
                 }
                 for (long long l32 = 0; l32 < 1; l32++) {
                     for (long long l33 = 0; l33 < 8192; l33++) {
-                        (arena + 450577)[l32 * 8192 + l33] = ((arena + 417808)[l32 * 8192 + l33] / (arena + 442385)[l33]);
+                        (arena + 442384)[l32 * 8192 + l33] = ((arena + 417808)[l32 * 8192 + l33] / (arena + 434192)[l33]);
                     }
                 }
                 for (long long l34 = 0; l34 < 1; l34++) {
                     for (long long l35 = 0; l35 < 8192; l35++) {
-                        (arena + 458769)[l34 * 8192 + l35] = ((arena + 409616)[l34 * 8192 + l35] - (arena + 450577)[l34 * 8192 + l35]);
+                        (arena + 450576)[l34 * 8192 + l35] = ((arena + 409616)[l34 * 8192 + l35] - (arena + 442384)[l34 * 8192 + l35]);
                     }
                 }
                 for (long long l36 = 0; l36 < 1; l36++) {
                     for (long long l37 = 0; l37 < 8192; l37++) {
-                        (arena + 466961)[l36 * 8192 + l37] = ((arena + 458769)[l36 * 8192 + l37] * (arena + 426000)[l37]);
+                        (arena + 458768)[l36 * 8192 + l37] = ((arena + 450576)[l36 * 8192 + l37] * (arena + 163855)[l37]);
                     }
                 }
                 for (long long l38 = 0; l38 < 1; l38++) {
                     for (long long l39 = 0; l39 < 8192; l39++) {
-                        (arena + 475153)[l38 * 8192 + l39] = ((arena + 466961)[l38 * 8192 + l39] * (arena + 466961)[l38 * 8192 + l39]);
+                        (arena + 466960)[l38 * 8192 + l39] = ((arena + 458768)[l38 * 8192 + l39] * (arena + 458768)[l38 * 8192 + l39]);
                     }
                 }
                 for (long long l40 = 0; l40 < 1; l40++) {
                     for (long long l41 = 0; l41 < 8192; l41++) {
                         const long long f44 = l41 - l41 % 8;
                         float a43 = 0e0f;
-                        for (long long r42 = f44; r42 < f44 + 8 && r42 < 8192; r42++) a43 = a43 + (arena + 475153)[l40 * 8192 + l41 + (r42 - l41) * 1];
-                        (arena + 483345)[l40 * 8192 + l41] = a43;
+                        for (long long r42 = f44; r42 < f44 + 8 && r42 < 8192; r42++) a43 = a43 + (arena + 466960)[l40 * 8192 + l41 + (r42 - l41) * 1];
+                        (arena + 475152)[l40 * 8192 + l41] = a43;
                     }
                 }
                 for (long long l45 = 0; l45 < 1; l45++) {
                     for (long long l46 = 0; l46 < 8192; l46++) {
-                        (arena + 491537)[l45 * 8192 + l46] = ((arena + 393232)[l45 * 8192 + l46] + (arena + 434192)[l46]);
+                        (arena + 483344)[l45 * 8192 + l46] = ((arena + 393232)[l45 * 8192 + l46] + (arena + 426000)[l46]);
                     }
                 }
                 for (long long l47 = 0; l47 < 1; l47++) {
                     for (long long l48 = 0; l48 < 8192; l48++) {
-                        (arena + 598037)[l47 * 8192 + l48] = (arena + 491537)[l47 * 8192 + l48];
+                        (arena + 589844)[l47 * 8192 + l48] = (arena + 483344)[l47 * 8192 + l48];
                     }
                 }
                 for (long long l49 = 0; l49 < 1; l49++) {
                     for (long long l50 = 0; l50 < 8192; l50++) {
-                        (arena + 499729)[l49 * 8192 + l50] = fmaxf((arena + 491537)[l49 * 8192 + l50], (arena + 442384)[0]);
+                        (arena + 491536)[l49 * 8192 + l50] = fmaxf((arena + 483344)[l49 * 8192 + l50], (arena + 196623)[0]);
                     }
                 }
                 for (long long l51 = 0; l51 < 1; l51++) {
                     for (long long l52 = 0; l52 < 8192; l52++) {
-                        (arena + 507921)[l51 * 8192 + l52] = ((arena + 434192)[l52] / (arena + 499729)[l51 * 8192 + l52]);
+                        (arena + 499728)[l51 * 8192 + l52] = ((arena + 426000)[l52] / (arena + 491536)[l51 * 8192 + l52]);
                     }
                 }
                 for (long long l53 = 0; l53 < 1; l53++) {
                     for (long long l54 = 0; l54 < 8192; l54++) {
-                        (arena + 516113)[l53 * 8192 + l54] = ((arena + 450577)[l53 * 8192 + l54] - (arena + 401424)[l53 * 8192 + l54]);
+                        (arena + 507920)[l53 * 8192 + l54] = ((arena + 442384)[l53 * 8192 + l54] - (arena + 401424)[l53 * 8192 + l54]);
                     }
                 }
                 for (long long l55 = 0; l55 < 1; l55++) {
                     for (long long l56 = 0; l56 < 8192; l56++) {
-                        (arena + 524305)[l55 * 8192 + l56] = ((arena + 516113)[l55 * 8192 + l56] * (arena + 507921)[l55 * 8192 + l56]);
+                        (arena + 516112)[l55 * 8192 + l56] = ((arena + 507920)[l55 * 8192 + l56] * (arena + 499728)[l55 * 8192 + l56]);
                     }
                 }
                 for (long long l57 = 0; l57 < 1; l57++) {
                     for (long long l58 = 0; l58 < 8192; l58++) {
-                        (arena + 532497)[l57 * 8192 + l58] = ((arena + 401424)[l57 * 8192 + l58] + (arena + 524305)[l57 * 8192 + l58]);
+                        (arena + 524304)[l57 * 8192 + l58] = ((arena + 401424)[l57 * 8192 + l58] + (arena + 516112)[l57 * 8192 + l58]);
                     }
                 }
                 for (long long l59 = 0; l59 < 1; l59++) {
                     for (long long l60 = 0; l60 < 8192; l60++) {
-                        (arena + 606229)[l59 * 8192 + l60] = (arena + 532497)[l59 * 8192 + l60];
+                        (arena + 598036)[l59 * 8192 + l60] = (arena + 524304)[l59 * 8192 + l60];
                     }
                 }
                 for (long long l61 = 0; l61 < 1; l61++) {
                     for (long long l62 = 0; l62 < 8192; l62++) {
-                        (arena + 540689)[l61 * 8192 + l62] = ((arena + 524305)[l61 * 8192 + l62] * (arena + 516113)[l61 * 8192 + l62]);
+                        (arena + 532496)[l61 * 8192 + l62] = ((arena + 516112)[l61 * 8192 + l62] * (arena + 507920)[l61 * 8192 + l62]);
                     }
                 }
                 for (long long l63 = 0; l63 < 1; l63++) {
                     for (long long l64 = 0; l64 < 8192; l64++) {
-                        (arena + 548881)[l63 * 8192 + l64] = ((arena + 540689)[l63 * 8192 + l64] * (arena + 393232)[l63 * 8192 + l64]);
+                        (arena + 540688)[l63 * 8192 + l64] = ((arena + 532496)[l63 * 8192 + l64] * (arena + 393232)[l63 * 8192 + l64]);
                     }
                 }
                 for (long long l65 = 0; l65 < 1; l65++) {
                     for (long long l66 = 0; l66 < 8192; l66++) {
-                        (arena + 557073)[l65 * 8192 + l66] = (arena + 589845)[l65 * 8192 + l66];
+                        (arena + 548880)[l65 * 8192 + l66] = (arena + 581652)[l65 * 8192 + l66];
                     }
                 }
                 for (long long l67 = 0; l67 < 1; l67++) {
                     for (long long l68 = 0; l68 < 8192; l68++) {
-                        (arena + 565265)[l67 * 8192 + l68] = ((arena + 557073)[l67 * 8192 + l68] + (arena + 483345)[l67 * 8192 + l68]);
+                        (arena + 557072)[l67 * 8192 + l68] = ((arena + 548880)[l67 * 8192 + l68] + (arena + 475152)[l67 * 8192 + l68]);
                     }
                 }
                 for (long long l69 = 0; l69 < 1; l69++) {
                     for (long long l70 = 0; l70 < 8192; l70++) {
-                        (arena + 573457)[l69 * 8192 + l70] = ((arena + 565265)[l69 * 8192 + l70] + (arena + 548881)[l69 * 8192 + l70]);
+                        (arena + 565264)[l69 * 8192 + l70] = ((arena + 557072)[l69 * 8192 + l70] + (arena + 540688)[l69 * 8192 + l70]);
                     }
                 }
                 for (long long l71 = 0; l71 < 1; l71++) {
                     for (long long l72 = 0; l72 < 8192; l72++) {
-                        (arena + 589845)[l71 * 8192 + l72] = (arena + 573457)[l71 * 8192 + l72];
+                        (arena + 581652)[l71 * 8192 + l72] = (arena + 565264)[l71 * 8192 + l72];
                     }
                 }
             }
@@ -1779,17 +2140,17 @@ void dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
             for (long long o73 = (s1 / 8192) * 8192; o73 < s1; o73 += 8192) {
                 for (long long l74 = 0; l74 < 1; l74++) {
                     for (long long l75 = 0; l75 < 8192; l75++) {
-                        (arena + 139279)[l74 * 8192 + l75] = (arena + 598037)[l74 * 8192 + l75];
+                        (arena + 139279)[l74 * 8192 + l75] = (arena + 589844)[l74 * 8192 + l75];
                     }
                 }
                 for (long long l76 = 0; l76 < 1; l76++) {
                     for (long long l77 = 0; l77 < 8192; l77++) {
-                        (arena + 147471)[l76 * 8192 + l77] = (arena + 606229)[l76 * 8192 + l77];
+                        (arena + 147471)[l76 * 8192 + l77] = (arena + 598036)[l76 * 8192 + l77];
                     }
                 }
                 for (long long l78 = 0; l78 < 1; l78++) {
                     for (long long l79 = 0; l79 < 8192; l79++) {
-                        (arena + 0)[l78 * 8192 + l79] = (o1 + l78 < s0 && o73 + l79 < s1) ? dt_load_bf16(in0[(o1 + l78) * args->input_strides[0][0] + (o73 + l79) * args->input_strides[0][1]]) : 0e0f;
+                        (arena + 0)[l78 * 8192 + l79] = (o2 + l78 < s0 && o73 + l79 < s1) ? dt_load_bf16(in0[(o2 + l78) * args->input_strides[0][0] + (o73 + l79) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l80 = 0; l80 < 1; l80++) {
@@ -1802,235 +2163,230 @@ void dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
                 }
                 for (long long l85 = 0; l85 < 1; l85++) {
                     for (long long l86 = 0; l86 < 8192; l86++) {
-                        (arena + 581653)[l85 * 8192 + l86] = (arena + 581653)[l85 * 8192 + l86] + (arena + 155663)[l85 * 8192 + l86];
+                        (arena + 573460)[l85 * 8192 + l86] = (arena + 573460)[l85 * 8192 + l86] + (arena + 155663)[l85 * 8192 + l86];
                     }
                 }
                 for (long long l87 = 0; l87 < 8192; l87++) {
-                    (arena + 163855)[l87] = 1e0f;
+                    (arena + 172047)[l87] = (o73 + l87 < s1) ? (arena + 163855)[l87] : 0e0f;
                 }
                 for (long long l88 = 0; l88 < 8192; l88++) {
-                    (arena + 172047)[l88] = (o73 + l88 < s1) ? (arena + 163855)[l88] : 0e0f;
+                    const long long f91 = l88 - l88 % 8;
+                    float a90 = 0e0f;
+                    for (long long r89 = f91; r89 < f91 + 8 && r89 < 8192; r89++) a90 = a90 + (arena + 172047)[l88 + (r89 - l88) * 1];
+                    (arena + 180239)[l88] = a90;
                 }
-                for (long long l89 = 0; l89 < 8192; l89++) {
-                    const long long f92 = l89 - l89 % 8;
-                    float a91 = 0e0f;
-                    for (long long r90 = f92; r90 < f92 + 8 && r90 < 8192; r90++) a91 = a91 + (arena + 172047)[l89 + (r90 - l89) * 1];
-                    (arena + 180239)[l89] = a91;
+                for (long long l92 = 0; l92 < 8192; l92++) {
+                    (arena + 196624)[l92] = fmaxf((arena + 180239)[l92], (arena + 196623)[0]);
                 }
-                (arena + 196623)[0] = 1e0f;
-                for (long long l93 = 0; l93 < 8192; l93++) {
-                    (arena + 196624)[l93] = fmaxf((arena + 180239)[l93], (arena + 196623)[0]);
-                }
-                for (long long l94 = 0; l94 < 1; l94++) {
-                    for (long long l95 = 0; l95 < 8192; l95++) {
-                        (arena + 204816)[l94 * 8192 + l95] = ((arena + 155663)[l94 * 8192 + l95] / (arena + 196624)[l95]);
+                for (long long l93 = 0; l93 < 1; l93++) {
+                    for (long long l94 = 0; l94 < 8192; l94++) {
+                        (arena + 204816)[l93 * 8192 + l94] = ((arena + 155663)[l93 * 8192 + l94] / (arena + 196624)[l94]);
                     }
                 }
-                for (long long l96 = 0; l96 < 1; l96++) {
-                    for (long long l97 = 0; l97 < 8192; l97++) {
-                        (arena + 213008)[l96 * 8192 + l97] = ((arena + 0)[l96 * 8192 + l97] - (arena + 204816)[l96 * 8192 + l97]);
+                for (long long l95 = 0; l95 < 1; l95++) {
+                    for (long long l96 = 0; l96 < 8192; l96++) {
+                        (arena + 213008)[l95 * 8192 + l96] = ((arena + 0)[l95 * 8192 + l96] - (arena + 204816)[l95 * 8192 + l96]);
                     }
                 }
-                for (long long l98 = 0; l98 < 1; l98++) {
-                    for (long long l99 = 0; l99 < 8192; l99++) {
-                        (arena + 221200)[l98 * 8192 + l99] = ((arena + 213008)[l98 * 8192 + l99] * (arena + 172047)[l99]);
+                for (long long l97 = 0; l97 < 1; l97++) {
+                    for (long long l98 = 0; l98 < 8192; l98++) {
+                        (arena + 221200)[l97 * 8192 + l98] = ((arena + 213008)[l97 * 8192 + l98] * (arena + 172047)[l98]);
                     }
                 }
-                for (long long l100 = 0; l100 < 1; l100++) {
-                    for (long long l101 = 0; l101 < 8192; l101++) {
-                        (arena + 229392)[l100 * 8192 + l101] = ((arena + 221200)[l100 * 8192 + l101] * (arena + 221200)[l100 * 8192 + l101]);
+                for (long long l99 = 0; l99 < 1; l99++) {
+                    for (long long l100 = 0; l100 < 8192; l100++) {
+                        (arena + 229392)[l99 * 8192 + l100] = ((arena + 221200)[l99 * 8192 + l100] * (arena + 221200)[l99 * 8192 + l100]);
                     }
                 }
-                for (long long l102 = 0; l102 < 1; l102++) {
-                    for (long long l103 = 0; l103 < 8192; l103++) {
-                        const long long f106 = l103 - l103 % 8;
-                        float a105 = 0e0f;
-                        for (long long r104 = f106; r104 < f106 + 8 && r104 < 8192; r104++) a105 = a105 + (arena + 229392)[l102 * 8192 + l103 + (r104 - l103) * 1];
-                        (arena + 237584)[l102 * 8192 + l103] = a105;
+                for (long long l101 = 0; l101 < 1; l101++) {
+                    for (long long l102 = 0; l102 < 8192; l102++) {
+                        const long long f105 = l102 - l102 % 8;
+                        float a104 = 0e0f;
+                        for (long long r103 = f105; r103 < f105 + 8 && r103 < 8192; r103++) a104 = a104 + (arena + 229392)[l101 * 8192 + l102 + (r103 - l102) * 1];
+                        (arena + 237584)[l101 * 8192 + l102] = a104;
                     }
                 }
-                for (long long l107 = 0; l107 < 1; l107++) {
-                    for (long long l108 = 0; l108 < 8192; l108++) {
-                        (arena + 245776)[l107 * 8192 + l108] = ((arena + 139279)[l107 * 8192 + l108] + (arena + 180239)[l108]);
+                for (long long l106 = 0; l106 < 1; l106++) {
+                    for (long long l107 = 0; l107 < 8192; l107++) {
+                        (arena + 245776)[l106 * 8192 + l107] = ((arena + 139279)[l106 * 8192 + l107] + (arena + 180239)[l107]);
                     }
                 }
-                for (long long l109 = 0; l109 < 1; l109++) {
-                    for (long long l110 = 0; l110 < 8192; l110++) {
-                        (arena + 598037)[l109 * 8192 + l110] = (arena + 245776)[l109 * 8192 + l110];
+                for (long long l108 = 0; l108 < 1; l108++) {
+                    for (long long l109 = 0; l109 < 8192; l109++) {
+                        (arena + 589844)[l108 * 8192 + l109] = (arena + 245776)[l108 * 8192 + l109];
                     }
                 }
-                for (long long l111 = 0; l111 < 1; l111++) {
-                    for (long long l112 = 0; l112 < 8192; l112++) {
-                        (arena + 253968)[l111 * 8192 + l112] = fmaxf((arena + 245776)[l111 * 8192 + l112], (arena + 196623)[0]);
+                for (long long l110 = 0; l110 < 1; l110++) {
+                    for (long long l111 = 0; l111 < 8192; l111++) {
+                        (arena + 253968)[l110 * 8192 + l111] = fmaxf((arena + 245776)[l110 * 8192 + l111], (arena + 196623)[0]);
                     }
                 }
-                for (long long l113 = 0; l113 < 1; l113++) {
-                    for (long long l114 = 0; l114 < 8192; l114++) {
-                        (arena + 262160)[l113 * 8192 + l114] = ((arena + 180239)[l114] / (arena + 253968)[l113 * 8192 + l114]);
+                for (long long l112 = 0; l112 < 1; l112++) {
+                    for (long long l113 = 0; l113 < 8192; l113++) {
+                        (arena + 262160)[l112 * 8192 + l113] = ((arena + 180239)[l113] / (arena + 253968)[l112 * 8192 + l113]);
                     }
                 }
-                for (long long l115 = 0; l115 < 1; l115++) {
-                    for (long long l116 = 0; l116 < 8192; l116++) {
-                        (arena + 270352)[l115 * 8192 + l116] = ((arena + 204816)[l115 * 8192 + l116] - (arena + 147471)[l115 * 8192 + l116]);
+                for (long long l114 = 0; l114 < 1; l114++) {
+                    for (long long l115 = 0; l115 < 8192; l115++) {
+                        (arena + 270352)[l114 * 8192 + l115] = ((arena + 204816)[l114 * 8192 + l115] - (arena + 147471)[l114 * 8192 + l115]);
                     }
                 }
-                for (long long l117 = 0; l117 < 1; l117++) {
-                    for (long long l118 = 0; l118 < 8192; l118++) {
-                        (arena + 278544)[l117 * 8192 + l118] = ((arena + 270352)[l117 * 8192 + l118] * (arena + 262160)[l117 * 8192 + l118]);
+                for (long long l116 = 0; l116 < 1; l116++) {
+                    for (long long l117 = 0; l117 < 8192; l117++) {
+                        (arena + 278544)[l116 * 8192 + l117] = ((arena + 270352)[l116 * 8192 + l117] * (arena + 262160)[l116 * 8192 + l117]);
                     }
                 }
-                for (long long l119 = 0; l119 < 1; l119++) {
-                    for (long long l120 = 0; l120 < 8192; l120++) {
-                        (arena + 286736)[l119 * 8192 + l120] = ((arena + 147471)[l119 * 8192 + l120] + (arena + 278544)[l119 * 8192 + l120]);
+                for (long long l118 = 0; l118 < 1; l118++) {
+                    for (long long l119 = 0; l119 < 8192; l119++) {
+                        (arena + 286736)[l118 * 8192 + l119] = ((arena + 147471)[l118 * 8192 + l119] + (arena + 278544)[l118 * 8192 + l119]);
                     }
                 }
-                for (long long l121 = 0; l121 < 1; l121++) {
-                    for (long long l122 = 0; l122 < 8192; l122++) {
-                        (arena + 606229)[l121 * 8192 + l122] = (arena + 286736)[l121 * 8192 + l122];
+                for (long long l120 = 0; l120 < 1; l120++) {
+                    for (long long l121 = 0; l121 < 8192; l121++) {
+                        (arena + 598036)[l120 * 8192 + l121] = (arena + 286736)[l120 * 8192 + l121];
                     }
                 }
-                for (long long l123 = 0; l123 < 1; l123++) {
-                    for (long long l124 = 0; l124 < 8192; l124++) {
-                        (arena + 294928)[l123 * 8192 + l124] = ((arena + 278544)[l123 * 8192 + l124] * (arena + 270352)[l123 * 8192 + l124]);
+                for (long long l122 = 0; l122 < 1; l122++) {
+                    for (long long l123 = 0; l123 < 8192; l123++) {
+                        (arena + 294928)[l122 * 8192 + l123] = ((arena + 278544)[l122 * 8192 + l123] * (arena + 270352)[l122 * 8192 + l123]);
                     }
                 }
-                for (long long l125 = 0; l125 < 1; l125++) {
-                    for (long long l126 = 0; l126 < 8192; l126++) {
-                        (arena + 303120)[l125 * 8192 + l126] = ((arena + 294928)[l125 * 8192 + l126] * (arena + 139279)[l125 * 8192 + l126]);
+                for (long long l124 = 0; l124 < 1; l124++) {
+                    for (long long l125 = 0; l125 < 8192; l125++) {
+                        (arena + 303120)[l124 * 8192 + l125] = ((arena + 294928)[l124 * 8192 + l125] * (arena + 139279)[l124 * 8192 + l125]);
                     }
                 }
-                for (long long l127 = 0; l127 < 1; l127++) {
-                    for (long long l128 = 0; l128 < 8192; l128++) {
-                        (arena + 311312)[l127 * 8192 + l128] = (arena + 589845)[l127 * 8192 + l128];
+                for (long long l126 = 0; l126 < 1; l126++) {
+                    for (long long l127 = 0; l127 < 8192; l127++) {
+                        (arena + 311312)[l126 * 8192 + l127] = (arena + 581652)[l126 * 8192 + l127];
                     }
                 }
-                for (long long l129 = 0; l129 < 1; l129++) {
-                    for (long long l130 = 0; l130 < 8192; l130++) {
-                        (arena + 319504)[l129 * 8192 + l130] = ((arena + 311312)[l129 * 8192 + l130] + (arena + 237584)[l129 * 8192 + l130]);
+                for (long long l128 = 0; l128 < 1; l128++) {
+                    for (long long l129 = 0; l129 < 8192; l129++) {
+                        (arena + 319504)[l128 * 8192 + l129] = ((arena + 311312)[l128 * 8192 + l129] + (arena + 237584)[l128 * 8192 + l129]);
                     }
                 }
-                for (long long l131 = 0; l131 < 1; l131++) {
-                    for (long long l132 = 0; l132 < 8192; l132++) {
-                        (arena + 327696)[l131 * 8192 + l132] = ((arena + 319504)[l131 * 8192 + l132] + (arena + 303120)[l131 * 8192 + l132]);
+                for (long long l130 = 0; l130 < 1; l130++) {
+                    for (long long l131 = 0; l131 < 8192; l131++) {
+                        (arena + 327696)[l130 * 8192 + l131] = ((arena + 319504)[l130 * 8192 + l131] + (arena + 303120)[l130 * 8192 + l131]);
                     }
                 }
-                for (long long l133 = 0; l133 < 1; l133++) {
-                    for (long long l134 = 0; l134 < 8192; l134++) {
-                        (arena + 589845)[l133 * 8192 + l134] = (arena + 327696)[l133 * 8192 + l134];
+                for (long long l132 = 0; l132 < 1; l132++) {
+                    for (long long l133 = 0; l133 < 8192; l133++) {
+                        (arena + 581652)[l132 * 8192 + l133] = (arena + 327696)[l132 * 8192 + l133];
                     }
                 }
             }
-            for (long long l135 = 0; l135 < 1; l135++) {
-                for (long long l136 = 0; l136 < 8192; l136++) {
-                    (arena + 122895)[l135 * 8192 + l136] = (arena + 581653)[l135 * 8192 + l136];
+            for (long long l134 = 0; l134 < 1; l134++) {
+                for (long long l135 = 0; l135 < 8192; l135++) {
+                    (arena + 122895)[l134 * 8192 + l135] = (arena + 573460)[l134 * 8192 + l135];
                 }
             }
-            for (long long l137 = 0; l137 < 1; l137++) {
-                float a139 = 0e0f;
-                for (long long r138 = 0; r138 < 8192; r138 += 8) a139 = a139 + (arena + 122895)[l137 * 8192 + r138 * 1];
-                (arena + 16384)[l137] = a139;
+            for (long long l136 = 0; l136 < 1; l136++) {
+                float a138 = 0e0f;
+                for (long long r137 = 0; r137 < 8192; r137 += 8) a138 = a138 + (arena + 122895)[l136 * 8192 + r137 * 1];
+                (arena + 16384)[l136] = a138;
+            }
+            for (long long l139 = 0; l139 < 1; l139++) {
+                (arena + 573456)[l139] = (arena + 573456)[l139] + (arena + 16384)[l139];
             }
             for (long long l140 = 0; l140 < 1; l140++) {
-                (arena + 581649)[l140] = (arena + 581649)[l140] + (arena + 16384)[l140];
+                (arena + 16385)[l140] = (arena + 573456)[l140];
             }
             for (long long l141 = 0; l141 < 1; l141++) {
-                (arena + 16385)[l141] = (arena + 581649)[l141];
+                (arena + 16387)[l141] = ((arena + 16385)[l141] / (arena + 16386)[0]);
             }
             for (long long l142 = 0; l142 < 1; l142++) {
-                (arena + 16387)[l142] = ((arena + 16385)[l142] / (arena + 16386)[0]);
-            }
-            for (long long l143 = 0; l143 < 1; l143++) {
-                for (long long l144 = 0; l144 < 8192; l144++) {
-                    (arena + 335888)[l143 * 8192 + l144] = (arena + 589845)[l143 * 8192 + l144];
+                for (long long l143 = 0; l143 < 8192; l143++) {
+                    (arena + 335888)[l142 * 8192 + l143] = (arena + 581652)[l142 * 8192 + l143];
                 }
             }
-            for (long long l145 = 0; l145 < 1; l145++) {
-                for (long long l146 = 0; l146 < 8192; l146++) {
-                    (arena + 344080)[l145 * 8192 + l146] = (arena + 598037)[l145 * 8192 + l146];
+            for (long long l144 = 0; l144 < 1; l144++) {
+                for (long long l145 = 0; l145 < 8192; l145++) {
+                    (arena + 344080)[l144 * 8192 + l145] = (arena + 589844)[l144 * 8192 + l145];
                 }
             }
-            for (long long l147 = 0; l147 < 1; l147++) {
-                for (long long l148 = 0; l148 < 8192; l148++) {
-                    (arena + 352272)[l147 * 8192 + l148] = (arena + 606229)[l147 * 8192 + l148];
+            for (long long l146 = 0; l146 < 1; l146++) {
+                for (long long l147 = 0; l147 < 8192; l147++) {
+                    (arena + 352272)[l146 * 8192 + l147] = (arena + 598036)[l146 * 8192 + l147];
                 }
             }
-            for (long long l149 = 0; l149 < 1; l149++) {
-                for (long long l150 = 0; l150 < 8192; l150++) {
-                    (arena + 360464)[l149 * 8192 + l150] = ((arena + 352272)[l149 * 8192 + l150] - (arena + 16387)[l149]);
+            for (long long l148 = 0; l148 < 1; l148++) {
+                for (long long l149 = 0; l149 < 8192; l149++) {
+                    (arena + 360464)[l148 * 8192 + l149] = ((arena + 352272)[l148 * 8192 + l149] - (arena + 16387)[l148]);
                 }
             }
-            for (long long l151 = 0; l151 < 1; l151++) {
-                for (long long l152 = 0; l152 < 8192; l152++) {
-                    (arena + 368656)[l151 * 8192 + l152] = ((arena + 360464)[l151 * 8192 + l152] * (arena + 360464)[l151 * 8192 + l152]);
+            for (long long l150 = 0; l150 < 1; l150++) {
+                for (long long l151 = 0; l151 < 8192; l151++) {
+                    (arena + 368656)[l150 * 8192 + l151] = ((arena + 360464)[l150 * 8192 + l151] * (arena + 360464)[l150 * 8192 + l151]);
                 }
             }
-            for (long long l153 = 0; l153 < 1; l153++) {
-                for (long long l154 = 0; l154 < 8192; l154++) {
-                    (arena + 376848)[l153 * 8192 + l154] = ((arena + 344080)[l153 * 8192 + l154] * (arena + 368656)[l153 * 8192 + l154]);
+            for (long long l152 = 0; l152 < 1; l152++) {
+                for (long long l153 = 0; l153 < 8192; l153++) {
+                    (arena + 376848)[l152 * 8192 + l153] = ((arena + 344080)[l152 * 8192 + l153] * (arena + 368656)[l152 * 8192 + l153]);
                 }
             }
-            for (long long l155 = 0; l155 < 1; l155++) {
-                for (long long l156 = 0; l156 < 8192; l156++) {
-                    (arena + 385040)[l155 * 8192 + l156] = ((arena + 335888)[l155 * 8192 + l156] + (arena + 376848)[l155 * 8192 + l156]);
+            for (long long l154 = 0; l154 < 1; l154++) {
+                for (long long l155 = 0; l155 < 8192; l155++) {
+                    (arena + 385040)[l154 * 8192 + l155] = ((arena + 335888)[l154 * 8192 + l155] + (arena + 376848)[l154 * 8192 + l155]);
                 }
             }
-            for (long long l157 = 0; l157 < 1; l157++) {
-                float a159 = 0e0f;
-                for (long long r158 = 0; r158 < 8192; r158 += 8) a159 = a159 + (arena + 385040)[l157 * 8192 + r158 * 1];
-                (arena + 65542)[l157] = a159;
+            for (long long l156 = 0; l156 < 1; l156++) {
+                float a158 = 0e0f;
+                for (long long r157 = 0; r157 < 8192; r157 += 8) a158 = a158 + (arena + 385040)[l156 * 8192 + r157 * 1];
+                (arena + 65542)[l156] = a158;
+            }
+            for (long long l159 = 0; l159 < 1; l159++) {
+                (arena + 573458)[l159] = (arena + 573458)[l159] + (arena + 65542)[l159];
             }
             for (long long l160 = 0; l160 < 1; l160++) {
-                (arena + 581651)[l160] = (arena + 581651)[l160] + (arena + 65542)[l160];
+                (arena + 65543)[l160] = (arena + 573458)[l160];
             }
             for (long long l161 = 0; l161 < 1; l161++) {
-                (arena + 65543)[l161] = (arena + 581651)[l161];
+                (arena + 65545)[l161] = ((arena + 65543)[l161] / (arena + 16386)[0]);
             }
             for (long long l162 = 0; l162 < 1; l162++) {
-                (arena + 65545)[l162] = ((arena + 65543)[l162] / (arena + 16386)[0]);
+                (arena + 81933)[l162] = ((arena + 65545)[l162] + (arena + 81932)[0]);
+            }
+            for (long long l163 = 0; l163 < 1; l163++) {
+                (arena + 81934)[l163] = dt_rsqrt((arena + 81933)[l163]);
             }
             /* layernorm.tensorize(y:8192) num_stages(4) */
-            for (long long o163 = (dt_cdiv(s1, 8192) - 1) * 8192; o163 >= 0; o163 -= 8192) {
-                for (long long l164 = 0; l164 < 1; l164++) {
-                    for (long long l165 = 0; l165 < 8192; l165++) {
-                        (arena + 65546)[l164 * 8192 + l165] = (o1 + l164 < s0 && o163 + l165 < s1) ? dt_load_bf16(in0[(o1 + l164) * args->input_strides[0][0] + (o163 + l165) * args->input_strides[0][1]]) : 0e0f;
+            for (long long o164 = (dt_cdiv(s1, 8192) - 1) * 8192; o164 >= 0; o164 -= 8192) {
+                for (long long l165 = 0; l165 < 1; l165++) {
+                    for (long long l166 = 0; l166 < 8192; l166++) {
+                        (arena + 65546)[l165 * 8192 + l166] = (o2 + l165 < s0 && o164 + l166 < s1) ? dt_load_bf16(in0[(o2 + l165) * args->input_strides[0][0] + (o164 + l166) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l166 = 0; l166 < 1; l166++) {
-                    for (long long l167 = 0; l167 < 8192; l167++) {
-                        (arena + 73739)[l166 * 8192 + l167] = ((arena + 65546)[l166 * 8192 + l167] - (arena + 16387)[l166]);
+                for (long long l167 = 0; l167 < 1; l167++) {
+                    for (long long l168 = 0; l168 < 8192; l168++) {
+                        (arena + 73739)[l167 * 8192 + l168] = ((arena + 65546)[l167 * 8192 + l168] - (arena + 16387)[l167]);
                     }
-                }
-                (arena + 81932)[0] = args->scalars[0];
-                for (long long l168 = 0; l168 < 1; l168++) {
-                    (arena + 81933)[l168] = ((arena + 65545)[l168] + (arena + 81932)[0]);
                 }
                 for (long long l169 = 0; l169 < 1; l169++) {
-                    (arena + 81934)[l169] = dt_rsqrt((arena + 81933)[l169]);
-                }
-                for (long long l170 = 0; l170 < 1; l170++) {
-                    for (long long l171 = 0; l171 < 8192; l171++) {
-                        (arena + 81935)[l170 * 8192 + l171] = ((arena + 73739)[l170 * 8192 + l171] * (arena + 81934)[l170]);
+                    for (long long l170 = 0; l170 < 8192; l170++) {
+                        (arena + 81935)[l169 * 8192 + l170] = ((arena + 73739)[l169 * 8192 + l170] * (arena + 81934)[l169]);
                     }
                 }
-                for (long long l172 = 0; l172 < 8192; l172++) {
-                    (arena + 90127)[l172] = (o163 + l172 < s1) ? dt_load_bf16(in1[(o163 + l172) * args->input_strides[1][0]]) : 0e0f;
+                for (long long l171 = 0; l171 < 8192; l171++) {
+                    (arena + 90127)[l171] = (o164 + l171 < s1) ? dt_load_bf16(in1[(o164 + l171) * args->input_strides[1][0]]) : 0e0f;
                 }
-                for (long long l173 = 0; l173 < 1; l173++) {
-                    for (long long l174 = 0; l174 < 8192; l174++) {
-                        (arena + 98319)[l173 * 8192 + l174] = ((arena + 81935)[l173 * 8192 + l174] * (arena + 90127)[l174]);
+                for (long long l172 = 0; l172 < 1; l172++) {
+                    for (long long l173 = 0; l173 < 8192; l173++) {
+                        (arena + 98319)[l172 * 8192 + l173] = ((arena + 81935)[l172 * 8192 + l173] * (arena + 90127)[l173]);
                     }
                 }
-                for (long long l175 = 0; l175 < 8192; l175++) {
-                    (arena + 106511)[l175] = (o163 + l175 < s1) ? dt_load_bf16(in2[(o163 + l175) * args->input_strides[2][0]]) : 0e0f;
+                for (long long l174 = 0; l174 < 8192; l174++) {
+                    (arena + 106511)[l174] = (o164 + l174 < s1) ? dt_load_bf16(in2[(o164 + l174) * args->input_strides[2][0]]) : 0e0f;
                 }
-                for (long long l176 = 0; l176 < 1; l176++) {
-                    for (long long l177 = 0; l177 < 8192; l177++) {
-                        (arena + 114703)[l176 * 8192 + l177] = ((arena + 98319)[l176 * 8192 + l177] + (arena + 106511)[l177]);
+                for (long long l175 = 0; l175 < 1; l175++) {
+                    for (long long l176 = 0; l176 < 8192; l176++) {
+                        (arena + 114703)[l175 * 8192 + l176] = ((arena + 98319)[l175 * 8192 + l176] + (arena + 106511)[l176]);
                     }
                 }
-                for (long long l178 = 0; l178 < 1; l178++) {
-                    for (long long l179 = 0; l179 < 8192; l179++) {
-                        if (o1 + l178 < s0 && o163 + l179 < s1) out[(o1 + l178) * args->output_strides[0] + (o163 + l179) * args->output_strides[1]] = dt_store_bf16((arena + 114703)[l178 * 8192 + l179]);
+                for (long long l177 = 0; l177 < 1; l177++) {
+                    for (long long l178 = 0; l178 < 8192; l178++) {
+                        if (o2 + l177 < s0 && o164 + l178 < s1) out[(o2 + l177) * args->output_strides[0] + (o164 + l178) * args->output_strides[1]] = dt_store_bf16((arena + 114703)[l177 * 8192 + l178]);
                     }
                 }
             }
@@ -2047,7 +2403,7 @@ void dt_layernorm_f32(const dt_args* args, long long first, long long last) {
     const float* in1 = (const float*)(uintptr_t)args->inputs[1]; /* W */
     const float* in2 = (const float*)(uintptr_t)args->inputs[2]; /* B */
     float* out = (float*)(uintptr_t)args->output; /* layernorm */
-    float* arena = (float*)malloc(sizeof(float) * 614421);
+    float* arena = (float*)malloc(sizeof(float) * 606228);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -2057,180 +2413,181 @@ void dt_layernorm_f32(const dt_args* args, long long first, long long last) {
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
+        (arena + 16386)[0] = (float)s1;
+        for (long long l1 = 0; l1 < 8192; l1++) {
+            (arena + 163855)[l1] = 1e0f;
+        }
+        (arena + 196623)[0] = 1e0f;
+        (arena + 81932)[0] = args->scalars[0];
         /* block(x:1) layernorm.tensorize(x:0) */
-        for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        for (long long o2 = b0 * 1; o2 < dt_min_ll(b0 * 1 + 1, s0); o2 += 1) {
             /* rsum identity */
-            for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 581649)[l2] = 0e0f;
+            for (long long l3 = 0; l3 < 1; l3++) {
+                (arena + 573456)[l3] = 0e0f;
             }
             /* partial rsum over y, by runs of 8 lanes */
-            for (long long l3 = 0; l3 < 1; l3++) {
-                for (long long l4 = 0; l4 < 8192; l4++) {
-                    (arena + 581653)[l3 * 8192 + l4] = 0e0f;
+            for (long long l4 = 0; l4 < 1; l4++) {
+                for (long long l5 = 0; l5 < 8192; l5++) {
+                    (arena + 573460)[l4 * 8192 + l5] = 0e0f;
                 }
             }
-            (arena + 16386)[0] = (float)s1;
             /* rsum identity */
-            for (long long l5 = 0; l5 < 1; l5++) {
-                (arena + 581651)[l5] = 0e0f;
+            for (long long l6 = 0; l6 < 1; l6++) {
+                (arena + 573458)[l6] = 0e0f;
             }
             /* partial rsum over y, by runs of 8 lanes */
-            for (long long l6 = 0; l6 < 1; l6++) {
-                for (long long l7 = 0; l7 < 8192; l7++) {
-                    (arena + 589845)[l6 * 8192 + l7] = 0e0f;
+            for (long long l7 = 0; l7 < 1; l7++) {
+                for (long long l8 = 0; l8 < 8192; l8++) {
+                    (arena + 581652)[l7 * 8192 + l8] = 0e0f;
                 }
             }
             /* run count over y */
-            for (long long l8 = 0; l8 < 1; l8++) {
-                for (long long l9 = 0; l9 < 8192; l9++) {
-                    (arena + 598037)[l8 * 8192 + l9] = 0e0f;
+            for (long long l9 = 0; l9 < 1; l9++) {
+                for (long long l10 = 0; l10 < 8192; l10++) {
+                    (arena + 589844)[l9 * 8192 + l10] = 0e0f;
                 }
             }
             /* run running mean over y */
-            for (long long l10 = 0; l10 < 1; l10++) {
-                for (long long l11 = 0; l11 < 8192; l11++) {
-                    (arena + 606229)[l10 * 8192 + l11] = 0e0f;
+            for (long long l11 = 0; l11 < 1; l11++) {
+                for (long long l12 = 0; l12 < 8192; l12++) {
+                    (arena + 598036)[l11 * 8192 + l12] = 0e0f;
                 }
             }
             /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
-            for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
-                for (long long l13 = 0; l13 < 1; l13++) {
-                    for (long long l14 = 0; l14 < 8192; l14++) {
-                        (arena + 393232)[l13 * 8192 + l14] = (arena + 598037)[l13 * 8192 + l14];
+            for (long long o13 = 0; o13 < (s1 / 8192) * 8192; o13 += 8192) {
+                for (long long l14 = 0; l14 < 1; l14++) {
+                    for (long long l15 = 0; l15 < 8192; l15++) {
+                        (arena + 393232)[l14 * 8192 + l15] = (arena + 589844)[l14 * 8192 + l15];
                     }
                 }
-                for (long long l15 = 0; l15 < 1; l15++) {
-                    for (long long l16 = 0; l16 < 8192; l16++) {
-                        (arena + 401424)[l15 * 8192 + l16] = (arena + 606229)[l15 * 8192 + l16];
+                for (long long l16 = 0; l16 < 1; l16++) {
+                    for (long long l17 = 0; l17 < 8192; l17++) {
+                        (arena + 401424)[l16 * 8192 + l17] = (arena + 598036)[l16 * 8192 + l17];
                     }
                 }
-                for (long long l17 = 0; l17 < 1; l17++) {
-                    for (long long l18 = 0; l18 < 8192; l18++) {
-                        (arena + 409616)[l17 * 8192 + l18] = (o1 + l17 < s0 && o12 + l18 < s1) ? dt_load_f32(in0[(o1 + l17) * args->input_strides[0][0] + (o12 + l18) * args->input_strides[0][1]]) : 0e0f;
+                for (long long l18 = 0; l18 < 1; l18++) {
+                    for (long long l19 = 0; l19 < 8192; l19++) {
+                        (arena + 409616)[l18 * 8192 + l19] = (o2 + l18 < s0 && o13 + l19 < s1) ? dt_load_f32(in0[(o2 + l18) * args->input_strides[0][0] + (o13 + l19) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l19 = 0; l19 < 1; l19++) {
-                    for (long long l20 = 0; l20 < 8192; l20++) {
-                        const long long f23 = l20 - l20 % 8;
-                        float a22 = 0e0f;
-                        for (long long r21 = f23; r21 < f23 + 8 && r21 < 8192; r21++) a22 = a22 + (arena + 409616)[l19 * 8192 + l20 + (r21 - l20) * 1];
-                        (arena + 417808)[l19 * 8192 + l20] = a22;
+                for (long long l20 = 0; l20 < 1; l20++) {
+                    for (long long l21 = 0; l21 < 8192; l21++) {
+                        const long long f24 = l21 - l21 % 8;
+                        float a23 = 0e0f;
+                        for (long long r22 = f24; r22 < f24 + 8 && r22 < 8192; r22++) a23 = a23 + (arena + 409616)[l20 * 8192 + l21 + (r22 - l21) * 1];
+                        (arena + 417808)[l20 * 8192 + l21] = a23;
                     }
                 }
-                for (long long l24 = 0; l24 < 1; l24++) {
-                    for (long long l25 = 0; l25 < 8192; l25++) {
-                        (arena + 581653)[l24 * 8192 + l25] = (arena + 581653)[l24 * 8192 + l25] + (arena + 417808)[l24 * 8192 + l25];
+                for (long long l25 = 0; l25 < 1; l25++) {
+                    for (long long l26 = 0; l26 < 8192; l26++) {
+                        (arena + 573460)[l25 * 8192 + l26] = (arena + 573460)[l25 * 8192 + l26] + (arena + 417808)[l25 * 8192 + l26];
                     }
-                }
-                for (long long l26 = 0; l26 < 8192; l26++) {
-                    (arena + 426000)[l26] = 1e0f;
                 }
                 for (long long l27 = 0; l27 < 8192; l27++) {
                     const long long f30 = l27 - l27 % 8;
                     float a29 = 0e0f;
-                    for (long long r28 = f30; r28 < f30 + 8 && r28 < 8192; r28++) a29 = a29 + (arena + 426000)[l27 + (r28 - l27) * 1];
-                    (arena + 434192)[l27] = a29;
+                    for (long long r28 = f30; r28 < f30 + 8 && r28 < 8192; r28++) a29 = a29 + (arena + 163855)[l27 + (r28 - l27) * 1];
+                    (arena + 426000)[l27] = a29;
                 }
-                (arena + 442384)[0] = 1e0f;
                 for (long long l31 = 0; l31 < 8192; l31++) {
-                    (arena + 442385)[l31] = fmaxf((arena + 434192)[l31], (arena + 442384)[0]);
+                    (arena + 434192)[l31] = fmaxf((arena + 426000)[l31], (arena + 196623)[0]);
                 }
                 for (long long l32 = 0; l32 < 1; l32++) {
                     for (long long l33 = 0; l33 < 8192; l33++) {
-                        (arena + 450577)[l32 * 8192 + l33] = ((arena + 417808)[l32 * 8192 + l33] / (arena + 442385)[l33]);
+                        (arena + 442384)[l32 * 8192 + l33] = ((arena + 417808)[l32 * 8192 + l33] / (arena + 434192)[l33]);
                     }
                 }
                 for (long long l34 = 0; l34 < 1; l34++) {
                     for (long long l35 = 0; l35 < 8192; l35++) {
-                        (arena + 458769)[l34 * 8192 + l35] = ((arena + 409616)[l34 * 8192 + l35] - (arena + 450577)[l34 * 8192 + l35]);
+                        (arena + 450576)[l34 * 8192 + l35] = ((arena + 409616)[l34 * 8192 + l35] - (arena + 442384)[l34 * 8192 + l35]);
                     }
                 }
                 for (long long l36 = 0; l36 < 1; l36++) {
                     for (long long l37 = 0; l37 < 8192; l37++) {
-                        (arena + 466961)[l36 * 8192 + l37] = ((arena + 458769)[l36 * 8192 + l37] * (arena + 426000)[l37]);
+                        (arena + 458768)[l36 * 8192 + l37] = ((arena + 450576)[l36 * 8192 + l37] * (arena + 163855)[l37]);
                     }
                 }
                 for (long long l38 = 0; l38 < 1; l38++) {
                     for (long long l39 = 0; l39 < 8192; l39++) {
-                        (arena + 475153)[l38 * 8192 + l39] = ((arena + 466961)[l38 * 8192 + l39] * (arena + 466961)[l38 * 8192 + l39]);
+                        (arena + 466960)[l38 * 8192 + l39] = ((arena + 458768)[l38 * 8192 + l39] * (arena + 458768)[l38 * 8192 + l39]);
                     }
                 }
                 for (long long l40 = 0; l40 < 1; l40++) {
                     for (long long l41 = 0; l41 < 8192; l41++) {
                         const long long f44 = l41 - l41 % 8;
                         float a43 = 0e0f;
-                        for (long long r42 = f44; r42 < f44 + 8 && r42 < 8192; r42++) a43 = a43 + (arena + 475153)[l40 * 8192 + l41 + (r42 - l41) * 1];
-                        (arena + 483345)[l40 * 8192 + l41] = a43;
+                        for (long long r42 = f44; r42 < f44 + 8 && r42 < 8192; r42++) a43 = a43 + (arena + 466960)[l40 * 8192 + l41 + (r42 - l41) * 1];
+                        (arena + 475152)[l40 * 8192 + l41] = a43;
                     }
                 }
                 for (long long l45 = 0; l45 < 1; l45++) {
                     for (long long l46 = 0; l46 < 8192; l46++) {
-                        (arena + 491537)[l45 * 8192 + l46] = ((arena + 393232)[l45 * 8192 + l46] + (arena + 434192)[l46]);
+                        (arena + 483344)[l45 * 8192 + l46] = ((arena + 393232)[l45 * 8192 + l46] + (arena + 426000)[l46]);
                     }
                 }
                 for (long long l47 = 0; l47 < 1; l47++) {
                     for (long long l48 = 0; l48 < 8192; l48++) {
-                        (arena + 598037)[l47 * 8192 + l48] = (arena + 491537)[l47 * 8192 + l48];
+                        (arena + 589844)[l47 * 8192 + l48] = (arena + 483344)[l47 * 8192 + l48];
                     }
                 }
                 for (long long l49 = 0; l49 < 1; l49++) {
                     for (long long l50 = 0; l50 < 8192; l50++) {
-                        (arena + 499729)[l49 * 8192 + l50] = fmaxf((arena + 491537)[l49 * 8192 + l50], (arena + 442384)[0]);
+                        (arena + 491536)[l49 * 8192 + l50] = fmaxf((arena + 483344)[l49 * 8192 + l50], (arena + 196623)[0]);
                     }
                 }
                 for (long long l51 = 0; l51 < 1; l51++) {
                     for (long long l52 = 0; l52 < 8192; l52++) {
-                        (arena + 507921)[l51 * 8192 + l52] = ((arena + 434192)[l52] / (arena + 499729)[l51 * 8192 + l52]);
+                        (arena + 499728)[l51 * 8192 + l52] = ((arena + 426000)[l52] / (arena + 491536)[l51 * 8192 + l52]);
                     }
                 }
                 for (long long l53 = 0; l53 < 1; l53++) {
                     for (long long l54 = 0; l54 < 8192; l54++) {
-                        (arena + 516113)[l53 * 8192 + l54] = ((arena + 450577)[l53 * 8192 + l54] - (arena + 401424)[l53 * 8192 + l54]);
+                        (arena + 507920)[l53 * 8192 + l54] = ((arena + 442384)[l53 * 8192 + l54] - (arena + 401424)[l53 * 8192 + l54]);
                     }
                 }
                 for (long long l55 = 0; l55 < 1; l55++) {
                     for (long long l56 = 0; l56 < 8192; l56++) {
-                        (arena + 524305)[l55 * 8192 + l56] = ((arena + 516113)[l55 * 8192 + l56] * (arena + 507921)[l55 * 8192 + l56]);
+                        (arena + 516112)[l55 * 8192 + l56] = ((arena + 507920)[l55 * 8192 + l56] * (arena + 499728)[l55 * 8192 + l56]);
                     }
                 }
                 for (long long l57 = 0; l57 < 1; l57++) {
                     for (long long l58 = 0; l58 < 8192; l58++) {
-                        (arena + 532497)[l57 * 8192 + l58] = ((arena + 401424)[l57 * 8192 + l58] + (arena + 524305)[l57 * 8192 + l58]);
+                        (arena + 524304)[l57 * 8192 + l58] = ((arena + 401424)[l57 * 8192 + l58] + (arena + 516112)[l57 * 8192 + l58]);
                     }
                 }
                 for (long long l59 = 0; l59 < 1; l59++) {
                     for (long long l60 = 0; l60 < 8192; l60++) {
-                        (arena + 606229)[l59 * 8192 + l60] = (arena + 532497)[l59 * 8192 + l60];
+                        (arena + 598036)[l59 * 8192 + l60] = (arena + 524304)[l59 * 8192 + l60];
                     }
                 }
                 for (long long l61 = 0; l61 < 1; l61++) {
                     for (long long l62 = 0; l62 < 8192; l62++) {
-                        (arena + 540689)[l61 * 8192 + l62] = ((arena + 524305)[l61 * 8192 + l62] * (arena + 516113)[l61 * 8192 + l62]);
+                        (arena + 532496)[l61 * 8192 + l62] = ((arena + 516112)[l61 * 8192 + l62] * (arena + 507920)[l61 * 8192 + l62]);
                     }
                 }
                 for (long long l63 = 0; l63 < 1; l63++) {
                     for (long long l64 = 0; l64 < 8192; l64++) {
-                        (arena + 548881)[l63 * 8192 + l64] = ((arena + 540689)[l63 * 8192 + l64] * (arena + 393232)[l63 * 8192 + l64]);
+                        (arena + 540688)[l63 * 8192 + l64] = ((arena + 532496)[l63 * 8192 + l64] * (arena + 393232)[l63 * 8192 + l64]);
                     }
                 }
                 for (long long l65 = 0; l65 < 1; l65++) {
                     for (long long l66 = 0; l66 < 8192; l66++) {
-                        (arena + 557073)[l65 * 8192 + l66] = (arena + 589845)[l65 * 8192 + l66];
+                        (arena + 548880)[l65 * 8192 + l66] = (arena + 581652)[l65 * 8192 + l66];
                     }
                 }
                 for (long long l67 = 0; l67 < 1; l67++) {
                     for (long long l68 = 0; l68 < 8192; l68++) {
-                        (arena + 565265)[l67 * 8192 + l68] = ((arena + 557073)[l67 * 8192 + l68] + (arena + 483345)[l67 * 8192 + l68]);
+                        (arena + 557072)[l67 * 8192 + l68] = ((arena + 548880)[l67 * 8192 + l68] + (arena + 475152)[l67 * 8192 + l68]);
                     }
                 }
                 for (long long l69 = 0; l69 < 1; l69++) {
                     for (long long l70 = 0; l70 < 8192; l70++) {
-                        (arena + 573457)[l69 * 8192 + l70] = ((arena + 565265)[l69 * 8192 + l70] + (arena + 548881)[l69 * 8192 + l70]);
+                        (arena + 565264)[l69 * 8192 + l70] = ((arena + 557072)[l69 * 8192 + l70] + (arena + 540688)[l69 * 8192 + l70]);
                     }
                 }
                 for (long long l71 = 0; l71 < 1; l71++) {
                     for (long long l72 = 0; l72 < 8192; l72++) {
-                        (arena + 589845)[l71 * 8192 + l72] = (arena + 573457)[l71 * 8192 + l72];
+                        (arena + 581652)[l71 * 8192 + l72] = (arena + 565264)[l71 * 8192 + l72];
                     }
                 }
             }
@@ -2238,17 +2595,17 @@ void dt_layernorm_f32(const dt_args* args, long long first, long long last) {
             for (long long o73 = (s1 / 8192) * 8192; o73 < s1; o73 += 8192) {
                 for (long long l74 = 0; l74 < 1; l74++) {
                     for (long long l75 = 0; l75 < 8192; l75++) {
-                        (arena + 139279)[l74 * 8192 + l75] = (arena + 598037)[l74 * 8192 + l75];
+                        (arena + 139279)[l74 * 8192 + l75] = (arena + 589844)[l74 * 8192 + l75];
                     }
                 }
                 for (long long l76 = 0; l76 < 1; l76++) {
                     for (long long l77 = 0; l77 < 8192; l77++) {
-                        (arena + 147471)[l76 * 8192 + l77] = (arena + 606229)[l76 * 8192 + l77];
+                        (arena + 147471)[l76 * 8192 + l77] = (arena + 598036)[l76 * 8192 + l77];
                     }
                 }
                 for (long long l78 = 0; l78 < 1; l78++) {
                     for (long long l79 = 0; l79 < 8192; l79++) {
-                        (arena + 0)[l78 * 8192 + l79] = (o1 + l78 < s0 && o73 + l79 < s1) ? dt_load_f32(in0[(o1 + l78) * args->input_strides[0][0] + (o73 + l79) * args->input_strides[0][1]]) : 0e0f;
+                        (arena + 0)[l78 * 8192 + l79] = (o2 + l78 < s0 && o73 + l79 < s1) ? dt_load_f32(in0[(o2 + l78) * args->input_strides[0][0] + (o73 + l79) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l80 = 0; l80 < 1; l80++) {
@@ -2261,235 +2618,230 @@ void dt_layernorm_f32(const dt_args* args, long long first, long long last) {
                 }
                 for (long long l85 = 0; l85 < 1; l85++) {
                     for (long long l86 = 0; l86 < 8192; l86++) {
-                        (arena + 581653)[l85 * 8192 + l86] = (arena + 581653)[l85 * 8192 + l86] + (arena + 155663)[l85 * 8192 + l86];
+                        (arena + 573460)[l85 * 8192 + l86] = (arena + 573460)[l85 * 8192 + l86] + (arena + 155663)[l85 * 8192 + l86];
                     }
                 }
                 for (long long l87 = 0; l87 < 8192; l87++) {
-                    (arena + 163855)[l87] = 1e0f;
+                    (arena + 172047)[l87] = (o73 + l87 < s1) ? (arena + 163855)[l87] : 0e0f;
                 }
                 for (long long l88 = 0; l88 < 8192; l88++) {
-                    (arena + 172047)[l88] = (o73 + l88 < s1) ? (arena + 163855)[l88] : 0e0f;
+                    const long long f91 = l88 - l88 % 8;
+                    float a90 = 0e0f;
+                    for (long long r89 = f91; r89 < f91 + 8 && r89 < 8192; r89++) a90 = a90 + (arena + 172047)[l88 + (r89 - l88) * 1];
+                    (arena + 180239)[l88] = a90;
                 }
-                for (long long l89 = 0; l89 < 8192; l89++) {
-                    const long long f92 = l89 - l89 % 8;
-                    float a91 = 0e0f;
-                    for (long long r90 = f92; r90 < f92 + 8 && r90 < 8192; r90++) a91 = a91 + (arena + 172047)[l89 + (r90 - l89) * 1];
-                    (arena + 180239)[l89] = a91;
+                for (long long l92 = 0; l92 < 8192; l92++) {
+                    (arena + 196624)[l92] = fmaxf((arena + 180239)[l92], (arena + 196623)[0]);
                 }
-                (arena + 196623)[0] = 1e0f;
-                for (long long l93 = 0; l93 < 8192; l93++) {
-                    (arena + 196624)[l93] = fmaxf((arena + 180239)[l93], (arena + 196623)[0]);
-                }
-                for (long long l94 = 0; l94 < 1; l94++) {
-                    for (long long l95 = 0; l95 < 8192; l95++) {
-                        (arena + 204816)[l94 * 8192 + l95] = ((arena + 155663)[l94 * 8192 + l95] / (arena + 196624)[l95]);
+                for (long long l93 = 0; l93 < 1; l93++) {
+                    for (long long l94 = 0; l94 < 8192; l94++) {
+                        (arena + 204816)[l93 * 8192 + l94] = ((arena + 155663)[l93 * 8192 + l94] / (arena + 196624)[l94]);
                     }
                 }
-                for (long long l96 = 0; l96 < 1; l96++) {
-                    for (long long l97 = 0; l97 < 8192; l97++) {
-                        (arena + 213008)[l96 * 8192 + l97] = ((arena + 0)[l96 * 8192 + l97] - (arena + 204816)[l96 * 8192 + l97]);
+                for (long long l95 = 0; l95 < 1; l95++) {
+                    for (long long l96 = 0; l96 < 8192; l96++) {
+                        (arena + 213008)[l95 * 8192 + l96] = ((arena + 0)[l95 * 8192 + l96] - (arena + 204816)[l95 * 8192 + l96]);
                     }
                 }
-                for (long long l98 = 0; l98 < 1; l98++) {
-                    for (long long l99 = 0; l99 < 8192; l99++) {
-                        (arena + 221200)[l98 * 8192 + l99] = ((arena + 213008)[l98 * 8192 + l99] * (arena + 172047)[l99]);
+                for (long long l97 = 0; l97 < 1; l97++) {
+                    for (long long l98 = 0; l98 < 8192; l98++) {
+                        (arena + 221200)[l97 * 8192 + l98] = ((arena + 213008)[l97 * 8192 + l98] * (arena + 172047)[l98]);
                     }
                 }
-                for (long long l100 = 0; l100 < 1; l100++) {
-                    for (long long l101 = 0; l101 < 8192; l101++) {
-                        (arena + 229392)[l100 * 8192 + l101] = ((arena + 221200)[l100 * 8192 + l101] * (arena + 221200)[l100 * 8192 + l101]);
+                for (long long l99 = 0; l99 < 1; l99++) {
+                    for (long long l100 = 0; l100 < 8192; l100++) {
+                        (arena + 229392)[l99 * 8192 + l100] = ((arena + 221200)[l99 * 8192 + l100] * (arena + 221200)[l99 * 8192 + l100]);
                     }
                 }
-                for (long long l102 = 0; l102 < 1; l102++) {
-                    for (long long l103 = 0; l103 < 8192; l103++) {
-                        const long long f106 = l103 - l103 % 8;
-                        float a105 = 0e0f;
-                        for (long long r104 = f106; r104 < f106 + 8 && r104 < 8192; r104++) a105 = a105 + (arena + 229392)[l102 * 8192 + l103 + (r104 - l103) * 1];
-                        (arena + 237584)[l102 * 8192 + l103] = a105;
+                for (long long l101 = 0; l101 < 1; l101++) {
+                    for (long long l102 = 0; l102 < 8192; l102++) {
+                        const long long f105 = l102 - l102 % 8;
+                        float a104 = 0e0f;
+                        for (long long r103 = f105; r103 < f105 + 8 && r103 < 8192; r103++) a104 = a104 + (arena + 229392)[l101 * 8192 + l102 + (r103 - l102) * 1];
+                        (arena + 237584)[l101 * 8192 + l102] = a104;
                     }
                 }
-                for (long long l107 = 0; l107 < 1; l107++) {
-                    for (long long l108 = 0; l108 < 8192; l108++) {
-                        (arena + 245776)[l107 * 8192 + l108] = ((arena + 139279)[l107 * 8192 + l108] + (arena + 180239)[l108]);
+                for (long long l106 = 0; l106 < 1; l106++) {
+                    for (long long l107 = 0; l107 < 8192; l107++) {
+                        (arena + 245776)[l106 * 8192 + l107] = ((arena + 139279)[l106 * 8192 + l107] + (arena + 180239)[l107]);
                     }
                 }
-                for (long long l109 = 0; l109 < 1; l109++) {
-                    for (long long l110 = 0; l110 < 8192; l110++) {
-                        (arena + 598037)[l109 * 8192 + l110] = (arena + 245776)[l109 * 8192 + l110];
+                for (long long l108 = 0; l108 < 1; l108++) {
+                    for (long long l109 = 0; l109 < 8192; l109++) {
+                        (arena + 589844)[l108 * 8192 + l109] = (arena + 245776)[l108 * 8192 + l109];
                     }
                 }
-                for (long long l111 = 0; l111 < 1; l111++) {
-                    for (long long l112 = 0; l112 < 8192; l112++) {
-                        (arena + 253968)[l111 * 8192 + l112] = fmaxf((arena + 245776)[l111 * 8192 + l112], (arena + 196623)[0]);
+                for (long long l110 = 0; l110 < 1; l110++) {
+                    for (long long l111 = 0; l111 < 8192; l111++) {
+                        (arena + 253968)[l110 * 8192 + l111] = fmaxf((arena + 245776)[l110 * 8192 + l111], (arena + 196623)[0]);
                     }
                 }
-                for (long long l113 = 0; l113 < 1; l113++) {
-                    for (long long l114 = 0; l114 < 8192; l114++) {
-                        (arena + 262160)[l113 * 8192 + l114] = ((arena + 180239)[l114] / (arena + 253968)[l113 * 8192 + l114]);
+                for (long long l112 = 0; l112 < 1; l112++) {
+                    for (long long l113 = 0; l113 < 8192; l113++) {
+                        (arena + 262160)[l112 * 8192 + l113] = ((arena + 180239)[l113] / (arena + 253968)[l112 * 8192 + l113]);
                     }
                 }
-                for (long long l115 = 0; l115 < 1; l115++) {
-                    for (long long l116 = 0; l116 < 8192; l116++) {
-                        (arena + 270352)[l115 * 8192 + l116] = ((arena + 204816)[l115 * 8192 + l116] - (arena + 147471)[l115 * 8192 + l116]);
+                for (long long l114 = 0; l114 < 1; l114++) {
+                    for (long long l115 = 0; l115 < 8192; l115++) {
+                        (arena + 270352)[l114 * 8192 + l115] = ((arena + 204816)[l114 * 8192 + l115] - (arena + 147471)[l114 * 8192 + l115]);
                     }
                 }
-                for (long long l117 = 0; l117 < 1; l117++) {
-                    for (long long l118 = 0; l118 < 8192; l118++) {
-                        (arena + 278544)[l117 * 8192 + l118] = ((arena + 270352)[l117 * 8192 + l118] * (arena + 262160)[l117 * 8192 + l118]);
+                for (long long l116 = 0; l116 < 1; l116++) {
+                    for (long long l117 = 0; l117 < 8192; l117++) {
+                        (arena + 278544)[l116 * 8192 + l117] = ((arena + 270352)[l116 * 8192 + l117] * (arena + 262160)[l116 * 8192 + l117]);
                     }
                 }
-                for (long long l119 = 0; l119 < 1; l119++) {
-                    for (long long l120 = 0; l120 < 8192; l120++) {
-                        (arena + 286736)[l119 * 8192 + l120] = ((arena + 147471)[l119 * 8192 + l120] + (arena + 278544)[l119 * 8192 + l120]);
+                for (long long l118 = 0; l118 < 1; l118++) {
+                    for (long long l119 = 0; l119 < 8192; l119++) {
+                        (arena + 286736)[l118 * 8192 + l119] = ((arena + 147471)[l118 * 8192 + l119] + (arena + 278544)[l118 * 8192 + l119]);
                     }
                 }
-                for (long long l121 = 0; l121 < 1; l121++) {
-                    for (long long l122 = 0; l122 < 8192; l122++) {
-                        (arena + 606229)[l121 * 8192 + l122] = (arena + 286736)[l121 * 8192 + l122];
+                for (long long l120 = 0; l120 < 1; l120++) {
+                    for (long long l121 = 0; l121 < 8192; l121++) {
+                        (arena + 598036)[l120 * 8192 + l121] = (arena + 286736)[l120 * 8192 + l121];
                     }
                 }
-                for (long long l123 = 0; l123 < 1; l123++) {
-                    for (long long l124 = 0; l124 < 8192; l124++) {
-                        (arena + 294928)[l123 * 8192 + l124] = ((arena + 278544)[l123 * 8192 + l124] * (arena + 270352)[l123 * 8192 + l124]);
+                for (long long l122 = 0; l122 < 1; l122++) {
+                    for (long long l123 = 0; l123 < 8192; l123++) {
+                        (arena + 294928)[l122 * 8192 + l123] = ((arena + 278544)[l122 * 8192 + l123] * (arena + 270352)[l122 * 8192 + l123]);
                     }
                 }
-                for (long long l125 = 0; l125 < 1; l125++) {
-                    for (long long l126 = 0; l126 < 8192; l126++) {
-                        (arena + 303120)[l125 * 8192 + l126] = ((arena + 294928)[l125 * 8192 + l126] * (arena + 139279)[l125 * 8192 + l126]);
+                for (long long l124 = 0; l124 < 1; l124++) {
+                    for (long long l125 = 0; l125 < 8192; l125++) {
+                        (arena + 303120)[l124 * 8192 + l125] = ((arena + 294928)[l124 * 8192 + l125] * (arena + 139279)[l124 * 8192 + l125]);
                     }
                 }
-                for (long long l127 = 0; l127 < 1; l127++) {
-                    for (long long l128 = 0; l128 < 8192; l128++) {
-                        (arena + 311312)[l127 * 8192 + l128] = (arena + 589845)[l127 * 8192 + l128];
+                for (long long l126 = 0; l126 < 1; l126++) {
+                    for (long long l127 = 0; l127 < 8192; l127++) {
+                        (arena + 311312)[l126 * 8192 + l127] = (arena + 581652)[l126 * 8192 + l127];
                     }
                 }
-                for (long long l129 = 0; l129 < 1; l129++) {
-                    for (long long l130 = 0; l130 < 8192; l130++) {
-                        (arena + 319504)[l129 * 8192 + l130] = ((arena + 311312)[l129 * 8192 + l130] + (arena + 237584)[l129 * 8192 + l130]);
+                for (long long l128 = 0; l128 < 1; l128++) {
+                    for (long long l129 = 0; l129 < 8192; l129++) {
+                        (arena + 319504)[l128 * 8192 + l129] = ((arena + 311312)[l128 * 8192 + l129] + (arena + 237584)[l128 * 8192 + l129]);
                     }
                 }
-                for (long long l131 = 0; l131 < 1; l131++) {
-                    for (long long l132 = 0; l132 < 8192; l132++) {
-                        (arena + 327696)[l131 * 8192 + l132] = ((arena + 319504)[l131 * 8192 + l132] + (arena + 303120)[l131 * 8192 + l132]);
+                for (long long l130 = 0; l130 < 1; l130++) {
+                    for (long long l131 = 0; l131 < 8192; l131++) {
+                        (arena + 327696)[l130 * 8192 + l131] = ((arena + 319504)[l130 * 8192 + l131] + (arena + 303120)[l130 * 8192 + l131]);
                     }
                 }
-                for (long long l133 = 0; l133 < 1; l133++) {
-                    for (long long l134 = 0; l134 < 8192; l134++) {
-                        (arena + 589845)[l133 * 8192 + l134] = (arena + 327696)[l133 * 8192 + l134];
+                for (long long l132 = 0; l132 < 1; l132++) {
+                    for (long long l133 = 0; l133 < 8192; l133++) {
+                        (arena + 581652)[l132 * 8192 + l133] = (arena + 327696)[l132 * 8192 + l133];
                     }
                 }
             }
-            for (long long l135 = 0; l135 < 1; l135++) {
-                for (long long l136 = 0; l136 < 8192; l136++) {
-                    (arena + 122895)[l135 * 8192 + l136] = (arena + 581653)[l135 * 8192 + l136];
+            for (long long l134 = 0; l134 < 1; l134++) {
+                for (long long l135 = 0; l135 < 8192; l135++) {
+                    (arena + 122895)[l134 * 8192 + l135] = (arena + 573460)[l134 * 8192 + l135];
                 }
             }
-            for (long long l137 = 0; l137 < 1; l137++) {
-                float a139 = 0e0f;
-                for (long long r138 = 0; r138 < 8192; r138 += 8) a139 = a139 + (arena + 122895)[l137 * 8192 + r138 * 1];
-                (arena + 16384)[l137] = a139;
+            for (long long l136 = 0; l136 < 1; l136++) {
+                float a138 = 0e0f;
+                for (long long r137 = 0; r137 < 8192; r137 += 8) a138 = a138 + (arena + 122895)[l136 * 8192 + r137 * 1];
+                (arena + 16384)[l136] = a138;
+            }
+            for (long long l139 = 0; l139 < 1; l139++) {
+                (arena + 573456)[l139] = (arena + 573456)[l139] + (arena + 16384)[l139];
             }
             for (long long l140 = 0; l140 < 1; l140++) {
-                (arena + 581649)[l140] = (arena + 581649)[l140] + (arena + 16384)[l140];
+                (arena + 16385)[l140] = (arena + 573456)[l140];
             }
             for (long long l141 = 0; l141 < 1; l141++) {
-                (arena + 16385)[l141] = (arena + 581649)[l141];
+                (arena + 16387)[l141] = ((arena + 16385)[l141] / (arena + 16386)[0]);
             }
             for (long long l142 = 0; l142 < 1; l142++) {
-                (arena + 16387)[l142] = ((arena + 16385)[l142] / (arena + 16386)[0]);
-            }
-            for (long long l143 = 0; l143 < 1; l143++) {
-                for (long long l144 = 0; l144 < 8192; l144++) {
-                    (arena + 335888)[l143 * 8192 + l144] = (arena + 589845)[l143 * 8192 + l144];
+                for (long long l143 = 0; l143 < 8192; l143++) {
+                    (arena + 335888)[l142 * 8192 + l143] = (arena + 581652)[l142 * 8192 + l143];
                 }
             }
-            for (long long l145 = 0; l145 < 1; l145++) {
-                for (long long l146 = 0; l146 < 8192; l146++) {
-                    (arena + 344080)[l145 * 8192 + l146] = (arena + 598037)[l145 * 8192 + l146];
+            for (long long l144 = 0; l144 < 1; l144++) {
+                for (long long l145 = 0; l145 < 8192; l145++) {
+                    (arena + 344080)[l144 * 8192 + l145] = (arena + 589844)[l144 * 8192 + l145];
                 }
             }
-            for (long long l147 = 0; l147 < 1; l147++) {
-                for (long long l148 = 0; l148 < 8192; l148++) {
-                    (arena + 352272)[l147 * 8192 + l148] = (arena + 606229)[l147 * 8192 + l148];
+            for (long long l146 = 0; l146 < 1; l146++) {
+                for (long long l147 = 0; l147 < 8192; l147++) {
+                    (arena + 352272)[l146 * 8192 + l147] = (arena + 598036)[l146 * 8192 + l147];
                 }
             }
-            for (long long l149 = 0; l149 < 1; l149++) {
-                for (long long l150 = 0; l150 < 8192; l150++) {
-                    (arena + 360464)[l149 * 8192 + l150] = ((arena + 352272)[l149 * 8192 + l150] - (arena + 16387)[l149]);
+            for (long long l148 = 0; l148 < 1; l148++) {
+                for (long long l149 = 0; l149 < 8192; l149++) {
+                    (arena + 360464)[l148 * 8192 + l149] = ((arena + 352272)[l148 * 8192 + l149] - (arena + 16387)[l148]);
                 }
             }
-            for (long long l151 = 0; l151 < 1; l151++) {
-                for (long long l152 = 0; l152 < 8192; l152++) {
-                    (arena + 368656)[l151 * 8192 + l152] = ((arena + 360464)[l151 * 8192 + l152] * (arena + 360464)[l151 * 8192 + l152]);
+            for (long long l150 = 0; l150 < 1; l150++) {
+                for (long long l151 = 0; l151 < 8192; l151++) {
+                    (arena + 368656)[l150 * 8192 + l151] = ((arena + 360464)[l150 * 8192 + l151] * (arena + 360464)[l150 * 8192 + l151]);
                 }
             }
-            for (long long l153 = 0; l153 < 1; l153++) {
-                for (long long l154 = 0; l154 < 8192; l154++) {
-                    (arena + 376848)[l153 * 8192 + l154] = ((arena + 344080)[l153 * 8192 + l154] * (arena + 368656)[l153 * 8192 + l154]);
+            for (long long l152 = 0; l152 < 1; l152++) {
+                for (long long l153 = 0; l153 < 8192; l153++) {
+                    (arena + 376848)[l152 * 8192 + l153] = ((arena + 344080)[l152 * 8192 + l153] * (arena + 368656)[l152 * 8192 + l153]);
                 }
             }
-            for (long long l155 = 0; l155 < 1; l155++) {
-                for (long long l156 = 0; l156 < 8192; l156++) {
-                    (arena + 385040)[l155 * 8192 + l156] = ((arena + 335888)[l155 * 8192 + l156] + (arena + 376848)[l155 * 8192 + l156]);
+            for (long long l154 = 0; l154 < 1; l154++) {
+                for (long long l155 = 0; l155 < 8192; l155++) {
+                    (arena + 385040)[l154 * 8192 + l155] = ((arena + 335888)[l154 * 8192 + l155] + (arena + 376848)[l154 * 8192 + l155]);
                 }
             }
-            for (long long l157 = 0; l157 < 1; l157++) {
-                float a159 = 0e0f;
-                for (long long r158 = 0; r158 < 8192; r158 += 8) a159 = a159 + (arena + 385040)[l157 * 8192 + r158 * 1];
-                (arena + 65542)[l157] = a159;
+            for (long long l156 = 0; l156 < 1; l156++) {
+                float a158 = 0e0f;
+                for (long long r157 = 0; r157 < 8192; r157 += 8) a158 = a158 + (arena + 385040)[l156 * 8192 + r157 * 1];
+                (arena + 65542)[l156] = a158;
+            }
+            for (long long l159 = 0; l159 < 1; l159++) {
+                (arena + 573458)[l159] = (arena + 573458)[l159] + (arena + 65542)[l159];
             }
             for (long long l160 = 0; l160 < 1; l160++) {
-                (arena + 581651)[l160] = (arena + 581651)[l160] + (arena + 65542)[l160];
+                (arena + 65543)[l160] = (arena + 573458)[l160];
             }
             for (long long l161 = 0; l161 < 1; l161++) {
-                (arena + 65543)[l161] = (arena + 581651)[l161];
+                (arena + 65545)[l161] = ((arena + 65543)[l161] / (arena + 16386)[0]);
             }
             for (long long l162 = 0; l162 < 1; l162++) {
-                (arena + 65545)[l162] = ((arena + 65543)[l162] / (arena + 16386)[0]);
+                (arena + 81933)[l162] = ((arena + 65545)[l162] + (arena + 81932)[0]);
+            }
+            for (long long l163 = 0; l163 < 1; l163++) {
+                (arena + 81934)[l163] = dt_rsqrt((arena + 81933)[l163]);
             }
             /* layernorm.tensorize(y:8192) num_stages(4) */
-            for (long long o163 = (dt_cdiv(s1, 8192) - 1) * 8192; o163 >= 0; o163 -= 8192) {
-                for (long long l164 = 0; l164 < 1; l164++) {
-                    for (long long l165 = 0; l165 < 8192; l165++) {
-                        (arena + 65546)[l164 * 8192 + l165] = (o1 + l164 < s0 && o163 + l165 < s1) ? dt_load_f32(in0[(o1 + l164) * args->input_strides[0][0] + (o163 + l165) * args->input_strides[0][1]]) : 0e0f;
+            for (long long o164 = (dt_cdiv(s1, 8192) - 1) * 8192; o164 >= 0; o164 -= 8192) {
+                for (long long l165 = 0; l165 < 1; l165++) {
+                    for (long long l166 = 0; l166 < 8192; l166++) {
+                        (arena + 65546)[l165 * 8192 + l166] = (o2 + l165 < s0 && o164 + l166 < s1) ? dt_load_f32(in0[(o2 + l165) * args->input_strides[0][0] + (o164 + l166) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l166 = 0; l166 < 1; l166++) {
-                    for (long long l167 = 0; l167 < 8192; l167++) {
-                        (arena + 73739)[l166 * 8192 + l167] = ((arena + 65546)[l166 * 8192 + l167] - (arena + 16387)[l166]);
+                for (long long l167 = 0; l167 < 1; l167++) {
+                    for (long long l168 = 0; l168 < 8192; l168++) {
+                        (arena + 73739)[l167 * 8192 + l168] = ((arena + 65546)[l167 * 8192 + l168] - (arena + 16387)[l167]);
                     }
-                }
-                (arena + 81932)[0] = args->scalars[0];
-                for (long long l168 = 0; l168 < 1; l168++) {
-                    (arena + 81933)[l168] = ((arena + 65545)[l168] + (arena + 81932)[0]);
                 }
                 for (long long l169 = 0; l169 < 1; l169++) {
-                    (arena + 81934)[l169] = dt_rsqrt((arena + 81933)[l169]);
-                }
-                for (long long l170 = 0; l170 < 1; l170++) {
-                    for (long long l171 = 0; l171 < 8192; l171++) {
-                        (arena + 81935)[l170 * 8192 + l171] = ((arena + 73739)[l170 * 8192 + l171] * (arena + 81934)[l170]);
+                    for (long long l170 = 0; l170 < 8192; l170++) {
+                        (arena + 81935)[l169 * 8192 + l170] = ((arena + 73739)[l169 * 8192 + l170] * (arena + 81934)[l169]);
                     }
                 }
-                for (long long l172 = 0; l172 < 8192; l172++) {
-                    (arena + 90127)[l172] = (o163 + l172 < s1) ? dt_load_f32(in1[(o163 + l172) * args->input_strides[1][0]]) : 0e0f;
+                for (long long l171 = 0; l171 < 8192; l171++) {
+                    (arena + 90127)[l171] = (o164 + l171 < s1) ? dt_load_f32(in1[(o164 + l171) * args->input_strides[1][0]]) : 0e0f;
                 }
-                for (long long l173 = 0; l173 < 1; l173++) {
-                    for (long long l174 = 0; l174 < 8192; l174++) {
-                        (arena + 98319)[l173 * 8192 + l174] = ((arena + 81935)[l173 * 8192 + l174] * (arena + 90127)[l174]);
+                for (long long l172 = 0; l172 < 1; l172++) {
+                    for (long long l173 = 0; l173 < 8192; l173++) {
+                        (arena + 98319)[l172 * 8192 + l173] = ((arena + 81935)[l172 * 8192 + l173] * (arena + 90127)[l173]);
                     }
                 }
-                for (long long l175 = 0; l175 < 8192; l175++) {
-                    (arena + 106511)[l175] = (o163 + l175 < s1) ? dt_load_f32(in2[(o163 + l175) * args->input_strides[2][0]]) : 0e0f;
+                for (long long l174 = 0; l174 < 8192; l174++) {
+                    (arena + 106511)[l174] = (o164 + l174 < s1) ? dt_load_f32(in2[(o164 + l174) * args->input_strides[2][0]]) : 0e0f;
                 }
-                for (long long l176 = 0; l176 < 1; l176++) {
-                    for (long long l177 = 0; l177 < 8192; l177++) {
-                        (arena + 114703)[l176 * 8192 + l177] = ((arena + 98319)[l176 * 8192 + l177] + (arena + 106511)[l177]);
+                for (long long l175 = 0; l175 < 1; l175++) {
+                    for (long long l176 = 0; l176 < 8192; l176++) {
+                        (arena + 114703)[l175 * 8192 + l176] = ((arena + 98319)[l175 * 8192 + l176] + (arena + 106511)[l176]);
                     }
                 }
-                for (long long l178 = 0; l178 < 1; l178++) {
-                    for (long long l179 = 0; l179 < 8192; l179++) {
-                        if (o1 + l178 < s0 && o163 + l179 < s1) out[(o1 + l178) * args->output_strides[0] + (o163 + l179) * args->output_strides[1]] = dt_store_f32((arena + 114703)[l178 * 8192 + l179]);
+                for (long long l177 = 0; l177 < 1; l177++) {
+                    for (long long l178 = 0; l178 < 8192; l178++) {
+                        if (o2 + l177 < s0 && o164 + l178 < s1) out[(o2 + l177) * args->output_strides[0] + (o164 + l178) * args->output_strides[1]] = dt_store_f32((arena + 114703)[l177 * 8192 + l178]);
                     }
                 }
             }

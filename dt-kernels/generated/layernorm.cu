@@ -440,6 +440,18 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16(c
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2): loads one step ahead */
     uint4 qn2[2];
     bool fn3[2];
@@ -472,12 +484,12 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16(c
         fn7[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+    for (long long o1 = b0 * 2; o1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o1 += 1) {
         uint4 q12[2];
         bool f13[2];
         #pragma unroll
         for (int c = 0; c < 2; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
-        if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+        if (o1 + 1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) {
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 64 + tid) * 8;
@@ -495,19 +507,285 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16(c
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_f16s<16> v0; /* 16-bit values as loaded */
+        dt_f16s<16> v30; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 64 + tid) * 8;
             const int l17 = (int)((unsigned)e / 1024u % 1u);
             const int l18 = (int)((unsigned)e / 1u % 1024u);
             if (f13[c]) {
-                v0.w[c] = q12[c];
+                v30.w[c] = q12[c];
             } else {
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
                 for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                v30.w[c] = w;
+            }
+        }
+        float v31[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v30[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a20 = 0e0f;
+            for (int g = 0; g < 2; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v31[r] = a20;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v31[0];
+        }
+        float v32[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v32[r] = acc0[r];
+        }
+        float v33[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v33[r] = dt_fast_div(v32[0], v4[0]);
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v34[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v34[r] = (v30[r] - v33[0]);
+            }
+        }
+        float v35[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v35[r] = (v34[r] * v34[r]);
+            }
+        }
+        float v36[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                const int l30 = (int)((unsigned)e / 1u % 1024u);
+                v36[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v35[r] : 0e0f;
+            }
+        }
+        float v37[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v36[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a32 = 0e0f;
+            for (int g = 0; g < 2; g++) a32 = a32 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v37[r] = a32;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v37[0];
+        }
+        float v38[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v38[r] = acc2[r];
+        }
+        float v39[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v39[r] = dt_fast_div(v38[0], v4[0]);
+        }
+        float v40[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v40[r] = (v39[0] + v22[0]);
+        }
+        float v41[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v41[r] = dt_fast_rsqrt(v40[0]);
+        }
+        float v42[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v42[r] = (v34[r] * v41[0]);
+            }
+        }
+        dt_f16s<16> v43; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l40 = (int)((unsigned)e / 1u % 1024u);
+            if (fn5[c]) {
+                v43.w[c] = qn4[c];
+            } else {
+                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l40 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                v43.w[c] = w;
+            }
+        }
+        float v44[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v44[r] = (v42[r] * v43[r]);
+            }
+        }
+        dt_f16s<16> v45; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l43 = (int)((unsigned)e / 1u % 1024u);
+            if (fn7[c]) {
+                v45.w[c] = qn6[c];
+            } else {
+                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l43 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                v45.w[c] = w;
+            }
+        }
+        float v46[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v46[r] = (v44[r] + v45[r]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l46 = (int)((unsigned)e / 1024u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v46[c * 8 + 0], v46[c * 8 + 1]), dt_pack2_f16(v46[c * 8 + 2], v46[c * 8 + 3]), dt_pack2_f16(v46[c * 8 + 4], v46[c * 8 + 5]), dt_pack2_f16(v46[c * 8 + 6], v46[c * 8 + 7]));
+            } else {
+                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 0]);
+                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 1]);
+                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 2]);
+                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 3]);
+                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 4]);
+                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 5]);
+                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 6]);
+                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 7]);
+            }
+        }
+    }
+    /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2): loads one step ahead */
+    uint4 qn49[2];
+    bool fn50[2];
+    uint4 qn51[2];
+    bool fn52[2];
+    uint4 qn53[2];
+    bool fn54[2];
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
+        const int l55 = (int)((unsigned)e / 1024u % 1u);
+        const int l56 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l56) * (unsigned)args.input_strides[0][1];
+        fn50[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) < (unsigned)s0 && (unsigned)(0 + (l56 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+        if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
+        const int l57 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)(0 + l57) * (unsigned)args.input_strides[1][0];
+        fn52[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l57 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+        if (fn52[c]) qn51[c] = *(const uint4*)(in1 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
+        const int l58 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)(0 + l58) * (unsigned)args.input_strides[2][0];
+        fn54[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l58 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+        if (fn54[c]) qn53[c] = *(const uint4*)(in2 + a);
+    }
+    for (long long o48 = dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o48 < dt_min_ll(b0 * 2 + 2, s0); o48 += 1) {
+        uint4 q59[2];
+        bool f60[2];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) { q59[c] = qn49[c]; f60[c] = fn50[c]; }
+        if (o48 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 64 + tid) * 8;
+                const int l61 = (int)((unsigned)e / 1024u % 1u);
+                const int l62 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)((o48 + 1) + l61) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l62) * (unsigned)args.input_strides[0][1];
+                fn50[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l62 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+            }
+        }
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        dt_f16s<16> v0; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l64 = (int)((unsigned)e / 1024u % 1u);
+            const int l65 = (int)((unsigned)e / 1u % 1024u);
+            if (f60[c]) {
+                v0.w[c] = q59[c];
+            } else {
+                const unsigned a = (unsigned)(o48 + l64) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l65) * (unsigned)args.input_strides[0][1];
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l65 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                 v0.w[c] = w;
             }
         }
@@ -529,9 +807,9 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16(c
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a20 = 0e0f;
-            for (int g = 0; g < 2; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a20;
+            float a67 = 0e0f;
+            for (int g = 0; g < 2; g++) a67 = a67 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a67;
         }
         {
             const int r = 0, e = 0;
@@ -543,12 +821,6 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16(c
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -584,8 +856,8 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16(c
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                const int l30 = (int)((unsigned)e / 1u % 1024u);
-                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l77 = (int)((unsigned)e / 1u % 1024u);
+                v13[r] = ((unsigned)(0 + l77) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -605,9 +877,9 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16(c
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a32 = 0e0f;
-            for (int g = 0; g < 2; g++) a32 = a32 + ((dt_smem + 0) + 2)[g * 1 + e];
-            v14[r] = a32;
+            float a79 = 0e0f;
+            for (int g = 0; g < 2; g++) a79 = a79 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v14[r] = a79;
         }
         {
             const int r = 0, e = 0;
@@ -625,12 +897,6 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16(c
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -656,14 +922,14 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16(c
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 64 + tid) * 8;
-            const int l40 = (int)((unsigned)e / 1u % 1024u);
-            if (fn5[c]) {
-                v26.w[c] = qn4[c];
+            const int l87 = (int)((unsigned)e / 1u % 1024u);
+            if (fn52[c]) {
+                v26.w[c] = qn51[c];
             } else {
-                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                const unsigned a = (unsigned)(0 + l87) * (unsigned)args.input_strides[1][0];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l40 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l87 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
                 v26.w[c] = w;
             }
         }
@@ -679,14 +945,14 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16(c
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 64 + tid) * 8;
-            const int l43 = (int)((unsigned)e / 1u % 1024u);
-            if (fn7[c]) {
-                v28.w[c] = qn6[c];
+            const int l90 = (int)((unsigned)e / 1u % 1024u);
+            if (fn54[c]) {
+                v28.w[c] = qn53[c];
             } else {
-                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                const unsigned a = (unsigned)(0 + l90) * (unsigned)args.input_strides[2][0];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l43 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l90 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
                 v28.w[c] = w;
             }
         }
@@ -701,20 +967,20 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16(c
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 64 + tid) * 8;
-            const int l46 = (int)((unsigned)e / 1024u % 1u);
-            const int l47 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l93 = (int)((unsigned)e / 1024u % 1u);
+            const int l94 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o48 + l93) * (unsigned)args.output_strides[0] + (unsigned)(0 + l94) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l94 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                if ((unsigned)(0 + l94) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if ((unsigned)(0 + (l94 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if ((unsigned)(0 + (l94 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if ((unsigned)(0 + (l94 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if ((unsigned)(0 + (l94 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if ((unsigned)(0 + (l94 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if ((unsigned)(0 + (l94 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if ((unsigned)(0 + (l94 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
@@ -738,6 +1004,18 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16_w
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2): loads one step ahead */
     uint4 qn2[2];
     bool fn3[2];
@@ -770,12 +1048,12 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16_w
         fn7[c] = (unsigned)(0 + l11) < (unsigned)s1;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+    for (long long o1 = b0 * 2; o1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o1 += 1) {
         uint4 q12[2];
         bool f13[2];
         #pragma unroll
         for (int c = 0; c < 2; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
-        if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+        if (o1 + 1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) {
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 64 + tid) * 8;
@@ -793,11 +1071,246 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16_w
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_f16s<16> v0; /* 16-bit values as loaded */
+        dt_f16s<16> v30; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             if (f13[c]) {
-                v0.w[c] = q12[c];
+                v30.w[c] = q12[c];
+            } else {
+                v30.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            }
+        }
+        float v31[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v30[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a20 = 0e0f;
+            for (int g = 0; g < 2; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v31[r] = a20;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v31[0];
+        }
+        float v32[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v32[r] = acc0[r];
+        }
+        float v33[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v33[r] = dt_fast_div(v32[0], v4[0]);
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v34[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v34[r] = (v30[r] - v33[0]);
+            }
+        }
+        float v35[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v35[r] = (v34[r] * v34[r]);
+            }
+        }
+        float v36[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v36[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 64 + tid) * 8) / 1u % 1024u)) < (unsigned)s1) ? v35[r] : 0e0f;
+            }
+        }
+        float v37[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v36[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a32 = 0e0f;
+            for (int g = 0; g < 2; g++) a32 = a32 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v37[r] = a32;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v37[0];
+        }
+        float v38[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v38[r] = acc2[r];
+        }
+        float v39[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v39[r] = dt_fast_div(v38[0], v4[0]);
+        }
+        float v40[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v40[r] = (v39[0] + v22[0]);
+        }
+        float v41[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v41[r] = dt_fast_rsqrt(v40[0]);
+        }
+        float v42[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v42[r] = (v34[r] * v41[0]);
+            }
+        }
+        dt_f16s<16> v43; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            if (fn5[c]) {
+                v43.w[c] = qn4[c];
+            } else {
+                v43.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            }
+        }
+        float v44[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v44[r] = (v42[r] * v43[r]);
+            }
+        }
+        dt_f16s<16> v45; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            if (fn7[c]) {
+                v45.w[c] = qn6[c];
+            } else {
+                v45.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            }
+        }
+        float v46[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v46[r] = (v44[r] + v45[r]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l46 = (int)((unsigned)e / 1024u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v46[c * 8 + 0], v46[c * 8 + 1]), dt_pack2_f16(v46[c * 8 + 2], v46[c * 8 + 3]), dt_pack2_f16(v46[c * 8 + 4], v46[c * 8 + 5]), dt_pack2_f16(v46[c * 8 + 6], v46[c * 8 + 7]));
+        }
+    }
+    /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2): loads one step ahead */
+    uint4 qn49[2];
+    bool fn50[2];
+    uint4 qn51[2];
+    bool fn52[2];
+    uint4 qn53[2];
+    bool fn54[2];
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
+        const int l55 = (int)((unsigned)e / 1024u % 1u);
+        const int l56 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l56) * (unsigned)args.input_strides[0][1];
+        fn50[c] = (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) < (unsigned)s0 && (unsigned)(0 + l56) < (unsigned)s1;
+        if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
+        const int l57 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)(0 + l57) * (unsigned)args.input_strides[1][0];
+        fn52[c] = (unsigned)(0 + l57) < (unsigned)s1;
+        if (fn52[c]) qn51[c] = *(const uint4*)(in1 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
+        const int l58 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)(0 + l58) * (unsigned)args.input_strides[2][0];
+        fn54[c] = (unsigned)(0 + l58) < (unsigned)s1;
+        if (fn54[c]) qn53[c] = *(const uint4*)(in2 + a);
+    }
+    for (long long o48 = dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o48 < dt_min_ll(b0 * 2 + 2, s0); o48 += 1) {
+        uint4 q59[2];
+        bool f60[2];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) { q59[c] = qn49[c]; f60[c] = fn50[c]; }
+        if (o48 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 64 + tid) * 8;
+                const int l61 = (int)((unsigned)e / 1024u % 1u);
+                const int l62 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)((o48 + 1) + l61) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l62) * (unsigned)args.input_strides[0][1];
+                fn50[c] = (unsigned)(0 + l62) < (unsigned)s1;
+                if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+            }
+        }
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        dt_f16s<16> v0; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            if (f60[c]) {
+                v0.w[c] = q59[c];
             } else {
                 v0.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
@@ -820,9 +1333,9 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16_w
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a20 = 0e0f;
-            for (int g = 0; g < 2; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a20;
+            float a67 = 0e0f;
+            for (int g = 0; g < 2; g++) a67 = a67 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a67;
         }
         {
             const int r = 0, e = 0;
@@ -834,12 +1347,6 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16_w
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -895,9 +1402,9 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16_w
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a32 = 0e0f;
-            for (int g = 0; g < 2; g++) a32 = a32 + ((dt_smem + 0) + 2)[g * 1 + e];
-            v14[r] = a32;
+            float a79 = 0e0f;
+            for (int g = 0; g < 2; g++) a79 = a79 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v14[r] = a79;
         }
         {
             const int r = 0, e = 0;
@@ -915,12 +1422,6 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16_w
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -945,8 +1446,8 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16_w
         dt_f16s<16> v26; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
-            if (fn5[c]) {
-                v26.w[c] = qn4[c];
+            if (fn52[c]) {
+                v26.w[c] = qn51[c];
             } else {
                 v26.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
@@ -962,8 +1463,8 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16_w
         dt_f16s<16> v28; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
-            if (fn7[c]) {
-                v28.w[c] = qn6[c];
+            if (fn54[c]) {
+                v28.w[c] = qn53[c];
             } else {
                 v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
@@ -979,10 +1480,10 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16_w
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 64 + tid) * 8;
-            const int l46 = (int)((unsigned)e / 1024u % 1u);
-            const int l47 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
+            const int l93 = (int)((unsigned)e / 1024u % 1u);
+            const int l94 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o48 + l93) * (unsigned)args.output_strides[0] + (unsigned)(0 + l94) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l94) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
         }
     }
 }
@@ -1005,6 +1506,18 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16(
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2): loads one step ahead */
     uint4 qn2[2];
     bool fn3[2];
@@ -1037,12 +1550,12 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16(
         fn7[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+    for (long long o1 = b0 * 2; o1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o1 += 1) {
         uint4 q12[2];
         bool f13[2];
         #pragma unroll
         for (int c = 0; c < 2; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
-        if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+        if (o1 + 1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) {
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 64 + tid) * 8;
@@ -1060,19 +1573,285 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16(
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_bf16s<16> v0; /* 16-bit values as loaded */
+        dt_bf16s<16> v30; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 64 + tid) * 8;
             const int l17 = (int)((unsigned)e / 1024u % 1u);
             const int l18 = (int)((unsigned)e / 1u % 1024u);
             if (f13[c]) {
-                v0.w[c] = q12[c];
+                v30.w[c] = q12[c];
             } else {
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
                 for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                v30.w[c] = w;
+            }
+        }
+        float v31[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v30[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a20 = 0e0f;
+            for (int g = 0; g < 2; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v31[r] = a20;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v31[0];
+        }
+        float v32[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v32[r] = acc0[r];
+        }
+        float v33[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v33[r] = dt_fast_div(v32[0], v4[0]);
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v34[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v34[r] = (v30[r] - v33[0]);
+            }
+        }
+        float v35[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v35[r] = (v34[r] * v34[r]);
+            }
+        }
+        float v36[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                const int l30 = (int)((unsigned)e / 1u % 1024u);
+                v36[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v35[r] : 0e0f;
+            }
+        }
+        float v37[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v36[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a32 = 0e0f;
+            for (int g = 0; g < 2; g++) a32 = a32 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v37[r] = a32;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v37[0];
+        }
+        float v38[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v38[r] = acc2[r];
+        }
+        float v39[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v39[r] = dt_fast_div(v38[0], v4[0]);
+        }
+        float v40[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v40[r] = (v39[0] + v22[0]);
+        }
+        float v41[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v41[r] = dt_fast_rsqrt(v40[0]);
+        }
+        float v42[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v42[r] = (v34[r] * v41[0]);
+            }
+        }
+        dt_bf16s<16> v43; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l40 = (int)((unsigned)e / 1u % 1024u);
+            if (fn5[c]) {
+                v43.w[c] = qn4[c];
+            } else {
+                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l40 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                v43.w[c] = w;
+            }
+        }
+        float v44[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v44[r] = (v42[r] * v43[r]);
+            }
+        }
+        dt_bf16s<16> v45; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l43 = (int)((unsigned)e / 1u % 1024u);
+            if (fn7[c]) {
+                v45.w[c] = qn6[c];
+            } else {
+                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l43 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                v45.w[c] = w;
+            }
+        }
+        float v46[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v46[r] = (v44[r] + v45[r]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l46 = (int)((unsigned)e / 1024u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v46[c * 8 + 0], v46[c * 8 + 1]), dt_pack2_bf16(v46[c * 8 + 2], v46[c * 8 + 3]), dt_pack2_bf16(v46[c * 8 + 4], v46[c * 8 + 5]), dt_pack2_bf16(v46[c * 8 + 6], v46[c * 8 + 7]));
+            } else {
+                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 0]);
+                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 1]);
+                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 2]);
+                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 3]);
+                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 4]);
+                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 5]);
+                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 6]);
+                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 7]);
+            }
+        }
+    }
+    /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2): loads one step ahead */
+    uint4 qn49[2];
+    bool fn50[2];
+    uint4 qn51[2];
+    bool fn52[2];
+    uint4 qn53[2];
+    bool fn54[2];
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
+        const int l55 = (int)((unsigned)e / 1024u % 1u);
+        const int l56 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l56) * (unsigned)args.input_strides[0][1];
+        fn50[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) < (unsigned)s0 && (unsigned)(0 + (l56 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+        if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
+        const int l57 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)(0 + l57) * (unsigned)args.input_strides[1][0];
+        fn52[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l57 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+        if (fn52[c]) qn51[c] = *(const uint4*)(in1 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
+        const int l58 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)(0 + l58) * (unsigned)args.input_strides[2][0];
+        fn54[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l58 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+        if (fn54[c]) qn53[c] = *(const uint4*)(in2 + a);
+    }
+    for (long long o48 = dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o48 < dt_min_ll(b0 * 2 + 2, s0); o48 += 1) {
+        uint4 q59[2];
+        bool f60[2];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) { q59[c] = qn49[c]; f60[c] = fn50[c]; }
+        if (o48 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 64 + tid) * 8;
+                const int l61 = (int)((unsigned)e / 1024u % 1u);
+                const int l62 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)((o48 + 1) + l61) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l62) * (unsigned)args.input_strides[0][1];
+                fn50[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l62 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+            }
+        }
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        dt_bf16s<16> v0; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l64 = (int)((unsigned)e / 1024u % 1u);
+            const int l65 = (int)((unsigned)e / 1u % 1024u);
+            if (f60[c]) {
+                v0.w[c] = q59[c];
+            } else {
+                const unsigned a = (unsigned)(o48 + l64) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l65) * (unsigned)args.input_strides[0][1];
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l65 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                 v0.w[c] = w;
             }
         }
@@ -1094,9 +1873,9 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16(
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a20 = 0e0f;
-            for (int g = 0; g < 2; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a20;
+            float a67 = 0e0f;
+            for (int g = 0; g < 2; g++) a67 = a67 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a67;
         }
         {
             const int r = 0, e = 0;
@@ -1108,12 +1887,6 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16(
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -1149,8 +1922,8 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16(
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                const int l30 = (int)((unsigned)e / 1u % 1024u);
-                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l77 = (int)((unsigned)e / 1u % 1024u);
+                v13[r] = ((unsigned)(0 + l77) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -1170,9 +1943,9 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16(
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a32 = 0e0f;
-            for (int g = 0; g < 2; g++) a32 = a32 + ((dt_smem + 0) + 2)[g * 1 + e];
-            v14[r] = a32;
+            float a79 = 0e0f;
+            for (int g = 0; g < 2; g++) a79 = a79 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v14[r] = a79;
         }
         {
             const int r = 0, e = 0;
@@ -1190,12 +1963,6 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16(
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -1221,14 +1988,14 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16(
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 64 + tid) * 8;
-            const int l40 = (int)((unsigned)e / 1u % 1024u);
-            if (fn5[c]) {
-                v26.w[c] = qn4[c];
+            const int l87 = (int)((unsigned)e / 1u % 1024u);
+            if (fn52[c]) {
+                v26.w[c] = qn51[c];
             } else {
-                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                const unsigned a = (unsigned)(0 + l87) * (unsigned)args.input_strides[1][0];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l40 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l87 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
                 v26.w[c] = w;
             }
         }
@@ -1244,14 +2011,14 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16(
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 64 + tid) * 8;
-            const int l43 = (int)((unsigned)e / 1u % 1024u);
-            if (fn7[c]) {
-                v28.w[c] = qn6[c];
+            const int l90 = (int)((unsigned)e / 1u % 1024u);
+            if (fn54[c]) {
+                v28.w[c] = qn53[c];
             } else {
-                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                const unsigned a = (unsigned)(0 + l90) * (unsigned)args.input_strides[2][0];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l43 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l90 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
                 v28.w[c] = w;
             }
         }
@@ -1266,20 +2033,20 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16(
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 64 + tid) * 8;
-            const int l46 = (int)((unsigned)e / 1024u % 1u);
-            const int l47 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l93 = (int)((unsigned)e / 1024u % 1u);
+            const int l94 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o48 + l93) * (unsigned)args.output_strides[0] + (unsigned)(0 + l94) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l94 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                if ((unsigned)(0 + l94) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if ((unsigned)(0 + (l94 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if ((unsigned)(0 + (l94 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if ((unsigned)(0 + (l94 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if ((unsigned)(0 + (l94 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if ((unsigned)(0 + (l94 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if ((unsigned)(0 + (l94 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if ((unsigned)(0 + (l94 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }
@@ -1303,6 +2070,18 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16_
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2): loads one step ahead */
     uint4 qn2[2];
     bool fn3[2];
@@ -1335,12 +2114,12 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16_
         fn7[c] = (unsigned)(0 + l11) < (unsigned)s1;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+    for (long long o1 = b0 * 2; o1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o1 += 1) {
         uint4 q12[2];
         bool f13[2];
         #pragma unroll
         for (int c = 0; c < 2; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
-        if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+        if (o1 + 1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) {
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 64 + tid) * 8;
@@ -1358,11 +2137,246 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16_
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_bf16s<16> v0; /* 16-bit values as loaded */
+        dt_bf16s<16> v30; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             if (f13[c]) {
-                v0.w[c] = q12[c];
+                v30.w[c] = q12[c];
+            } else {
+                v30.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            }
+        }
+        float v31[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v30[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a20 = 0e0f;
+            for (int g = 0; g < 2; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v31[r] = a20;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v31[0];
+        }
+        float v32[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v32[r] = acc0[r];
+        }
+        float v33[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v33[r] = dt_fast_div(v32[0], v4[0]);
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v34[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v34[r] = (v30[r] - v33[0]);
+            }
+        }
+        float v35[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v35[r] = (v34[r] * v34[r]);
+            }
+        }
+        float v36[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v36[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 64 + tid) * 8) / 1u % 1024u)) < (unsigned)s1) ? v35[r] : 0e0f;
+            }
+        }
+        float v37[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v36[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a32 = 0e0f;
+            for (int g = 0; g < 2; g++) a32 = a32 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v37[r] = a32;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v37[0];
+        }
+        float v38[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v38[r] = acc2[r];
+        }
+        float v39[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v39[r] = dt_fast_div(v38[0], v4[0]);
+        }
+        float v40[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v40[r] = (v39[0] + v22[0]);
+        }
+        float v41[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v41[r] = dt_fast_rsqrt(v40[0]);
+        }
+        float v42[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v42[r] = (v34[r] * v41[0]);
+            }
+        }
+        dt_bf16s<16> v43; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            if (fn5[c]) {
+                v43.w[c] = qn4[c];
+            } else {
+                v43.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            }
+        }
+        float v44[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v44[r] = (v42[r] * v43[r]);
+            }
+        }
+        dt_bf16s<16> v45; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            if (fn7[c]) {
+                v45.w[c] = qn6[c];
+            } else {
+                v45.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            }
+        }
+        float v46[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v46[r] = (v44[r] + v45[r]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l46 = (int)((unsigned)e / 1024u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v46[c * 8 + 0], v46[c * 8 + 1]), dt_pack2_bf16(v46[c * 8 + 2], v46[c * 8 + 3]), dt_pack2_bf16(v46[c * 8 + 4], v46[c * 8 + 5]), dt_pack2_bf16(v46[c * 8 + 6], v46[c * 8 + 7]));
+        }
+    }
+    /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2): loads one step ahead */
+    uint4 qn49[2];
+    bool fn50[2];
+    uint4 qn51[2];
+    bool fn52[2];
+    uint4 qn53[2];
+    bool fn54[2];
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
+        const int l55 = (int)((unsigned)e / 1024u % 1u);
+        const int l56 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l56) * (unsigned)args.input_strides[0][1];
+        fn50[c] = (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) < (unsigned)s0 && (unsigned)(0 + l56) < (unsigned)s1;
+        if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
+        const int l57 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)(0 + l57) * (unsigned)args.input_strides[1][0];
+        fn52[c] = (unsigned)(0 + l57) < (unsigned)s1;
+        if (fn52[c]) qn51[c] = *(const uint4*)(in1 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
+        const int l58 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)(0 + l58) * (unsigned)args.input_strides[2][0];
+        fn54[c] = (unsigned)(0 + l58) < (unsigned)s1;
+        if (fn54[c]) qn53[c] = *(const uint4*)(in2 + a);
+    }
+    for (long long o48 = dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o48 < dt_min_ll(b0 * 2 + 2, s0); o48 += 1) {
+        uint4 q59[2];
+        bool f60[2];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) { q59[c] = qn49[c]; f60[c] = fn50[c]; }
+        if (o48 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 64 + tid) * 8;
+                const int l61 = (int)((unsigned)e / 1024u % 1u);
+                const int l62 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)((o48 + 1) + l61) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l62) * (unsigned)args.input_strides[0][1];
+                fn50[c] = (unsigned)(0 + l62) < (unsigned)s1;
+                if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+            }
+        }
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        dt_bf16s<16> v0; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            if (f60[c]) {
+                v0.w[c] = q59[c];
             } else {
                 v0.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
@@ -1385,9 +2399,9 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a20 = 0e0f;
-            for (int g = 0; g < 2; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a20;
+            float a67 = 0e0f;
+            for (int g = 0; g < 2; g++) a67 = a67 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a67;
         }
         {
             const int r = 0, e = 0;
@@ -1399,12 +2413,6 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16_
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -1460,9 +2468,9 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a32 = 0e0f;
-            for (int g = 0; g < 2; g++) a32 = a32 + ((dt_smem + 0) + 2)[g * 1 + e];
-            v14[r] = a32;
+            float a79 = 0e0f;
+            for (int g = 0; g < 2; g++) a79 = a79 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v14[r] = a79;
         }
         {
             const int r = 0, e = 0;
@@ -1480,12 +2488,6 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16_
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -1510,8 +2512,8 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16_
         dt_bf16s<16> v26; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
-            if (fn5[c]) {
-                v26.w[c] = qn4[c];
+            if (fn52[c]) {
+                v26.w[c] = qn51[c];
             } else {
                 v26.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
@@ -1527,8 +2529,8 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16_
         dt_bf16s<16> v28; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
-            if (fn7[c]) {
-                v28.w[c] = qn6[c];
+            if (fn54[c]) {
+                v28.w[c] = qn53[c];
             } else {
                 v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
@@ -1544,10 +2546,10 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16_
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 64 + tid) * 8;
-            const int l46 = (int)((unsigned)e / 1024u % 1u);
-            const int l47 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
+            const int l93 = (int)((unsigned)e / 1024u % 1u);
+            const int l94 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o48 + l93) * (unsigned)args.output_strides[0] + (unsigned)(0 + l94) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l94) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
         }
     }
 }
@@ -1570,6 +2572,18 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32(const d
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
@@ -1630,12 +2644,6 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32(const d
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -1712,12 +2720,6 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32(const d
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -1829,6 +2831,18 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32_whole(c
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
@@ -1889,12 +2903,6 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32_whole(c
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -1970,12 +2978,6 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32_whole(c
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -2080,6 +3082,18 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32(con
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm_4k_f32.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
@@ -2140,12 +3154,6 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32(con
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -2222,12 +3230,6 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32(con
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -2339,6 +3341,18 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32_who
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm_4k_f32.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
@@ -2399,12 +3413,6 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32_who
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -2480,12 +3488,6 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32_who
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -2590,6 +3592,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16(const d
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2): loads one step ahead */
     uint4 qn2[2];
     bool fn3[2];
@@ -2622,12 +3636,12 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16(const d
         fn7[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+    for (long long o1 = b0 * 2; o1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o1 += 1) {
         uint4 q12[2];
         bool f13[2];
         #pragma unroll
         for (int c = 0; c < 2; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
-        if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+        if (o1 + 1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) {
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 256 + tid) * 8;
@@ -2645,19 +3659,285 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16(const d
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_f16s<16> v0; /* 16-bit values as loaded */
+        dt_f16s<16> v30; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
             const int l17 = (int)((unsigned)e / 4096u % 1u);
             const int l18 = (int)((unsigned)e / 1u % 4096u);
             if (f13[c]) {
-                v0.w[c] = q12[c];
+                v30.w[c] = q12[c];
             } else {
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
                 for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                v30.w[c] = w;
+            }
+        }
+        float v31[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v30[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a20 = 0e0f;
+            for (int g = 0; g < 8; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v31[r] = a20;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v31[0];
+        }
+        float v32[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v32[r] = acc0[r];
+        }
+        float v33[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v33[r] = dt_fast_div(v32[0], v4[0]);
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v34[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v34[r] = (v30[r] - v33[0]);
+            }
+        }
+        float v35[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v35[r] = (v34[r] * v34[r]);
+            }
+        }
+        float v36[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                const int l30 = (int)((unsigned)e / 1u % 4096u);
+                v36[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v35[r] : 0e0f;
+            }
+        }
+        float v37[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v36[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a32 = 0e0f;
+            for (int g = 0; g < 8; g++) a32 = a32 + ((dt_smem + 0) + 8)[g * 1 + e];
+            v37[r] = a32;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v37[0];
+        }
+        float v38[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v38[r] = acc2[r];
+        }
+        float v39[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v39[r] = dt_fast_div(v38[0], v4[0]);
+        }
+        float v40[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v40[r] = (v39[0] + v22[0]);
+        }
+        float v41[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v41[r] = dt_fast_rsqrt(v40[0]);
+        }
+        float v42[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v42[r] = (v34[r] * v41[0]);
+            }
+        }
+        dt_f16s<16> v43; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l40 = (int)((unsigned)e / 1u % 4096u);
+            if (fn5[c]) {
+                v43.w[c] = qn4[c];
+            } else {
+                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l40 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                v43.w[c] = w;
+            }
+        }
+        float v44[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v44[r] = (v42[r] * v43[r]);
+            }
+        }
+        dt_f16s<16> v45; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l43 = (int)((unsigned)e / 1u % 4096u);
+            if (fn7[c]) {
+                v45.w[c] = qn6[c];
+            } else {
+                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l43 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                v45.w[c] = w;
+            }
+        }
+        float v46[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v46[r] = (v44[r] + v45[r]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l46 = (int)((unsigned)e / 4096u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v46[c * 8 + 0], v46[c * 8 + 1]), dt_pack2_f16(v46[c * 8 + 2], v46[c * 8 + 3]), dt_pack2_f16(v46[c * 8 + 4], v46[c * 8 + 5]), dt_pack2_f16(v46[c * 8 + 6], v46[c * 8 + 7]));
+            } else {
+                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 0]);
+                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 1]);
+                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 2]);
+                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 3]);
+                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 4]);
+                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 5]);
+                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 6]);
+                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 7]);
+            }
+        }
+    }
+    /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2): loads one step ahead */
+    uint4 qn49[2];
+    bool fn50[2];
+    uint4 qn51[2];
+    bool fn52[2];
+    uint4 qn53[2];
+    bool fn54[2];
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 256 + tid) * 8;
+        const int l55 = (int)((unsigned)e / 4096u % 1u);
+        const int l56 = (int)((unsigned)e / 1u % 4096u);
+        const unsigned a = (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l56) * (unsigned)args.input_strides[0][1];
+        fn50[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) < (unsigned)s0 && (unsigned)(0 + (l56 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+        if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 256 + tid) * 8;
+        const int l57 = (int)((unsigned)e / 1u % 4096u);
+        const unsigned a = (unsigned)(0 + l57) * (unsigned)args.input_strides[1][0];
+        fn52[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l57 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+        if (fn52[c]) qn51[c] = *(const uint4*)(in1 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 256 + tid) * 8;
+        const int l58 = (int)((unsigned)e / 1u % 4096u);
+        const unsigned a = (unsigned)(0 + l58) * (unsigned)args.input_strides[2][0];
+        fn54[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l58 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+        if (fn54[c]) qn53[c] = *(const uint4*)(in2 + a);
+    }
+    for (long long o48 = dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o48 < dt_min_ll(b0 * 2 + 2, s0); o48 += 1) {
+        uint4 q59[2];
+        bool f60[2];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) { q59[c] = qn49[c]; f60[c] = fn50[c]; }
+        if (o48 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l61 = (int)((unsigned)e / 4096u % 1u);
+                const int l62 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)((o48 + 1) + l61) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l62) * (unsigned)args.input_strides[0][1];
+                fn50[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l62 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+            }
+        }
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        dt_f16s<16> v0; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l64 = (int)((unsigned)e / 4096u % 1u);
+            const int l65 = (int)((unsigned)e / 1u % 4096u);
+            if (f60[c]) {
+                v0.w[c] = q59[c];
+            } else {
+                const unsigned a = (unsigned)(o48 + l64) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l65) * (unsigned)args.input_strides[0][1];
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l65 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                 v0.w[c] = w;
             }
         }
@@ -2679,9 +3959,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16(const d
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a20 = 0e0f;
-            for (int g = 0; g < 8; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a20;
+            float a67 = 0e0f;
+            for (int g = 0; g < 8; g++) a67 = a67 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a67;
         }
         {
             const int r = 0, e = 0;
@@ -2693,12 +3973,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16(const d
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -2734,8 +4008,8 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16(const d
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
-                const int l30 = (int)((unsigned)e / 1u % 4096u);
-                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l77 = (int)((unsigned)e / 1u % 4096u);
+                v13[r] = ((unsigned)(0 + l77) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -2755,9 +4029,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16(const d
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a32 = 0e0f;
-            for (int g = 0; g < 8; g++) a32 = a32 + ((dt_smem + 0) + 8)[g * 1 + e];
-            v14[r] = a32;
+            float a79 = 0e0f;
+            for (int g = 0; g < 8; g++) a79 = a79 + ((dt_smem + 0) + 8)[g * 1 + e];
+            v14[r] = a79;
         }
         {
             const int r = 0, e = 0;
@@ -2775,12 +4049,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16(const d
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -2806,14 +4074,14 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16(const d
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
-            const int l40 = (int)((unsigned)e / 1u % 4096u);
-            if (fn5[c]) {
-                v26.w[c] = qn4[c];
+            const int l87 = (int)((unsigned)e / 1u % 4096u);
+            if (fn52[c]) {
+                v26.w[c] = qn51[c];
             } else {
-                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                const unsigned a = (unsigned)(0 + l87) * (unsigned)args.input_strides[1][0];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l40 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l87 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
                 v26.w[c] = w;
             }
         }
@@ -2829,14 +4097,14 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16(const d
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
-            const int l43 = (int)((unsigned)e / 1u % 4096u);
-            if (fn7[c]) {
-                v28.w[c] = qn6[c];
+            const int l90 = (int)((unsigned)e / 1u % 4096u);
+            if (fn54[c]) {
+                v28.w[c] = qn53[c];
             } else {
-                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                const unsigned a = (unsigned)(0 + l90) * (unsigned)args.input_strides[2][0];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l43 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l90 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
                 v28.w[c] = w;
             }
         }
@@ -2851,20 +4119,20 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16(const d
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
-            const int l46 = (int)((unsigned)e / 4096u % 1u);
-            const int l47 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l93 = (int)((unsigned)e / 4096u % 1u);
+            const int l94 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o48 + l93) * (unsigned)args.output_strides[0] + (unsigned)(0 + l94) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l94 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                if ((unsigned)(0 + l94) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if ((unsigned)(0 + (l94 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if ((unsigned)(0 + (l94 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if ((unsigned)(0 + (l94 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if ((unsigned)(0 + (l94 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if ((unsigned)(0 + (l94 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if ((unsigned)(0 + (l94 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if ((unsigned)(0 + (l94 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
@@ -2888,6 +4156,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16_whole(c
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2): loads one step ahead */
     uint4 qn2[2];
     bool fn3[2];
@@ -2920,12 +4200,12 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16_whole(c
         fn7[c] = (unsigned)(0 + l11) < (unsigned)s1;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+    for (long long o1 = b0 * 2; o1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o1 += 1) {
         uint4 q12[2];
         bool f13[2];
         #pragma unroll
         for (int c = 0; c < 2; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
-        if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+        if (o1 + 1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) {
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 256 + tid) * 8;
@@ -2943,11 +4223,246 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16_whole(c
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_f16s<16> v0; /* 16-bit values as loaded */
+        dt_f16s<16> v30; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             if (f13[c]) {
-                v0.w[c] = q12[c];
+                v30.w[c] = q12[c];
+            } else {
+                v30.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            }
+        }
+        float v31[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v30[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a20 = 0e0f;
+            for (int g = 0; g < 8; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v31[r] = a20;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v31[0];
+        }
+        float v32[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v32[r] = acc0[r];
+        }
+        float v33[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v33[r] = dt_fast_div(v32[0], v4[0]);
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v34[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v34[r] = (v30[r] - v33[0]);
+            }
+        }
+        float v35[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v35[r] = (v34[r] * v34[r]);
+            }
+        }
+        float v36[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v36[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 256 + tid) * 8) / 1u % 4096u)) < (unsigned)s1) ? v35[r] : 0e0f;
+            }
+        }
+        float v37[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v36[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a32 = 0e0f;
+            for (int g = 0; g < 8; g++) a32 = a32 + ((dt_smem + 0) + 8)[g * 1 + e];
+            v37[r] = a32;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v37[0];
+        }
+        float v38[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v38[r] = acc2[r];
+        }
+        float v39[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v39[r] = dt_fast_div(v38[0], v4[0]);
+        }
+        float v40[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v40[r] = (v39[0] + v22[0]);
+        }
+        float v41[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v41[r] = dt_fast_rsqrt(v40[0]);
+        }
+        float v42[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v42[r] = (v34[r] * v41[0]);
+            }
+        }
+        dt_f16s<16> v43; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            if (fn5[c]) {
+                v43.w[c] = qn4[c];
+            } else {
+                v43.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            }
+        }
+        float v44[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v44[r] = (v42[r] * v43[r]);
+            }
+        }
+        dt_f16s<16> v45; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            if (fn7[c]) {
+                v45.w[c] = qn6[c];
+            } else {
+                v45.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            }
+        }
+        float v46[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v46[r] = (v44[r] + v45[r]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l46 = (int)((unsigned)e / 4096u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v46[c * 8 + 0], v46[c * 8 + 1]), dt_pack2_f16(v46[c * 8 + 2], v46[c * 8 + 3]), dt_pack2_f16(v46[c * 8 + 4], v46[c * 8 + 5]), dt_pack2_f16(v46[c * 8 + 6], v46[c * 8 + 7]));
+        }
+    }
+    /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2): loads one step ahead */
+    uint4 qn49[2];
+    bool fn50[2];
+    uint4 qn51[2];
+    bool fn52[2];
+    uint4 qn53[2];
+    bool fn54[2];
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 256 + tid) * 8;
+        const int l55 = (int)((unsigned)e / 4096u % 1u);
+        const int l56 = (int)((unsigned)e / 1u % 4096u);
+        const unsigned a = (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l56) * (unsigned)args.input_strides[0][1];
+        fn50[c] = (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) < (unsigned)s0 && (unsigned)(0 + l56) < (unsigned)s1;
+        if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 256 + tid) * 8;
+        const int l57 = (int)((unsigned)e / 1u % 4096u);
+        const unsigned a = (unsigned)(0 + l57) * (unsigned)args.input_strides[1][0];
+        fn52[c] = (unsigned)(0 + l57) < (unsigned)s1;
+        if (fn52[c]) qn51[c] = *(const uint4*)(in1 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 256 + tid) * 8;
+        const int l58 = (int)((unsigned)e / 1u % 4096u);
+        const unsigned a = (unsigned)(0 + l58) * (unsigned)args.input_strides[2][0];
+        fn54[c] = (unsigned)(0 + l58) < (unsigned)s1;
+        if (fn54[c]) qn53[c] = *(const uint4*)(in2 + a);
+    }
+    for (long long o48 = dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o48 < dt_min_ll(b0 * 2 + 2, s0); o48 += 1) {
+        uint4 q59[2];
+        bool f60[2];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) { q59[c] = qn49[c]; f60[c] = fn50[c]; }
+        if (o48 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l61 = (int)((unsigned)e / 4096u % 1u);
+                const int l62 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)((o48 + 1) + l61) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l62) * (unsigned)args.input_strides[0][1];
+                fn50[c] = (unsigned)(0 + l62) < (unsigned)s1;
+                if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+            }
+        }
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        dt_f16s<16> v0; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            if (f60[c]) {
+                v0.w[c] = q59[c];
             } else {
                 v0.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
@@ -2970,9 +4485,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16_whole(c
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a20 = 0e0f;
-            for (int g = 0; g < 8; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a20;
+            float a67 = 0e0f;
+            for (int g = 0; g < 8; g++) a67 = a67 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a67;
         }
         {
             const int r = 0, e = 0;
@@ -2984,12 +4499,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16_whole(c
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -3045,9 +4554,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16_whole(c
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a32 = 0e0f;
-            for (int g = 0; g < 8; g++) a32 = a32 + ((dt_smem + 0) + 8)[g * 1 + e];
-            v14[r] = a32;
+            float a79 = 0e0f;
+            for (int g = 0; g < 8; g++) a79 = a79 + ((dt_smem + 0) + 8)[g * 1 + e];
+            v14[r] = a79;
         }
         {
             const int r = 0, e = 0;
@@ -3065,12 +4574,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16_whole(c
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -3095,8 +4598,8 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16_whole(c
         dt_f16s<16> v26; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
-            if (fn5[c]) {
-                v26.w[c] = qn4[c];
+            if (fn52[c]) {
+                v26.w[c] = qn51[c];
             } else {
                 v26.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
@@ -3112,8 +4615,8 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16_whole(c
         dt_f16s<16> v28; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
-            if (fn7[c]) {
-                v28.w[c] = qn6[c];
+            if (fn54[c]) {
+                v28.w[c] = qn53[c];
             } else {
                 v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
@@ -3129,10 +4632,10 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16_whole(c
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
-            const int l46 = (int)((unsigned)e / 4096u % 1u);
-            const int l47 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
+            const int l93 = (int)((unsigned)e / 4096u % 1u);
+            const int l94 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o48 + l93) * (unsigned)args.output_strides[0] + (unsigned)(0 + l94) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l94) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
         }
     }
 }
@@ -3155,6 +4658,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16(const 
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2): loads one step ahead */
     uint4 qn2[2];
     bool fn3[2];
@@ -3187,12 +4702,12 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16(const 
         fn7[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+    for (long long o1 = b0 * 2; o1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o1 += 1) {
         uint4 q12[2];
         bool f13[2];
         #pragma unroll
         for (int c = 0; c < 2; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
-        if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+        if (o1 + 1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) {
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 256 + tid) * 8;
@@ -3210,19 +4725,285 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16(const 
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_bf16s<16> v0; /* 16-bit values as loaded */
+        dt_bf16s<16> v30; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
             const int l17 = (int)((unsigned)e / 4096u % 1u);
             const int l18 = (int)((unsigned)e / 1u % 4096u);
             if (f13[c]) {
-                v0.w[c] = q12[c];
+                v30.w[c] = q12[c];
             } else {
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
                 for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                v30.w[c] = w;
+            }
+        }
+        float v31[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v30[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a20 = 0e0f;
+            for (int g = 0; g < 8; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v31[r] = a20;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v31[0];
+        }
+        float v32[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v32[r] = acc0[r];
+        }
+        float v33[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v33[r] = dt_fast_div(v32[0], v4[0]);
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v34[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v34[r] = (v30[r] - v33[0]);
+            }
+        }
+        float v35[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v35[r] = (v34[r] * v34[r]);
+            }
+        }
+        float v36[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                const int l30 = (int)((unsigned)e / 1u % 4096u);
+                v36[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v35[r] : 0e0f;
+            }
+        }
+        float v37[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v36[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a32 = 0e0f;
+            for (int g = 0; g < 8; g++) a32 = a32 + ((dt_smem + 0) + 8)[g * 1 + e];
+            v37[r] = a32;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v37[0];
+        }
+        float v38[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v38[r] = acc2[r];
+        }
+        float v39[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v39[r] = dt_fast_div(v38[0], v4[0]);
+        }
+        float v40[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v40[r] = (v39[0] + v22[0]);
+        }
+        float v41[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v41[r] = dt_fast_rsqrt(v40[0]);
+        }
+        float v42[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v42[r] = (v34[r] * v41[0]);
+            }
+        }
+        dt_bf16s<16> v43; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l40 = (int)((unsigned)e / 1u % 4096u);
+            if (fn5[c]) {
+                v43.w[c] = qn4[c];
+            } else {
+                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l40 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                v43.w[c] = w;
+            }
+        }
+        float v44[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v44[r] = (v42[r] * v43[r]);
+            }
+        }
+        dt_bf16s<16> v45; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l43 = (int)((unsigned)e / 1u % 4096u);
+            if (fn7[c]) {
+                v45.w[c] = qn6[c];
+            } else {
+                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l43 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                v45.w[c] = w;
+            }
+        }
+        float v46[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v46[r] = (v44[r] + v45[r]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l46 = (int)((unsigned)e / 4096u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v46[c * 8 + 0], v46[c * 8 + 1]), dt_pack2_bf16(v46[c * 8 + 2], v46[c * 8 + 3]), dt_pack2_bf16(v46[c * 8 + 4], v46[c * 8 + 5]), dt_pack2_bf16(v46[c * 8 + 6], v46[c * 8 + 7]));
+            } else {
+                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 0]);
+                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 1]);
+                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 2]);
+                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 3]);
+                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 4]);
+                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 5]);
+                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 6]);
+                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 7]);
+            }
+        }
+    }
+    /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2): loads one step ahead */
+    uint4 qn49[2];
+    bool fn50[2];
+    uint4 qn51[2];
+    bool fn52[2];
+    uint4 qn53[2];
+    bool fn54[2];
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 256 + tid) * 8;
+        const int l55 = (int)((unsigned)e / 4096u % 1u);
+        const int l56 = (int)((unsigned)e / 1u % 4096u);
+        const unsigned a = (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l56) * (unsigned)args.input_strides[0][1];
+        fn50[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) < (unsigned)s0 && (unsigned)(0 + (l56 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+        if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 256 + tid) * 8;
+        const int l57 = (int)((unsigned)e / 1u % 4096u);
+        const unsigned a = (unsigned)(0 + l57) * (unsigned)args.input_strides[1][0];
+        fn52[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l57 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+        if (fn52[c]) qn51[c] = *(const uint4*)(in1 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 256 + tid) * 8;
+        const int l58 = (int)((unsigned)e / 1u % 4096u);
+        const unsigned a = (unsigned)(0 + l58) * (unsigned)args.input_strides[2][0];
+        fn54[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l58 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+        if (fn54[c]) qn53[c] = *(const uint4*)(in2 + a);
+    }
+    for (long long o48 = dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o48 < dt_min_ll(b0 * 2 + 2, s0); o48 += 1) {
+        uint4 q59[2];
+        bool f60[2];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) { q59[c] = qn49[c]; f60[c] = fn50[c]; }
+        if (o48 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l61 = (int)((unsigned)e / 4096u % 1u);
+                const int l62 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)((o48 + 1) + l61) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l62) * (unsigned)args.input_strides[0][1];
+                fn50[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l62 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+            }
+        }
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        dt_bf16s<16> v0; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l64 = (int)((unsigned)e / 4096u % 1u);
+            const int l65 = (int)((unsigned)e / 1u % 4096u);
+            if (f60[c]) {
+                v0.w[c] = q59[c];
+            } else {
+                const unsigned a = (unsigned)(o48 + l64) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l65) * (unsigned)args.input_strides[0][1];
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l65 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                 v0.w[c] = w;
             }
         }
@@ -3244,9 +5025,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16(const 
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a20 = 0e0f;
-            for (int g = 0; g < 8; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a20;
+            float a67 = 0e0f;
+            for (int g = 0; g < 8; g++) a67 = a67 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a67;
         }
         {
             const int r = 0, e = 0;
@@ -3258,12 +5039,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16(const 
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -3299,8 +5074,8 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16(const 
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
-                const int l30 = (int)((unsigned)e / 1u % 4096u);
-                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l77 = (int)((unsigned)e / 1u % 4096u);
+                v13[r] = ((unsigned)(0 + l77) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -3320,9 +5095,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16(const 
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a32 = 0e0f;
-            for (int g = 0; g < 8; g++) a32 = a32 + ((dt_smem + 0) + 8)[g * 1 + e];
-            v14[r] = a32;
+            float a79 = 0e0f;
+            for (int g = 0; g < 8; g++) a79 = a79 + ((dt_smem + 0) + 8)[g * 1 + e];
+            v14[r] = a79;
         }
         {
             const int r = 0, e = 0;
@@ -3340,12 +5115,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16(const 
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -3371,14 +5140,14 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16(const 
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
-            const int l40 = (int)((unsigned)e / 1u % 4096u);
-            if (fn5[c]) {
-                v26.w[c] = qn4[c];
+            const int l87 = (int)((unsigned)e / 1u % 4096u);
+            if (fn52[c]) {
+                v26.w[c] = qn51[c];
             } else {
-                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                const unsigned a = (unsigned)(0 + l87) * (unsigned)args.input_strides[1][0];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l40 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l87 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
                 v26.w[c] = w;
             }
         }
@@ -3394,14 +5163,14 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16(const 
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
-            const int l43 = (int)((unsigned)e / 1u % 4096u);
-            if (fn7[c]) {
-                v28.w[c] = qn6[c];
+            const int l90 = (int)((unsigned)e / 1u % 4096u);
+            if (fn54[c]) {
+                v28.w[c] = qn53[c];
             } else {
-                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                const unsigned a = (unsigned)(0 + l90) * (unsigned)args.input_strides[2][0];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l43 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l90 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
                 v28.w[c] = w;
             }
         }
@@ -3416,20 +5185,20 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16(const 
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
-            const int l46 = (int)((unsigned)e / 4096u % 1u);
-            const int l47 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l93 = (int)((unsigned)e / 4096u % 1u);
+            const int l94 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o48 + l93) * (unsigned)args.output_strides[0] + (unsigned)(0 + l94) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l94 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                if ((unsigned)(0 + l94) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if ((unsigned)(0 + (l94 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if ((unsigned)(0 + (l94 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if ((unsigned)(0 + (l94 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if ((unsigned)(0 + (l94 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if ((unsigned)(0 + (l94 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if ((unsigned)(0 + (l94 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if ((unsigned)(0 + (l94 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }
@@ -3453,6 +5222,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16_whole(
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2): loads one step ahead */
     uint4 qn2[2];
     bool fn3[2];
@@ -3485,12 +5266,12 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16_whole(
         fn7[c] = (unsigned)(0 + l11) < (unsigned)s1;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+    for (long long o1 = b0 * 2; o1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o1 += 1) {
         uint4 q12[2];
         bool f13[2];
         #pragma unroll
         for (int c = 0; c < 2; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
-        if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+        if (o1 + 1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) {
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 256 + tid) * 8;
@@ -3508,11 +5289,246 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16_whole(
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_bf16s<16> v0; /* 16-bit values as loaded */
+        dt_bf16s<16> v30; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             if (f13[c]) {
-                v0.w[c] = q12[c];
+                v30.w[c] = q12[c];
+            } else {
+                v30.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            }
+        }
+        float v31[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v30[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a20 = 0e0f;
+            for (int g = 0; g < 8; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v31[r] = a20;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v31[0];
+        }
+        float v32[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v32[r] = acc0[r];
+        }
+        float v33[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v33[r] = dt_fast_div(v32[0], v4[0]);
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v34[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v34[r] = (v30[r] - v33[0]);
+            }
+        }
+        float v35[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v35[r] = (v34[r] * v34[r]);
+            }
+        }
+        float v36[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v36[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 256 + tid) * 8) / 1u % 4096u)) < (unsigned)s1) ? v35[r] : 0e0f;
+            }
+        }
+        float v37[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v36[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a32 = 0e0f;
+            for (int g = 0; g < 8; g++) a32 = a32 + ((dt_smem + 0) + 8)[g * 1 + e];
+            v37[r] = a32;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v37[0];
+        }
+        float v38[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v38[r] = acc2[r];
+        }
+        float v39[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v39[r] = dt_fast_div(v38[0], v4[0]);
+        }
+        float v40[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v40[r] = (v39[0] + v22[0]);
+        }
+        float v41[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v41[r] = dt_fast_rsqrt(v40[0]);
+        }
+        float v42[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v42[r] = (v34[r] * v41[0]);
+            }
+        }
+        dt_bf16s<16> v43; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            if (fn5[c]) {
+                v43.w[c] = qn4[c];
+            } else {
+                v43.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            }
+        }
+        float v44[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v44[r] = (v42[r] * v43[r]);
+            }
+        }
+        dt_bf16s<16> v45; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            if (fn7[c]) {
+                v45.w[c] = qn6[c];
+            } else {
+                v45.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            }
+        }
+        float v46[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            (void)e; {
+                v46[r] = (v44[r] + v45[r]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l46 = (int)((unsigned)e / 4096u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v46[c * 8 + 0], v46[c * 8 + 1]), dt_pack2_bf16(v46[c * 8 + 2], v46[c * 8 + 3]), dt_pack2_bf16(v46[c * 8 + 4], v46[c * 8 + 5]), dt_pack2_bf16(v46[c * 8 + 6], v46[c * 8 + 7]));
+        }
+    }
+    /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2): loads one step ahead */
+    uint4 qn49[2];
+    bool fn50[2];
+    uint4 qn51[2];
+    bool fn52[2];
+    uint4 qn53[2];
+    bool fn54[2];
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 256 + tid) * 8;
+        const int l55 = (int)((unsigned)e / 4096u % 1u);
+        const int l56 = (int)((unsigned)e / 1u % 4096u);
+        const unsigned a = (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l56) * (unsigned)args.input_strides[0][1];
+        fn50[c] = (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) < (unsigned)s0 && (unsigned)(0 + l56) < (unsigned)s1;
+        if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 256 + tid) * 8;
+        const int l57 = (int)((unsigned)e / 1u % 4096u);
+        const unsigned a = (unsigned)(0 + l57) * (unsigned)args.input_strides[1][0];
+        fn52[c] = (unsigned)(0 + l57) < (unsigned)s1;
+        if (fn52[c]) qn51[c] = *(const uint4*)(in1 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 256 + tid) * 8;
+        const int l58 = (int)((unsigned)e / 1u % 4096u);
+        const unsigned a = (unsigned)(0 + l58) * (unsigned)args.input_strides[2][0];
+        fn54[c] = (unsigned)(0 + l58) < (unsigned)s1;
+        if (fn54[c]) qn53[c] = *(const uint4*)(in2 + a);
+    }
+    for (long long o48 = dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o48 < dt_min_ll(b0 * 2 + 2, s0); o48 += 1) {
+        uint4 q59[2];
+        bool f60[2];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) { q59[c] = qn49[c]; f60[c] = fn50[c]; }
+        if (o48 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l61 = (int)((unsigned)e / 4096u % 1u);
+                const int l62 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)((o48 + 1) + l61) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l62) * (unsigned)args.input_strides[0][1];
+                fn50[c] = (unsigned)(0 + l62) < (unsigned)s1;
+                if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+            }
+        }
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        dt_bf16s<16> v0; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            if (f60[c]) {
+                v0.w[c] = q59[c];
             } else {
                 v0.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
@@ -3535,9 +5551,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16_whole(
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a20 = 0e0f;
-            for (int g = 0; g < 8; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a20;
+            float a67 = 0e0f;
+            for (int g = 0; g < 8; g++) a67 = a67 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a67;
         }
         {
             const int r = 0, e = 0;
@@ -3549,12 +5565,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16_whole(
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -3610,9 +5620,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16_whole(
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a32 = 0e0f;
-            for (int g = 0; g < 8; g++) a32 = a32 + ((dt_smem + 0) + 8)[g * 1 + e];
-            v14[r] = a32;
+            float a79 = 0e0f;
+            for (int g = 0; g < 8; g++) a79 = a79 + ((dt_smem + 0) + 8)[g * 1 + e];
+            v14[r] = a79;
         }
         {
             const int r = 0, e = 0;
@@ -3630,12 +5640,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16_whole(
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -3660,8 +5664,8 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16_whole(
         dt_bf16s<16> v26; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
-            if (fn5[c]) {
-                v26.w[c] = qn4[c];
+            if (fn52[c]) {
+                v26.w[c] = qn51[c];
             } else {
                 v26.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
@@ -3677,8 +5681,8 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16_whole(
         dt_bf16s<16> v28; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
-            if (fn7[c]) {
-                v28.w[c] = qn6[c];
+            if (fn54[c]) {
+                v28.w[c] = qn53[c];
             } else {
                 v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
@@ -3694,10 +5698,10 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16_whole(
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
-            const int l46 = (int)((unsigned)e / 4096u % 1u);
-            const int l47 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
+            const int l93 = (int)((unsigned)e / 4096u % 1u);
+            const int l94 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o48 + l93) * (unsigned)args.output_strides[0] + (unsigned)(0 + l94) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l94) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
         }
     }
 }
@@ -3720,6 +5724,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_f32(const
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm_16k_f32.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
@@ -3780,12 +5796,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_f32(const
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -3862,12 +5872,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_f32(const
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = (v15[0] / v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -3979,6 +5983,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_f32_whole
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm_16k_f32.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
@@ -4039,12 +6055,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_f32_whole
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -4120,12 +6130,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_f32_whole
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = (v15[0] / v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -4230,6 +6234,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16(const dt_
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:4) layernorm_16k.tensorize(x:1) num_stages(2): loads one step ahead */
     uint4 qn2[4];
     bool fn3[4];
@@ -4334,12 +6350,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16(const dt_
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
-        }
         float v5[1];
         {
             const int r = 0, e = 0;
@@ -4415,12 +6425,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16(const dt_
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -4528,6 +6532,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16_whole(con
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:4) layernorm_16k.tensorize(x:1) num_stages(2): loads one step ahead */
     uint4 qn2[4];
     bool fn3[4];
@@ -4625,12 +6641,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16_whole(con
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
-        }
         float v5[1];
         {
             const int r = 0, e = 0;
@@ -4705,12 +6715,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16_whole(con
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -4795,6 +6799,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16(const dt
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:4) layernorm_16k.tensorize(x:1) num_stages(2): loads one step ahead */
     uint4 qn2[4];
     bool fn3[4];
@@ -4899,12 +6915,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16(const dt
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
-        }
         float v5[1];
         {
             const int r = 0, e = 0;
@@ -4980,12 +6990,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16(const dt
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -5093,6 +7097,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16_whole(co
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:4) layernorm_16k.tensorize(x:1) num_stages(2): loads one step ahead */
     uint4 qn2[4];
     bool fn3[4];
@@ -5190,12 +7206,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16_whole(co
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
-        }
         float v5[1];
         {
             const int r = 0, e = 0;
@@ -5270,12 +7280,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16_whole(co
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -5363,8 +7367,52 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = (float)s1;
+    }
+    float v37[8];
+    #pragma unroll
+    for (int r = 0; r < 8; r++) {
+        const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        (void)e; {
+            v37[r] = 1e0f;
+        }
+    }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = 1e0f;
+    }
+    float v66[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v66[r] = (float)dt_max_ll(0, dt_min_ll(32768, s1 - b1 * 32768));
+    }
+    float v67[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v67[r] = 1e0f;
+    }
+    float v68[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v68[r] = fmaxf(v66[0], v67[0]);
+    }
+    float v24[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v24[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm_256k_16bit.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    for (long long o4 = b0 * 1; o4 < dt_min_ll(b0 * 1 + 1, s0); o4 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -5380,12 +7428,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             (void)e; {
                 acc4[r] = 0e0f;
             }
-        }
-        float v5[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v5[r] = (float)s1;
         }
         /* rsum identity */
         float acc2[1];
@@ -5422,170 +7464,185 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             }
         }
         /* rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8) + rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8), in one pass: loads the block's steps, staged in shared memory */
-        uint4* const ring12 = (uint4*)(dt_smem + 32);
+        uint4* const ring15 = (uint4*)(dt_smem + 32);
         if ((b1 * 32768) < dt_min_ll(b1 * 32768 + 32768, s1)) {
-            bool fs13[1];
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l14 = (int)((unsigned)e / 4096u % 1u);
-                const int l15 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l14) * (unsigned)args.input_strides[0][0] + (unsigned)((b1 * 32768) + l15) * (unsigned)args.input_strides[0][1];
-                fs13[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((b1 * 32768) + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fs13[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((b1 * 32768) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
-            }
-            dt_cp_async_commit();
-        } else {
-            dt_cp_async_commit();
-        }
-        if (((b1 * 32768) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
             bool fs16[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l17 = (int)((unsigned)e / 4096u % 1u);
                 const int l18 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(((b1 * 32768) + 4096) + l18) * (unsigned)args.input_strides[0][1];
-                fs16[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((b1 * 32768) + 4096) + (l18 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fs16[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((b1 * 32768) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                const unsigned a = (unsigned)(o4 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)((b1 * 32768) + l18) * (unsigned)args.input_strides[0][1];
+                fs16[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((b1 * 32768) + (l18 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs16[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)((b1 * 32768) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        if ((((b1 * 32768) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+        if (((b1 * 32768) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
             bool fs19[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l20 = (int)((unsigned)e / 4096u % 1u);
                 const int l21 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)((((b1 * 32768) + 4096) + 4096) + l21) * (unsigned)args.input_strides[0][1];
-                fs19[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((b1 * 32768) + 4096) + 4096) + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fs19[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((b1 * 32768) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                const unsigned a = (unsigned)(o4 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)(((b1 * 32768) + 4096) + l21) * (unsigned)args.input_strides[0][1];
+                fs19[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((b1 * 32768) + 4096) + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs19[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)(((b1 * 32768) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        if (((((b1 * 32768) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+        if ((((b1 * 32768) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
             bool fs22[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l23 = (int)((unsigned)e / 4096u % 1u);
                 const int l24 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l24) * (unsigned)args.input_strides[0][1];
-                fs22[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + (l24 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fs22[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                const unsigned a = (unsigned)(o4 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)((((b1 * 32768) + 4096) + 4096) + l24) * (unsigned)args.input_strides[0][1];
+                fs22[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((b1 * 32768) + 4096) + 4096) + (l24 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs22[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)((((b1 * 32768) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        if ((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+        if (((((b1 * 32768) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
             bool fs25[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l26 = (int)((unsigned)e / 4096u % 1u);
                 const int l27 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l27) * (unsigned)args.input_strides[0][1];
-                fs25[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fs25[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                const unsigned a = (unsigned)(o4 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l27) * (unsigned)args.input_strides[0][1];
+                fs25[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs25[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        if (((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+        if ((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
             bool fs28[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l29 = (int)((unsigned)e / 4096u % 1u);
                 const int l30 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l30) * (unsigned)args.input_strides[0][1];
-                fs28[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + (l30 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fs28[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                const unsigned a = (unsigned)(o4 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l30) * (unsigned)args.input_strides[0][1];
+                fs28[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + (l30 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs28[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        if ((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+        if (((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
             bool fs31[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l32 = (int)((unsigned)e / 4096u % 1u);
                 const int l33 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l33) * (unsigned)args.input_strides[0][1];
-                fs31[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fs31[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                const unsigned a = (unsigned)(o4 + l32) * (unsigned)args.input_strides[0][0] + (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l33) * (unsigned)args.input_strides[0][1];
+                fs31[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs31[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        for (long long o34 = b1 * 32768; o34 < dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o34 += 4096) {
-            if ((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
-                bool fs36[1];
+        if ((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs34[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l35 = (int)((unsigned)e / 4096u % 1u);
+                const int l36 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o4 + l35) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l36) * (unsigned)args.input_strides[0][1];
+                fs34[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l36 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs34[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        for (long long o37 = b1 * 32768; o37 < dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o37 += 4096) {
+            if ((((((((o37 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+                bool fs39[1];
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 512 + tid) * 8;
-                    const int l37 = (int)((unsigned)e / 4096u % 1u);
-                    const int l38 = (int)((unsigned)e / 1u % 4096u);
-                    const unsigned a = (unsigned)(o1 + l37) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l38) * (unsigned)args.input_strides[0][1];
-                    fs36[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fs36[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                    const int l40 = (int)((unsigned)e / 4096u % 1u);
+                    const int l41 = (int)((unsigned)e / 1u % 4096u);
+                    const unsigned a = (unsigned)(o4 + l40) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((o37 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l41) * (unsigned)args.input_strides[0][1];
+                    fs39[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((((((o37 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l41 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fs39[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)((((((((o37 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
                 }
                 dt_cp_async_commit();
             } else {
                 dt_cp_async_commit();
             }
             dt_cp_async_wait<7>();
-            uint4 q39[1];
-            bool f40[1];
+            uint4 q42[1];
+            bool f43[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l41 = (int)((unsigned)e / 4096u % 1u);
-                const int l42 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l41) * (unsigned)args.input_strides[0][0] + (unsigned)(o34 + l42) * (unsigned)args.input_strides[0][1];
-                f40[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f40[c]) q39[c] = ring12[0 + (((unsigned)(o34 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                const int l44 = (int)((unsigned)e / 4096u % 1u);
+                const int l45 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o4 + l44) * (unsigned)args.input_strides[0][0] + (unsigned)(o37 + l45) * (unsigned)args.input_strides[0][1];
+                f43[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f43[c]) q42[c] = ring15[0 + (((unsigned)(o37 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            float v75[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v75[r] = acc6[r];
+                }
             }
             float v76[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v76[r] = acc6[r];
+                    v76[r] = acc7[r];
                 }
             }
-            float v77[8];
+            dt_f16s<8> v77; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l50 = (int)((unsigned)e / 4096u % 1u);
+                const int l51 = (int)((unsigned)e / 1u % 4096u);
+                if (f43[c]) {
+                    v77.w[c] = q42[c];
+                } else {
+                    const unsigned a = (unsigned)(o4 + l50) * (unsigned)args.input_strides[0][0] + (unsigned)(o37 + l51) * (unsigned)args.input_strides[0][1];
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    v77.w[c] = w;
+                }
+            }
+            float v78[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v77[r] = acc7[r];
+                    v78[r] = ((v77[r * 8 + 0] + v77[r * 8 + 1]) + (v77[r * 8 + 2] + v77[r * 8 + 3])) + ((v77[r * 8 + 4] + v77[r * 8 + 5]) + (v77[r * 8 + 6] + v77[r * 8 + 7]));
                 }
             }
-            dt_f16s<8> v78; /* 16-bit values as loaded */
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l47 = (int)((unsigned)e / 4096u % 1u);
-                const int l48 = (int)((unsigned)e / 1u % 4096u);
-                if (f40[c]) {
-                    v78.w[c] = q39[c];
-                } else {
-                    const unsigned a = (unsigned)(o1 + l47) * (unsigned)args.input_strides[0][0] + (unsigned)(o34 + l48) * (unsigned)args.input_strides[0][1];
-                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
-                    #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
-                    v78.w[c] = w;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v78[r];
                 }
             }
             float v79[8];
@@ -5593,22 +7650,15 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = ((v78[r * 8 + 0] + v78[r * 8 + 1]) + (v78[r * 8 + 2] + v78[r * 8 + 3])) + ((v78[r * 8 + 4] + v78[r * 8 + 5]) + (v78[r * 8 + 6] + v78[r * 8 + 7]));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = acc4[r] + v79[r];
+                    v79[r] = ((v37[r * 8 + 0] + v37[r * 8 + 1]) + (v37[r * 8 + 2] + v37[r * 8 + 3])) + ((v37[r * 8 + 4] + v37[r * 8 + 5]) + (v37[r * 8 + 6] + v37[r * 8 + 7]));
                 }
             }
             float v80[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v80[r] = 1e0f;
+                    v80[r] = fmaxf(v79[r], v41[0]);
                 }
             }
             float v81[8];
@@ -5616,53 +7666,62 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = ((v80[r * 8 + 0] + v80[r * 8 + 1]) + (v80[r * 8 + 2] + v80[r * 8 + 3])) + ((v80[r * 8 + 4] + v80[r * 8 + 5]) + (v80[r * 8 + 6] + v80[r * 8 + 7]));
+                    v81[r] = dt_fast_div(v78[r], v80[r]);
                 }
             }
-            float v82[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v82[r] = 1e0f;
+            float v82[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v82[r] = (v77[r] - v81[r / 8]);
+                }
             }
             float v83[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v83[r] = fmaxf(v81[r], v82[0]);
+                    v83[r] = (v82[r] * v37[r]);
                 }
             }
             float v84[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v84[r] = dt_fast_div(v79[r], v83[r]);
+                    v84[r] = (v83[r] * v83[r]);
                 }
             }
             float v85[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v85[r] = (v78[r] - v84[r / 8]);
+                    v85[r] = ((v84[r * 8 + 0] + v84[r * 8 + 1]) + (v84[r * 8 + 2] + v84[r * 8 + 3])) + ((v84[r * 8 + 4] + v84[r * 8 + 5]) + (v84[r * 8 + 6] + v84[r * 8 + 7]));
                 }
             }
             float v86[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v86[r] = (v85[r] * v80[r]);
+                    v86[r] = (v75[r] + v79[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v86[r];
                 }
             }
             float v87[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v87[r] = (v86[r] * v86[r]);
+                    v87[r] = fmaxf(v86[r], v41[0]);
                 }
             }
             float v88[8];
@@ -5670,7 +7729,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v88[r] = ((v87[r * 8 + 0] + v87[r * 8 + 1]) + (v87[r * 8 + 2] + v87[r * 8 + 3])) + ((v87[r * 8 + 4] + v87[r * 8 + 5]) + (v87[r * 8 + 6] + v87[r * 8 + 7]));
+                    v88[r] = dt_fast_div(v79[r], v87[r]);
                 }
             }
             float v89[8];
@@ -5678,14 +7737,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v89[r] = (v76[r] + v81[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v89[r];
+                    v89[r] = (v81[r] - v76[r]);
                 }
             }
             float v90[8];
@@ -5693,7 +7745,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v90[r] = fmaxf(v89[r], v82[0]);
+                    v90[r] = (v89[r] * v88[r]);
                 }
             }
             float v91[8];
@@ -5701,7 +7753,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v91[r] = dt_fast_div(v81[r], v90[r]);
+                    v91[r] = (v76[r] + v90[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v91[r];
                 }
             }
             float v92[8];
@@ -5709,7 +7768,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v92[r] = (v84[r] - v77[r]);
+                    v92[r] = (v90[r] * v89[r]);
                 }
             }
             float v93[8];
@@ -5717,7 +7776,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v93[r] = (v92[r] * v91[r]);
+                    v93[r] = (v92[r] * v75[r]);
                 }
             }
             float v94[8];
@@ -5725,14 +7784,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v94[r] = (v77[r] + v93[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v94[r];
+                    v94[r] = acc5[r];
                 }
             }
             float v95[8];
@@ -5740,7 +7792,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v95[r] = (v93[r] * v92[r]);
+                    v95[r] = (v94[r] + v85[r]);
                 }
             }
             float v96[8];
@@ -5748,55 +7800,31 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v96[r] = (v95[r] * v76[r]);
-                }
-            }
-            float v97[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v97[r] = acc5[r];
-                }
-            }
-            float v98[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v98[r] = (v97[r] + v88[r]);
-                }
-            }
-            float v99[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v99[r] = (v98[r] + v96[r]);
+                    v96[r] = (v95[r] + v93[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v99[r];
+                    acc5[r] = v96[r];
                 }
             }
         }
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8) + rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8), in one pass */
-        for (long long o94 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o94 < dt_min_ll(b1 * 32768 + 32768, s1); o94 += 4096) {
-            const uint4* const held95 = (const uint4*)(dt_smem + 32);
-            uint4 q96[1];
-            bool f97[1];
+        for (long long o96 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o96 < dt_min_ll(b1 * 32768 + 32768, s1); o96 += 4096) {
+            const uint4* const held97 = (const uint4*)(dt_smem + 32);
+            uint4 q98[1];
+            bool f99[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l98 = (int)((unsigned)e / 4096u % 1u);
-                const int l99 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l98) * (unsigned)args.input_strides[0][0] + (unsigned)(o94 + l99) * (unsigned)args.input_strides[0][1];
-                f97[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o94 + (l99 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f97[c]) q96[c] = held95[0 + (((unsigned)(o94 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                const int l100 = (int)((unsigned)e / 4096u % 1u);
+                const int l101 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o4 + l100) * (unsigned)args.input_strides[0][0] + (unsigned)(o96 + l101) * (unsigned)args.input_strides[0][1];
+                f99[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o96 + (l101 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f99[c]) q98[c] = held97[0 + (((unsigned)(o96 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             float v34[8];
             #pragma unroll
@@ -5818,15 +7846,15 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l104 = (int)((unsigned)e / 4096u % 1u);
-                const int l105 = (int)((unsigned)e / 1u % 4096u);
-                if (f97[c]) {
-                    v0.w[c] = q96[c];
+                const int l106 = (int)((unsigned)e / 4096u % 1u);
+                const int l107 = (int)((unsigned)e / 1u % 4096u);
+                if (f99[c]) {
+                    v0.w[c] = q98[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l104) * (unsigned)args.input_strides[0][0] + (unsigned)(o94 + l105) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o4 + l106) * (unsigned)args.input_strides[0][0] + (unsigned)(o96 + l107) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o94 + (l105 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o96 + (l107 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v0.w[c] = w;
                 }
             }
@@ -5845,21 +7873,13 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                     acc4[r] = acc4[r] + v36[r];
                 }
             }
-            float v37[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v37[r] = 1e0f;
-                }
-            }
             float v38[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l111 = (int)((unsigned)e / 1u % 4096u);
-                    v38[r] = ((unsigned)(o94 + l111) < (unsigned)s1) ? v37[r] : 0e0f;
+                    const int l112 = (int)((unsigned)e / 1u % 4096u);
+                    v38[r] = ((unsigned)(o96 + l112) < (unsigned)s1) ? v37[r] : 0e0f;
                 }
             }
             float v39[8];
@@ -5869,12 +7889,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 (void)e; {
                     v39[r] = ((v38[r * 8 + 0] + v38[r * 8 + 1]) + (v38[r * 8 + 2] + v38[r * 8 + 3])) + ((v38[r * 8 + 4] + v38[r * 8 + 5]) + (v38[r * 8 + 6] + v38[r * 8 + 7]));
                 }
-            }
-            float v41[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v41[r] = 1e0f;
             }
             float v42[8];
             #pragma unroll
@@ -6060,9 +8074,9 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a155 = 0e0f;
-            for (int g = 0; g < 16; g++) a155 = a155 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a155;
+            float a156 = 0e0f;
+            for (int g = 0; g < 16; g++) a156 = a156 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a156;
         }
         {
             const int r = 0, e = 0;
@@ -6075,52 +8089,11 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v66[8];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-            (void)e; {
-                v66[r] = acc6[r];
-            }
-        }
-        float v67[1];
-        /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
-        {
-            float p[1];
-            #pragma unroll
-            for (int i = 0; i < 1; i++) {
-                p[i] = 0e0f;
-                #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v66[i * 1 + q];
-                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
-            }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
-            __syncthreads();
-        }
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            float a161 = 0e0f;
-            for (int g = 0; g < 16; g++) a161 = a161 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v67[r] = a161;
-        }
-        float v68[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v68[r] = 1e0f;
-        }
         float v69[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v69[r] = fmaxf(v67[0], v68[0]);
-        }
-        float v70[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v70[r] = dt_fast_div(v3[0], v69[0]);
+            v69[r] = dt_fast_div(v3[0], v68[0]);
         }
         float v59[8];
         #pragma unroll
@@ -6128,6 +8101,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
                 v59[r] = acc5[r];
+            }
+        }
+        float v60[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v60[r] = acc6[r];
             }
         }
         float v61[8];
@@ -6138,12 +8119,20 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 v61[r] = acc7[r];
             }
         }
+        float v70[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v70[r] = (v61[r] - v69[0]);
+            }
+        }
         float v71[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v71[r] = (v61[r] - v70[0]);
+                v71[r] = (v70[r] * v70[r]);
             }
         }
         float v72[8];
@@ -6151,7 +8140,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v72[r] = (v71[r] * v71[r]);
+                v72[r] = (v60[r] * v71[r]);
             }
         }
         float v73[8];
@@ -6159,18 +8148,10 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v73[r] = (v66[r] * v72[r]);
+                v73[r] = (v59[r] + v72[r]);
             }
         }
-        float v74[8];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-            (void)e; {
-                v74[r] = (v59[r] + v73[r]);
-            }
-        }
-        float v75[1];
+        float v74[1];
         /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
         {
             float p[1];
@@ -6178,23 +8159,23 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v74[i * 1 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v73[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a177 = 0e0f;
-            for (int g = 0; g < 16; g++) a177 = a177 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v75[r] = a177;
+            float a175 = 0e0f;
+            for (int g = 0; g < 16; g++) a175 = a175 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v74[r] = a175;
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            acc2[r] = acc2[r] + v75[0];
+            acc2[r] = acc2[r] + v74[0];
         }
         float v16[1];
         {
@@ -6205,16 +8186,16 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         float v17[1];
         float v4[1];
         /* sum of squared deviations over the 8 programs of the cluster along y, at one meeting */
-        __shared__ float cl180[3];
-        if (tid == 0) cl180[0] = v3[0];
-        if (tid == 0) cl180[1] = v16[0];
-        if (tid == 0) cl180[2] = v67[0];
+        __shared__ float cl178[3];
+        if (tid == 0) cl178[0] = v3[0];
+        if (tid == 0) cl178[1] = v16[0];
+        if (tid == 0) cl178[2] = v66[0];
         dt_cluster_sync();
         {
             const unsigned q = (unsigned)(tid % 32);
-            const float f = q < 8u ? dt_cluster_load(&cl180[0], q) : 0e0f;
-            const float s = q < 8u ? dt_cluster_load(&cl180[1], q) : 0e0f;
-            const float n = q < 8u ? dt_cluster_load(&cl180[2], q) : 0e0f;
+            const float f = q < 8u ? dt_cluster_load(&cl178[0], q) : 0e0f;
+            const float s = q < 8u ? dt_cluster_load(&cl178[1], q) : 0e0f;
+            const float n = q < 8u ? dt_cluster_load(&cl178[2], q) : 0e0f;
             float total = f, lanes = n;
             for (int m = 16; m > 0; m >>= 1) total = total + dt_shfl_xor(total, m, 32);
             for (int m = 16; m > 0; m >>= 1) lanes = lanes + dt_shfl_xor(lanes, m, 32);
@@ -6237,9 +8218,21 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             (void)r; (void)e;
             v19[r] = dt_fast_div(v17[0], v5[0]);
         }
+        float v25[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v25[r] = (v19[0] + v24[0]);
+        }
+        float v26[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v26[r] = dt_fast_rsqrt(v25[0]);
+        }
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) layernorm_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o183 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o183 >= b1 * 32768; o183 -= 4096) {
+        for (long long o183 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o183 < dt_min_ll(b1 * 32768 + 32768, s1); o183 += 4096) {
             const uint4* const held184 = (const uint4*)(dt_smem + 32);
             uint4 q185[1];
             bool f186[1];
@@ -6248,7 +8241,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int e = (c * 512 + tid) * 8;
                 const int l187 = (int)((unsigned)e / 4096u % 1u);
                 const int l188 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l187) * (unsigned)args.input_strides[0][0] + (unsigned)(o183 + l188) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o4 + l187) * (unsigned)args.input_strides[0][0] + (unsigned)(o183 + l188) * (unsigned)args.input_strides[0][1];
                 f186[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o183 + (l188 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f186[c]) q185[c] = held184[0 + (((unsigned)(o183 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
@@ -6261,7 +8254,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 if (f186[c]) {
                     v20.w[c] = q185[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l189) * (unsigned)args.input_strides[0][0] + (unsigned)(o183 + l190) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o4 + l189) * (unsigned)args.input_strides[0][0] + (unsigned)(o183 + l190) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o183 + (l190 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
@@ -6276,24 +8269,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                     v22[r] = (v20[r] - v6[0]);
                 }
             }
-            float v24[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v24[r] = args.scalars[0];
-            }
-            float v25[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v25[r] = (v19[0] + v24[0]);
-            }
-            float v26[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v26[r] = dt_fast_rsqrt(v25[0]);
-            }
             float v27[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
@@ -6303,27 +8278,27 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 }
             }
             dt_f16s<8> v28; /* 16-bit values as loaded */
-            uint4 q197[1];
-            bool f198[1];
+            uint4 q195[1];
+            bool f196[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l199 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o183 + l199) * (unsigned)args.input_strides[1][0];
-                f198[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o183 + (l199 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-                if (f198[c]) q197[c] = *(const uint4*)(in1 + a);
+                const int l197 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o183 + l197) * (unsigned)args.input_strides[1][0];
+                f196[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o183 + (l197 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                if (f196[c]) q195[c] = *(const uint4*)(in1 + a);
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l200 = (int)((unsigned)e / 1u % 4096u);
-                if (f198[c]) {
-                    v28.w[c] = q197[c];
+                const int l198 = (int)((unsigned)e / 1u % 4096u);
+                if (f196[c]) {
+                    v28.w[c] = q195[c];
                 } else {
-                    const unsigned a = (unsigned)(o183 + l200) * (unsigned)args.input_strides[1][0];
+                    const unsigned a = (unsigned)(o183 + l198) * (unsigned)args.input_strides[1][0];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o183 + (l200 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o183 + (l198 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
                     v28.w[c] = w;
                 }
             }
@@ -6336,27 +8311,27 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 }
             }
             dt_f16s<8> v30; /* 16-bit values as loaded */
-            uint4 q203[1];
-            bool f204[1];
+            uint4 q201[1];
+            bool f202[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l205 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o183 + l205) * (unsigned)args.input_strides[2][0];
-                f204[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o183 + (l205 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-                if (f204[c]) q203[c] = *(const uint4*)(in2 + a);
+                const int l203 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o183 + l203) * (unsigned)args.input_strides[2][0];
+                f202[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o183 + (l203 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                if (f202[c]) q201[c] = *(const uint4*)(in2 + a);
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l206 = (int)((unsigned)e / 1u % 4096u);
-                if (f204[c]) {
-                    v30.w[c] = q203[c];
+                const int l204 = (int)((unsigned)e / 1u % 4096u);
+                if (f202[c]) {
+                    v30.w[c] = q201[c];
                 } else {
-                    const unsigned a = (unsigned)(o183 + l206) * (unsigned)args.input_strides[2][0];
+                    const unsigned a = (unsigned)(o183 + l204) * (unsigned)args.input_strides[2][0];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o183 + (l206 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o183 + (l204 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
                     v30.w[c] = w;
                 }
             }
@@ -6371,20 +8346,153 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l209 = (int)((unsigned)e / 4096u % 1u);
-                const int l210 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l209) * (unsigned)args.output_strides[0] + (unsigned)(o183 + l210) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o183 + (l210 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l207 = (int)((unsigned)e / 4096u % 1u);
+                const int l208 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o4 + l207) * (unsigned)args.output_strides[0] + (unsigned)(o183 + l208) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o183 + (l208 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v31[c * 8 + 0], v31[c * 8 + 1]), dt_pack2_f16(v31[c * 8 + 2], v31[c * 8 + 3]), dt_pack2_f16(v31[c * 8 + 4], v31[c * 8 + 5]), dt_pack2_f16(v31[c * 8 + 6], v31[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o183 + l210) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 0]);
-                    if ((unsigned)(o183 + (l210 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 1]);
-                    if ((unsigned)(o183 + (l210 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 2]);
-                    if ((unsigned)(o183 + (l210 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 3]);
-                    if ((unsigned)(o183 + (l210 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 4]);
-                    if ((unsigned)(o183 + (l210 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 5]);
-                    if ((unsigned)(o183 + (l210 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 6]);
-                    if ((unsigned)(o183 + (l210 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 7]);
+                    if ((unsigned)(o183 + l208) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 0]);
+                    if ((unsigned)(o183 + (l208 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 1]);
+                    if ((unsigned)(o183 + (l208 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 2]);
+                    if ((unsigned)(o183 + (l208 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 3]);
+                    if ((unsigned)(o183 + (l208 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 4]);
+                    if ((unsigned)(o183 + (l208 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 5]);
+                    if ((unsigned)(o183 + (l208 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 6]);
+                    if ((unsigned)(o183 + (l208 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v31[c * 8 + 7]);
+                }
+            }
+        }
+        dt_cp_async_wait<0>(); /* the block held in shared memory */
+        /* block(y:32768) layernorm_256k_16bit.tensorize(y:4096) num_stages(8) */
+        for (long long o209 = b1 * 32768 + (dt_cdiv(dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)) - (b1 * 32768), 4096) - 1) * 4096; o209 >= b1 * 32768; o209 -= 4096) {
+            const uint4* const held210 = (const uint4*)(dt_smem + 32);
+            uint4 q211[1];
+            bool f212[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l213 = (int)((unsigned)e / 4096u % 1u);
+                const int l214 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o4 + l213) * (unsigned)args.input_strides[0][0] + (unsigned)(o209 + l214) * (unsigned)args.input_strides[0][1];
+                f212[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f212[c]) q211[c] = held210[0 + (((unsigned)(o209 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            dt_f16s<8> v97; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l215 = (int)((unsigned)e / 4096u % 1u);
+                const int l216 = (int)((unsigned)e / 1u % 4096u);
+                if (f212[c]) {
+                    v97.w[c] = q211[c];
+                } else {
+                    const unsigned a = (unsigned)(o4 + l215) * (unsigned)args.input_strides[0][0] + (unsigned)(o209 + l216) * (unsigned)args.input_strides[0][1];
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    v97.w[c] = w;
+                }
+            }
+            float v98[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v98[r] = (v97[r] - v6[0]);
+                }
+            }
+            float v99[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v99[r] = (v98[r] * v26[0]);
+                }
+            }
+            dt_f16s<8> v100; /* 16-bit values as loaded */
+            uint4 q221[1];
+            bool f222[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l223 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o209 + l223) * (unsigned)args.input_strides[1][0];
+                f222[c] = (unsigned)args.input_strides[1][0] == 1 && 1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                if (f222[c]) q221[c] = *(const uint4*)(in1 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l224 = (int)((unsigned)e / 1u % 4096u);
+                if (f222[c]) {
+                    v100.w[c] = q221[c];
+                } else {
+                    const unsigned a = (unsigned)(o209 + l224) * (unsigned)args.input_strides[1][0];
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                    v100.w[c] = w;
+                }
+            }
+            float v101[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v101[r] = (v99[r] * v100[r]);
+                }
+            }
+            dt_f16s<8> v102; /* 16-bit values as loaded */
+            uint4 q227[1];
+            bool f228[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l229 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o209 + l229) * (unsigned)args.input_strides[2][0];
+                f228[c] = (unsigned)args.input_strides[2][0] == 1 && 1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                if (f228[c]) q227[c] = *(const uint4*)(in2 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l230 = (int)((unsigned)e / 1u % 4096u);
+                if (f228[c]) {
+                    v102.w[c] = q227[c];
+                } else {
+                    const unsigned a = (unsigned)(o209 + l230) * (unsigned)args.input_strides[2][0];
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                    v102.w[c] = w;
+                }
+            }
+            float v103[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v103[r] = (v101[r] + v102[r]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l233 = (int)((unsigned)e / 4096u % 1u);
+                const int l234 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o4 + l233) * (unsigned)args.output_strides[0] + (unsigned)(o209 + l234) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && 1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v103[c * 8 + 0], v103[c * 8 + 1]), dt_pack2_f16(v103[c * 8 + 2], v103[c * 8 + 3]), dt_pack2_f16(v103[c * 8 + 4], v103[c * 8 + 5]), dt_pack2_f16(v103[c * 8 + 6], v103[c * 8 + 7])));
+                } else {
+                    if (1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v103[c * 8 + 0]);
+                    if (1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v103[c * 8 + 1]);
+                    if (1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v103[c * 8 + 2]);
+                    if (1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v103[c * 8 + 3]);
+                    if (1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v103[c * 8 + 4]);
+                    if (1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v103[c * 8 + 5]);
+                    if (1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v103[c * 8 + 6]);
+                    if (1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v103[c * 8 + 7]);
                 }
             }
         }
@@ -6413,8 +8521,52 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = (float)s1;
+    }
+    float v37[8];
+    #pragma unroll
+    for (int r = 0; r < 8; r++) {
+        const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        (void)e; {
+            v37[r] = 1e0f;
+        }
+    }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = 1e0f;
+    }
+    float v66[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v66[r] = (float)dt_max_ll(0, dt_min_ll(32768, s1 - b1 * 32768));
+    }
+    float v67[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v67[r] = 1e0f;
+    }
+    float v68[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v68[r] = fmaxf(v66[0], v67[0]);
+    }
+    float v24[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v24[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm_256k_16bit.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    for (long long o4 = b0 * 1; o4 < dt_min_ll(b0 * 1 + 1, s0); o4 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -6430,12 +8582,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             (void)e; {
                 acc4[r] = 0e0f;
             }
-        }
-        float v5[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v5[r] = (float)s1;
         }
         /* rsum identity */
         float acc2[1];
@@ -6472,159 +8618,174 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             }
         }
         /* rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8) + rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8), in one pass: loads the block's steps, staged in shared memory */
-        uint4* const ring12 = (uint4*)(dt_smem + 32);
+        uint4* const ring15 = (uint4*)(dt_smem + 32);
         if ((b1 * 32768) < dt_min_ll(b1 * 32768 + 32768, s1)) {
-            bool fs13[1];
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l14 = (int)((unsigned)e / 4096u % 1u);
-                const int l15 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l14) * (unsigned)args.input_strides[0][0] + (unsigned)((b1 * 32768) + l15) * (unsigned)args.input_strides[0][1];
-                fs13[c] = (unsigned)((b1 * 32768) + l15) < (unsigned)s1;
-                if (fs13[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((b1 * 32768) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
-            }
-            dt_cp_async_commit();
-        } else {
-            dt_cp_async_commit();
-        }
-        if (((b1 * 32768) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
             bool fs16[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l17 = (int)((unsigned)e / 4096u % 1u);
                 const int l18 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(((b1 * 32768) + 4096) + l18) * (unsigned)args.input_strides[0][1];
-                fs16[c] = (unsigned)(((b1 * 32768) + 4096) + l18) < (unsigned)s1;
-                if (fs16[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((b1 * 32768) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                const unsigned a = (unsigned)(o4 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)((b1 * 32768) + l18) * (unsigned)args.input_strides[0][1];
+                fs16[c] = (unsigned)((b1 * 32768) + l18) < (unsigned)s1;
+                if (fs16[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)((b1 * 32768) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        if ((((b1 * 32768) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+        if (((b1 * 32768) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
             bool fs19[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l20 = (int)((unsigned)e / 4096u % 1u);
                 const int l21 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)((((b1 * 32768) + 4096) + 4096) + l21) * (unsigned)args.input_strides[0][1];
-                fs19[c] = (unsigned)((((b1 * 32768) + 4096) + 4096) + l21) < (unsigned)s1;
-                if (fs19[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((b1 * 32768) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                const unsigned a = (unsigned)(o4 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)(((b1 * 32768) + 4096) + l21) * (unsigned)args.input_strides[0][1];
+                fs19[c] = (unsigned)(((b1 * 32768) + 4096) + l21) < (unsigned)s1;
+                if (fs19[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)(((b1 * 32768) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        if (((((b1 * 32768) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+        if ((((b1 * 32768) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
             bool fs22[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l23 = (int)((unsigned)e / 4096u % 1u);
                 const int l24 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l24) * (unsigned)args.input_strides[0][1];
-                fs22[c] = (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l24) < (unsigned)s1;
-                if (fs22[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                const unsigned a = (unsigned)(o4 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)((((b1 * 32768) + 4096) + 4096) + l24) * (unsigned)args.input_strides[0][1];
+                fs22[c] = (unsigned)((((b1 * 32768) + 4096) + 4096) + l24) < (unsigned)s1;
+                if (fs22[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)((((b1 * 32768) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        if ((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+        if (((((b1 * 32768) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
             bool fs25[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l26 = (int)((unsigned)e / 4096u % 1u);
                 const int l27 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l27) * (unsigned)args.input_strides[0][1];
-                fs25[c] = (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l27) < (unsigned)s1;
-                if (fs25[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                const unsigned a = (unsigned)(o4 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l27) * (unsigned)args.input_strides[0][1];
+                fs25[c] = (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l27) < (unsigned)s1;
+                if (fs25[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        if (((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+        if ((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
             bool fs28[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l29 = (int)((unsigned)e / 4096u % 1u);
                 const int l30 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l30) * (unsigned)args.input_strides[0][1];
-                fs28[c] = (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l30) < (unsigned)s1;
-                if (fs28[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                const unsigned a = (unsigned)(o4 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l30) * (unsigned)args.input_strides[0][1];
+                fs28[c] = (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l30) < (unsigned)s1;
+                if (fs28[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        if ((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+        if (((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
             bool fs31[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l32 = (int)((unsigned)e / 4096u % 1u);
                 const int l33 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l33) * (unsigned)args.input_strides[0][1];
-                fs31[c] = (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l33) < (unsigned)s1;
-                if (fs31[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                const unsigned a = (unsigned)(o4 + l32) * (unsigned)args.input_strides[0][0] + (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l33) * (unsigned)args.input_strides[0][1];
+                fs31[c] = (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l33) < (unsigned)s1;
+                if (fs31[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        for (long long o34 = b1 * 32768; o34 < dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o34 += 4096) {
-            if ((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
-                bool fs36[1];
+        if ((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs34[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l35 = (int)((unsigned)e / 4096u % 1u);
+                const int l36 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o4 + l35) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l36) * (unsigned)args.input_strides[0][1];
+                fs34[c] = (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l36) < (unsigned)s1;
+                if (fs34[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        for (long long o37 = b1 * 32768; o37 < dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o37 += 4096) {
+            if ((((((((o37 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+                bool fs39[1];
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 512 + tid) * 8;
-                    const int l37 = (int)((unsigned)e / 4096u % 1u);
-                    const int l38 = (int)((unsigned)e / 1u % 4096u);
-                    const unsigned a = (unsigned)(o1 + l37) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l38) * (unsigned)args.input_strides[0][1];
-                    fs36[c] = (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l38) < (unsigned)s1;
-                    if (fs36[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                    const int l40 = (int)((unsigned)e / 4096u % 1u);
+                    const int l41 = (int)((unsigned)e / 1u % 4096u);
+                    const unsigned a = (unsigned)(o4 + l40) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((o37 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l41) * (unsigned)args.input_strides[0][1];
+                    fs39[c] = (unsigned)((((((((o37 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l41) < (unsigned)s1;
+                    if (fs39[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)((((((((o37 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
                 }
                 dt_cp_async_commit();
             } else {
                 dt_cp_async_commit();
             }
             dt_cp_async_wait<7>();
-            uint4 q39[1];
-            bool f40[1];
+            uint4 q42[1];
+            bool f43[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                f40[c] = 1;
-                if (f40[c]) q39[c] = ring12[0 + (((unsigned)(o34 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                f43[c] = 1;
+                if (f43[c]) q42[c] = ring15[0 + (((unsigned)(o37 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            float v75[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v75[r] = acc6[r];
+                }
             }
             float v76[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v76[r] = acc6[r];
+                    v76[r] = acc7[r];
                 }
             }
-            float v77[8];
+            dt_f16s<8> v77; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f43[c]) {
+                    v77.w[c] = q42[c];
+                } else {
+                    v77.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v78[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v77[r] = acc7[r];
+                    v78[r] = ((v77[r * 8 + 0] + v77[r * 8 + 1]) + (v77[r * 8 + 2] + v77[r * 8 + 3])) + ((v77[r * 8 + 4] + v77[r * 8 + 5]) + (v77[r * 8 + 6] + v77[r * 8 + 7]));
                 }
             }
-            dt_f16s<8> v78; /* 16-bit values as loaded */
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                if (f40[c]) {
-                    v78.w[c] = q39[c];
-                } else {
-                    v78.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v78[r];
                 }
             }
             float v79[8];
@@ -6632,22 +8793,15 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = ((v78[r * 8 + 0] + v78[r * 8 + 1]) + (v78[r * 8 + 2] + v78[r * 8 + 3])) + ((v78[r * 8 + 4] + v78[r * 8 + 5]) + (v78[r * 8 + 6] + v78[r * 8 + 7]));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = acc4[r] + v79[r];
+                    v79[r] = ((v37[r * 8 + 0] + v37[r * 8 + 1]) + (v37[r * 8 + 2] + v37[r * 8 + 3])) + ((v37[r * 8 + 4] + v37[r * 8 + 5]) + (v37[r * 8 + 6] + v37[r * 8 + 7]));
                 }
             }
             float v80[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v80[r] = 1e0f;
+                    v80[r] = fmaxf(v79[r], v41[0]);
                 }
             }
             float v81[8];
@@ -6655,53 +8809,62 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = ((v80[r * 8 + 0] + v80[r * 8 + 1]) + (v80[r * 8 + 2] + v80[r * 8 + 3])) + ((v80[r * 8 + 4] + v80[r * 8 + 5]) + (v80[r * 8 + 6] + v80[r * 8 + 7]));
+                    v81[r] = dt_fast_div(v78[r], v80[r]);
                 }
             }
-            float v82[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v82[r] = 1e0f;
+            float v82[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v82[r] = (v77[r] - v81[r / 8]);
+                }
             }
             float v83[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v83[r] = fmaxf(v81[r], v82[0]);
+                    v83[r] = (v82[r] * v37[r]);
                 }
             }
             float v84[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v84[r] = dt_fast_div(v79[r], v83[r]);
+                    v84[r] = (v83[r] * v83[r]);
                 }
             }
             float v85[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v85[r] = (v78[r] - v84[r / 8]);
+                    v85[r] = ((v84[r * 8 + 0] + v84[r * 8 + 1]) + (v84[r * 8 + 2] + v84[r * 8 + 3])) + ((v84[r * 8 + 4] + v84[r * 8 + 5]) + (v84[r * 8 + 6] + v84[r * 8 + 7]));
                 }
             }
             float v86[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v86[r] = (v85[r] * v80[r]);
+                    v86[r] = (v75[r] + v79[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v86[r];
                 }
             }
             float v87[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v87[r] = (v86[r] * v86[r]);
+                    v87[r] = fmaxf(v86[r], v41[0]);
                 }
             }
             float v88[8];
@@ -6709,7 +8872,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v88[r] = ((v87[r * 8 + 0] + v87[r * 8 + 1]) + (v87[r * 8 + 2] + v87[r * 8 + 3])) + ((v87[r * 8 + 4] + v87[r * 8 + 5]) + (v87[r * 8 + 6] + v87[r * 8 + 7]));
+                    v88[r] = dt_fast_div(v79[r], v87[r]);
                 }
             }
             float v89[8];
@@ -6717,14 +8880,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v89[r] = (v76[r] + v81[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v89[r];
+                    v89[r] = (v81[r] - v76[r]);
                 }
             }
             float v90[8];
@@ -6732,7 +8888,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v90[r] = fmaxf(v89[r], v82[0]);
+                    v90[r] = (v89[r] * v88[r]);
                 }
             }
             float v91[8];
@@ -6740,7 +8896,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v91[r] = dt_fast_div(v81[r], v90[r]);
+                    v91[r] = (v76[r] + v90[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v91[r];
                 }
             }
             float v92[8];
@@ -6748,7 +8911,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v92[r] = (v84[r] - v77[r]);
+                    v92[r] = (v90[r] * v89[r]);
                 }
             }
             float v93[8];
@@ -6756,7 +8919,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v93[r] = (v92[r] * v91[r]);
+                    v93[r] = (v92[r] * v75[r]);
                 }
             }
             float v94[8];
@@ -6764,14 +8927,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v94[r] = (v77[r] + v93[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v94[r];
+                    v94[r] = acc5[r];
                 }
             }
             float v95[8];
@@ -6779,7 +8935,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v95[r] = (v93[r] * v92[r]);
+                    v95[r] = (v94[r] + v85[r]);
                 }
             }
             float v96[8];
@@ -6787,53 +8943,29 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v96[r] = (v95[r] * v76[r]);
-                }
-            }
-            float v97[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v97[r] = acc5[r];
-                }
-            }
-            float v98[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v98[r] = (v97[r] + v88[r]);
-                }
-            }
-            float v99[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v99[r] = (v98[r] + v96[r]);
+                    v96[r] = (v95[r] + v93[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v99[r];
+                    acc5[r] = v96[r];
                 }
             }
         }
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8) + rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8), in one pass */
-        for (long long o94 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o94 < dt_min_ll(b1 * 32768 + 32768, s1); o94 += 4096) {
-            const uint4* const held95 = (const uint4*)(dt_smem + 32);
-            uint4 q96[1];
-            bool f97[1];
+        for (long long o96 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o96 < dt_min_ll(b1 * 32768 + 32768, s1); o96 += 4096) {
+            const uint4* const held97 = (const uint4*)(dt_smem + 32);
+            uint4 q98[1];
+            bool f99[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l99 = (int)((unsigned)e / 1u % 4096u);
-                f97[c] = (unsigned)(o94 + l99) < (unsigned)s1;
-                if (f97[c]) q96[c] = held95[0 + (((unsigned)(o94 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                const int l101 = (int)((unsigned)e / 1u % 4096u);
+                f99[c] = (unsigned)(o96 + l101) < (unsigned)s1;
+                if (f99[c]) q98[c] = held97[0 + (((unsigned)(o96 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             float v34[8];
             #pragma unroll
@@ -6854,8 +8986,8 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             dt_f16s<8> v0; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f97[c]) {
-                    v0.w[c] = q96[c];
+                if (f99[c]) {
+                    v0.w[c] = q98[c];
                 } else {
                     v0.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -6875,20 +9007,12 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                     acc4[r] = acc4[r] + v36[r];
                 }
             }
-            float v37[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v37[r] = 1e0f;
-                }
-            }
             float v38[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v38[r] = ((unsigned)(o94 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) / 1u % 4096u)) < (unsigned)s1) ? v37[r] : 0e0f;
+                    v38[r] = ((unsigned)(o96 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) / 1u % 4096u)) < (unsigned)s1) ? v37[r] : 0e0f;
                 }
             }
             float v39[8];
@@ -6898,12 +9022,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 (void)e; {
                     v39[r] = ((v38[r * 8 + 0] + v38[r * 8 + 1]) + (v38[r * 8 + 2] + v38[r * 8 + 3])) + ((v38[r * 8 + 4] + v38[r * 8 + 5]) + (v38[r * 8 + 6] + v38[r * 8 + 7]));
                 }
-            }
-            float v41[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v41[r] = 1e0f;
             }
             float v42[8];
             #pragma unroll
@@ -7089,9 +9207,9 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a155 = 0e0f;
-            for (int g = 0; g < 16; g++) a155 = a155 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a155;
+            float a156 = 0e0f;
+            for (int g = 0; g < 16; g++) a156 = a156 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a156;
         }
         {
             const int r = 0, e = 0;
@@ -7104,52 +9222,11 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v66[8];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-            (void)e; {
-                v66[r] = acc6[r];
-            }
-        }
-        float v67[1];
-        /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
-        {
-            float p[1];
-            #pragma unroll
-            for (int i = 0; i < 1; i++) {
-                p[i] = 0e0f;
-                #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v66[i * 1 + q];
-                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
-            }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
-            __syncthreads();
-        }
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            float a161 = 0e0f;
-            for (int g = 0; g < 16; g++) a161 = a161 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v67[r] = a161;
-        }
-        float v68[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v68[r] = 1e0f;
-        }
         float v69[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v69[r] = fmaxf(v67[0], v68[0]);
-        }
-        float v70[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v70[r] = dt_fast_div(v3[0], v69[0]);
+            v69[r] = dt_fast_div(v3[0], v68[0]);
         }
         float v59[8];
         #pragma unroll
@@ -7157,6 +9234,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
                 v59[r] = acc5[r];
+            }
+        }
+        float v60[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v60[r] = acc6[r];
             }
         }
         float v61[8];
@@ -7167,12 +9252,20 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 v61[r] = acc7[r];
             }
         }
+        float v70[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v70[r] = (v61[r] - v69[0]);
+            }
+        }
         float v71[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v71[r] = (v61[r] - v70[0]);
+                v71[r] = (v70[r] * v70[r]);
             }
         }
         float v72[8];
@@ -7180,7 +9273,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v72[r] = (v71[r] * v71[r]);
+                v72[r] = (v60[r] * v71[r]);
             }
         }
         float v73[8];
@@ -7188,18 +9281,10 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v73[r] = (v66[r] * v72[r]);
+                v73[r] = (v59[r] + v72[r]);
             }
         }
-        float v74[8];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-            (void)e; {
-                v74[r] = (v59[r] + v73[r]);
-            }
-        }
-        float v75[1];
+        float v74[1];
         /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
         {
             float p[1];
@@ -7207,23 +9292,23 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v74[i * 1 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v73[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a177 = 0e0f;
-            for (int g = 0; g < 16; g++) a177 = a177 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v75[r] = a177;
+            float a175 = 0e0f;
+            for (int g = 0; g < 16; g++) a175 = a175 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v74[r] = a175;
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            acc2[r] = acc2[r] + v75[0];
+            acc2[r] = acc2[r] + v74[0];
         }
         float v16[1];
         {
@@ -7234,16 +9319,16 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         float v17[1];
         float v4[1];
         /* sum of squared deviations over the 8 programs of the cluster along y, at one meeting */
-        __shared__ float cl180[3];
-        if (tid == 0) cl180[0] = v3[0];
-        if (tid == 0) cl180[1] = v16[0];
-        if (tid == 0) cl180[2] = v67[0];
+        __shared__ float cl178[3];
+        if (tid == 0) cl178[0] = v3[0];
+        if (tid == 0) cl178[1] = v16[0];
+        if (tid == 0) cl178[2] = v66[0];
         dt_cluster_sync();
         {
             const unsigned q = (unsigned)(tid % 32);
-            const float f = q < 8u ? dt_cluster_load(&cl180[0], q) : 0e0f;
-            const float s = q < 8u ? dt_cluster_load(&cl180[1], q) : 0e0f;
-            const float n = q < 8u ? dt_cluster_load(&cl180[2], q) : 0e0f;
+            const float f = q < 8u ? dt_cluster_load(&cl178[0], q) : 0e0f;
+            const float s = q < 8u ? dt_cluster_load(&cl178[1], q) : 0e0f;
+            const float n = q < 8u ? dt_cluster_load(&cl178[2], q) : 0e0f;
             float total = f, lanes = n;
             for (int m = 16; m > 0; m >>= 1) total = total + dt_shfl_xor(total, m, 32);
             for (int m = 16; m > 0; m >>= 1) lanes = lanes + dt_shfl_xor(lanes, m, 32);
@@ -7266,9 +9351,21 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             (void)r; (void)e;
             v19[r] = dt_fast_div(v17[0], v5[0]);
         }
+        float v25[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v25[r] = (v19[0] + v24[0]);
+        }
+        float v26[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v26[r] = dt_fast_rsqrt(v25[0]);
+        }
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) layernorm_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o183 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o183 >= b1 * 32768; o183 -= 4096) {
+        for (long long o183 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o183 < dt_min_ll(b1 * 32768 + 32768, s1); o183 += 4096) {
             const uint4* const held184 = (const uint4*)(dt_smem + 32);
             uint4 q185[1];
             bool f186[1];
@@ -7296,24 +9393,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                     v22[r] = (v20[r] - v6[0]);
                 }
             }
-            float v24[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v24[r] = args.scalars[0];
-            }
-            float v25[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v25[r] = (v19[0] + v24[0]);
-            }
-            float v26[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v26[r] = dt_fast_rsqrt(v25[0]);
-            }
             float v27[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
@@ -7323,20 +9402,20 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 }
             }
             dt_f16s<8> v28; /* 16-bit values as loaded */
-            uint4 q197[1];
-            bool f198[1];
+            uint4 q195[1];
+            bool f196[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l199 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o183 + l199) * (unsigned)args.input_strides[1][0];
-                f198[c] = (unsigned)(o183 + l199) < (unsigned)s1;
-                if (f198[c]) q197[c] = *(const uint4*)(in1 + a);
+                const int l197 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o183 + l197) * (unsigned)args.input_strides[1][0];
+                f196[c] = (unsigned)(o183 + l197) < (unsigned)s1;
+                if (f196[c]) q195[c] = *(const uint4*)(in1 + a);
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f198[c]) {
-                    v28.w[c] = q197[c];
+                if (f196[c]) {
+                    v28.w[c] = q195[c];
                 } else {
                     v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -7350,20 +9429,20 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 }
             }
             dt_f16s<8> v30; /* 16-bit values as loaded */
-            uint4 q203[1];
-            bool f204[1];
+            uint4 q201[1];
+            bool f202[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l205 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o183 + l205) * (unsigned)args.input_strides[2][0];
-                f204[c] = (unsigned)(o183 + l205) < (unsigned)s1;
-                if (f204[c]) q203[c] = *(const uint4*)(in2 + a);
+                const int l203 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o183 + l203) * (unsigned)args.input_strides[2][0];
+                f202[c] = (unsigned)(o183 + l203) < (unsigned)s1;
+                if (f202[c]) q201[c] = *(const uint4*)(in2 + a);
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f204[c]) {
-                    v30.w[c] = q203[c];
+                if (f202[c]) {
+                    v30.w[c] = q201[c];
                 } else {
                     v30.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -7379,10 +9458,109 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l209 = (int)((unsigned)e / 4096u % 1u);
-                const int l210 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l209) * (unsigned)args.output_strides[0] + (unsigned)(o183 + l210) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o183 + l210) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v31[c * 8 + 0], v31[c * 8 + 1]), dt_pack2_f16(v31[c * 8 + 2], v31[c * 8 + 3]), dt_pack2_f16(v31[c * 8 + 4], v31[c * 8 + 5]), dt_pack2_f16(v31[c * 8 + 6], v31[c * 8 + 7])));
+                const int l207 = (int)((unsigned)e / 4096u % 1u);
+                const int l208 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o4 + l207) * (unsigned)args.output_strides[0] + (unsigned)(o183 + l208) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o183 + l208) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v31[c * 8 + 0], v31[c * 8 + 1]), dt_pack2_f16(v31[c * 8 + 2], v31[c * 8 + 3]), dt_pack2_f16(v31[c * 8 + 4], v31[c * 8 + 5]), dt_pack2_f16(v31[c * 8 + 6], v31[c * 8 + 7])));
+            }
+        }
+        dt_cp_async_wait<0>(); /* the block held in shared memory */
+        /* block(y:32768) layernorm_256k_16bit.tensorize(y:4096) num_stages(8) */
+        for (long long o209 = b1 * 32768 + (dt_cdiv(dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)) - (b1 * 32768), 4096) - 1) * 4096; o209 >= b1 * 32768; o209 -= 4096) {
+            const uint4* const held210 = (const uint4*)(dt_smem + 32);
+            uint4 q211[1];
+            bool f212[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                f212[c] = 1;
+                if (f212[c]) q211[c] = held210[0 + (((unsigned)(o209 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            dt_f16s<8> v97; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f212[c]) {
+                    v97.w[c] = q211[c];
+                } else {
+                    v97.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v98[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v98[r] = (v97[r] - v6[0]);
+                }
+            }
+            float v99[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v99[r] = (v98[r] * v26[0]);
+                }
+            }
+            dt_f16s<8> v100; /* 16-bit values as loaded */
+            uint4 q221[1];
+            bool f222[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l223 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o209 + l223) * (unsigned)args.input_strides[1][0];
+                f222[c] = 1;
+                if (f222[c]) q221[c] = *(const uint4*)(in1 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f222[c]) {
+                    v100.w[c] = q221[c];
+                } else {
+                    v100.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v101[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v101[r] = (v99[r] * v100[r]);
+                }
+            }
+            dt_f16s<8> v102; /* 16-bit values as loaded */
+            uint4 q227[1];
+            bool f228[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l229 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o209 + l229) * (unsigned)args.input_strides[2][0];
+                f228[c] = 1;
+                if (f228[c]) q227[c] = *(const uint4*)(in2 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f228[c]) {
+                    v102.w[c] = q227[c];
+                } else {
+                    v102.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v103[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v103[r] = (v101[r] + v102[r]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l233 = (int)((unsigned)e / 4096u % 1u);
+                const int l234 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o4 + l233) * (unsigned)args.output_strides[0] + (unsigned)(o209 + l234) * (unsigned)args.output_strides[1];
+                if (1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v103[c * 8 + 0], v103[c * 8 + 1]), dt_pack2_f16(v103[c * 8 + 2], v103[c * 8 + 3]), dt_pack2_f16(v103[c * 8 + 4], v103[c * 8 + 5]), dt_pack2_f16(v103[c * 8 + 6], v103[c * 8 + 7])));
             }
         }
         dt_cluster_wait();
@@ -7410,8 +9588,52 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = (float)s1;
+    }
+    float v37[8];
+    #pragma unroll
+    for (int r = 0; r < 8; r++) {
+        const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        (void)e; {
+            v37[r] = 1e0f;
+        }
+    }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = 1e0f;
+    }
+    float v66[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v66[r] = (float)dt_max_ll(0, dt_min_ll(32768, s1 - b1 * 32768));
+    }
+    float v67[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v67[r] = 1e0f;
+    }
+    float v68[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v68[r] = fmaxf(v66[0], v67[0]);
+    }
+    float v24[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v24[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm_256k_16bit.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    for (long long o4 = b0 * 1; o4 < dt_min_ll(b0 * 1 + 1, s0); o4 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -7427,12 +9649,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             (void)e; {
                 acc4[r] = 0e0f;
             }
-        }
-        float v5[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v5[r] = (float)s1;
         }
         /* rsum identity */
         float acc2[1];
@@ -7469,170 +9685,185 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             }
         }
         /* rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8) + rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8), in one pass: loads the block's steps, staged in shared memory */
-        uint4* const ring12 = (uint4*)(dt_smem + 32);
+        uint4* const ring15 = (uint4*)(dt_smem + 32);
         if ((b1 * 32768) < dt_min_ll(b1 * 32768 + 32768, s1)) {
-            bool fs13[1];
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l14 = (int)((unsigned)e / 4096u % 1u);
-                const int l15 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l14) * (unsigned)args.input_strides[0][0] + (unsigned)((b1 * 32768) + l15) * (unsigned)args.input_strides[0][1];
-                fs13[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((b1 * 32768) + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fs13[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((b1 * 32768) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
-            }
-            dt_cp_async_commit();
-        } else {
-            dt_cp_async_commit();
-        }
-        if (((b1 * 32768) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
             bool fs16[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l17 = (int)((unsigned)e / 4096u % 1u);
                 const int l18 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(((b1 * 32768) + 4096) + l18) * (unsigned)args.input_strides[0][1];
-                fs16[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((b1 * 32768) + 4096) + (l18 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fs16[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((b1 * 32768) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                const unsigned a = (unsigned)(o4 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)((b1 * 32768) + l18) * (unsigned)args.input_strides[0][1];
+                fs16[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((b1 * 32768) + (l18 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs16[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)((b1 * 32768) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        if ((((b1 * 32768) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+        if (((b1 * 32768) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
             bool fs19[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l20 = (int)((unsigned)e / 4096u % 1u);
                 const int l21 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)((((b1 * 32768) + 4096) + 4096) + l21) * (unsigned)args.input_strides[0][1];
-                fs19[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((b1 * 32768) + 4096) + 4096) + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fs19[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((b1 * 32768) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                const unsigned a = (unsigned)(o4 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)(((b1 * 32768) + 4096) + l21) * (unsigned)args.input_strides[0][1];
+                fs19[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((b1 * 32768) + 4096) + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs19[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)(((b1 * 32768) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        if (((((b1 * 32768) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+        if ((((b1 * 32768) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
             bool fs22[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l23 = (int)((unsigned)e / 4096u % 1u);
                 const int l24 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l24) * (unsigned)args.input_strides[0][1];
-                fs22[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + (l24 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fs22[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                const unsigned a = (unsigned)(o4 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)((((b1 * 32768) + 4096) + 4096) + l24) * (unsigned)args.input_strides[0][1];
+                fs22[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((b1 * 32768) + 4096) + 4096) + (l24 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs22[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)((((b1 * 32768) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        if ((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+        if (((((b1 * 32768) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
             bool fs25[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l26 = (int)((unsigned)e / 4096u % 1u);
                 const int l27 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l27) * (unsigned)args.input_strides[0][1];
-                fs25[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fs25[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                const unsigned a = (unsigned)(o4 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l27) * (unsigned)args.input_strides[0][1];
+                fs25[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs25[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        if (((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+        if ((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
             bool fs28[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l29 = (int)((unsigned)e / 4096u % 1u);
                 const int l30 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l30) * (unsigned)args.input_strides[0][1];
-                fs28[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + (l30 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fs28[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                const unsigned a = (unsigned)(o4 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l30) * (unsigned)args.input_strides[0][1];
+                fs28[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + (l30 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs28[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        if ((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+        if (((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
             bool fs31[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l32 = (int)((unsigned)e / 4096u % 1u);
                 const int l33 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l33) * (unsigned)args.input_strides[0][1];
-                fs31[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fs31[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                const unsigned a = (unsigned)(o4 + l32) * (unsigned)args.input_strides[0][0] + (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l33) * (unsigned)args.input_strides[0][1];
+                fs31[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs31[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        for (long long o34 = b1 * 32768; o34 < dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o34 += 4096) {
-            if ((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
-                bool fs36[1];
+        if ((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs34[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l35 = (int)((unsigned)e / 4096u % 1u);
+                const int l36 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o4 + l35) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l36) * (unsigned)args.input_strides[0][1];
+                fs34[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l36 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs34[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        for (long long o37 = b1 * 32768; o37 < dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o37 += 4096) {
+            if ((((((((o37 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+                bool fs39[1];
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 512 + tid) * 8;
-                    const int l37 = (int)((unsigned)e / 4096u % 1u);
-                    const int l38 = (int)((unsigned)e / 1u % 4096u);
-                    const unsigned a = (unsigned)(o1 + l37) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l38) * (unsigned)args.input_strides[0][1];
-                    fs36[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fs36[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                    const int l40 = (int)((unsigned)e / 4096u % 1u);
+                    const int l41 = (int)((unsigned)e / 1u % 4096u);
+                    const unsigned a = (unsigned)(o4 + l40) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((o37 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l41) * (unsigned)args.input_strides[0][1];
+                    fs39[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((((((o37 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + (l41 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fs39[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)((((((((o37 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
                 }
                 dt_cp_async_commit();
             } else {
                 dt_cp_async_commit();
             }
             dt_cp_async_wait<7>();
-            uint4 q39[1];
-            bool f40[1];
+            uint4 q42[1];
+            bool f43[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l41 = (int)((unsigned)e / 4096u % 1u);
-                const int l42 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l41) * (unsigned)args.input_strides[0][0] + (unsigned)(o34 + l42) * (unsigned)args.input_strides[0][1];
-                f40[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f40[c]) q39[c] = ring12[0 + (((unsigned)(o34 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                const int l44 = (int)((unsigned)e / 4096u % 1u);
+                const int l45 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o4 + l44) * (unsigned)args.input_strides[0][0] + (unsigned)(o37 + l45) * (unsigned)args.input_strides[0][1];
+                f43[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f43[c]) q42[c] = ring15[0 + (((unsigned)(o37 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            float v75[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v75[r] = acc6[r];
+                }
             }
             float v76[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v76[r] = acc6[r];
+                    v76[r] = acc7[r];
                 }
             }
-            float v77[8];
+            dt_bf16s<8> v77; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l50 = (int)((unsigned)e / 4096u % 1u);
+                const int l51 = (int)((unsigned)e / 1u % 4096u);
+                if (f43[c]) {
+                    v77.w[c] = q42[c];
+                } else {
+                    const unsigned a = (unsigned)(o4 + l50) * (unsigned)args.input_strides[0][0] + (unsigned)(o37 + l51) * (unsigned)args.input_strides[0][1];
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    v77.w[c] = w;
+                }
+            }
+            float v78[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v77[r] = acc7[r];
+                    v78[r] = ((v77[r * 8 + 0] + v77[r * 8 + 1]) + (v77[r * 8 + 2] + v77[r * 8 + 3])) + ((v77[r * 8 + 4] + v77[r * 8 + 5]) + (v77[r * 8 + 6] + v77[r * 8 + 7]));
                 }
             }
-            dt_bf16s<8> v78; /* 16-bit values as loaded */
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l47 = (int)((unsigned)e / 4096u % 1u);
-                const int l48 = (int)((unsigned)e / 1u % 4096u);
-                if (f40[c]) {
-                    v78.w[c] = q39[c];
-                } else {
-                    const unsigned a = (unsigned)(o1 + l47) * (unsigned)args.input_strides[0][0] + (unsigned)(o34 + l48) * (unsigned)args.input_strides[0][1];
-                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
-                    #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
-                    v78.w[c] = w;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v78[r];
                 }
             }
             float v79[8];
@@ -7640,22 +9871,15 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = ((v78[r * 8 + 0] + v78[r * 8 + 1]) + (v78[r * 8 + 2] + v78[r * 8 + 3])) + ((v78[r * 8 + 4] + v78[r * 8 + 5]) + (v78[r * 8 + 6] + v78[r * 8 + 7]));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = acc4[r] + v79[r];
+                    v79[r] = ((v37[r * 8 + 0] + v37[r * 8 + 1]) + (v37[r * 8 + 2] + v37[r * 8 + 3])) + ((v37[r * 8 + 4] + v37[r * 8 + 5]) + (v37[r * 8 + 6] + v37[r * 8 + 7]));
                 }
             }
             float v80[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v80[r] = 1e0f;
+                    v80[r] = fmaxf(v79[r], v41[0]);
                 }
             }
             float v81[8];
@@ -7663,53 +9887,62 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = ((v80[r * 8 + 0] + v80[r * 8 + 1]) + (v80[r * 8 + 2] + v80[r * 8 + 3])) + ((v80[r * 8 + 4] + v80[r * 8 + 5]) + (v80[r * 8 + 6] + v80[r * 8 + 7]));
+                    v81[r] = dt_fast_div(v78[r], v80[r]);
                 }
             }
-            float v82[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v82[r] = 1e0f;
+            float v82[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v82[r] = (v77[r] - v81[r / 8]);
+                }
             }
             float v83[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v83[r] = fmaxf(v81[r], v82[0]);
+                    v83[r] = (v82[r] * v37[r]);
                 }
             }
             float v84[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v84[r] = dt_fast_div(v79[r], v83[r]);
+                    v84[r] = (v83[r] * v83[r]);
                 }
             }
             float v85[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v85[r] = (v78[r] - v84[r / 8]);
+                    v85[r] = ((v84[r * 8 + 0] + v84[r * 8 + 1]) + (v84[r * 8 + 2] + v84[r * 8 + 3])) + ((v84[r * 8 + 4] + v84[r * 8 + 5]) + (v84[r * 8 + 6] + v84[r * 8 + 7]));
                 }
             }
             float v86[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v86[r] = (v85[r] * v80[r]);
+                    v86[r] = (v75[r] + v79[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v86[r];
                 }
             }
             float v87[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v87[r] = (v86[r] * v86[r]);
+                    v87[r] = fmaxf(v86[r], v41[0]);
                 }
             }
             float v88[8];
@@ -7717,7 +9950,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v88[r] = ((v87[r * 8 + 0] + v87[r * 8 + 1]) + (v87[r * 8 + 2] + v87[r * 8 + 3])) + ((v87[r * 8 + 4] + v87[r * 8 + 5]) + (v87[r * 8 + 6] + v87[r * 8 + 7]));
+                    v88[r] = dt_fast_div(v79[r], v87[r]);
                 }
             }
             float v89[8];
@@ -7725,14 +9958,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v89[r] = (v76[r] + v81[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v89[r];
+                    v89[r] = (v81[r] - v76[r]);
                 }
             }
             float v90[8];
@@ -7740,7 +9966,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v90[r] = fmaxf(v89[r], v82[0]);
+                    v90[r] = (v89[r] * v88[r]);
                 }
             }
             float v91[8];
@@ -7748,7 +9974,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v91[r] = dt_fast_div(v81[r], v90[r]);
+                    v91[r] = (v76[r] + v90[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v91[r];
                 }
             }
             float v92[8];
@@ -7756,7 +9989,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v92[r] = (v84[r] - v77[r]);
+                    v92[r] = (v90[r] * v89[r]);
                 }
             }
             float v93[8];
@@ -7764,7 +9997,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v93[r] = (v92[r] * v91[r]);
+                    v93[r] = (v92[r] * v75[r]);
                 }
             }
             float v94[8];
@@ -7772,14 +10005,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v94[r] = (v77[r] + v93[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v94[r];
+                    v94[r] = acc5[r];
                 }
             }
             float v95[8];
@@ -7787,7 +10013,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v95[r] = (v93[r] * v92[r]);
+                    v95[r] = (v94[r] + v85[r]);
                 }
             }
             float v96[8];
@@ -7795,55 +10021,31 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v96[r] = (v95[r] * v76[r]);
-                }
-            }
-            float v97[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v97[r] = acc5[r];
-                }
-            }
-            float v98[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v98[r] = (v97[r] + v88[r]);
-                }
-            }
-            float v99[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v99[r] = (v98[r] + v96[r]);
+                    v96[r] = (v95[r] + v93[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v99[r];
+                    acc5[r] = v96[r];
                 }
             }
         }
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8) + rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8), in one pass */
-        for (long long o94 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o94 < dt_min_ll(b1 * 32768 + 32768, s1); o94 += 4096) {
-            const uint4* const held95 = (const uint4*)(dt_smem + 32);
-            uint4 q96[1];
-            bool f97[1];
+        for (long long o96 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o96 < dt_min_ll(b1 * 32768 + 32768, s1); o96 += 4096) {
+            const uint4* const held97 = (const uint4*)(dt_smem + 32);
+            uint4 q98[1];
+            bool f99[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l98 = (int)((unsigned)e / 4096u % 1u);
-                const int l99 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l98) * (unsigned)args.input_strides[0][0] + (unsigned)(o94 + l99) * (unsigned)args.input_strides[0][1];
-                f97[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o94 + (l99 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f97[c]) q96[c] = held95[0 + (((unsigned)(o94 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                const int l100 = (int)((unsigned)e / 4096u % 1u);
+                const int l101 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o4 + l100) * (unsigned)args.input_strides[0][0] + (unsigned)(o96 + l101) * (unsigned)args.input_strides[0][1];
+                f99[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o96 + (l101 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f99[c]) q98[c] = held97[0 + (((unsigned)(o96 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             float v34[8];
             #pragma unroll
@@ -7865,15 +10067,15 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l104 = (int)((unsigned)e / 4096u % 1u);
-                const int l105 = (int)((unsigned)e / 1u % 4096u);
-                if (f97[c]) {
-                    v0.w[c] = q96[c];
+                const int l106 = (int)((unsigned)e / 4096u % 1u);
+                const int l107 = (int)((unsigned)e / 1u % 4096u);
+                if (f99[c]) {
+                    v0.w[c] = q98[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l104) * (unsigned)args.input_strides[0][0] + (unsigned)(o94 + l105) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o4 + l106) * (unsigned)args.input_strides[0][0] + (unsigned)(o96 + l107) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o94 + (l105 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o96 + (l107 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v0.w[c] = w;
                 }
             }
@@ -7892,21 +10094,13 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                     acc4[r] = acc4[r] + v36[r];
                 }
             }
-            float v37[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v37[r] = 1e0f;
-                }
-            }
             float v38[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l111 = (int)((unsigned)e / 1u % 4096u);
-                    v38[r] = ((unsigned)(o94 + l111) < (unsigned)s1) ? v37[r] : 0e0f;
+                    const int l112 = (int)((unsigned)e / 1u % 4096u);
+                    v38[r] = ((unsigned)(o96 + l112) < (unsigned)s1) ? v37[r] : 0e0f;
                 }
             }
             float v39[8];
@@ -7916,12 +10110,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 (void)e; {
                     v39[r] = ((v38[r * 8 + 0] + v38[r * 8 + 1]) + (v38[r * 8 + 2] + v38[r * 8 + 3])) + ((v38[r * 8 + 4] + v38[r * 8 + 5]) + (v38[r * 8 + 6] + v38[r * 8 + 7]));
                 }
-            }
-            float v41[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v41[r] = 1e0f;
             }
             float v42[8];
             #pragma unroll
@@ -8107,9 +10295,9 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a155 = 0e0f;
-            for (int g = 0; g < 16; g++) a155 = a155 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a155;
+            float a156 = 0e0f;
+            for (int g = 0; g < 16; g++) a156 = a156 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a156;
         }
         {
             const int r = 0, e = 0;
@@ -8122,52 +10310,11 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v66[8];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-            (void)e; {
-                v66[r] = acc6[r];
-            }
-        }
-        float v67[1];
-        /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
-        {
-            float p[1];
-            #pragma unroll
-            for (int i = 0; i < 1; i++) {
-                p[i] = 0e0f;
-                #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v66[i * 1 + q];
-                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
-            }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
-            __syncthreads();
-        }
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            float a161 = 0e0f;
-            for (int g = 0; g < 16; g++) a161 = a161 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v67[r] = a161;
-        }
-        float v68[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v68[r] = 1e0f;
-        }
         float v69[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v69[r] = fmaxf(v67[0], v68[0]);
-        }
-        float v70[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v70[r] = dt_fast_div(v3[0], v69[0]);
+            v69[r] = dt_fast_div(v3[0], v68[0]);
         }
         float v59[8];
         #pragma unroll
@@ -8175,6 +10322,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
                 v59[r] = acc5[r];
+            }
+        }
+        float v60[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v60[r] = acc6[r];
             }
         }
         float v61[8];
@@ -8185,12 +10340,20 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 v61[r] = acc7[r];
             }
         }
+        float v70[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v70[r] = (v61[r] - v69[0]);
+            }
+        }
         float v71[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v71[r] = (v61[r] - v70[0]);
+                v71[r] = (v70[r] * v70[r]);
             }
         }
         float v72[8];
@@ -8198,7 +10361,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v72[r] = (v71[r] * v71[r]);
+                v72[r] = (v60[r] * v71[r]);
             }
         }
         float v73[8];
@@ -8206,18 +10369,10 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v73[r] = (v66[r] * v72[r]);
+                v73[r] = (v59[r] + v72[r]);
             }
         }
-        float v74[8];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-            (void)e; {
-                v74[r] = (v59[r] + v73[r]);
-            }
-        }
-        float v75[1];
+        float v74[1];
         /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
         {
             float p[1];
@@ -8225,23 +10380,23 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v74[i * 1 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v73[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a177 = 0e0f;
-            for (int g = 0; g < 16; g++) a177 = a177 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v75[r] = a177;
+            float a175 = 0e0f;
+            for (int g = 0; g < 16; g++) a175 = a175 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v74[r] = a175;
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            acc2[r] = acc2[r] + v75[0];
+            acc2[r] = acc2[r] + v74[0];
         }
         float v16[1];
         {
@@ -8252,16 +10407,16 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         float v17[1];
         float v4[1];
         /* sum of squared deviations over the 8 programs of the cluster along y, at one meeting */
-        __shared__ float cl180[3];
-        if (tid == 0) cl180[0] = v3[0];
-        if (tid == 0) cl180[1] = v16[0];
-        if (tid == 0) cl180[2] = v67[0];
+        __shared__ float cl178[3];
+        if (tid == 0) cl178[0] = v3[0];
+        if (tid == 0) cl178[1] = v16[0];
+        if (tid == 0) cl178[2] = v66[0];
         dt_cluster_sync();
         {
             const unsigned q = (unsigned)(tid % 32);
-            const float f = q < 8u ? dt_cluster_load(&cl180[0], q) : 0e0f;
-            const float s = q < 8u ? dt_cluster_load(&cl180[1], q) : 0e0f;
-            const float n = q < 8u ? dt_cluster_load(&cl180[2], q) : 0e0f;
+            const float f = q < 8u ? dt_cluster_load(&cl178[0], q) : 0e0f;
+            const float s = q < 8u ? dt_cluster_load(&cl178[1], q) : 0e0f;
+            const float n = q < 8u ? dt_cluster_load(&cl178[2], q) : 0e0f;
             float total = f, lanes = n;
             for (int m = 16; m > 0; m >>= 1) total = total + dt_shfl_xor(total, m, 32);
             for (int m = 16; m > 0; m >>= 1) lanes = lanes + dt_shfl_xor(lanes, m, 32);
@@ -8284,9 +10439,21 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             (void)r; (void)e;
             v19[r] = dt_fast_div(v17[0], v5[0]);
         }
+        float v25[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v25[r] = (v19[0] + v24[0]);
+        }
+        float v26[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v26[r] = dt_fast_rsqrt(v25[0]);
+        }
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) layernorm_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o183 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o183 >= b1 * 32768; o183 -= 4096) {
+        for (long long o183 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o183 < dt_min_ll(b1 * 32768 + 32768, s1); o183 += 4096) {
             const uint4* const held184 = (const uint4*)(dt_smem + 32);
             uint4 q185[1];
             bool f186[1];
@@ -8295,7 +10462,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 const int e = (c * 512 + tid) * 8;
                 const int l187 = (int)((unsigned)e / 4096u % 1u);
                 const int l188 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l187) * (unsigned)args.input_strides[0][0] + (unsigned)(o183 + l188) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o4 + l187) * (unsigned)args.input_strides[0][0] + (unsigned)(o183 + l188) * (unsigned)args.input_strides[0][1];
                 f186[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o183 + (l188 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f186[c]) q185[c] = held184[0 + (((unsigned)(o183 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
@@ -8308,7 +10475,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 if (f186[c]) {
                     v20.w[c] = q185[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l189) * (unsigned)args.input_strides[0][0] + (unsigned)(o183 + l190) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o4 + l189) * (unsigned)args.input_strides[0][0] + (unsigned)(o183 + l190) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o183 + (l190 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
@@ -8323,24 +10490,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                     v22[r] = (v20[r] - v6[0]);
                 }
             }
-            float v24[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v24[r] = args.scalars[0];
-            }
-            float v25[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v25[r] = (v19[0] + v24[0]);
-            }
-            float v26[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v26[r] = dt_fast_rsqrt(v25[0]);
-            }
             float v27[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
@@ -8350,27 +10499,27 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 }
             }
             dt_bf16s<8> v28; /* 16-bit values as loaded */
-            uint4 q197[1];
-            bool f198[1];
+            uint4 q195[1];
+            bool f196[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l199 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o183 + l199) * (unsigned)args.input_strides[1][0];
-                f198[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o183 + (l199 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-                if (f198[c]) q197[c] = *(const uint4*)(in1 + a);
+                const int l197 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o183 + l197) * (unsigned)args.input_strides[1][0];
+                f196[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o183 + (l197 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                if (f196[c]) q195[c] = *(const uint4*)(in1 + a);
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l200 = (int)((unsigned)e / 1u % 4096u);
-                if (f198[c]) {
-                    v28.w[c] = q197[c];
+                const int l198 = (int)((unsigned)e / 1u % 4096u);
+                if (f196[c]) {
+                    v28.w[c] = q195[c];
                 } else {
-                    const unsigned a = (unsigned)(o183 + l200) * (unsigned)args.input_strides[1][0];
+                    const unsigned a = (unsigned)(o183 + l198) * (unsigned)args.input_strides[1][0];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o183 + (l200 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o183 + (l198 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
                     v28.w[c] = w;
                 }
             }
@@ -8383,27 +10532,27 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 }
             }
             dt_bf16s<8> v30; /* 16-bit values as loaded */
-            uint4 q203[1];
-            bool f204[1];
+            uint4 q201[1];
+            bool f202[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l205 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o183 + l205) * (unsigned)args.input_strides[2][0];
-                f204[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o183 + (l205 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-                if (f204[c]) q203[c] = *(const uint4*)(in2 + a);
+                const int l203 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o183 + l203) * (unsigned)args.input_strides[2][0];
+                f202[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o183 + (l203 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                if (f202[c]) q201[c] = *(const uint4*)(in2 + a);
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l206 = (int)((unsigned)e / 1u % 4096u);
-                if (f204[c]) {
-                    v30.w[c] = q203[c];
+                const int l204 = (int)((unsigned)e / 1u % 4096u);
+                if (f202[c]) {
+                    v30.w[c] = q201[c];
                 } else {
-                    const unsigned a = (unsigned)(o183 + l206) * (unsigned)args.input_strides[2][0];
+                    const unsigned a = (unsigned)(o183 + l204) * (unsigned)args.input_strides[2][0];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o183 + (l206 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o183 + (l204 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
                     v30.w[c] = w;
                 }
             }
@@ -8418,20 +10567,153 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l209 = (int)((unsigned)e / 4096u % 1u);
-                const int l210 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l209) * (unsigned)args.output_strides[0] + (unsigned)(o183 + l210) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o183 + (l210 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l207 = (int)((unsigned)e / 4096u % 1u);
+                const int l208 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o4 + l207) * (unsigned)args.output_strides[0] + (unsigned)(o183 + l208) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o183 + (l208 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v31[c * 8 + 0], v31[c * 8 + 1]), dt_pack2_bf16(v31[c * 8 + 2], v31[c * 8 + 3]), dt_pack2_bf16(v31[c * 8 + 4], v31[c * 8 + 5]), dt_pack2_bf16(v31[c * 8 + 6], v31[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o183 + l210) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 0]);
-                    if ((unsigned)(o183 + (l210 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 1]);
-                    if ((unsigned)(o183 + (l210 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 2]);
-                    if ((unsigned)(o183 + (l210 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 3]);
-                    if ((unsigned)(o183 + (l210 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 4]);
-                    if ((unsigned)(o183 + (l210 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 5]);
-                    if ((unsigned)(o183 + (l210 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 6]);
-                    if ((unsigned)(o183 + (l210 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 7]);
+                    if ((unsigned)(o183 + l208) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 0]);
+                    if ((unsigned)(o183 + (l208 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 1]);
+                    if ((unsigned)(o183 + (l208 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 2]);
+                    if ((unsigned)(o183 + (l208 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 3]);
+                    if ((unsigned)(o183 + (l208 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 4]);
+                    if ((unsigned)(o183 + (l208 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 5]);
+                    if ((unsigned)(o183 + (l208 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 6]);
+                    if ((unsigned)(o183 + (l208 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v31[c * 8 + 7]);
+                }
+            }
+        }
+        dt_cp_async_wait<0>(); /* the block held in shared memory */
+        /* block(y:32768) layernorm_256k_16bit.tensorize(y:4096) num_stages(8) */
+        for (long long o209 = b1 * 32768 + (dt_cdiv(dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)) - (b1 * 32768), 4096) - 1) * 4096; o209 >= b1 * 32768; o209 -= 4096) {
+            const uint4* const held210 = (const uint4*)(dt_smem + 32);
+            uint4 q211[1];
+            bool f212[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l213 = (int)((unsigned)e / 4096u % 1u);
+                const int l214 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o4 + l213) * (unsigned)args.input_strides[0][0] + (unsigned)(o209 + l214) * (unsigned)args.input_strides[0][1];
+                f212[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f212[c]) q211[c] = held210[0 + (((unsigned)(o209 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            dt_bf16s<8> v97; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l215 = (int)((unsigned)e / 4096u % 1u);
+                const int l216 = (int)((unsigned)e / 1u % 4096u);
+                if (f212[c]) {
+                    v97.w[c] = q211[c];
+                } else {
+                    const unsigned a = (unsigned)(o4 + l215) * (unsigned)args.input_strides[0][0] + (unsigned)(o209 + l216) * (unsigned)args.input_strides[0][1];
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    v97.w[c] = w;
+                }
+            }
+            float v98[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v98[r] = (v97[r] - v6[0]);
+                }
+            }
+            float v99[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v99[r] = (v98[r] * v26[0]);
+                }
+            }
+            dt_bf16s<8> v100; /* 16-bit values as loaded */
+            uint4 q221[1];
+            bool f222[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l223 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o209 + l223) * (unsigned)args.input_strides[1][0];
+                f222[c] = (unsigned)args.input_strides[1][0] == 1 && 1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                if (f222[c]) q221[c] = *(const uint4*)(in1 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l224 = (int)((unsigned)e / 1u % 4096u);
+                if (f222[c]) {
+                    v100.w[c] = q221[c];
+                } else {
+                    const unsigned a = (unsigned)(o209 + l224) * (unsigned)args.input_strides[1][0];
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                    v100.w[c] = w;
+                }
+            }
+            float v101[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v101[r] = (v99[r] * v100[r]);
+                }
+            }
+            dt_bf16s<8> v102; /* 16-bit values as loaded */
+            uint4 q227[1];
+            bool f228[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l229 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o209 + l229) * (unsigned)args.input_strides[2][0];
+                f228[c] = (unsigned)args.input_strides[2][0] == 1 && 1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                if (f228[c]) q227[c] = *(const uint4*)(in2 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l230 = (int)((unsigned)e / 1u % 4096u);
+                if (f228[c]) {
+                    v102.w[c] = q227[c];
+                } else {
+                    const unsigned a = (unsigned)(o209 + l230) * (unsigned)args.input_strides[2][0];
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                    v102.w[c] = w;
+                }
+            }
+            float v103[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v103[r] = (v101[r] + v102[r]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l233 = (int)((unsigned)e / 4096u % 1u);
+                const int l234 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o4 + l233) * (unsigned)args.output_strides[0] + (unsigned)(o209 + l234) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && 1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v103[c * 8 + 0], v103[c * 8 + 1]), dt_pack2_bf16(v103[c * 8 + 2], v103[c * 8 + 3]), dt_pack2_bf16(v103[c * 8 + 4], v103[c * 8 + 5]), dt_pack2_bf16(v103[c * 8 + 6], v103[c * 8 + 7])));
+                } else {
+                    if (1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v103[c * 8 + 0]);
+                    if (1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v103[c * 8 + 1]);
+                    if (1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v103[c * 8 + 2]);
+                    if (1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v103[c * 8 + 3]);
+                    if (1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v103[c * 8 + 4]);
+                    if (1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v103[c * 8 + 5]);
+                    if (1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v103[c * 8 + 6]);
+                    if (1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v103[c * 8 + 7]);
                 }
             }
         }
@@ -8460,8 +10742,52 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = (float)s1;
+    }
+    float v37[8];
+    #pragma unroll
+    for (int r = 0; r < 8; r++) {
+        const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        (void)e; {
+            v37[r] = 1e0f;
+        }
+    }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = 1e0f;
+    }
+    float v66[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v66[r] = (float)dt_max_ll(0, dt_min_ll(32768, s1 - b1 * 32768));
+    }
+    float v67[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v67[r] = 1e0f;
+    }
+    float v68[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v68[r] = fmaxf(v66[0], v67[0]);
+    }
+    float v24[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v24[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm_256k_16bit.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    for (long long o4 = b0 * 1; o4 < dt_min_ll(b0 * 1 + 1, s0); o4 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -8477,12 +10803,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             (void)e; {
                 acc4[r] = 0e0f;
             }
-        }
-        float v5[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v5[r] = (float)s1;
         }
         /* rsum identity */
         float acc2[1];
@@ -8519,159 +10839,174 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             }
         }
         /* rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8) + rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8), in one pass: loads the block's steps, staged in shared memory */
-        uint4* const ring12 = (uint4*)(dt_smem + 32);
+        uint4* const ring15 = (uint4*)(dt_smem + 32);
         if ((b1 * 32768) < dt_min_ll(b1 * 32768 + 32768, s1)) {
-            bool fs13[1];
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l14 = (int)((unsigned)e / 4096u % 1u);
-                const int l15 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l14) * (unsigned)args.input_strides[0][0] + (unsigned)((b1 * 32768) + l15) * (unsigned)args.input_strides[0][1];
-                fs13[c] = (unsigned)((b1 * 32768) + l15) < (unsigned)s1;
-                if (fs13[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((b1 * 32768) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
-            }
-            dt_cp_async_commit();
-        } else {
-            dt_cp_async_commit();
-        }
-        if (((b1 * 32768) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
             bool fs16[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l17 = (int)((unsigned)e / 4096u % 1u);
                 const int l18 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(((b1 * 32768) + 4096) + l18) * (unsigned)args.input_strides[0][1];
-                fs16[c] = (unsigned)(((b1 * 32768) + 4096) + l18) < (unsigned)s1;
-                if (fs16[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((b1 * 32768) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                const unsigned a = (unsigned)(o4 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)((b1 * 32768) + l18) * (unsigned)args.input_strides[0][1];
+                fs16[c] = (unsigned)((b1 * 32768) + l18) < (unsigned)s1;
+                if (fs16[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)((b1 * 32768) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        if ((((b1 * 32768) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+        if (((b1 * 32768) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
             bool fs19[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l20 = (int)((unsigned)e / 4096u % 1u);
                 const int l21 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)((((b1 * 32768) + 4096) + 4096) + l21) * (unsigned)args.input_strides[0][1];
-                fs19[c] = (unsigned)((((b1 * 32768) + 4096) + 4096) + l21) < (unsigned)s1;
-                if (fs19[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((b1 * 32768) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                const unsigned a = (unsigned)(o4 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)(((b1 * 32768) + 4096) + l21) * (unsigned)args.input_strides[0][1];
+                fs19[c] = (unsigned)(((b1 * 32768) + 4096) + l21) < (unsigned)s1;
+                if (fs19[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)(((b1 * 32768) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        if (((((b1 * 32768) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+        if ((((b1 * 32768) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
             bool fs22[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l23 = (int)((unsigned)e / 4096u % 1u);
                 const int l24 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l24) * (unsigned)args.input_strides[0][1];
-                fs22[c] = (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l24) < (unsigned)s1;
-                if (fs22[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                const unsigned a = (unsigned)(o4 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)((((b1 * 32768) + 4096) + 4096) + l24) * (unsigned)args.input_strides[0][1];
+                fs22[c] = (unsigned)((((b1 * 32768) + 4096) + 4096) + l24) < (unsigned)s1;
+                if (fs22[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)((((b1 * 32768) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        if ((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+        if (((((b1 * 32768) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
             bool fs25[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l26 = (int)((unsigned)e / 4096u % 1u);
                 const int l27 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l27) * (unsigned)args.input_strides[0][1];
-                fs25[c] = (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l27) < (unsigned)s1;
-                if (fs25[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                const unsigned a = (unsigned)(o4 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l27) * (unsigned)args.input_strides[0][1];
+                fs25[c] = (unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) + l27) < (unsigned)s1;
+                if (fs25[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)(((((b1 * 32768) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        if (((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+        if ((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
             bool fs28[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l29 = (int)((unsigned)e / 4096u % 1u);
                 const int l30 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l30) * (unsigned)args.input_strides[0][1];
-                fs28[c] = (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l30) < (unsigned)s1;
-                if (fs28[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                const unsigned a = (unsigned)(o4 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l30) * (unsigned)args.input_strides[0][1];
+                fs28[c] = (unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + l30) < (unsigned)s1;
+                if (fs28[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        if ((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+        if (((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
             bool fs31[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l32 = (int)((unsigned)e / 4096u % 1u);
                 const int l33 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l33) * (unsigned)args.input_strides[0][1];
-                fs31[c] = (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l33) < (unsigned)s1;
-                if (fs31[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                const unsigned a = (unsigned)(o4 + l32) * (unsigned)args.input_strides[0][0] + (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l33) * (unsigned)args.input_strides[0][1];
+                fs31[c] = (unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + l33) < (unsigned)s1;
+                if (fs31[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)(((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        for (long long o34 = b1 * 32768; o34 < dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o34 += 4096) {
-            if ((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
-                bool fs36[1];
+        if ((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+            bool fs34[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l35 = (int)((unsigned)e / 4096u % 1u);
+                const int l36 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o4 + l35) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l36) * (unsigned)args.input_strides[0][1];
+                fs34[c] = (unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l36) < (unsigned)s1;
+                if (fs34[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)((((((((b1 * 32768) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        for (long long o37 = b1 * 32768; o37 < dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o37 += 4096) {
+            if ((((((((o37 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) < dt_min_ll(b1 * 32768 + 32768, s1)) {
+                bool fs39[1];
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 512 + tid) * 8;
-                    const int l37 = (int)((unsigned)e / 4096u % 1u);
-                    const int l38 = (int)((unsigned)e / 1u % 4096u);
-                    const unsigned a = (unsigned)(o1 + l37) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l38) * (unsigned)args.input_strides[0][1];
-                    fs36[c] = (unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l38) < (unsigned)s1;
-                    if (fs36[c]) dt_cp_async16(ring12 + 0 + ((((unsigned)((((((((o34 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
+                    const int l40 = (int)((unsigned)e / 4096u % 1u);
+                    const int l41 = (int)((unsigned)e / 1u % 4096u);
+                    const unsigned a = (unsigned)(o4 + l40) * (unsigned)args.input_strides[0][0] + (unsigned)((((((((o37 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l41) * (unsigned)args.input_strides[0][1];
+                    fs39[c] = (unsigned)((((((((o37 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + l41) < (unsigned)s1;
+                    if (fs39[c]) dt_cp_async16(ring15 + 0 + ((((unsigned)((((((((o37 + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) + 4096) - b1 * 32768) / 4096u)) * 1 + c) * 512 + tid, in0 + a);
                 }
                 dt_cp_async_commit();
             } else {
                 dt_cp_async_commit();
             }
             dt_cp_async_wait<7>();
-            uint4 q39[1];
-            bool f40[1];
+            uint4 q42[1];
+            bool f43[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                f40[c] = 1;
-                if (f40[c]) q39[c] = ring12[0 + (((unsigned)(o34 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                f43[c] = 1;
+                if (f43[c]) q42[c] = ring15[0 + (((unsigned)(o37 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            float v75[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v75[r] = acc6[r];
+                }
             }
             float v76[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v76[r] = acc6[r];
+                    v76[r] = acc7[r];
                 }
             }
-            float v77[8];
+            dt_bf16s<8> v77; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f43[c]) {
+                    v77.w[c] = q42[c];
+                } else {
+                    v77.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v78[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v77[r] = acc7[r];
+                    v78[r] = ((v77[r * 8 + 0] + v77[r * 8 + 1]) + (v77[r * 8 + 2] + v77[r * 8 + 3])) + ((v77[r * 8 + 4] + v77[r * 8 + 5]) + (v77[r * 8 + 6] + v77[r * 8 + 7]));
                 }
             }
-            dt_bf16s<8> v78; /* 16-bit values as loaded */
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                if (f40[c]) {
-                    v78.w[c] = q39[c];
-                } else {
-                    v78.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v78[r];
                 }
             }
             float v79[8];
@@ -8679,22 +11014,15 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = ((v78[r * 8 + 0] + v78[r * 8 + 1]) + (v78[r * 8 + 2] + v78[r * 8 + 3])) + ((v78[r * 8 + 4] + v78[r * 8 + 5]) + (v78[r * 8 + 6] + v78[r * 8 + 7]));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = acc4[r] + v79[r];
+                    v79[r] = ((v37[r * 8 + 0] + v37[r * 8 + 1]) + (v37[r * 8 + 2] + v37[r * 8 + 3])) + ((v37[r * 8 + 4] + v37[r * 8 + 5]) + (v37[r * 8 + 6] + v37[r * 8 + 7]));
                 }
             }
             float v80[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v80[r] = 1e0f;
+                    v80[r] = fmaxf(v79[r], v41[0]);
                 }
             }
             float v81[8];
@@ -8702,53 +11030,62 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = ((v80[r * 8 + 0] + v80[r * 8 + 1]) + (v80[r * 8 + 2] + v80[r * 8 + 3])) + ((v80[r * 8 + 4] + v80[r * 8 + 5]) + (v80[r * 8 + 6] + v80[r * 8 + 7]));
+                    v81[r] = dt_fast_div(v78[r], v80[r]);
                 }
             }
-            float v82[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v82[r] = 1e0f;
+            float v82[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v82[r] = (v77[r] - v81[r / 8]);
+                }
             }
             float v83[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v83[r] = fmaxf(v81[r], v82[0]);
+                    v83[r] = (v82[r] * v37[r]);
                 }
             }
             float v84[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v84[r] = dt_fast_div(v79[r], v83[r]);
+                    v84[r] = (v83[r] * v83[r]);
                 }
             }
             float v85[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v85[r] = (v78[r] - v84[r / 8]);
+                    v85[r] = ((v84[r * 8 + 0] + v84[r * 8 + 1]) + (v84[r * 8 + 2] + v84[r * 8 + 3])) + ((v84[r * 8 + 4] + v84[r * 8 + 5]) + (v84[r * 8 + 6] + v84[r * 8 + 7]));
                 }
             }
             float v86[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v86[r] = (v85[r] * v80[r]);
+                    v86[r] = (v75[r] + v79[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v86[r];
                 }
             }
             float v87[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v87[r] = (v86[r] * v86[r]);
+                    v87[r] = fmaxf(v86[r], v41[0]);
                 }
             }
             float v88[8];
@@ -8756,7 +11093,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v88[r] = ((v87[r * 8 + 0] + v87[r * 8 + 1]) + (v87[r * 8 + 2] + v87[r * 8 + 3])) + ((v87[r * 8 + 4] + v87[r * 8 + 5]) + (v87[r * 8 + 6] + v87[r * 8 + 7]));
+                    v88[r] = dt_fast_div(v79[r], v87[r]);
                 }
             }
             float v89[8];
@@ -8764,14 +11101,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v89[r] = (v76[r] + v81[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v89[r];
+                    v89[r] = (v81[r] - v76[r]);
                 }
             }
             float v90[8];
@@ -8779,7 +11109,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v90[r] = fmaxf(v89[r], v82[0]);
+                    v90[r] = (v89[r] * v88[r]);
                 }
             }
             float v91[8];
@@ -8787,7 +11117,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v91[r] = dt_fast_div(v81[r], v90[r]);
+                    v91[r] = (v76[r] + v90[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v91[r];
                 }
             }
             float v92[8];
@@ -8795,7 +11132,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v92[r] = (v84[r] - v77[r]);
+                    v92[r] = (v90[r] * v89[r]);
                 }
             }
             float v93[8];
@@ -8803,7 +11140,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v93[r] = (v92[r] * v91[r]);
+                    v93[r] = (v92[r] * v75[r]);
                 }
             }
             float v94[8];
@@ -8811,14 +11148,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v94[r] = (v77[r] + v93[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v94[r];
+                    v94[r] = acc5[r];
                 }
             }
             float v95[8];
@@ -8826,7 +11156,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v95[r] = (v93[r] * v92[r]);
+                    v95[r] = (v94[r] + v85[r]);
                 }
             }
             float v96[8];
@@ -8834,53 +11164,29 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v96[r] = (v95[r] * v76[r]);
-                }
-            }
-            float v97[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v97[r] = acc5[r];
-                }
-            }
-            float v98[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v98[r] = (v97[r] + v88[r]);
-                }
-            }
-            float v99[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v99[r] = (v98[r] + v96[r]);
+                    v96[r] = (v95[r] + v93[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v99[r];
+                    acc5[r] = v96[r];
                 }
             }
         }
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8) + rsum layernorm_256k_16bit.tensorize(y:4096) num_stages(8), in one pass */
-        for (long long o94 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o94 < dt_min_ll(b1 * 32768 + 32768, s1); o94 += 4096) {
-            const uint4* const held95 = (const uint4*)(dt_smem + 32);
-            uint4 q96[1];
-            bool f97[1];
+        for (long long o96 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o96 < dt_min_ll(b1 * 32768 + 32768, s1); o96 += 4096) {
+            const uint4* const held97 = (const uint4*)(dt_smem + 32);
+            uint4 q98[1];
+            bool f99[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l99 = (int)((unsigned)e / 1u % 4096u);
-                f97[c] = (unsigned)(o94 + l99) < (unsigned)s1;
-                if (f97[c]) q96[c] = held95[0 + (((unsigned)(o94 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                const int l101 = (int)((unsigned)e / 1u % 4096u);
+                f99[c] = (unsigned)(o96 + l101) < (unsigned)s1;
+                if (f99[c]) q98[c] = held97[0 + (((unsigned)(o96 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             float v34[8];
             #pragma unroll
@@ -8901,8 +11207,8 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             dt_bf16s<8> v0; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f97[c]) {
-                    v0.w[c] = q96[c];
+                if (f99[c]) {
+                    v0.w[c] = q98[c];
                 } else {
                     v0.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -8922,20 +11228,12 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                     acc4[r] = acc4[r] + v36[r];
                 }
             }
-            float v37[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v37[r] = 1e0f;
-                }
-            }
             float v38[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v38[r] = ((unsigned)(o94 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) / 1u % 4096u)) < (unsigned)s1) ? v37[r] : 0e0f;
+                    v38[r] = ((unsigned)(o96 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) / 1u % 4096u)) < (unsigned)s1) ? v37[r] : 0e0f;
                 }
             }
             float v39[8];
@@ -8945,12 +11243,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 (void)e; {
                     v39[r] = ((v38[r * 8 + 0] + v38[r * 8 + 1]) + (v38[r * 8 + 2] + v38[r * 8 + 3])) + ((v38[r * 8 + 4] + v38[r * 8 + 5]) + (v38[r * 8 + 6] + v38[r * 8 + 7]));
                 }
-            }
-            float v41[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v41[r] = 1e0f;
             }
             float v42[8];
             #pragma unroll
@@ -9136,9 +11428,9 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a155 = 0e0f;
-            for (int g = 0; g < 16; g++) a155 = a155 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a155;
+            float a156 = 0e0f;
+            for (int g = 0; g < 16; g++) a156 = a156 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a156;
         }
         {
             const int r = 0, e = 0;
@@ -9151,52 +11443,11 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v66[8];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-            (void)e; {
-                v66[r] = acc6[r];
-            }
-        }
-        float v67[1];
-        /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
-        {
-            float p[1];
-            #pragma unroll
-            for (int i = 0; i < 1; i++) {
-                p[i] = 0e0f;
-                #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v66[i * 1 + q];
-                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
-            }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
-            __syncthreads();
-        }
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            float a161 = 0e0f;
-            for (int g = 0; g < 16; g++) a161 = a161 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v67[r] = a161;
-        }
-        float v68[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v68[r] = 1e0f;
-        }
         float v69[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v69[r] = fmaxf(v67[0], v68[0]);
-        }
-        float v70[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v70[r] = dt_fast_div(v3[0], v69[0]);
+            v69[r] = dt_fast_div(v3[0], v68[0]);
         }
         float v59[8];
         #pragma unroll
@@ -9204,6 +11455,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
                 v59[r] = acc5[r];
+            }
+        }
+        float v60[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v60[r] = acc6[r];
             }
         }
         float v61[8];
@@ -9214,12 +11473,20 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 v61[r] = acc7[r];
             }
         }
+        float v70[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v70[r] = (v61[r] - v69[0]);
+            }
+        }
         float v71[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v71[r] = (v61[r] - v70[0]);
+                v71[r] = (v70[r] * v70[r]);
             }
         }
         float v72[8];
@@ -9227,7 +11494,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v72[r] = (v71[r] * v71[r]);
+                v72[r] = (v60[r] * v71[r]);
             }
         }
         float v73[8];
@@ -9235,18 +11502,10 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v73[r] = (v66[r] * v72[r]);
+                v73[r] = (v59[r] + v72[r]);
             }
         }
-        float v74[8];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-            (void)e; {
-                v74[r] = (v59[r] + v73[r]);
-            }
-        }
-        float v75[1];
+        float v74[1];
         /* reduction in registers: 1 per thread and row, then shuffles, then 16 groups of 32 */
         {
             float p[1];
@@ -9254,23 +11513,23 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 1; q++) p[i] = p[i] + v74[i * 1 + q];
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v73[i * 1 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a177 = 0e0f;
-            for (int g = 0; g < 16; g++) a177 = a177 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v75[r] = a177;
+            float a175 = 0e0f;
+            for (int g = 0; g < 16; g++) a175 = a175 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v74[r] = a175;
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            acc2[r] = acc2[r] + v75[0];
+            acc2[r] = acc2[r] + v74[0];
         }
         float v16[1];
         {
@@ -9281,16 +11540,16 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         float v17[1];
         float v4[1];
         /* sum of squared deviations over the 8 programs of the cluster along y, at one meeting */
-        __shared__ float cl180[3];
-        if (tid == 0) cl180[0] = v3[0];
-        if (tid == 0) cl180[1] = v16[0];
-        if (tid == 0) cl180[2] = v67[0];
+        __shared__ float cl178[3];
+        if (tid == 0) cl178[0] = v3[0];
+        if (tid == 0) cl178[1] = v16[0];
+        if (tid == 0) cl178[2] = v66[0];
         dt_cluster_sync();
         {
             const unsigned q = (unsigned)(tid % 32);
-            const float f = q < 8u ? dt_cluster_load(&cl180[0], q) : 0e0f;
-            const float s = q < 8u ? dt_cluster_load(&cl180[1], q) : 0e0f;
-            const float n = q < 8u ? dt_cluster_load(&cl180[2], q) : 0e0f;
+            const float f = q < 8u ? dt_cluster_load(&cl178[0], q) : 0e0f;
+            const float s = q < 8u ? dt_cluster_load(&cl178[1], q) : 0e0f;
+            const float n = q < 8u ? dt_cluster_load(&cl178[2], q) : 0e0f;
             float total = f, lanes = n;
             for (int m = 16; m > 0; m >>= 1) total = total + dt_shfl_xor(total, m, 32);
             for (int m = 16; m > 0; m >>= 1) lanes = lanes + dt_shfl_xor(lanes, m, 32);
@@ -9313,9 +11572,21 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             (void)r; (void)e;
             v19[r] = dt_fast_div(v17[0], v5[0]);
         }
+        float v25[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v25[r] = (v19[0] + v24[0]);
+        }
+        float v26[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v26[r] = dt_fast_rsqrt(v25[0]);
+        }
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) layernorm_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o183 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o183 >= b1 * 32768; o183 -= 4096) {
+        for (long long o183 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o183 < dt_min_ll(b1 * 32768 + 32768, s1); o183 += 4096) {
             const uint4* const held184 = (const uint4*)(dt_smem + 32);
             uint4 q185[1];
             bool f186[1];
@@ -9343,24 +11614,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                     v22[r] = (v20[r] - v6[0]);
                 }
             }
-            float v24[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v24[r] = args.scalars[0];
-            }
-            float v25[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v25[r] = (v19[0] + v24[0]);
-            }
-            float v26[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v26[r] = dt_fast_rsqrt(v25[0]);
-            }
             float v27[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
@@ -9370,20 +11623,20 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 }
             }
             dt_bf16s<8> v28; /* 16-bit values as loaded */
-            uint4 q197[1];
-            bool f198[1];
+            uint4 q195[1];
+            bool f196[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l199 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o183 + l199) * (unsigned)args.input_strides[1][0];
-                f198[c] = (unsigned)(o183 + l199) < (unsigned)s1;
-                if (f198[c]) q197[c] = *(const uint4*)(in1 + a);
+                const int l197 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o183 + l197) * (unsigned)args.input_strides[1][0];
+                f196[c] = (unsigned)(o183 + l197) < (unsigned)s1;
+                if (f196[c]) q195[c] = *(const uint4*)(in1 + a);
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f198[c]) {
-                    v28.w[c] = q197[c];
+                if (f196[c]) {
+                    v28.w[c] = q195[c];
                 } else {
                     v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -9397,20 +11650,20 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
                 }
             }
             dt_bf16s<8> v30; /* 16-bit values as loaded */
-            uint4 q203[1];
-            bool f204[1];
+            uint4 q201[1];
+            bool f202[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l205 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o183 + l205) * (unsigned)args.input_strides[2][0];
-                f204[c] = (unsigned)(o183 + l205) < (unsigned)s1;
-                if (f204[c]) q203[c] = *(const uint4*)(in2 + a);
+                const int l203 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o183 + l203) * (unsigned)args.input_strides[2][0];
+                f202[c] = (unsigned)(o183 + l203) < (unsigned)s1;
+                if (f202[c]) q201[c] = *(const uint4*)(in2 + a);
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f204[c]) {
-                    v30.w[c] = q203[c];
+                if (f202[c]) {
+                    v30.w[c] = q201[c];
                 } else {
                     v30.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -9426,10 +11679,109 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l209 = (int)((unsigned)e / 4096u % 1u);
-                const int l210 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l209) * (unsigned)args.output_strides[0] + (unsigned)(o183 + l210) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o183 + l210) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v31[c * 8 + 0], v31[c * 8 + 1]), dt_pack2_bf16(v31[c * 8 + 2], v31[c * 8 + 3]), dt_pack2_bf16(v31[c * 8 + 4], v31[c * 8 + 5]), dt_pack2_bf16(v31[c * 8 + 6], v31[c * 8 + 7])));
+                const int l207 = (int)((unsigned)e / 4096u % 1u);
+                const int l208 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o4 + l207) * (unsigned)args.output_strides[0] + (unsigned)(o183 + l208) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o183 + l208) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v31[c * 8 + 0], v31[c * 8 + 1]), dt_pack2_bf16(v31[c * 8 + 2], v31[c * 8 + 3]), dt_pack2_bf16(v31[c * 8 + 4], v31[c * 8 + 5]), dt_pack2_bf16(v31[c * 8 + 6], v31[c * 8 + 7])));
+            }
+        }
+        dt_cp_async_wait<0>(); /* the block held in shared memory */
+        /* block(y:32768) layernorm_256k_16bit.tensorize(y:4096) num_stages(8) */
+        for (long long o209 = b1 * 32768 + (dt_cdiv(dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)) - (b1 * 32768), 4096) - 1) * 4096; o209 >= b1 * 32768; o209 -= 4096) {
+            const uint4* const held210 = (const uint4*)(dt_smem + 32);
+            uint4 q211[1];
+            bool f212[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                f212[c] = 1;
+                if (f212[c]) q211[c] = held210[0 + (((unsigned)(o209 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            dt_bf16s<8> v97; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f212[c]) {
+                    v97.w[c] = q211[c];
+                } else {
+                    v97.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v98[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v98[r] = (v97[r] - v6[0]);
+                }
+            }
+            float v99[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v99[r] = (v98[r] * v26[0]);
+                }
+            }
+            dt_bf16s<8> v100; /* 16-bit values as loaded */
+            uint4 q221[1];
+            bool f222[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l223 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o209 + l223) * (unsigned)args.input_strides[1][0];
+                f222[c] = 1;
+                if (f222[c]) q221[c] = *(const uint4*)(in1 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f222[c]) {
+                    v100.w[c] = q221[c];
+                } else {
+                    v100.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v101[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v101[r] = (v99[r] * v100[r]);
+                }
+            }
+            dt_bf16s<8> v102; /* 16-bit values as loaded */
+            uint4 q227[1];
+            bool f228[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l229 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o209 + l229) * (unsigned)args.input_strides[2][0];
+                f228[c] = 1;
+                if (f228[c]) q227[c] = *(const uint4*)(in2 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f228[c]) {
+                    v102.w[c] = q227[c];
+                } else {
+                    v102.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v103[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v103[r] = (v101[r] + v102[r]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l233 = (int)((unsigned)e / 4096u % 1u);
+                const int l234 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o4 + l233) * (unsigned)args.output_strides[0] + (unsigned)(o209 + l234) * (unsigned)args.output_strides[1];
+                if (1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v103[c * 8 + 0], v103[c * 8 + 1]), dt_pack2_bf16(v103[c * 8 + 2], v103[c * 8 + 3]), dt_pack2_bf16(v103[c * 8 + 4], v103[c * 8 + 5]), dt_pack2_bf16(v103[c * 8 + 6], v103[c * 8 + 7])));
             }
         }
         dt_cluster_wait();
@@ -9457,8 +11809,52 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = (float)s1;
+    }
+    float v37[16];
+    #pragma unroll
+    for (int r = 0; r < 16; r++) {
+        const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        (void)e; {
+            v37[r] = 1e0f;
+        }
+    }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = 1e0f;
+    }
+    float v66[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v66[r] = (float)dt_max_ll(0, dt_min_ll(65536, s1 - b1 * 65536));
+    }
+    float v67[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v67[r] = 1e0f;
+    }
+    float v68[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v68[r] = fmaxf(v66[0], v67[0]);
+    }
+    float v24[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v24[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm_256k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    for (long long o4 = b0 * 1; o4 < dt_min_ll(b0 * 1 + 1, s0); o4 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -9474,12 +11870,6 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             (void)e; {
                 acc4[r] = 0e0f;
             }
-        }
-        float v5[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v5[r] = (float)s1;
         }
         /* rsum identity */
         float acc2[1];
@@ -9516,41 +11906,56 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             }
         }
         /* rsum layernorm_256k.tensorize(y:16384) + rsum layernorm_256k.tensorize(y:16384), in one pass */
-        for (long long o12 = b1 * 65536; o12 < dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o12 += 16384) {
+        for (long long o15 = b1 * 65536; o15 < dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o15 += 16384) {
+            float v75[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v75[r] = acc6[r];
+                }
+            }
             float v76[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v76[r] = acc6[r];
+                    v76[r] = acc7[r];
                 }
             }
             float v77[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v77[r] = acc7[r];
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l20 = (int)((unsigned)e / 16384u % 1u);
+                const int l21 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o4 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + l21) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v77[c * 4 + 0] = __uint_as_float(q.x);
+                    v77[c * 4 + 1] = __uint_as_float(q.y);
+                    v77[c * 4 + 2] = __uint_as_float(q.z);
+                    v77[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v77[c * 4 + 0] = (1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v77[c * 4 + 1] = (1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v77[c * 4 + 2] = (1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v77[c * 4 + 3] = (1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v78[16];
             #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int e = (c * 1024 + tid) * 4;
-                const int l17 = (int)((unsigned)e / 16384u % 1u);
-                const int l18 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l18) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in0 + a);
-                    v78[c * 4 + 0] = __uint_as_float(q.x);
-                    v78[c * 4 + 1] = __uint_as_float(q.y);
-                    v78[c * 4 + 2] = __uint_as_float(q.z);
-                    v78[c * 4 + 3] = __uint_as_float(q.w);
-                } else {
-                    v78[c * 4 + 0] = (1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v78[c * 4 + 1] = (1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v78[c * 4 + 2] = (1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v78[c * 4 + 3] = (1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v78[r] = (v77[r * 4 + 0] + v77[r * 4 + 1]) + (v77[r * 4 + 2] + v77[r * 4 + 3]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = acc4[r] + v78[r];
                 }
             }
             float v79[16];
@@ -9558,22 +11963,15 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v79[r] = (v78[r * 4 + 0] + v78[r * 4 + 1]) + (v78[r * 4 + 2] + v78[r * 4 + 3]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc4[r] = acc4[r] + v79[r];
+                    v79[r] = (v37[r * 4 + 0] + v37[r * 4 + 1]) + (v37[r * 4 + 2] + v37[r * 4 + 3]);
                 }
             }
             float v80[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v80[r] = 1e0f;
+                    v80[r] = fmaxf(v79[r], v41[0]);
                 }
             }
             float v81[16];
@@ -9581,53 +11979,62 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v81[r] = (v80[r * 4 + 0] + v80[r * 4 + 1]) + (v80[r * 4 + 2] + v80[r * 4 + 3]);
+                    v81[r] = (v78[r] / v80[r]);
                 }
             }
-            float v82[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v82[r] = 1e0f;
+            float v82[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v82[r] = (v77[r] - v81[r / 4]);
+                }
             }
             float v83[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v83[r] = fmaxf(v81[r], v82[0]);
+                    v83[r] = (v82[r] * v37[r]);
                 }
             }
             float v84[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v84[r] = (v79[r] / v83[r]);
+                    v84[r] = (v83[r] * v83[r]);
                 }
             }
             float v85[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v85[r] = (v78[r] - v84[r / 4]);
+                    v85[r] = (v84[r * 4 + 0] + v84[r * 4 + 1]) + (v84[r * 4 + 2] + v84[r * 4 + 3]);
                 }
             }
             float v86[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v86[r] = (v85[r] * v80[r]);
+                    v86[r] = (v75[r] + v79[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc6[r] = v86[r];
                 }
             }
             float v87[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v87[r] = (v86[r] * v86[r]);
+                    v87[r] = fmaxf(v86[r], v41[0]);
                 }
             }
             float v88[16];
@@ -9635,7 +12042,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v88[r] = (v87[r * 4 + 0] + v87[r * 4 + 1]) + (v87[r * 4 + 2] + v87[r * 4 + 3]);
+                    v88[r] = (v79[r] / v87[r]);
                 }
             }
             float v89[16];
@@ -9643,14 +12050,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v89[r] = (v76[r] + v81[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc6[r] = v89[r];
+                    v89[r] = (v81[r] - v76[r]);
                 }
             }
             float v90[16];
@@ -9658,7 +12058,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v90[r] = fmaxf(v89[r], v82[0]);
+                    v90[r] = (v89[r] * v88[r]);
                 }
             }
             float v91[16];
@@ -9666,7 +12066,14 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v91[r] = (v81[r] / v90[r]);
+                    v91[r] = (v76[r] + v90[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v91[r];
                 }
             }
             float v92[16];
@@ -9674,7 +12081,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v92[r] = (v84[r] - v77[r]);
+                    v92[r] = (v90[r] * v89[r]);
                 }
             }
             float v93[16];
@@ -9682,7 +12089,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v93[r] = (v92[r] * v91[r]);
+                    v93[r] = (v92[r] * v75[r]);
                 }
             }
             float v94[16];
@@ -9690,14 +12097,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v94[r] = (v77[r] + v93[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc7[r] = v94[r];
+                    v94[r] = acc5[r];
                 }
             }
             float v95[16];
@@ -9705,7 +12105,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v95[r] = (v93[r] * v92[r]);
+                    v95[r] = (v94[r] + v85[r]);
                 }
             }
             float v96[16];
@@ -9713,43 +12113,19 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v96[r] = (v95[r] * v76[r]);
-                }
-            }
-            float v97[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v97[r] = acc5[r];
-                }
-            }
-            float v98[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v98[r] = (v97[r] + v88[r]);
-                }
-            }
-            float v99[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v99[r] = (v98[r] + v96[r]);
+                    v96[r] = (v95[r] + v93[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v99[r];
+                    acc5[r] = v96[r];
                 }
             }
         }
         /* rsum layernorm_256k.tensorize(y:16384) + rsum layernorm_256k.tensorize(y:16384), in one pass */
-        for (long long o64 = dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o64 < dt_min_ll(b1 * 65536 + 65536, s1); o64 += 16384) {
+        for (long long o66 = dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o66 < dt_min_ll(b1 * 65536 + 65536, s1); o66 += 16384) {
             float v34[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
@@ -9770,20 +12146,20 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l69 = (int)((unsigned)e / 16384u % 1u);
-                const int l70 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l69) * (unsigned)args.input_strides[0][0] + (unsigned)(o64 + l70) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o64 + (l70 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l71 = (int)((unsigned)e / 16384u % 1u);
+                const int l72 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o4 + l71) * (unsigned)args.input_strides[0][0] + (unsigned)(o66 + l72) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o66 + (l72 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
                     v0[c * 4 + 2] = __uint_as_float(q.z);
                     v0[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v0[c * 4 + 0] = ((unsigned)(o64 + l70) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 4 + 1] = ((unsigned)(o64 + (l70 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 4 + 2] = ((unsigned)(o64 + (l70 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 4 + 3] = ((unsigned)(o64 + (l70 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 0] = ((unsigned)(o66 + l72) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 1] = ((unsigned)(o66 + (l72 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 2] = ((unsigned)(o66 + (l72 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 3] = ((unsigned)(o66 + (l72 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v36[16];
@@ -9801,21 +12177,13 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
                     acc4[r] = acc4[r] + v36[r];
                 }
             }
-            float v37[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v37[r] = 1e0f;
-                }
-            }
             float v38[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l76 = (int)((unsigned)e / 1u % 16384u);
-                    v38[r] = ((unsigned)(o64 + l76) < (unsigned)s1) ? v37[r] : 0e0f;
+                    const int l77 = (int)((unsigned)e / 1u % 16384u);
+                    v38[r] = ((unsigned)(o66 + l77) < (unsigned)s1) ? v37[r] : 0e0f;
                 }
             }
             float v39[16];
@@ -9825,12 +12193,6 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
                 (void)e; {
                     v39[r] = (v38[r * 4 + 0] + v38[r * 4 + 1]) + (v38[r * 4 + 2] + v38[r * 4 + 3]);
                 }
-            }
-            float v41[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v41[r] = 1e0f;
             }
             float v42[16];
             #pragma unroll
@@ -10016,9 +12378,9 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a120 = 0e0f;
-            for (int g = 0; g < 32; g++) a120 = a120 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a120;
+            float a121 = 0e0f;
+            for (int g = 0; g < 32; g++) a121 = a121 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a121;
         }
         {
             const int r = 0, e = 0;
@@ -10031,52 +12393,11 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v66[16];
-        #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-            (void)e; {
-                v66[r] = acc6[r];
-            }
-        }
-        float v67[1];
-        /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
-        {
-            float p[1];
-            #pragma unroll
-            for (int i = 0; i < 1; i++) {
-                p[i] = 0e0f;
-                #pragma unroll
-                for (int q = 0; q < 4; q++) p[i] = p[i] + v66[i * 4 + q];
-                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
-            }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
-            __syncthreads();
-        }
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            float a126 = 0e0f;
-            for (int g = 0; g < 32; g++) a126 = a126 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v67[r] = a126;
-        }
-        float v68[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v68[r] = 1e0f;
-        }
         float v69[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v69[r] = fmaxf(v67[0], v68[0]);
-        }
-        float v70[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v70[r] = (v3[0] / v69[0]);
+            v69[r] = (v3[0] / v68[0]);
         }
         float v59[16];
         #pragma unroll
@@ -10084,6 +12405,14 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
                 v59[r] = acc5[r];
+            }
+        }
+        float v60[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v60[r] = acc6[r];
             }
         }
         float v61[16];
@@ -10094,12 +12423,20 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
                 v61[r] = acc7[r];
             }
         }
+        float v70[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v70[r] = (v61[r] - v69[0]);
+            }
+        }
         float v71[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v71[r] = (v61[r] - v70[0]);
+                v71[r] = (v70[r] * v70[r]);
             }
         }
         float v72[16];
@@ -10107,7 +12444,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v72[r] = (v71[r] * v71[r]);
+                v72[r] = (v60[r] * v71[r]);
             }
         }
         float v73[16];
@@ -10115,18 +12452,10 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v73[r] = (v66[r] * v72[r]);
+                v73[r] = (v59[r] + v72[r]);
             }
         }
-        float v74[16];
-        #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-            (void)e; {
-                v74[r] = (v59[r] + v73[r]);
-            }
-        }
-        float v75[1];
+        float v74[1];
         /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
@@ -10134,23 +12463,23 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 4; q++) p[i] = p[i] + v74[i * 4 + q];
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v73[i * 4 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a142 = 0e0f;
-            for (int g = 0; g < 32; g++) a142 = a142 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v75[r] = a142;
+            float a140 = 0e0f;
+            for (int g = 0; g < 32; g++) a140 = a140 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v74[r] = a140;
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            acc2[r] = acc2[r] + v75[0];
+            acc2[r] = acc2[r] + v74[0];
         }
         float v16[1];
         {
@@ -10161,16 +12490,16 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
         float v17[1];
         float v4[1];
         /* sum of squared deviations over the 4 programs of the cluster along y, at one meeting */
-        __shared__ float cl145[3];
-        if (tid == 0) cl145[0] = v3[0];
-        if (tid == 0) cl145[1] = v16[0];
-        if (tid == 0) cl145[2] = v67[0];
+        __shared__ float cl143[3];
+        if (tid == 0) cl143[0] = v3[0];
+        if (tid == 0) cl143[1] = v16[0];
+        if (tid == 0) cl143[2] = v66[0];
         dt_cluster_sync();
         {
             const unsigned q = (unsigned)(tid % 32);
-            const float f = q < 4u ? dt_cluster_load(&cl145[0], q) : 0e0f;
-            const float s = q < 4u ? dt_cluster_load(&cl145[1], q) : 0e0f;
-            const float n = q < 4u ? dt_cluster_load(&cl145[2], q) : 0e0f;
+            const float f = q < 4u ? dt_cluster_load(&cl143[0], q) : 0e0f;
+            const float s = q < 4u ? dt_cluster_load(&cl143[1], q) : 0e0f;
+            const float n = q < 4u ? dt_cluster_load(&cl143[2], q) : 0e0f;
             float total = f, lanes = n;
             for (int m = 16; m > 0; m >>= 1) total = total + dt_shfl_xor(total, m, 32);
             for (int m = 16; m > 0; m >>= 1) lanes = lanes + dt_shfl_xor(lanes, m, 32);
@@ -10193,6 +12522,18 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             (void)r; (void)e;
             v19[r] = (v17[0] / v5[0]);
         }
+        float v25[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v25[r] = (v19[0] + v24[0]);
+        }
+        float v26[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v26[r] = dt_rsqrt(v25[0]);
+        }
         /* block(y:65536) layernorm_256k.tensorize(y:16384) */
         for (long long o148 = b1 * 65536 + (dt_cdiv(dt_min_ll(b1 * 65536 + 65536, s1) - (b1 * 65536), 16384) - 1) * 16384; o148 >= b1 * 65536; o148 -= 16384) {
             float v20[16];
@@ -10201,7 +12542,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
                 const int e = (c * 1024 + tid) * 4;
                 const int l149 = (int)((unsigned)e / 16384u % 1u);
                 const int l150 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l149) * (unsigned)args.input_strides[0][0] + (unsigned)(o148 + l150) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o4 + l149) * (unsigned)args.input_strides[0][0] + (unsigned)(o148 + l150) * (unsigned)args.input_strides[0][1];
                 if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o148 + (l150 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v20[c * 4 + 0] = __uint_as_float(q.x);
@@ -10223,24 +12564,6 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
                     v22[r] = (v20[r] - v6[0]);
                 }
             }
-            float v24[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v24[r] = args.scalars[0];
-            }
-            float v25[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v25[r] = (v19[0] + v24[0]);
-            }
-            float v26[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v26[r] = dt_rsqrt(v25[0]);
-            }
             float v27[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
@@ -10253,19 +12576,19 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l157 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o148 + l157) * (unsigned)args.input_strides[1][0];
-                if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(o148 + (l157 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                const int l155 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o148 + l155) * (unsigned)args.input_strides[1][0];
+                if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(o148 + (l155 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in1 + a);
                     v28[c * 4 + 0] = __uint_as_float(q.x);
                     v28[c * 4 + 1] = __uint_as_float(q.y);
                     v28[c * 4 + 2] = __uint_as_float(q.z);
                     v28[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v28[c * 4 + 0] = ((unsigned)(o148 + l157) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v28[c * 4 + 1] = ((unsigned)(o148 + (l157 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v28[c * 4 + 2] = ((unsigned)(o148 + (l157 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v28[c * 4 + 3] = ((unsigned)(o148 + (l157 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v28[c * 4 + 0] = ((unsigned)(o148 + l155) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v28[c * 4 + 1] = ((unsigned)(o148 + (l155 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v28[c * 4 + 2] = ((unsigned)(o148 + (l155 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v28[c * 4 + 3] = ((unsigned)(o148 + (l155 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v29[16];
@@ -10280,19 +12603,19 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l160 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o148 + l160) * (unsigned)args.input_strides[2][0];
-                if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(o148 + (l160 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                const int l158 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o148 + l158) * (unsigned)args.input_strides[2][0];
+                if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(o148 + (l158 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in2 + a);
                     v30[c * 4 + 0] = __uint_as_float(q.x);
                     v30[c * 4 + 1] = __uint_as_float(q.y);
                     v30[c * 4 + 2] = __uint_as_float(q.z);
                     v30[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v30[c * 4 + 0] = ((unsigned)(o148 + l160) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v30[c * 4 + 1] = ((unsigned)(o148 + (l160 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v30[c * 4 + 2] = ((unsigned)(o148 + (l160 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v30[c * 4 + 3] = ((unsigned)(o148 + (l160 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v30[c * 4 + 0] = ((unsigned)(o148 + l158) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v30[c * 4 + 1] = ((unsigned)(o148 + (l158 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v30[c * 4 + 2] = ((unsigned)(o148 + (l158 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v30[c * 4 + 3] = ((unsigned)(o148 + (l158 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v31[16];
@@ -10306,16 +12629,16 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l163 = (int)((unsigned)e / 16384u % 1u);
-                const int l164 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l163) * (unsigned)args.output_strides[0] + (unsigned)(o148 + l164) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o148 + (l164 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l161 = (int)((unsigned)e / 16384u % 1u);
+                const int l162 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o4 + l161) * (unsigned)args.output_strides[0] + (unsigned)(o148 + l162) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o148 + (l162 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v31[c * 4 + 0]), __float_as_uint(v31[c * 4 + 1]), __float_as_uint(v31[c * 4 + 2]), __float_as_uint(v31[c * 4 + 3])));
                 } else {
-                    if ((unsigned)(o148 + l164) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 0]);
-                    if ((unsigned)(o148 + (l164 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 1]);
-                    if ((unsigned)(o148 + (l164 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 2]);
-                    if ((unsigned)(o148 + (l164 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 3]);
+                    if ((unsigned)(o148 + l162) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 0]);
+                    if ((unsigned)(o148 + (l162 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 1]);
+                    if ((unsigned)(o148 + (l162 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 2]);
+                    if ((unsigned)(o148 + (l162 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v31[c * 4 + 3]);
                 }
             }
         }
@@ -10344,8 +12667,52 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = (float)s1;
+    }
+    float v37[16];
+    #pragma unroll
+    for (int r = 0; r < 16; r++) {
+        const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        (void)e; {
+            v37[r] = 1e0f;
+        }
+    }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = 1e0f;
+    }
+    float v66[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v66[r] = (float)dt_max_ll(0, dt_min_ll(65536, s1 - b1 * 65536));
+    }
+    float v67[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v67[r] = 1e0f;
+    }
+    float v68[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v68[r] = fmaxf(v66[0], v67[0]);
+    }
+    float v24[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v24[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm_256k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    for (long long o4 = b0 * 1; o4 < dt_min_ll(b0 * 1 + 1, s0); o4 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -10361,12 +12728,6 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             (void)e; {
                 acc4[r] = 0e0f;
             }
-        }
-        float v5[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v5[r] = (float)s1;
         }
         /* rsum identity */
         float acc2[1];
@@ -10403,57 +12764,65 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             }
         }
         /* rsum layernorm_256k.tensorize(y:16384) + rsum layernorm_256k.tensorize(y:16384), in one pass */
-        for (long long o12 = b1 * 65536; o12 < dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o12 += 16384) {
+        for (long long o15 = b1 * 65536; o15 < dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o15 += 16384) {
+            float v75[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v75[r] = acc6[r];
+                }
+            }
             float v76[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v76[r] = acc6[r];
+                    v76[r] = acc7[r];
                 }
             }
             float v77[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v77[r] = acc7[r];
-                }
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l20 = (int)((unsigned)e / 16384u % 1u);
+                const int l21 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o4 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + l21) * (unsigned)args.input_strides[0][1];
+                const uint4 q = *(const uint4*)(in0 + a);
+                v77[c * 4 + 0] = __uint_as_float(q.x);
+                v77[c * 4 + 1] = __uint_as_float(q.y);
+                v77[c * 4 + 2] = __uint_as_float(q.z);
+                v77[c * 4 + 3] = __uint_as_float(q.w);
             }
             float v78[16];
             #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int e = (c * 1024 + tid) * 4;
-                const int l17 = (int)((unsigned)e / 16384u % 1u);
-                const int l18 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l18) * (unsigned)args.input_strides[0][1];
-                const uint4 q = *(const uint4*)(in0 + a);
-                v78[c * 4 + 0] = __uint_as_float(q.x);
-                v78[c * 4 + 1] = __uint_as_float(q.y);
-                v78[c * 4 + 2] = __uint_as_float(q.z);
-                v78[c * 4 + 3] = __uint_as_float(q.w);
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v78[r] = (v77[r * 4 + 0] + v77[r * 4 + 1]) + (v77[r * 4 + 2] + v77[r * 4 + 3]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = acc4[r] + v78[r];
+                }
             }
             float v79[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v79[r] = (v78[r * 4 + 0] + v78[r * 4 + 1]) + (v78[r * 4 + 2] + v78[r * 4 + 3]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc4[r] = acc4[r] + v79[r];
+                    v79[r] = (v37[r * 4 + 0] + v37[r * 4 + 1]) + (v37[r * 4 + 2] + v37[r * 4 + 3]);
                 }
             }
             float v80[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v80[r] = 1e0f;
+                    v80[r] = fmaxf(v79[r], v41[0]);
                 }
             }
             float v81[16];
@@ -10461,53 +12830,62 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v81[r] = (v80[r * 4 + 0] + v80[r * 4 + 1]) + (v80[r * 4 + 2] + v80[r * 4 + 3]);
+                    v81[r] = (v78[r] / v80[r]);
                 }
             }
-            float v82[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v82[r] = 1e0f;
+            float v82[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v82[r] = (v77[r] - v81[r / 4]);
+                }
             }
             float v83[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v83[r] = fmaxf(v81[r], v82[0]);
+                    v83[r] = (v82[r] * v37[r]);
                 }
             }
             float v84[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v84[r] = (v79[r] / v83[r]);
+                    v84[r] = (v83[r] * v83[r]);
                 }
             }
             float v85[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v85[r] = (v78[r] - v84[r / 4]);
+                    v85[r] = (v84[r * 4 + 0] + v84[r * 4 + 1]) + (v84[r * 4 + 2] + v84[r * 4 + 3]);
                 }
             }
             float v86[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v86[r] = (v85[r] * v80[r]);
+                    v86[r] = (v75[r] + v79[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc6[r] = v86[r];
                 }
             }
             float v87[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v87[r] = (v86[r] * v86[r]);
+                    v87[r] = fmaxf(v86[r], v41[0]);
                 }
             }
             float v88[16];
@@ -10515,7 +12893,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v88[r] = (v87[r * 4 + 0] + v87[r * 4 + 1]) + (v87[r * 4 + 2] + v87[r * 4 + 3]);
+                    v88[r] = (v79[r] / v87[r]);
                 }
             }
             float v89[16];
@@ -10523,14 +12901,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v89[r] = (v76[r] + v81[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc6[r] = v89[r];
+                    v89[r] = (v81[r] - v76[r]);
                 }
             }
             float v90[16];
@@ -10538,7 +12909,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v90[r] = fmaxf(v89[r], v82[0]);
+                    v90[r] = (v89[r] * v88[r]);
                 }
             }
             float v91[16];
@@ -10546,7 +12917,14 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v91[r] = (v81[r] / v90[r]);
+                    v91[r] = (v76[r] + v90[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v91[r];
                 }
             }
             float v92[16];
@@ -10554,7 +12932,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v92[r] = (v84[r] - v77[r]);
+                    v92[r] = (v90[r] * v89[r]);
                 }
             }
             float v93[16];
@@ -10562,7 +12940,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v93[r] = (v92[r] * v91[r]);
+                    v93[r] = (v92[r] * v75[r]);
                 }
             }
             float v94[16];
@@ -10570,14 +12948,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v94[r] = (v77[r] + v93[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc7[r] = v94[r];
+                    v94[r] = acc5[r];
                 }
             }
             float v95[16];
@@ -10585,7 +12956,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v95[r] = (v93[r] * v92[r]);
+                    v95[r] = (v94[r] + v85[r]);
                 }
             }
             float v96[16];
@@ -10593,43 +12964,19 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v96[r] = (v95[r] * v76[r]);
-                }
-            }
-            float v97[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v97[r] = acc5[r];
-                }
-            }
-            float v98[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v98[r] = (v97[r] + v88[r]);
-                }
-            }
-            float v99[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v99[r] = (v98[r] + v96[r]);
+                    v96[r] = (v95[r] + v93[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v99[r];
+                    acc5[r] = v96[r];
                 }
             }
         }
         /* rsum layernorm_256k.tensorize(y:16384) + rsum layernorm_256k.tensorize(y:16384), in one pass */
-        for (long long o64 = dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o64 < dt_min_ll(b1 * 65536 + 65536, s1); o64 += 16384) {
+        for (long long o66 = dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o66 < dt_min_ll(b1 * 65536 + 65536, s1); o66 += 16384) {
             float v34[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
@@ -10650,10 +12997,10 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l69 = (int)((unsigned)e / 16384u % 1u);
-                const int l70 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l69) * (unsigned)args.input_strides[0][0] + (unsigned)(o64 + l70) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o64 + l70) < (unsigned)s1) {
+                const int l71 = (int)((unsigned)e / 16384u % 1u);
+                const int l72 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o4 + l71) * (unsigned)args.input_strides[0][0] + (unsigned)(o66 + l72) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)(o66 + l72) < (unsigned)s1) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
@@ -10681,20 +13028,12 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
                     acc4[r] = acc4[r] + v36[r];
                 }
             }
-            float v37[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v37[r] = 1e0f;
-                }
-            }
             float v38[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v38[r] = ((unsigned)(o64 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) / 1u % 16384u)) < (unsigned)s1) ? v37[r] : 0e0f;
+                    v38[r] = ((unsigned)(o66 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) / 1u % 16384u)) < (unsigned)s1) ? v37[r] : 0e0f;
                 }
             }
             float v39[16];
@@ -10704,12 +13043,6 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
                 (void)e; {
                     v39[r] = (v38[r * 4 + 0] + v38[r * 4 + 1]) + (v38[r * 4 + 2] + v38[r * 4 + 3]);
                 }
-            }
-            float v41[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v41[r] = 1e0f;
             }
             float v42[16];
             #pragma unroll
@@ -10895,9 +13228,9 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a120 = 0e0f;
-            for (int g = 0; g < 32; g++) a120 = a120 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a120;
+            float a121 = 0e0f;
+            for (int g = 0; g < 32; g++) a121 = a121 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a121;
         }
         {
             const int r = 0, e = 0;
@@ -10910,52 +13243,11 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v66[16];
-        #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-            (void)e; {
-                v66[r] = acc6[r];
-            }
-        }
-        float v67[1];
-        /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
-        {
-            float p[1];
-            #pragma unroll
-            for (int i = 0; i < 1; i++) {
-                p[i] = 0e0f;
-                #pragma unroll
-                for (int q = 0; q < 4; q++) p[i] = p[i] + v66[i * 4 + q];
-                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
-            }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
-            __syncthreads();
-        }
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            float a126 = 0e0f;
-            for (int g = 0; g < 32; g++) a126 = a126 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v67[r] = a126;
-        }
-        float v68[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v68[r] = 1e0f;
-        }
         float v69[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            v69[r] = fmaxf(v67[0], v68[0]);
-        }
-        float v70[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v70[r] = (v3[0] / v69[0]);
+            v69[r] = (v3[0] / v68[0]);
         }
         float v59[16];
         #pragma unroll
@@ -10963,6 +13255,14 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
                 v59[r] = acc5[r];
+            }
+        }
+        float v60[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v60[r] = acc6[r];
             }
         }
         float v61[16];
@@ -10973,12 +13273,20 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
                 v61[r] = acc7[r];
             }
         }
+        float v70[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v70[r] = (v61[r] - v69[0]);
+            }
+        }
         float v71[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v71[r] = (v61[r] - v70[0]);
+                v71[r] = (v70[r] * v70[r]);
             }
         }
         float v72[16];
@@ -10986,7 +13294,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v72[r] = (v71[r] * v71[r]);
+                v72[r] = (v60[r] * v71[r]);
             }
         }
         float v73[16];
@@ -10994,18 +13302,10 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v73[r] = (v66[r] * v72[r]);
+                v73[r] = (v59[r] + v72[r]);
             }
         }
-        float v74[16];
-        #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-            (void)e; {
-                v74[r] = (v59[r] + v73[r]);
-            }
-        }
-        float v75[1];
+        float v74[1];
         /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
@@ -11013,23 +13313,23 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 4; q++) p[i] = p[i] + v74[i * 4 + q];
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v73[i * 4 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a142 = 0e0f;
-            for (int g = 0; g < 32; g++) a142 = a142 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v75[r] = a142;
+            float a140 = 0e0f;
+            for (int g = 0; g < 32; g++) a140 = a140 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v74[r] = a140;
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            acc2[r] = acc2[r] + v75[0];
+            acc2[r] = acc2[r] + v74[0];
         }
         float v16[1];
         {
@@ -11040,16 +13340,16 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
         float v17[1];
         float v4[1];
         /* sum of squared deviations over the 4 programs of the cluster along y, at one meeting */
-        __shared__ float cl145[3];
-        if (tid == 0) cl145[0] = v3[0];
-        if (tid == 0) cl145[1] = v16[0];
-        if (tid == 0) cl145[2] = v67[0];
+        __shared__ float cl143[3];
+        if (tid == 0) cl143[0] = v3[0];
+        if (tid == 0) cl143[1] = v16[0];
+        if (tid == 0) cl143[2] = v66[0];
         dt_cluster_sync();
         {
             const unsigned q = (unsigned)(tid % 32);
-            const float f = q < 4u ? dt_cluster_load(&cl145[0], q) : 0e0f;
-            const float s = q < 4u ? dt_cluster_load(&cl145[1], q) : 0e0f;
-            const float n = q < 4u ? dt_cluster_load(&cl145[2], q) : 0e0f;
+            const float f = q < 4u ? dt_cluster_load(&cl143[0], q) : 0e0f;
+            const float s = q < 4u ? dt_cluster_load(&cl143[1], q) : 0e0f;
+            const float n = q < 4u ? dt_cluster_load(&cl143[2], q) : 0e0f;
             float total = f, lanes = n;
             for (int m = 16; m > 0; m >>= 1) total = total + dt_shfl_xor(total, m, 32);
             for (int m = 16; m > 0; m >>= 1) lanes = lanes + dt_shfl_xor(lanes, m, 32);
@@ -11072,6 +13372,18 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             (void)r; (void)e;
             v19[r] = (v17[0] / v5[0]);
         }
+        float v25[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v25[r] = (v19[0] + v24[0]);
+        }
+        float v26[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v26[r] = dt_rsqrt(v25[0]);
+        }
         /* block(y:65536) layernorm_256k.tensorize(y:16384) */
         for (long long o148 = b1 * 65536 + (dt_cdiv(dt_min_ll(b1 * 65536 + 65536, s1) - (b1 * 65536), 16384) - 1) * 16384; o148 >= b1 * 65536; o148 -= 16384) {
             float v20[16];
@@ -11080,7 +13392,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
                 const int e = (c * 1024 + tid) * 4;
                 const int l149 = (int)((unsigned)e / 16384u % 1u);
                 const int l150 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l149) * (unsigned)args.input_strides[0][0] + (unsigned)(o148 + l150) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o4 + l149) * (unsigned)args.input_strides[0][0] + (unsigned)(o148 + l150) * (unsigned)args.input_strides[0][1];
                 if ((unsigned)(o148 + l150) < (unsigned)s1) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v20[c * 4 + 0] = __uint_as_float(q.x);
@@ -11102,24 +13414,6 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
                     v22[r] = (v20[r] - v6[0]);
                 }
             }
-            float v24[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v24[r] = args.scalars[0];
-            }
-            float v25[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v25[r] = (v19[0] + v24[0]);
-            }
-            float v26[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v26[r] = dt_rsqrt(v25[0]);
-            }
             float v27[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
@@ -11132,9 +13426,9 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l157 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o148 + l157) * (unsigned)args.input_strides[1][0];
-                if ((unsigned)(o148 + l157) < (unsigned)s1) {
+                const int l155 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o148 + l155) * (unsigned)args.input_strides[1][0];
+                if ((unsigned)(o148 + l155) < (unsigned)s1) {
                     const uint4 q = *(const uint4*)(in1 + a);
                     v28[c * 4 + 0] = __uint_as_float(q.x);
                     v28[c * 4 + 1] = __uint_as_float(q.y);
@@ -11159,9 +13453,9 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l160 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o148 + l160) * (unsigned)args.input_strides[2][0];
-                if ((unsigned)(o148 + l160) < (unsigned)s1) {
+                const int l158 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o148 + l158) * (unsigned)args.input_strides[2][0];
+                if ((unsigned)(o148 + l158) < (unsigned)s1) {
                     const uint4 q = *(const uint4*)(in2 + a);
                     v30[c * 4 + 0] = __uint_as_float(q.x);
                     v30[c * 4 + 1] = __uint_as_float(q.y);
@@ -11185,10 +13479,10 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l163 = (int)((unsigned)e / 16384u % 1u);
-                const int l164 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l163) * (unsigned)args.output_strides[0] + (unsigned)(o148 + l164) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o148 + l164) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v31[c * 4 + 0]), __float_as_uint(v31[c * 4 + 1]), __float_as_uint(v31[c * 4 + 2]), __float_as_uint(v31[c * 4 + 3])));
+                const int l161 = (int)((unsigned)e / 16384u % 1u);
+                const int l162 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o4 + l161) * (unsigned)args.output_strides[0] + (unsigned)(o148 + l162) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o148 + l162) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v31[c * 4 + 0]), __float_as_uint(v31[c * 4 + 1]), __float_as_uint(v31[c * 4 + 2]), __float_as_uint(v31[c * 4 + 3])));
             }
         }
         dt_cluster_wait();
@@ -11213,8 +13507,34 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v35[8];
+    #pragma unroll
+    for (int r = 0; r < 8; r++) {
+        const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        (void)e; {
+            v35[r] = 1e0f;
+        }
+    }
+    float v39[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v39[r] = 1e0f;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    for (long long o2 = b0 * 1; o2 < dt_min_ll(b0 * 1 + 1, s0); o2 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -11230,12 +13550,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             (void)e; {
                 acc4[r] = 0e0f;
             }
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         /* rsum identity */
         float acc2[1];
@@ -11272,80 +13586,80 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             }
         }
         /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads 3 steps ahead, staged in shared memory */
-        uint4* const ring12 = (uint4*)(dt_smem + 64);
+        uint4* const ring13 = (uint4*)(dt_smem + 64);
         if ((0) < (s1 / 8192) * 8192) {
-            bool fs13[1];
+            bool fs14[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l14 = (int)((unsigned)e / 8192u % 1u);
-                const int l15 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l14) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l15) * (unsigned)args.input_strides[0][1];
-                fs13[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((0) + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fs13[c]) dt_cp_async16(ring12 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
+                const int l15 = (int)((unsigned)e / 8192u % 1u);
+                const int l16 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l16) * (unsigned)args.input_strides[0][1];
+                fs14[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((0) + (l16 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs14[c]) dt_cp_async16(ring13 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
         if (((0) + 8192) < (s1 / 8192) * 8192) {
-            bool fs16[1];
+            bool fs17[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l17 = (int)((unsigned)e / 8192u % 1u);
-                const int l18 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(((0) + 8192) + l18) * (unsigned)args.input_strides[0][1];
-                fs16[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((0) + 8192) + (l18 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fs16[c]) dt_cp_async16(ring12 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
+                const int l18 = (int)((unsigned)e / 8192u % 1u);
+                const int l19 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(((0) + 8192) + l19) * (unsigned)args.input_strides[0][1];
+                fs17[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((0) + 8192) + (l19 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs17[c]) dt_cp_async16(ring13 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
         if ((((0) + 8192) + 8192) < (s1 / 8192) * 8192) {
-            bool fs19[1];
+            bool fs20[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l20 = (int)((unsigned)e / 8192u % 1u);
-                const int l21 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)((((0) + 8192) + 8192) + l21) * (unsigned)args.input_strides[0][1];
-                fs19[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((0) + 8192) + 8192) + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fs19[c]) dt_cp_async16(ring12 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
+                const int l21 = (int)((unsigned)e / 8192u % 1u);
+                const int l22 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)((((0) + 8192) + 8192) + l22) * (unsigned)args.input_strides[0][1];
+                fs20[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((0) + 8192) + 8192) + (l22 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs20[c]) dt_cp_async16(ring13 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        unsigned st23 = 0; /* the buffer of this step */
-        for (long long o22 = 0; o22 < (s1 / 8192) * 8192; o22 += 8192) {
-            if ((((o22 + 8192) + 8192) + 8192) < (s1 / 8192) * 8192) {
-                bool fs24[1];
+        unsigned st24 = 0; /* the buffer of this step */
+        for (long long o23 = 0; o23 < (s1 / 8192) * 8192; o23 += 8192) {
+            if ((((o23 + 8192) + 8192) + 8192) < (s1 / 8192) * 8192) {
+                bool fs25[1];
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l25 = (int)((unsigned)e / 8192u % 1u);
-                    const int l26 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)((((o22 + 8192) + 8192) + 8192) + l26) * (unsigned)args.input_strides[0][1];
-                    fs24[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fs24[c]) dt_cp_async16(ring12 + 0 + (((st23 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
+                    const int l26 = (int)((unsigned)e / 8192u % 1u);
+                    const int l27 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o2 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)((((o23 + 8192) + 8192) + 8192) + l27) * (unsigned)args.input_strides[0][1];
+                    fs25[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fs25[c]) dt_cp_async16(ring13 + 0 + (((st24 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
                 }
                 dt_cp_async_commit();
             } else {
                 dt_cp_async_commit();
             }
             dt_cp_async_wait<3>();
-            uint4 q27[1];
-            bool f28[1];
+            uint4 q28[1];
+            bool f29[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l29 = (int)((unsigned)e / 8192u % 1u);
-                const int l30 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(o22 + l30) * (unsigned)args.input_strides[0][1];
-                f28[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f28[c]) q27[c] = ring12[0 + (st23 * 1 + c) * 1024 + tid];
+                const int l30 = (int)((unsigned)e / 8192u % 1u);
+                const int l31 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l30) * (unsigned)args.input_strides[0][0] + (unsigned)(o23 + l31) * (unsigned)args.input_strides[0][1];
+                f29[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f29[c]) q28[c] = ring13[0 + (st24 * 1 + c) * 1024 + tid];
             }
             float v64[8];
             #pragma unroll
@@ -11367,12 +13681,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l35 = (int)((unsigned)e / 8192u % 1u);
-                const int l36 = (int)((unsigned)e / 1u % 8192u);
-                if (f28[c]) {
-                    v66.w[c] = q27[c];
+                const int l36 = (int)((unsigned)e / 8192u % 1u);
+                const int l37 = (int)((unsigned)e / 1u % 8192u);
+                if (f29[c]) {
+                    v66.w[c] = q28[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l35) * (unsigned)args.input_strides[0][0] + (unsigned)(o22 + l36) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o2 + l36) * (unsigned)args.input_strides[0][0] + (unsigned)(o23 + l37) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
@@ -11396,10 +13710,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             }
             float v68[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v68[r] = 1e0f;
+                    v68[r] = ((v35[r * 8 + 0] + v35[r * 8 + 1]) + (v35[r * 8 + 2] + v35[r * 8 + 3])) + ((v35[r * 8 + 4] + v35[r * 8 + 5]) + (v35[r * 8 + 6] + v35[r * 8 + 7]));
                 }
             }
             float v69[8];
@@ -11407,29 +13721,31 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v69[r] = ((v68[r * 8 + 0] + v68[r * 8 + 1]) + (v68[r * 8 + 2] + v68[r * 8 + 3])) + ((v68[r * 8 + 4] + v68[r * 8 + 5]) + (v68[r * 8 + 6] + v68[r * 8 + 7]));
+                    v69[r] = fmaxf(v68[r], v39[0]);
                 }
             }
-            float v70[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v70[r] = 1e0f;
-            }
-            float v71[8];
+            float v70[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v71[r] = fmaxf(v69[r], v70[0]);
+                    v70[r] = dt_fast_div(v67[r], v69[r]);
+                }
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v71[r] = (v66[r] - v70[r / 8]);
                 }
             }
             float v72[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v72[r] = dt_fast_div(v67[r], v71[r]);
+                    v72[r] = (v71[r] * v35[r]);
                 }
             }
             float v73[8];
@@ -11437,23 +13753,30 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v73[r] = (v66[r] - v72[r / 8]);
+                    v73[r] = (v72[r] * v72[r]);
                 }
             }
             float v74[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v74[r] = (v73[r] * v68[r]);
+                    v74[r] = ((v73[r * 8 + 0] + v73[r * 8 + 1]) + (v73[r * 8 + 2] + v73[r * 8 + 3])) + ((v73[r * 8 + 4] + v73[r * 8 + 5]) + (v73[r * 8 + 6] + v73[r * 8 + 7]));
                 }
             }
             float v75[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v75[r] = (v74[r] * v74[r]);
+                    v75[r] = (v64[r] + v68[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v75[r];
                 }
             }
             float v76[8];
@@ -11461,7 +13784,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v76[r] = ((v75[r * 8 + 0] + v75[r * 8 + 1]) + (v75[r * 8 + 2] + v75[r * 8 + 3])) + ((v75[r * 8 + 4] + v75[r * 8 + 5]) + (v75[r * 8 + 6] + v75[r * 8 + 7]));
+                    v76[r] = fmaxf(v75[r], v39[0]);
                 }
             }
             float v77[8];
@@ -11469,14 +13792,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v77[r] = (v64[r] + v69[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v77[r];
+                    v77[r] = dt_fast_div(v68[r], v76[r]);
                 }
             }
             float v78[8];
@@ -11484,7 +13800,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v78[r] = fmaxf(v77[r], v70[0]);
+                    v78[r] = (v70[r] - v65[r]);
                 }
             }
             float v79[8];
@@ -11492,7 +13808,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = dt_fast_div(v69[r], v78[r]);
+                    v79[r] = (v78[r] * v77[r]);
                 }
             }
             float v80[8];
@@ -11500,7 +13816,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v80[r] = (v72[r] - v65[r]);
+                    v80[r] = (v65[r] + v79[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v80[r];
                 }
             }
             float v81[8];
@@ -11508,7 +13831,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = (v80[r] * v79[r]);
+                    v81[r] = (v79[r] * v78[r]);
                 }
             }
             float v82[8];
@@ -11516,14 +13839,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v82[r] = (v65[r] + v81[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v82[r];
+                    v82[r] = (v81[r] * v64[r]);
                 }
             }
             float v83[8];
@@ -11531,7 +13847,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v83[r] = (v81[r] * v80[r]);
+                    v83[r] = acc5[r];
                 }
             }
             float v84[8];
@@ -11539,7 +13855,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v84[r] = (v83[r] * v64[r]);
+                    v84[r] = (v83[r] + v74[r]);
                 }
             }
             float v85[8];
@@ -11547,33 +13863,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v85[r] = acc5[r];
-                }
-            }
-            float v86[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v86[r] = (v85[r] + v76[r]);
-                }
-            }
-            float v87[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v87[r] = (v86[r] + v84[r]);
+                    v85[r] = (v84[r] + v82[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v87[r];
+                    acc5[r] = v85[r];
                 }
             }
-            st23 = (st23 + 1) % 4u;
+            st24 = (st24 + 1) % 4u;
         }
         /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads 3 steps ahead, staged in shared memory */
         uint4* const ring82 = (uint4*)(dt_smem + 64);
@@ -11584,7 +13884,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 const int e = (c * 1024 + tid) * 8;
                 const int l84 = (int)((unsigned)e / 8192u % 1u);
                 const int l85 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l84) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l85) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o2 + l84) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l85) * (unsigned)args.input_strides[0][1];
                 fs83[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((s1 / 8192) * 8192) + (l85 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs83[c]) dt_cp_async16(ring82 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
             }
@@ -11599,7 +13899,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 const int e = (c * 1024 + tid) * 8;
                 const int l87 = (int)((unsigned)e / 8192u % 1u);
                 const int l88 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l87) * (unsigned)args.input_strides[0][0] + (unsigned)((((s1 / 8192) * 8192) + 8192) + l88) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o2 + l87) * (unsigned)args.input_strides[0][0] + (unsigned)((((s1 / 8192) * 8192) + 8192) + l88) * (unsigned)args.input_strides[0][1];
                 fs86[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((s1 / 8192) * 8192) + 8192) + (l88 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs86[c]) dt_cp_async16(ring82 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
             }
@@ -11614,7 +13914,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 const int e = (c * 1024 + tid) * 8;
                 const int l90 = (int)((unsigned)e / 8192u % 1u);
                 const int l91 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l90) * (unsigned)args.input_strides[0][0] + (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + l91) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][0] + (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + l91) * (unsigned)args.input_strides[0][1];
                 fs89[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + (l91 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs89[c]) dt_cp_async16(ring82 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
             }
@@ -11631,7 +13931,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     const int e = (c * 1024 + tid) * 8;
                     const int l95 = (int)((unsigned)e / 8192u % 1u);
                     const int l96 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l95) * (unsigned)args.input_strides[0][0] + (unsigned)((((o92 + 8192) + 8192) + 8192) + l96) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o2 + l95) * (unsigned)args.input_strides[0][0] + (unsigned)((((o92 + 8192) + 8192) + 8192) + l96) * (unsigned)args.input_strides[0][1];
                     fs94[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((o92 + 8192) + 8192) + 8192) + (l96 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fs94[c]) dt_cp_async16(ring82 + 0 + (((st93 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
                 }
@@ -11647,7 +13947,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 const int e = (c * 1024 + tid) * 8;
                 const int l99 = (int)((unsigned)e / 8192u % 1u);
                 const int l100 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l99) * (unsigned)args.input_strides[0][0] + (unsigned)(o92 + l100) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o2 + l99) * (unsigned)args.input_strides[0][0] + (unsigned)(o92 + l100) * (unsigned)args.input_strides[0][1];
                 f98[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o92 + (l100 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f98[c]) q97[c] = ring82[0 + (st93 * 1 + c) * 1024 + tid];
             }
@@ -11676,7 +13976,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 if (f98[c]) {
                     v0.w[c] = q97[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l105) * (unsigned)args.input_strides[0][0] + (unsigned)(o92 + l106) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o2 + l105) * (unsigned)args.input_strides[0][0] + (unsigned)(o92 + l106) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o92 + (l106 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
@@ -11698,21 +13998,13 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     acc4[r] = acc4[r] + v34[r];
                 }
             }
-            float v35[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v35[r] = 1e0f;
-                }
-            }
             float v36[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l112 = (int)((unsigned)e / 1u % 8192u);
-                    v36[r] = ((unsigned)(o92 + l112) < (unsigned)s1) ? v35[r] : 0e0f;
+                    const int l111 = (int)((unsigned)e / 1u % 8192u);
+                    v36[r] = ((unsigned)(o92 + l111) < (unsigned)s1) ? v35[r] : 0e0f;
                 }
             }
             float v37[8];
@@ -11722,12 +14014,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 (void)e; {
                     v37[r] = ((v36[r * 8 + 0] + v36[r * 8 + 1]) + (v36[r * 8 + 2] + v36[r * 8 + 3])) + ((v36[r * 8 + 4] + v36[r * 8 + 5]) + (v36[r * 8 + 6] + v36[r * 8 + 7]));
                 }
-            }
-            float v39[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v39[r] = 1e0f;
             }
             float v40[8];
             #pragma unroll
@@ -11914,9 +14200,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a156 = 0e0f;
-            for (int g = 0; g < 32; g++) a156 = a156 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a156;
+            float a155 = 0e0f;
+            for (int g = 0; g < 32; g++) a155 = a155 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a155;
         }
         {
             const int r = 0, e = 0;
@@ -12008,9 +14294,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a175 = 0e0f;
-            for (int g = 0; g < 32; g++) a175 = a175 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v14[r] = a175;
+            float a174 = 0e0f;
+            for (int g = 0; g < 32; g++) a174 = a174 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v14[r] = a174;
         }
         {
             const int r = 0, e = 0;
@@ -12029,91 +14315,103 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
         }
-        /* layernorm.tensorize(y:8192) num_stages(4): loads one step ahead */
-        uint4 qn180[1];
-        bool fn181[1];
-        uint4 qn182[1];
-        bool fn183[1];
-        uint4 qn184[1];
-        bool fn185[1];
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 1024 + tid) * 8;
-            const int l186 = (int)((unsigned)e / 8192u % 1u);
-            const int l187 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l186) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l187) * (unsigned)args.input_strides[0][1];
-            fn181[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l187 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (fn181[c]) qn180[c] = dt_load_once((const uint4*)(in0 + a));
+        float v23[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
         }
+        float v24[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_fast_rsqrt(v23[0]);
+        }
+        /* layernorm.tensorize(y:8192) num_stages(4): loads one step ahead */
+        uint4 qn181[1];
+        bool fn182[1];
+        uint4 qn183[1];
+        bool fn184[1];
+        uint4 qn185[1];
+        bool fn186[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
+            const int l187 = (int)((unsigned)e / 8192u % 1u);
             const int l188 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l188) * (unsigned)args.input_strides[1][0];
-            fn183[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l188 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-            if (fn183[c]) qn182[c] = *(const uint4*)(in1 + a);
+            const unsigned a = (unsigned)(o2 + l187) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l188) * (unsigned)args.input_strides[0][1];
+            fn182[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l188 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (fn182[c]) qn181[c] = dt_load_once((const uint4*)(in0 + a));
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
             const int l189 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l189) * (unsigned)args.input_strides[2][0];
-            fn185[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l189 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-            if (fn185[c]) qn184[c] = *(const uint4*)(in2 + a);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l189) * (unsigned)args.input_strides[1][0];
+            fn184[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l189 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+            if (fn184[c]) qn183[c] = *(const uint4*)(in1 + a);
         }
-        for (long long o179 = (dt_cdiv(s1, 8192) - 1) * 8192; o179 >= 0; o179 -= 8192) {
-            uint4 q190[1];
-            bool f191[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l190 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l190) * (unsigned)args.input_strides[2][0];
+            fn186[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l190 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+            if (fn186[c]) qn185[c] = *(const uint4*)(in2 + a);
+        }
+        for (long long o180 = (dt_cdiv(s1, 8192) - 1) * 8192; o180 >= 0; o180 -= 8192) {
+            uint4 q191[1];
+            bool f192[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q190[c] = qn180[c]; f191[c] = fn181[c]; }
-            uint4 q192[1];
-            bool f193[1];
+            for (int c = 0; c < 1; c++) { q191[c] = qn181[c]; f192[c] = fn182[c]; }
+            uint4 q193[1];
+            bool f194[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q192[c] = qn182[c]; f193[c] = fn183[c]; }
-            uint4 q194[1];
-            bool f195[1];
+            for (int c = 0; c < 1; c++) { q193[c] = qn183[c]; f194[c] = fn184[c]; }
+            uint4 q195[1];
+            bool f196[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q194[c] = qn184[c]; f195[c] = fn185[c]; }
-            if (o179 - 8192 >= 0) {
+            for (int c = 0; c < 1; c++) { q195[c] = qn185[c]; f196[c] = fn186[c]; }
+            if (o180 - 8192 >= 0) {
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l196 = (int)((unsigned)e / 8192u % 1u);
-                    const int l197 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l196) * (unsigned)args.input_strides[0][0] + (unsigned)((o179 - 8192) + l197) * (unsigned)args.input_strides[0][1];
-                    fn181[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o179 - 8192) + (l197 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fn181[c]) qn180[c] = dt_load_once((const uint4*)(in0 + a));
-                }
-                #pragma unroll
-                for (int c = 0; c < 1; c++) {
-                    const int e = (c * 1024 + tid) * 8;
+                    const int l197 = (int)((unsigned)e / 8192u % 1u);
                     const int l198 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o179 - 8192) + l198) * (unsigned)args.input_strides[1][0];
-                    fn183[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)((o179 - 8192) + (l198 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-                    if (fn183[c]) qn182[c] = *(const uint4*)(in1 + a);
+                    const unsigned a = (unsigned)(o2 + l197) * (unsigned)args.input_strides[0][0] + (unsigned)((o180 - 8192) + l198) * (unsigned)args.input_strides[0][1];
+                    fn182[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o180 - 8192) + (l198 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fn182[c]) qn181[c] = dt_load_once((const uint4*)(in0 + a));
                 }
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
                     const int l199 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o179 - 8192) + l199) * (unsigned)args.input_strides[2][0];
-                    fn185[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)((o179 - 8192) + (l199 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-                    if (fn185[c]) qn184[c] = *(const uint4*)(in2 + a);
+                    const unsigned a = (unsigned)((o180 - 8192) + l199) * (unsigned)args.input_strides[1][0];
+                    fn184[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)((o180 - 8192) + (l199 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                    if (fn184[c]) qn183[c] = *(const uint4*)(in1 + a);
+                }
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l200 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o180 - 8192) + l200) * (unsigned)args.input_strides[2][0];
+                    fn186[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)((o180 - 8192) + (l200 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                    if (fn186[c]) qn185[c] = *(const uint4*)(in2 + a);
                 }
             }
             dt_f16s<8> v18; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l200 = (int)((unsigned)e / 8192u % 1u);
-                const int l201 = (int)((unsigned)e / 1u % 8192u);
-                if (f191[c]) {
-                    v18.w[c] = q190[c];
+                const int l201 = (int)((unsigned)e / 8192u % 1u);
+                const int l202 = (int)((unsigned)e / 1u % 8192u);
+                if (f192[c]) {
+                    v18.w[c] = q191[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l200) * (unsigned)args.input_strides[0][0] + (unsigned)(o179 + l201) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o2 + l201) * (unsigned)args.input_strides[0][0] + (unsigned)(o180 + l202) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o179 + (l201 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o180 + (l202 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v18.w[c] = w;
                 }
             }
@@ -12124,24 +14422,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 (void)e; {
                     v20[r] = (v18[r] - v5[0]);
                 }
-            }
-            float v22[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v22[r] = args.scalars[0];
-            }
-            float v23[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v23[r] = (v17[0] + v22[0]);
-            }
-            float v24[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v24[r] = dt_fast_rsqrt(v23[0]);
             }
             float v25[8];
             #pragma unroll
@@ -12155,14 +14435,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l208 = (int)((unsigned)e / 1u % 8192u);
-                if (f193[c]) {
-                    v26.w[c] = q192[c];
+                const int l207 = (int)((unsigned)e / 1u % 8192u);
+                if (f194[c]) {
+                    v26.w[c] = q193[c];
                 } else {
-                    const unsigned a = (unsigned)(o179 + l208) * (unsigned)args.input_strides[1][0];
+                    const unsigned a = (unsigned)(o180 + l207) * (unsigned)args.input_strides[1][0];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o179 + (l208 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o180 + (l207 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
                     v26.w[c] = w;
                 }
             }
@@ -12178,14 +14458,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l211 = (int)((unsigned)e / 1u % 8192u);
-                if (f195[c]) {
-                    v28.w[c] = q194[c];
+                const int l210 = (int)((unsigned)e / 1u % 8192u);
+                if (f196[c]) {
+                    v28.w[c] = q195[c];
                 } else {
-                    const unsigned a = (unsigned)(o179 + l211) * (unsigned)args.input_strides[2][0];
+                    const unsigned a = (unsigned)(o180 + l210) * (unsigned)args.input_strides[2][0];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o179 + (l211 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o180 + (l210 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
                     v28.w[c] = w;
                 }
             }
@@ -12200,20 +14480,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l214 = (int)((unsigned)e / 8192u % 1u);
-                const int l215 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l214) * (unsigned)args.output_strides[0] + (unsigned)(o179 + l215) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o179 + (l215 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l213 = (int)((unsigned)e / 8192u % 1u);
+                const int l214 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l213) * (unsigned)args.output_strides[0] + (unsigned)(o180 + l214) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o180 + (l214 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o179 + l215) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                    if ((unsigned)(o179 + (l215 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                    if ((unsigned)(o179 + (l215 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                    if ((unsigned)(o179 + (l215 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                    if ((unsigned)(o179 + (l215 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                    if ((unsigned)(o179 + (l215 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                    if ((unsigned)(o179 + (l215 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                    if ((unsigned)(o179 + (l215 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                    if ((unsigned)(o180 + l214) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                    if ((unsigned)(o180 + (l214 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                    if ((unsigned)(o180 + (l214 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                    if ((unsigned)(o180 + (l214 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                    if ((unsigned)(o180 + (l214 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                    if ((unsigned)(o180 + (l214 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                    if ((unsigned)(o180 + (l214 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                    if ((unsigned)(o180 + (l214 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
                 }
             }
         }
@@ -12238,8 +14518,34 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v35[8];
+    #pragma unroll
+    for (int r = 0; r < 8; r++) {
+        const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        (void)e; {
+            v35[r] = 1e0f;
+        }
+    }
+    float v39[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v39[r] = 1e0f;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    for (long long o2 = b0 * 1; o2 < dt_min_ll(b0 * 1 + 1, s0); o2 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -12255,12 +14561,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             (void)e; {
                 acc4[r] = 0e0f;
             }
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         /* rsum identity */
         float acc2[1];
@@ -12297,76 +14597,76 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             }
         }
         /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads 3 steps ahead, staged in shared memory */
-        uint4* const ring12 = (uint4*)(dt_smem + 64);
+        uint4* const ring13 = (uint4*)(dt_smem + 64);
         if ((0) < (s1 / 8192) * 8192) {
-            bool fs13[1];
+            bool fs14[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l14 = (int)((unsigned)e / 8192u % 1u);
-                const int l15 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l14) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l15) * (unsigned)args.input_strides[0][1];
-                fs13[c] = (unsigned)((0) + l15) < (unsigned)s1;
-                if (fs13[c]) dt_cp_async16(ring12 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
+                const int l15 = (int)((unsigned)e / 8192u % 1u);
+                const int l16 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l16) * (unsigned)args.input_strides[0][1];
+                fs14[c] = (unsigned)((0) + l16) < (unsigned)s1;
+                if (fs14[c]) dt_cp_async16(ring13 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
         if (((0) + 8192) < (s1 / 8192) * 8192) {
-            bool fs16[1];
+            bool fs17[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l17 = (int)((unsigned)e / 8192u % 1u);
-                const int l18 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(((0) + 8192) + l18) * (unsigned)args.input_strides[0][1];
-                fs16[c] = (unsigned)(((0) + 8192) + l18) < (unsigned)s1;
-                if (fs16[c]) dt_cp_async16(ring12 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
+                const int l18 = (int)((unsigned)e / 8192u % 1u);
+                const int l19 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(((0) + 8192) + l19) * (unsigned)args.input_strides[0][1];
+                fs17[c] = (unsigned)(((0) + 8192) + l19) < (unsigned)s1;
+                if (fs17[c]) dt_cp_async16(ring13 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
         if ((((0) + 8192) + 8192) < (s1 / 8192) * 8192) {
-            bool fs19[1];
+            bool fs20[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l20 = (int)((unsigned)e / 8192u % 1u);
-                const int l21 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)((((0) + 8192) + 8192) + l21) * (unsigned)args.input_strides[0][1];
-                fs19[c] = (unsigned)((((0) + 8192) + 8192) + l21) < (unsigned)s1;
-                if (fs19[c]) dt_cp_async16(ring12 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
+                const int l21 = (int)((unsigned)e / 8192u % 1u);
+                const int l22 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)((((0) + 8192) + 8192) + l22) * (unsigned)args.input_strides[0][1];
+                fs20[c] = (unsigned)((((0) + 8192) + 8192) + l22) < (unsigned)s1;
+                if (fs20[c]) dt_cp_async16(ring13 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        unsigned st23 = 0; /* the buffer of this step */
-        for (long long o22 = 0; o22 < (s1 / 8192) * 8192; o22 += 8192) {
-            if ((((o22 + 8192) + 8192) + 8192) < (s1 / 8192) * 8192) {
-                bool fs24[1];
+        unsigned st24 = 0; /* the buffer of this step */
+        for (long long o23 = 0; o23 < (s1 / 8192) * 8192; o23 += 8192) {
+            if ((((o23 + 8192) + 8192) + 8192) < (s1 / 8192) * 8192) {
+                bool fs25[1];
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l25 = (int)((unsigned)e / 8192u % 1u);
-                    const int l26 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)((((o22 + 8192) + 8192) + 8192) + l26) * (unsigned)args.input_strides[0][1];
-                    fs24[c] = 1;
-                    if (fs24[c]) dt_cp_async16(ring12 + 0 + (((st23 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
+                    const int l26 = (int)((unsigned)e / 8192u % 1u);
+                    const int l27 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o2 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)((((o23 + 8192) + 8192) + 8192) + l27) * (unsigned)args.input_strides[0][1];
+                    fs25[c] = 1;
+                    if (fs25[c]) dt_cp_async16(ring13 + 0 + (((st24 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
                 }
                 dt_cp_async_commit();
             } else {
                 dt_cp_async_commit();
             }
             dt_cp_async_wait<3>();
-            uint4 q27[1];
-            bool f28[1];
+            uint4 q28[1];
+            bool f29[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                f28[c] = 1;
-                if (f28[c]) q27[c] = ring12[0 + (st23 * 1 + c) * 1024 + tid];
+                f29[c] = 1;
+                if (f29[c]) q28[c] = ring13[0 + (st24 * 1 + c) * 1024 + tid];
             }
             float v64[8];
             #pragma unroll
@@ -12387,8 +14687,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             dt_f16s<8> v66; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f28[c]) {
-                    v66.w[c] = q27[c];
+                if (f29[c]) {
+                    v66.w[c] = q28[c];
                 } else {
                     v66.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -12410,10 +14710,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             }
             float v68[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v68[r] = 1e0f;
+                    v68[r] = ((v35[r * 8 + 0] + v35[r * 8 + 1]) + (v35[r * 8 + 2] + v35[r * 8 + 3])) + ((v35[r * 8 + 4] + v35[r * 8 + 5]) + (v35[r * 8 + 6] + v35[r * 8 + 7]));
                 }
             }
             float v69[8];
@@ -12421,29 +14721,31 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v69[r] = ((v68[r * 8 + 0] + v68[r * 8 + 1]) + (v68[r * 8 + 2] + v68[r * 8 + 3])) + ((v68[r * 8 + 4] + v68[r * 8 + 5]) + (v68[r * 8 + 6] + v68[r * 8 + 7]));
+                    v69[r] = fmaxf(v68[r], v39[0]);
                 }
             }
-            float v70[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v70[r] = 1e0f;
-            }
-            float v71[8];
+            float v70[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v71[r] = fmaxf(v69[r], v70[0]);
+                    v70[r] = dt_fast_div(v67[r], v69[r]);
+                }
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v71[r] = (v66[r] - v70[r / 8]);
                 }
             }
             float v72[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v72[r] = dt_fast_div(v67[r], v71[r]);
+                    v72[r] = (v71[r] * v35[r]);
                 }
             }
             float v73[8];
@@ -12451,23 +14753,30 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v73[r] = (v66[r] - v72[r / 8]);
+                    v73[r] = (v72[r] * v72[r]);
                 }
             }
             float v74[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v74[r] = (v73[r] * v68[r]);
+                    v74[r] = ((v73[r * 8 + 0] + v73[r * 8 + 1]) + (v73[r * 8 + 2] + v73[r * 8 + 3])) + ((v73[r * 8 + 4] + v73[r * 8 + 5]) + (v73[r * 8 + 6] + v73[r * 8 + 7]));
                 }
             }
             float v75[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v75[r] = (v74[r] * v74[r]);
+                    v75[r] = (v64[r] + v68[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v75[r];
                 }
             }
             float v76[8];
@@ -12475,7 +14784,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v76[r] = ((v75[r * 8 + 0] + v75[r * 8 + 1]) + (v75[r * 8 + 2] + v75[r * 8 + 3])) + ((v75[r * 8 + 4] + v75[r * 8 + 5]) + (v75[r * 8 + 6] + v75[r * 8 + 7]));
+                    v76[r] = fmaxf(v75[r], v39[0]);
                 }
             }
             float v77[8];
@@ -12483,14 +14792,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v77[r] = (v64[r] + v69[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v77[r];
+                    v77[r] = dt_fast_div(v68[r], v76[r]);
                 }
             }
             float v78[8];
@@ -12498,7 +14800,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v78[r] = fmaxf(v77[r], v70[0]);
+                    v78[r] = (v70[r] - v65[r]);
                 }
             }
             float v79[8];
@@ -12506,7 +14808,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = dt_fast_div(v69[r], v78[r]);
+                    v79[r] = (v78[r] * v77[r]);
                 }
             }
             float v80[8];
@@ -12514,7 +14816,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v80[r] = (v72[r] - v65[r]);
+                    v80[r] = (v65[r] + v79[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v80[r];
                 }
             }
             float v81[8];
@@ -12522,7 +14831,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = (v80[r] * v79[r]);
+                    v81[r] = (v79[r] * v78[r]);
                 }
             }
             float v82[8];
@@ -12530,14 +14839,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v82[r] = (v65[r] + v81[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v82[r];
+                    v82[r] = (v81[r] * v64[r]);
                 }
             }
             float v83[8];
@@ -12545,7 +14847,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v83[r] = (v81[r] * v80[r]);
+                    v83[r] = acc5[r];
                 }
             }
             float v84[8];
@@ -12553,7 +14855,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v84[r] = (v83[r] * v64[r]);
+                    v84[r] = (v83[r] + v74[r]);
                 }
             }
             float v85[8];
@@ -12561,33 +14863,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v85[r] = acc5[r];
-                }
-            }
-            float v86[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v86[r] = (v85[r] + v76[r]);
-                }
-            }
-            float v87[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v87[r] = (v86[r] + v84[r]);
+                    v85[r] = (v84[r] + v82[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v87[r];
+                    acc5[r] = v85[r];
                 }
             }
-            st23 = (st23 + 1) % 4u;
+            st24 = (st24 + 1) % 4u;
         }
         /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads 3 steps ahead, staged in shared memory */
         uint4* const ring82 = (uint4*)(dt_smem + 64);
@@ -12598,7 +14884,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
                 const int e = (c * 1024 + tid) * 8;
                 const int l84 = (int)((unsigned)e / 8192u % 1u);
                 const int l85 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l84) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l85) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o2 + l84) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l85) * (unsigned)args.input_strides[0][1];
                 fs83[c] = (unsigned)(((s1 / 8192) * 8192) + l85) < (unsigned)s1;
                 if (fs83[c]) dt_cp_async16(ring82 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
             }
@@ -12613,7 +14899,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
                 const int e = (c * 1024 + tid) * 8;
                 const int l87 = (int)((unsigned)e / 8192u % 1u);
                 const int l88 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l87) * (unsigned)args.input_strides[0][0] + (unsigned)((((s1 / 8192) * 8192) + 8192) + l88) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o2 + l87) * (unsigned)args.input_strides[0][0] + (unsigned)((((s1 / 8192) * 8192) + 8192) + l88) * (unsigned)args.input_strides[0][1];
                 fs86[c] = (unsigned)((((s1 / 8192) * 8192) + 8192) + l88) < (unsigned)s1;
                 if (fs86[c]) dt_cp_async16(ring82 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
             }
@@ -12628,7 +14914,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
                 const int e = (c * 1024 + tid) * 8;
                 const int l90 = (int)((unsigned)e / 8192u % 1u);
                 const int l91 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l90) * (unsigned)args.input_strides[0][0] + (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + l91) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][0] + (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + l91) * (unsigned)args.input_strides[0][1];
                 fs89[c] = (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + l91) < (unsigned)s1;
                 if (fs89[c]) dt_cp_async16(ring82 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
             }
@@ -12645,7 +14931,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
                     const int e = (c * 1024 + tid) * 8;
                     const int l95 = (int)((unsigned)e / 8192u % 1u);
                     const int l96 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l95) * (unsigned)args.input_strides[0][0] + (unsigned)((((o92 + 8192) + 8192) + 8192) + l96) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o2 + l95) * (unsigned)args.input_strides[0][0] + (unsigned)((((o92 + 8192) + 8192) + 8192) + l96) * (unsigned)args.input_strides[0][1];
                     fs94[c] = (unsigned)((((o92 + 8192) + 8192) + 8192) + l96) < (unsigned)s1;
                     if (fs94[c]) dt_cp_async16(ring82 + 0 + (((st93 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
                 }
@@ -12703,14 +14989,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
                     acc4[r] = acc4[r] + v34[r];
                 }
             }
-            float v35[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v35[r] = 1e0f;
-                }
-            }
             float v36[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
@@ -12726,12 +15004,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
                 (void)e; {
                     v37[r] = ((v36[r * 8 + 0] + v36[r * 8 + 1]) + (v36[r * 8 + 2] + v36[r * 8 + 3])) + ((v36[r * 8 + 4] + v36[r * 8 + 5]) + (v36[r * 8 + 6] + v36[r * 8 + 7]));
                 }
-            }
-            float v39[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v39[r] = 1e0f;
             }
             float v40[8];
             #pragma unroll
@@ -12918,9 +15190,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a156 = 0e0f;
-            for (int g = 0; g < 32; g++) a156 = a156 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a156;
+            float a155 = 0e0f;
+            for (int g = 0; g < 32; g++) a155 = a155 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a155;
         }
         {
             const int r = 0, e = 0;
@@ -13012,9 +15284,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a175 = 0e0f;
-            for (int g = 0; g < 32; g++) a175 = a175 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v14[r] = a175;
+            float a174 = 0e0f;
+            for (int g = 0; g < 32; g++) a174 = a174 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v14[r] = a174;
         }
         {
             const int r = 0, e = 0;
@@ -13033,83 +15305,95 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
         }
-        /* layernorm.tensorize(y:8192) num_stages(4): loads one step ahead */
-        uint4 qn180[1];
-        bool fn181[1];
-        uint4 qn182[1];
-        bool fn183[1];
-        uint4 qn184[1];
-        bool fn185[1];
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 1024 + tid) * 8;
-            const int l186 = (int)((unsigned)e / 8192u % 1u);
-            const int l187 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l186) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l187) * (unsigned)args.input_strides[0][1];
-            fn181[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l187) < (unsigned)s1;
-            if (fn181[c]) qn180[c] = dt_load_once((const uint4*)(in0 + a));
+        float v23[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
         }
+        float v24[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_fast_rsqrt(v23[0]);
+        }
+        /* layernorm.tensorize(y:8192) num_stages(4): loads one step ahead */
+        uint4 qn181[1];
+        bool fn182[1];
+        uint4 qn183[1];
+        bool fn184[1];
+        uint4 qn185[1];
+        bool fn186[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
+            const int l187 = (int)((unsigned)e / 8192u % 1u);
             const int l188 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l188) * (unsigned)args.input_strides[1][0];
-            fn183[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l188) < (unsigned)s1;
-            if (fn183[c]) qn182[c] = *(const uint4*)(in1 + a);
+            const unsigned a = (unsigned)(o2 + l187) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l188) * (unsigned)args.input_strides[0][1];
+            fn182[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l188) < (unsigned)s1;
+            if (fn182[c]) qn181[c] = dt_load_once((const uint4*)(in0 + a));
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
             const int l189 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l189) * (unsigned)args.input_strides[2][0];
-            fn185[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l189) < (unsigned)s1;
-            if (fn185[c]) qn184[c] = *(const uint4*)(in2 + a);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l189) * (unsigned)args.input_strides[1][0];
+            fn184[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l189) < (unsigned)s1;
+            if (fn184[c]) qn183[c] = *(const uint4*)(in1 + a);
         }
-        for (long long o179 = (dt_cdiv(s1, 8192) - 1) * 8192; o179 >= 0; o179 -= 8192) {
-            uint4 q190[1];
-            bool f191[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l190 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l190) * (unsigned)args.input_strides[2][0];
+            fn186[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l190) < (unsigned)s1;
+            if (fn186[c]) qn185[c] = *(const uint4*)(in2 + a);
+        }
+        for (long long o180 = (dt_cdiv(s1, 8192) - 1) * 8192; o180 >= 0; o180 -= 8192) {
+            uint4 q191[1];
+            bool f192[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q190[c] = qn180[c]; f191[c] = fn181[c]; }
-            uint4 q192[1];
-            bool f193[1];
+            for (int c = 0; c < 1; c++) { q191[c] = qn181[c]; f192[c] = fn182[c]; }
+            uint4 q193[1];
+            bool f194[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q192[c] = qn182[c]; f193[c] = fn183[c]; }
-            uint4 q194[1];
-            bool f195[1];
+            for (int c = 0; c < 1; c++) { q193[c] = qn183[c]; f194[c] = fn184[c]; }
+            uint4 q195[1];
+            bool f196[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q194[c] = qn184[c]; f195[c] = fn185[c]; }
-            if (o179 - 8192 >= 0) {
+            for (int c = 0; c < 1; c++) { q195[c] = qn185[c]; f196[c] = fn186[c]; }
+            if (o180 - 8192 >= 0) {
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l196 = (int)((unsigned)e / 8192u % 1u);
-                    const int l197 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l196) * (unsigned)args.input_strides[0][0] + (unsigned)((o179 - 8192) + l197) * (unsigned)args.input_strides[0][1];
-                    fn181[c] = (unsigned)((o179 - 8192) + l197) < (unsigned)s1;
-                    if (fn181[c]) qn180[c] = dt_load_once((const uint4*)(in0 + a));
-                }
-                #pragma unroll
-                for (int c = 0; c < 1; c++) {
-                    const int e = (c * 1024 + tid) * 8;
+                    const int l197 = (int)((unsigned)e / 8192u % 1u);
                     const int l198 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o179 - 8192) + l198) * (unsigned)args.input_strides[1][0];
-                    fn183[c] = (unsigned)((o179 - 8192) + l198) < (unsigned)s1;
-                    if (fn183[c]) qn182[c] = *(const uint4*)(in1 + a);
+                    const unsigned a = (unsigned)(o2 + l197) * (unsigned)args.input_strides[0][0] + (unsigned)((o180 - 8192) + l198) * (unsigned)args.input_strides[0][1];
+                    fn182[c] = (unsigned)((o180 - 8192) + l198) < (unsigned)s1;
+                    if (fn182[c]) qn181[c] = dt_load_once((const uint4*)(in0 + a));
                 }
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
                     const int l199 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o179 - 8192) + l199) * (unsigned)args.input_strides[2][0];
-                    fn185[c] = (unsigned)((o179 - 8192) + l199) < (unsigned)s1;
-                    if (fn185[c]) qn184[c] = *(const uint4*)(in2 + a);
+                    const unsigned a = (unsigned)((o180 - 8192) + l199) * (unsigned)args.input_strides[1][0];
+                    fn184[c] = (unsigned)((o180 - 8192) + l199) < (unsigned)s1;
+                    if (fn184[c]) qn183[c] = *(const uint4*)(in1 + a);
+                }
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l200 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o180 - 8192) + l200) * (unsigned)args.input_strides[2][0];
+                    fn186[c] = (unsigned)((o180 - 8192) + l200) < (unsigned)s1;
+                    if (fn186[c]) qn185[c] = *(const uint4*)(in2 + a);
                 }
             }
             dt_f16s<8> v18; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f191[c]) {
-                    v18.w[c] = q190[c];
+                if (f192[c]) {
+                    v18.w[c] = q191[c];
                 } else {
                     v18.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -13122,24 +15406,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
                     v20[r] = (v18[r] - v5[0]);
                 }
             }
-            float v22[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v22[r] = args.scalars[0];
-            }
-            float v23[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v23[r] = (v17[0] + v22[0]);
-            }
-            float v24[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v24[r] = dt_fast_rsqrt(v23[0]);
-            }
             float v25[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
@@ -13151,8 +15417,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             dt_f16s<8> v26; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f193[c]) {
-                    v26.w[c] = q192[c];
+                if (f194[c]) {
+                    v26.w[c] = q193[c];
                 } else {
                     v26.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -13168,8 +15434,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             dt_f16s<8> v28; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f195[c]) {
-                    v28.w[c] = q194[c];
+                if (f196[c]) {
+                    v28.w[c] = q195[c];
                 } else {
                     v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -13185,10 +15451,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l214 = (int)((unsigned)e / 8192u % 1u);
-                const int l215 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l214) * (unsigned)args.output_strides[0] + (unsigned)(o179 + l215) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o179 + l215) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7])));
+                const int l213 = (int)((unsigned)e / 8192u % 1u);
+                const int l214 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l213) * (unsigned)args.output_strides[0] + (unsigned)(o180 + l214) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o180 + l214) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7])));
             }
         }
     }
@@ -13212,8 +15478,34 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v35[8];
+    #pragma unroll
+    for (int r = 0; r < 8; r++) {
+        const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        (void)e; {
+            v35[r] = 1e0f;
+        }
+    }
+    float v39[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v39[r] = 1e0f;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    for (long long o2 = b0 * 1; o2 < dt_min_ll(b0 * 1 + 1, s0); o2 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -13229,12 +15521,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             (void)e; {
                 acc4[r] = 0e0f;
             }
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         /* rsum identity */
         float acc2[1];
@@ -13271,80 +15557,80 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             }
         }
         /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads 3 steps ahead, staged in shared memory */
-        uint4* const ring12 = (uint4*)(dt_smem + 64);
+        uint4* const ring13 = (uint4*)(dt_smem + 64);
         if ((0) < (s1 / 8192) * 8192) {
-            bool fs13[1];
+            bool fs14[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l14 = (int)((unsigned)e / 8192u % 1u);
-                const int l15 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l14) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l15) * (unsigned)args.input_strides[0][1];
-                fs13[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((0) + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fs13[c]) dt_cp_async16(ring12 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
+                const int l15 = (int)((unsigned)e / 8192u % 1u);
+                const int l16 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l16) * (unsigned)args.input_strides[0][1];
+                fs14[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((0) + (l16 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs14[c]) dt_cp_async16(ring13 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
         if (((0) + 8192) < (s1 / 8192) * 8192) {
-            bool fs16[1];
+            bool fs17[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l17 = (int)((unsigned)e / 8192u % 1u);
-                const int l18 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(((0) + 8192) + l18) * (unsigned)args.input_strides[0][1];
-                fs16[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((0) + 8192) + (l18 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fs16[c]) dt_cp_async16(ring12 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
+                const int l18 = (int)((unsigned)e / 8192u % 1u);
+                const int l19 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(((0) + 8192) + l19) * (unsigned)args.input_strides[0][1];
+                fs17[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((0) + 8192) + (l19 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs17[c]) dt_cp_async16(ring13 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
         if ((((0) + 8192) + 8192) < (s1 / 8192) * 8192) {
-            bool fs19[1];
+            bool fs20[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l20 = (int)((unsigned)e / 8192u % 1u);
-                const int l21 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)((((0) + 8192) + 8192) + l21) * (unsigned)args.input_strides[0][1];
-                fs19[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((0) + 8192) + 8192) + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fs19[c]) dt_cp_async16(ring12 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
+                const int l21 = (int)((unsigned)e / 8192u % 1u);
+                const int l22 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)((((0) + 8192) + 8192) + l22) * (unsigned)args.input_strides[0][1];
+                fs20[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((0) + 8192) + 8192) + (l22 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fs20[c]) dt_cp_async16(ring13 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        unsigned st23 = 0; /* the buffer of this step */
-        for (long long o22 = 0; o22 < (s1 / 8192) * 8192; o22 += 8192) {
-            if ((((o22 + 8192) + 8192) + 8192) < (s1 / 8192) * 8192) {
-                bool fs24[1];
+        unsigned st24 = 0; /* the buffer of this step */
+        for (long long o23 = 0; o23 < (s1 / 8192) * 8192; o23 += 8192) {
+            if ((((o23 + 8192) + 8192) + 8192) < (s1 / 8192) * 8192) {
+                bool fs25[1];
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l25 = (int)((unsigned)e / 8192u % 1u);
-                    const int l26 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)((((o22 + 8192) + 8192) + 8192) + l26) * (unsigned)args.input_strides[0][1];
-                    fs24[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fs24[c]) dt_cp_async16(ring12 + 0 + (((st23 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
+                    const int l26 = (int)((unsigned)e / 8192u % 1u);
+                    const int l27 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o2 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)((((o23 + 8192) + 8192) + 8192) + l27) * (unsigned)args.input_strides[0][1];
+                    fs25[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fs25[c]) dt_cp_async16(ring13 + 0 + (((st24 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
                 }
                 dt_cp_async_commit();
             } else {
                 dt_cp_async_commit();
             }
             dt_cp_async_wait<3>();
-            uint4 q27[1];
-            bool f28[1];
+            uint4 q28[1];
+            bool f29[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l29 = (int)((unsigned)e / 8192u % 1u);
-                const int l30 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(o22 + l30) * (unsigned)args.input_strides[0][1];
-                f28[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f28[c]) q27[c] = ring12[0 + (st23 * 1 + c) * 1024 + tid];
+                const int l30 = (int)((unsigned)e / 8192u % 1u);
+                const int l31 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l30) * (unsigned)args.input_strides[0][0] + (unsigned)(o23 + l31) * (unsigned)args.input_strides[0][1];
+                f29[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f29[c]) q28[c] = ring13[0 + (st24 * 1 + c) * 1024 + tid];
             }
             float v64[8];
             #pragma unroll
@@ -13366,12 +15652,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l35 = (int)((unsigned)e / 8192u % 1u);
-                const int l36 = (int)((unsigned)e / 1u % 8192u);
-                if (f28[c]) {
-                    v66.w[c] = q27[c];
+                const int l36 = (int)((unsigned)e / 8192u % 1u);
+                const int l37 = (int)((unsigned)e / 1u % 8192u);
+                if (f29[c]) {
+                    v66.w[c] = q28[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l35) * (unsigned)args.input_strides[0][0] + (unsigned)(o22 + l36) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o2 + l36) * (unsigned)args.input_strides[0][0] + (unsigned)(o23 + l37) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
@@ -13395,10 +15681,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             }
             float v68[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v68[r] = 1e0f;
+                    v68[r] = ((v35[r * 8 + 0] + v35[r * 8 + 1]) + (v35[r * 8 + 2] + v35[r * 8 + 3])) + ((v35[r * 8 + 4] + v35[r * 8 + 5]) + (v35[r * 8 + 6] + v35[r * 8 + 7]));
                 }
             }
             float v69[8];
@@ -13406,29 +15692,31 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v69[r] = ((v68[r * 8 + 0] + v68[r * 8 + 1]) + (v68[r * 8 + 2] + v68[r * 8 + 3])) + ((v68[r * 8 + 4] + v68[r * 8 + 5]) + (v68[r * 8 + 6] + v68[r * 8 + 7]));
+                    v69[r] = fmaxf(v68[r], v39[0]);
                 }
             }
-            float v70[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v70[r] = 1e0f;
-            }
-            float v71[8];
+            float v70[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v71[r] = fmaxf(v69[r], v70[0]);
+                    v70[r] = dt_fast_div(v67[r], v69[r]);
+                }
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v71[r] = (v66[r] - v70[r / 8]);
                 }
             }
             float v72[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v72[r] = dt_fast_div(v67[r], v71[r]);
+                    v72[r] = (v71[r] * v35[r]);
                 }
             }
             float v73[8];
@@ -13436,23 +15724,30 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v73[r] = (v66[r] - v72[r / 8]);
+                    v73[r] = (v72[r] * v72[r]);
                 }
             }
             float v74[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v74[r] = (v73[r] * v68[r]);
+                    v74[r] = ((v73[r * 8 + 0] + v73[r * 8 + 1]) + (v73[r * 8 + 2] + v73[r * 8 + 3])) + ((v73[r * 8 + 4] + v73[r * 8 + 5]) + (v73[r * 8 + 6] + v73[r * 8 + 7]));
                 }
             }
             float v75[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v75[r] = (v74[r] * v74[r]);
+                    v75[r] = (v64[r] + v68[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v75[r];
                 }
             }
             float v76[8];
@@ -13460,7 +15755,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v76[r] = ((v75[r * 8 + 0] + v75[r * 8 + 1]) + (v75[r * 8 + 2] + v75[r * 8 + 3])) + ((v75[r * 8 + 4] + v75[r * 8 + 5]) + (v75[r * 8 + 6] + v75[r * 8 + 7]));
+                    v76[r] = fmaxf(v75[r], v39[0]);
                 }
             }
             float v77[8];
@@ -13468,14 +15763,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v77[r] = (v64[r] + v69[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v77[r];
+                    v77[r] = dt_fast_div(v68[r], v76[r]);
                 }
             }
             float v78[8];
@@ -13483,7 +15771,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v78[r] = fmaxf(v77[r], v70[0]);
+                    v78[r] = (v70[r] - v65[r]);
                 }
             }
             float v79[8];
@@ -13491,7 +15779,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = dt_fast_div(v69[r], v78[r]);
+                    v79[r] = (v78[r] * v77[r]);
                 }
             }
             float v80[8];
@@ -13499,7 +15787,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v80[r] = (v72[r] - v65[r]);
+                    v80[r] = (v65[r] + v79[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v80[r];
                 }
             }
             float v81[8];
@@ -13507,7 +15802,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = (v80[r] * v79[r]);
+                    v81[r] = (v79[r] * v78[r]);
                 }
             }
             float v82[8];
@@ -13515,14 +15810,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v82[r] = (v65[r] + v81[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v82[r];
+                    v82[r] = (v81[r] * v64[r]);
                 }
             }
             float v83[8];
@@ -13530,7 +15818,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v83[r] = (v81[r] * v80[r]);
+                    v83[r] = acc5[r];
                 }
             }
             float v84[8];
@@ -13538,7 +15826,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v84[r] = (v83[r] * v64[r]);
+                    v84[r] = (v83[r] + v74[r]);
                 }
             }
             float v85[8];
@@ -13546,33 +15834,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v85[r] = acc5[r];
-                }
-            }
-            float v86[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v86[r] = (v85[r] + v76[r]);
-                }
-            }
-            float v87[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v87[r] = (v86[r] + v84[r]);
+                    v85[r] = (v84[r] + v82[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v87[r];
+                    acc5[r] = v85[r];
                 }
             }
-            st23 = (st23 + 1) % 4u;
+            st24 = (st24 + 1) % 4u;
         }
         /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads 3 steps ahead, staged in shared memory */
         uint4* const ring82 = (uint4*)(dt_smem + 64);
@@ -13583,7 +15855,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 const int e = (c * 1024 + tid) * 8;
                 const int l84 = (int)((unsigned)e / 8192u % 1u);
                 const int l85 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l84) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l85) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o2 + l84) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l85) * (unsigned)args.input_strides[0][1];
                 fs83[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((s1 / 8192) * 8192) + (l85 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs83[c]) dt_cp_async16(ring82 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
             }
@@ -13598,7 +15870,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 const int e = (c * 1024 + tid) * 8;
                 const int l87 = (int)((unsigned)e / 8192u % 1u);
                 const int l88 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l87) * (unsigned)args.input_strides[0][0] + (unsigned)((((s1 / 8192) * 8192) + 8192) + l88) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o2 + l87) * (unsigned)args.input_strides[0][0] + (unsigned)((((s1 / 8192) * 8192) + 8192) + l88) * (unsigned)args.input_strides[0][1];
                 fs86[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((s1 / 8192) * 8192) + 8192) + (l88 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs86[c]) dt_cp_async16(ring82 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
             }
@@ -13613,7 +15885,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 const int e = (c * 1024 + tid) * 8;
                 const int l90 = (int)((unsigned)e / 8192u % 1u);
                 const int l91 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l90) * (unsigned)args.input_strides[0][0] + (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + l91) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][0] + (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + l91) * (unsigned)args.input_strides[0][1];
                 fs89[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + (l91 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fs89[c]) dt_cp_async16(ring82 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
             }
@@ -13630,7 +15902,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     const int e = (c * 1024 + tid) * 8;
                     const int l95 = (int)((unsigned)e / 8192u % 1u);
                     const int l96 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l95) * (unsigned)args.input_strides[0][0] + (unsigned)((((o92 + 8192) + 8192) + 8192) + l96) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o2 + l95) * (unsigned)args.input_strides[0][0] + (unsigned)((((o92 + 8192) + 8192) + 8192) + l96) * (unsigned)args.input_strides[0][1];
                     fs94[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((((o92 + 8192) + 8192) + 8192) + (l96 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fs94[c]) dt_cp_async16(ring82 + 0 + (((st93 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
                 }
@@ -13646,7 +15918,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 const int e = (c * 1024 + tid) * 8;
                 const int l99 = (int)((unsigned)e / 8192u % 1u);
                 const int l100 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l99) * (unsigned)args.input_strides[0][0] + (unsigned)(o92 + l100) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o2 + l99) * (unsigned)args.input_strides[0][0] + (unsigned)(o92 + l100) * (unsigned)args.input_strides[0][1];
                 f98[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o92 + (l100 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f98[c]) q97[c] = ring82[0 + (st93 * 1 + c) * 1024 + tid];
             }
@@ -13675,7 +15947,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 if (f98[c]) {
                     v0.w[c] = q97[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l105) * (unsigned)args.input_strides[0][0] + (unsigned)(o92 + l106) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o2 + l105) * (unsigned)args.input_strides[0][0] + (unsigned)(o92 + l106) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o92 + (l106 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
@@ -13697,21 +15969,13 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     acc4[r] = acc4[r] + v34[r];
                 }
             }
-            float v35[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v35[r] = 1e0f;
-                }
-            }
             float v36[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l112 = (int)((unsigned)e / 1u % 8192u);
-                    v36[r] = ((unsigned)(o92 + l112) < (unsigned)s1) ? v35[r] : 0e0f;
+                    const int l111 = (int)((unsigned)e / 1u % 8192u);
+                    v36[r] = ((unsigned)(o92 + l111) < (unsigned)s1) ? v35[r] : 0e0f;
                 }
             }
             float v37[8];
@@ -13721,12 +15985,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 (void)e; {
                     v37[r] = ((v36[r * 8 + 0] + v36[r * 8 + 1]) + (v36[r * 8 + 2] + v36[r * 8 + 3])) + ((v36[r * 8 + 4] + v36[r * 8 + 5]) + (v36[r * 8 + 6] + v36[r * 8 + 7]));
                 }
-            }
-            float v39[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v39[r] = 1e0f;
             }
             float v40[8];
             #pragma unroll
@@ -13913,9 +16171,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a156 = 0e0f;
-            for (int g = 0; g < 32; g++) a156 = a156 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a156;
+            float a155 = 0e0f;
+            for (int g = 0; g < 32; g++) a155 = a155 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a155;
         }
         {
             const int r = 0, e = 0;
@@ -14007,9 +16265,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a175 = 0e0f;
-            for (int g = 0; g < 32; g++) a175 = a175 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v14[r] = a175;
+            float a174 = 0e0f;
+            for (int g = 0; g < 32; g++) a174 = a174 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v14[r] = a174;
         }
         {
             const int r = 0, e = 0;
@@ -14028,91 +16286,103 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
         }
-        /* layernorm.tensorize(y:8192) num_stages(4): loads one step ahead */
-        uint4 qn180[1];
-        bool fn181[1];
-        uint4 qn182[1];
-        bool fn183[1];
-        uint4 qn184[1];
-        bool fn185[1];
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 1024 + tid) * 8;
-            const int l186 = (int)((unsigned)e / 8192u % 1u);
-            const int l187 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l186) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l187) * (unsigned)args.input_strides[0][1];
-            fn181[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l187 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (fn181[c]) qn180[c] = dt_load_once((const uint4*)(in0 + a));
+        float v23[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
         }
+        float v24[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_fast_rsqrt(v23[0]);
+        }
+        /* layernorm.tensorize(y:8192) num_stages(4): loads one step ahead */
+        uint4 qn181[1];
+        bool fn182[1];
+        uint4 qn183[1];
+        bool fn184[1];
+        uint4 qn185[1];
+        bool fn186[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
+            const int l187 = (int)((unsigned)e / 8192u % 1u);
             const int l188 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l188) * (unsigned)args.input_strides[1][0];
-            fn183[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l188 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-            if (fn183[c]) qn182[c] = *(const uint4*)(in1 + a);
+            const unsigned a = (unsigned)(o2 + l187) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l188) * (unsigned)args.input_strides[0][1];
+            fn182[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l188 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (fn182[c]) qn181[c] = dt_load_once((const uint4*)(in0 + a));
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
             const int l189 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l189) * (unsigned)args.input_strides[2][0];
-            fn185[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l189 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-            if (fn185[c]) qn184[c] = *(const uint4*)(in2 + a);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l189) * (unsigned)args.input_strides[1][0];
+            fn184[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l189 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+            if (fn184[c]) qn183[c] = *(const uint4*)(in1 + a);
         }
-        for (long long o179 = (dt_cdiv(s1, 8192) - 1) * 8192; o179 >= 0; o179 -= 8192) {
-            uint4 q190[1];
-            bool f191[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l190 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l190) * (unsigned)args.input_strides[2][0];
+            fn186[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l190 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+            if (fn186[c]) qn185[c] = *(const uint4*)(in2 + a);
+        }
+        for (long long o180 = (dt_cdiv(s1, 8192) - 1) * 8192; o180 >= 0; o180 -= 8192) {
+            uint4 q191[1];
+            bool f192[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q190[c] = qn180[c]; f191[c] = fn181[c]; }
-            uint4 q192[1];
-            bool f193[1];
+            for (int c = 0; c < 1; c++) { q191[c] = qn181[c]; f192[c] = fn182[c]; }
+            uint4 q193[1];
+            bool f194[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q192[c] = qn182[c]; f193[c] = fn183[c]; }
-            uint4 q194[1];
-            bool f195[1];
+            for (int c = 0; c < 1; c++) { q193[c] = qn183[c]; f194[c] = fn184[c]; }
+            uint4 q195[1];
+            bool f196[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q194[c] = qn184[c]; f195[c] = fn185[c]; }
-            if (o179 - 8192 >= 0) {
+            for (int c = 0; c < 1; c++) { q195[c] = qn185[c]; f196[c] = fn186[c]; }
+            if (o180 - 8192 >= 0) {
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l196 = (int)((unsigned)e / 8192u % 1u);
-                    const int l197 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l196) * (unsigned)args.input_strides[0][0] + (unsigned)((o179 - 8192) + l197) * (unsigned)args.input_strides[0][1];
-                    fn181[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o179 - 8192) + (l197 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fn181[c]) qn180[c] = dt_load_once((const uint4*)(in0 + a));
-                }
-                #pragma unroll
-                for (int c = 0; c < 1; c++) {
-                    const int e = (c * 1024 + tid) * 8;
+                    const int l197 = (int)((unsigned)e / 8192u % 1u);
                     const int l198 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o179 - 8192) + l198) * (unsigned)args.input_strides[1][0];
-                    fn183[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)((o179 - 8192) + (l198 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-                    if (fn183[c]) qn182[c] = *(const uint4*)(in1 + a);
+                    const unsigned a = (unsigned)(o2 + l197) * (unsigned)args.input_strides[0][0] + (unsigned)((o180 - 8192) + l198) * (unsigned)args.input_strides[0][1];
+                    fn182[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o180 - 8192) + (l198 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fn182[c]) qn181[c] = dt_load_once((const uint4*)(in0 + a));
                 }
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
                     const int l199 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o179 - 8192) + l199) * (unsigned)args.input_strides[2][0];
-                    fn185[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)((o179 - 8192) + (l199 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-                    if (fn185[c]) qn184[c] = *(const uint4*)(in2 + a);
+                    const unsigned a = (unsigned)((o180 - 8192) + l199) * (unsigned)args.input_strides[1][0];
+                    fn184[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)((o180 - 8192) + (l199 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                    if (fn184[c]) qn183[c] = *(const uint4*)(in1 + a);
+                }
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l200 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o180 - 8192) + l200) * (unsigned)args.input_strides[2][0];
+                    fn186[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)((o180 - 8192) + (l200 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                    if (fn186[c]) qn185[c] = *(const uint4*)(in2 + a);
                 }
             }
             dt_bf16s<8> v18; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l200 = (int)((unsigned)e / 8192u % 1u);
-                const int l201 = (int)((unsigned)e / 1u % 8192u);
-                if (f191[c]) {
-                    v18.w[c] = q190[c];
+                const int l201 = (int)((unsigned)e / 8192u % 1u);
+                const int l202 = (int)((unsigned)e / 1u % 8192u);
+                if (f192[c]) {
+                    v18.w[c] = q191[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l200) * (unsigned)args.input_strides[0][0] + (unsigned)(o179 + l201) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o2 + l201) * (unsigned)args.input_strides[0][0] + (unsigned)(o180 + l202) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o179 + (l201 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o180 + (l202 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v18.w[c] = w;
                 }
             }
@@ -14123,24 +16393,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 (void)e; {
                     v20[r] = (v18[r] - v5[0]);
                 }
-            }
-            float v22[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v22[r] = args.scalars[0];
-            }
-            float v23[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v23[r] = (v17[0] + v22[0]);
-            }
-            float v24[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v24[r] = dt_fast_rsqrt(v23[0]);
             }
             float v25[8];
             #pragma unroll
@@ -14154,14 +16406,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l208 = (int)((unsigned)e / 1u % 8192u);
-                if (f193[c]) {
-                    v26.w[c] = q192[c];
+                const int l207 = (int)((unsigned)e / 1u % 8192u);
+                if (f194[c]) {
+                    v26.w[c] = q193[c];
                 } else {
-                    const unsigned a = (unsigned)(o179 + l208) * (unsigned)args.input_strides[1][0];
+                    const unsigned a = (unsigned)(o180 + l207) * (unsigned)args.input_strides[1][0];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o179 + (l208 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o180 + (l207 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
                     v26.w[c] = w;
                 }
             }
@@ -14177,14 +16429,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l211 = (int)((unsigned)e / 1u % 8192u);
-                if (f195[c]) {
-                    v28.w[c] = q194[c];
+                const int l210 = (int)((unsigned)e / 1u % 8192u);
+                if (f196[c]) {
+                    v28.w[c] = q195[c];
                 } else {
-                    const unsigned a = (unsigned)(o179 + l211) * (unsigned)args.input_strides[2][0];
+                    const unsigned a = (unsigned)(o180 + l210) * (unsigned)args.input_strides[2][0];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o179 + (l211 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o180 + (l210 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
                     v28.w[c] = w;
                 }
             }
@@ -14199,20 +16451,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l214 = (int)((unsigned)e / 8192u % 1u);
-                const int l215 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l214) * (unsigned)args.output_strides[0] + (unsigned)(o179 + l215) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o179 + (l215 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l213 = (int)((unsigned)e / 8192u % 1u);
+                const int l214 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l213) * (unsigned)args.output_strides[0] + (unsigned)(o180 + l214) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o180 + (l214 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o179 + l215) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                    if ((unsigned)(o179 + (l215 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                    if ((unsigned)(o179 + (l215 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                    if ((unsigned)(o179 + (l215 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                    if ((unsigned)(o179 + (l215 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                    if ((unsigned)(o179 + (l215 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                    if ((unsigned)(o179 + (l215 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                    if ((unsigned)(o179 + (l215 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                    if ((unsigned)(o180 + l214) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                    if ((unsigned)(o180 + (l214 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                    if ((unsigned)(o180 + (l214 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                    if ((unsigned)(o180 + (l214 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                    if ((unsigned)(o180 + (l214 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                    if ((unsigned)(o180 + (l214 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                    if ((unsigned)(o180 + (l214 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                    if ((unsigned)(o180 + (l214 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
                 }
             }
         }
@@ -14237,8 +16489,34 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v35[8];
+    #pragma unroll
+    for (int r = 0; r < 8; r++) {
+        const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        (void)e; {
+            v35[r] = 1e0f;
+        }
+    }
+    float v39[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v39[r] = 1e0f;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    for (long long o2 = b0 * 1; o2 < dt_min_ll(b0 * 1 + 1, s0); o2 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -14254,12 +16532,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             (void)e; {
                 acc4[r] = 0e0f;
             }
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         /* rsum identity */
         float acc2[1];
@@ -14296,76 +16568,76 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             }
         }
         /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads 3 steps ahead, staged in shared memory */
-        uint4* const ring12 = (uint4*)(dt_smem + 64);
+        uint4* const ring13 = (uint4*)(dt_smem + 64);
         if ((0) < (s1 / 8192) * 8192) {
-            bool fs13[1];
+            bool fs14[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l14 = (int)((unsigned)e / 8192u % 1u);
-                const int l15 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l14) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l15) * (unsigned)args.input_strides[0][1];
-                fs13[c] = (unsigned)((0) + l15) < (unsigned)s1;
-                if (fs13[c]) dt_cp_async16(ring12 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
+                const int l15 = (int)((unsigned)e / 8192u % 1u);
+                const int l16 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l16) * (unsigned)args.input_strides[0][1];
+                fs14[c] = (unsigned)((0) + l16) < (unsigned)s1;
+                if (fs14[c]) dt_cp_async16(ring13 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
         if (((0) + 8192) < (s1 / 8192) * 8192) {
-            bool fs16[1];
+            bool fs17[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l17 = (int)((unsigned)e / 8192u % 1u);
-                const int l18 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(((0) + 8192) + l18) * (unsigned)args.input_strides[0][1];
-                fs16[c] = (unsigned)(((0) + 8192) + l18) < (unsigned)s1;
-                if (fs16[c]) dt_cp_async16(ring12 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
+                const int l18 = (int)((unsigned)e / 8192u % 1u);
+                const int l19 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(((0) + 8192) + l19) * (unsigned)args.input_strides[0][1];
+                fs17[c] = (unsigned)(((0) + 8192) + l19) < (unsigned)s1;
+                if (fs17[c]) dt_cp_async16(ring13 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
         if ((((0) + 8192) + 8192) < (s1 / 8192) * 8192) {
-            bool fs19[1];
+            bool fs20[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l20 = (int)((unsigned)e / 8192u % 1u);
-                const int l21 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)((((0) + 8192) + 8192) + l21) * (unsigned)args.input_strides[0][1];
-                fs19[c] = (unsigned)((((0) + 8192) + 8192) + l21) < (unsigned)s1;
-                if (fs19[c]) dt_cp_async16(ring12 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
+                const int l21 = (int)((unsigned)e / 8192u % 1u);
+                const int l22 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)((((0) + 8192) + 8192) + l22) * (unsigned)args.input_strides[0][1];
+                fs20[c] = (unsigned)((((0) + 8192) + 8192) + l22) < (unsigned)s1;
+                if (fs20[c]) dt_cp_async16(ring13 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
             }
             dt_cp_async_commit();
         } else {
             dt_cp_async_commit();
         }
-        unsigned st23 = 0; /* the buffer of this step */
-        for (long long o22 = 0; o22 < (s1 / 8192) * 8192; o22 += 8192) {
-            if ((((o22 + 8192) + 8192) + 8192) < (s1 / 8192) * 8192) {
-                bool fs24[1];
+        unsigned st24 = 0; /* the buffer of this step */
+        for (long long o23 = 0; o23 < (s1 / 8192) * 8192; o23 += 8192) {
+            if ((((o23 + 8192) + 8192) + 8192) < (s1 / 8192) * 8192) {
+                bool fs25[1];
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l25 = (int)((unsigned)e / 8192u % 1u);
-                    const int l26 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)((((o22 + 8192) + 8192) + 8192) + l26) * (unsigned)args.input_strides[0][1];
-                    fs24[c] = 1;
-                    if (fs24[c]) dt_cp_async16(ring12 + 0 + (((st23 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
+                    const int l26 = (int)((unsigned)e / 8192u % 1u);
+                    const int l27 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o2 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)((((o23 + 8192) + 8192) + 8192) + l27) * (unsigned)args.input_strides[0][1];
+                    fs25[c] = 1;
+                    if (fs25[c]) dt_cp_async16(ring13 + 0 + (((st24 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
                 }
                 dt_cp_async_commit();
             } else {
                 dt_cp_async_commit();
             }
             dt_cp_async_wait<3>();
-            uint4 q27[1];
-            bool f28[1];
+            uint4 q28[1];
+            bool f29[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                f28[c] = 1;
-                if (f28[c]) q27[c] = ring12[0 + (st23 * 1 + c) * 1024 + tid];
+                f29[c] = 1;
+                if (f29[c]) q28[c] = ring13[0 + (st24 * 1 + c) * 1024 + tid];
             }
             float v64[8];
             #pragma unroll
@@ -14386,8 +16658,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             dt_bf16s<8> v66; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f28[c]) {
-                    v66.w[c] = q27[c];
+                if (f29[c]) {
+                    v66.w[c] = q28[c];
                 } else {
                     v66.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -14409,10 +16681,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             }
             float v68[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v68[r] = 1e0f;
+                    v68[r] = ((v35[r * 8 + 0] + v35[r * 8 + 1]) + (v35[r * 8 + 2] + v35[r * 8 + 3])) + ((v35[r * 8 + 4] + v35[r * 8 + 5]) + (v35[r * 8 + 6] + v35[r * 8 + 7]));
                 }
             }
             float v69[8];
@@ -14420,29 +16692,31 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v69[r] = ((v68[r * 8 + 0] + v68[r * 8 + 1]) + (v68[r * 8 + 2] + v68[r * 8 + 3])) + ((v68[r * 8 + 4] + v68[r * 8 + 5]) + (v68[r * 8 + 6] + v68[r * 8 + 7]));
+                    v69[r] = fmaxf(v68[r], v39[0]);
                 }
             }
-            float v70[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v70[r] = 1e0f;
-            }
-            float v71[8];
+            float v70[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v71[r] = fmaxf(v69[r], v70[0]);
+                    v70[r] = dt_fast_div(v67[r], v69[r]);
+                }
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v71[r] = (v66[r] - v70[r / 8]);
                 }
             }
             float v72[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v72[r] = dt_fast_div(v67[r], v71[r]);
+                    v72[r] = (v71[r] * v35[r]);
                 }
             }
             float v73[8];
@@ -14450,23 +16724,30 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v73[r] = (v66[r] - v72[r / 8]);
+                    v73[r] = (v72[r] * v72[r]);
                 }
             }
             float v74[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v74[r] = (v73[r] * v68[r]);
+                    v74[r] = ((v73[r * 8 + 0] + v73[r * 8 + 1]) + (v73[r * 8 + 2] + v73[r * 8 + 3])) + ((v73[r * 8 + 4] + v73[r * 8 + 5]) + (v73[r * 8 + 6] + v73[r * 8 + 7]));
                 }
             }
             float v75[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v75[r] = (v74[r] * v74[r]);
+                    v75[r] = (v64[r] + v68[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v75[r];
                 }
             }
             float v76[8];
@@ -14474,7 +16755,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v76[r] = ((v75[r * 8 + 0] + v75[r * 8 + 1]) + (v75[r * 8 + 2] + v75[r * 8 + 3])) + ((v75[r * 8 + 4] + v75[r * 8 + 5]) + (v75[r * 8 + 6] + v75[r * 8 + 7]));
+                    v76[r] = fmaxf(v75[r], v39[0]);
                 }
             }
             float v77[8];
@@ -14482,14 +16763,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v77[r] = (v64[r] + v69[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v77[r];
+                    v77[r] = dt_fast_div(v68[r], v76[r]);
                 }
             }
             float v78[8];
@@ -14497,7 +16771,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v78[r] = fmaxf(v77[r], v70[0]);
+                    v78[r] = (v70[r] - v65[r]);
                 }
             }
             float v79[8];
@@ -14505,7 +16779,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = dt_fast_div(v69[r], v78[r]);
+                    v79[r] = (v78[r] * v77[r]);
                 }
             }
             float v80[8];
@@ -14513,7 +16787,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v80[r] = (v72[r] - v65[r]);
+                    v80[r] = (v65[r] + v79[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v80[r];
                 }
             }
             float v81[8];
@@ -14521,7 +16802,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = (v80[r] * v79[r]);
+                    v81[r] = (v79[r] * v78[r]);
                 }
             }
             float v82[8];
@@ -14529,14 +16810,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v82[r] = (v65[r] + v81[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v82[r];
+                    v82[r] = (v81[r] * v64[r]);
                 }
             }
             float v83[8];
@@ -14544,7 +16818,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v83[r] = (v81[r] * v80[r]);
+                    v83[r] = acc5[r];
                 }
             }
             float v84[8];
@@ -14552,7 +16826,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v84[r] = (v83[r] * v64[r]);
+                    v84[r] = (v83[r] + v74[r]);
                 }
             }
             float v85[8];
@@ -14560,33 +16834,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v85[r] = acc5[r];
-                }
-            }
-            float v86[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v86[r] = (v85[r] + v76[r]);
-                }
-            }
-            float v87[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v87[r] = (v86[r] + v84[r]);
+                    v85[r] = (v84[r] + v82[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v87[r];
+                    acc5[r] = v85[r];
                 }
             }
-            st23 = (st23 + 1) % 4u;
+            st24 = (st24 + 1) % 4u;
         }
         /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads 3 steps ahead, staged in shared memory */
         uint4* const ring82 = (uint4*)(dt_smem + 64);
@@ -14597,7 +16855,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
                 const int e = (c * 1024 + tid) * 8;
                 const int l84 = (int)((unsigned)e / 8192u % 1u);
                 const int l85 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l84) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l85) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o2 + l84) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l85) * (unsigned)args.input_strides[0][1];
                 fs83[c] = (unsigned)(((s1 / 8192) * 8192) + l85) < (unsigned)s1;
                 if (fs83[c]) dt_cp_async16(ring82 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
             }
@@ -14612,7 +16870,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
                 const int e = (c * 1024 + tid) * 8;
                 const int l87 = (int)((unsigned)e / 8192u % 1u);
                 const int l88 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l87) * (unsigned)args.input_strides[0][0] + (unsigned)((((s1 / 8192) * 8192) + 8192) + l88) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o2 + l87) * (unsigned)args.input_strides[0][0] + (unsigned)((((s1 / 8192) * 8192) + 8192) + l88) * (unsigned)args.input_strides[0][1];
                 fs86[c] = (unsigned)((((s1 / 8192) * 8192) + 8192) + l88) < (unsigned)s1;
                 if (fs86[c]) dt_cp_async16(ring82 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
             }
@@ -14627,7 +16885,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
                 const int e = (c * 1024 + tid) * 8;
                 const int l90 = (int)((unsigned)e / 8192u % 1u);
                 const int l91 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l90) * (unsigned)args.input_strides[0][0] + (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + l91) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][0] + (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + l91) * (unsigned)args.input_strides[0][1];
                 fs89[c] = (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + l91) < (unsigned)s1;
                 if (fs89[c]) dt_cp_async16(ring82 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
             }
@@ -14644,7 +16902,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
                     const int e = (c * 1024 + tid) * 8;
                     const int l95 = (int)((unsigned)e / 8192u % 1u);
                     const int l96 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l95) * (unsigned)args.input_strides[0][0] + (unsigned)((((o92 + 8192) + 8192) + 8192) + l96) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o2 + l95) * (unsigned)args.input_strides[0][0] + (unsigned)((((o92 + 8192) + 8192) + 8192) + l96) * (unsigned)args.input_strides[0][1];
                     fs94[c] = (unsigned)((((o92 + 8192) + 8192) + 8192) + l96) < (unsigned)s1;
                     if (fs94[c]) dt_cp_async16(ring82 + 0 + (((st93 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
                 }
@@ -14702,14 +16960,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
                     acc4[r] = acc4[r] + v34[r];
                 }
             }
-            float v35[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v35[r] = 1e0f;
-                }
-            }
             float v36[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
@@ -14725,12 +16975,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
                 (void)e; {
                     v37[r] = ((v36[r * 8 + 0] + v36[r * 8 + 1]) + (v36[r * 8 + 2] + v36[r * 8 + 3])) + ((v36[r * 8 + 4] + v36[r * 8 + 5]) + (v36[r * 8 + 6] + v36[r * 8 + 7]));
                 }
-            }
-            float v39[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v39[r] = 1e0f;
             }
             float v40[8];
             #pragma unroll
@@ -14917,9 +17161,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a156 = 0e0f;
-            for (int g = 0; g < 32; g++) a156 = a156 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a156;
+            float a155 = 0e0f;
+            for (int g = 0; g < 32; g++) a155 = a155 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a155;
         }
         {
             const int r = 0, e = 0;
@@ -15011,9 +17255,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a175 = 0e0f;
-            for (int g = 0; g < 32; g++) a175 = a175 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v14[r] = a175;
+            float a174 = 0e0f;
+            for (int g = 0; g < 32; g++) a174 = a174 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v14[r] = a174;
         }
         {
             const int r = 0, e = 0;
@@ -15032,83 +17276,95 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
         }
-        /* layernorm.tensorize(y:8192) num_stages(4): loads one step ahead */
-        uint4 qn180[1];
-        bool fn181[1];
-        uint4 qn182[1];
-        bool fn183[1];
-        uint4 qn184[1];
-        bool fn185[1];
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 1024 + tid) * 8;
-            const int l186 = (int)((unsigned)e / 8192u % 1u);
-            const int l187 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l186) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l187) * (unsigned)args.input_strides[0][1];
-            fn181[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l187) < (unsigned)s1;
-            if (fn181[c]) qn180[c] = dt_load_once((const uint4*)(in0 + a));
+        float v23[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
         }
+        float v24[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_fast_rsqrt(v23[0]);
+        }
+        /* layernorm.tensorize(y:8192) num_stages(4): loads one step ahead */
+        uint4 qn181[1];
+        bool fn182[1];
+        uint4 qn183[1];
+        bool fn184[1];
+        uint4 qn185[1];
+        bool fn186[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
+            const int l187 = (int)((unsigned)e / 8192u % 1u);
             const int l188 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l188) * (unsigned)args.input_strides[1][0];
-            fn183[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l188) < (unsigned)s1;
-            if (fn183[c]) qn182[c] = *(const uint4*)(in1 + a);
+            const unsigned a = (unsigned)(o2 + l187) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l188) * (unsigned)args.input_strides[0][1];
+            fn182[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l188) < (unsigned)s1;
+            if (fn182[c]) qn181[c] = dt_load_once((const uint4*)(in0 + a));
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
             const int l189 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l189) * (unsigned)args.input_strides[2][0];
-            fn185[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l189) < (unsigned)s1;
-            if (fn185[c]) qn184[c] = *(const uint4*)(in2 + a);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l189) * (unsigned)args.input_strides[1][0];
+            fn184[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l189) < (unsigned)s1;
+            if (fn184[c]) qn183[c] = *(const uint4*)(in1 + a);
         }
-        for (long long o179 = (dt_cdiv(s1, 8192) - 1) * 8192; o179 >= 0; o179 -= 8192) {
-            uint4 q190[1];
-            bool f191[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l190 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l190) * (unsigned)args.input_strides[2][0];
+            fn186[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l190) < (unsigned)s1;
+            if (fn186[c]) qn185[c] = *(const uint4*)(in2 + a);
+        }
+        for (long long o180 = (dt_cdiv(s1, 8192) - 1) * 8192; o180 >= 0; o180 -= 8192) {
+            uint4 q191[1];
+            bool f192[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q190[c] = qn180[c]; f191[c] = fn181[c]; }
-            uint4 q192[1];
-            bool f193[1];
+            for (int c = 0; c < 1; c++) { q191[c] = qn181[c]; f192[c] = fn182[c]; }
+            uint4 q193[1];
+            bool f194[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q192[c] = qn182[c]; f193[c] = fn183[c]; }
-            uint4 q194[1];
-            bool f195[1];
+            for (int c = 0; c < 1; c++) { q193[c] = qn183[c]; f194[c] = fn184[c]; }
+            uint4 q195[1];
+            bool f196[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q194[c] = qn184[c]; f195[c] = fn185[c]; }
-            if (o179 - 8192 >= 0) {
+            for (int c = 0; c < 1; c++) { q195[c] = qn185[c]; f196[c] = fn186[c]; }
+            if (o180 - 8192 >= 0) {
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l196 = (int)((unsigned)e / 8192u % 1u);
-                    const int l197 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l196) * (unsigned)args.input_strides[0][0] + (unsigned)((o179 - 8192) + l197) * (unsigned)args.input_strides[0][1];
-                    fn181[c] = (unsigned)((o179 - 8192) + l197) < (unsigned)s1;
-                    if (fn181[c]) qn180[c] = dt_load_once((const uint4*)(in0 + a));
-                }
-                #pragma unroll
-                for (int c = 0; c < 1; c++) {
-                    const int e = (c * 1024 + tid) * 8;
+                    const int l197 = (int)((unsigned)e / 8192u % 1u);
                     const int l198 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o179 - 8192) + l198) * (unsigned)args.input_strides[1][0];
-                    fn183[c] = (unsigned)((o179 - 8192) + l198) < (unsigned)s1;
-                    if (fn183[c]) qn182[c] = *(const uint4*)(in1 + a);
+                    const unsigned a = (unsigned)(o2 + l197) * (unsigned)args.input_strides[0][0] + (unsigned)((o180 - 8192) + l198) * (unsigned)args.input_strides[0][1];
+                    fn182[c] = (unsigned)((o180 - 8192) + l198) < (unsigned)s1;
+                    if (fn182[c]) qn181[c] = dt_load_once((const uint4*)(in0 + a));
                 }
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
                     const int l199 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o179 - 8192) + l199) * (unsigned)args.input_strides[2][0];
-                    fn185[c] = (unsigned)((o179 - 8192) + l199) < (unsigned)s1;
-                    if (fn185[c]) qn184[c] = *(const uint4*)(in2 + a);
+                    const unsigned a = (unsigned)((o180 - 8192) + l199) * (unsigned)args.input_strides[1][0];
+                    fn184[c] = (unsigned)((o180 - 8192) + l199) < (unsigned)s1;
+                    if (fn184[c]) qn183[c] = *(const uint4*)(in1 + a);
+                }
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l200 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o180 - 8192) + l200) * (unsigned)args.input_strides[2][0];
+                    fn186[c] = (unsigned)((o180 - 8192) + l200) < (unsigned)s1;
+                    if (fn186[c]) qn185[c] = *(const uint4*)(in2 + a);
                 }
             }
             dt_bf16s<8> v18; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f191[c]) {
-                    v18.w[c] = q190[c];
+                if (f192[c]) {
+                    v18.w[c] = q191[c];
                 } else {
                     v18.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -15121,24 +17377,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
                     v20[r] = (v18[r] - v5[0]);
                 }
             }
-            float v22[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v22[r] = args.scalars[0];
-            }
-            float v23[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v23[r] = (v17[0] + v22[0]);
-            }
-            float v24[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v24[r] = dt_fast_rsqrt(v23[0]);
-            }
             float v25[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
@@ -15150,8 +17388,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             dt_bf16s<8> v26; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f193[c]) {
-                    v26.w[c] = q192[c];
+                if (f194[c]) {
+                    v26.w[c] = q193[c];
                 } else {
                     v26.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -15167,8 +17405,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             dt_bf16s<8> v28; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f195[c]) {
-                    v28.w[c] = q194[c];
+                if (f196[c]) {
+                    v28.w[c] = q195[c];
                 } else {
                     v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -15184,10 +17422,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l214 = (int)((unsigned)e / 8192u % 1u);
-                const int l215 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l214) * (unsigned)args.output_strides[0] + (unsigned)(o179 + l215) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o179 + l215) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7])));
+                const int l213 = (int)((unsigned)e / 8192u % 1u);
+                const int l214 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l213) * (unsigned)args.output_strides[0] + (unsigned)(o180 + l214) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o180 + l214) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7])));
             }
         }
     }
@@ -15211,8 +17449,34 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v35[8];
+    #pragma unroll
+    for (int r = 0; r < 8; r++) {
+        const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        (void)e; {
+            v35[r] = 1e0f;
+        }
+    }
+    float v39[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v39[r] = 1e0f;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    for (long long o2 = b0 * 1; o2 < dt_min_ll(b0 * 1 + 1, s0); o2 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -15228,12 +17492,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             (void)e; {
                 acc4[r] = 0e0f;
             }
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         /* rsum identity */
         float acc2[1];
@@ -15270,7 +17528,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             }
         }
         /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
-        for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
+        for (long long o13 = 0; o13 < (s1 / 8192) * 8192; o13 += 8192) {
             float v64[8];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
@@ -15291,9 +17549,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l17 = (int)((unsigned)e / 8192u % 1u);
-                const int l18 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l18) * (unsigned)args.input_strides[0][1];
+                const int l18 = (int)((unsigned)e / 8192u % 1u);
+                const int l19 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o13 + l19) * (unsigned)args.input_strides[0][1];
                 if ((unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v66[c * 4 + 0] = __uint_as_float(q.x);
@@ -15324,10 +17582,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             }
             float v68[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v68[r] = 1e0f;
+                    v68[r] = (v35[r * 4 + 0] + v35[r * 4 + 1]) + (v35[r * 4 + 2] + v35[r * 4 + 3]);
                 }
             }
             float v69[8];
@@ -15335,29 +17593,31 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v69[r] = (v68[r * 4 + 0] + v68[r * 4 + 1]) + (v68[r * 4 + 2] + v68[r * 4 + 3]);
+                    v69[r] = fmaxf(v68[r], v39[0]);
                 }
             }
-            float v70[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v70[r] = 1e0f;
-            }
-            float v71[8];
+            float v70[8];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v71[r] = fmaxf(v69[r], v70[0]);
+                    v70[r] = (v67[r] / v69[r]);
+                }
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v71[r] = (v66[r] - v70[r / 4]);
                 }
             }
             float v72[8];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v72[r] = (v67[r] / v71[r]);
+                    v72[r] = (v71[r] * v35[r]);
                 }
             }
             float v73[8];
@@ -15365,23 +17625,30 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v73[r] = (v66[r] - v72[r / 4]);
+                    v73[r] = (v72[r] * v72[r]);
                 }
             }
             float v74[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v74[r] = (v73[r] * v68[r]);
+                    v74[r] = (v73[r * 4 + 0] + v73[r * 4 + 1]) + (v73[r * 4 + 2] + v73[r * 4 + 3]);
                 }
             }
             float v75[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v75[r] = (v74[r] * v74[r]);
+                    v75[r] = (v64[r] + v68[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc6[r] = v75[r];
                 }
             }
             float v76[8];
@@ -15389,7 +17656,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v76[r] = (v75[r * 4 + 0] + v75[r * 4 + 1]) + (v75[r * 4 + 2] + v75[r * 4 + 3]);
+                    v76[r] = fmaxf(v75[r], v39[0]);
                 }
             }
             float v77[8];
@@ -15397,14 +17664,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v77[r] = (v64[r] + v69[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc6[r] = v77[r];
+                    v77[r] = (v68[r] / v76[r]);
                 }
             }
             float v78[8];
@@ -15412,7 +17672,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v78[r] = fmaxf(v77[r], v70[0]);
+                    v78[r] = (v70[r] - v65[r]);
                 }
             }
             float v79[8];
@@ -15420,7 +17680,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v79[r] = (v69[r] / v78[r]);
+                    v79[r] = (v78[r] * v77[r]);
                 }
             }
             float v80[8];
@@ -15428,7 +17688,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v80[r] = (v72[r] - v65[r]);
+                    v80[r] = (v65[r] + v79[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v80[r];
                 }
             }
             float v81[8];
@@ -15436,7 +17703,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v81[r] = (v80[r] * v79[r]);
+                    v81[r] = (v79[r] * v78[r]);
                 }
             }
             float v82[8];
@@ -15444,14 +17711,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v82[r] = (v65[r] + v81[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc7[r] = v82[r];
+                    v82[r] = (v81[r] * v64[r]);
                 }
             }
             float v83[8];
@@ -15459,7 +17719,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v83[r] = (v81[r] * v80[r]);
+                    v83[r] = acc5[r];
                 }
             }
             float v84[8];
@@ -15467,7 +17727,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v84[r] = (v83[r] * v64[r]);
+                    v84[r] = (v83[r] + v74[r]);
                 }
             }
             float v85[8];
@@ -15475,30 +17735,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v85[r] = acc5[r];
-                }
-            }
-            float v86[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v86[r] = (v85[r] + v76[r]);
-                }
-            }
-            float v87[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v87[r] = (v86[r] + v84[r]);
+                    v85[r] = (v84[r] + v82[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v87[r];
+                    acc5[r] = v85[r];
                 }
             }
         }
@@ -15526,7 +17770,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                 const int e = (c * 1024 + tid) * 4;
                 const int l69 = (int)((unsigned)e / 8192u % 1u);
                 const int l70 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l69) * (unsigned)args.input_strides[0][0] + (unsigned)(o64 + l70) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o2 + l69) * (unsigned)args.input_strides[0][0] + (unsigned)(o64 + l70) * (unsigned)args.input_strides[0][1];
                 if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o64 + (l70 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
@@ -15555,21 +17799,13 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                     acc4[r] = acc4[r] + v34[r];
                 }
             }
-            float v35[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v35[r] = 1e0f;
-                }
-            }
             float v36[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l76 = (int)((unsigned)e / 1u % 8192u);
-                    v36[r] = ((unsigned)(o64 + l76) < (unsigned)s1) ? v35[r] : 0e0f;
+                    const int l75 = (int)((unsigned)e / 1u % 8192u);
+                    v36[r] = ((unsigned)(o64 + l75) < (unsigned)s1) ? v35[r] : 0e0f;
                 }
             }
             float v37[8];
@@ -15579,12 +17815,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                 (void)e; {
                     v37[r] = (v36[r * 4 + 0] + v36[r * 4 + 1]) + (v36[r * 4 + 2] + v36[r * 4 + 3]);
                 }
-            }
-            float v39[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v39[r] = 1e0f;
             }
             float v40[8];
             #pragma unroll
@@ -15770,9 +18000,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a120 = 0e0f;
-            for (int g = 0; g < 32; g++) a120 = a120 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a120;
+            float a119 = 0e0f;
+            for (int g = 0; g < 32; g++) a119 = a119 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a119;
         }
         {
             const int r = 0, e = 0;
@@ -15864,9 +18094,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a139 = 0e0f;
-            for (int g = 0; g < 32; g++) a139 = a139 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v14[r] = a139;
+            float a138 = 0e0f;
+            for (int g = 0; g < 32; g++) a138 = a138 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v14[r] = a138;
         }
         {
             const int r = 0, e = 0;
@@ -15885,26 +18115,38 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             (void)r; (void)e;
             v17[r] = (v15[0] / v4[0]);
         }
+        float v23[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
+        }
+        float v24[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_rsqrt(v23[0]);
+        }
         /* layernorm.tensorize(y:8192) num_stages(4) */
-        for (long long o143 = (dt_cdiv(s1, 8192) - 1) * 8192; o143 >= 0; o143 -= 8192) {
+        for (long long o144 = (dt_cdiv(s1, 8192) - 1) * 8192; o144 >= 0; o144 -= 8192) {
             float v18[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l144 = (int)((unsigned)e / 8192u % 1u);
-                const int l145 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l144) * (unsigned)args.input_strides[0][0] + (unsigned)(o143 + l145) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o143 + (l145 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l145 = (int)((unsigned)e / 8192u % 1u);
+                const int l146 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l145) * (unsigned)args.input_strides[0][0] + (unsigned)(o144 + l146) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o144 + (l146 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v18[c * 4 + 0] = __uint_as_float(q.x);
                     v18[c * 4 + 1] = __uint_as_float(q.y);
                     v18[c * 4 + 2] = __uint_as_float(q.z);
                     v18[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v18[c * 4 + 0] = ((unsigned)(o143 + l145) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 4 + 1] = ((unsigned)(o143 + (l145 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 4 + 2] = ((unsigned)(o143 + (l145 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 4 + 3] = ((unsigned)(o143 + (l145 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 0] = ((unsigned)(o144 + l146) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 1] = ((unsigned)(o144 + (l146 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 2] = ((unsigned)(o144 + (l146 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 3] = ((unsigned)(o144 + (l146 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v20[8];
@@ -15914,24 +18156,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                 (void)e; {
                     v20[r] = (v18[r] - v5[0]);
                 }
-            }
-            float v22[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v22[r] = args.scalars[0];
-            }
-            float v23[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v23[r] = (v17[0] + v22[0]);
-            }
-            float v24[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v24[r] = dt_rsqrt(v23[0]);
             }
             float v25[8];
             #pragma unroll
@@ -15945,19 +18169,19 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l152 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o143 + l152) * (unsigned)args.input_strides[1][0];
-                if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(o143 + (l152 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                const int l151 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o144 + l151) * (unsigned)args.input_strides[1][0];
+                if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(o144 + (l151 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in1 + a);
                     v26[c * 4 + 0] = __uint_as_float(q.x);
                     v26[c * 4 + 1] = __uint_as_float(q.y);
                     v26[c * 4 + 2] = __uint_as_float(q.z);
                     v26[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v26[c * 4 + 0] = ((unsigned)(o143 + l152) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 4 + 1] = ((unsigned)(o143 + (l152 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 4 + 2] = ((unsigned)(o143 + (l152 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 4 + 3] = ((unsigned)(o143 + (l152 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 0] = ((unsigned)(o144 + l151) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 1] = ((unsigned)(o144 + (l151 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 2] = ((unsigned)(o144 + (l151 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 3] = ((unsigned)(o144 + (l151 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v27[8];
@@ -15972,19 +18196,19 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l155 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o143 + l155) * (unsigned)args.input_strides[2][0];
-                if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(o143 + (l155 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                const int l154 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o144 + l154) * (unsigned)args.input_strides[2][0];
+                if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(o144 + (l154 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in2 + a);
                     v28[c * 4 + 0] = __uint_as_float(q.x);
                     v28[c * 4 + 1] = __uint_as_float(q.y);
                     v28[c * 4 + 2] = __uint_as_float(q.z);
                     v28[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v28[c * 4 + 0] = ((unsigned)(o143 + l155) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 4 + 1] = ((unsigned)(o143 + (l155 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 4 + 2] = ((unsigned)(o143 + (l155 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 4 + 3] = ((unsigned)(o143 + (l155 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 0] = ((unsigned)(o144 + l154) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 1] = ((unsigned)(o144 + (l154 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 2] = ((unsigned)(o144 + (l154 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 3] = ((unsigned)(o144 + (l154 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v29[8];
@@ -15998,16 +18222,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l158 = (int)((unsigned)e / 8192u % 1u);
-                const int l159 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l158) * (unsigned)args.output_strides[0] + (unsigned)(o143 + l159) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o143 + (l159 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l157 = (int)((unsigned)e / 8192u % 1u);
+                const int l158 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l157) * (unsigned)args.output_strides[0] + (unsigned)(o144 + l158) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o144 + (l158 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3])));
                 } else {
-                    if ((unsigned)(o143 + l159) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                    if ((unsigned)(o143 + (l159 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                    if ((unsigned)(o143 + (l159 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                    if ((unsigned)(o143 + (l159 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                    if ((unsigned)(o144 + l158) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                    if ((unsigned)(o144 + (l158 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                    if ((unsigned)(o144 + (l158 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                    if ((unsigned)(o144 + (l158 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
                 }
             }
         }
@@ -16032,8 +18256,34 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v35[8];
+    #pragma unroll
+    for (int r = 0; r < 8; r++) {
+        const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        (void)e; {
+            v35[r] = 1e0f;
+        }
+    }
+    float v39[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v39[r] = 1e0f;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    for (long long o2 = b0 * 1; o2 < dt_min_ll(b0 * 1 + 1, s0); o2 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -16049,12 +18299,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             (void)e; {
                 acc4[r] = 0e0f;
             }
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         /* rsum identity */
         float acc2[1];
@@ -16091,7 +18335,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             }
         }
         /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
-        for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
+        for (long long o13 = 0; o13 < (s1 / 8192) * 8192; o13 += 8192) {
             float v64[8];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
@@ -16112,9 +18356,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l17 = (int)((unsigned)e / 8192u % 1u);
-                const int l18 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l18) * (unsigned)args.input_strides[0][1];
+                const int l18 = (int)((unsigned)e / 8192u % 1u);
+                const int l19 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o13 + l19) * (unsigned)args.input_strides[0][1];
                 const uint4 q = *(const uint4*)(in0 + a);
                 v66[c * 4 + 0] = __uint_as_float(q.x);
                 v66[c * 4 + 1] = __uint_as_float(q.y);
@@ -16138,10 +18382,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             }
             float v68[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v68[r] = 1e0f;
+                    v68[r] = (v35[r * 4 + 0] + v35[r * 4 + 1]) + (v35[r * 4 + 2] + v35[r * 4 + 3]);
                 }
             }
             float v69[8];
@@ -16149,29 +18393,31 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v69[r] = (v68[r * 4 + 0] + v68[r * 4 + 1]) + (v68[r * 4 + 2] + v68[r * 4 + 3]);
+                    v69[r] = fmaxf(v68[r], v39[0]);
                 }
             }
-            float v70[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v70[r] = 1e0f;
-            }
-            float v71[8];
+            float v70[8];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v71[r] = fmaxf(v69[r], v70[0]);
+                    v70[r] = (v67[r] / v69[r]);
+                }
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v71[r] = (v66[r] - v70[r / 4]);
                 }
             }
             float v72[8];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v72[r] = (v67[r] / v71[r]);
+                    v72[r] = (v71[r] * v35[r]);
                 }
             }
             float v73[8];
@@ -16179,23 +18425,30 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v73[r] = (v66[r] - v72[r / 4]);
+                    v73[r] = (v72[r] * v72[r]);
                 }
             }
             float v74[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v74[r] = (v73[r] * v68[r]);
+                    v74[r] = (v73[r * 4 + 0] + v73[r * 4 + 1]) + (v73[r * 4 + 2] + v73[r * 4 + 3]);
                 }
             }
             float v75[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v75[r] = (v74[r] * v74[r]);
+                    v75[r] = (v64[r] + v68[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc6[r] = v75[r];
                 }
             }
             float v76[8];
@@ -16203,7 +18456,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v76[r] = (v75[r * 4 + 0] + v75[r * 4 + 1]) + (v75[r * 4 + 2] + v75[r * 4 + 3]);
+                    v76[r] = fmaxf(v75[r], v39[0]);
                 }
             }
             float v77[8];
@@ -16211,14 +18464,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v77[r] = (v64[r] + v69[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc6[r] = v77[r];
+                    v77[r] = (v68[r] / v76[r]);
                 }
             }
             float v78[8];
@@ -16226,7 +18472,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v78[r] = fmaxf(v77[r], v70[0]);
+                    v78[r] = (v70[r] - v65[r]);
                 }
             }
             float v79[8];
@@ -16234,7 +18480,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v79[r] = (v69[r] / v78[r]);
+                    v79[r] = (v78[r] * v77[r]);
                 }
             }
             float v80[8];
@@ -16242,7 +18488,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v80[r] = (v72[r] - v65[r]);
+                    v80[r] = (v65[r] + v79[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v80[r];
                 }
             }
             float v81[8];
@@ -16250,7 +18503,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v81[r] = (v80[r] * v79[r]);
+                    v81[r] = (v79[r] * v78[r]);
                 }
             }
             float v82[8];
@@ -16258,14 +18511,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v82[r] = (v65[r] + v81[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc7[r] = v82[r];
+                    v82[r] = (v81[r] * v64[r]);
                 }
             }
             float v83[8];
@@ -16273,7 +18519,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v83[r] = (v81[r] * v80[r]);
+                    v83[r] = acc5[r];
                 }
             }
             float v84[8];
@@ -16281,7 +18527,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v84[r] = (v83[r] * v64[r]);
+                    v84[r] = (v83[r] + v74[r]);
                 }
             }
             float v85[8];
@@ -16289,30 +18535,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v85[r] = acc5[r];
-                }
-            }
-            float v86[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v86[r] = (v85[r] + v76[r]);
-                }
-            }
-            float v87[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v87[r] = (v86[r] + v84[r]);
+                    v85[r] = (v84[r] + v82[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v87[r];
+                    acc5[r] = v85[r];
                 }
             }
         }
@@ -16340,7 +18570,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
                 const int e = (c * 1024 + tid) * 4;
                 const int l69 = (int)((unsigned)e / 8192u % 1u);
                 const int l70 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l69) * (unsigned)args.input_strides[0][0] + (unsigned)(o64 + l70) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o2 + l69) * (unsigned)args.input_strides[0][0] + (unsigned)(o64 + l70) * (unsigned)args.input_strides[0][1];
                 if ((unsigned)(o64 + l70) < (unsigned)s1) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
@@ -16369,14 +18599,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
                     acc4[r] = acc4[r] + v34[r];
                 }
             }
-            float v35[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v35[r] = 1e0f;
-                }
-            }
             float v36[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
@@ -16392,12 +18614,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
                 (void)e; {
                     v37[r] = (v36[r * 4 + 0] + v36[r * 4 + 1]) + (v36[r * 4 + 2] + v36[r * 4 + 3]);
                 }
-            }
-            float v39[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v39[r] = 1e0f;
             }
             float v40[8];
             #pragma unroll
@@ -16583,9 +18799,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a120 = 0e0f;
-            for (int g = 0; g < 32; g++) a120 = a120 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a120;
+            float a119 = 0e0f;
+            for (int g = 0; g < 32; g++) a119 = a119 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a119;
         }
         {
             const int r = 0, e = 0;
@@ -16677,9 +18893,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a139 = 0e0f;
-            for (int g = 0; g < 32; g++) a139 = a139 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v14[r] = a139;
+            float a138 = 0e0f;
+            for (int g = 0; g < 32; g++) a138 = a138 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v14[r] = a138;
         }
         {
             const int r = 0, e = 0;
@@ -16698,16 +18914,28 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             (void)r; (void)e;
             v17[r] = (v15[0] / v4[0]);
         }
+        float v23[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
+        }
+        float v24[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_rsqrt(v23[0]);
+        }
         /* layernorm.tensorize(y:8192) num_stages(4) */
-        for (long long o143 = (dt_cdiv(s1, 8192) - 1) * 8192; o143 >= 0; o143 -= 8192) {
+        for (long long o144 = (dt_cdiv(s1, 8192) - 1) * 8192; o144 >= 0; o144 -= 8192) {
             float v18[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l144 = (int)((unsigned)e / 8192u % 1u);
-                const int l145 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l144) * (unsigned)args.input_strides[0][0] + (unsigned)(o143 + l145) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o143 + l145) < (unsigned)s1) {
+                const int l145 = (int)((unsigned)e / 8192u % 1u);
+                const int l146 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l145) * (unsigned)args.input_strides[0][0] + (unsigned)(o144 + l146) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)(o144 + l146) < (unsigned)s1) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v18[c * 4 + 0] = __uint_as_float(q.x);
                     v18[c * 4 + 1] = __uint_as_float(q.y);
@@ -16728,24 +18956,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
                     v20[r] = (v18[r] - v5[0]);
                 }
             }
-            float v22[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v22[r] = args.scalars[0];
-            }
-            float v23[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v23[r] = (v17[0] + v22[0]);
-            }
-            float v24[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v24[r] = dt_rsqrt(v23[0]);
-            }
             float v25[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
@@ -16758,9 +18968,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l152 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o143 + l152) * (unsigned)args.input_strides[1][0];
-                if ((unsigned)(o143 + l152) < (unsigned)s1) {
+                const int l151 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o144 + l151) * (unsigned)args.input_strides[1][0];
+                if ((unsigned)(o144 + l151) < (unsigned)s1) {
                     const uint4 q = *(const uint4*)(in1 + a);
                     v26[c * 4 + 0] = __uint_as_float(q.x);
                     v26[c * 4 + 1] = __uint_as_float(q.y);
@@ -16785,9 +18995,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l155 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o143 + l155) * (unsigned)args.input_strides[2][0];
-                if ((unsigned)(o143 + l155) < (unsigned)s1) {
+                const int l154 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o144 + l154) * (unsigned)args.input_strides[2][0];
+                if ((unsigned)(o144 + l154) < (unsigned)s1) {
                     const uint4 q = *(const uint4*)(in2 + a);
                     v28[c * 4 + 0] = __uint_as_float(q.x);
                     v28[c * 4 + 1] = __uint_as_float(q.y);
@@ -16811,10 +19021,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l158 = (int)((unsigned)e / 8192u % 1u);
-                const int l159 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l158) * (unsigned)args.output_strides[0] + (unsigned)(o143 + l159) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o143 + l159) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3])));
+                const int l157 = (int)((unsigned)e / 8192u % 1u);
+                const int l158 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l157) * (unsigned)args.output_strides[0] + (unsigned)(o144 + l158) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o144 + l158) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3])));
             }
         }
     }

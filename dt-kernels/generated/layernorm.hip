@@ -440,6 +440,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16(cons
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2): loads one step ahead */
     uint4 qn2[1];
     bool fn3[1];
@@ -472,12 +484,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16(cons
         fn7[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+    for (long long o1 = b0 * 2; o1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o1 += 1) {
         uint4 q12[1];
         bool f13[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
-        if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+        if (o1 + 1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) {
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 128 + tid) * 8;
@@ -495,19 +507,285 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16(cons
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_f16s<8> v0; /* 16-bit values as loaded */
+        dt_f16s<8> v30; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
             const int l17 = (int)((unsigned)e / 1024u % 1u);
             const int l18 = (int)((unsigned)e / 1u % 1024u);
             if (f13[c]) {
-                v0.w[c] = q12[c];
+                v30.w[c] = q12[c];
             } else {
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
                 for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                v30.w[c] = w;
+            }
+        }
+        float v31[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v30[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a20 = 0e0f;
+            for (int g = 0; g < 4; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v31[r] = a20;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v31[0];
+        }
+        float v32[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v32[r] = acc0[r];
+        }
+        float v33[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v33[r] = dt_fast_div(v32[0], v4[0]);
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v34[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v34[r] = (v30[r] - v33[0]);
+            }
+        }
+        float v35[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v35[r] = (v34[r] * v34[r]);
+            }
+        }
+        float v36[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                const int l30 = (int)((unsigned)e / 1u % 1024u);
+                v36[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v35[r] : 0e0f;
+            }
+        }
+        float v37[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v36[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a32 = 0e0f;
+            for (int g = 0; g < 4; g++) a32 = a32 + ((dt_smem + 0) + 4)[g * 1 + e];
+            v37[r] = a32;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v37[0];
+        }
+        float v38[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v38[r] = acc2[r];
+        }
+        float v39[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v39[r] = dt_fast_div(v38[0], v4[0]);
+        }
+        float v40[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v40[r] = (v39[0] + v22[0]);
+        }
+        float v41[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v41[r] = dt_fast_rsqrt(v40[0]);
+        }
+        float v42[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v42[r] = (v34[r] * v41[0]);
+            }
+        }
+        dt_f16s<8> v43; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l40 = (int)((unsigned)e / 1u % 1024u);
+            if (fn5[c]) {
+                v43.w[c] = qn4[c];
+            } else {
+                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l40 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                v43.w[c] = w;
+            }
+        }
+        float v44[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v44[r] = (v42[r] * v43[r]);
+            }
+        }
+        dt_f16s<8> v45; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l43 = (int)((unsigned)e / 1u % 1024u);
+            if (fn7[c]) {
+                v45.w[c] = qn6[c];
+            } else {
+                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l43 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                v45.w[c] = w;
+            }
+        }
+        float v46[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v46[r] = (v44[r] + v45[r]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l46 = (int)((unsigned)e / 1024u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v46[c * 8 + 0], v46[c * 8 + 1]), dt_pack2_f16(v46[c * 8 + 2], v46[c * 8 + 3]), dt_pack2_f16(v46[c * 8 + 4], v46[c * 8 + 5]), dt_pack2_f16(v46[c * 8 + 6], v46[c * 8 + 7]));
+            } else {
+                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 0]);
+                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 1]);
+                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 2]);
+                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 3]);
+                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 4]);
+                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 5]);
+                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 6]);
+                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 7]);
+            }
+        }
+    }
+    /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2): loads one step ahead */
+    uint4 qn49[1];
+    bool fn50[1];
+    uint4 qn51[1];
+    bool fn52[1];
+    uint4 qn53[1];
+    bool fn54[1];
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 128 + tid) * 8;
+        const int l55 = (int)((unsigned)e / 1024u % 1u);
+        const int l56 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l56) * (unsigned)args.input_strides[0][1];
+        fn50[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) < (unsigned)s0 && (unsigned)(0 + (l56 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+        if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 128 + tid) * 8;
+        const int l57 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)(0 + l57) * (unsigned)args.input_strides[1][0];
+        fn52[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l57 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+        if (fn52[c]) qn51[c] = *(const uint4*)(in1 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 128 + tid) * 8;
+        const int l58 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)(0 + l58) * (unsigned)args.input_strides[2][0];
+        fn54[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l58 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+        if (fn54[c]) qn53[c] = *(const uint4*)(in2 + a);
+    }
+    for (long long o48 = dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o48 < dt_min_ll(b0 * 2 + 2, s0); o48 += 1) {
+        uint4 q59[1];
+        bool f60[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) { q59[c] = qn49[c]; f60[c] = fn50[c]; }
+        if (o48 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l61 = (int)((unsigned)e / 1024u % 1u);
+                const int l62 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)((o48 + 1) + l61) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l62) * (unsigned)args.input_strides[0][1];
+                fn50[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l62 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+            }
+        }
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        dt_f16s<8> v0; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l64 = (int)((unsigned)e / 1024u % 1u);
+            const int l65 = (int)((unsigned)e / 1u % 1024u);
+            if (f60[c]) {
+                v0.w[c] = q59[c];
+            } else {
+                const unsigned a = (unsigned)(o48 + l64) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l65) * (unsigned)args.input_strides[0][1];
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l65 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                 v0.w[c] = w;
             }
         }
@@ -529,9 +807,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16(cons
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a20 = 0e0f;
-            for (int g = 0; g < 4; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a20;
+            float a67 = 0e0f;
+            for (int g = 0; g < 4; g++) a67 = a67 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a67;
         }
         {
             const int r = 0, e = 0;
@@ -543,12 +821,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16(cons
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -584,8 +856,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16(cons
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l30 = (int)((unsigned)e / 1u % 1024u);
-                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l77 = (int)((unsigned)e / 1u % 1024u);
+                v13[r] = ((unsigned)(0 + l77) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -605,9 +877,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16(cons
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a32 = 0e0f;
-            for (int g = 0; g < 4; g++) a32 = a32 + ((dt_smem + 0) + 4)[g * 1 + e];
-            v14[r] = a32;
+            float a79 = 0e0f;
+            for (int g = 0; g < 4; g++) a79 = a79 + ((dt_smem + 0) + 4)[g * 1 + e];
+            v14[r] = a79;
         }
         {
             const int r = 0, e = 0;
@@ -625,12 +897,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16(cons
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -656,14 +922,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16(cons
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
-            const int l40 = (int)((unsigned)e / 1u % 1024u);
-            if (fn5[c]) {
-                v26.w[c] = qn4[c];
+            const int l87 = (int)((unsigned)e / 1u % 1024u);
+            if (fn52[c]) {
+                v26.w[c] = qn51[c];
             } else {
-                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                const unsigned a = (unsigned)(0 + l87) * (unsigned)args.input_strides[1][0];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l40 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l87 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
                 v26.w[c] = w;
             }
         }
@@ -679,14 +945,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16(cons
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
-            const int l43 = (int)((unsigned)e / 1u % 1024u);
-            if (fn7[c]) {
-                v28.w[c] = qn6[c];
+            const int l90 = (int)((unsigned)e / 1u % 1024u);
+            if (fn54[c]) {
+                v28.w[c] = qn53[c];
             } else {
-                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                const unsigned a = (unsigned)(0 + l90) * (unsigned)args.input_strides[2][0];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l43 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l90 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
                 v28.w[c] = w;
             }
         }
@@ -701,20 +967,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16(cons
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
-            const int l46 = (int)((unsigned)e / 1024u % 1u);
-            const int l47 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l93 = (int)((unsigned)e / 1024u % 1u);
+            const int l94 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o48 + l93) * (unsigned)args.output_strides[0] + (unsigned)(0 + l94) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l94 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                if ((unsigned)(0 + l94) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if ((unsigned)(0 + (l94 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if ((unsigned)(0 + (l94 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if ((unsigned)(0 + (l94 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if ((unsigned)(0 + (l94 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if ((unsigned)(0 + (l94 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if ((unsigned)(0 + (l94 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if ((unsigned)(0 + (l94 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
@@ -738,6 +1004,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16_whol
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2): loads one step ahead */
     uint4 qn2[1];
     bool fn3[1];
@@ -770,12 +1048,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16_whol
         fn7[c] = (unsigned)(0 + l11) < (unsigned)s1;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+    for (long long o1 = b0 * 2; o1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o1 += 1) {
         uint4 q12[1];
         bool f13[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
-        if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+        if (o1 + 1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) {
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 128 + tid) * 8;
@@ -793,11 +1071,246 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16_whol
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_f16s<8> v0; /* 16-bit values as loaded */
+        dt_f16s<8> v30; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             if (f13[c]) {
-                v0.w[c] = q12[c];
+                v30.w[c] = q12[c];
+            } else {
+                v30.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            }
+        }
+        float v31[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v30[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a20 = 0e0f;
+            for (int g = 0; g < 4; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v31[r] = a20;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v31[0];
+        }
+        float v32[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v32[r] = acc0[r];
+        }
+        float v33[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v33[r] = dt_fast_div(v32[0], v4[0]);
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v34[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v34[r] = (v30[r] - v33[0]);
+            }
+        }
+        float v35[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v35[r] = (v34[r] * v34[r]);
+            }
+        }
+        float v36[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v36[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 128 + tid) * 8) / 1u % 1024u)) < (unsigned)s1) ? v35[r] : 0e0f;
+            }
+        }
+        float v37[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v36[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a32 = 0e0f;
+            for (int g = 0; g < 4; g++) a32 = a32 + ((dt_smem + 0) + 4)[g * 1 + e];
+            v37[r] = a32;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v37[0];
+        }
+        float v38[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v38[r] = acc2[r];
+        }
+        float v39[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v39[r] = dt_fast_div(v38[0], v4[0]);
+        }
+        float v40[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v40[r] = (v39[0] + v22[0]);
+        }
+        float v41[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v41[r] = dt_fast_rsqrt(v40[0]);
+        }
+        float v42[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v42[r] = (v34[r] * v41[0]);
+            }
+        }
+        dt_f16s<8> v43; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            if (fn5[c]) {
+                v43.w[c] = qn4[c];
+            } else {
+                v43.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            }
+        }
+        float v44[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v44[r] = (v42[r] * v43[r]);
+            }
+        }
+        dt_f16s<8> v45; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            if (fn7[c]) {
+                v45.w[c] = qn6[c];
+            } else {
+                v45.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            }
+        }
+        float v46[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v46[r] = (v44[r] + v45[r]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l46 = (int)((unsigned)e / 1024u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v46[c * 8 + 0], v46[c * 8 + 1]), dt_pack2_f16(v46[c * 8 + 2], v46[c * 8 + 3]), dt_pack2_f16(v46[c * 8 + 4], v46[c * 8 + 5]), dt_pack2_f16(v46[c * 8 + 6], v46[c * 8 + 7]));
+        }
+    }
+    /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2): loads one step ahead */
+    uint4 qn49[1];
+    bool fn50[1];
+    uint4 qn51[1];
+    bool fn52[1];
+    uint4 qn53[1];
+    bool fn54[1];
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 128 + tid) * 8;
+        const int l55 = (int)((unsigned)e / 1024u % 1u);
+        const int l56 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l56) * (unsigned)args.input_strides[0][1];
+        fn50[c] = (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) < (unsigned)s0 && (unsigned)(0 + l56) < (unsigned)s1;
+        if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 128 + tid) * 8;
+        const int l57 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)(0 + l57) * (unsigned)args.input_strides[1][0];
+        fn52[c] = (unsigned)(0 + l57) < (unsigned)s1;
+        if (fn52[c]) qn51[c] = *(const uint4*)(in1 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 128 + tid) * 8;
+        const int l58 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)(0 + l58) * (unsigned)args.input_strides[2][0];
+        fn54[c] = (unsigned)(0 + l58) < (unsigned)s1;
+        if (fn54[c]) qn53[c] = *(const uint4*)(in2 + a);
+    }
+    for (long long o48 = dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o48 < dt_min_ll(b0 * 2 + 2, s0); o48 += 1) {
+        uint4 q59[1];
+        bool f60[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) { q59[c] = qn49[c]; f60[c] = fn50[c]; }
+        if (o48 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l61 = (int)((unsigned)e / 1024u % 1u);
+                const int l62 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)((o48 + 1) + l61) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l62) * (unsigned)args.input_strides[0][1];
+                fn50[c] = (unsigned)(0 + l62) < (unsigned)s1;
+                if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+            }
+        }
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        dt_f16s<8> v0; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            if (f60[c]) {
+                v0.w[c] = q59[c];
             } else {
                 v0.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
@@ -820,9 +1333,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16_whol
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a20 = 0e0f;
-            for (int g = 0; g < 4; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a20;
+            float a67 = 0e0f;
+            for (int g = 0; g < 4; g++) a67 = a67 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a67;
         }
         {
             const int r = 0, e = 0;
@@ -834,12 +1347,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16_whol
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -895,9 +1402,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16_whol
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a32 = 0e0f;
-            for (int g = 0; g < 4; g++) a32 = a32 + ((dt_smem + 0) + 4)[g * 1 + e];
-            v14[r] = a32;
+            float a79 = 0e0f;
+            for (int g = 0; g < 4; g++) a79 = a79 + ((dt_smem + 0) + 4)[g * 1 + e];
+            v14[r] = a79;
         }
         {
             const int r = 0, e = 0;
@@ -915,12 +1422,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16_whol
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -945,8 +1446,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16_whol
         dt_f16s<8> v26; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
-            if (fn5[c]) {
-                v26.w[c] = qn4[c];
+            if (fn52[c]) {
+                v26.w[c] = qn51[c];
             } else {
                 v26.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
@@ -962,8 +1463,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16_whol
         dt_f16s<8> v28; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
-            if (fn7[c]) {
-                v28.w[c] = qn6[c];
+            if (fn54[c]) {
+                v28.w[c] = qn53[c];
             } else {
                 v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
@@ -979,10 +1480,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16_whol
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
-            const int l46 = (int)((unsigned)e / 1024u % 1u);
-            const int l47 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
+            const int l93 = (int)((unsigned)e / 1024u % 1u);
+            const int l94 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o48 + l93) * (unsigned)args.output_strides[0] + (unsigned)(0 + l94) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l94) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
         }
     }
 }
@@ -1005,6 +1506,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16(con
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2): loads one step ahead */
     uint4 qn2[1];
     bool fn3[1];
@@ -1037,12 +1550,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16(con
         fn7[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+    for (long long o1 = b0 * 2; o1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o1 += 1) {
         uint4 q12[1];
         bool f13[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
-        if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+        if (o1 + 1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) {
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 128 + tid) * 8;
@@ -1060,19 +1573,285 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16(con
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_bf16s<8> v0; /* 16-bit values as loaded */
+        dt_bf16s<8> v30; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
             const int l17 = (int)((unsigned)e / 1024u % 1u);
             const int l18 = (int)((unsigned)e / 1u % 1024u);
             if (f13[c]) {
-                v0.w[c] = q12[c];
+                v30.w[c] = q12[c];
             } else {
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
                 for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                v30.w[c] = w;
+            }
+        }
+        float v31[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v30[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a20 = 0e0f;
+            for (int g = 0; g < 4; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v31[r] = a20;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v31[0];
+        }
+        float v32[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v32[r] = acc0[r];
+        }
+        float v33[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v33[r] = dt_fast_div(v32[0], v4[0]);
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v34[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v34[r] = (v30[r] - v33[0]);
+            }
+        }
+        float v35[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v35[r] = (v34[r] * v34[r]);
+            }
+        }
+        float v36[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                const int l30 = (int)((unsigned)e / 1u % 1024u);
+                v36[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v35[r] : 0e0f;
+            }
+        }
+        float v37[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v36[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a32 = 0e0f;
+            for (int g = 0; g < 4; g++) a32 = a32 + ((dt_smem + 0) + 4)[g * 1 + e];
+            v37[r] = a32;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v37[0];
+        }
+        float v38[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v38[r] = acc2[r];
+        }
+        float v39[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v39[r] = dt_fast_div(v38[0], v4[0]);
+        }
+        float v40[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v40[r] = (v39[0] + v22[0]);
+        }
+        float v41[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v41[r] = dt_fast_rsqrt(v40[0]);
+        }
+        float v42[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v42[r] = (v34[r] * v41[0]);
+            }
+        }
+        dt_bf16s<8> v43; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l40 = (int)((unsigned)e / 1u % 1024u);
+            if (fn5[c]) {
+                v43.w[c] = qn4[c];
+            } else {
+                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l40 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                v43.w[c] = w;
+            }
+        }
+        float v44[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v44[r] = (v42[r] * v43[r]);
+            }
+        }
+        dt_bf16s<8> v45; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l43 = (int)((unsigned)e / 1u % 1024u);
+            if (fn7[c]) {
+                v45.w[c] = qn6[c];
+            } else {
+                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l43 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                v45.w[c] = w;
+            }
+        }
+        float v46[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v46[r] = (v44[r] + v45[r]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l46 = (int)((unsigned)e / 1024u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v46[c * 8 + 0], v46[c * 8 + 1]), dt_pack2_bf16(v46[c * 8 + 2], v46[c * 8 + 3]), dt_pack2_bf16(v46[c * 8 + 4], v46[c * 8 + 5]), dt_pack2_bf16(v46[c * 8 + 6], v46[c * 8 + 7]));
+            } else {
+                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 0]);
+                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 1]);
+                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 2]);
+                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 3]);
+                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 4]);
+                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 5]);
+                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 6]);
+                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 7]);
+            }
+        }
+    }
+    /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2): loads one step ahead */
+    uint4 qn49[1];
+    bool fn50[1];
+    uint4 qn51[1];
+    bool fn52[1];
+    uint4 qn53[1];
+    bool fn54[1];
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 128 + tid) * 8;
+        const int l55 = (int)((unsigned)e / 1024u % 1u);
+        const int l56 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l56) * (unsigned)args.input_strides[0][1];
+        fn50[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) < (unsigned)s0 && (unsigned)(0 + (l56 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+        if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 128 + tid) * 8;
+        const int l57 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)(0 + l57) * (unsigned)args.input_strides[1][0];
+        fn52[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l57 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+        if (fn52[c]) qn51[c] = *(const uint4*)(in1 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 128 + tid) * 8;
+        const int l58 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)(0 + l58) * (unsigned)args.input_strides[2][0];
+        fn54[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l58 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+        if (fn54[c]) qn53[c] = *(const uint4*)(in2 + a);
+    }
+    for (long long o48 = dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o48 < dt_min_ll(b0 * 2 + 2, s0); o48 += 1) {
+        uint4 q59[1];
+        bool f60[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) { q59[c] = qn49[c]; f60[c] = fn50[c]; }
+        if (o48 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l61 = (int)((unsigned)e / 1024u % 1u);
+                const int l62 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)((o48 + 1) + l61) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l62) * (unsigned)args.input_strides[0][1];
+                fn50[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l62 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+            }
+        }
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        dt_bf16s<8> v0; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l64 = (int)((unsigned)e / 1024u % 1u);
+            const int l65 = (int)((unsigned)e / 1u % 1024u);
+            if (f60[c]) {
+                v0.w[c] = q59[c];
+            } else {
+                const unsigned a = (unsigned)(o48 + l64) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l65) * (unsigned)args.input_strides[0][1];
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l65 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                 v0.w[c] = w;
             }
         }
@@ -1094,9 +1873,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16(con
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a20 = 0e0f;
-            for (int g = 0; g < 4; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a20;
+            float a67 = 0e0f;
+            for (int g = 0; g < 4; g++) a67 = a67 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a67;
         }
         {
             const int r = 0, e = 0;
@@ -1108,12 +1887,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16(con
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -1149,8 +1922,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16(con
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l30 = (int)((unsigned)e / 1u % 1024u);
-                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l77 = (int)((unsigned)e / 1u % 1024u);
+                v13[r] = ((unsigned)(0 + l77) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -1170,9 +1943,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16(con
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a32 = 0e0f;
-            for (int g = 0; g < 4; g++) a32 = a32 + ((dt_smem + 0) + 4)[g * 1 + e];
-            v14[r] = a32;
+            float a79 = 0e0f;
+            for (int g = 0; g < 4; g++) a79 = a79 + ((dt_smem + 0) + 4)[g * 1 + e];
+            v14[r] = a79;
         }
         {
             const int r = 0, e = 0;
@@ -1190,12 +1963,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16(con
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -1221,14 +1988,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16(con
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
-            const int l40 = (int)((unsigned)e / 1u % 1024u);
-            if (fn5[c]) {
-                v26.w[c] = qn4[c];
+            const int l87 = (int)((unsigned)e / 1u % 1024u);
+            if (fn52[c]) {
+                v26.w[c] = qn51[c];
             } else {
-                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                const unsigned a = (unsigned)(0 + l87) * (unsigned)args.input_strides[1][0];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l40 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l87 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
                 v26.w[c] = w;
             }
         }
@@ -1244,14 +2011,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16(con
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
-            const int l43 = (int)((unsigned)e / 1u % 1024u);
-            if (fn7[c]) {
-                v28.w[c] = qn6[c];
+            const int l90 = (int)((unsigned)e / 1u % 1024u);
+            if (fn54[c]) {
+                v28.w[c] = qn53[c];
             } else {
-                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                const unsigned a = (unsigned)(0 + l90) * (unsigned)args.input_strides[2][0];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l43 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l90 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
                 v28.w[c] = w;
             }
         }
@@ -1266,20 +2033,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16(con
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
-            const int l46 = (int)((unsigned)e / 1024u % 1u);
-            const int l47 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l93 = (int)((unsigned)e / 1024u % 1u);
+            const int l94 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o48 + l93) * (unsigned)args.output_strides[0] + (unsigned)(0 + l94) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l94 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                if ((unsigned)(0 + l94) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if ((unsigned)(0 + (l94 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if ((unsigned)(0 + (l94 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if ((unsigned)(0 + (l94 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if ((unsigned)(0 + (l94 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if ((unsigned)(0 + (l94 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if ((unsigned)(0 + (l94 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if ((unsigned)(0 + (l94 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }
@@ -1303,6 +2070,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16_who
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2): loads one step ahead */
     uint4 qn2[1];
     bool fn3[1];
@@ -1335,12 +2114,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16_who
         fn7[c] = (unsigned)(0 + l11) < (unsigned)s1;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+    for (long long o1 = b0 * 2; o1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o1 += 1) {
         uint4 q12[1];
         bool f13[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
-        if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+        if (o1 + 1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) {
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 128 + tid) * 8;
@@ -1358,11 +2137,246 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16_who
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_bf16s<8> v0; /* 16-bit values as loaded */
+        dt_bf16s<8> v30; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             if (f13[c]) {
-                v0.w[c] = q12[c];
+                v30.w[c] = q12[c];
+            } else {
+                v30.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            }
+        }
+        float v31[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v30[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a20 = 0e0f;
+            for (int g = 0; g < 4; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v31[r] = a20;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v31[0];
+        }
+        float v32[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v32[r] = acc0[r];
+        }
+        float v33[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v33[r] = dt_fast_div(v32[0], v4[0]);
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v34[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v34[r] = (v30[r] - v33[0]);
+            }
+        }
+        float v35[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v35[r] = (v34[r] * v34[r]);
+            }
+        }
+        float v36[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v36[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 128 + tid) * 8) / 1u % 1024u)) < (unsigned)s1) ? v35[r] : 0e0f;
+            }
+        }
+        float v37[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v36[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a32 = 0e0f;
+            for (int g = 0; g < 4; g++) a32 = a32 + ((dt_smem + 0) + 4)[g * 1 + e];
+            v37[r] = a32;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v37[0];
+        }
+        float v38[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v38[r] = acc2[r];
+        }
+        float v39[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v39[r] = dt_fast_div(v38[0], v4[0]);
+        }
+        float v40[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v40[r] = (v39[0] + v22[0]);
+        }
+        float v41[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v41[r] = dt_fast_rsqrt(v40[0]);
+        }
+        float v42[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v42[r] = (v34[r] * v41[0]);
+            }
+        }
+        dt_bf16s<8> v43; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            if (fn5[c]) {
+                v43.w[c] = qn4[c];
+            } else {
+                v43.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            }
+        }
+        float v44[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v44[r] = (v42[r] * v43[r]);
+            }
+        }
+        dt_bf16s<8> v45; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            if (fn7[c]) {
+                v45.w[c] = qn6[c];
+            } else {
+                v45.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            }
+        }
+        float v46[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            (void)e; {
+                v46[r] = (v44[r] + v45[r]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l46 = (int)((unsigned)e / 1024u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v46[c * 8 + 0], v46[c * 8 + 1]), dt_pack2_bf16(v46[c * 8 + 2], v46[c * 8 + 3]), dt_pack2_bf16(v46[c * 8 + 4], v46[c * 8 + 5]), dt_pack2_bf16(v46[c * 8 + 6], v46[c * 8 + 7]));
+        }
+    }
+    /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2): loads one step ahead */
+    uint4 qn49[1];
+    bool fn50[1];
+    uint4 qn51[1];
+    bool fn52[1];
+    uint4 qn53[1];
+    bool fn54[1];
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 128 + tid) * 8;
+        const int l55 = (int)((unsigned)e / 1024u % 1u);
+        const int l56 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l56) * (unsigned)args.input_strides[0][1];
+        fn50[c] = (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) < (unsigned)s0 && (unsigned)(0 + l56) < (unsigned)s1;
+        if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 128 + tid) * 8;
+        const int l57 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)(0 + l57) * (unsigned)args.input_strides[1][0];
+        fn52[c] = (unsigned)(0 + l57) < (unsigned)s1;
+        if (fn52[c]) qn51[c] = *(const uint4*)(in1 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 128 + tid) * 8;
+        const int l58 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)(0 + l58) * (unsigned)args.input_strides[2][0];
+        fn54[c] = (unsigned)(0 + l58) < (unsigned)s1;
+        if (fn54[c]) qn53[c] = *(const uint4*)(in2 + a);
+    }
+    for (long long o48 = dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o48 < dt_min_ll(b0 * 2 + 2, s0); o48 += 1) {
+        uint4 q59[1];
+        bool f60[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) { q59[c] = qn49[c]; f60[c] = fn50[c]; }
+        if (o48 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l61 = (int)((unsigned)e / 1024u % 1u);
+                const int l62 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)((o48 + 1) + l61) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l62) * (unsigned)args.input_strides[0][1];
+                fn50[c] = (unsigned)(0 + l62) < (unsigned)s1;
+                if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+            }
+        }
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        dt_bf16s<8> v0; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            if (f60[c]) {
+                v0.w[c] = q59[c];
             } else {
                 v0.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
@@ -1385,9 +2399,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16_who
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a20 = 0e0f;
-            for (int g = 0; g < 4; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a20;
+            float a67 = 0e0f;
+            for (int g = 0; g < 4; g++) a67 = a67 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a67;
         }
         {
             const int r = 0, e = 0;
@@ -1399,12 +2413,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16_who
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -1460,9 +2468,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16_who
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a32 = 0e0f;
-            for (int g = 0; g < 4; g++) a32 = a32 + ((dt_smem + 0) + 4)[g * 1 + e];
-            v14[r] = a32;
+            float a79 = 0e0f;
+            for (int g = 0; g < 4; g++) a79 = a79 + ((dt_smem + 0) + 4)[g * 1 + e];
+            v14[r] = a79;
         }
         {
             const int r = 0, e = 0;
@@ -1480,12 +2488,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16_who
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -1510,8 +2512,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16_who
         dt_bf16s<8> v26; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
-            if (fn5[c]) {
-                v26.w[c] = qn4[c];
+            if (fn52[c]) {
+                v26.w[c] = qn51[c];
             } else {
                 v26.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
@@ -1527,8 +2529,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16_who
         dt_bf16s<8> v28; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
-            if (fn7[c]) {
-                v28.w[c] = qn6[c];
+            if (fn54[c]) {
+                v28.w[c] = qn53[c];
             } else {
                 v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
@@ -1544,10 +2546,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16_who
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
-            const int l46 = (int)((unsigned)e / 1024u % 1u);
-            const int l47 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
+            const int l93 = (int)((unsigned)e / 1024u % 1u);
+            const int l94 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o48 + l93) * (unsigned)args.output_strides[0] + (unsigned)(0 + l94) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l94) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
         }
     }
 }
@@ -1570,6 +2572,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32(const dt_a
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
@@ -1630,12 +2644,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32(const dt_a
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -1712,12 +2720,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32(const dt_a
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -1829,6 +2831,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32_whole(cons
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
@@ -1889,12 +2903,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32_whole(cons
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -1970,12 +2978,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32_whole(cons
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -2080,6 +3082,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32_f32(const 
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm_4k_f32.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
@@ -2140,12 +3154,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32_f32(const 
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -2222,12 +3230,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32_f32(const 
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -2339,6 +3341,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32_f32_whole(
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm_4k_f32.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
@@ -2399,12 +3413,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32_f32_whole(
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -2480,12 +3488,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32_f32_whole(
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -2590,6 +3592,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2): loads one step ahead */
     uint4 qn2[1];
     bool fn3[1];
@@ -2622,12 +3636,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         fn7[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+    for (long long o1 = b0 * 2; o1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o1 += 1) {
         uint4 q12[1];
         bool f13[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
-        if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+        if (o1 + 1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) {
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
@@ -2645,19 +3659,285 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_f16s<8> v0; /* 16-bit values as loaded */
+        dt_f16s<8> v30; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
             const int l17 = (int)((unsigned)e / 4096u % 1u);
             const int l18 = (int)((unsigned)e / 1u % 4096u);
             if (f13[c]) {
-                v0.w[c] = q12[c];
+                v30.w[c] = q12[c];
             } else {
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
                 for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                v30.w[c] = w;
+            }
+        }
+        float v31[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v30[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a20 = 0e0f;
+            for (int g = 0; g < 16; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v31[r] = a20;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v31[0];
+        }
+        float v32[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v32[r] = acc0[r];
+        }
+        float v33[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v33[r] = dt_fast_div(v32[0], v4[0]);
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v34[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v34[r] = (v30[r] - v33[0]);
+            }
+        }
+        float v35[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v35[r] = (v34[r] * v34[r]);
+            }
+        }
+        float v36[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                const int l30 = (int)((unsigned)e / 1u % 4096u);
+                v36[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v35[r] : 0e0f;
+            }
+        }
+        float v37[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v36[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a32 = 0e0f;
+            for (int g = 0; g < 16; g++) a32 = a32 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v37[r] = a32;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v37[0];
+        }
+        float v38[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v38[r] = acc2[r];
+        }
+        float v39[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v39[r] = dt_fast_div(v38[0], v4[0]);
+        }
+        float v40[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v40[r] = (v39[0] + v22[0]);
+        }
+        float v41[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v41[r] = dt_fast_rsqrt(v40[0]);
+        }
+        float v42[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v42[r] = (v34[r] * v41[0]);
+            }
+        }
+        dt_f16s<8> v43; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l40 = (int)((unsigned)e / 1u % 4096u);
+            if (fn5[c]) {
+                v43.w[c] = qn4[c];
+            } else {
+                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l40 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                v43.w[c] = w;
+            }
+        }
+        float v44[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v44[r] = (v42[r] * v43[r]);
+            }
+        }
+        dt_f16s<8> v45; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l43 = (int)((unsigned)e / 1u % 4096u);
+            if (fn7[c]) {
+                v45.w[c] = qn6[c];
+            } else {
+                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l43 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                v45.w[c] = w;
+            }
+        }
+        float v46[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v46[r] = (v44[r] + v45[r]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l46 = (int)((unsigned)e / 4096u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v46[c * 8 + 0], v46[c * 8 + 1]), dt_pack2_f16(v46[c * 8 + 2], v46[c * 8 + 3]), dt_pack2_f16(v46[c * 8 + 4], v46[c * 8 + 5]), dt_pack2_f16(v46[c * 8 + 6], v46[c * 8 + 7]));
+            } else {
+                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 0]);
+                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 1]);
+                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 2]);
+                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 3]);
+                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 4]);
+                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 5]);
+                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 6]);
+                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v46[c * 8 + 7]);
+            }
+        }
+    }
+    /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2): loads one step ahead */
+    uint4 qn49[1];
+    bool fn50[1];
+    uint4 qn51[1];
+    bool fn52[1];
+    uint4 qn53[1];
+    bool fn54[1];
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 512 + tid) * 8;
+        const int l55 = (int)((unsigned)e / 4096u % 1u);
+        const int l56 = (int)((unsigned)e / 1u % 4096u);
+        const unsigned a = (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l56) * (unsigned)args.input_strides[0][1];
+        fn50[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) < (unsigned)s0 && (unsigned)(0 + (l56 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+        if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 512 + tid) * 8;
+        const int l57 = (int)((unsigned)e / 1u % 4096u);
+        const unsigned a = (unsigned)(0 + l57) * (unsigned)args.input_strides[1][0];
+        fn52[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l57 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+        if (fn52[c]) qn51[c] = *(const uint4*)(in1 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 512 + tid) * 8;
+        const int l58 = (int)((unsigned)e / 1u % 4096u);
+        const unsigned a = (unsigned)(0 + l58) * (unsigned)args.input_strides[2][0];
+        fn54[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l58 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+        if (fn54[c]) qn53[c] = *(const uint4*)(in2 + a);
+    }
+    for (long long o48 = dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o48 < dt_min_ll(b0 * 2 + 2, s0); o48 += 1) {
+        uint4 q59[1];
+        bool f60[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) { q59[c] = qn49[c]; f60[c] = fn50[c]; }
+        if (o48 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l61 = (int)((unsigned)e / 4096u % 1u);
+                const int l62 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)((o48 + 1) + l61) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l62) * (unsigned)args.input_strides[0][1];
+                fn50[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l62 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+            }
+        }
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        dt_f16s<8> v0; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l64 = (int)((unsigned)e / 4096u % 1u);
+            const int l65 = (int)((unsigned)e / 1u % 4096u);
+            if (f60[c]) {
+                v0.w[c] = q59[c];
+            } else {
+                const unsigned a = (unsigned)(o48 + l64) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l65) * (unsigned)args.input_strides[0][1];
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l65 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                 v0.w[c] = w;
             }
         }
@@ -2679,9 +3959,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a20 = 0e0f;
-            for (int g = 0; g < 16; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a20;
+            float a67 = 0e0f;
+            for (int g = 0; g < 16; g++) a67 = a67 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a67;
         }
         {
             const int r = 0, e = 0;
@@ -2693,12 +3973,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -2734,8 +4008,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l30 = (int)((unsigned)e / 1u % 4096u);
-                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l77 = (int)((unsigned)e / 1u % 4096u);
+                v13[r] = ((unsigned)(0 + l77) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -2755,9 +4029,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a32 = 0e0f;
-            for (int g = 0; g < 16; g++) a32 = a32 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v14[r] = a32;
+            float a79 = 0e0f;
+            for (int g = 0; g < 16; g++) a79 = a79 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v14[r] = a79;
         }
         {
             const int r = 0, e = 0;
@@ -2775,12 +4049,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -2806,14 +4074,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l40 = (int)((unsigned)e / 1u % 4096u);
-            if (fn5[c]) {
-                v26.w[c] = qn4[c];
+            const int l87 = (int)((unsigned)e / 1u % 4096u);
+            if (fn52[c]) {
+                v26.w[c] = qn51[c];
             } else {
-                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                const unsigned a = (unsigned)(0 + l87) * (unsigned)args.input_strides[1][0];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l40 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l87 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
                 v26.w[c] = w;
             }
         }
@@ -2829,14 +4097,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l43 = (int)((unsigned)e / 1u % 4096u);
-            if (fn7[c]) {
-                v28.w[c] = qn6[c];
+            const int l90 = (int)((unsigned)e / 1u % 4096u);
+            if (fn54[c]) {
+                v28.w[c] = qn53[c];
             } else {
-                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                const unsigned a = (unsigned)(0 + l90) * (unsigned)args.input_strides[2][0];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l43 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l90 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
                 v28.w[c] = w;
             }
         }
@@ -2851,20 +4119,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l46 = (int)((unsigned)e / 4096u % 1u);
-            const int l47 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l93 = (int)((unsigned)e / 4096u % 1u);
+            const int l94 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o48 + l93) * (unsigned)args.output_strides[0] + (unsigned)(0 + l94) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l94 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                if ((unsigned)(0 + l94) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if ((unsigned)(0 + (l94 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if ((unsigned)(0 + (l94 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if ((unsigned)(0 + (l94 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if ((unsigned)(0 + (l94 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if ((unsigned)(0 + (l94 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if ((unsigned)(0 + (l94 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if ((unsigned)(0 + (l94 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
@@ -2888,6 +4156,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16_whole(cons
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2): loads one step ahead */
     uint4 qn2[1];
     bool fn3[1];
@@ -2920,12 +4200,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16_whole(cons
         fn7[c] = (unsigned)(0 + l11) < (unsigned)s1;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+    for (long long o1 = b0 * 2; o1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o1 += 1) {
         uint4 q12[1];
         bool f13[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
-        if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+        if (o1 + 1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) {
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
@@ -2943,11 +4223,246 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16_whole(cons
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_f16s<8> v0; /* 16-bit values as loaded */
+        dt_f16s<8> v30; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             if (f13[c]) {
-                v0.w[c] = q12[c];
+                v30.w[c] = q12[c];
+            } else {
+                v30.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            }
+        }
+        float v31[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v30[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a20 = 0e0f;
+            for (int g = 0; g < 16; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v31[r] = a20;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v31[0];
+        }
+        float v32[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v32[r] = acc0[r];
+        }
+        float v33[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v33[r] = dt_fast_div(v32[0], v4[0]);
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v34[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v34[r] = (v30[r] - v33[0]);
+            }
+        }
+        float v35[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v35[r] = (v34[r] * v34[r]);
+            }
+        }
+        float v36[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v36[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) / 1u % 4096u)) < (unsigned)s1) ? v35[r] : 0e0f;
+            }
+        }
+        float v37[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v36[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a32 = 0e0f;
+            for (int g = 0; g < 16; g++) a32 = a32 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v37[r] = a32;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v37[0];
+        }
+        float v38[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v38[r] = acc2[r];
+        }
+        float v39[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v39[r] = dt_fast_div(v38[0], v4[0]);
+        }
+        float v40[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v40[r] = (v39[0] + v22[0]);
+        }
+        float v41[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v41[r] = dt_fast_rsqrt(v40[0]);
+        }
+        float v42[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v42[r] = (v34[r] * v41[0]);
+            }
+        }
+        dt_f16s<8> v43; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            if (fn5[c]) {
+                v43.w[c] = qn4[c];
+            } else {
+                v43.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            }
+        }
+        float v44[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v44[r] = (v42[r] * v43[r]);
+            }
+        }
+        dt_f16s<8> v45; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            if (fn7[c]) {
+                v45.w[c] = qn6[c];
+            } else {
+                v45.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            }
+        }
+        float v46[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v46[r] = (v44[r] + v45[r]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l46 = (int)((unsigned)e / 4096u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v46[c * 8 + 0], v46[c * 8 + 1]), dt_pack2_f16(v46[c * 8 + 2], v46[c * 8 + 3]), dt_pack2_f16(v46[c * 8 + 4], v46[c * 8 + 5]), dt_pack2_f16(v46[c * 8 + 6], v46[c * 8 + 7]));
+        }
+    }
+    /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2): loads one step ahead */
+    uint4 qn49[1];
+    bool fn50[1];
+    uint4 qn51[1];
+    bool fn52[1];
+    uint4 qn53[1];
+    bool fn54[1];
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 512 + tid) * 8;
+        const int l55 = (int)((unsigned)e / 4096u % 1u);
+        const int l56 = (int)((unsigned)e / 1u % 4096u);
+        const unsigned a = (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l56) * (unsigned)args.input_strides[0][1];
+        fn50[c] = (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) < (unsigned)s0 && (unsigned)(0 + l56) < (unsigned)s1;
+        if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 512 + tid) * 8;
+        const int l57 = (int)((unsigned)e / 1u % 4096u);
+        const unsigned a = (unsigned)(0 + l57) * (unsigned)args.input_strides[1][0];
+        fn52[c] = (unsigned)(0 + l57) < (unsigned)s1;
+        if (fn52[c]) qn51[c] = *(const uint4*)(in1 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 512 + tid) * 8;
+        const int l58 = (int)((unsigned)e / 1u % 4096u);
+        const unsigned a = (unsigned)(0 + l58) * (unsigned)args.input_strides[2][0];
+        fn54[c] = (unsigned)(0 + l58) < (unsigned)s1;
+        if (fn54[c]) qn53[c] = *(const uint4*)(in2 + a);
+    }
+    for (long long o48 = dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o48 < dt_min_ll(b0 * 2 + 2, s0); o48 += 1) {
+        uint4 q59[1];
+        bool f60[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) { q59[c] = qn49[c]; f60[c] = fn50[c]; }
+        if (o48 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l61 = (int)((unsigned)e / 4096u % 1u);
+                const int l62 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)((o48 + 1) + l61) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l62) * (unsigned)args.input_strides[0][1];
+                fn50[c] = (unsigned)(0 + l62) < (unsigned)s1;
+                if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+            }
+        }
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        dt_f16s<8> v0; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            if (f60[c]) {
+                v0.w[c] = q59[c];
             } else {
                 v0.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
@@ -2970,9 +4485,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16_whole(cons
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a20 = 0e0f;
-            for (int g = 0; g < 16; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a20;
+            float a67 = 0e0f;
+            for (int g = 0; g < 16; g++) a67 = a67 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a67;
         }
         {
             const int r = 0, e = 0;
@@ -2984,12 +4499,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16_whole(cons
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -3045,9 +4554,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16_whole(cons
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a32 = 0e0f;
-            for (int g = 0; g < 16; g++) a32 = a32 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v14[r] = a32;
+            float a79 = 0e0f;
+            for (int g = 0; g < 16; g++) a79 = a79 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v14[r] = a79;
         }
         {
             const int r = 0, e = 0;
@@ -3065,12 +4574,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16_whole(cons
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -3095,8 +4598,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16_whole(cons
         dt_f16s<8> v26; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
-            if (fn5[c]) {
-                v26.w[c] = qn4[c];
+            if (fn52[c]) {
+                v26.w[c] = qn51[c];
             } else {
                 v26.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
@@ -3112,8 +4615,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16_whole(cons
         dt_f16s<8> v28; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
-            if (fn7[c]) {
-                v28.w[c] = qn6[c];
+            if (fn54[c]) {
+                v28.w[c] = qn53[c];
             } else {
                 v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
@@ -3129,10 +4632,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16_whole(cons
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l46 = (int)((unsigned)e / 4096u % 1u);
-            const int l47 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
+            const int l93 = (int)((unsigned)e / 4096u % 1u);
+            const int l94 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o48 + l93) * (unsigned)args.output_strides[0] + (unsigned)(0 + l94) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l94) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
         }
     }
 }
@@ -3155,6 +4658,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2): loads one step ahead */
     uint4 qn2[1];
     bool fn3[1];
@@ -3187,12 +4702,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         fn7[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+    for (long long o1 = b0 * 2; o1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o1 += 1) {
         uint4 q12[1];
         bool f13[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
-        if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+        if (o1 + 1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) {
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
@@ -3210,19 +4725,285 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_bf16s<8> v0; /* 16-bit values as loaded */
+        dt_bf16s<8> v30; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
             const int l17 = (int)((unsigned)e / 4096u % 1u);
             const int l18 = (int)((unsigned)e / 1u % 4096u);
             if (f13[c]) {
-                v0.w[c] = q12[c];
+                v30.w[c] = q12[c];
             } else {
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
                 for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                v30.w[c] = w;
+            }
+        }
+        float v31[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v30[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a20 = 0e0f;
+            for (int g = 0; g < 16; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v31[r] = a20;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v31[0];
+        }
+        float v32[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v32[r] = acc0[r];
+        }
+        float v33[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v33[r] = dt_fast_div(v32[0], v4[0]);
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v34[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v34[r] = (v30[r] - v33[0]);
+            }
+        }
+        float v35[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v35[r] = (v34[r] * v34[r]);
+            }
+        }
+        float v36[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                const int l30 = (int)((unsigned)e / 1u % 4096u);
+                v36[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v35[r] : 0e0f;
+            }
+        }
+        float v37[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v36[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a32 = 0e0f;
+            for (int g = 0; g < 16; g++) a32 = a32 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v37[r] = a32;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v37[0];
+        }
+        float v38[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v38[r] = acc2[r];
+        }
+        float v39[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v39[r] = dt_fast_div(v38[0], v4[0]);
+        }
+        float v40[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v40[r] = (v39[0] + v22[0]);
+        }
+        float v41[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v41[r] = dt_fast_rsqrt(v40[0]);
+        }
+        float v42[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v42[r] = (v34[r] * v41[0]);
+            }
+        }
+        dt_bf16s<8> v43; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l40 = (int)((unsigned)e / 1u % 4096u);
+            if (fn5[c]) {
+                v43.w[c] = qn4[c];
+            } else {
+                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l40 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                v43.w[c] = w;
+            }
+        }
+        float v44[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v44[r] = (v42[r] * v43[r]);
+            }
+        }
+        dt_bf16s<8> v45; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l43 = (int)((unsigned)e / 1u % 4096u);
+            if (fn7[c]) {
+                v45.w[c] = qn6[c];
+            } else {
+                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l43 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                v45.w[c] = w;
+            }
+        }
+        float v46[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v46[r] = (v44[r] + v45[r]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l46 = (int)((unsigned)e / 4096u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v46[c * 8 + 0], v46[c * 8 + 1]), dt_pack2_bf16(v46[c * 8 + 2], v46[c * 8 + 3]), dt_pack2_bf16(v46[c * 8 + 4], v46[c * 8 + 5]), dt_pack2_bf16(v46[c * 8 + 6], v46[c * 8 + 7]));
+            } else {
+                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 0]);
+                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 1]);
+                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 2]);
+                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 3]);
+                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 4]);
+                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 5]);
+                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 6]);
+                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v46[c * 8 + 7]);
+            }
+        }
+    }
+    /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2): loads one step ahead */
+    uint4 qn49[1];
+    bool fn50[1];
+    uint4 qn51[1];
+    bool fn52[1];
+    uint4 qn53[1];
+    bool fn54[1];
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 512 + tid) * 8;
+        const int l55 = (int)((unsigned)e / 4096u % 1u);
+        const int l56 = (int)((unsigned)e / 1u % 4096u);
+        const unsigned a = (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l56) * (unsigned)args.input_strides[0][1];
+        fn50[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) < (unsigned)s0 && (unsigned)(0 + (l56 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+        if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 512 + tid) * 8;
+        const int l57 = (int)((unsigned)e / 1u % 4096u);
+        const unsigned a = (unsigned)(0 + l57) * (unsigned)args.input_strides[1][0];
+        fn52[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l57 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+        if (fn52[c]) qn51[c] = *(const uint4*)(in1 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 512 + tid) * 8;
+        const int l58 = (int)((unsigned)e / 1u % 4096u);
+        const unsigned a = (unsigned)(0 + l58) * (unsigned)args.input_strides[2][0];
+        fn54[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l58 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+        if (fn54[c]) qn53[c] = *(const uint4*)(in2 + a);
+    }
+    for (long long o48 = dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o48 < dt_min_ll(b0 * 2 + 2, s0); o48 += 1) {
+        uint4 q59[1];
+        bool f60[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) { q59[c] = qn49[c]; f60[c] = fn50[c]; }
+        if (o48 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l61 = (int)((unsigned)e / 4096u % 1u);
+                const int l62 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)((o48 + 1) + l61) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l62) * (unsigned)args.input_strides[0][1];
+                fn50[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l62 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+            }
+        }
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        dt_bf16s<8> v0; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l64 = (int)((unsigned)e / 4096u % 1u);
+            const int l65 = (int)((unsigned)e / 1u % 4096u);
+            if (f60[c]) {
+                v0.w[c] = q59[c];
+            } else {
+                const unsigned a = (unsigned)(o48 + l64) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l65) * (unsigned)args.input_strides[0][1];
+                uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                #pragma unroll
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l65 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                 v0.w[c] = w;
             }
         }
@@ -3244,9 +5025,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a20 = 0e0f;
-            for (int g = 0; g < 16; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a20;
+            float a67 = 0e0f;
+            for (int g = 0; g < 16; g++) a67 = a67 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a67;
         }
         {
             const int r = 0, e = 0;
@@ -3258,12 +5039,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -3299,8 +5074,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l30 = (int)((unsigned)e / 1u % 4096u);
-                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l77 = (int)((unsigned)e / 1u % 4096u);
+                v13[r] = ((unsigned)(0 + l77) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -3320,9 +5095,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a32 = 0e0f;
-            for (int g = 0; g < 16; g++) a32 = a32 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v14[r] = a32;
+            float a79 = 0e0f;
+            for (int g = 0; g < 16; g++) a79 = a79 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v14[r] = a79;
         }
         {
             const int r = 0, e = 0;
@@ -3340,12 +5115,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -3371,14 +5140,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l40 = (int)((unsigned)e / 1u % 4096u);
-            if (fn5[c]) {
-                v26.w[c] = qn4[c];
+            const int l87 = (int)((unsigned)e / 1u % 4096u);
+            if (fn52[c]) {
+                v26.w[c] = qn51[c];
             } else {
-                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                const unsigned a = (unsigned)(0 + l87) * (unsigned)args.input_strides[1][0];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l40 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l87 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
                 v26.w[c] = w;
             }
         }
@@ -3394,14 +5163,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l43 = (int)((unsigned)e / 1u % 4096u);
-            if (fn7[c]) {
-                v28.w[c] = qn6[c];
+            const int l90 = (int)((unsigned)e / 1u % 4096u);
+            if (fn54[c]) {
+                v28.w[c] = qn53[c];
             } else {
-                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                const unsigned a = (unsigned)(0 + l90) * (unsigned)args.input_strides[2][0];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l43 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l90 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
                 v28.w[c] = w;
             }
         }
@@ -3416,20 +5185,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l46 = (int)((unsigned)e / 4096u % 1u);
-            const int l47 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l93 = (int)((unsigned)e / 4096u % 1u);
+            const int l94 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o48 + l93) * (unsigned)args.output_strides[0] + (unsigned)(0 + l94) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l94 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                if ((unsigned)(0 + l94) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if ((unsigned)(0 + (l94 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if ((unsigned)(0 + (l94 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if ((unsigned)(0 + (l94 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if ((unsigned)(0 + (l94 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if ((unsigned)(0 + (l94 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if ((unsigned)(0 + (l94 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if ((unsigned)(0 + (l94 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }
@@ -3453,6 +5222,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16_whole(con
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2): loads one step ahead */
     uint4 qn2[1];
     bool fn3[1];
@@ -3485,12 +5266,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16_whole(con
         fn7[c] = (unsigned)(0 + l11) < (unsigned)s1;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+    for (long long o1 = b0 * 2; o1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o1 += 1) {
         uint4 q12[1];
         bool f13[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
-        if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+        if (o1 + 1 < dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) {
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
@@ -3508,11 +5289,246 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16_whole(con
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_bf16s<8> v0; /* 16-bit values as loaded */
+        dt_bf16s<8> v30; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             if (f13[c]) {
-                v0.w[c] = q12[c];
+                v30.w[c] = q12[c];
+            } else {
+                v30.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            }
+        }
+        float v31[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v30[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a20 = 0e0f;
+            for (int g = 0; g < 16; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v31[r] = a20;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v31[0];
+        }
+        float v32[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v32[r] = acc0[r];
+        }
+        float v33[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v33[r] = dt_fast_div(v32[0], v4[0]);
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v34[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v34[r] = (v30[r] - v33[0]);
+            }
+        }
+        float v35[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v35[r] = (v34[r] * v34[r]);
+            }
+        }
+        float v36[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v36[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) / 1u % 4096u)) < (unsigned)s1) ? v35[r] : 0e0f;
+            }
+        }
+        float v37[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v36[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a32 = 0e0f;
+            for (int g = 0; g < 16; g++) a32 = a32 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v37[r] = a32;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v37[0];
+        }
+        float v38[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v38[r] = acc2[r];
+        }
+        float v39[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v39[r] = dt_fast_div(v38[0], v4[0]);
+        }
+        float v40[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v40[r] = (v39[0] + v22[0]);
+        }
+        float v41[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v41[r] = dt_fast_rsqrt(v40[0]);
+        }
+        float v42[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v42[r] = (v34[r] * v41[0]);
+            }
+        }
+        dt_bf16s<8> v43; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            if (fn5[c]) {
+                v43.w[c] = qn4[c];
+            } else {
+                v43.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            }
+        }
+        float v44[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v44[r] = (v42[r] * v43[r]);
+            }
+        }
+        dt_bf16s<8> v45; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            if (fn7[c]) {
+                v45.w[c] = qn6[c];
+            } else {
+                v45.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            }
+        }
+        float v46[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v46[r] = (v44[r] + v45[r]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l46 = (int)((unsigned)e / 4096u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v46[c * 8 + 0], v46[c * 8 + 1]), dt_pack2_bf16(v46[c * 8 + 2], v46[c * 8 + 3]), dt_pack2_bf16(v46[c * 8 + 4], v46[c * 8 + 5]), dt_pack2_bf16(v46[c * 8 + 6], v46[c * 8 + 7]));
+        }
+    }
+    /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2): loads one step ahead */
+    uint4 qn49[1];
+    bool fn50[1];
+    uint4 qn51[1];
+    bool fn52[1];
+    uint4 qn53[1];
+    bool fn54[1];
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 512 + tid) * 8;
+        const int l55 = (int)((unsigned)e / 4096u % 1u);
+        const int l56 = (int)((unsigned)e / 1u % 4096u);
+        const unsigned a = (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l56) * (unsigned)args.input_strides[0][1];
+        fn50[c] = (unsigned)((dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1))) + l55) < (unsigned)s0 && (unsigned)(0 + l56) < (unsigned)s1;
+        if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 512 + tid) * 8;
+        const int l57 = (int)((unsigned)e / 1u % 4096u);
+        const unsigned a = (unsigned)(0 + l57) * (unsigned)args.input_strides[1][0];
+        fn52[c] = (unsigned)(0 + l57) < (unsigned)s1;
+        if (fn52[c]) qn51[c] = *(const uint4*)(in1 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 512 + tid) * 8;
+        const int l58 = (int)((unsigned)e / 1u % 4096u);
+        const unsigned a = (unsigned)(0 + l58) * (unsigned)args.input_strides[2][0];
+        fn54[c] = (unsigned)(0 + l58) < (unsigned)s1;
+        if (fn54[c]) qn53[c] = *(const uint4*)(in2 + a);
+    }
+    for (long long o48 = dt_max_ll(b0 * 2, dt_min_ll(b0 * 2 + 2, (s0 / 1) * 1)); o48 < dt_min_ll(b0 * 2 + 2, s0); o48 += 1) {
+        uint4 q59[1];
+        bool f60[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) { q59[c] = qn49[c]; f60[c] = fn50[c]; }
+        if (o48 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l61 = (int)((unsigned)e / 4096u % 1u);
+                const int l62 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)((o48 + 1) + l61) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l62) * (unsigned)args.input_strides[0][1];
+                fn50[c] = (unsigned)(0 + l62) < (unsigned)s1;
+                if (fn50[c]) qn49[c] = *(const uint4*)(in0 + a);
+            }
+        }
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        dt_bf16s<8> v0; /* 16-bit values as loaded */
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            if (f60[c]) {
+                v0.w[c] = q59[c];
             } else {
                 v0.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
@@ -3535,9 +5551,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16_whole(con
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a20 = 0e0f;
-            for (int g = 0; g < 16; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a20;
+            float a67 = 0e0f;
+            for (int g = 0; g < 16; g++) a67 = a67 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a67;
         }
         {
             const int r = 0, e = 0;
@@ -3549,12 +5565,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16_whole(con
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -3610,9 +5620,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16_whole(con
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a32 = 0e0f;
-            for (int g = 0; g < 16; g++) a32 = a32 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v14[r] = a32;
+            float a79 = 0e0f;
+            for (int g = 0; g < 16; g++) a79 = a79 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v14[r] = a79;
         }
         {
             const int r = 0, e = 0;
@@ -3630,12 +5640,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16_whole(con
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -3660,8 +5664,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16_whole(con
         dt_bf16s<8> v26; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
-            if (fn5[c]) {
-                v26.w[c] = qn4[c];
+            if (fn52[c]) {
+                v26.w[c] = qn51[c];
             } else {
                 v26.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
@@ -3677,8 +5681,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16_whole(con
         dt_bf16s<8> v28; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
-            if (fn7[c]) {
-                v28.w[c] = qn6[c];
+            if (fn54[c]) {
+                v28.w[c] = qn53[c];
             } else {
                 v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
@@ -3694,10 +5698,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16_whole(con
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l46 = (int)((unsigned)e / 4096u % 1u);
-            const int l47 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
+            const int l93 = (int)((unsigned)e / 4096u % 1u);
+            const int l94 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o48 + l93) * (unsigned)args.output_strides[0] + (unsigned)(0 + l94) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l94) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
         }
     }
 }
@@ -3720,6 +5724,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32_f32(cons
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm_16k_f32.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
@@ -3780,12 +5796,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32_f32(cons
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -3862,12 +5872,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32_f32(cons
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = (v15[0] / v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -3979,6 +5983,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32_f32_whol
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm_16k_f32.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
@@ -4039,12 +6055,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32_f32_whol
             const int r = 0, e = 0;
             (void)r; (void)e;
             v3[r] = acc0[r];
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         float v5[1];
         {
@@ -4120,12 +6130,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32_f32_whol
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = (v15[0] / v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -4230,6 +6234,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:4) layernorm_16k.tensorize(x:1) num_stages(2): loads one step ahead */
     uint4 qn2[2];
     bool fn3[2];
@@ -4334,12 +6350,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
-        }
         float v5[1];
         {
             const int r = 0, e = 0;
@@ -4415,12 +6425,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -4528,6 +6532,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16_whole(co
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:4) layernorm_16k.tensorize(x:1) num_stages(2): loads one step ahead */
     uint4 qn2[2];
     bool fn3[2];
@@ -4625,12 +6641,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16_whole(co
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
-        }
         float v5[1];
         {
             const int r = 0, e = 0;
@@ -4705,12 +6715,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16_whole(co
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -4795,6 +6799,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:4) layernorm_16k.tensorize(x:1) num_stages(2): loads one step ahead */
     uint4 qn2[2];
     bool fn3[2];
@@ -4899,12 +6915,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
-        }
         float v5[1];
         {
             const int r = 0, e = 0;
@@ -4980,12 +6990,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -5093,6 +7097,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16_whole(c
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:4) layernorm_16k.tensorize(x:1) num_stages(2): loads one step ahead */
     uint4 qn2[2];
     bool fn3[2];
@@ -5190,12 +7206,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16_whole(c
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
-        }
         float v5[1];
         {
             const int r = 0, e = 0;
@@ -5270,12 +7280,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16_whole(c
             const int r = 0, e = 0;
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
-        }
-        float v22[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v22[r] = args.scalars[0];
         }
         float v23[1];
         {
@@ -5360,8 +7364,34 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v35[8];
+    #pragma unroll
+    for (int r = 0; r < 8; r++) {
+        const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        (void)e; {
+            v35[r] = 1e0f;
+        }
+    }
+    float v39[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v39[r] = 1e0f;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    for (long long o2 = b0 * 1; o2 < dt_min_ll(b0 * 1 + 1, s0); o2 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -5377,12 +7407,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             (void)e; {
                 acc4[r] = 0e0f;
             }
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         /* rsum identity */
         float acc2[1];
@@ -5419,31 +7443,31 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             }
         }
         /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads one step ahead */
-        uint4 qn13[1];
-        bool fn14[1];
+        uint4 qn14[1];
+        bool fn15[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l15 = (int)((unsigned)e / 8192u % 1u);
-            const int l16 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l16) * (unsigned)args.input_strides[0][1];
-            fn14[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((0) + (l16 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
+            const int l16 = (int)((unsigned)e / 8192u % 1u);
+            const int l17 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o2 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l17) * (unsigned)args.input_strides[0][1];
+            fn15[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((0) + (l17 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (fn15[c]) qn14[c] = *(const uint4*)(in0 + a);
         }
-        for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
-            uint4 q17[1];
-            bool f18[1];
+        for (long long o13 = 0; o13 < (s1 / 8192) * 8192; o13 += 8192) {
+            uint4 q18[1];
+            bool f19[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q17[c] = qn13[c]; f18[c] = fn14[c]; }
-            if (o12 + 8192 < (s1 / 8192) * 8192) {
+            for (int c = 0; c < 1; c++) { q18[c] = qn14[c]; f19[c] = fn15[c]; }
+            if (o13 + 8192 < (s1 / 8192) * 8192) {
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l19 = (int)((unsigned)e / 8192u % 1u);
-                    const int l20 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)((o12 + 8192) + l20) * (unsigned)args.input_strides[0][1];
-                    fn14[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
+                    const int l20 = (int)((unsigned)e / 8192u % 1u);
+                    const int l21 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)((o13 + 8192) + l21) * (unsigned)args.input_strides[0][1];
+                    fn15[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fn15[c]) qn14[c] = *(const uint4*)(in0 + a);
                 }
             }
             float v64[8];
@@ -5466,12 +7490,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l25 = (int)((unsigned)e / 8192u % 1u);
-                const int l26 = (int)((unsigned)e / 1u % 8192u);
-                if (f18[c]) {
-                    v66.w[c] = q17[c];
+                const int l26 = (int)((unsigned)e / 8192u % 1u);
+                const int l27 = (int)((unsigned)e / 1u % 8192u);
+                if (f19[c]) {
+                    v66.w[c] = q18[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l26) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o2 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(o13 + l27) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
@@ -5495,10 +7519,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             }
             float v68[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v68[r] = 1e0f;
+                    v68[r] = ((v35[r * 8 + 0] + v35[r * 8 + 1]) + (v35[r * 8 + 2] + v35[r * 8 + 3])) + ((v35[r * 8 + 4] + v35[r * 8 + 5]) + (v35[r * 8 + 6] + v35[r * 8 + 7]));
                 }
             }
             float v69[8];
@@ -5506,29 +7530,31 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v69[r] = ((v68[r * 8 + 0] + v68[r * 8 + 1]) + (v68[r * 8 + 2] + v68[r * 8 + 3])) + ((v68[r * 8 + 4] + v68[r * 8 + 5]) + (v68[r * 8 + 6] + v68[r * 8 + 7]));
+                    v69[r] = fmaxf(v68[r], v39[0]);
                 }
             }
-            float v70[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v70[r] = 1e0f;
-            }
-            float v71[8];
+            float v70[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v71[r] = fmaxf(v69[r], v70[0]);
+                    v70[r] = dt_fast_div(v67[r], v69[r]);
+                }
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v71[r] = (v66[r] - v70[r / 8]);
                 }
             }
             float v72[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v72[r] = dt_fast_div(v67[r], v71[r]);
+                    v72[r] = (v71[r] * v35[r]);
                 }
             }
             float v73[8];
@@ -5536,23 +7562,30 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v73[r] = (v66[r] - v72[r / 8]);
+                    v73[r] = (v72[r] * v72[r]);
                 }
             }
             float v74[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v74[r] = (v73[r] * v68[r]);
+                    v74[r] = ((v73[r * 8 + 0] + v73[r * 8 + 1]) + (v73[r * 8 + 2] + v73[r * 8 + 3])) + ((v73[r * 8 + 4] + v73[r * 8 + 5]) + (v73[r * 8 + 6] + v73[r * 8 + 7]));
                 }
             }
             float v75[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v75[r] = (v74[r] * v74[r]);
+                    v75[r] = (v64[r] + v68[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v75[r];
                 }
             }
             float v76[8];
@@ -5560,7 +7593,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v76[r] = ((v75[r * 8 + 0] + v75[r * 8 + 1]) + (v75[r * 8 + 2] + v75[r * 8 + 3])) + ((v75[r * 8 + 4] + v75[r * 8 + 5]) + (v75[r * 8 + 6] + v75[r * 8 + 7]));
+                    v76[r] = fmaxf(v75[r], v39[0]);
                 }
             }
             float v77[8];
@@ -5568,14 +7601,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v77[r] = (v64[r] + v69[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v77[r];
+                    v77[r] = dt_fast_div(v68[r], v76[r]);
                 }
             }
             float v78[8];
@@ -5583,7 +7609,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v78[r] = fmaxf(v77[r], v70[0]);
+                    v78[r] = (v70[r] - v65[r]);
                 }
             }
             float v79[8];
@@ -5591,7 +7617,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = dt_fast_div(v69[r], v78[r]);
+                    v79[r] = (v78[r] * v77[r]);
                 }
             }
             float v80[8];
@@ -5599,7 +7625,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v80[r] = (v72[r] - v65[r]);
+                    v80[r] = (v65[r] + v79[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v80[r];
                 }
             }
             float v81[8];
@@ -5607,7 +7640,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = (v80[r] * v79[r]);
+                    v81[r] = (v79[r] * v78[r]);
                 }
             }
             float v82[8];
@@ -5615,14 +7648,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v82[r] = (v65[r] + v81[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v82[r];
+                    v82[r] = (v81[r] * v64[r]);
                 }
             }
             float v83[8];
@@ -5630,7 +7656,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v83[r] = (v81[r] * v80[r]);
+                    v83[r] = acc5[r];
                 }
             }
             float v84[8];
@@ -5638,7 +7664,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v84[r] = (v83[r] * v64[r]);
+                    v84[r] = (v83[r] + v74[r]);
                 }
             }
             float v85[8];
@@ -5646,30 +7672,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v85[r] = acc5[r];
-                }
-            }
-            float v86[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v86[r] = (v85[r] + v76[r]);
-                }
-            }
-            float v87[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v87[r] = (v86[r] + v84[r]);
+                    v85[r] = (v84[r] + v82[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v87[r];
+                    acc5[r] = v85[r];
                 }
             }
         }
@@ -5681,7 +7691,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             const int e = (c * 1024 + tid) * 8;
             const int l75 = (int)((unsigned)e / 8192u % 1u);
             const int l76 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l75) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l76) * (unsigned)args.input_strides[0][1];
+            const unsigned a = (unsigned)(o2 + l75) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l76) * (unsigned)args.input_strides[0][1];
             fn74[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((s1 / 8192) * 8192) + (l76 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
         }
@@ -5696,7 +7706,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     const int e = (c * 1024 + tid) * 8;
                     const int l79 = (int)((unsigned)e / 8192u % 1u);
                     const int l80 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l79) * (unsigned)args.input_strides[0][0] + (unsigned)((o72 + 8192) + l80) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o2 + l79) * (unsigned)args.input_strides[0][0] + (unsigned)((o72 + 8192) + l80) * (unsigned)args.input_strides[0][1];
                     fn74[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o72 + 8192) + (l80 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
                 }
@@ -5726,7 +7736,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 if (f78[c]) {
                     v0.w[c] = q77[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l85) * (unsigned)args.input_strides[0][0] + (unsigned)(o72 + l86) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o2 + l85) * (unsigned)args.input_strides[0][0] + (unsigned)(o72 + l86) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o72 + (l86 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
@@ -5748,21 +7758,13 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     acc4[r] = acc4[r] + v34[r];
                 }
             }
-            float v35[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v35[r] = 1e0f;
-                }
-            }
             float v36[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l92 = (int)((unsigned)e / 1u % 8192u);
-                    v36[r] = ((unsigned)(o72 + l92) < (unsigned)s1) ? v35[r] : 0e0f;
+                    const int l91 = (int)((unsigned)e / 1u % 8192u);
+                    v36[r] = ((unsigned)(o72 + l91) < (unsigned)s1) ? v35[r] : 0e0f;
                 }
             }
             float v37[8];
@@ -5772,12 +7774,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 (void)e; {
                     v37[r] = ((v36[r * 8 + 0] + v36[r * 8 + 1]) + (v36[r * 8 + 2] + v36[r * 8 + 3])) + ((v36[r * 8 + 4] + v36[r * 8 + 5]) + (v36[r * 8 + 6] + v36[r * 8 + 7]));
                 }
-            }
-            float v39[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v39[r] = 1e0f;
             }
             float v40[8];
             #pragma unroll
@@ -5963,9 +7959,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a136 = 0e0f;
-            for (int g = 0; g < 32; g++) a136 = a136 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a136;
+            float a135 = 0e0f;
+            for (int g = 0; g < 32; g++) a135 = a135 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a135;
         }
         {
             const int r = 0, e = 0;
@@ -6057,9 +8053,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a155 = 0e0f;
-            for (int g = 0; g < 32; g++) a155 = a155 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v14[r] = a155;
+            float a154 = 0e0f;
+            for (int g = 0; g < 32; g++) a154 = a154 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v14[r] = a154;
         }
         {
             const int r = 0, e = 0;
@@ -6078,91 +8074,103 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
         }
-        /* layernorm.tensorize(y:8192) num_stages(4): loads one step ahead */
-        uint4 qn160[1];
-        bool fn161[1];
-        uint4 qn162[1];
-        bool fn163[1];
-        uint4 qn164[1];
-        bool fn165[1];
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 1024 + tid) * 8;
-            const int l166 = (int)((unsigned)e / 8192u % 1u);
-            const int l167 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l166) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l167) * (unsigned)args.input_strides[0][1];
-            fn161[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l167 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (fn161[c]) qn160[c] = dt_load_once((const uint4*)(in0 + a));
+        float v23[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
         }
+        float v24[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_fast_rsqrt(v23[0]);
+        }
+        /* layernorm.tensorize(y:8192) num_stages(4): loads one step ahead */
+        uint4 qn161[1];
+        bool fn162[1];
+        uint4 qn163[1];
+        bool fn164[1];
+        uint4 qn165[1];
+        bool fn166[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
+            const int l167 = (int)((unsigned)e / 8192u % 1u);
             const int l168 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l168) * (unsigned)args.input_strides[1][0];
-            fn163[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l168 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-            if (fn163[c]) qn162[c] = *(const uint4*)(in1 + a);
+            const unsigned a = (unsigned)(o2 + l167) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l168) * (unsigned)args.input_strides[0][1];
+            fn162[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l168 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (fn162[c]) qn161[c] = dt_load_once((const uint4*)(in0 + a));
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
             const int l169 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l169) * (unsigned)args.input_strides[2][0];
-            fn165[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l169 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-            if (fn165[c]) qn164[c] = *(const uint4*)(in2 + a);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l169) * (unsigned)args.input_strides[1][0];
+            fn164[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l169 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+            if (fn164[c]) qn163[c] = *(const uint4*)(in1 + a);
         }
-        for (long long o159 = (dt_cdiv(s1, 8192) - 1) * 8192; o159 >= 0; o159 -= 8192) {
-            uint4 q170[1];
-            bool f171[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l170 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l170) * (unsigned)args.input_strides[2][0];
+            fn166[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l170 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+            if (fn166[c]) qn165[c] = *(const uint4*)(in2 + a);
+        }
+        for (long long o160 = (dt_cdiv(s1, 8192) - 1) * 8192; o160 >= 0; o160 -= 8192) {
+            uint4 q171[1];
+            bool f172[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q170[c] = qn160[c]; f171[c] = fn161[c]; }
-            uint4 q172[1];
-            bool f173[1];
+            for (int c = 0; c < 1; c++) { q171[c] = qn161[c]; f172[c] = fn162[c]; }
+            uint4 q173[1];
+            bool f174[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q172[c] = qn162[c]; f173[c] = fn163[c]; }
-            uint4 q174[1];
-            bool f175[1];
+            for (int c = 0; c < 1; c++) { q173[c] = qn163[c]; f174[c] = fn164[c]; }
+            uint4 q175[1];
+            bool f176[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q174[c] = qn164[c]; f175[c] = fn165[c]; }
-            if (o159 - 8192 >= 0) {
+            for (int c = 0; c < 1; c++) { q175[c] = qn165[c]; f176[c] = fn166[c]; }
+            if (o160 - 8192 >= 0) {
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l176 = (int)((unsigned)e / 8192u % 1u);
-                    const int l177 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l176) * (unsigned)args.input_strides[0][0] + (unsigned)((o159 - 8192) + l177) * (unsigned)args.input_strides[0][1];
-                    fn161[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o159 - 8192) + (l177 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fn161[c]) qn160[c] = dt_load_once((const uint4*)(in0 + a));
-                }
-                #pragma unroll
-                for (int c = 0; c < 1; c++) {
-                    const int e = (c * 1024 + tid) * 8;
+                    const int l177 = (int)((unsigned)e / 8192u % 1u);
                     const int l178 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o159 - 8192) + l178) * (unsigned)args.input_strides[1][0];
-                    fn163[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)((o159 - 8192) + (l178 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-                    if (fn163[c]) qn162[c] = *(const uint4*)(in1 + a);
+                    const unsigned a = (unsigned)(o2 + l177) * (unsigned)args.input_strides[0][0] + (unsigned)((o160 - 8192) + l178) * (unsigned)args.input_strides[0][1];
+                    fn162[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o160 - 8192) + (l178 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fn162[c]) qn161[c] = dt_load_once((const uint4*)(in0 + a));
                 }
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
                     const int l179 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o159 - 8192) + l179) * (unsigned)args.input_strides[2][0];
-                    fn165[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)((o159 - 8192) + (l179 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-                    if (fn165[c]) qn164[c] = *(const uint4*)(in2 + a);
+                    const unsigned a = (unsigned)((o160 - 8192) + l179) * (unsigned)args.input_strides[1][0];
+                    fn164[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)((o160 - 8192) + (l179 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                    if (fn164[c]) qn163[c] = *(const uint4*)(in1 + a);
+                }
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l180 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o160 - 8192) + l180) * (unsigned)args.input_strides[2][0];
+                    fn166[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)((o160 - 8192) + (l180 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                    if (fn166[c]) qn165[c] = *(const uint4*)(in2 + a);
                 }
             }
             dt_f16s<8> v18; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l180 = (int)((unsigned)e / 8192u % 1u);
-                const int l181 = (int)((unsigned)e / 1u % 8192u);
-                if (f171[c]) {
-                    v18.w[c] = q170[c];
+                const int l181 = (int)((unsigned)e / 8192u % 1u);
+                const int l182 = (int)((unsigned)e / 1u % 8192u);
+                if (f172[c]) {
+                    v18.w[c] = q171[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l180) * (unsigned)args.input_strides[0][0] + (unsigned)(o159 + l181) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o2 + l181) * (unsigned)args.input_strides[0][0] + (unsigned)(o160 + l182) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o159 + (l181 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o160 + (l182 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v18.w[c] = w;
                 }
             }
@@ -6173,24 +8181,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 (void)e; {
                     v20[r] = (v18[r] - v5[0]);
                 }
-            }
-            float v22[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v22[r] = args.scalars[0];
-            }
-            float v23[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v23[r] = (v17[0] + v22[0]);
-            }
-            float v24[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v24[r] = dt_fast_rsqrt(v23[0]);
             }
             float v25[8];
             #pragma unroll
@@ -6204,14 +8194,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l188 = (int)((unsigned)e / 1u % 8192u);
-                if (f173[c]) {
-                    v26.w[c] = q172[c];
+                const int l187 = (int)((unsigned)e / 1u % 8192u);
+                if (f174[c]) {
+                    v26.w[c] = q173[c];
                 } else {
-                    const unsigned a = (unsigned)(o159 + l188) * (unsigned)args.input_strides[1][0];
+                    const unsigned a = (unsigned)(o160 + l187) * (unsigned)args.input_strides[1][0];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o159 + (l188 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o160 + (l187 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
                     v26.w[c] = w;
                 }
             }
@@ -6227,14 +8217,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l191 = (int)((unsigned)e / 1u % 8192u);
-                if (f175[c]) {
-                    v28.w[c] = q174[c];
+                const int l190 = (int)((unsigned)e / 1u % 8192u);
+                if (f176[c]) {
+                    v28.w[c] = q175[c];
                 } else {
-                    const unsigned a = (unsigned)(o159 + l191) * (unsigned)args.input_strides[2][0];
+                    const unsigned a = (unsigned)(o160 + l190) * (unsigned)args.input_strides[2][0];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o159 + (l191 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o160 + (l190 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
                     v28.w[c] = w;
                 }
             }
@@ -6249,20 +8239,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l194 = (int)((unsigned)e / 8192u % 1u);
-                const int l195 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l194) * (unsigned)args.output_strides[0] + (unsigned)(o159 + l195) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o159 + (l195 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l193 = (int)((unsigned)e / 8192u % 1u);
+                const int l194 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l193) * (unsigned)args.output_strides[0] + (unsigned)(o160 + l194) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o160 + (l194 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o159 + l195) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                    if ((unsigned)(o159 + (l195 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                    if ((unsigned)(o159 + (l195 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                    if ((unsigned)(o159 + (l195 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                    if ((unsigned)(o159 + (l195 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                    if ((unsigned)(o159 + (l195 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                    if ((unsigned)(o159 + (l195 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                    if ((unsigned)(o159 + (l195 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                    if ((unsigned)(o160 + l194) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                    if ((unsigned)(o160 + (l194 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                    if ((unsigned)(o160 + (l194 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                    if ((unsigned)(o160 + (l194 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                    if ((unsigned)(o160 + (l194 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                    if ((unsigned)(o160 + (l194 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                    if ((unsigned)(o160 + (l194 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                    if ((unsigned)(o160 + (l194 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
                 }
             }
         }
@@ -6287,8 +8277,34 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v35[8];
+    #pragma unroll
+    for (int r = 0; r < 8; r++) {
+        const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        (void)e; {
+            v35[r] = 1e0f;
+        }
+    }
+    float v39[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v39[r] = 1e0f;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    for (long long o2 = b0 * 1; o2 < dt_min_ll(b0 * 1 + 1, s0); o2 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -6304,12 +8320,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             (void)e; {
                 acc4[r] = 0e0f;
             }
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         /* rsum identity */
         float acc2[1];
@@ -6346,31 +8356,31 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             }
         }
         /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads one step ahead */
-        uint4 qn13[1];
-        bool fn14[1];
+        uint4 qn14[1];
+        bool fn15[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l15 = (int)((unsigned)e / 8192u % 1u);
-            const int l16 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l16) * (unsigned)args.input_strides[0][1];
-            fn14[c] = (unsigned)((0) + l16) < (unsigned)s1;
-            if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
+            const int l16 = (int)((unsigned)e / 8192u % 1u);
+            const int l17 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o2 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l17) * (unsigned)args.input_strides[0][1];
+            fn15[c] = (unsigned)((0) + l17) < (unsigned)s1;
+            if (fn15[c]) qn14[c] = *(const uint4*)(in0 + a);
         }
-        for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
-            uint4 q17[1];
-            bool f18[1];
+        for (long long o13 = 0; o13 < (s1 / 8192) * 8192; o13 += 8192) {
+            uint4 q18[1];
+            bool f19[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q17[c] = qn13[c]; f18[c] = fn14[c]; }
-            if (o12 + 8192 < (s1 / 8192) * 8192) {
+            for (int c = 0; c < 1; c++) { q18[c] = qn14[c]; f19[c] = fn15[c]; }
+            if (o13 + 8192 < (s1 / 8192) * 8192) {
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l19 = (int)((unsigned)e / 8192u % 1u);
-                    const int l20 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)((o12 + 8192) + l20) * (unsigned)args.input_strides[0][1];
-                    fn14[c] = 1;
-                    if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
+                    const int l20 = (int)((unsigned)e / 8192u % 1u);
+                    const int l21 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)((o13 + 8192) + l21) * (unsigned)args.input_strides[0][1];
+                    fn15[c] = 1;
+                    if (fn15[c]) qn14[c] = *(const uint4*)(in0 + a);
                 }
             }
             float v64[8];
@@ -6392,8 +8402,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             dt_f16s<8> v66; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f18[c]) {
-                    v66.w[c] = q17[c];
+                if (f19[c]) {
+                    v66.w[c] = q18[c];
                 } else {
                     v66.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -6415,10 +8425,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             }
             float v68[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v68[r] = 1e0f;
+                    v68[r] = ((v35[r * 8 + 0] + v35[r * 8 + 1]) + (v35[r * 8 + 2] + v35[r * 8 + 3])) + ((v35[r * 8 + 4] + v35[r * 8 + 5]) + (v35[r * 8 + 6] + v35[r * 8 + 7]));
                 }
             }
             float v69[8];
@@ -6426,29 +8436,31 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v69[r] = ((v68[r * 8 + 0] + v68[r * 8 + 1]) + (v68[r * 8 + 2] + v68[r * 8 + 3])) + ((v68[r * 8 + 4] + v68[r * 8 + 5]) + (v68[r * 8 + 6] + v68[r * 8 + 7]));
+                    v69[r] = fmaxf(v68[r], v39[0]);
                 }
             }
-            float v70[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v70[r] = 1e0f;
-            }
-            float v71[8];
+            float v70[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v71[r] = fmaxf(v69[r], v70[0]);
+                    v70[r] = dt_fast_div(v67[r], v69[r]);
+                }
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v71[r] = (v66[r] - v70[r / 8]);
                 }
             }
             float v72[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v72[r] = dt_fast_div(v67[r], v71[r]);
+                    v72[r] = (v71[r] * v35[r]);
                 }
             }
             float v73[8];
@@ -6456,23 +8468,30 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v73[r] = (v66[r] - v72[r / 8]);
+                    v73[r] = (v72[r] * v72[r]);
                 }
             }
             float v74[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v74[r] = (v73[r] * v68[r]);
+                    v74[r] = ((v73[r * 8 + 0] + v73[r * 8 + 1]) + (v73[r * 8 + 2] + v73[r * 8 + 3])) + ((v73[r * 8 + 4] + v73[r * 8 + 5]) + (v73[r * 8 + 6] + v73[r * 8 + 7]));
                 }
             }
             float v75[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v75[r] = (v74[r] * v74[r]);
+                    v75[r] = (v64[r] + v68[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v75[r];
                 }
             }
             float v76[8];
@@ -6480,7 +8499,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v76[r] = ((v75[r * 8 + 0] + v75[r * 8 + 1]) + (v75[r * 8 + 2] + v75[r * 8 + 3])) + ((v75[r * 8 + 4] + v75[r * 8 + 5]) + (v75[r * 8 + 6] + v75[r * 8 + 7]));
+                    v76[r] = fmaxf(v75[r], v39[0]);
                 }
             }
             float v77[8];
@@ -6488,14 +8507,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v77[r] = (v64[r] + v69[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v77[r];
+                    v77[r] = dt_fast_div(v68[r], v76[r]);
                 }
             }
             float v78[8];
@@ -6503,7 +8515,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v78[r] = fmaxf(v77[r], v70[0]);
+                    v78[r] = (v70[r] - v65[r]);
                 }
             }
             float v79[8];
@@ -6511,7 +8523,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = dt_fast_div(v69[r], v78[r]);
+                    v79[r] = (v78[r] * v77[r]);
                 }
             }
             float v80[8];
@@ -6519,7 +8531,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v80[r] = (v72[r] - v65[r]);
+                    v80[r] = (v65[r] + v79[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v80[r];
                 }
             }
             float v81[8];
@@ -6527,7 +8546,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = (v80[r] * v79[r]);
+                    v81[r] = (v79[r] * v78[r]);
                 }
             }
             float v82[8];
@@ -6535,14 +8554,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v82[r] = (v65[r] + v81[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v82[r];
+                    v82[r] = (v81[r] * v64[r]);
                 }
             }
             float v83[8];
@@ -6550,7 +8562,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v83[r] = (v81[r] * v80[r]);
+                    v83[r] = acc5[r];
                 }
             }
             float v84[8];
@@ -6558,7 +8570,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v84[r] = (v83[r] * v64[r]);
+                    v84[r] = (v83[r] + v74[r]);
                 }
             }
             float v85[8];
@@ -6566,30 +8578,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v85[r] = acc5[r];
-                }
-            }
-            float v86[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v86[r] = (v85[r] + v76[r]);
-                }
-            }
-            float v87[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v87[r] = (v86[r] + v84[r]);
+                    v85[r] = (v84[r] + v82[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v87[r];
+                    acc5[r] = v85[r];
                 }
             }
         }
@@ -6601,7 +8597,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             const int e = (c * 1024 + tid) * 8;
             const int l75 = (int)((unsigned)e / 8192u % 1u);
             const int l76 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l75) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l76) * (unsigned)args.input_strides[0][1];
+            const unsigned a = (unsigned)(o2 + l75) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l76) * (unsigned)args.input_strides[0][1];
             fn74[c] = (unsigned)(((s1 / 8192) * 8192) + l76) < (unsigned)s1;
             if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
         }
@@ -6616,7 +8612,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
                     const int e = (c * 1024 + tid) * 8;
                     const int l79 = (int)((unsigned)e / 8192u % 1u);
                     const int l80 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l79) * (unsigned)args.input_strides[0][0] + (unsigned)((o72 + 8192) + l80) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o2 + l79) * (unsigned)args.input_strides[0][0] + (unsigned)((o72 + 8192) + l80) * (unsigned)args.input_strides[0][1];
                     fn74[c] = (unsigned)((o72 + 8192) + l80) < (unsigned)s1;
                     if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
                 }
@@ -6661,14 +8657,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
                     acc4[r] = acc4[r] + v34[r];
                 }
             }
-            float v35[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v35[r] = 1e0f;
-                }
-            }
             float v36[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
@@ -6684,12 +8672,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
                 (void)e; {
                     v37[r] = ((v36[r * 8 + 0] + v36[r * 8 + 1]) + (v36[r * 8 + 2] + v36[r * 8 + 3])) + ((v36[r * 8 + 4] + v36[r * 8 + 5]) + (v36[r * 8 + 6] + v36[r * 8 + 7]));
                 }
-            }
-            float v39[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v39[r] = 1e0f;
             }
             float v40[8];
             #pragma unroll
@@ -6875,9 +8857,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a136 = 0e0f;
-            for (int g = 0; g < 32; g++) a136 = a136 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a136;
+            float a135 = 0e0f;
+            for (int g = 0; g < 32; g++) a135 = a135 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a135;
         }
         {
             const int r = 0, e = 0;
@@ -6969,9 +8951,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a155 = 0e0f;
-            for (int g = 0; g < 32; g++) a155 = a155 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v14[r] = a155;
+            float a154 = 0e0f;
+            for (int g = 0; g < 32; g++) a154 = a154 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v14[r] = a154;
         }
         {
             const int r = 0, e = 0;
@@ -6990,83 +8972,95 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
         }
-        /* layernorm.tensorize(y:8192) num_stages(4): loads one step ahead */
-        uint4 qn160[1];
-        bool fn161[1];
-        uint4 qn162[1];
-        bool fn163[1];
-        uint4 qn164[1];
-        bool fn165[1];
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 1024 + tid) * 8;
-            const int l166 = (int)((unsigned)e / 8192u % 1u);
-            const int l167 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l166) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l167) * (unsigned)args.input_strides[0][1];
-            fn161[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l167) < (unsigned)s1;
-            if (fn161[c]) qn160[c] = dt_load_once((const uint4*)(in0 + a));
+        float v23[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
         }
+        float v24[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_fast_rsqrt(v23[0]);
+        }
+        /* layernorm.tensorize(y:8192) num_stages(4): loads one step ahead */
+        uint4 qn161[1];
+        bool fn162[1];
+        uint4 qn163[1];
+        bool fn164[1];
+        uint4 qn165[1];
+        bool fn166[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
+            const int l167 = (int)((unsigned)e / 8192u % 1u);
             const int l168 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l168) * (unsigned)args.input_strides[1][0];
-            fn163[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l168) < (unsigned)s1;
-            if (fn163[c]) qn162[c] = *(const uint4*)(in1 + a);
+            const unsigned a = (unsigned)(o2 + l167) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l168) * (unsigned)args.input_strides[0][1];
+            fn162[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l168) < (unsigned)s1;
+            if (fn162[c]) qn161[c] = dt_load_once((const uint4*)(in0 + a));
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
             const int l169 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l169) * (unsigned)args.input_strides[2][0];
-            fn165[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l169) < (unsigned)s1;
-            if (fn165[c]) qn164[c] = *(const uint4*)(in2 + a);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l169) * (unsigned)args.input_strides[1][0];
+            fn164[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l169) < (unsigned)s1;
+            if (fn164[c]) qn163[c] = *(const uint4*)(in1 + a);
         }
-        for (long long o159 = (dt_cdiv(s1, 8192) - 1) * 8192; o159 >= 0; o159 -= 8192) {
-            uint4 q170[1];
-            bool f171[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l170 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l170) * (unsigned)args.input_strides[2][0];
+            fn166[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l170) < (unsigned)s1;
+            if (fn166[c]) qn165[c] = *(const uint4*)(in2 + a);
+        }
+        for (long long o160 = (dt_cdiv(s1, 8192) - 1) * 8192; o160 >= 0; o160 -= 8192) {
+            uint4 q171[1];
+            bool f172[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q170[c] = qn160[c]; f171[c] = fn161[c]; }
-            uint4 q172[1];
-            bool f173[1];
+            for (int c = 0; c < 1; c++) { q171[c] = qn161[c]; f172[c] = fn162[c]; }
+            uint4 q173[1];
+            bool f174[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q172[c] = qn162[c]; f173[c] = fn163[c]; }
-            uint4 q174[1];
-            bool f175[1];
+            for (int c = 0; c < 1; c++) { q173[c] = qn163[c]; f174[c] = fn164[c]; }
+            uint4 q175[1];
+            bool f176[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q174[c] = qn164[c]; f175[c] = fn165[c]; }
-            if (o159 - 8192 >= 0) {
+            for (int c = 0; c < 1; c++) { q175[c] = qn165[c]; f176[c] = fn166[c]; }
+            if (o160 - 8192 >= 0) {
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l176 = (int)((unsigned)e / 8192u % 1u);
-                    const int l177 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l176) * (unsigned)args.input_strides[0][0] + (unsigned)((o159 - 8192) + l177) * (unsigned)args.input_strides[0][1];
-                    fn161[c] = (unsigned)((o159 - 8192) + l177) < (unsigned)s1;
-                    if (fn161[c]) qn160[c] = dt_load_once((const uint4*)(in0 + a));
-                }
-                #pragma unroll
-                for (int c = 0; c < 1; c++) {
-                    const int e = (c * 1024 + tid) * 8;
+                    const int l177 = (int)((unsigned)e / 8192u % 1u);
                     const int l178 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o159 - 8192) + l178) * (unsigned)args.input_strides[1][0];
-                    fn163[c] = (unsigned)((o159 - 8192) + l178) < (unsigned)s1;
-                    if (fn163[c]) qn162[c] = *(const uint4*)(in1 + a);
+                    const unsigned a = (unsigned)(o2 + l177) * (unsigned)args.input_strides[0][0] + (unsigned)((o160 - 8192) + l178) * (unsigned)args.input_strides[0][1];
+                    fn162[c] = (unsigned)((o160 - 8192) + l178) < (unsigned)s1;
+                    if (fn162[c]) qn161[c] = dt_load_once((const uint4*)(in0 + a));
                 }
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
                     const int l179 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o159 - 8192) + l179) * (unsigned)args.input_strides[2][0];
-                    fn165[c] = (unsigned)((o159 - 8192) + l179) < (unsigned)s1;
-                    if (fn165[c]) qn164[c] = *(const uint4*)(in2 + a);
+                    const unsigned a = (unsigned)((o160 - 8192) + l179) * (unsigned)args.input_strides[1][0];
+                    fn164[c] = (unsigned)((o160 - 8192) + l179) < (unsigned)s1;
+                    if (fn164[c]) qn163[c] = *(const uint4*)(in1 + a);
+                }
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l180 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o160 - 8192) + l180) * (unsigned)args.input_strides[2][0];
+                    fn166[c] = (unsigned)((o160 - 8192) + l180) < (unsigned)s1;
+                    if (fn166[c]) qn165[c] = *(const uint4*)(in2 + a);
                 }
             }
             dt_f16s<8> v18; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f171[c]) {
-                    v18.w[c] = q170[c];
+                if (f172[c]) {
+                    v18.w[c] = q171[c];
                 } else {
                     v18.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -7079,24 +9073,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
                     v20[r] = (v18[r] - v5[0]);
                 }
             }
-            float v22[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v22[r] = args.scalars[0];
-            }
-            float v23[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v23[r] = (v17[0] + v22[0]);
-            }
-            float v24[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v24[r] = dt_fast_rsqrt(v23[0]);
-            }
             float v25[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
@@ -7108,8 +9084,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             dt_f16s<8> v26; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f173[c]) {
-                    v26.w[c] = q172[c];
+                if (f174[c]) {
+                    v26.w[c] = q173[c];
                 } else {
                     v26.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -7125,8 +9101,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             dt_f16s<8> v28; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f175[c]) {
-                    v28.w[c] = q174[c];
+                if (f176[c]) {
+                    v28.w[c] = q175[c];
                 } else {
                     v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -7142,10 +9118,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l194 = (int)((unsigned)e / 8192u % 1u);
-                const int l195 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l194) * (unsigned)args.output_strides[0] + (unsigned)(o159 + l195) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o159 + l195) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7])));
+                const int l193 = (int)((unsigned)e / 8192u % 1u);
+                const int l194 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l193) * (unsigned)args.output_strides[0] + (unsigned)(o160 + l194) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o160 + l194) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7])));
             }
         }
     }
@@ -7169,8 +9145,34 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v35[8];
+    #pragma unroll
+    for (int r = 0; r < 8; r++) {
+        const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        (void)e; {
+            v35[r] = 1e0f;
+        }
+    }
+    float v39[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v39[r] = 1e0f;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    for (long long o2 = b0 * 1; o2 < dt_min_ll(b0 * 1 + 1, s0); o2 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -7186,12 +9188,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             (void)e; {
                 acc4[r] = 0e0f;
             }
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         /* rsum identity */
         float acc2[1];
@@ -7228,31 +9224,31 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             }
         }
         /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads one step ahead */
-        uint4 qn13[1];
-        bool fn14[1];
+        uint4 qn14[1];
+        bool fn15[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l15 = (int)((unsigned)e / 8192u % 1u);
-            const int l16 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l16) * (unsigned)args.input_strides[0][1];
-            fn14[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((0) + (l16 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
+            const int l16 = (int)((unsigned)e / 8192u % 1u);
+            const int l17 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o2 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l17) * (unsigned)args.input_strides[0][1];
+            fn15[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((0) + (l17 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (fn15[c]) qn14[c] = *(const uint4*)(in0 + a);
         }
-        for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
-            uint4 q17[1];
-            bool f18[1];
+        for (long long o13 = 0; o13 < (s1 / 8192) * 8192; o13 += 8192) {
+            uint4 q18[1];
+            bool f19[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q17[c] = qn13[c]; f18[c] = fn14[c]; }
-            if (o12 + 8192 < (s1 / 8192) * 8192) {
+            for (int c = 0; c < 1; c++) { q18[c] = qn14[c]; f19[c] = fn15[c]; }
+            if (o13 + 8192 < (s1 / 8192) * 8192) {
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l19 = (int)((unsigned)e / 8192u % 1u);
-                    const int l20 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)((o12 + 8192) + l20) * (unsigned)args.input_strides[0][1];
-                    fn14[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
+                    const int l20 = (int)((unsigned)e / 8192u % 1u);
+                    const int l21 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)((o13 + 8192) + l21) * (unsigned)args.input_strides[0][1];
+                    fn15[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fn15[c]) qn14[c] = *(const uint4*)(in0 + a);
                 }
             }
             float v64[8];
@@ -7275,12 +9271,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l25 = (int)((unsigned)e / 8192u % 1u);
-                const int l26 = (int)((unsigned)e / 1u % 8192u);
-                if (f18[c]) {
-                    v66.w[c] = q17[c];
+                const int l26 = (int)((unsigned)e / 8192u % 1u);
+                const int l27 = (int)((unsigned)e / 1u % 8192u);
+                if (f19[c]) {
+                    v66.w[c] = q18[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l26) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o2 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(o13 + l27) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
@@ -7304,10 +9300,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             }
             float v68[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v68[r] = 1e0f;
+                    v68[r] = ((v35[r * 8 + 0] + v35[r * 8 + 1]) + (v35[r * 8 + 2] + v35[r * 8 + 3])) + ((v35[r * 8 + 4] + v35[r * 8 + 5]) + (v35[r * 8 + 6] + v35[r * 8 + 7]));
                 }
             }
             float v69[8];
@@ -7315,29 +9311,31 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v69[r] = ((v68[r * 8 + 0] + v68[r * 8 + 1]) + (v68[r * 8 + 2] + v68[r * 8 + 3])) + ((v68[r * 8 + 4] + v68[r * 8 + 5]) + (v68[r * 8 + 6] + v68[r * 8 + 7]));
+                    v69[r] = fmaxf(v68[r], v39[0]);
                 }
             }
-            float v70[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v70[r] = 1e0f;
-            }
-            float v71[8];
+            float v70[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v71[r] = fmaxf(v69[r], v70[0]);
+                    v70[r] = dt_fast_div(v67[r], v69[r]);
+                }
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v71[r] = (v66[r] - v70[r / 8]);
                 }
             }
             float v72[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v72[r] = dt_fast_div(v67[r], v71[r]);
+                    v72[r] = (v71[r] * v35[r]);
                 }
             }
             float v73[8];
@@ -7345,23 +9343,30 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v73[r] = (v66[r] - v72[r / 8]);
+                    v73[r] = (v72[r] * v72[r]);
                 }
             }
             float v74[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v74[r] = (v73[r] * v68[r]);
+                    v74[r] = ((v73[r * 8 + 0] + v73[r * 8 + 1]) + (v73[r * 8 + 2] + v73[r * 8 + 3])) + ((v73[r * 8 + 4] + v73[r * 8 + 5]) + (v73[r * 8 + 6] + v73[r * 8 + 7]));
                 }
             }
             float v75[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v75[r] = (v74[r] * v74[r]);
+                    v75[r] = (v64[r] + v68[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v75[r];
                 }
             }
             float v76[8];
@@ -7369,7 +9374,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v76[r] = ((v75[r * 8 + 0] + v75[r * 8 + 1]) + (v75[r * 8 + 2] + v75[r * 8 + 3])) + ((v75[r * 8 + 4] + v75[r * 8 + 5]) + (v75[r * 8 + 6] + v75[r * 8 + 7]));
+                    v76[r] = fmaxf(v75[r], v39[0]);
                 }
             }
             float v77[8];
@@ -7377,14 +9382,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v77[r] = (v64[r] + v69[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v77[r];
+                    v77[r] = dt_fast_div(v68[r], v76[r]);
                 }
             }
             float v78[8];
@@ -7392,7 +9390,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v78[r] = fmaxf(v77[r], v70[0]);
+                    v78[r] = (v70[r] - v65[r]);
                 }
             }
             float v79[8];
@@ -7400,7 +9398,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = dt_fast_div(v69[r], v78[r]);
+                    v79[r] = (v78[r] * v77[r]);
                 }
             }
             float v80[8];
@@ -7408,7 +9406,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v80[r] = (v72[r] - v65[r]);
+                    v80[r] = (v65[r] + v79[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v80[r];
                 }
             }
             float v81[8];
@@ -7416,7 +9421,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = (v80[r] * v79[r]);
+                    v81[r] = (v79[r] * v78[r]);
                 }
             }
             float v82[8];
@@ -7424,14 +9429,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v82[r] = (v65[r] + v81[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v82[r];
+                    v82[r] = (v81[r] * v64[r]);
                 }
             }
             float v83[8];
@@ -7439,7 +9437,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v83[r] = (v81[r] * v80[r]);
+                    v83[r] = acc5[r];
                 }
             }
             float v84[8];
@@ -7447,7 +9445,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v84[r] = (v83[r] * v64[r]);
+                    v84[r] = (v83[r] + v74[r]);
                 }
             }
             float v85[8];
@@ -7455,30 +9453,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v85[r] = acc5[r];
-                }
-            }
-            float v86[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v86[r] = (v85[r] + v76[r]);
-                }
-            }
-            float v87[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v87[r] = (v86[r] + v84[r]);
+                    v85[r] = (v84[r] + v82[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v87[r];
+                    acc5[r] = v85[r];
                 }
             }
         }
@@ -7490,7 +9472,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             const int e = (c * 1024 + tid) * 8;
             const int l75 = (int)((unsigned)e / 8192u % 1u);
             const int l76 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l75) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l76) * (unsigned)args.input_strides[0][1];
+            const unsigned a = (unsigned)(o2 + l75) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l76) * (unsigned)args.input_strides[0][1];
             fn74[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((s1 / 8192) * 8192) + (l76 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
         }
@@ -7505,7 +9487,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     const int e = (c * 1024 + tid) * 8;
                     const int l79 = (int)((unsigned)e / 8192u % 1u);
                     const int l80 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l79) * (unsigned)args.input_strides[0][0] + (unsigned)((o72 + 8192) + l80) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o2 + l79) * (unsigned)args.input_strides[0][0] + (unsigned)((o72 + 8192) + l80) * (unsigned)args.input_strides[0][1];
                     fn74[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o72 + 8192) + (l80 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
                 }
@@ -7535,7 +9517,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 if (f78[c]) {
                     v0.w[c] = q77[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l85) * (unsigned)args.input_strides[0][0] + (unsigned)(o72 + l86) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o2 + l85) * (unsigned)args.input_strides[0][0] + (unsigned)(o72 + l86) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o72 + (l86 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
@@ -7557,21 +9539,13 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     acc4[r] = acc4[r] + v34[r];
                 }
             }
-            float v35[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v35[r] = 1e0f;
-                }
-            }
             float v36[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l92 = (int)((unsigned)e / 1u % 8192u);
-                    v36[r] = ((unsigned)(o72 + l92) < (unsigned)s1) ? v35[r] : 0e0f;
+                    const int l91 = (int)((unsigned)e / 1u % 8192u);
+                    v36[r] = ((unsigned)(o72 + l91) < (unsigned)s1) ? v35[r] : 0e0f;
                 }
             }
             float v37[8];
@@ -7581,12 +9555,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 (void)e; {
                     v37[r] = ((v36[r * 8 + 0] + v36[r * 8 + 1]) + (v36[r * 8 + 2] + v36[r * 8 + 3])) + ((v36[r * 8 + 4] + v36[r * 8 + 5]) + (v36[r * 8 + 6] + v36[r * 8 + 7]));
                 }
-            }
-            float v39[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v39[r] = 1e0f;
             }
             float v40[8];
             #pragma unroll
@@ -7772,9 +9740,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a136 = 0e0f;
-            for (int g = 0; g < 32; g++) a136 = a136 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a136;
+            float a135 = 0e0f;
+            for (int g = 0; g < 32; g++) a135 = a135 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a135;
         }
         {
             const int r = 0, e = 0;
@@ -7866,9 +9834,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a155 = 0e0f;
-            for (int g = 0; g < 32; g++) a155 = a155 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v14[r] = a155;
+            float a154 = 0e0f;
+            for (int g = 0; g < 32; g++) a154 = a154 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v14[r] = a154;
         }
         {
             const int r = 0, e = 0;
@@ -7887,91 +9855,103 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
         }
-        /* layernorm.tensorize(y:8192) num_stages(4): loads one step ahead */
-        uint4 qn160[1];
-        bool fn161[1];
-        uint4 qn162[1];
-        bool fn163[1];
-        uint4 qn164[1];
-        bool fn165[1];
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 1024 + tid) * 8;
-            const int l166 = (int)((unsigned)e / 8192u % 1u);
-            const int l167 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l166) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l167) * (unsigned)args.input_strides[0][1];
-            fn161[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l167 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (fn161[c]) qn160[c] = dt_load_once((const uint4*)(in0 + a));
+        float v23[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
         }
+        float v24[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_fast_rsqrt(v23[0]);
+        }
+        /* layernorm.tensorize(y:8192) num_stages(4): loads one step ahead */
+        uint4 qn161[1];
+        bool fn162[1];
+        uint4 qn163[1];
+        bool fn164[1];
+        uint4 qn165[1];
+        bool fn166[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
+            const int l167 = (int)((unsigned)e / 8192u % 1u);
             const int l168 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l168) * (unsigned)args.input_strides[1][0];
-            fn163[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l168 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-            if (fn163[c]) qn162[c] = *(const uint4*)(in1 + a);
+            const unsigned a = (unsigned)(o2 + l167) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l168) * (unsigned)args.input_strides[0][1];
+            fn162[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l168 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (fn162[c]) qn161[c] = dt_load_once((const uint4*)(in0 + a));
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
             const int l169 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l169) * (unsigned)args.input_strides[2][0];
-            fn165[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l169 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-            if (fn165[c]) qn164[c] = *(const uint4*)(in2 + a);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l169) * (unsigned)args.input_strides[1][0];
+            fn164[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l169 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+            if (fn164[c]) qn163[c] = *(const uint4*)(in1 + a);
         }
-        for (long long o159 = (dt_cdiv(s1, 8192) - 1) * 8192; o159 >= 0; o159 -= 8192) {
-            uint4 q170[1];
-            bool f171[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l170 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l170) * (unsigned)args.input_strides[2][0];
+            fn166[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l170 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+            if (fn166[c]) qn165[c] = *(const uint4*)(in2 + a);
+        }
+        for (long long o160 = (dt_cdiv(s1, 8192) - 1) * 8192; o160 >= 0; o160 -= 8192) {
+            uint4 q171[1];
+            bool f172[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q170[c] = qn160[c]; f171[c] = fn161[c]; }
-            uint4 q172[1];
-            bool f173[1];
+            for (int c = 0; c < 1; c++) { q171[c] = qn161[c]; f172[c] = fn162[c]; }
+            uint4 q173[1];
+            bool f174[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q172[c] = qn162[c]; f173[c] = fn163[c]; }
-            uint4 q174[1];
-            bool f175[1];
+            for (int c = 0; c < 1; c++) { q173[c] = qn163[c]; f174[c] = fn164[c]; }
+            uint4 q175[1];
+            bool f176[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q174[c] = qn164[c]; f175[c] = fn165[c]; }
-            if (o159 - 8192 >= 0) {
+            for (int c = 0; c < 1; c++) { q175[c] = qn165[c]; f176[c] = fn166[c]; }
+            if (o160 - 8192 >= 0) {
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l176 = (int)((unsigned)e / 8192u % 1u);
-                    const int l177 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l176) * (unsigned)args.input_strides[0][0] + (unsigned)((o159 - 8192) + l177) * (unsigned)args.input_strides[0][1];
-                    fn161[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o159 - 8192) + (l177 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fn161[c]) qn160[c] = dt_load_once((const uint4*)(in0 + a));
-                }
-                #pragma unroll
-                for (int c = 0; c < 1; c++) {
-                    const int e = (c * 1024 + tid) * 8;
+                    const int l177 = (int)((unsigned)e / 8192u % 1u);
                     const int l178 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o159 - 8192) + l178) * (unsigned)args.input_strides[1][0];
-                    fn163[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)((o159 - 8192) + (l178 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-                    if (fn163[c]) qn162[c] = *(const uint4*)(in1 + a);
+                    const unsigned a = (unsigned)(o2 + l177) * (unsigned)args.input_strides[0][0] + (unsigned)((o160 - 8192) + l178) * (unsigned)args.input_strides[0][1];
+                    fn162[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o160 - 8192) + (l178 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fn162[c]) qn161[c] = dt_load_once((const uint4*)(in0 + a));
                 }
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
                     const int l179 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o159 - 8192) + l179) * (unsigned)args.input_strides[2][0];
-                    fn165[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)((o159 - 8192) + (l179 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-                    if (fn165[c]) qn164[c] = *(const uint4*)(in2 + a);
+                    const unsigned a = (unsigned)((o160 - 8192) + l179) * (unsigned)args.input_strides[1][0];
+                    fn164[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)((o160 - 8192) + (l179 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                    if (fn164[c]) qn163[c] = *(const uint4*)(in1 + a);
+                }
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l180 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o160 - 8192) + l180) * (unsigned)args.input_strides[2][0];
+                    fn166[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)((o160 - 8192) + (l180 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                    if (fn166[c]) qn165[c] = *(const uint4*)(in2 + a);
                 }
             }
             dt_bf16s<8> v18; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l180 = (int)((unsigned)e / 8192u % 1u);
-                const int l181 = (int)((unsigned)e / 1u % 8192u);
-                if (f171[c]) {
-                    v18.w[c] = q170[c];
+                const int l181 = (int)((unsigned)e / 8192u % 1u);
+                const int l182 = (int)((unsigned)e / 1u % 8192u);
+                if (f172[c]) {
+                    v18.w[c] = q171[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l180) * (unsigned)args.input_strides[0][0] + (unsigned)(o159 + l181) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o2 + l181) * (unsigned)args.input_strides[0][0] + (unsigned)(o160 + l182) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o159 + (l181 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o160 + (l182 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v18.w[c] = w;
                 }
             }
@@ -7982,24 +9962,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 (void)e; {
                     v20[r] = (v18[r] - v5[0]);
                 }
-            }
-            float v22[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v22[r] = args.scalars[0];
-            }
-            float v23[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v23[r] = (v17[0] + v22[0]);
-            }
-            float v24[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v24[r] = dt_fast_rsqrt(v23[0]);
             }
             float v25[8];
             #pragma unroll
@@ -8013,14 +9975,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l188 = (int)((unsigned)e / 1u % 8192u);
-                if (f173[c]) {
-                    v26.w[c] = q172[c];
+                const int l187 = (int)((unsigned)e / 1u % 8192u);
+                if (f174[c]) {
+                    v26.w[c] = q173[c];
                 } else {
-                    const unsigned a = (unsigned)(o159 + l188) * (unsigned)args.input_strides[1][0];
+                    const unsigned a = (unsigned)(o160 + l187) * (unsigned)args.input_strides[1][0];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o159 + (l188 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o160 + (l187 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
                     v26.w[c] = w;
                 }
             }
@@ -8036,14 +9998,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l191 = (int)((unsigned)e / 1u % 8192u);
-                if (f175[c]) {
-                    v28.w[c] = q174[c];
+                const int l190 = (int)((unsigned)e / 1u % 8192u);
+                if (f176[c]) {
+                    v28.w[c] = q175[c];
                 } else {
-                    const unsigned a = (unsigned)(o159 + l191) * (unsigned)args.input_strides[2][0];
+                    const unsigned a = (unsigned)(o160 + l190) * (unsigned)args.input_strides[2][0];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o159 + (l191 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o160 + (l190 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
                     v28.w[c] = w;
                 }
             }
@@ -8058,20 +10020,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l194 = (int)((unsigned)e / 8192u % 1u);
-                const int l195 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l194) * (unsigned)args.output_strides[0] + (unsigned)(o159 + l195) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o159 + (l195 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l193 = (int)((unsigned)e / 8192u % 1u);
+                const int l194 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l193) * (unsigned)args.output_strides[0] + (unsigned)(o160 + l194) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o160 + (l194 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o159 + l195) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                    if ((unsigned)(o159 + (l195 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                    if ((unsigned)(o159 + (l195 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                    if ((unsigned)(o159 + (l195 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                    if ((unsigned)(o159 + (l195 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                    if ((unsigned)(o159 + (l195 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                    if ((unsigned)(o159 + (l195 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                    if ((unsigned)(o159 + (l195 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                    if ((unsigned)(o160 + l194) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                    if ((unsigned)(o160 + (l194 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                    if ((unsigned)(o160 + (l194 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                    if ((unsigned)(o160 + (l194 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                    if ((unsigned)(o160 + (l194 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                    if ((unsigned)(o160 + (l194 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                    if ((unsigned)(o160 + (l194 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                    if ((unsigned)(o160 + (l194 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
                 }
             }
         }
@@ -8096,8 +10058,34 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v35[8];
+    #pragma unroll
+    for (int r = 0; r < 8; r++) {
+        const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        (void)e; {
+            v35[r] = 1e0f;
+        }
+    }
+    float v39[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v39[r] = 1e0f;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    for (long long o2 = b0 * 1; o2 < dt_min_ll(b0 * 1 + 1, s0); o2 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -8113,12 +10101,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             (void)e; {
                 acc4[r] = 0e0f;
             }
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         /* rsum identity */
         float acc2[1];
@@ -8155,31 +10137,31 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             }
         }
         /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads one step ahead */
-        uint4 qn13[1];
-        bool fn14[1];
+        uint4 qn14[1];
+        bool fn15[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l15 = (int)((unsigned)e / 8192u % 1u);
-            const int l16 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l16) * (unsigned)args.input_strides[0][1];
-            fn14[c] = (unsigned)((0) + l16) < (unsigned)s1;
-            if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
+            const int l16 = (int)((unsigned)e / 8192u % 1u);
+            const int l17 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o2 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l17) * (unsigned)args.input_strides[0][1];
+            fn15[c] = (unsigned)((0) + l17) < (unsigned)s1;
+            if (fn15[c]) qn14[c] = *(const uint4*)(in0 + a);
         }
-        for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
-            uint4 q17[1];
-            bool f18[1];
+        for (long long o13 = 0; o13 < (s1 / 8192) * 8192; o13 += 8192) {
+            uint4 q18[1];
+            bool f19[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q17[c] = qn13[c]; f18[c] = fn14[c]; }
-            if (o12 + 8192 < (s1 / 8192) * 8192) {
+            for (int c = 0; c < 1; c++) { q18[c] = qn14[c]; f19[c] = fn15[c]; }
+            if (o13 + 8192 < (s1 / 8192) * 8192) {
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l19 = (int)((unsigned)e / 8192u % 1u);
-                    const int l20 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)((o12 + 8192) + l20) * (unsigned)args.input_strides[0][1];
-                    fn14[c] = 1;
-                    if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
+                    const int l20 = (int)((unsigned)e / 8192u % 1u);
+                    const int l21 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)((o13 + 8192) + l21) * (unsigned)args.input_strides[0][1];
+                    fn15[c] = 1;
+                    if (fn15[c]) qn14[c] = *(const uint4*)(in0 + a);
                 }
             }
             float v64[8];
@@ -8201,8 +10183,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             dt_bf16s<8> v66; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f18[c]) {
-                    v66.w[c] = q17[c];
+                if (f19[c]) {
+                    v66.w[c] = q18[c];
                 } else {
                     v66.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -8224,10 +10206,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             }
             float v68[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v68[r] = 1e0f;
+                    v68[r] = ((v35[r * 8 + 0] + v35[r * 8 + 1]) + (v35[r * 8 + 2] + v35[r * 8 + 3])) + ((v35[r * 8 + 4] + v35[r * 8 + 5]) + (v35[r * 8 + 6] + v35[r * 8 + 7]));
                 }
             }
             float v69[8];
@@ -8235,29 +10217,31 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v69[r] = ((v68[r * 8 + 0] + v68[r * 8 + 1]) + (v68[r * 8 + 2] + v68[r * 8 + 3])) + ((v68[r * 8 + 4] + v68[r * 8 + 5]) + (v68[r * 8 + 6] + v68[r * 8 + 7]));
+                    v69[r] = fmaxf(v68[r], v39[0]);
                 }
             }
-            float v70[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v70[r] = 1e0f;
-            }
-            float v71[8];
+            float v70[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v71[r] = fmaxf(v69[r], v70[0]);
+                    v70[r] = dt_fast_div(v67[r], v69[r]);
+                }
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v71[r] = (v66[r] - v70[r / 8]);
                 }
             }
             float v72[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v72[r] = dt_fast_div(v67[r], v71[r]);
+                    v72[r] = (v71[r] * v35[r]);
                 }
             }
             float v73[8];
@@ -8265,23 +10249,30 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v73[r] = (v66[r] - v72[r / 8]);
+                    v73[r] = (v72[r] * v72[r]);
                 }
             }
             float v74[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v74[r] = (v73[r] * v68[r]);
+                    v74[r] = ((v73[r * 8 + 0] + v73[r * 8 + 1]) + (v73[r * 8 + 2] + v73[r * 8 + 3])) + ((v73[r * 8 + 4] + v73[r * 8 + 5]) + (v73[r * 8 + 6] + v73[r * 8 + 7]));
                 }
             }
             float v75[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v75[r] = (v74[r] * v74[r]);
+                    v75[r] = (v64[r] + v68[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v75[r];
                 }
             }
             float v76[8];
@@ -8289,7 +10280,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v76[r] = ((v75[r * 8 + 0] + v75[r * 8 + 1]) + (v75[r * 8 + 2] + v75[r * 8 + 3])) + ((v75[r * 8 + 4] + v75[r * 8 + 5]) + (v75[r * 8 + 6] + v75[r * 8 + 7]));
+                    v76[r] = fmaxf(v75[r], v39[0]);
                 }
             }
             float v77[8];
@@ -8297,14 +10288,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v77[r] = (v64[r] + v69[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc6[r] = v77[r];
+                    v77[r] = dt_fast_div(v68[r], v76[r]);
                 }
             }
             float v78[8];
@@ -8312,7 +10296,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v78[r] = fmaxf(v77[r], v70[0]);
+                    v78[r] = (v70[r] - v65[r]);
                 }
             }
             float v79[8];
@@ -8320,7 +10304,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v79[r] = dt_fast_div(v69[r], v78[r]);
+                    v79[r] = (v78[r] * v77[r]);
                 }
             }
             float v80[8];
@@ -8328,7 +10312,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v80[r] = (v72[r] - v65[r]);
+                    v80[r] = (v65[r] + v79[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v80[r];
                 }
             }
             float v81[8];
@@ -8336,7 +10327,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v81[r] = (v80[r] * v79[r]);
+                    v81[r] = (v79[r] * v78[r]);
                 }
             }
             float v82[8];
@@ -8344,14 +10335,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v82[r] = (v65[r] + v81[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc7[r] = v82[r];
+                    v82[r] = (v81[r] * v64[r]);
                 }
             }
             float v83[8];
@@ -8359,7 +10343,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v83[r] = (v81[r] * v80[r]);
+                    v83[r] = acc5[r];
                 }
             }
             float v84[8];
@@ -8367,7 +10351,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v84[r] = (v83[r] * v64[r]);
+                    v84[r] = (v83[r] + v74[r]);
                 }
             }
             float v85[8];
@@ -8375,30 +10359,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v85[r] = acc5[r];
-                }
-            }
-            float v86[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v86[r] = (v85[r] + v76[r]);
-                }
-            }
-            float v87[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v87[r] = (v86[r] + v84[r]);
+                    v85[r] = (v84[r] + v82[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v87[r];
+                    acc5[r] = v85[r];
                 }
             }
         }
@@ -8410,7 +10378,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             const int e = (c * 1024 + tid) * 8;
             const int l75 = (int)((unsigned)e / 8192u % 1u);
             const int l76 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l75) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l76) * (unsigned)args.input_strides[0][1];
+            const unsigned a = (unsigned)(o2 + l75) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l76) * (unsigned)args.input_strides[0][1];
             fn74[c] = (unsigned)(((s1 / 8192) * 8192) + l76) < (unsigned)s1;
             if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
         }
@@ -8425,7 +10393,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
                     const int e = (c * 1024 + tid) * 8;
                     const int l79 = (int)((unsigned)e / 8192u % 1u);
                     const int l80 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l79) * (unsigned)args.input_strides[0][0] + (unsigned)((o72 + 8192) + l80) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o2 + l79) * (unsigned)args.input_strides[0][0] + (unsigned)((o72 + 8192) + l80) * (unsigned)args.input_strides[0][1];
                     fn74[c] = (unsigned)((o72 + 8192) + l80) < (unsigned)s1;
                     if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
                 }
@@ -8470,14 +10438,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
                     acc4[r] = acc4[r] + v34[r];
                 }
             }
-            float v35[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v35[r] = 1e0f;
-                }
-            }
             float v36[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
@@ -8493,12 +10453,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
                 (void)e; {
                     v37[r] = ((v36[r * 8 + 0] + v36[r * 8 + 1]) + (v36[r * 8 + 2] + v36[r * 8 + 3])) + ((v36[r * 8 + 4] + v36[r * 8 + 5]) + (v36[r * 8 + 6] + v36[r * 8 + 7]));
                 }
-            }
-            float v39[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v39[r] = 1e0f;
             }
             float v40[8];
             #pragma unroll
@@ -8684,9 +10638,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a136 = 0e0f;
-            for (int g = 0; g < 32; g++) a136 = a136 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a136;
+            float a135 = 0e0f;
+            for (int g = 0; g < 32; g++) a135 = a135 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a135;
         }
         {
             const int r = 0, e = 0;
@@ -8778,9 +10732,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a155 = 0e0f;
-            for (int g = 0; g < 32; g++) a155 = a155 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v14[r] = a155;
+            float a154 = 0e0f;
+            for (int g = 0; g < 32; g++) a154 = a154 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v14[r] = a154;
         }
         {
             const int r = 0, e = 0;
@@ -8799,83 +10753,95 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
         }
-        /* layernorm.tensorize(y:8192) num_stages(4): loads one step ahead */
-        uint4 qn160[1];
-        bool fn161[1];
-        uint4 qn162[1];
-        bool fn163[1];
-        uint4 qn164[1];
-        bool fn165[1];
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 1024 + tid) * 8;
-            const int l166 = (int)((unsigned)e / 8192u % 1u);
-            const int l167 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l166) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l167) * (unsigned)args.input_strides[0][1];
-            fn161[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l167) < (unsigned)s1;
-            if (fn161[c]) qn160[c] = dt_load_once((const uint4*)(in0 + a));
+        float v23[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
         }
+        float v24[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_fast_rsqrt(v23[0]);
+        }
+        /* layernorm.tensorize(y:8192) num_stages(4): loads one step ahead */
+        uint4 qn161[1];
+        bool fn162[1];
+        uint4 qn163[1];
+        bool fn164[1];
+        uint4 qn165[1];
+        bool fn166[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
+            const int l167 = (int)((unsigned)e / 8192u % 1u);
             const int l168 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l168) * (unsigned)args.input_strides[1][0];
-            fn163[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l168) < (unsigned)s1;
-            if (fn163[c]) qn162[c] = *(const uint4*)(in1 + a);
+            const unsigned a = (unsigned)(o2 + l167) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l168) * (unsigned)args.input_strides[0][1];
+            fn162[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l168) < (unsigned)s1;
+            if (fn162[c]) qn161[c] = dt_load_once((const uint4*)(in0 + a));
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
             const int l169 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l169) * (unsigned)args.input_strides[2][0];
-            fn165[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l169) < (unsigned)s1;
-            if (fn165[c]) qn164[c] = *(const uint4*)(in2 + a);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l169) * (unsigned)args.input_strides[1][0];
+            fn164[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l169) < (unsigned)s1;
+            if (fn164[c]) qn163[c] = *(const uint4*)(in1 + a);
         }
-        for (long long o159 = (dt_cdiv(s1, 8192) - 1) * 8192; o159 >= 0; o159 -= 8192) {
-            uint4 q170[1];
-            bool f171[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l170 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l170) * (unsigned)args.input_strides[2][0];
+            fn166[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l170) < (unsigned)s1;
+            if (fn166[c]) qn165[c] = *(const uint4*)(in2 + a);
+        }
+        for (long long o160 = (dt_cdiv(s1, 8192) - 1) * 8192; o160 >= 0; o160 -= 8192) {
+            uint4 q171[1];
+            bool f172[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q170[c] = qn160[c]; f171[c] = fn161[c]; }
-            uint4 q172[1];
-            bool f173[1];
+            for (int c = 0; c < 1; c++) { q171[c] = qn161[c]; f172[c] = fn162[c]; }
+            uint4 q173[1];
+            bool f174[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q172[c] = qn162[c]; f173[c] = fn163[c]; }
-            uint4 q174[1];
-            bool f175[1];
+            for (int c = 0; c < 1; c++) { q173[c] = qn163[c]; f174[c] = fn164[c]; }
+            uint4 q175[1];
+            bool f176[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q174[c] = qn164[c]; f175[c] = fn165[c]; }
-            if (o159 - 8192 >= 0) {
+            for (int c = 0; c < 1; c++) { q175[c] = qn165[c]; f176[c] = fn166[c]; }
+            if (o160 - 8192 >= 0) {
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l176 = (int)((unsigned)e / 8192u % 1u);
-                    const int l177 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l176) * (unsigned)args.input_strides[0][0] + (unsigned)((o159 - 8192) + l177) * (unsigned)args.input_strides[0][1];
-                    fn161[c] = (unsigned)((o159 - 8192) + l177) < (unsigned)s1;
-                    if (fn161[c]) qn160[c] = dt_load_once((const uint4*)(in0 + a));
-                }
-                #pragma unroll
-                for (int c = 0; c < 1; c++) {
-                    const int e = (c * 1024 + tid) * 8;
+                    const int l177 = (int)((unsigned)e / 8192u % 1u);
                     const int l178 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o159 - 8192) + l178) * (unsigned)args.input_strides[1][0];
-                    fn163[c] = (unsigned)((o159 - 8192) + l178) < (unsigned)s1;
-                    if (fn163[c]) qn162[c] = *(const uint4*)(in1 + a);
+                    const unsigned a = (unsigned)(o2 + l177) * (unsigned)args.input_strides[0][0] + (unsigned)((o160 - 8192) + l178) * (unsigned)args.input_strides[0][1];
+                    fn162[c] = (unsigned)((o160 - 8192) + l178) < (unsigned)s1;
+                    if (fn162[c]) qn161[c] = dt_load_once((const uint4*)(in0 + a));
                 }
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
                     const int l179 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o159 - 8192) + l179) * (unsigned)args.input_strides[2][0];
-                    fn165[c] = (unsigned)((o159 - 8192) + l179) < (unsigned)s1;
-                    if (fn165[c]) qn164[c] = *(const uint4*)(in2 + a);
+                    const unsigned a = (unsigned)((o160 - 8192) + l179) * (unsigned)args.input_strides[1][0];
+                    fn164[c] = (unsigned)((o160 - 8192) + l179) < (unsigned)s1;
+                    if (fn164[c]) qn163[c] = *(const uint4*)(in1 + a);
+                }
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l180 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o160 - 8192) + l180) * (unsigned)args.input_strides[2][0];
+                    fn166[c] = (unsigned)((o160 - 8192) + l180) < (unsigned)s1;
+                    if (fn166[c]) qn165[c] = *(const uint4*)(in2 + a);
                 }
             }
             dt_bf16s<8> v18; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f171[c]) {
-                    v18.w[c] = q170[c];
+                if (f172[c]) {
+                    v18.w[c] = q171[c];
                 } else {
                     v18.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -8888,24 +10854,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
                     v20[r] = (v18[r] - v5[0]);
                 }
             }
-            float v22[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v22[r] = args.scalars[0];
-            }
-            float v23[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v23[r] = (v17[0] + v22[0]);
-            }
-            float v24[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v24[r] = dt_fast_rsqrt(v23[0]);
-            }
             float v25[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
@@ -8917,8 +10865,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             dt_bf16s<8> v26; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f173[c]) {
-                    v26.w[c] = q172[c];
+                if (f174[c]) {
+                    v26.w[c] = q173[c];
                 } else {
                     v26.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -8934,8 +10882,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             dt_bf16s<8> v28; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f175[c]) {
-                    v28.w[c] = q174[c];
+                if (f176[c]) {
+                    v28.w[c] = q175[c];
                 } else {
                     v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
@@ -8951,10 +10899,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l194 = (int)((unsigned)e / 8192u % 1u);
-                const int l195 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l194) * (unsigned)args.output_strides[0] + (unsigned)(o159 + l195) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o159 + l195) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7])));
+                const int l193 = (int)((unsigned)e / 8192u % 1u);
+                const int l194 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l193) * (unsigned)args.output_strides[0] + (unsigned)(o160 + l194) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o160 + l194) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7])));
             }
         }
     }
@@ -8978,8 +10926,34 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v35[8];
+    #pragma unroll
+    for (int r = 0; r < 8; r++) {
+        const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        (void)e; {
+            v35[r] = 1e0f;
+        }
+    }
+    float v39[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v39[r] = 1e0f;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    for (long long o2 = b0 * 1; o2 < dt_min_ll(b0 * 1 + 1, s0); o2 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -8995,12 +10969,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             (void)e; {
                 acc4[r] = 0e0f;
             }
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         /* rsum identity */
         float acc2[1];
@@ -9037,7 +11005,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             }
         }
         /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
-        for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
+        for (long long o13 = 0; o13 < (s1 / 8192) * 8192; o13 += 8192) {
             float v64[8];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
@@ -9058,9 +11026,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l17 = (int)((unsigned)e / 8192u % 1u);
-                const int l18 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l18) * (unsigned)args.input_strides[0][1];
+                const int l18 = (int)((unsigned)e / 8192u % 1u);
+                const int l19 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o13 + l19) * (unsigned)args.input_strides[0][1];
                 if ((unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v66[c * 4 + 0] = __uint_as_float(q.x);
@@ -9091,10 +11059,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             }
             float v68[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v68[r] = 1e0f;
+                    v68[r] = (v35[r * 4 + 0] + v35[r * 4 + 1]) + (v35[r * 4 + 2] + v35[r * 4 + 3]);
                 }
             }
             float v69[8];
@@ -9102,29 +11070,31 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v69[r] = (v68[r * 4 + 0] + v68[r * 4 + 1]) + (v68[r * 4 + 2] + v68[r * 4 + 3]);
+                    v69[r] = fmaxf(v68[r], v39[0]);
                 }
             }
-            float v70[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v70[r] = 1e0f;
-            }
-            float v71[8];
+            float v70[8];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v71[r] = fmaxf(v69[r], v70[0]);
+                    v70[r] = (v67[r] / v69[r]);
+                }
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v71[r] = (v66[r] - v70[r / 4]);
                 }
             }
             float v72[8];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v72[r] = (v67[r] / v71[r]);
+                    v72[r] = (v71[r] * v35[r]);
                 }
             }
             float v73[8];
@@ -9132,23 +11102,30 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v73[r] = (v66[r] - v72[r / 4]);
+                    v73[r] = (v72[r] * v72[r]);
                 }
             }
             float v74[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v74[r] = (v73[r] * v68[r]);
+                    v74[r] = (v73[r * 4 + 0] + v73[r * 4 + 1]) + (v73[r * 4 + 2] + v73[r * 4 + 3]);
                 }
             }
             float v75[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v75[r] = (v74[r] * v74[r]);
+                    v75[r] = (v64[r] + v68[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc6[r] = v75[r];
                 }
             }
             float v76[8];
@@ -9156,7 +11133,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v76[r] = (v75[r * 4 + 0] + v75[r * 4 + 1]) + (v75[r * 4 + 2] + v75[r * 4 + 3]);
+                    v76[r] = fmaxf(v75[r], v39[0]);
                 }
             }
             float v77[8];
@@ -9164,14 +11141,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v77[r] = (v64[r] + v69[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc6[r] = v77[r];
+                    v77[r] = (v68[r] / v76[r]);
                 }
             }
             float v78[8];
@@ -9179,7 +11149,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v78[r] = fmaxf(v77[r], v70[0]);
+                    v78[r] = (v70[r] - v65[r]);
                 }
             }
             float v79[8];
@@ -9187,7 +11157,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v79[r] = (v69[r] / v78[r]);
+                    v79[r] = (v78[r] * v77[r]);
                 }
             }
             float v80[8];
@@ -9195,7 +11165,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v80[r] = (v72[r] - v65[r]);
+                    v80[r] = (v65[r] + v79[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v80[r];
                 }
             }
             float v81[8];
@@ -9203,7 +11180,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v81[r] = (v80[r] * v79[r]);
+                    v81[r] = (v79[r] * v78[r]);
                 }
             }
             float v82[8];
@@ -9211,14 +11188,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v82[r] = (v65[r] + v81[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc7[r] = v82[r];
+                    v82[r] = (v81[r] * v64[r]);
                 }
             }
             float v83[8];
@@ -9226,7 +11196,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v83[r] = (v81[r] * v80[r]);
+                    v83[r] = acc5[r];
                 }
             }
             float v84[8];
@@ -9234,7 +11204,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v84[r] = (v83[r] * v64[r]);
+                    v84[r] = (v83[r] + v74[r]);
                 }
             }
             float v85[8];
@@ -9242,30 +11212,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v85[r] = acc5[r];
-                }
-            }
-            float v86[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v86[r] = (v85[r] + v76[r]);
-                }
-            }
-            float v87[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v87[r] = (v86[r] + v84[r]);
+                    v85[r] = (v84[r] + v82[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v87[r];
+                    acc5[r] = v85[r];
                 }
             }
         }
@@ -9293,7 +11247,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                 const int e = (c * 1024 + tid) * 4;
                 const int l69 = (int)((unsigned)e / 8192u % 1u);
                 const int l70 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l69) * (unsigned)args.input_strides[0][0] + (unsigned)(o64 + l70) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o2 + l69) * (unsigned)args.input_strides[0][0] + (unsigned)(o64 + l70) * (unsigned)args.input_strides[0][1];
                 if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o64 + (l70 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
@@ -9322,21 +11276,13 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                     acc4[r] = acc4[r] + v34[r];
                 }
             }
-            float v35[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v35[r] = 1e0f;
-                }
-            }
             float v36[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l76 = (int)((unsigned)e / 1u % 8192u);
-                    v36[r] = ((unsigned)(o64 + l76) < (unsigned)s1) ? v35[r] : 0e0f;
+                    const int l75 = (int)((unsigned)e / 1u % 8192u);
+                    v36[r] = ((unsigned)(o64 + l75) < (unsigned)s1) ? v35[r] : 0e0f;
                 }
             }
             float v37[8];
@@ -9346,12 +11292,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                 (void)e; {
                     v37[r] = (v36[r * 4 + 0] + v36[r * 4 + 1]) + (v36[r * 4 + 2] + v36[r * 4 + 3]);
                 }
-            }
-            float v39[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v39[r] = 1e0f;
             }
             float v40[8];
             #pragma unroll
@@ -9537,9 +11477,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a120 = 0e0f;
-            for (int g = 0; g < 32; g++) a120 = a120 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a120;
+            float a119 = 0e0f;
+            for (int g = 0; g < 32; g++) a119 = a119 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a119;
         }
         {
             const int r = 0, e = 0;
@@ -9631,9 +11571,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a139 = 0e0f;
-            for (int g = 0; g < 32; g++) a139 = a139 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v14[r] = a139;
+            float a138 = 0e0f;
+            for (int g = 0; g < 32; g++) a138 = a138 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v14[r] = a138;
         }
         {
             const int r = 0, e = 0;
@@ -9652,26 +11592,38 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             (void)r; (void)e;
             v17[r] = (v15[0] / v4[0]);
         }
+        float v23[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
+        }
+        float v24[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_rsqrt(v23[0]);
+        }
         /* layernorm.tensorize(y:8192) num_stages(4) */
-        for (long long o143 = (dt_cdiv(s1, 8192) - 1) * 8192; o143 >= 0; o143 -= 8192) {
+        for (long long o144 = (dt_cdiv(s1, 8192) - 1) * 8192; o144 >= 0; o144 -= 8192) {
             float v18[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l144 = (int)((unsigned)e / 8192u % 1u);
-                const int l145 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l144) * (unsigned)args.input_strides[0][0] + (unsigned)(o143 + l145) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o143 + (l145 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l145 = (int)((unsigned)e / 8192u % 1u);
+                const int l146 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l145) * (unsigned)args.input_strides[0][0] + (unsigned)(o144 + l146) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o144 + (l146 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v18[c * 4 + 0] = __uint_as_float(q.x);
                     v18[c * 4 + 1] = __uint_as_float(q.y);
                     v18[c * 4 + 2] = __uint_as_float(q.z);
                     v18[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v18[c * 4 + 0] = ((unsigned)(o143 + l145) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 4 + 1] = ((unsigned)(o143 + (l145 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 4 + 2] = ((unsigned)(o143 + (l145 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 4 + 3] = ((unsigned)(o143 + (l145 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 0] = ((unsigned)(o144 + l146) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 1] = ((unsigned)(o144 + (l146 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 2] = ((unsigned)(o144 + (l146 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 3] = ((unsigned)(o144 + (l146 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v20[8];
@@ -9681,24 +11633,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                 (void)e; {
                     v20[r] = (v18[r] - v5[0]);
                 }
-            }
-            float v22[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v22[r] = args.scalars[0];
-            }
-            float v23[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v23[r] = (v17[0] + v22[0]);
-            }
-            float v24[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v24[r] = dt_rsqrt(v23[0]);
             }
             float v25[8];
             #pragma unroll
@@ -9712,19 +11646,19 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l152 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o143 + l152) * (unsigned)args.input_strides[1][0];
-                if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(o143 + (l152 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                const int l151 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o144 + l151) * (unsigned)args.input_strides[1][0];
+                if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(o144 + (l151 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in1 + a);
                     v26[c * 4 + 0] = __uint_as_float(q.x);
                     v26[c * 4 + 1] = __uint_as_float(q.y);
                     v26[c * 4 + 2] = __uint_as_float(q.z);
                     v26[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v26[c * 4 + 0] = ((unsigned)(o143 + l152) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 4 + 1] = ((unsigned)(o143 + (l152 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 4 + 2] = ((unsigned)(o143 + (l152 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 4 + 3] = ((unsigned)(o143 + (l152 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 0] = ((unsigned)(o144 + l151) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 1] = ((unsigned)(o144 + (l151 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 2] = ((unsigned)(o144 + (l151 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 3] = ((unsigned)(o144 + (l151 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v27[8];
@@ -9739,19 +11673,19 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l155 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o143 + l155) * (unsigned)args.input_strides[2][0];
-                if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(o143 + (l155 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                const int l154 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o144 + l154) * (unsigned)args.input_strides[2][0];
+                if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(o144 + (l154 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in2 + a);
                     v28[c * 4 + 0] = __uint_as_float(q.x);
                     v28[c * 4 + 1] = __uint_as_float(q.y);
                     v28[c * 4 + 2] = __uint_as_float(q.z);
                     v28[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v28[c * 4 + 0] = ((unsigned)(o143 + l155) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 4 + 1] = ((unsigned)(o143 + (l155 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 4 + 2] = ((unsigned)(o143 + (l155 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 4 + 3] = ((unsigned)(o143 + (l155 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 0] = ((unsigned)(o144 + l154) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 1] = ((unsigned)(o144 + (l154 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 2] = ((unsigned)(o144 + (l154 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 3] = ((unsigned)(o144 + (l154 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v29[8];
@@ -9765,16 +11699,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l158 = (int)((unsigned)e / 8192u % 1u);
-                const int l159 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l158) * (unsigned)args.output_strides[0] + (unsigned)(o143 + l159) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o143 + (l159 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l157 = (int)((unsigned)e / 8192u % 1u);
+                const int l158 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l157) * (unsigned)args.output_strides[0] + (unsigned)(o144 + l158) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o144 + (l158 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3])));
                 } else {
-                    if ((unsigned)(o143 + l159) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                    if ((unsigned)(o143 + (l159 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                    if ((unsigned)(o143 + (l159 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                    if ((unsigned)(o143 + (l159 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                    if ((unsigned)(o144 + l158) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                    if ((unsigned)(o144 + (l158 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                    if ((unsigned)(o144 + (l158 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                    if ((unsigned)(o144 + (l158 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
                 }
             }
         }
@@ -9799,8 +11733,34 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v35[8];
+    #pragma unroll
+    for (int r = 0; r < 8; r++) {
+        const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        (void)e; {
+            v35[r] = 1e0f;
+        }
+    }
+    float v39[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v39[r] = 1e0f;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
     /* block(x:1) layernorm.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    for (long long o2 = b0 * 1; o2 < dt_min_ll(b0 * 1 + 1, s0); o2 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -9816,12 +11776,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             (void)e; {
                 acc4[r] = 0e0f;
             }
-        }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
         }
         /* rsum identity */
         float acc2[1];
@@ -9858,7 +11812,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             }
         }
         /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
-        for (long long o12 = 0; o12 < (s1 / 8192) * 8192; o12 += 8192) {
+        for (long long o13 = 0; o13 < (s1 / 8192) * 8192; o13 += 8192) {
             float v64[8];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
@@ -9879,9 +11833,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l17 = (int)((unsigned)e / 8192u % 1u);
-                const int l18 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l18) * (unsigned)args.input_strides[0][1];
+                const int l18 = (int)((unsigned)e / 8192u % 1u);
+                const int l19 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o13 + l19) * (unsigned)args.input_strides[0][1];
                 const uint4 q = *(const uint4*)(in0 + a);
                 v66[c * 4 + 0] = __uint_as_float(q.x);
                 v66[c * 4 + 1] = __uint_as_float(q.y);
@@ -9905,10 +11859,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             }
             float v68[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v68[r] = 1e0f;
+                    v68[r] = (v35[r * 4 + 0] + v35[r * 4 + 1]) + (v35[r * 4 + 2] + v35[r * 4 + 3]);
                 }
             }
             float v69[8];
@@ -9916,29 +11870,31 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v69[r] = (v68[r * 4 + 0] + v68[r * 4 + 1]) + (v68[r * 4 + 2] + v68[r * 4 + 3]);
+                    v69[r] = fmaxf(v68[r], v39[0]);
                 }
             }
-            float v70[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v70[r] = 1e0f;
-            }
-            float v71[8];
+            float v70[8];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v71[r] = fmaxf(v69[r], v70[0]);
+                    v70[r] = (v67[r] / v69[r]);
+                }
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v71[r] = (v66[r] - v70[r / 4]);
                 }
             }
             float v72[8];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v72[r] = (v67[r] / v71[r]);
+                    v72[r] = (v71[r] * v35[r]);
                 }
             }
             float v73[8];
@@ -9946,23 +11902,30 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v73[r] = (v66[r] - v72[r / 4]);
+                    v73[r] = (v72[r] * v72[r]);
                 }
             }
             float v74[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v74[r] = (v73[r] * v68[r]);
+                    v74[r] = (v73[r * 4 + 0] + v73[r * 4 + 1]) + (v73[r * 4 + 2] + v73[r * 4 + 3]);
                 }
             }
             float v75[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v75[r] = (v74[r] * v74[r]);
+                    v75[r] = (v64[r] + v68[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc6[r] = v75[r];
                 }
             }
             float v76[8];
@@ -9970,7 +11933,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v76[r] = (v75[r * 4 + 0] + v75[r * 4 + 1]) + (v75[r * 4 + 2] + v75[r * 4 + 3]);
+                    v76[r] = fmaxf(v75[r], v39[0]);
                 }
             }
             float v77[8];
@@ -9978,14 +11941,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v77[r] = (v64[r] + v69[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc6[r] = v77[r];
+                    v77[r] = (v68[r] / v76[r]);
                 }
             }
             float v78[8];
@@ -9993,7 +11949,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v78[r] = fmaxf(v77[r], v70[0]);
+                    v78[r] = (v70[r] - v65[r]);
                 }
             }
             float v79[8];
@@ -10001,7 +11957,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v79[r] = (v69[r] / v78[r]);
+                    v79[r] = (v78[r] * v77[r]);
                 }
             }
             float v80[8];
@@ -10009,7 +11965,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v80[r] = (v72[r] - v65[r]);
+                    v80[r] = (v65[r] + v79[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v80[r];
                 }
             }
             float v81[8];
@@ -10017,7 +11980,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v81[r] = (v80[r] * v79[r]);
+                    v81[r] = (v79[r] * v78[r]);
                 }
             }
             float v82[8];
@@ -10025,14 +11988,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v82[r] = (v65[r] + v81[r]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc7[r] = v82[r];
+                    v82[r] = (v81[r] * v64[r]);
                 }
             }
             float v83[8];
@@ -10040,7 +11996,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v83[r] = (v81[r] * v80[r]);
+                    v83[r] = acc5[r];
                 }
             }
             float v84[8];
@@ -10048,7 +12004,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v84[r] = (v83[r] * v64[r]);
+                    v84[r] = (v83[r] + v74[r]);
                 }
             }
             float v85[8];
@@ -10056,30 +12012,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v85[r] = acc5[r];
-                }
-            }
-            float v86[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v86[r] = (v85[r] + v76[r]);
-                }
-            }
-            float v87[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v87[r] = (v86[r] + v84[r]);
+                    v85[r] = (v84[r] + v82[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v87[r];
+                    acc5[r] = v85[r];
                 }
             }
         }
@@ -10107,7 +12047,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
                 const int e = (c * 1024 + tid) * 4;
                 const int l69 = (int)((unsigned)e / 8192u % 1u);
                 const int l70 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l69) * (unsigned)args.input_strides[0][0] + (unsigned)(o64 + l70) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o2 + l69) * (unsigned)args.input_strides[0][0] + (unsigned)(o64 + l70) * (unsigned)args.input_strides[0][1];
                 if ((unsigned)(o64 + l70) < (unsigned)s1) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
@@ -10136,14 +12076,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
                     acc4[r] = acc4[r] + v34[r];
                 }
             }
-            float v35[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v35[r] = 1e0f;
-                }
-            }
             float v36[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
@@ -10159,12 +12091,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
                 (void)e; {
                     v37[r] = (v36[r * 4 + 0] + v36[r * 4 + 1]) + (v36[r * 4 + 2] + v36[r * 4 + 3]);
                 }
-            }
-            float v39[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v39[r] = 1e0f;
             }
             float v40[8];
             #pragma unroll
@@ -10350,9 +12276,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a120 = 0e0f;
-            for (int g = 0; g < 32; g++) a120 = a120 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a120;
+            float a119 = 0e0f;
+            for (int g = 0; g < 32; g++) a119 = a119 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a119;
         }
         {
             const int r = 0, e = 0;
@@ -10444,9 +12370,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a139 = 0e0f;
-            for (int g = 0; g < 32; g++) a139 = a139 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v14[r] = a139;
+            float a138 = 0e0f;
+            for (int g = 0; g < 32; g++) a138 = a138 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v14[r] = a138;
         }
         {
             const int r = 0, e = 0;
@@ -10465,16 +12391,28 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             (void)r; (void)e;
             v17[r] = (v15[0] / v4[0]);
         }
+        float v23[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
+        }
+        float v24[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_rsqrt(v23[0]);
+        }
         /* layernorm.tensorize(y:8192) num_stages(4) */
-        for (long long o143 = (dt_cdiv(s1, 8192) - 1) * 8192; o143 >= 0; o143 -= 8192) {
+        for (long long o144 = (dt_cdiv(s1, 8192) - 1) * 8192; o144 >= 0; o144 -= 8192) {
             float v18[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l144 = (int)((unsigned)e / 8192u % 1u);
-                const int l145 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l144) * (unsigned)args.input_strides[0][0] + (unsigned)(o143 + l145) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o143 + l145) < (unsigned)s1) {
+                const int l145 = (int)((unsigned)e / 8192u % 1u);
+                const int l146 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l145) * (unsigned)args.input_strides[0][0] + (unsigned)(o144 + l146) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)(o144 + l146) < (unsigned)s1) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v18[c * 4 + 0] = __uint_as_float(q.x);
                     v18[c * 4 + 1] = __uint_as_float(q.y);
@@ -10495,24 +12433,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
                     v20[r] = (v18[r] - v5[0]);
                 }
             }
-            float v22[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v22[r] = args.scalars[0];
-            }
-            float v23[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v23[r] = (v17[0] + v22[0]);
-            }
-            float v24[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v24[r] = dt_rsqrt(v23[0]);
-            }
             float v25[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
@@ -10525,9 +12445,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l152 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o143 + l152) * (unsigned)args.input_strides[1][0];
-                if ((unsigned)(o143 + l152) < (unsigned)s1) {
+                const int l151 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o144 + l151) * (unsigned)args.input_strides[1][0];
+                if ((unsigned)(o144 + l151) < (unsigned)s1) {
                     const uint4 q = *(const uint4*)(in1 + a);
                     v26[c * 4 + 0] = __uint_as_float(q.x);
                     v26[c * 4 + 1] = __uint_as_float(q.y);
@@ -10552,9 +12472,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l155 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o143 + l155) * (unsigned)args.input_strides[2][0];
-                if ((unsigned)(o143 + l155) < (unsigned)s1) {
+                const int l154 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o144 + l154) * (unsigned)args.input_strides[2][0];
+                if ((unsigned)(o144 + l154) < (unsigned)s1) {
                     const uint4 q = *(const uint4*)(in2 + a);
                     v28[c * 4 + 0] = __uint_as_float(q.x);
                     v28[c * 4 + 1] = __uint_as_float(q.y);
@@ -10578,10 +12498,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const 
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l158 = (int)((unsigned)e / 8192u % 1u);
-                const int l159 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l158) * (unsigned)args.output_strides[0] + (unsigned)(o143 + l159) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o143 + l159) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3])));
+                const int l157 = (int)((unsigned)e / 8192u % 1u);
+                const int l158 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l157) * (unsigned)args.output_strides[0] + (unsigned)(o144 + l158) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o144 + l158) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3])));
             }
         }
     }

@@ -110,6 +110,8 @@ void dt_out_f16(const dt_args* args, long long first, long long last) {
         if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
         if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
+        (arena + 57344)[0] = 0e0f;
+        (arena + 90113)[0] = 1e-2f;
         /* block(x:128) out.tensorize(x:128) */
         for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
             /* block(y:128) out.tensorize(y:128) */
@@ -150,13 +152,11 @@ void dt_out_f16(const dt_args* args, long long first, long long last) {
                         (arena + 24576)[l16 * 128 + l17] = (arena + 139266)[l16 * 128 + l17];
                     }
                 }
-                (arena + 57344)[0] = 0e0f;
                 for (long long l18 = 0; l18 < 128; l18++) {
                     for (long long l19 = 0; l19 < 128; l19++) {
                         (arena + 57345)[l18 * 128 + l19] = (((arena + 24576)[l18 * 128 + l19]) > ((arena + 57344)[0]) ? 1.0f : 0.0f);
                     }
                 }
-                (arena + 90113)[0] = 1e-2f;
                 for (long long l20 = 0; l20 < 128; l20++) {
                     for (long long l21 = 0; l21 < 128; l21++) {
                         (arena + 106498)[l20 * 128 + l21] = ((arena + 90113)[0] * (arena + 24576)[l20 * 128 + l21]);
@@ -202,6 +202,8 @@ void dt_out_bf16(const dt_args* args, long long first, long long last) {
         if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
         if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
+        (arena + 57344)[0] = 0e0f;
+        (arena + 90113)[0] = 1e-2f;
         /* block(x:128) out.tensorize(x:128) */
         for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
             /* block(y:128) out.tensorize(y:128) */
@@ -242,13 +244,11 @@ void dt_out_bf16(const dt_args* args, long long first, long long last) {
                         (arena + 24576)[l16 * 128 + l17] = (arena + 139266)[l16 * 128 + l17];
                     }
                 }
-                (arena + 57344)[0] = 0e0f;
                 for (long long l18 = 0; l18 < 128; l18++) {
                     for (long long l19 = 0; l19 < 128; l19++) {
                         (arena + 57345)[l18 * 128 + l19] = (((arena + 24576)[l18 * 128 + l19]) > ((arena + 57344)[0]) ? 1.0f : 0.0f);
                     }
                 }
-                (arena + 90113)[0] = 1e-2f;
                 for (long long l20 = 0; l20 < 128; l20++) {
                     for (long long l21 = 0; l21 < 128; l21++) {
                         (arena + 106498)[l20 * 128 + l21] = ((arena + 90113)[0] * (arena + 24576)[l20 * 128 + l21]);
@@ -294,6 +294,8 @@ void dt_out_f32(const dt_args* args, long long first, long long last) {
         if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
         if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
+        (arena + 57344)[0] = 0e0f;
+        (arena + 90113)[0] = 1e-2f;
         /* block(x:128) out.tensorize(x:128) */
         for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
             /* block(y:128) out.tensorize(y:128) */
@@ -334,13 +336,11 @@ void dt_out_f32(const dt_args* args, long long first, long long last) {
                         (arena + 24576)[l16 * 128 + l17] = (arena + 139266)[l16 * 128 + l17];
                     }
                 }
-                (arena + 57344)[0] = 0e0f;
                 for (long long l18 = 0; l18 < 128; l18++) {
                     for (long long l19 = 0; l19 < 128; l19++) {
                         (arena + 57345)[l18 * 128 + l19] = (((arena + 24576)[l18 * 128 + l19]) > ((arena + 57344)[0]) ? 1.0f : 0.0f);
                     }
                 }
-                (arena + 90113)[0] = 1e-2f;
                 for (long long l20 = 0; l20 < 128; l20++) {
                     for (long long l21 = 0; l21 < 128; l21++) {
                         (arena + 106498)[l20 * 128 + l21] = ((arena + 90113)[0] * (arena + 24576)[l20 * 128 + l21]);

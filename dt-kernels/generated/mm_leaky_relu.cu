@@ -446,6 +446,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16(const dt_args args)
     if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = 0e0f;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = 1e-2f;
+    }
     /* block(x:128) out.tensorize(x:128) */
     for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
         /* block(y:128) out.tensorize(y:128) */
@@ -588,22 +600,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16(const dt_args args)
             for (int r = 0; r < 128; r++) {
                 v3[r] = acc0[r];
             }
-            float v5[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v5[r] = 0e0f;
-            }
             float v6[128];
             #pragma unroll
             for (int r = 0; r < 128; r++) {
                 v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
-            }
-            float v8[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v8[r] = 1e-2f;
             }
             float v10[128];
             #pragma unroll
@@ -649,6 +649,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16(const dt_args args
     if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = 0e0f;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = 1e-2f;
+    }
     /* block(x:128) out.tensorize(x:128) */
     for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
         /* block(y:128) out.tensorize(y:128) */
@@ -791,22 +803,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16(const dt_args args
             for (int r = 0; r < 128; r++) {
                 v3[r] = acc0[r];
             }
-            float v5[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v5[r] = 0e0f;
-            }
             float v6[128];
             #pragma unroll
             for (int r = 0; r < 128; r++) {
                 v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
-            }
-            float v8[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v8[r] = 1e-2f;
             }
             float v10[128];
             #pragma unroll
@@ -852,6 +852,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f32(const dt_args args)
     if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = 0e0f;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = 1e-2f;
+    }
     /* block(x:128) out.tensorize(x:128) */
     for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
         /* block(y:128) out.tensorize(y:128) */
@@ -933,12 +945,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f32(const dt_args args)
                     v3[r] = acc0[r];
                 }
             }
-            float v5[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v5[r] = 0e0f;
-            }
             float v6[128];
             #pragma unroll 1
             for (int r = 0; r < 128; r++) {
@@ -946,12 +952,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f32(const dt_args args)
                 (void)e; {
                     v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
                 }
-            }
-            float v8[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v8[r] = 1e-2f;
             }
             float v10[128];
             #pragma unroll 1
@@ -1012,6 +1012,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f32_whole(const dt_args
     if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = 0e0f;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = 1e-2f;
+    }
     /* block(x:128) out.tensorize(x:128) */
     for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
         /* block(y:128) out.tensorize(y:128) */
@@ -1093,12 +1105,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f32_whole(const dt_args
                     v3[r] = acc0[r];
                 }
             }
-            float v5[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v5[r] = 0e0f;
-            }
             float v6[128];
             #pragma unroll 1
             for (int r = 0; r < 128; r++) {
@@ -1106,12 +1112,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f32_whole(const dt_args
                 (void)e; {
                     v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
                 }
-            }
-            float v8[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v8[r] = 1e-2f;
             }
             float v10[128];
             #pragma unroll 1

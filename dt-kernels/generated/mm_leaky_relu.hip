@@ -446,6 +446,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
     if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = 0e0f;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = 1e-2f;
+    }
     /* block(x:128) out.tensorize(x:128) */
     for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
         /* block(y:128) out.tensorize(y:128) */
@@ -532,22 +544,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
             for (int r = 0; r < 64; r++) {
                 v3[r] = acc0[r];
             }
-            float v5[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v5[r] = 0e0f;
-            }
             float v6[64];
             #pragma unroll
             for (int r = 0; r < 64; r++) {
                 v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
-            }
-            float v8[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v8[r] = 1e-2f;
             }
             float v10[64];
             #pragma unroll
@@ -593,6 +593,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
     if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = 0e0f;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = 1e-2f;
+    }
     /* block(x:128) out.tensorize(x:128) */
     for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
         /* block(y:128) out.tensorize(y:128) */
@@ -679,22 +691,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
             for (int r = 0; r < 64; r++) {
                 v3[r] = acc0[r];
             }
-            float v5[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v5[r] = 0e0f;
-            }
             float v6[64];
             #pragma unroll
             for (int r = 0; r < 64; r++) {
                 v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
-            }
-            float v8[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v8[r] = 1e-2f;
             }
             float v10[64];
             #pragma unroll
@@ -740,6 +740,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
     if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = 0e0f;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = 1e-2f;
+    }
     /* block(x:128) out.tensorize(x:128) */
     for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
         /* block(y:128) out.tensorize(y:128) */
@@ -821,12 +833,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
                     v3[r] = acc0[r];
                 }
             }
-            float v5[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v5[r] = 0e0f;
-            }
             float v6[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
@@ -834,12 +840,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
                 (void)e; {
                     v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
                 }
-            }
-            float v8[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v8[r] = 1e-2f;
             }
             float v10[64];
             #pragma unroll 1
@@ -900,6 +900,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32_whole(const dt_args
     if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = 0e0f;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = 1e-2f;
+    }
     /* block(x:128) out.tensorize(x:128) */
     for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
         /* block(y:128) out.tensorize(y:128) */
@@ -981,12 +993,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32_whole(const dt_args
                     v3[r] = acc0[r];
                 }
             }
-            float v5[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v5[r] = 0e0f;
-            }
             float v6[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
@@ -994,12 +1000,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32_whole(const dt_args
                 (void)e; {
                     v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
                 }
-            }
-            float v8[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v8[r] = 1e-2f;
             }
             float v10[64];
             #pragma unroll 1

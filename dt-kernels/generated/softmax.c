@@ -839,7 +839,7 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* A */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* softmax */
-    float* arena = (float*)malloc(sizeof(float) * 720915);
+    float* arena = (float*)malloc(sizeof(float) * 720913);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -849,33 +849,37 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
+        (arena + 245767)[0] = (-INFINITY);
+        (arena + 245768)[0] = 0e0f;
+        (arena + 409609)[0] = (-INFINITY);
+        (arena + 409610)[0] = 0e0f;
         /* block(x:1) softmax.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 688143)[l2] = (-INFINITY);
+                (arena + 688141)[l2] = (-INFINITY);
             }
             /* partial rmax over y, by runs of 8 lanes */
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 16384; l4++) {
-                    (arena + 688147)[l3 * 16384 + l4] = (-INFINITY);
+                    (arena + 688145)[l3 * 16384 + l4] = (-INFINITY);
                 }
             }
             /* rsum identity */
             for (long long l5 = 0; l5 < 1; l5++) {
-                (arena + 688145)[l5] = 0e0f;
+                (arena + 688143)[l5] = 0e0f;
             }
             /* partial rsum over y, by runs of 8 lanes */
             for (long long l6 = 0; l6 < 1; l6++) {
                 for (long long l7 = 0; l7 < 16384; l7++) {
-                    (arena + 704531)[l6 * 16384 + l7] = 0e0f;
+                    (arena + 704529)[l6 * 16384 + l7] = 0e0f;
                 }
             }
             /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
             for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
                 for (long long l9 = 0; l9 < 1; l9++) {
                     for (long long l10 = 0; l10 < 16384; l10++) {
-                        (arena + 458765)[l9 * 16384 + l10] = (arena + 688147)[l9 * 16384 + l10];
+                        (arena + 458765)[l9 * 16384 + l10] = (arena + 688145)[l9 * 16384 + l10];
                     }
                 }
                 for (long long l11 = 0; l11 < 1; l11++) {
@@ -893,72 +897,70 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
                 }
                 for (long long l18 = 0; l18 < 1; l18++) {
                     for (long long l19 = 0; l19 < 16384; l19++) {
-                        (arena + 688147)[l18 * 16384 + l19] = fmaxf((arena + 688147)[l18 * 16384 + l19], (arena + 491533)[l18 * 16384 + l19]);
+                        (arena + 688145)[l18 * 16384 + l19] = fmaxf((arena + 688145)[l18 * 16384 + l19], (arena + 491533)[l18 * 16384 + l19]);
                     }
                 }
                 for (long long l20 = 0; l20 < 1; l20++) {
                     for (long long l21 = 0; l21 < 16384; l21++) {
-                        (arena + 507917)[l20 * 16384 + l21] = (arena + 688147)[l20 * 16384 + l21];
+                        (arena + 507917)[l20 * 16384 + l21] = (arena + 688145)[l20 * 16384 + l21];
                     }
                 }
-                (arena + 524301)[0] = (-INFINITY);
-                (arena + 524302)[0] = 0e0f;
                 for (long long l22 = 0; l22 < 1; l22++) {
                     for (long long l23 = 0; l23 < 16384; l23++) {
-                        (arena + 524303)[l22 * 16384 + l23] = (((arena + 507917)[l22 * 16384 + l23]) == ((arena + 524301)[0]) ? 1.0f : 0.0f);
+                        (arena + 524301)[l22 * 16384 + l23] = (((arena + 507917)[l22 * 16384 + l23]) == ((arena + 245767)[0]) ? 1.0f : 0.0f);
                     }
                 }
                 for (long long l24 = 0; l24 < 1; l24++) {
                     for (long long l25 = 0; l25 < 16384; l25++) {
-                        (arena + 540687)[l24 * 16384 + l25] = (arena + 524303)[l24 * 16384 + l25] != 0.0f ? (arena + 524302)[0] : (arena + 507917)[l24 * 16384 + l25];
+                        (arena + 540685)[l24 * 16384 + l25] = (arena + 524301)[l24 * 16384 + l25] != 0.0f ? (arena + 245768)[0] : (arena + 507917)[l24 * 16384 + l25];
                     }
                 }
                 for (long long l26 = 0; l26 < 1; l26++) {
                     for (long long l27 = 0; l27 < 16384; l27++) {
-                        (arena + 557071)[l26 * 16384 + l27] = ((arena + 458765)[l26 * 16384 + l27] - (arena + 540687)[l26 * 16384 + l27]);
+                        (arena + 557069)[l26 * 16384 + l27] = ((arena + 458765)[l26 * 16384 + l27] - (arena + 540685)[l26 * 16384 + l27]);
                     }
                 }
                 for (long long l28 = 0; l28 < 1; l28++) {
                     for (long long l29 = 0; l29 < 16384; l29++) {
-                        (arena + 573455)[l28 * 16384 + l29] = expf((arena + 557071)[l28 * 16384 + l29]);
+                        (arena + 573453)[l28 * 16384 + l29] = expf((arena + 557069)[l28 * 16384 + l29]);
                     }
                 }
                 for (long long l30 = 0; l30 < 1; l30++) {
                     for (long long l31 = 0; l31 < 16384; l31++) {
-                        (arena + 589839)[l30 * 16384 + l31] = ((arena + 475149)[l30 * 16384 + l31] - (arena + 540687)[l30 * 16384 + l31]);
+                        (arena + 589837)[l30 * 16384 + l31] = ((arena + 475149)[l30 * 16384 + l31] - (arena + 540685)[l30 * 16384 + l31]);
                     }
                 }
                 for (long long l32 = 0; l32 < 1; l32++) {
                     for (long long l33 = 0; l33 < 16384; l33++) {
-                        (arena + 606223)[l32 * 16384 + l33] = expf((arena + 589839)[l32 * 16384 + l33]);
+                        (arena + 606221)[l32 * 16384 + l33] = expf((arena + 589837)[l32 * 16384 + l33]);
                     }
                 }
                 for (long long l34 = 0; l34 < 1; l34++) {
                     for (long long l35 = 0; l35 < 16384; l35++) {
                         const long long f38 = l35 - l35 % 8;
                         float a37 = 0e0f;
-                        for (long long r36 = f38; r36 < f38 + 8 && r36 < 16384; r36++) a37 = a37 + (arena + 606223)[l34 * 16384 + l35 + (r36 - l35) * 1];
-                        (arena + 622607)[l34 * 16384 + l35] = a37;
+                        for (long long r36 = f38; r36 < f38 + 8 && r36 < 16384; r36++) a37 = a37 + (arena + 606221)[l34 * 16384 + l35 + (r36 - l35) * 1];
+                        (arena + 622605)[l34 * 16384 + l35] = a37;
                     }
                 }
                 for (long long l39 = 0; l39 < 1; l39++) {
                     for (long long l40 = 0; l40 < 16384; l40++) {
-                        (arena + 638991)[l39 * 16384 + l40] = (arena + 704531)[l39 * 16384 + l40];
+                        (arena + 638989)[l39 * 16384 + l40] = (arena + 704529)[l39 * 16384 + l40];
                     }
                 }
                 for (long long l41 = 0; l41 < 1; l41++) {
                     for (long long l42 = 0; l42 < 16384; l42++) {
-                        (arena + 655375)[l41 * 16384 + l42] = ((arena + 638991)[l41 * 16384 + l42] * (arena + 573455)[l41 * 16384 + l42]);
+                        (arena + 655373)[l41 * 16384 + l42] = ((arena + 638989)[l41 * 16384 + l42] * (arena + 573453)[l41 * 16384 + l42]);
                     }
                 }
                 for (long long l43 = 0; l43 < 1; l43++) {
                     for (long long l44 = 0; l44 < 16384; l44++) {
-                        (arena + 671759)[l43 * 16384 + l44] = ((arena + 655375)[l43 * 16384 + l44] + (arena + 622607)[l43 * 16384 + l44]);
+                        (arena + 671757)[l43 * 16384 + l44] = ((arena + 655373)[l43 * 16384 + l44] + (arena + 622605)[l43 * 16384 + l44]);
                     }
                 }
                 for (long long l45 = 0; l45 < 1; l45++) {
                     for (long long l46 = 0; l46 < 16384; l46++) {
-                        (arena + 704531)[l45 * 16384 + l46] = (arena + 671759)[l45 * 16384 + l46];
+                        (arena + 704529)[l45 * 16384 + l46] = (arena + 671757)[l45 * 16384 + l46];
                     }
                 }
             }
@@ -966,7 +968,7 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
             for (long long o47 = (s1 / 16384) * 16384; o47 < s1; o47 += 16384) {
                 for (long long l48 = 0; l48 < 1; l48++) {
                     for (long long l49 = 0; l49 < 16384; l49++) {
-                        (arena + 196615)[l48 * 16384 + l49] = (arena + 688147)[l48 * 16384 + l49];
+                        (arena + 196615)[l48 * 16384 + l49] = (arena + 688145)[l48 * 16384 + l49];
                     }
                 }
                 for (long long l50 = 0; l50 < 1; l50++) {
@@ -984,16 +986,14 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
                 }
                 for (long long l57 = 0; l57 < 1; l57++) {
                     for (long long l58 = 0; l58 < 16384; l58++) {
-                        (arena + 688147)[l57 * 16384 + l58] = fmaxf((arena + 688147)[l57 * 16384 + l58], (arena + 212999)[l57 * 16384 + l58]);
+                        (arena + 688145)[l57 * 16384 + l58] = fmaxf((arena + 688145)[l57 * 16384 + l58], (arena + 212999)[l57 * 16384 + l58]);
                     }
                 }
                 for (long long l59 = 0; l59 < 1; l59++) {
                     for (long long l60 = 0; l60 < 16384; l60++) {
-                        (arena + 229383)[l59 * 16384 + l60] = (arena + 688147)[l59 * 16384 + l60];
+                        (arena + 229383)[l59 * 16384 + l60] = (arena + 688145)[l59 * 16384 + l60];
                     }
                 }
-                (arena + 245767)[0] = (-INFINITY);
-                (arena + 245768)[0] = 0e0f;
                 for (long long l61 = 0; l61 < 1; l61++) {
                     for (long long l62 = 0; l62 < 16384; l62++) {
                         (arena + 245769)[l61 * 16384 + l62] = (((arena + 229383)[l61 * 16384 + l62]) == ((arena + 245767)[0]) ? 1.0f : 0.0f);
@@ -1044,7 +1044,7 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
                 }
                 for (long long l82 = 0; l82 < 1; l82++) {
                     for (long long l83 = 0; l83 < 16384; l83++) {
-                        (arena + 327689)[l82 * 16384 + l83] = (arena + 704531)[l82 * 16384 + l83];
+                        (arena + 327689)[l82 * 16384 + l83] = (arena + 704529)[l82 * 16384 + l83];
                     }
                 }
                 for (long long l84 = 0; l84 < 1; l84++) {
@@ -1059,13 +1059,13 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
                 }
                 for (long long l88 = 0; l88 < 1; l88++) {
                     for (long long l89 = 0; l89 < 16384; l89++) {
-                        (arena + 704531)[l88 * 16384 + l89] = (arena + 360457)[l88 * 16384 + l89];
+                        (arena + 704529)[l88 * 16384 + l89] = (arena + 360457)[l88 * 16384 + l89];
                     }
                 }
             }
             for (long long l90 = 0; l90 < 1; l90++) {
                 for (long long l91 = 0; l91 < 16384; l91++) {
-                    (arena + 163847)[l90 * 16384 + l91] = (arena + 688147)[l90 * 16384 + l91];
+                    (arena + 163847)[l90 * 16384 + l91] = (arena + 688145)[l90 * 16384 + l91];
                 }
             }
             for (long long l92 = 0; l92 < 1; l92++) {
@@ -1074,18 +1074,16 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
                 (arena + 32768)[l92] = a94;
             }
             for (long long l95 = 0; l95 < 1; l95++) {
-                (arena + 688143)[l95] = fmaxf((arena + 688143)[l95], (arena + 32768)[l95]);
+                (arena + 688141)[l95] = fmaxf((arena + 688141)[l95], (arena + 32768)[l95]);
             }
             for (long long l96 = 0; l96 < 1; l96++) {
-                (arena + 32769)[l96] = (arena + 688143)[l96];
+                (arena + 32769)[l96] = (arena + 688141)[l96];
             }
             for (long long l97 = 0; l97 < 1; l97++) {
                 for (long long l98 = 0; l98 < 16384; l98++) {
-                    (arena + 376841)[l97 * 16384 + l98] = (arena + 704531)[l97 * 16384 + l98];
+                    (arena + 376841)[l97 * 16384 + l98] = (arena + 704529)[l97 * 16384 + l98];
                 }
             }
-            (arena + 409609)[0] = (-INFINITY);
-            (arena + 409610)[0] = 0e0f;
             for (long long l99 = 0; l99 < 1; l99++) {
                 (arena + 409611)[l99] = (((arena + 32769)[l99]) == ((arena + 409609)[0]) ? 1.0f : 0.0f);
             }
@@ -1113,10 +1111,10 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
                 (arena + 98307)[l107] = a109;
             }
             for (long long l110 = 0; l110 < 1; l110++) {
-                (arena + 688145)[l110] = (arena + 688145)[l110] + (arena + 98307)[l110];
+                (arena + 688143)[l110] = (arena + 688143)[l110] + (arena + 98307)[l110];
             }
             for (long long l111 = 0; l111 < 1; l111++) {
-                (arena + 98308)[l111] = (arena + 688145)[l111];
+                (arena + 98308)[l111] = (arena + 688143)[l111];
             }
             /* softmax.tensorize(y:16384) */
             for (long long o112 = (dt_cdiv(s1, 16384) - 1) * 16384; o112 >= 0; o112 -= 16384) {
@@ -1157,7 +1155,7 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* A */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* softmax */
-    float* arena = (float*)malloc(sizeof(float) * 720915);
+    float* arena = (float*)malloc(sizeof(float) * 720913);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1167,33 +1165,37 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
+        (arena + 245767)[0] = (-INFINITY);
+        (arena + 245768)[0] = 0e0f;
+        (arena + 409609)[0] = (-INFINITY);
+        (arena + 409610)[0] = 0e0f;
         /* block(x:1) softmax.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 688143)[l2] = (-INFINITY);
+                (arena + 688141)[l2] = (-INFINITY);
             }
             /* partial rmax over y, by runs of 8 lanes */
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 16384; l4++) {
-                    (arena + 688147)[l3 * 16384 + l4] = (-INFINITY);
+                    (arena + 688145)[l3 * 16384 + l4] = (-INFINITY);
                 }
             }
             /* rsum identity */
             for (long long l5 = 0; l5 < 1; l5++) {
-                (arena + 688145)[l5] = 0e0f;
+                (arena + 688143)[l5] = 0e0f;
             }
             /* partial rsum over y, by runs of 8 lanes */
             for (long long l6 = 0; l6 < 1; l6++) {
                 for (long long l7 = 0; l7 < 16384; l7++) {
-                    (arena + 704531)[l6 * 16384 + l7] = 0e0f;
+                    (arena + 704529)[l6 * 16384 + l7] = 0e0f;
                 }
             }
             /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
             for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
                 for (long long l9 = 0; l9 < 1; l9++) {
                     for (long long l10 = 0; l10 < 16384; l10++) {
-                        (arena + 458765)[l9 * 16384 + l10] = (arena + 688147)[l9 * 16384 + l10];
+                        (arena + 458765)[l9 * 16384 + l10] = (arena + 688145)[l9 * 16384 + l10];
                     }
                 }
                 for (long long l11 = 0; l11 < 1; l11++) {
@@ -1211,72 +1213,70 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
                 }
                 for (long long l18 = 0; l18 < 1; l18++) {
                     for (long long l19 = 0; l19 < 16384; l19++) {
-                        (arena + 688147)[l18 * 16384 + l19] = fmaxf((arena + 688147)[l18 * 16384 + l19], (arena + 491533)[l18 * 16384 + l19]);
+                        (arena + 688145)[l18 * 16384 + l19] = fmaxf((arena + 688145)[l18 * 16384 + l19], (arena + 491533)[l18 * 16384 + l19]);
                     }
                 }
                 for (long long l20 = 0; l20 < 1; l20++) {
                     for (long long l21 = 0; l21 < 16384; l21++) {
-                        (arena + 507917)[l20 * 16384 + l21] = (arena + 688147)[l20 * 16384 + l21];
+                        (arena + 507917)[l20 * 16384 + l21] = (arena + 688145)[l20 * 16384 + l21];
                     }
                 }
-                (arena + 524301)[0] = (-INFINITY);
-                (arena + 524302)[0] = 0e0f;
                 for (long long l22 = 0; l22 < 1; l22++) {
                     for (long long l23 = 0; l23 < 16384; l23++) {
-                        (arena + 524303)[l22 * 16384 + l23] = (((arena + 507917)[l22 * 16384 + l23]) == ((arena + 524301)[0]) ? 1.0f : 0.0f);
+                        (arena + 524301)[l22 * 16384 + l23] = (((arena + 507917)[l22 * 16384 + l23]) == ((arena + 245767)[0]) ? 1.0f : 0.0f);
                     }
                 }
                 for (long long l24 = 0; l24 < 1; l24++) {
                     for (long long l25 = 0; l25 < 16384; l25++) {
-                        (arena + 540687)[l24 * 16384 + l25] = (arena + 524303)[l24 * 16384 + l25] != 0.0f ? (arena + 524302)[0] : (arena + 507917)[l24 * 16384 + l25];
+                        (arena + 540685)[l24 * 16384 + l25] = (arena + 524301)[l24 * 16384 + l25] != 0.0f ? (arena + 245768)[0] : (arena + 507917)[l24 * 16384 + l25];
                     }
                 }
                 for (long long l26 = 0; l26 < 1; l26++) {
                     for (long long l27 = 0; l27 < 16384; l27++) {
-                        (arena + 557071)[l26 * 16384 + l27] = ((arena + 458765)[l26 * 16384 + l27] - (arena + 540687)[l26 * 16384 + l27]);
+                        (arena + 557069)[l26 * 16384 + l27] = ((arena + 458765)[l26 * 16384 + l27] - (arena + 540685)[l26 * 16384 + l27]);
                     }
                 }
                 for (long long l28 = 0; l28 < 1; l28++) {
                     for (long long l29 = 0; l29 < 16384; l29++) {
-                        (arena + 573455)[l28 * 16384 + l29] = expf((arena + 557071)[l28 * 16384 + l29]);
+                        (arena + 573453)[l28 * 16384 + l29] = expf((arena + 557069)[l28 * 16384 + l29]);
                     }
                 }
                 for (long long l30 = 0; l30 < 1; l30++) {
                     for (long long l31 = 0; l31 < 16384; l31++) {
-                        (arena + 589839)[l30 * 16384 + l31] = ((arena + 475149)[l30 * 16384 + l31] - (arena + 540687)[l30 * 16384 + l31]);
+                        (arena + 589837)[l30 * 16384 + l31] = ((arena + 475149)[l30 * 16384 + l31] - (arena + 540685)[l30 * 16384 + l31]);
                     }
                 }
                 for (long long l32 = 0; l32 < 1; l32++) {
                     for (long long l33 = 0; l33 < 16384; l33++) {
-                        (arena + 606223)[l32 * 16384 + l33] = expf((arena + 589839)[l32 * 16384 + l33]);
+                        (arena + 606221)[l32 * 16384 + l33] = expf((arena + 589837)[l32 * 16384 + l33]);
                     }
                 }
                 for (long long l34 = 0; l34 < 1; l34++) {
                     for (long long l35 = 0; l35 < 16384; l35++) {
                         const long long f38 = l35 - l35 % 8;
                         float a37 = 0e0f;
-                        for (long long r36 = f38; r36 < f38 + 8 && r36 < 16384; r36++) a37 = a37 + (arena + 606223)[l34 * 16384 + l35 + (r36 - l35) * 1];
-                        (arena + 622607)[l34 * 16384 + l35] = a37;
+                        for (long long r36 = f38; r36 < f38 + 8 && r36 < 16384; r36++) a37 = a37 + (arena + 606221)[l34 * 16384 + l35 + (r36 - l35) * 1];
+                        (arena + 622605)[l34 * 16384 + l35] = a37;
                     }
                 }
                 for (long long l39 = 0; l39 < 1; l39++) {
                     for (long long l40 = 0; l40 < 16384; l40++) {
-                        (arena + 638991)[l39 * 16384 + l40] = (arena + 704531)[l39 * 16384 + l40];
+                        (arena + 638989)[l39 * 16384 + l40] = (arena + 704529)[l39 * 16384 + l40];
                     }
                 }
                 for (long long l41 = 0; l41 < 1; l41++) {
                     for (long long l42 = 0; l42 < 16384; l42++) {
-                        (arena + 655375)[l41 * 16384 + l42] = ((arena + 638991)[l41 * 16384 + l42] * (arena + 573455)[l41 * 16384 + l42]);
+                        (arena + 655373)[l41 * 16384 + l42] = ((arena + 638989)[l41 * 16384 + l42] * (arena + 573453)[l41 * 16384 + l42]);
                     }
                 }
                 for (long long l43 = 0; l43 < 1; l43++) {
                     for (long long l44 = 0; l44 < 16384; l44++) {
-                        (arena + 671759)[l43 * 16384 + l44] = ((arena + 655375)[l43 * 16384 + l44] + (arena + 622607)[l43 * 16384 + l44]);
+                        (arena + 671757)[l43 * 16384 + l44] = ((arena + 655373)[l43 * 16384 + l44] + (arena + 622605)[l43 * 16384 + l44]);
                     }
                 }
                 for (long long l45 = 0; l45 < 1; l45++) {
                     for (long long l46 = 0; l46 < 16384; l46++) {
-                        (arena + 704531)[l45 * 16384 + l46] = (arena + 671759)[l45 * 16384 + l46];
+                        (arena + 704529)[l45 * 16384 + l46] = (arena + 671757)[l45 * 16384 + l46];
                     }
                 }
             }
@@ -1284,7 +1284,7 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
             for (long long o47 = (s1 / 16384) * 16384; o47 < s1; o47 += 16384) {
                 for (long long l48 = 0; l48 < 1; l48++) {
                     for (long long l49 = 0; l49 < 16384; l49++) {
-                        (arena + 196615)[l48 * 16384 + l49] = (arena + 688147)[l48 * 16384 + l49];
+                        (arena + 196615)[l48 * 16384 + l49] = (arena + 688145)[l48 * 16384 + l49];
                     }
                 }
                 for (long long l50 = 0; l50 < 1; l50++) {
@@ -1302,16 +1302,14 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
                 }
                 for (long long l57 = 0; l57 < 1; l57++) {
                     for (long long l58 = 0; l58 < 16384; l58++) {
-                        (arena + 688147)[l57 * 16384 + l58] = fmaxf((arena + 688147)[l57 * 16384 + l58], (arena + 212999)[l57 * 16384 + l58]);
+                        (arena + 688145)[l57 * 16384 + l58] = fmaxf((arena + 688145)[l57 * 16384 + l58], (arena + 212999)[l57 * 16384 + l58]);
                     }
                 }
                 for (long long l59 = 0; l59 < 1; l59++) {
                     for (long long l60 = 0; l60 < 16384; l60++) {
-                        (arena + 229383)[l59 * 16384 + l60] = (arena + 688147)[l59 * 16384 + l60];
+                        (arena + 229383)[l59 * 16384 + l60] = (arena + 688145)[l59 * 16384 + l60];
                     }
                 }
-                (arena + 245767)[0] = (-INFINITY);
-                (arena + 245768)[0] = 0e0f;
                 for (long long l61 = 0; l61 < 1; l61++) {
                     for (long long l62 = 0; l62 < 16384; l62++) {
                         (arena + 245769)[l61 * 16384 + l62] = (((arena + 229383)[l61 * 16384 + l62]) == ((arena + 245767)[0]) ? 1.0f : 0.0f);
@@ -1362,7 +1360,7 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
                 }
                 for (long long l82 = 0; l82 < 1; l82++) {
                     for (long long l83 = 0; l83 < 16384; l83++) {
-                        (arena + 327689)[l82 * 16384 + l83] = (arena + 704531)[l82 * 16384 + l83];
+                        (arena + 327689)[l82 * 16384 + l83] = (arena + 704529)[l82 * 16384 + l83];
                     }
                 }
                 for (long long l84 = 0; l84 < 1; l84++) {
@@ -1377,13 +1375,13 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
                 }
                 for (long long l88 = 0; l88 < 1; l88++) {
                     for (long long l89 = 0; l89 < 16384; l89++) {
-                        (arena + 704531)[l88 * 16384 + l89] = (arena + 360457)[l88 * 16384 + l89];
+                        (arena + 704529)[l88 * 16384 + l89] = (arena + 360457)[l88 * 16384 + l89];
                     }
                 }
             }
             for (long long l90 = 0; l90 < 1; l90++) {
                 for (long long l91 = 0; l91 < 16384; l91++) {
-                    (arena + 163847)[l90 * 16384 + l91] = (arena + 688147)[l90 * 16384 + l91];
+                    (arena + 163847)[l90 * 16384 + l91] = (arena + 688145)[l90 * 16384 + l91];
                 }
             }
             for (long long l92 = 0; l92 < 1; l92++) {
@@ -1392,18 +1390,16 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
                 (arena + 32768)[l92] = a94;
             }
             for (long long l95 = 0; l95 < 1; l95++) {
-                (arena + 688143)[l95] = fmaxf((arena + 688143)[l95], (arena + 32768)[l95]);
+                (arena + 688141)[l95] = fmaxf((arena + 688141)[l95], (arena + 32768)[l95]);
             }
             for (long long l96 = 0; l96 < 1; l96++) {
-                (arena + 32769)[l96] = (arena + 688143)[l96];
+                (arena + 32769)[l96] = (arena + 688141)[l96];
             }
             for (long long l97 = 0; l97 < 1; l97++) {
                 for (long long l98 = 0; l98 < 16384; l98++) {
-                    (arena + 376841)[l97 * 16384 + l98] = (arena + 704531)[l97 * 16384 + l98];
+                    (arena + 376841)[l97 * 16384 + l98] = (arena + 704529)[l97 * 16384 + l98];
                 }
             }
-            (arena + 409609)[0] = (-INFINITY);
-            (arena + 409610)[0] = 0e0f;
             for (long long l99 = 0; l99 < 1; l99++) {
                 (arena + 409611)[l99] = (((arena + 32769)[l99]) == ((arena + 409609)[0]) ? 1.0f : 0.0f);
             }
@@ -1431,10 +1427,10 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
                 (arena + 98307)[l107] = a109;
             }
             for (long long l110 = 0; l110 < 1; l110++) {
-                (arena + 688145)[l110] = (arena + 688145)[l110] + (arena + 98307)[l110];
+                (arena + 688143)[l110] = (arena + 688143)[l110] + (arena + 98307)[l110];
             }
             for (long long l111 = 0; l111 < 1; l111++) {
-                (arena + 98308)[l111] = (arena + 688145)[l111];
+                (arena + 98308)[l111] = (arena + 688143)[l111];
             }
             /* softmax.tensorize(y:16384) */
             for (long long o112 = (dt_cdiv(s1, 16384) - 1) * 16384; o112 >= 0; o112 -= 16384) {
@@ -1475,7 +1471,7 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* A */
     float* out = (float*)(uintptr_t)args->output; /* softmax */
-    float* arena = (float*)malloc(sizeof(float) * 720915);
+    float* arena = (float*)malloc(sizeof(float) * 720913);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1485,33 +1481,37 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
+        (arena + 245767)[0] = (-INFINITY);
+        (arena + 245768)[0] = 0e0f;
+        (arena + 409609)[0] = (-INFINITY);
+        (arena + 409610)[0] = 0e0f;
         /* block(x:1) softmax.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 688143)[l2] = (-INFINITY);
+                (arena + 688141)[l2] = (-INFINITY);
             }
             /* partial rmax over y, by runs of 8 lanes */
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 16384; l4++) {
-                    (arena + 688147)[l3 * 16384 + l4] = (-INFINITY);
+                    (arena + 688145)[l3 * 16384 + l4] = (-INFINITY);
                 }
             }
             /* rsum identity */
             for (long long l5 = 0; l5 < 1; l5++) {
-                (arena + 688145)[l5] = 0e0f;
+                (arena + 688143)[l5] = 0e0f;
             }
             /* partial rsum over y, by runs of 8 lanes */
             for (long long l6 = 0; l6 < 1; l6++) {
                 for (long long l7 = 0; l7 < 16384; l7++) {
-                    (arena + 704531)[l6 * 16384 + l7] = 0e0f;
+                    (arena + 704529)[l6 * 16384 + l7] = 0e0f;
                 }
             }
             /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
             for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
                 for (long long l9 = 0; l9 < 1; l9++) {
                     for (long long l10 = 0; l10 < 16384; l10++) {
-                        (arena + 458765)[l9 * 16384 + l10] = (arena + 688147)[l9 * 16384 + l10];
+                        (arena + 458765)[l9 * 16384 + l10] = (arena + 688145)[l9 * 16384 + l10];
                     }
                 }
                 for (long long l11 = 0; l11 < 1; l11++) {
@@ -1529,72 +1529,70 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
                 }
                 for (long long l18 = 0; l18 < 1; l18++) {
                     for (long long l19 = 0; l19 < 16384; l19++) {
-                        (arena + 688147)[l18 * 16384 + l19] = fmaxf((arena + 688147)[l18 * 16384 + l19], (arena + 491533)[l18 * 16384 + l19]);
+                        (arena + 688145)[l18 * 16384 + l19] = fmaxf((arena + 688145)[l18 * 16384 + l19], (arena + 491533)[l18 * 16384 + l19]);
                     }
                 }
                 for (long long l20 = 0; l20 < 1; l20++) {
                     for (long long l21 = 0; l21 < 16384; l21++) {
-                        (arena + 507917)[l20 * 16384 + l21] = (arena + 688147)[l20 * 16384 + l21];
+                        (arena + 507917)[l20 * 16384 + l21] = (arena + 688145)[l20 * 16384 + l21];
                     }
                 }
-                (arena + 524301)[0] = (-INFINITY);
-                (arena + 524302)[0] = 0e0f;
                 for (long long l22 = 0; l22 < 1; l22++) {
                     for (long long l23 = 0; l23 < 16384; l23++) {
-                        (arena + 524303)[l22 * 16384 + l23] = (((arena + 507917)[l22 * 16384 + l23]) == ((arena + 524301)[0]) ? 1.0f : 0.0f);
+                        (arena + 524301)[l22 * 16384 + l23] = (((arena + 507917)[l22 * 16384 + l23]) == ((arena + 245767)[0]) ? 1.0f : 0.0f);
                     }
                 }
                 for (long long l24 = 0; l24 < 1; l24++) {
                     for (long long l25 = 0; l25 < 16384; l25++) {
-                        (arena + 540687)[l24 * 16384 + l25] = (arena + 524303)[l24 * 16384 + l25] != 0.0f ? (arena + 524302)[0] : (arena + 507917)[l24 * 16384 + l25];
+                        (arena + 540685)[l24 * 16384 + l25] = (arena + 524301)[l24 * 16384 + l25] != 0.0f ? (arena + 245768)[0] : (arena + 507917)[l24 * 16384 + l25];
                     }
                 }
                 for (long long l26 = 0; l26 < 1; l26++) {
                     for (long long l27 = 0; l27 < 16384; l27++) {
-                        (arena + 557071)[l26 * 16384 + l27] = ((arena + 458765)[l26 * 16384 + l27] - (arena + 540687)[l26 * 16384 + l27]);
+                        (arena + 557069)[l26 * 16384 + l27] = ((arena + 458765)[l26 * 16384 + l27] - (arena + 540685)[l26 * 16384 + l27]);
                     }
                 }
                 for (long long l28 = 0; l28 < 1; l28++) {
                     for (long long l29 = 0; l29 < 16384; l29++) {
-                        (arena + 573455)[l28 * 16384 + l29] = expf((arena + 557071)[l28 * 16384 + l29]);
+                        (arena + 573453)[l28 * 16384 + l29] = expf((arena + 557069)[l28 * 16384 + l29]);
                     }
                 }
                 for (long long l30 = 0; l30 < 1; l30++) {
                     for (long long l31 = 0; l31 < 16384; l31++) {
-                        (arena + 589839)[l30 * 16384 + l31] = ((arena + 475149)[l30 * 16384 + l31] - (arena + 540687)[l30 * 16384 + l31]);
+                        (arena + 589837)[l30 * 16384 + l31] = ((arena + 475149)[l30 * 16384 + l31] - (arena + 540685)[l30 * 16384 + l31]);
                     }
                 }
                 for (long long l32 = 0; l32 < 1; l32++) {
                     for (long long l33 = 0; l33 < 16384; l33++) {
-                        (arena + 606223)[l32 * 16384 + l33] = expf((arena + 589839)[l32 * 16384 + l33]);
+                        (arena + 606221)[l32 * 16384 + l33] = expf((arena + 589837)[l32 * 16384 + l33]);
                     }
                 }
                 for (long long l34 = 0; l34 < 1; l34++) {
                     for (long long l35 = 0; l35 < 16384; l35++) {
                         const long long f38 = l35 - l35 % 8;
                         float a37 = 0e0f;
-                        for (long long r36 = f38; r36 < f38 + 8 && r36 < 16384; r36++) a37 = a37 + (arena + 606223)[l34 * 16384 + l35 + (r36 - l35) * 1];
-                        (arena + 622607)[l34 * 16384 + l35] = a37;
+                        for (long long r36 = f38; r36 < f38 + 8 && r36 < 16384; r36++) a37 = a37 + (arena + 606221)[l34 * 16384 + l35 + (r36 - l35) * 1];
+                        (arena + 622605)[l34 * 16384 + l35] = a37;
                     }
                 }
                 for (long long l39 = 0; l39 < 1; l39++) {
                     for (long long l40 = 0; l40 < 16384; l40++) {
-                        (arena + 638991)[l39 * 16384 + l40] = (arena + 704531)[l39 * 16384 + l40];
+                        (arena + 638989)[l39 * 16384 + l40] = (arena + 704529)[l39 * 16384 + l40];
                     }
                 }
                 for (long long l41 = 0; l41 < 1; l41++) {
                     for (long long l42 = 0; l42 < 16384; l42++) {
-                        (arena + 655375)[l41 * 16384 + l42] = ((arena + 638991)[l41 * 16384 + l42] * (arena + 573455)[l41 * 16384 + l42]);
+                        (arena + 655373)[l41 * 16384 + l42] = ((arena + 638989)[l41 * 16384 + l42] * (arena + 573453)[l41 * 16384 + l42]);
                     }
                 }
                 for (long long l43 = 0; l43 < 1; l43++) {
                     for (long long l44 = 0; l44 < 16384; l44++) {
-                        (arena + 671759)[l43 * 16384 + l44] = ((arena + 655375)[l43 * 16384 + l44] + (arena + 622607)[l43 * 16384 + l44]);
+                        (arena + 671757)[l43 * 16384 + l44] = ((arena + 655373)[l43 * 16384 + l44] + (arena + 622605)[l43 * 16384 + l44]);
                     }
                 }
                 for (long long l45 = 0; l45 < 1; l45++) {
                     for (long long l46 = 0; l46 < 16384; l46++) {
-                        (arena + 704531)[l45 * 16384 + l46] = (arena + 671759)[l45 * 16384 + l46];
+                        (arena + 704529)[l45 * 16384 + l46] = (arena + 671757)[l45 * 16384 + l46];
                     }
                 }
             }
@@ -1602,7 +1600,7 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
             for (long long o47 = (s1 / 16384) * 16384; o47 < s1; o47 += 16384) {
                 for (long long l48 = 0; l48 < 1; l48++) {
                     for (long long l49 = 0; l49 < 16384; l49++) {
-                        (arena + 196615)[l48 * 16384 + l49] = (arena + 688147)[l48 * 16384 + l49];
+                        (arena + 196615)[l48 * 16384 + l49] = (arena + 688145)[l48 * 16384 + l49];
                     }
                 }
                 for (long long l50 = 0; l50 < 1; l50++) {
@@ -1620,16 +1618,14 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
                 }
                 for (long long l57 = 0; l57 < 1; l57++) {
                     for (long long l58 = 0; l58 < 16384; l58++) {
-                        (arena + 688147)[l57 * 16384 + l58] = fmaxf((arena + 688147)[l57 * 16384 + l58], (arena + 212999)[l57 * 16384 + l58]);
+                        (arena + 688145)[l57 * 16384 + l58] = fmaxf((arena + 688145)[l57 * 16384 + l58], (arena + 212999)[l57 * 16384 + l58]);
                     }
                 }
                 for (long long l59 = 0; l59 < 1; l59++) {
                     for (long long l60 = 0; l60 < 16384; l60++) {
-                        (arena + 229383)[l59 * 16384 + l60] = (arena + 688147)[l59 * 16384 + l60];
+                        (arena + 229383)[l59 * 16384 + l60] = (arena + 688145)[l59 * 16384 + l60];
                     }
                 }
-                (arena + 245767)[0] = (-INFINITY);
-                (arena + 245768)[0] = 0e0f;
                 for (long long l61 = 0; l61 < 1; l61++) {
                     for (long long l62 = 0; l62 < 16384; l62++) {
                         (arena + 245769)[l61 * 16384 + l62] = (((arena + 229383)[l61 * 16384 + l62]) == ((arena + 245767)[0]) ? 1.0f : 0.0f);
@@ -1680,7 +1676,7 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
                 }
                 for (long long l82 = 0; l82 < 1; l82++) {
                     for (long long l83 = 0; l83 < 16384; l83++) {
-                        (arena + 327689)[l82 * 16384 + l83] = (arena + 704531)[l82 * 16384 + l83];
+                        (arena + 327689)[l82 * 16384 + l83] = (arena + 704529)[l82 * 16384 + l83];
                     }
                 }
                 for (long long l84 = 0; l84 < 1; l84++) {
@@ -1695,13 +1691,13 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
                 }
                 for (long long l88 = 0; l88 < 1; l88++) {
                     for (long long l89 = 0; l89 < 16384; l89++) {
-                        (arena + 704531)[l88 * 16384 + l89] = (arena + 360457)[l88 * 16384 + l89];
+                        (arena + 704529)[l88 * 16384 + l89] = (arena + 360457)[l88 * 16384 + l89];
                     }
                 }
             }
             for (long long l90 = 0; l90 < 1; l90++) {
                 for (long long l91 = 0; l91 < 16384; l91++) {
-                    (arena + 163847)[l90 * 16384 + l91] = (arena + 688147)[l90 * 16384 + l91];
+                    (arena + 163847)[l90 * 16384 + l91] = (arena + 688145)[l90 * 16384 + l91];
                 }
             }
             for (long long l92 = 0; l92 < 1; l92++) {
@@ -1710,18 +1706,16 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
                 (arena + 32768)[l92] = a94;
             }
             for (long long l95 = 0; l95 < 1; l95++) {
-                (arena + 688143)[l95] = fmaxf((arena + 688143)[l95], (arena + 32768)[l95]);
+                (arena + 688141)[l95] = fmaxf((arena + 688141)[l95], (arena + 32768)[l95]);
             }
             for (long long l96 = 0; l96 < 1; l96++) {
-                (arena + 32769)[l96] = (arena + 688143)[l96];
+                (arena + 32769)[l96] = (arena + 688141)[l96];
             }
             for (long long l97 = 0; l97 < 1; l97++) {
                 for (long long l98 = 0; l98 < 16384; l98++) {
-                    (arena + 376841)[l97 * 16384 + l98] = (arena + 704531)[l97 * 16384 + l98];
+                    (arena + 376841)[l97 * 16384 + l98] = (arena + 704529)[l97 * 16384 + l98];
                 }
             }
-            (arena + 409609)[0] = (-INFINITY);
-            (arena + 409610)[0] = 0e0f;
             for (long long l99 = 0; l99 < 1; l99++) {
                 (arena + 409611)[l99] = (((arena + 32769)[l99]) == ((arena + 409609)[0]) ? 1.0f : 0.0f);
             }
@@ -1749,10 +1743,10 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
                 (arena + 98307)[l107] = a109;
             }
             for (long long l110 = 0; l110 < 1; l110++) {
-                (arena + 688145)[l110] = (arena + 688145)[l110] + (arena + 98307)[l110];
+                (arena + 688143)[l110] = (arena + 688143)[l110] + (arena + 98307)[l110];
             }
             for (long long l111 = 0; l111 < 1; l111++) {
-                (arena + 98308)[l111] = (arena + 688145)[l111];
+                (arena + 98308)[l111] = (arena + 688143)[l111];
             }
             /* softmax.tensorize(y:16384) */
             for (long long o112 = (dt_cdiv(s1, 16384) - 1) * 16384; o112 >= 0; o112 -= 16384) {

@@ -3393,6 +3393,30 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
+    float v24[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v24[r] = (-INFINITY);
+    }
+    float v25[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v25[r] = 0e0f;
+    }
+    float v36[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v36[r] = (-INFINITY);
+    }
+    float v37[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v37[r] = 0e0f;
+    }
     /* block(x:1) softmax_256k_16bit.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -3609,24 +3633,28 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                     v52[r] = acc4[r];
                 }
             }
-            float v53[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v53[r] = (-INFINITY);
+            float v53[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v53[r] = ((v52[r]) == (v24[0]) ? 1.0f : 0.0f);
+                }
             }
-            float v54[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v54[r] = 0e0f;
+            float v54[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v54[r] = v53[r] != 0.0f ? v25[0] : v52[r];
+                }
             }
             float v55[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v55[r] = ((v52[r]) == (v53[0]) ? 1.0f : 0.0f);
+                    v55[r] = (v49[r] - v54[r]);
                 }
             }
             float v56[8];
@@ -3634,39 +3662,39 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v56[r] = v55[r] != 0.0f ? v54[0] : v52[r];
+                    v56[r] = dt_fast_exp(v55[r]);
                 }
             }
             float v57[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v57[r] = (v49[r] - v56[r]);
+                    v57[r] = (v50[r] - v54[r / 8]);
                 }
             }
             float v58[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
                     v58[r] = dt_fast_exp(v57[r]);
                 }
             }
             float v59[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v59[r] = (v50[r] - v56[r / 8]);
+                    v59[r] = ((v58[r * 8 + 0] + v58[r * 8 + 1]) + (v58[r * 8 + 2] + v58[r * 8 + 3])) + ((v58[r * 8 + 4] + v58[r * 8 + 5]) + (v58[r * 8 + 6] + v58[r * 8 + 7]));
                 }
             }
             float v60[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v60[r] = dt_fast_exp(v59[r]);
+                    v60[r] = acc5[r];
                 }
             }
             float v61[8];
@@ -3674,7 +3702,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v61[r] = ((v60[r * 8 + 0] + v60[r * 8 + 1]) + (v60[r * 8 + 2] + v60[r * 8 + 3])) + ((v60[r * 8 + 4] + v60[r * 8 + 5]) + (v60[r * 8 + 6] + v60[r * 8 + 7]));
+                    v61[r] = (v60[r] * v56[r]);
                 }
             }
             float v62[8];
@@ -3682,30 +3710,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v62[r] = acc5[r];
-                }
-            }
-            float v63[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v63[r] = (v62[r] * v58[r]);
-                }
-            }
-            float v64[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v64[r] = (v63[r] + v61[r]);
+                    v62[r] = (v61[r] + v59[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v64[r];
+                    acc5[r] = v62[r];
                 }
             }
         }
@@ -3770,18 +3782,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 (void)e; {
                     v23[r] = acc4[r];
                 }
-            }
-            float v24[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v24[r] = (-INFINITY);
-            }
-            float v25[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v25[r] = 0e0f;
             }
             float v26[8];
             #pragma unroll
@@ -3938,18 +3938,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 v34[r] = acc5[r];
             }
         }
-        float v36[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v36[r] = (-INFINITY);
-        }
-        float v37[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v37[r] = 0e0f;
-        }
         float v43[1];
         {
             const int r = 0, e = 0;
@@ -4039,7 +4027,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         dt_cluster_arrive();
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o134 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o134 >= b1 * 32768; o134 -= 4096) {
+        for (long long o134 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o134 < dt_min_ll(b1 * 32768 + 32768, s1); o134 += 4096) {
             const uint4* const held135 = (const uint4*)(dt_smem + 32);
             uint4 q136[1];
             bool f137[1];
@@ -4112,6 +4100,81 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 }
             }
         }
+        dt_cp_async_wait<0>(); /* the block held in shared memory */
+        /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
+        for (long long o150 = b1 * 32768 + (dt_cdiv(dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)) - (b1 * 32768), 4096) - 1) * 4096; o150 >= b1 * 32768; o150 -= 4096) {
+            const uint4* const held151 = (const uint4*)(dt_smem + 32);
+            uint4 q152[1];
+            bool f153[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l154 = (int)((unsigned)e / 4096u % 1u);
+                const int l155 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l154) * (unsigned)args.input_strides[0][0] + (unsigned)(o150 + l155) * (unsigned)args.input_strides[0][1];
+                f153[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f153[c]) q152[c] = held151[0 + (((unsigned)(o150 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            dt_f16s<8> v63; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l156 = (int)((unsigned)e / 4096u % 1u);
+                const int l157 = (int)((unsigned)e / 1u % 4096u);
+                if (f153[c]) {
+                    v63.w[c] = q152[c];
+                } else {
+                    const unsigned a = (unsigned)(o1 + l156) * (unsigned)args.input_strides[0][0] + (unsigned)(o150 + l157) * (unsigned)args.input_strides[0][1];
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    v63.w[c] = w;
+                }
+            }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v64[r] = (v63[r] - v4[0]);
+                }
+            }
+            float v65[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v65[r] = dt_fast_exp(v64[r]);
+                }
+            }
+            float v66[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v66[r] = dt_fast_div(v65[r], v12[0]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l164 = (int)((unsigned)e / 4096u % 1u);
+                const int l165 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l164) * (unsigned)args.output_strides[0] + (unsigned)(o150 + l165) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && 1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v66[c * 8 + 0], v66[c * 8 + 1]), dt_pack2_f16(v66[c * 8 + 2], v66[c * 8 + 3]), dt_pack2_f16(v66[c * 8 + 4], v66[c * 8 + 5]), dt_pack2_f16(v66[c * 8 + 6], v66[c * 8 + 7])));
+                } else {
+                    if (1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v66[c * 8 + 0]);
+                    if (1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v66[c * 8 + 1]);
+                    if (1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v66[c * 8 + 2]);
+                    if (1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v66[c * 8 + 3]);
+                    if (1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v66[c * 8 + 4]);
+                    if (1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v66[c * 8 + 5]);
+                    if (1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v66[c * 8 + 6]);
+                    if (1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v66[c * 8 + 7]);
+                }
+            }
+        }
         dt_cluster_wait();
     }
 }
@@ -4135,6 +4198,30 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
+    float v24[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v24[r] = (-INFINITY);
+    }
+    float v25[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v25[r] = 0e0f;
+    }
+    float v36[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v36[r] = (-INFINITY);
+    }
+    float v37[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v37[r] = 0e0f;
+    }
     /* block(x:1) softmax_256k_16bit.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -4340,24 +4427,28 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                     v52[r] = acc4[r];
                 }
             }
-            float v53[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v53[r] = (-INFINITY);
+            float v53[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v53[r] = ((v52[r]) == (v24[0]) ? 1.0f : 0.0f);
+                }
             }
-            float v54[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v54[r] = 0e0f;
+            float v54[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v54[r] = v53[r] != 0.0f ? v25[0] : v52[r];
+                }
             }
             float v55[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v55[r] = ((v52[r]) == (v53[0]) ? 1.0f : 0.0f);
+                    v55[r] = (v49[r] - v54[r]);
                 }
             }
             float v56[8];
@@ -4365,39 +4456,39 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v56[r] = v55[r] != 0.0f ? v54[0] : v52[r];
+                    v56[r] = dt_fast_exp(v55[r]);
                 }
             }
             float v57[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v57[r] = (v49[r] - v56[r]);
+                    v57[r] = (v50[r] - v54[r / 8]);
                 }
             }
             float v58[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
                     v58[r] = dt_fast_exp(v57[r]);
                 }
             }
             float v59[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v59[r] = (v50[r] - v56[r / 8]);
+                    v59[r] = ((v58[r * 8 + 0] + v58[r * 8 + 1]) + (v58[r * 8 + 2] + v58[r * 8 + 3])) + ((v58[r * 8 + 4] + v58[r * 8 + 5]) + (v58[r * 8 + 6] + v58[r * 8 + 7]));
                 }
             }
             float v60[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v60[r] = dt_fast_exp(v59[r]);
+                    v60[r] = acc5[r];
                 }
             }
             float v61[8];
@@ -4405,7 +4496,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v61[r] = ((v60[r * 8 + 0] + v60[r * 8 + 1]) + (v60[r * 8 + 2] + v60[r * 8 + 3])) + ((v60[r * 8 + 4] + v60[r * 8 + 5]) + (v60[r * 8 + 6] + v60[r * 8 + 7]));
+                    v61[r] = (v60[r] * v56[r]);
                 }
             }
             float v62[8];
@@ -4413,30 +4504,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v62[r] = acc5[r];
-                }
-            }
-            float v63[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v63[r] = (v62[r] * v58[r]);
-                }
-            }
-            float v64[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v64[r] = (v63[r] + v61[r]);
+                    v62[r] = (v61[r] + v59[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v64[r];
+                    acc5[r] = v62[r];
                 }
             }
         }
@@ -4492,18 +4567,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 (void)e; {
                     v23[r] = acc4[r];
                 }
-            }
-            float v24[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v24[r] = (-INFINITY);
-            }
-            float v25[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v25[r] = 0e0f;
             }
             float v26[8];
             #pragma unroll
@@ -4658,18 +4721,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 v34[r] = acc5[r];
             }
         }
-        float v36[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v36[r] = (-INFINITY);
-        }
-        float v37[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v37[r] = 0e0f;
-        }
         float v43[1];
         {
             const int r = 0, e = 0;
@@ -4759,7 +4810,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         dt_cluster_arrive();
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o134 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o134 >= b1 * 32768; o134 -= 4096) {
+        for (long long o134 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o134 < dt_min_ll(b1 * 32768 + 32768, s1); o134 += 4096) {
             const uint4* const held135 = (const uint4*)(dt_smem + 32);
             uint4 q136[1];
             bool f137[1];
@@ -4812,6 +4863,59 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 if ((unsigned)(o134 + l149) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_f16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_f16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_f16(v18[c * 8 + 6], v18[c * 8 + 7])));
             }
         }
+        dt_cp_async_wait<0>(); /* the block held in shared memory */
+        /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
+        for (long long o150 = b1 * 32768 + (dt_cdiv(dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)) - (b1 * 32768), 4096) - 1) * 4096; o150 >= b1 * 32768; o150 -= 4096) {
+            const uint4* const held151 = (const uint4*)(dt_smem + 32);
+            uint4 q152[1];
+            bool f153[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                f153[c] = 1;
+                if (f153[c]) q152[c] = held151[0 + (((unsigned)(o150 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            dt_f16s<8> v63; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f153[c]) {
+                    v63.w[c] = q152[c];
+                } else {
+                    v63.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v64[r] = (v63[r] - v4[0]);
+                }
+            }
+            float v65[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v65[r] = dt_fast_exp(v64[r]);
+                }
+            }
+            float v66[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v66[r] = dt_fast_div(v65[r], v12[0]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l164 = (int)((unsigned)e / 4096u % 1u);
+                const int l165 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l164) * (unsigned)args.output_strides[0] + (unsigned)(o150 + l165) * (unsigned)args.output_strides[1];
+                if (1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v66[c * 8 + 0], v66[c * 8 + 1]), dt_pack2_f16(v66[c * 8 + 2], v66[c * 8 + 3]), dt_pack2_f16(v66[c * 8 + 4], v66[c * 8 + 5]), dt_pack2_f16(v66[c * 8 + 6], v66[c * 8 + 7])));
+            }
+        }
         dt_cluster_wait();
     }
 }
@@ -4835,6 +4939,30 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
+    float v24[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v24[r] = (-INFINITY);
+    }
+    float v25[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v25[r] = 0e0f;
+    }
+    float v36[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v36[r] = (-INFINITY);
+    }
+    float v37[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v37[r] = 0e0f;
+    }
     /* block(x:1) softmax_256k_16bit.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -5051,24 +5179,28 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                     v52[r] = acc4[r];
                 }
             }
-            float v53[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v53[r] = (-INFINITY);
+            float v53[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v53[r] = ((v52[r]) == (v24[0]) ? 1.0f : 0.0f);
+                }
             }
-            float v54[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v54[r] = 0e0f;
+            float v54[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v54[r] = v53[r] != 0.0f ? v25[0] : v52[r];
+                }
             }
             float v55[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v55[r] = ((v52[r]) == (v53[0]) ? 1.0f : 0.0f);
+                    v55[r] = (v49[r] - v54[r]);
                 }
             }
             float v56[8];
@@ -5076,39 +5208,39 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v56[r] = v55[r] != 0.0f ? v54[0] : v52[r];
+                    v56[r] = dt_fast_exp(v55[r]);
                 }
             }
             float v57[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v57[r] = (v49[r] - v56[r]);
+                    v57[r] = (v50[r] - v54[r / 8]);
                 }
             }
             float v58[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
                     v58[r] = dt_fast_exp(v57[r]);
                 }
             }
             float v59[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v59[r] = (v50[r] - v56[r / 8]);
+                    v59[r] = ((v58[r * 8 + 0] + v58[r * 8 + 1]) + (v58[r * 8 + 2] + v58[r * 8 + 3])) + ((v58[r * 8 + 4] + v58[r * 8 + 5]) + (v58[r * 8 + 6] + v58[r * 8 + 7]));
                 }
             }
             float v60[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v60[r] = dt_fast_exp(v59[r]);
+                    v60[r] = acc5[r];
                 }
             }
             float v61[8];
@@ -5116,7 +5248,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v61[r] = ((v60[r * 8 + 0] + v60[r * 8 + 1]) + (v60[r * 8 + 2] + v60[r * 8 + 3])) + ((v60[r * 8 + 4] + v60[r * 8 + 5]) + (v60[r * 8 + 6] + v60[r * 8 + 7]));
+                    v61[r] = (v60[r] * v56[r]);
                 }
             }
             float v62[8];
@@ -5124,30 +5256,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v62[r] = acc5[r];
-                }
-            }
-            float v63[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v63[r] = (v62[r] * v58[r]);
-                }
-            }
-            float v64[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v64[r] = (v63[r] + v61[r]);
+                    v62[r] = (v61[r] + v59[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v64[r];
+                    acc5[r] = v62[r];
                 }
             }
         }
@@ -5212,18 +5328,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 (void)e; {
                     v23[r] = acc4[r];
                 }
-            }
-            float v24[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v24[r] = (-INFINITY);
-            }
-            float v25[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v25[r] = 0e0f;
             }
             float v26[8];
             #pragma unroll
@@ -5380,18 +5484,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 v34[r] = acc5[r];
             }
         }
-        float v36[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v36[r] = (-INFINITY);
-        }
-        float v37[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v37[r] = 0e0f;
-        }
         float v43[1];
         {
             const int r = 0, e = 0;
@@ -5481,7 +5573,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         dt_cluster_arrive();
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o134 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o134 >= b1 * 32768; o134 -= 4096) {
+        for (long long o134 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o134 < dt_min_ll(b1 * 32768 + 32768, s1); o134 += 4096) {
             const uint4* const held135 = (const uint4*)(dt_smem + 32);
             uint4 q136[1];
             bool f137[1];
@@ -5554,6 +5646,81 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 }
             }
         }
+        dt_cp_async_wait<0>(); /* the block held in shared memory */
+        /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
+        for (long long o150 = b1 * 32768 + (dt_cdiv(dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)) - (b1 * 32768), 4096) - 1) * 4096; o150 >= b1 * 32768; o150 -= 4096) {
+            const uint4* const held151 = (const uint4*)(dt_smem + 32);
+            uint4 q152[1];
+            bool f153[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l154 = (int)((unsigned)e / 4096u % 1u);
+                const int l155 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l154) * (unsigned)args.input_strides[0][0] + (unsigned)(o150 + l155) * (unsigned)args.input_strides[0][1];
+                f153[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f153[c]) q152[c] = held151[0 + (((unsigned)(o150 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            dt_bf16s<8> v63; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l156 = (int)((unsigned)e / 4096u % 1u);
+                const int l157 = (int)((unsigned)e / 1u % 4096u);
+                if (f153[c]) {
+                    v63.w[c] = q152[c];
+                } else {
+                    const unsigned a = (unsigned)(o1 + l156) * (unsigned)args.input_strides[0][0] + (unsigned)(o150 + l157) * (unsigned)args.input_strides[0][1];
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    v63.w[c] = w;
+                }
+            }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v64[r] = (v63[r] - v4[0]);
+                }
+            }
+            float v65[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v65[r] = dt_fast_exp(v64[r]);
+                }
+            }
+            float v66[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v66[r] = dt_fast_div(v65[r], v12[0]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l164 = (int)((unsigned)e / 4096u % 1u);
+                const int l165 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l164) * (unsigned)args.output_strides[0] + (unsigned)(o150 + l165) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && 1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v66[c * 8 + 0], v66[c * 8 + 1]), dt_pack2_bf16(v66[c * 8 + 2], v66[c * 8 + 3]), dt_pack2_bf16(v66[c * 8 + 4], v66[c * 8 + 5]), dt_pack2_bf16(v66[c * 8 + 6], v66[c * 8 + 7])));
+                } else {
+                    if (1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v66[c * 8 + 0]);
+                    if (1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v66[c * 8 + 1]);
+                    if (1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v66[c * 8 + 2]);
+                    if (1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v66[c * 8 + 3]);
+                    if (1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v66[c * 8 + 4]);
+                    if (1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v66[c * 8 + 5]);
+                    if (1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v66[c * 8 + 6]);
+                    if (1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v66[c * 8 + 7]);
+                }
+            }
+        }
         dt_cluster_wait();
     }
 }
@@ -5577,6 +5744,30 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
+    float v24[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v24[r] = (-INFINITY);
+    }
+    float v25[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v25[r] = 0e0f;
+    }
+    float v36[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v36[r] = (-INFINITY);
+    }
+    float v37[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v37[r] = 0e0f;
+    }
     /* block(x:1) softmax_256k_16bit.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -5782,24 +5973,28 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                     v52[r] = acc4[r];
                 }
             }
-            float v53[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v53[r] = (-INFINITY);
+            float v53[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v53[r] = ((v52[r]) == (v24[0]) ? 1.0f : 0.0f);
+                }
             }
-            float v54[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v54[r] = 0e0f;
+            float v54[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v54[r] = v53[r] != 0.0f ? v25[0] : v52[r];
+                }
             }
             float v55[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v55[r] = ((v52[r]) == (v53[0]) ? 1.0f : 0.0f);
+                    v55[r] = (v49[r] - v54[r]);
                 }
             }
             float v56[8];
@@ -5807,39 +6002,39 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v56[r] = v55[r] != 0.0f ? v54[0] : v52[r];
+                    v56[r] = dt_fast_exp(v55[r]);
                 }
             }
             float v57[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v57[r] = (v49[r] - v56[r]);
+                    v57[r] = (v50[r] - v54[r / 8]);
                 }
             }
             float v58[8];
             #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
                     v58[r] = dt_fast_exp(v57[r]);
                 }
             }
             float v59[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v59[r] = (v50[r] - v56[r / 8]);
+                    v59[r] = ((v58[r * 8 + 0] + v58[r * 8 + 1]) + (v58[r * 8 + 2] + v58[r * 8 + 3])) + ((v58[r * 8 + 4] + v58[r * 8 + 5]) + (v58[r * 8 + 6] + v58[r * 8 + 7]));
                 }
             }
             float v60[8];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v60[r] = dt_fast_exp(v59[r]);
+                    v60[r] = acc5[r];
                 }
             }
             float v61[8];
@@ -5847,7 +6042,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v61[r] = ((v60[r * 8 + 0] + v60[r * 8 + 1]) + (v60[r * 8 + 2] + v60[r * 8 + 3])) + ((v60[r * 8 + 4] + v60[r * 8 + 5]) + (v60[r * 8 + 6] + v60[r * 8 + 7]));
+                    v61[r] = (v60[r] * v56[r]);
                 }
             }
             float v62[8];
@@ -5855,30 +6050,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v62[r] = acc5[r];
-                }
-            }
-            float v63[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v63[r] = (v62[r] * v58[r]);
-                }
-            }
-            float v64[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v64[r] = (v63[r] + v61[r]);
+                    v62[r] = (v61[r] + v59[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v64[r];
+                    acc5[r] = v62[r];
                 }
             }
         }
@@ -5934,18 +6113,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 (void)e; {
                     v23[r] = acc4[r];
                 }
-            }
-            float v24[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v24[r] = (-INFINITY);
-            }
-            float v25[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v25[r] = 0e0f;
             }
             float v26[8];
             #pragma unroll
@@ -6100,18 +6267,6 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 v34[r] = acc5[r];
             }
         }
-        float v36[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v36[r] = (-INFINITY);
-        }
-        float v37[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v37[r] = 0e0f;
-        }
         float v43[1];
         {
             const int r = 0, e = 0;
@@ -6201,7 +6356,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         dt_cluster_arrive();
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o134 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 4096) - 1) * 4096; o134 >= b1 * 32768; o134 -= 4096) {
+        for (long long o134 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o134 < dt_min_ll(b1 * 32768 + 32768, s1); o134 += 4096) {
             const uint4* const held135 = (const uint4*)(dt_smem + 32);
             uint4 q136[1];
             bool f137[1];
@@ -6254,6 +6409,59 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 if ((unsigned)(o134 + l149) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_bf16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_bf16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_bf16(v18[c * 8 + 6], v18[c * 8 + 7])));
             }
         }
+        dt_cp_async_wait<0>(); /* the block held in shared memory */
+        /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
+        for (long long o150 = b1 * 32768 + (dt_cdiv(dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)) - (b1 * 32768), 4096) - 1) * 4096; o150 >= b1 * 32768; o150 -= 4096) {
+            const uint4* const held151 = (const uint4*)(dt_smem + 32);
+            uint4 q152[1];
+            bool f153[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                f153[c] = 1;
+                if (f153[c]) q152[c] = held151[0 + (((unsigned)(o150 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+            }
+            dt_bf16s<8> v63; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f153[c]) {
+                    v63.w[c] = q152[c];
+                } else {
+                    v63.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v64[r] = (v63[r] - v4[0]);
+                }
+            }
+            float v65[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v65[r] = dt_fast_exp(v64[r]);
+                }
+            }
+            float v66[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v66[r] = dt_fast_div(v65[r], v12[0]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l164 = (int)((unsigned)e / 4096u % 1u);
+                const int l165 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l164) * (unsigned)args.output_strides[0] + (unsigned)(o150 + l165) * (unsigned)args.output_strides[1];
+                if (1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v66[c * 8 + 0], v66[c * 8 + 1]), dt_pack2_bf16(v66[c * 8 + 2], v66[c * 8 + 3]), dt_pack2_bf16(v66[c * 8 + 4], v66[c * 8 + 5]), dt_pack2_bf16(v66[c * 8 + 6], v66[c * 8 + 7])));
+            }
+        }
         dt_cluster_wait();
     }
 }
@@ -6277,6 +6485,30 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
+    float v24[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v24[r] = (-INFINITY);
+    }
+    float v25[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v25[r] = 0e0f;
+    }
+    float v36[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v36[r] = (-INFINITY);
+    }
+    float v37[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v37[r] = 0e0f;
+    }
     /* block(x:1) softmax_256k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -6364,24 +6596,28 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
                     v52[r] = acc4[r];
                 }
             }
-            float v53[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v53[r] = (-INFINITY);
+            float v53[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v53[r] = ((v52[r]) == (v24[0]) ? 1.0f : 0.0f);
+                }
             }
-            float v54[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v54[r] = 0e0f;
+            float v54[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v54[r] = v53[r] != 0.0f ? v25[0] : v52[r];
+                }
             }
             float v55[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v55[r] = ((v52[r]) == (v53[0]) ? 1.0f : 0.0f);
+                    v55[r] = (v49[r] - v54[r]);
                 }
             }
             float v56[16];
@@ -6389,39 +6625,39 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v56[r] = v55[r] != 0.0f ? v54[0] : v52[r];
+                    v56[r] = dt_fast_exp(v55[r]);
                 }
             }
             float v57[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v57[r] = (v49[r] - v56[r]);
+                    v57[r] = (v50[r] - v54[r / 4]);
                 }
             }
             float v58[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v58[r] = dt_fast_exp(v57[r]);
                 }
             }
             float v59[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v59[r] = (v50[r] - v56[r / 4]);
+                    v59[r] = (v58[r * 4 + 0] + v58[r * 4 + 1]) + (v58[r * 4 + 2] + v58[r * 4 + 3]);
                 }
             }
             float v60[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v60[r] = dt_fast_exp(v59[r]);
+                    v60[r] = acc5[r];
                 }
             }
             float v61[16];
@@ -6429,7 +6665,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v61[r] = (v60[r * 4 + 0] + v60[r * 4 + 1]) + (v60[r * 4 + 2] + v60[r * 4 + 3]);
+                    v61[r] = (v60[r] * v56[r]);
                 }
             }
             float v62[16];
@@ -6437,30 +6673,14 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v62[r] = acc5[r];
-                }
-            }
-            float v63[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v63[r] = (v62[r] * v58[r]);
-                }
-            }
-            float v64[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v64[r] = (v63[r] + v61[r]);
+                    v62[r] = (v61[r] + v59[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v64[r];
+                    acc5[r] = v62[r];
                 }
             }
         }
@@ -6516,18 +6736,6 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
                 (void)e; {
                     v23[r] = acc4[r];
                 }
-            }
-            float v24[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v24[r] = (-INFINITY);
-            }
-            float v25[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v25[r] = 0e0f;
             }
             float v26[16];
             #pragma unroll
@@ -6683,18 +6891,6 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             (void)e; {
                 v34[r] = acc5[r];
             }
-        }
-        float v36[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v36[r] = (-INFINITY);
-        }
-        float v37[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v37[r] = 0e0f;
         }
         float v43[1];
         {
@@ -6868,6 +7064,30 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
+    float v24[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v24[r] = (-INFINITY);
+    }
+    float v25[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v25[r] = 0e0f;
+    }
+    float v36[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v36[r] = (-INFINITY);
+    }
+    float v37[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v37[r] = 0e0f;
+    }
     /* block(x:1) softmax_256k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -6948,24 +7168,28 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
                     v52[r] = acc4[r];
                 }
             }
-            float v53[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v53[r] = (-INFINITY);
+            float v53[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v53[r] = ((v52[r]) == (v24[0]) ? 1.0f : 0.0f);
+                }
             }
-            float v54[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v54[r] = 0e0f;
+            float v54[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v54[r] = v53[r] != 0.0f ? v25[0] : v52[r];
+                }
             }
             float v55[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v55[r] = ((v52[r]) == (v53[0]) ? 1.0f : 0.0f);
+                    v55[r] = (v49[r] - v54[r]);
                 }
             }
             float v56[16];
@@ -6973,39 +7197,39 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v56[r] = v55[r] != 0.0f ? v54[0] : v52[r];
+                    v56[r] = dt_fast_exp(v55[r]);
                 }
             }
             float v57[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v57[r] = (v49[r] - v56[r]);
+                    v57[r] = (v50[r] - v54[r / 4]);
                 }
             }
             float v58[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v58[r] = dt_fast_exp(v57[r]);
                 }
             }
             float v59[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v59[r] = (v50[r] - v56[r / 4]);
+                    v59[r] = (v58[r * 4 + 0] + v58[r * 4 + 1]) + (v58[r * 4 + 2] + v58[r * 4 + 3]);
                 }
             }
             float v60[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v60[r] = dt_fast_exp(v59[r]);
+                    v60[r] = acc5[r];
                 }
             }
             float v61[16];
@@ -7013,7 +7237,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v61[r] = (v60[r * 4 + 0] + v60[r * 4 + 1]) + (v60[r * 4 + 2] + v60[r * 4 + 3]);
+                    v61[r] = (v60[r] * v56[r]);
                 }
             }
             float v62[16];
@@ -7021,30 +7245,14 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v62[r] = acc5[r];
-                }
-            }
-            float v63[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v63[r] = (v62[r] * v58[r]);
-                }
-            }
-            float v64[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v64[r] = (v63[r] + v61[r]);
+                    v62[r] = (v61[r] + v59[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v64[r];
+                    acc5[r] = v62[r];
                 }
             }
         }
@@ -7100,18 +7308,6 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
                 (void)e; {
                     v23[r] = acc4[r];
                 }
-            }
-            float v24[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v24[r] = (-INFINITY);
-            }
-            float v25[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v25[r] = 0e0f;
             }
             float v26[16];
             #pragma unroll
@@ -7265,18 +7461,6 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             (void)e; {
                 v34[r] = acc5[r];
             }
-        }
-        float v36[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v36[r] = (-INFINITY);
-        }
-        float v37[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v37[r] = 0e0f;
         }
         float v43[1];
         {
@@ -7440,6 +7624,30 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = (-INFINITY);
+    }
+    float v23[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v23[r] = 0e0f;
+    }
+    float v34[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v34[r] = (-INFINITY);
+    }
+    float v35[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v35[r] = 0e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -7534,24 +7742,28 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
                     v44[r] = acc4[r];
                 }
             }
-            float v45[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v45[r] = (-INFINITY);
+            float v45[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
+                }
             }
-            float v46[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v46[r] = 0e0f;
+            float v46[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
+                }
             }
             float v47[16];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v47[r] = ((v44[r]) == (v45[0]) ? 1.0f : 0.0f);
+                    v47[r] = (v41[r] - v46[r]);
                 }
             }
             float v48[16];
@@ -7559,39 +7771,39 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v48[r] = v47[r] != 0.0f ? v46[0] : v44[r];
+                    v48[r] = dt_fast_exp(v47[r]);
                 }
             }
             float v49[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v49[r] = (v41[r] - v48[r]);
+                    v49[r] = (v42[r] - v46[r / 8]);
                 }
             }
             float v50[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v50[r] = dt_fast_exp(v49[r]);
                 }
             }
             float v51[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = (v42[r] - v48[r / 8]);
+                    v51[r] = ((v50[r * 8 + 0] + v50[r * 8 + 1]) + (v50[r * 8 + 2] + v50[r * 8 + 3])) + ((v50[r * 8 + 4] + v50[r * 8 + 5]) + (v50[r * 8 + 6] + v50[r * 8 + 7]));
                 }
             }
             float v52[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = dt_fast_exp(v51[r]);
+                    v52[r] = acc5[r];
                 }
             }
             float v53[16];
@@ -7599,7 +7811,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = ((v52[r * 8 + 0] + v52[r * 8 + 1]) + (v52[r * 8 + 2] + v52[r * 8 + 3])) + ((v52[r * 8 + 4] + v52[r * 8 + 5]) + (v52[r * 8 + 6] + v52[r * 8 + 7]));
+                    v53[r] = (v52[r] * v48[r]);
                 }
             }
             float v54[16];
@@ -7607,30 +7819,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = acc5[r];
-                }
-            }
-            float v55[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v55[r] = (v54[r] * v50[r]);
-                }
-            }
-            float v56[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v56[r] = (v55[r] + v53[r]);
+                    v54[r] = (v53[r] + v51[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v56[r];
+                    acc5[r] = v54[r];
                 }
             }
         }
@@ -7693,18 +7889,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
                 (void)e; {
                     v21[r] = acc4[r];
                 }
-            }
-            float v22[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v22[r] = (-INFINITY);
-            }
-            float v23[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v23[r] = 0e0f;
             }
             float v24[16];
             #pragma unroll
@@ -7860,18 +8044,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             (void)e; {
                 v32[r] = acc5[r];
             }
-        }
-        float v34[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v34[r] = (-INFINITY);
-        }
-        float v35[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v35[r] = 0e0f;
         }
         float v36[1];
         {
@@ -8033,6 +8205,30 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = (-INFINITY);
+    }
+    float v23[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v23[r] = 0e0f;
+    }
+    float v34[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v34[r] = (-INFINITY);
+    }
+    float v35[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v35[r] = 0e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -8120,24 +8316,28 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
                     v44[r] = acc4[r];
                 }
             }
-            float v45[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v45[r] = (-INFINITY);
+            float v45[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
+                }
             }
-            float v46[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v46[r] = 0e0f;
+            float v46[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
+                }
             }
             float v47[16];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v47[r] = ((v44[r]) == (v45[0]) ? 1.0f : 0.0f);
+                    v47[r] = (v41[r] - v46[r]);
                 }
             }
             float v48[16];
@@ -8145,39 +8345,39 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v48[r] = v47[r] != 0.0f ? v46[0] : v44[r];
+                    v48[r] = dt_fast_exp(v47[r]);
                 }
             }
             float v49[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v49[r] = (v41[r] - v48[r]);
+                    v49[r] = (v42[r] - v46[r / 8]);
                 }
             }
             float v50[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v50[r] = dt_fast_exp(v49[r]);
                 }
             }
             float v51[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = (v42[r] - v48[r / 8]);
+                    v51[r] = ((v50[r * 8 + 0] + v50[r * 8 + 1]) + (v50[r * 8 + 2] + v50[r * 8 + 3])) + ((v50[r * 8 + 4] + v50[r * 8 + 5]) + (v50[r * 8 + 6] + v50[r * 8 + 7]));
                 }
             }
             float v52[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = dt_fast_exp(v51[r]);
+                    v52[r] = acc5[r];
                 }
             }
             float v53[16];
@@ -8185,7 +8385,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = ((v52[r * 8 + 0] + v52[r * 8 + 1]) + (v52[r * 8 + 2] + v52[r * 8 + 3])) + ((v52[r * 8 + 4] + v52[r * 8 + 5]) + (v52[r * 8 + 6] + v52[r * 8 + 7]));
+                    v53[r] = (v52[r] * v48[r]);
                 }
             }
             float v54[16];
@@ -8193,30 +8393,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = acc5[r];
-                }
-            }
-            float v55[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v55[r] = (v54[r] * v50[r]);
-                }
-            }
-            float v56[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v56[r] = (v55[r] + v53[r]);
+                    v54[r] = (v53[r] + v51[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v56[r];
+                    acc5[r] = v54[r];
                 }
             }
         }
@@ -8272,18 +8456,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
                 (void)e; {
                     v21[r] = acc4[r];
                 }
-            }
-            float v22[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v22[r] = (-INFINITY);
-            }
-            float v23[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v23[r] = 0e0f;
             }
             float v24[16];
             #pragma unroll
@@ -8438,18 +8610,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
                 v32[r] = acc5[r];
             }
         }
-        float v34[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v34[r] = (-INFINITY);
-        }
-        float v35[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v35[r] = 0e0f;
-        }
         float v36[1];
         {
             const int r = 0, e = 0;
@@ -8592,6 +8752,30 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = (-INFINITY);
+    }
+    float v23[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v23[r] = 0e0f;
+    }
+    float v34[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v34[r] = (-INFINITY);
+    }
+    float v35[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v35[r] = 0e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -8686,24 +8870,28 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
                     v44[r] = acc4[r];
                 }
             }
-            float v45[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v45[r] = (-INFINITY);
+            float v45[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
+                }
             }
-            float v46[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v46[r] = 0e0f;
+            float v46[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
+                }
             }
             float v47[16];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v47[r] = ((v44[r]) == (v45[0]) ? 1.0f : 0.0f);
+                    v47[r] = (v41[r] - v46[r]);
                 }
             }
             float v48[16];
@@ -8711,39 +8899,39 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v48[r] = v47[r] != 0.0f ? v46[0] : v44[r];
+                    v48[r] = dt_fast_exp(v47[r]);
                 }
             }
             float v49[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v49[r] = (v41[r] - v48[r]);
+                    v49[r] = (v42[r] - v46[r / 8]);
                 }
             }
             float v50[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v50[r] = dt_fast_exp(v49[r]);
                 }
             }
             float v51[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = (v42[r] - v48[r / 8]);
+                    v51[r] = ((v50[r * 8 + 0] + v50[r * 8 + 1]) + (v50[r * 8 + 2] + v50[r * 8 + 3])) + ((v50[r * 8 + 4] + v50[r * 8 + 5]) + (v50[r * 8 + 6] + v50[r * 8 + 7]));
                 }
             }
             float v52[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = dt_fast_exp(v51[r]);
+                    v52[r] = acc5[r];
                 }
             }
             float v53[16];
@@ -8751,7 +8939,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = ((v52[r * 8 + 0] + v52[r * 8 + 1]) + (v52[r * 8 + 2] + v52[r * 8 + 3])) + ((v52[r * 8 + 4] + v52[r * 8 + 5]) + (v52[r * 8 + 6] + v52[r * 8 + 7]));
+                    v53[r] = (v52[r] * v48[r]);
                 }
             }
             float v54[16];
@@ -8759,30 +8947,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = acc5[r];
-                }
-            }
-            float v55[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v55[r] = (v54[r] * v50[r]);
-                }
-            }
-            float v56[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v56[r] = (v55[r] + v53[r]);
+                    v54[r] = (v53[r] + v51[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v56[r];
+                    acc5[r] = v54[r];
                 }
             }
         }
@@ -8845,18 +9017,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
                 (void)e; {
                     v21[r] = acc4[r];
                 }
-            }
-            float v22[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v22[r] = (-INFINITY);
-            }
-            float v23[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v23[r] = 0e0f;
             }
             float v24[16];
             #pragma unroll
@@ -9012,18 +9172,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             (void)e; {
                 v32[r] = acc5[r];
             }
-        }
-        float v34[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v34[r] = (-INFINITY);
-        }
-        float v35[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v35[r] = 0e0f;
         }
         float v36[1];
         {
@@ -9185,6 +9333,30 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = (-INFINITY);
+    }
+    float v23[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v23[r] = 0e0f;
+    }
+    float v34[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v34[r] = (-INFINITY);
+    }
+    float v35[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v35[r] = 0e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -9272,24 +9444,28 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
                     v44[r] = acc4[r];
                 }
             }
-            float v45[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v45[r] = (-INFINITY);
+            float v45[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
+                }
             }
-            float v46[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v46[r] = 0e0f;
+            float v46[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
+                }
             }
             float v47[16];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v47[r] = ((v44[r]) == (v45[0]) ? 1.0f : 0.0f);
+                    v47[r] = (v41[r] - v46[r]);
                 }
             }
             float v48[16];
@@ -9297,39 +9473,39 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v48[r] = v47[r] != 0.0f ? v46[0] : v44[r];
+                    v48[r] = dt_fast_exp(v47[r]);
                 }
             }
             float v49[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v49[r] = (v41[r] - v48[r]);
+                    v49[r] = (v42[r] - v46[r / 8]);
                 }
             }
             float v50[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v50[r] = dt_fast_exp(v49[r]);
                 }
             }
             float v51[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = (v42[r] - v48[r / 8]);
+                    v51[r] = ((v50[r * 8 + 0] + v50[r * 8 + 1]) + (v50[r * 8 + 2] + v50[r * 8 + 3])) + ((v50[r * 8 + 4] + v50[r * 8 + 5]) + (v50[r * 8 + 6] + v50[r * 8 + 7]));
                 }
             }
             float v52[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = dt_fast_exp(v51[r]);
+                    v52[r] = acc5[r];
                 }
             }
             float v53[16];
@@ -9337,7 +9513,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = ((v52[r * 8 + 0] + v52[r * 8 + 1]) + (v52[r * 8 + 2] + v52[r * 8 + 3])) + ((v52[r * 8 + 4] + v52[r * 8 + 5]) + (v52[r * 8 + 6] + v52[r * 8 + 7]));
+                    v53[r] = (v52[r] * v48[r]);
                 }
             }
             float v54[16];
@@ -9345,30 +9521,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = acc5[r];
-                }
-            }
-            float v55[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v55[r] = (v54[r] * v50[r]);
-                }
-            }
-            float v56[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v56[r] = (v55[r] + v53[r]);
+                    v54[r] = (v53[r] + v51[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v56[r];
+                    acc5[r] = v54[r];
                 }
             }
         }
@@ -9424,18 +9584,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
                 (void)e; {
                     v21[r] = acc4[r];
                 }
-            }
-            float v22[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v22[r] = (-INFINITY);
-            }
-            float v23[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v23[r] = 0e0f;
             }
             float v24[16];
             #pragma unroll
@@ -9590,18 +9738,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
                 v32[r] = acc5[r];
             }
         }
-        float v34[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v34[r] = (-INFINITY);
-        }
-        float v35[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v35[r] = 0e0f;
-        }
         float v36[1];
         {
             const int r = 0, e = 0;
@@ -9744,6 +9880,30 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = (-INFINITY);
+    }
+    float v23[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v23[r] = 0e0f;
+    }
+    float v34[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v34[r] = (-INFINITY);
+    }
+    float v35[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v35[r] = 0e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -9831,24 +9991,28 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
                     v44[r] = acc4[r];
                 }
             }
-            float v45[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v45[r] = (-INFINITY);
+            float v45[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
+                }
             }
-            float v46[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v46[r] = 0e0f;
+            float v46[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
+                }
             }
             float v47[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v47[r] = ((v44[r]) == (v45[0]) ? 1.0f : 0.0f);
+                    v47[r] = (v41[r] - v46[r]);
                 }
             }
             float v48[16];
@@ -9856,39 +10020,39 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v48[r] = v47[r] != 0.0f ? v46[0] : v44[r];
+                    v48[r] = dt_fast_exp(v47[r]);
                 }
             }
             float v49[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v49[r] = (v41[r] - v48[r]);
+                    v49[r] = (v42[r] - v46[r / 4]);
                 }
             }
             float v50[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v50[r] = dt_fast_exp(v49[r]);
                 }
             }
             float v51[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v51[r] = (v42[r] - v48[r / 4]);
+                    v51[r] = (v50[r * 4 + 0] + v50[r * 4 + 1]) + (v50[r * 4 + 2] + v50[r * 4 + 3]);
                 }
             }
             float v52[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v52[r] = dt_fast_exp(v51[r]);
+                    v52[r] = acc5[r];
                 }
             }
             float v53[16];
@@ -9896,7 +10060,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v53[r] = (v52[r * 4 + 0] + v52[r * 4 + 1]) + (v52[r * 4 + 2] + v52[r * 4 + 3]);
+                    v53[r] = (v52[r] * v48[r]);
                 }
             }
             float v54[16];
@@ -9904,30 +10068,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v54[r] = acc5[r];
-                }
-            }
-            float v55[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v55[r] = (v54[r] * v50[r]);
-                }
-            }
-            float v56[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v56[r] = (v55[r] + v53[r]);
+                    v54[r] = (v53[r] + v51[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v56[r];
+                    acc5[r] = v54[r];
                 }
             }
         }
@@ -9983,18 +10131,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
                 (void)e; {
                     v21[r] = acc4[r];
                 }
-            }
-            float v22[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v22[r] = (-INFINITY);
-            }
-            float v23[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v23[r] = 0e0f;
             }
             float v24[16];
             #pragma unroll
@@ -10151,18 +10287,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
                 v32[r] = acc5[r];
             }
         }
-        float v34[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v34[r] = (-INFINITY);
-        }
-        float v35[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v35[r] = 0e0f;
-        }
         float v36[1];
         {
             const int r = 0, e = 0;
@@ -10312,6 +10436,30 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = (-INFINITY);
+    }
+    float v23[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v23[r] = 0e0f;
+    }
+    float v34[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v34[r] = (-INFINITY);
+    }
+    float v35[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v35[r] = 0e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -10392,24 +10540,28 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
                     v44[r] = acc4[r];
                 }
             }
-            float v45[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v45[r] = (-INFINITY);
+            float v45[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
+                }
             }
-            float v46[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v46[r] = 0e0f;
+            float v46[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
+                }
             }
             float v47[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v47[r] = ((v44[r]) == (v45[0]) ? 1.0f : 0.0f);
+                    v47[r] = (v41[r] - v46[r]);
                 }
             }
             float v48[16];
@@ -10417,39 +10569,39 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v48[r] = v47[r] != 0.0f ? v46[0] : v44[r];
+                    v48[r] = dt_fast_exp(v47[r]);
                 }
             }
             float v49[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v49[r] = (v41[r] - v48[r]);
+                    v49[r] = (v42[r] - v46[r / 4]);
                 }
             }
             float v50[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v50[r] = dt_fast_exp(v49[r]);
                 }
             }
             float v51[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v51[r] = (v42[r] - v48[r / 4]);
+                    v51[r] = (v50[r * 4 + 0] + v50[r * 4 + 1]) + (v50[r * 4 + 2] + v50[r * 4 + 3]);
                 }
             }
             float v52[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v52[r] = dt_fast_exp(v51[r]);
+                    v52[r] = acc5[r];
                 }
             }
             float v53[16];
@@ -10457,7 +10609,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v53[r] = (v52[r * 4 + 0] + v52[r * 4 + 1]) + (v52[r * 4 + 2] + v52[r * 4 + 3]);
+                    v53[r] = (v52[r] * v48[r]);
                 }
             }
             float v54[16];
@@ -10465,30 +10617,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v54[r] = acc5[r];
-                }
-            }
-            float v55[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v55[r] = (v54[r] * v50[r]);
-                }
-            }
-            float v56[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v56[r] = (v55[r] + v53[r]);
+                    v54[r] = (v53[r] + v51[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v56[r];
+                    acc5[r] = v54[r];
                 }
             }
         }
@@ -10544,18 +10680,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
                 (void)e; {
                     v21[r] = acc4[r];
                 }
-            }
-            float v22[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v22[r] = (-INFINITY);
-            }
-            float v23[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v23[r] = 0e0f;
             }
             float v24[16];
             #pragma unroll
@@ -10709,18 +10833,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             (void)e; {
                 v32[r] = acc5[r];
             }
-        }
-        float v34[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v34[r] = (-INFINITY);
-        }
-        float v35[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v35[r] = 0e0f;
         }
         float v36[1];
         {

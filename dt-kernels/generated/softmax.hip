@@ -3438,6 +3438,30 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = (-INFINITY);
+    }
+    float v23[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v23[r] = 0e0f;
+    }
+    float v34[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v34[r] = (-INFINITY);
+    }
+    float v35[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v35[r] = 0e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -3532,24 +3556,28 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
                     v44[r] = acc4[r];
                 }
             }
-            float v45[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v45[r] = (-INFINITY);
+            float v45[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
+                }
             }
-            float v46[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v46[r] = 0e0f;
+            float v46[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
+                }
             }
             float v47[16];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v47[r] = ((v44[r]) == (v45[0]) ? 1.0f : 0.0f);
+                    v47[r] = (v41[r] - v46[r]);
                 }
             }
             float v48[16];
@@ -3557,39 +3585,39 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v48[r] = v47[r] != 0.0f ? v46[0] : v44[r];
+                    v48[r] = dt_fast_exp(v47[r]);
                 }
             }
             float v49[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v49[r] = (v41[r] - v48[r]);
+                    v49[r] = (v42[r] - v46[r / 8]);
                 }
             }
             float v50[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v50[r] = dt_fast_exp(v49[r]);
                 }
             }
             float v51[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = (v42[r] - v48[r / 8]);
+                    v51[r] = ((v50[r * 8 + 0] + v50[r * 8 + 1]) + (v50[r * 8 + 2] + v50[r * 8 + 3])) + ((v50[r * 8 + 4] + v50[r * 8 + 5]) + (v50[r * 8 + 6] + v50[r * 8 + 7]));
                 }
             }
             float v52[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = dt_fast_exp(v51[r]);
+                    v52[r] = acc5[r];
                 }
             }
             float v53[16];
@@ -3597,7 +3625,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = ((v52[r * 8 + 0] + v52[r * 8 + 1]) + (v52[r * 8 + 2] + v52[r * 8 + 3])) + ((v52[r * 8 + 4] + v52[r * 8 + 5]) + (v52[r * 8 + 6] + v52[r * 8 + 7]));
+                    v53[r] = (v52[r] * v48[r]);
                 }
             }
             float v54[16];
@@ -3605,30 +3633,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = acc5[r];
-                }
-            }
-            float v55[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v55[r] = (v54[r] * v50[r]);
-                }
-            }
-            float v56[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v56[r] = (v55[r] + v53[r]);
+                    v54[r] = (v53[r] + v51[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v56[r];
+                    acc5[r] = v54[r];
                 }
             }
         }
@@ -3691,18 +3703,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
                 (void)e; {
                     v21[r] = acc4[r];
                 }
-            }
-            float v22[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v22[r] = (-INFINITY);
-            }
-            float v23[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v23[r] = 0e0f;
             }
             float v24[16];
             #pragma unroll
@@ -3858,18 +3858,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             (void)e; {
                 v32[r] = acc5[r];
             }
-        }
-        float v34[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v34[r] = (-INFINITY);
-        }
-        float v35[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v35[r] = 0e0f;
         }
         float v36[1];
         {
@@ -4031,6 +4019,30 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = (-INFINITY);
+    }
+    float v23[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v23[r] = 0e0f;
+    }
+    float v34[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v34[r] = (-INFINITY);
+    }
+    float v35[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v35[r] = 0e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -4118,24 +4130,28 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
                     v44[r] = acc4[r];
                 }
             }
-            float v45[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v45[r] = (-INFINITY);
+            float v45[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
+                }
             }
-            float v46[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v46[r] = 0e0f;
+            float v46[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
+                }
             }
             float v47[16];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v47[r] = ((v44[r]) == (v45[0]) ? 1.0f : 0.0f);
+                    v47[r] = (v41[r] - v46[r]);
                 }
             }
             float v48[16];
@@ -4143,39 +4159,39 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v48[r] = v47[r] != 0.0f ? v46[0] : v44[r];
+                    v48[r] = dt_fast_exp(v47[r]);
                 }
             }
             float v49[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v49[r] = (v41[r] - v48[r]);
+                    v49[r] = (v42[r] - v46[r / 8]);
                 }
             }
             float v50[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v50[r] = dt_fast_exp(v49[r]);
                 }
             }
             float v51[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = (v42[r] - v48[r / 8]);
+                    v51[r] = ((v50[r * 8 + 0] + v50[r * 8 + 1]) + (v50[r * 8 + 2] + v50[r * 8 + 3])) + ((v50[r * 8 + 4] + v50[r * 8 + 5]) + (v50[r * 8 + 6] + v50[r * 8 + 7]));
                 }
             }
             float v52[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = dt_fast_exp(v51[r]);
+                    v52[r] = acc5[r];
                 }
             }
             float v53[16];
@@ -4183,7 +4199,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = ((v52[r * 8 + 0] + v52[r * 8 + 1]) + (v52[r * 8 + 2] + v52[r * 8 + 3])) + ((v52[r * 8 + 4] + v52[r * 8 + 5]) + (v52[r * 8 + 6] + v52[r * 8 + 7]));
+                    v53[r] = (v52[r] * v48[r]);
                 }
             }
             float v54[16];
@@ -4191,30 +4207,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = acc5[r];
-                }
-            }
-            float v55[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v55[r] = (v54[r] * v50[r]);
-                }
-            }
-            float v56[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v56[r] = (v55[r] + v53[r]);
+                    v54[r] = (v53[r] + v51[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v56[r];
+                    acc5[r] = v54[r];
                 }
             }
         }
@@ -4270,18 +4270,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
                 (void)e; {
                     v21[r] = acc4[r];
                 }
-            }
-            float v22[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v22[r] = (-INFINITY);
-            }
-            float v23[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v23[r] = 0e0f;
             }
             float v24[16];
             #pragma unroll
@@ -4436,18 +4424,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
                 v32[r] = acc5[r];
             }
         }
-        float v34[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v34[r] = (-INFINITY);
-        }
-        float v35[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v35[r] = 0e0f;
-        }
         float v36[1];
         {
             const int r = 0, e = 0;
@@ -4590,6 +4566,30 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = (-INFINITY);
+    }
+    float v23[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v23[r] = 0e0f;
+    }
+    float v34[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v34[r] = (-INFINITY);
+    }
+    float v35[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v35[r] = 0e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -4684,24 +4684,28 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
                     v44[r] = acc4[r];
                 }
             }
-            float v45[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v45[r] = (-INFINITY);
+            float v45[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
+                }
             }
-            float v46[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v46[r] = 0e0f;
+            float v46[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
+                }
             }
             float v47[16];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v47[r] = ((v44[r]) == (v45[0]) ? 1.0f : 0.0f);
+                    v47[r] = (v41[r] - v46[r]);
                 }
             }
             float v48[16];
@@ -4709,39 +4713,39 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v48[r] = v47[r] != 0.0f ? v46[0] : v44[r];
+                    v48[r] = dt_fast_exp(v47[r]);
                 }
             }
             float v49[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v49[r] = (v41[r] - v48[r]);
+                    v49[r] = (v42[r] - v46[r / 8]);
                 }
             }
             float v50[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v50[r] = dt_fast_exp(v49[r]);
                 }
             }
             float v51[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = (v42[r] - v48[r / 8]);
+                    v51[r] = ((v50[r * 8 + 0] + v50[r * 8 + 1]) + (v50[r * 8 + 2] + v50[r * 8 + 3])) + ((v50[r * 8 + 4] + v50[r * 8 + 5]) + (v50[r * 8 + 6] + v50[r * 8 + 7]));
                 }
             }
             float v52[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = dt_fast_exp(v51[r]);
+                    v52[r] = acc5[r];
                 }
             }
             float v53[16];
@@ -4749,7 +4753,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = ((v52[r * 8 + 0] + v52[r * 8 + 1]) + (v52[r * 8 + 2] + v52[r * 8 + 3])) + ((v52[r * 8 + 4] + v52[r * 8 + 5]) + (v52[r * 8 + 6] + v52[r * 8 + 7]));
+                    v53[r] = (v52[r] * v48[r]);
                 }
             }
             float v54[16];
@@ -4757,30 +4761,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = acc5[r];
-                }
-            }
-            float v55[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v55[r] = (v54[r] * v50[r]);
-                }
-            }
-            float v56[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v56[r] = (v55[r] + v53[r]);
+                    v54[r] = (v53[r] + v51[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v56[r];
+                    acc5[r] = v54[r];
                 }
             }
         }
@@ -4843,18 +4831,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
                 (void)e; {
                     v21[r] = acc4[r];
                 }
-            }
-            float v22[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v22[r] = (-INFINITY);
-            }
-            float v23[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v23[r] = 0e0f;
             }
             float v24[16];
             #pragma unroll
@@ -5010,18 +4986,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             (void)e; {
                 v32[r] = acc5[r];
             }
-        }
-        float v34[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v34[r] = (-INFINITY);
-        }
-        float v35[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v35[r] = 0e0f;
         }
         float v36[1];
         {
@@ -5183,6 +5147,30 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = (-INFINITY);
+    }
+    float v23[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v23[r] = 0e0f;
+    }
+    float v34[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v34[r] = (-INFINITY);
+    }
+    float v35[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v35[r] = 0e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -5270,24 +5258,28 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
                     v44[r] = acc4[r];
                 }
             }
-            float v45[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v45[r] = (-INFINITY);
+            float v45[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
+                }
             }
-            float v46[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v46[r] = 0e0f;
+            float v46[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
+                }
             }
             float v47[16];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v47[r] = ((v44[r]) == (v45[0]) ? 1.0f : 0.0f);
+                    v47[r] = (v41[r] - v46[r]);
                 }
             }
             float v48[16];
@@ -5295,39 +5287,39 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v48[r] = v47[r] != 0.0f ? v46[0] : v44[r];
+                    v48[r] = dt_fast_exp(v47[r]);
                 }
             }
             float v49[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v49[r] = (v41[r] - v48[r]);
+                    v49[r] = (v42[r] - v46[r / 8]);
                 }
             }
             float v50[16];
             #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v50[r] = dt_fast_exp(v49[r]);
                 }
             }
             float v51[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = (v42[r] - v48[r / 8]);
+                    v51[r] = ((v50[r * 8 + 0] + v50[r * 8 + 1]) + (v50[r * 8 + 2] + v50[r * 8 + 3])) + ((v50[r * 8 + 4] + v50[r * 8 + 5]) + (v50[r * 8 + 6] + v50[r * 8 + 7]));
                 }
             }
             float v52[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = dt_fast_exp(v51[r]);
+                    v52[r] = acc5[r];
                 }
             }
             float v53[16];
@@ -5335,7 +5327,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = ((v52[r * 8 + 0] + v52[r * 8 + 1]) + (v52[r * 8 + 2] + v52[r * 8 + 3])) + ((v52[r * 8 + 4] + v52[r * 8 + 5]) + (v52[r * 8 + 6] + v52[r * 8 + 7]));
+                    v53[r] = (v52[r] * v48[r]);
                 }
             }
             float v54[16];
@@ -5343,30 +5335,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = acc5[r];
-                }
-            }
-            float v55[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v55[r] = (v54[r] * v50[r]);
-                }
-            }
-            float v56[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v56[r] = (v55[r] + v53[r]);
+                    v54[r] = (v53[r] + v51[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v56[r];
+                    acc5[r] = v54[r];
                 }
             }
         }
@@ -5422,18 +5398,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
                 (void)e; {
                     v21[r] = acc4[r];
                 }
-            }
-            float v22[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v22[r] = (-INFINITY);
-            }
-            float v23[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v23[r] = 0e0f;
             }
             float v24[16];
             #pragma unroll
@@ -5588,18 +5552,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
                 v32[r] = acc5[r];
             }
         }
-        float v34[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v34[r] = (-INFINITY);
-        }
-        float v35[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v35[r] = 0e0f;
-        }
         float v36[1];
         {
             const int r = 0, e = 0;
@@ -5742,6 +5694,30 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = (-INFINITY);
+    }
+    float v23[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v23[r] = 0e0f;
+    }
+    float v34[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v34[r] = (-INFINITY);
+    }
+    float v35[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v35[r] = 0e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -5829,24 +5805,28 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
                     v44[r] = acc4[r];
                 }
             }
-            float v45[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v45[r] = (-INFINITY);
+            float v45[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
+                }
             }
-            float v46[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v46[r] = 0e0f;
+            float v46[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
+                }
             }
             float v47[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v47[r] = ((v44[r]) == (v45[0]) ? 1.0f : 0.0f);
+                    v47[r] = (v41[r] - v46[r]);
                 }
             }
             float v48[16];
@@ -5854,39 +5834,39 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v48[r] = v47[r] != 0.0f ? v46[0] : v44[r];
+                    v48[r] = dt_fast_exp(v47[r]);
                 }
             }
             float v49[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v49[r] = (v41[r] - v48[r]);
+                    v49[r] = (v42[r] - v46[r / 4]);
                 }
             }
             float v50[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v50[r] = dt_fast_exp(v49[r]);
                 }
             }
             float v51[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v51[r] = (v42[r] - v48[r / 4]);
+                    v51[r] = (v50[r * 4 + 0] + v50[r * 4 + 1]) + (v50[r * 4 + 2] + v50[r * 4 + 3]);
                 }
             }
             float v52[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v52[r] = dt_fast_exp(v51[r]);
+                    v52[r] = acc5[r];
                 }
             }
             float v53[16];
@@ -5894,7 +5874,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v53[r] = (v52[r * 4 + 0] + v52[r * 4 + 1]) + (v52[r * 4 + 2] + v52[r * 4 + 3]);
+                    v53[r] = (v52[r] * v48[r]);
                 }
             }
             float v54[16];
@@ -5902,30 +5882,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v54[r] = acc5[r];
-                }
-            }
-            float v55[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v55[r] = (v54[r] * v50[r]);
-                }
-            }
-            float v56[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v56[r] = (v55[r] + v53[r]);
+                    v54[r] = (v53[r] + v51[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v56[r];
+                    acc5[r] = v54[r];
                 }
             }
         }
@@ -5981,18 +5945,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
                 (void)e; {
                     v21[r] = acc4[r];
                 }
-            }
-            float v22[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v22[r] = (-INFINITY);
-            }
-            float v23[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v23[r] = 0e0f;
             }
             float v24[16];
             #pragma unroll
@@ -6149,18 +6101,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
                 v32[r] = acc5[r];
             }
         }
-        float v34[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v34[r] = (-INFINITY);
-        }
-        float v35[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v35[r] = 0e0f;
-        }
         float v36[1];
         {
             const int r = 0, e = 0;
@@ -6310,6 +6250,30 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = (-INFINITY);
+    }
+    float v23[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v23[r] = 0e0f;
+    }
+    float v34[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v34[r] = (-INFINITY);
+    }
+    float v35[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v35[r] = 0e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -6390,24 +6354,28 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
                     v44[r] = acc4[r];
                 }
             }
-            float v45[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v45[r] = (-INFINITY);
+            float v45[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
+                }
             }
-            float v46[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v46[r] = 0e0f;
+            float v46[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
+                }
             }
             float v47[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v47[r] = ((v44[r]) == (v45[0]) ? 1.0f : 0.0f);
+                    v47[r] = (v41[r] - v46[r]);
                 }
             }
             float v48[16];
@@ -6415,39 +6383,39 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v48[r] = v47[r] != 0.0f ? v46[0] : v44[r];
+                    v48[r] = dt_fast_exp(v47[r]);
                 }
             }
             float v49[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v49[r] = (v41[r] - v48[r]);
+                    v49[r] = (v42[r] - v46[r / 4]);
                 }
             }
             float v50[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v50[r] = dt_fast_exp(v49[r]);
                 }
             }
             float v51[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v51[r] = (v42[r] - v48[r / 4]);
+                    v51[r] = (v50[r * 4 + 0] + v50[r * 4 + 1]) + (v50[r * 4 + 2] + v50[r * 4 + 3]);
                 }
             }
             float v52[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v52[r] = dt_fast_exp(v51[r]);
+                    v52[r] = acc5[r];
                 }
             }
             float v53[16];
@@ -6455,7 +6423,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v53[r] = (v52[r * 4 + 0] + v52[r * 4 + 1]) + (v52[r * 4 + 2] + v52[r * 4 + 3]);
+                    v53[r] = (v52[r] * v48[r]);
                 }
             }
             float v54[16];
@@ -6463,30 +6431,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v54[r] = acc5[r];
-                }
-            }
-            float v55[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v55[r] = (v54[r] * v50[r]);
-                }
-            }
-            float v56[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v56[r] = (v55[r] + v53[r]);
+                    v54[r] = (v53[r] + v51[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v56[r];
+                    acc5[r] = v54[r];
                 }
             }
         }
@@ -6542,18 +6494,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
                 (void)e; {
                     v21[r] = acc4[r];
                 }
-            }
-            float v22[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v22[r] = (-INFINITY);
-            }
-            float v23[1];
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                v23[r] = 0e0f;
             }
             float v24[16];
             #pragma unroll
@@ -6707,18 +6647,6 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt
             (void)e; {
                 v32[r] = acc5[r];
             }
-        }
-        float v34[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v34[r] = (-INFINITY);
-        }
-        float v35[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v35[r] = 0e0f;
         }
         float v36[1];
         {

@@ -221,6 +221,10 @@ impl Emitter<'_> {
                 let s = self.size(*d);
                 self.for_lanes(&shape, |e, l| e.line(&format!("{dst}[{}] = (float){s};", l.index(&shape))));
             }
+            Op::BlockLanes(d) => {
+                let n = super::block_lanes(self.k, *d);
+                self.for_lanes(&shape, |e, l| e.line(&format!("{dst}[{}] = {n};", l.index(&shape))));
+            }
             Op::Index(d) => {
                 let o = self.offset(*d);
                 self.for_lanes(&shape, |e, l| e.line(&format!("{dst}[{}] = (float)({o} + {});", l.index(&shape), l.lane(*d))));

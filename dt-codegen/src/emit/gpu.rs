@@ -982,7 +982,11 @@ impl Emitter<'_> {
         if let Some(met) = first_met {
             self.declare(&format!("v{}", met.0), &shape);
         }
-        self.line(&format!("/* {} over the {ranks} programs of the cluster along {}, at one meeting */", rule.name(), self.k.dim_name(dim)));
+        self.line(&format!(
+            "/* {} over the {ranks} programs of the cluster along {}, at one meeting */",
+            rule.name(),
+            self.k.dim_name(dim)
+        ));
         self.line(&format!("__shared__ float {buf}[{}];", 3 * shape.elements()));
         self.settle_cluster();
         let parts: Vec<(usize, ValueId)> = [Some((0, first)), Some((1, second)), count.map(|c| (2, c))].into_iter().flatten().collect();
@@ -1666,7 +1670,9 @@ impl Emitter<'_> {
         let (held, ring_used) = (self.held.len(), self.ring_used);
         // A cluster reduction right before the second statistic of its pair meets for both.
         for w in stmts.windows(2) {
-            if let [Stmt::Let { value: met, op: Op::ClusterReduce { value: first, .. } }, Stmt::Let { value: paired, op: Op::ClusterPaired { rule, value, first: f, count, .. } }] = w {
+            if let [Stmt::Let { value: met, op: Op::ClusterReduce { value: first, .. } }, Stmt::Let { value: paired, op: Op::ClusterPaired { rule, value, first: f, count, .. } }] =
+                w
+            {
                 if first == f {
                     self.pairs.push((*met, *paired, *rule, *value, *count));
                 }
@@ -1888,6 +1894,11 @@ impl Emitter<'_> {
                 self.declare(&dst, &shape);
                 let s = self.size(*d);
                 self.for_owned(&shape, layout, |e, _| e.line(&format!("{dst}[r] = (float){s};")));
+            }
+            Op::BlockLanes(d) => {
+                self.declare(&dst, &shape);
+                let n = super::block_lanes(self.k, *d);
+                self.for_owned(&shape, layout, |e, _| e.line(&format!("{dst}[r] = {n};")));
             }
             Op::Index(d) => {
                 self.declare(&dst, &shape);

@@ -31,13 +31,17 @@ pub(super) fn replicate(k: &Kernel, mapping: Mapping, p: &mut Plan) {
             }
             let rep = |v: ValueId| p.values[v.0 as usize] == RegLayout::Replicated;
             let want = match op {
-                Op::Const(_) | Op::Scalar(_) | Op::Len(_) | Op::Index(_) => true,
+                Op::Const(_) | Op::Scalar(_) | Op::Len(_) | Op::BlockLanes(_) | Op::Index(_) => true,
                 Op::Reduce { value, dim, .. } => {
                     p.values[value.0 as usize] == RegLayout::Blocked && mapping.register_reduce(&k.value(*value).shape, *dim).is_some()
                 }
-                Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::MaskFill { .. } | Op::RunReduce { .. } | Op::ClusterReduce { .. } | Op::ClusterPaired { .. } => {
-                    op.operands().into_iter().all(rep)
-                }
+                Op::Unary(..)
+                | Op::Binary(..)
+                | Op::Select(..)
+                | Op::MaskFill { .. }
+                | Op::RunReduce { .. }
+                | Op::ClusterReduce { .. }
+                | Op::ClusterPaired { .. } => op.operands().into_iter().all(rep),
                 Op::Var(var) => p.vars[var.0 as usize] == RegLayout::Replicated,
                 Op::Load { .. } | Op::Dot { .. } => false,
             };

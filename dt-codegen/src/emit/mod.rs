@@ -176,6 +176,14 @@ pub(crate) fn start_offset(k: &Kernel, d: dt_core::algo::DimId) -> String {
     }
 }
 
+/// How many lanes of this program's block of blocked dimension `d` lie inside it, as a float
+/// expression ([`dt_core::kir::Op::BlockLanes`]).
+pub(crate) fn block_lanes(k: &Kernel, d: dt_core::algo::DimId) -> String {
+    let b = k.grid.block_extent(d).expect("lanes of a blocked dimension");
+    let slot = k.dim_slot(d);
+    format!("(float)dt_max_ll(0, dt_min_ll({b}, s{slot} - b{slot} * {b}))")
+}
+
 /// The `for` line of a kernel-IR loop whose offset variable is `var`: a blocked dimension loops
 /// over this program's block, any other over the whole dimension. Shared by every C emitter.
 pub(crate) fn loop_header(k: &Kernel, l: &dt_core::kir::Loop, var: &str) -> String {

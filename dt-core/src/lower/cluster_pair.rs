@@ -5,12 +5,13 @@
 //! partials (a `ClusterReduce`), each program rescales its lanes' second statistic to the row's
 //! first one, and the cluster combines the second statistic in turn: two meetings per row, each
 //! a barrier of every program of the cluster. Here the lanes' second statistic is taken about
-//! the program's own first one instead (its maximum; its mean, its sum over its count of lanes),
+//! the program's own first one instead (its maximum; its mean, its sum over the lanes of its
+//! block inside the row, known from the block's bounds),
 //! and the second `ClusterReduce` becomes an [`Op::ClusterPaired`] right after the first one,
 //! which targets combine in the same exchange:
 //!
 //! ```text
-//! %4 = rsum %3 over the cluster           %m = div %3, max(rsum $count over y, 1)
+//! %4 = rsum %3 over the cluster           %m = div %3, max(lanes of this block of y, 1)
 //! %6 = div %4, len y                      (the lanes' squares about %m, summed: %16)
 //! (the lanes' squares about %6: %16)  =>  %4 = rsum %3 over the cluster
 //! %17 = rsum %16 over the cluster         %17 = squares %16 about %3 over the cluster, at its meeting
@@ -21,8 +22,10 @@
 //! softmax 0.1105-0.1112 -> 0.1068-0.1072 ms in 16-bit types and 0.2447 -> 0.2338 in f32,
 //! layernorm 0.1248-0.1257 -> 0.1212-0.1217 and 0.2617 -> 0.2514-0.2522. Leaving the second
 //! meeting out altogether (wrong results, timed only) bounds what a meeting costs: 0.1177 ms for
-//! the 16-bit layernorm, 0.1054-0.1060 for the 16-bit softmax; the program's count of lanes (one
-//! more reduction across its threads) takes part of the difference.
+//! the 16-bit layernorm, 0.1054-0.1060 for the 16-bit softmax. Taking the program's count of
+//! lanes from its block's bounds ([`Op::BlockLanes`]) instead of a reduction across its threads
+//! changed the 16-bit layernorm by no more than the spread and took the f32 one from
+//! 0.2518-0.2520 to 0.2506-0.2508 ms (nineteenth session).
 
 use crate::algo::{BinOp, DimId, RedOp};
 use crate::kir::{Kernel, Layout, Op, PairRule, Shape, Stmt, Value, ValueId, VarId};
@@ -38,7 +41,7 @@ pub(super) fn meet_once(k: &mut Kernel, tail: Vec<Stmt>, rule: PairRule, stat: V
         return tail;
     }
     match plan(k, &tail, rule, stat, count, dim) {
-        Some(p) => rewrite(k, tail, p, rule, count, dim),
+        Some(p) => rewrite(k, tail, p, rule, dim),
         None => tail,
     }
 }
@@ -60,9 +63,7 @@ fn plan(k: &Kernel, tail: &[Stmt], rule: PairRule, stat: ValueId, count: Option<
         PairRule::ExpScaled => RedOp::Max,
         PairRule::SquaredDeviation => RedOp::Sum,
     };
-    let def = |v: ValueId| {
-        tail.iter().position(|s| matches!(s, Stmt::Let { value, .. } if *value == v))
-    };
+    let def = |v: ValueId| tail.iter().position(|s| matches!(s, Stmt::Let { value, .. } if *value == v));
     // The root: the statistic; for the mean, its division of the first meeting's result.
     let met = match rule {
         PairRule::ExpScaled => stat,
@@ -76,7 +77,8 @@ fn plan(k: &Kernel, tail: &[Stmt], rule: PairRule, stat: ValueId, count: Option<
     if *op != op1 || *d != dim || (rule == PairRule::SquaredDeviation) != count.is_some() {
         return None;
     }
-    let at_second = (at_first + 1..tail.len()).find(|&i| matches!(tail[i], Stmt::Let { op: Op::ClusterReduce { .. }, .. } | Stmt::Loop(_)))?;
+    let at_second =
+        (at_first + 1..tail.len()).find(|&i| matches!(tail[i], Stmt::Let { op: Op::ClusterReduce { .. }, .. } | Stmt::Loop(_)))?;
     match &tail[at_second] {
         Stmt::Let { op: Op::ClusterReduce { op: RedOp::Sum, value, dim: d }, .. } if *d == dim => {
             // One value per program, of the first's shape.
@@ -109,7 +111,7 @@ fn plan(k: &Kernel, tail: &[Stmt], rule: PairRule, stat: ValueId, count: Option<
     Some(Plan { at_first, at_second, first: *first, met, root: stat })
 }
 
-fn rewrite(k: &mut Kernel, mut tail: Vec<Stmt>, p: Plan, rule: PairRule, count: Option<VarId>, dim: DimId) -> Vec<Stmt> {
+fn rewrite(k: &mut Kernel, mut tail: Vec<Stmt>, p: Plan, rule: PairRule, dim: DimId) -> Vec<Stmt> {
     let after = tail.split_off(p.at_second + 1);
     let Some(Stmt::Let { value: second_met, op: Op::ClusterReduce { value: second, .. } }) = tail.pop() else {
         unreachable!("the second meeting (plan)")
@@ -120,11 +122,11 @@ fn rewrite(k: &mut Kernel, mut tail: Vec<Stmt>, p: Plan, rule: PairRule, count: 
     let shape = k.value(p.first).shape.clone();
 
     // The program's own statistic, in place of the row's.
-    let (own, counted) = match (rule, count) {
-        (PairRule::SquaredDeviation, Some(count)) => {
-            let lanes = k.var(count).clone();
-            let read = push(k, &mut out, lanes, Op::Var(count));
-            let n = push(k, &mut out, shape.clone(), Op::Reduce { op: RedOp::Sum, value: read, dim, run: 1 });
+    // The count of its lanes is that of its block's lanes inside the row, from the block's
+    // bounds rather than a reduction of the lanes' counts across the program's threads.
+    let (own, counted) = match rule {
+        PairRule::SquaredDeviation => {
+            let n = push(k, &mut out, shape.clone(), Op::BlockLanes(dim));
             let one = push(k, &mut out, Shape::default(), Op::Const(1.0));
             let n1 = push(k, &mut out, shape.clone(), Op::Binary(BinOp::Max, n, one));
             (push(k, &mut out, shape.clone(), Op::Binary(BinOp::Div, p.first, n1)), Some(n))

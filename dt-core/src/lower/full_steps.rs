@@ -1,4 +1,4 @@
-//! Pass 11: a looped dimension's full steps run without masks.
+//! Pass 12: a looped dimension's full steps run without masks.
 //!
 //! A `whole` or `reduce` loop over a dimension longer than its step masks, at every step, the
 //! lanes past the end of the dimension: softmax's exponentials, filled with the sum's 0, cost an
@@ -32,8 +32,14 @@
 //!
 //! It applies to innermost loops with a mask along their dimension, without a tensor-core dot
 //! (those pipeline their own steps), whose values are read only inside them. A loop whose only
-//! checks are the bounds of its loads and stores (one comparison per 16-byte access) stays
-//! whole. Splitting layernorm's loop while its statistics were kept lane by lane made ptxas
+//! checks are the bounds of its loads and stores (one comparison per 16-byte access, and a
+//! select of the fill per 4-byte word) stays whole, unless it loops over a block held in shared
+//! memory (a block of no more steps than the loop's stages, as the GPU emitter holds it): there
+//! the loads are reads of shared memory, and the checks cost about as much as the arithmetic.
+//! On the H100 at 256x262144 the held 16-bit classes ran 1-1.5% faster split (softmax
+//! 0.1067-0.1079 -> 0.1054-0.1064 ms, layernorm 0.1211-0.1216 -> 0.1195-0.1199), while the
+//! looped f32 layernorm, which reads global memory, ran 2% slower (0.2517 -> 0.2571;
+//! docs/bench/h100.md). Splitting layernorm's loop while its statistics were kept lane by lane made ptxas
 //! spill 218 bytes per thread at 64 registers and slowed the looped f16 class from 0.66 to 0.43
 //! of a copy on the H100; kept per run (pass `online`) it fits in 64 registers without
 //! spilling.
@@ -77,6 +83,15 @@ fn rewrite(k: &mut Kernel, uses: &[usize], stmts: Vec<Stmt>) -> Vec<Stmt> {
 
 fn splittable(k: &Kernel, uses: &[usize], l: &Loop) -> bool {
     let masks = l.body.iter().any(|s| matches!(s, Stmt::Let { op: Op::MaskFill { dim, .. }, .. } if *dim == l.dim));
+    // Loads or stores checked against the dimension's end.
+    let bounded = l.body.iter().any(|s| match s {
+        Stmt::Let { op: Op::Load { axes, .. }, .. } => axes.contains(&l.dim),
+        Stmt::Store { tile, .. } => tile.extent(l.dim).is_some(),
+        _ => false,
+    });
+    // A block held in shared memory (the GPU emitter's rule: no more steps than stages).
+    let held = l.kind == LoopKind::Block && k.grid.block_extent(l.dim).is_some_and(|b| b.div_ceil(l.step) <= l.stages);
+    let masks = masks || (bounded && held);
     let plain = l.body.iter().all(|s| !matches!(s, Stmt::Loop(_) | Stmt::Let { op: Op::Dot { .. }, .. }));
     // A loop over this program's block (a row split over a cluster) splits where its steps
     // tile the block, more than one of them (a loop of one step runs once: the GPU emitter

@@ -19,7 +19,9 @@
 //! 9. [`layout::assign_layouts`]: tensor-core layouts for `rdot` operands and accumulators.
 //! 10. [`reverse::reverse_second_passes`]: a `whole` loop that reads again what a `reduce` loop
 //!     before it read runs backward, starting with the chunks still in the L2 cache.
-//! 11. [`full_steps::split_full_steps`]: a `whole` or `reduce` loop runs its full steps without
+//! 11. [`hoist::hoist_loop_invariants`]: what does not change from one step of a loop to the
+//!     next (layernorm's `rsqrt(variance + eps)` in its output loop) is computed before it.
+//! 12. [`full_steps::split_full_steps`]: a `whole` or `reduce` loop runs its full steps without
 //!     masks or lane tests, and its partial last step, if any, with them; [`dead`] then runs
 //!     again.
 //!
@@ -31,6 +33,7 @@ mod dead;
 mod defer;
 mod full_steps;
 mod grid;
+mod hoist;
 mod layout;
 mod masks;
 mod nest;
@@ -104,6 +107,8 @@ pub fn lower(p: &Program, k: FuncId) -> Result<Kernel, LowerError> {
     log("layout", &kernel);
     reverse::reverse_second_passes(&mut kernel);
     log("reverse", &kernel);
+    hoist::hoist_loop_invariants(&mut kernel);
+    log("hoist", &kernel);
     full_steps::split_full_steps(&mut kernel);
     dead::drop_dead_code(&mut kernel);
     log("full_steps", &kernel);
