@@ -335,6 +335,13 @@ impl Grid {
         self.blocked.iter().find(|(x, _)| *x == d).map(|(_, b)| *b)
     }
 
+    /// Whether loop `l` goes over this program's block of its dimension in more than one step
+    /// and no more steps than its stages: a target may stage the whole block at once (the GPU
+    /// emitter holds it in shared memory for the loops after it).
+    pub fn block_fits_stages(&self, l: &Loop) -> bool {
+        l.kind == LoopKind::Block && self.block_extent(l.dim).is_some_and(|b| b > l.step && b.div_ceil(l.step) <= l.stages)
+    }
+
     /// Whether a GPU whose clusters hold up to `max_cluster` programs (0: none) runs this grid.
     pub fn runs_with_clusters_of(&self, max_cluster: u32) -> bool {
         self.cluster.is_none_or(|(_, n)| n <= max_cluster)

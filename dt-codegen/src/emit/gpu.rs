@@ -1537,9 +1537,8 @@ impl Emitter<'_> {
     /// steps, but no more than its stages, that is not the partial step of the block, and whose
     /// staged loads a later loop over the same block reads again.
     fn holds_block(&self, l: &Loop, loads: &[Prefetch]) -> bool {
-        let fits = self.k.grid.block_extent(l.dim).is_some_and(|b| b > l.step && b.div_ceil(l.step) <= l.stages);
         // A backward loop would stage from its last full step down, never its partial step.
-        if l.kind != LoopKind::Block || l.steps == Steps::Partial || l.backward || !fits {
+        if !self.k.grid.block_fits_stages(l) || l.steps == Steps::Partial || l.backward {
             return false;
         }
         if loads.iter().any(|p| !p.at.is_empty()) {

@@ -89,8 +89,8 @@ fn splittable(k: &Kernel, uses: &[usize], l: &Loop) -> bool {
         Stmt::Store { tile, .. } => tile.extent(l.dim).is_some(),
         _ => false,
     });
-    // A block held in shared memory (the GPU emitter's rule: no more steps than stages).
-    let held = l.kind == LoopKind::Block && k.grid.block_extent(l.dim).is_some_and(|b| b.div_ceil(l.step) <= l.stages);
+    // A block held in shared memory where the GPU emitter holds it.
+    let held = k.grid.block_fits_stages(l);
     let masks = masks || (bounded && held);
     let plain = l.body.iter().all(|s| !matches!(s, Stmt::Loop(_) | Stmt::Let { op: Op::Dot { .. }, .. }));
     // A loop over this program's block (a row split over a cluster) splits where its steps
