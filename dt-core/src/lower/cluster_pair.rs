@@ -6,9 +6,9 @@
 //! first one, and the cluster combines the second statistic in turn: two meetings per row, each
 //! a barrier of every program of the cluster. Here the lanes' second statistic is taken about
 //! the program's own first one instead (its maximum; its mean, its sum over the lanes of its
-//! block inside the row, known from the block's bounds),
-//! and the second `ClusterReduce` becomes an [`Op::ClusterPaired`] right after the first one,
-//! which targets combine in the same exchange:
+//! block inside the row, known from the block's bounds), and the second `ClusterReduce` becomes
+//! an [`Op::ClusterPaired`] right after the first one, which targets combine in the same
+//! exchange:
 //!
 //! ```text
 //! %4 = rsum %3 over the cluster           %m = div %3, max(lanes of this block of y, 1)
@@ -28,19 +28,18 @@
 //! 0.2518-0.2520 to 0.2506-0.2508 ms (nineteenth session).
 
 use crate::algo::{BinOp, DimId, RedOp};
-use crate::kir::{Kernel, Layout, Op, PairRule, Shape, Stmt, Value, ValueId, VarId};
+use crate::kir::{Kernel, Layout, Op, PairRule, Shape, Stmt, Value, ValueId};
 use std::collections::{HashMap, HashSet};
 
 /// The statements after a merged loop (`tail`), rewritten to meet once where the row is split
 /// over a cluster along `dim`; unchanged where they do not have the shape the merge leaves.
 /// `stat` is the row's first statistic as the rescaling after the loop reads it (softmax's
-/// maximum over the cluster, layernorm's mean), and `count` the accumulator of the lanes' counts
-/// (layernorm's).
-pub(super) fn meet_once(k: &mut Kernel, tail: Vec<Stmt>, rule: PairRule, stat: ValueId, count: Option<VarId>, dim: DimId) -> Vec<Stmt> {
+/// maximum over the cluster, layernorm's mean).
+pub(super) fn meet_once(k: &mut Kernel, tail: Vec<Stmt>, rule: PairRule, stat: ValueId, dim: DimId) -> Vec<Stmt> {
     if k.grid.cluster.map(|(d, _)| d) != Some(dim) {
         return tail;
     }
-    match plan(k, &tail, rule, stat, count, dim) {
+    match plan(k, &tail, rule, stat, dim) {
         Some(p) => rewrite(k, tail, p, rule, dim),
         None => tail,
     }
@@ -58,7 +57,7 @@ struct Plan {
     root: ValueId,
 }
 
-fn plan(k: &Kernel, tail: &[Stmt], rule: PairRule, stat: ValueId, count: Option<VarId>, dim: DimId) -> Option<Plan> {
+fn plan(k: &Kernel, tail: &[Stmt], rule: PairRule, stat: ValueId, dim: DimId) -> Option<Plan> {
     let op1 = match rule {
         PairRule::ExpScaled => RedOp::Max,
         PairRule::SquaredDeviation => RedOp::Sum,
@@ -74,7 +73,7 @@ fn plan(k: &Kernel, tail: &[Stmt], rule: PairRule, stat: ValueId, count: Option<
     };
     let at_first = def(met)?;
     let Stmt::Let { op: Op::ClusterReduce { op, value: first, dim: d }, .. } = &tail[at_first] else { return None };
-    if *op != op1 || *d != dim || (rule == PairRule::SquaredDeviation) != count.is_some() {
+    if *op != op1 || *d != dim {
         return None;
     }
     let at_second =

@@ -38,11 +38,13 @@
 //! the loads are reads of shared memory, and the checks cost about as much as the arithmetic.
 //! On the H100 at 256x262144 the held 16-bit classes ran 1-1.5% faster split (softmax
 //! 0.1067-0.1079 -> 0.1054-0.1064 ms, layernorm 0.1211-0.1216 -> 0.1195-0.1199), while the
-//! looped f32 layernorm, which reads global memory, ran 2% slower (0.2517 -> 0.2571;
-//! docs/bench/h100.md). Splitting layernorm's loop while its statistics were kept lane by lane made ptxas
-//! spill 218 bytes per thread at 64 registers and slowed the looped f16 class from 0.66 to 0.43
-//! of a copy on the H100; kept per run (pass `online`) it fits in 64 registers without
-//! spilling.
+//! looped f32 layernorm, which reads global memory, ran 2% slower (0.2517 -> 0.2571): with
+//! unpredicated loads ptxas takes more registers (a looped 16-bit layernorm at 4096x16384, split,
+//! took 55 instead of 40; docs/bench/h100.md).
+//!
+//! Splitting layernorm's loop while its statistics were kept lane by lane made ptxas spill 218
+//! bytes per thread at 64 registers and slowed the looped f16 class from 0.66 to 0.43 of a copy
+//! on the H100; kept per run (pass `online`) it fits in 64 registers without spilling.
 
 use crate::algo::DimId;
 use crate::kir::{count_uses, Kernel, Loop, LoopKind, Op, Steps, Stmt, ValueId};
@@ -89,9 +91,8 @@ fn splittable(k: &Kernel, uses: &[usize], l: &Loop) -> bool {
         Stmt::Store { tile, .. } => tile.extent(l.dim).is_some(),
         _ => false,
     });
-    // A block held in shared memory where the GPU emitter holds it.
-    let held = k.grid.block_fits_stages(l);
-    let masks = masks || (bounded && held);
+    // Bounds alone are worth splitting off only over a block held in shared memory.
+    let checks = masks || (bounded && k.grid.block_fits_stages(l));
     let plain = l.body.iter().all(|s| !matches!(s, Stmt::Loop(_) | Stmt::Let { op: Op::Dot { .. }, .. }));
     // A loop over this program's block (a row split over a cluster) splits where its steps
     // tile the block, more than one of them (a loop of one step runs once: the GPU emitter
@@ -100,7 +101,7 @@ fn splittable(k: &Kernel, uses: &[usize], l: &Loop) -> bool {
         LoopKind::Whole | LoopKind::Reduction => true,
         LoopKind::Block => k.grid.block_extent(l.dim).is_some_and(|b| b % l.step == 0 && b > l.step),
     };
-    if !kind_ok || l.steps != Steps::All || !masks || !plain {
+    if !kind_ok || l.steps != Steps::All || !checks || !plain {
         return false;
     }
     // The copies take fresh values: nothing after the loop may read one of its own.

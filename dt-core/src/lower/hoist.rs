@@ -17,8 +17,8 @@
 //! ```
 //!
 //! A value moves when it is a constant, a scalar argument, a dimension's size (or its lanes in
-//! this program's block), or an
-//! element-wise operation whose operands are all computed outside the loop (or moved before it).
+//! this program's block), or an element-wise operation whose operands are all computed outside
+//! the loop (or moved before it).
 //! Loads, indices, masks, reductions and reads of accumulators stay: they depend on the step or
 //! on what the loop updates. Inner loops are treated first, so a value can move out of several.
 

@@ -362,8 +362,8 @@ fn merge(k: &mut Kernel, mut stmts: Vec<Stmt>, m: Match) -> Vec<Stmt> {
     let mut extra_run_vars = Vec::new();
     let mut body = Vec::new();
     let after_loop;
-    // How the cluster combines the second statistic, and the lanes' counts it needs.
-    let pair: (PairRule, Option<VarId>);
+    // How the cluster combines the second statistic.
+    let pair: PairRule;
     match m.rule {
         Rule::ExpScaled => {
             let old = push(k, &mut body, pshape.clone(), Op::Var(m.p1));
@@ -417,7 +417,7 @@ fn merge(k: &mut Kernel, mut stmts: Vec<Stmt>, m: Match) -> Vec<Stmt> {
                     other => body.push(other),
                 }
             }
-            pair = (PairRule::ExpScaled, None);
+            pair = PairRule::ExpScaled;
             // After the loop: each lane's sum at the row's maximum.
             let (p1, stat) = (m.p1, m.stat);
             after_loop = rescale_reads(k, after, m.p2, |k, out, raw| {
@@ -449,7 +449,7 @@ fn merge(k: &mut Kernel, mut stmts: Vec<Stmt>, m: Match) -> Vec<Stmt> {
             } else {
                 welford(k, &mut body, vars, old, z, valid, &pshape);
             }
-            pair = (PairRule::SquaredDeviation, Some(count));
+            pair = PairRule::SquaredDeviation;
             // After the loop: each lane's (or run's) squares from the row's mean.
             let stat = m.stat;
             after_loop = rescale_reads(k, after, m.p2, |k, out, raw| {
@@ -477,7 +477,7 @@ fn merge(k: &mut Kernel, mut stmts: Vec<Stmt>, m: Match) -> Vec<Stmt> {
     }
     let mut tail = kept;
     tail.extend(after_loop);
-    let mut tail = super::cluster_pair::meet_once(k, tail, pair.0, m.stat, pair.1, dim);
+    let mut tail = super::cluster_pair::meet_once(k, tail, pair, m.stat, dim);
     if runs {
         let vars: Vec<VarId> = [m.p1, m.p2].into_iter().chain(extra_run_vars).collect();
         read_one_lane_per_run(k, &mut tail, &vars, dim);
