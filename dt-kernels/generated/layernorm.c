@@ -1255,7 +1255,7 @@ void dt_layernorm_16k_f32_f32(const dt_args* args, long long first, long long la
     free(arena);
 }
 
-/* kernel layernorm_16k for f16: grid block(x:4) */
+/* kernel layernorm_16k for f16: grid block(x:1) */
 void dt_layernorm_16k_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
@@ -1265,18 +1265,18 @@ void dt_layernorm_16k_f16(const dt_args* args, long long first, long long last) 
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* layernorm_16k */
     float* arena = (float*)malloc(sizeof(float) * 245779);
     if (!arena) return;
-    const long long programs = (dt_cdiv(s0, 4));
+    const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
         (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 4));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 4)) continue; /* past the end of a short group */
+        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         (arena + 32770)[0] = (float)s1;
         (arena + 163852)[0] = args->scalars[0];
-        /* block(x:4) layernorm_16k.tensorize(x:1) num_stages(2) */
-        for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 1) {
+        /* block(x:1) layernorm_16k.tensorize(x:0) */
+        for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rsum identity */
             for (long long l2 = 0; l2 < 1; l2++) {
                 (arena + 245775)[l2] = 0e0f;
@@ -1370,7 +1370,7 @@ void dt_layernorm_16k_f16(const dt_args* args, long long first, long long last) 
     free(arena);
 }
 
-/* kernel layernorm_16k for bf16: grid block(x:4) */
+/* kernel layernorm_16k for bf16: grid block(x:1) */
 void dt_layernorm_16k_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
@@ -1380,18 +1380,18 @@ void dt_layernorm_16k_bf16(const dt_args* args, long long first, long long last)
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* layernorm_16k */
     float* arena = (float*)malloc(sizeof(float) * 245779);
     if (!arena) return;
-    const long long programs = (dt_cdiv(s0, 4));
+    const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
         (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 4));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 4)) continue; /* past the end of a short group */
+        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         (arena + 32770)[0] = (float)s1;
         (arena + 163852)[0] = args->scalars[0];
-        /* block(x:4) layernorm_16k.tensorize(x:1) num_stages(2) */
-        for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 1) {
+        /* block(x:1) layernorm_16k.tensorize(x:0) */
+        for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rsum identity */
             for (long long l2 = 0; l2 < 1; l2++) {
                 (arena + 245775)[l2] = 0e0f;

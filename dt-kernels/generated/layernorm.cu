@@ -2585,7 +2585,7 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32(const d
         v22[r] = args.scalars[0];
     }
     /* block(x:1) layernorm_1k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rsum identity */
         float acc0[1];
         {
@@ -2733,81 +2733,85 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32(const d
             (void)r; (void)e;
             v24[r] = dt_fast_rsqrt(v23[0]);
         }
-        float v25[8];
+        /* the output run by run: each run's loads next to its arithmetic and its store */
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-            (void)e; {
-                v25[r] = (v8[r] * v24[0]);
+        for (int cr = 0; cr < 2; cr++) {
+            float v25[8];
+            #pragma unroll
+            for (int r = cr * 4; r < cr * 4 + 4; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                (void)e; {
+                    v25[r] = (v8[r] * v24[0]);
+                }
             }
-        }
-        float v26[8];
-        #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 128 + tid) * 4;
-            const int l26 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(0 + l26) * (unsigned)args.input_strides[1][0];
-            if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l26 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                const uint4 q = *(const uint4*)(in1 + a);
-                v26[c * 4 + 0] = __uint_as_float(q.x);
-                v26[c * 4 + 1] = __uint_as_float(q.y);
-                v26[c * 4 + 2] = __uint_as_float(q.z);
-                v26[c * 4 + 3] = __uint_as_float(q.w);
-            } else {
-                v26[c * 4 + 0] = ((unsigned)(0 + l26) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 4 + 1] = ((unsigned)(0 + (l26 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 4 + 2] = ((unsigned)(0 + (l26 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 4 + 3] = ((unsigned)(0 + (l26 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+            float v26[8];
+            {
+                const int c = cr;
+                const int e = (c * 128 + tid) * 4;
+                const int l26 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(0 + l26) * (unsigned)args.input_strides[1][0];
+                if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l26 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in1 + a);
+                    v26[c * 4 + 0] = __uint_as_float(q.x);
+                    v26[c * 4 + 1] = __uint_as_float(q.y);
+                    v26[c * 4 + 2] = __uint_as_float(q.z);
+                    v26[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v26[c * 4 + 0] = ((unsigned)(0 + l26) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 1] = ((unsigned)(0 + (l26 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 2] = ((unsigned)(0 + (l26 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 3] = ((unsigned)(0 + (l26 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                }
             }
-        }
-        float v27[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-            (void)e; {
-                v27[r] = (v25[r] * v26[r]);
+            float v27[8];
+            #pragma unroll
+            for (int r = cr * 4; r < cr * 4 + 4; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                (void)e; {
+                    v27[r] = (v25[r] * v26[r]);
+                }
             }
-        }
-        float v28[8];
-        #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 128 + tid) * 4;
-            const int l29 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(0 + l29) * (unsigned)args.input_strides[2][0];
-            if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l29 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
-                const uint4 q = *(const uint4*)(in2 + a);
-                v28[c * 4 + 0] = __uint_as_float(q.x);
-                v28[c * 4 + 1] = __uint_as_float(q.y);
-                v28[c * 4 + 2] = __uint_as_float(q.z);
-                v28[c * 4 + 3] = __uint_as_float(q.w);
-            } else {
-                v28[c * 4 + 0] = ((unsigned)(0 + l29) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 4 + 1] = ((unsigned)(0 + (l29 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 4 + 2] = ((unsigned)(0 + (l29 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 4 + 3] = ((unsigned)(0 + (l29 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+            float v28[8];
+            {
+                const int c = cr;
+                const int e = (c * 128 + tid) * 4;
+                const int l29 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(0 + l29) * (unsigned)args.input_strides[2][0];
+                if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l29 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in2 + a);
+                    v28[c * 4 + 0] = __uint_as_float(q.x);
+                    v28[c * 4 + 1] = __uint_as_float(q.y);
+                    v28[c * 4 + 2] = __uint_as_float(q.z);
+                    v28[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v28[c * 4 + 0] = ((unsigned)(0 + l29) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 1] = ((unsigned)(0 + (l29 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 2] = ((unsigned)(0 + (l29 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 3] = ((unsigned)(0 + (l29 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                }
             }
-        }
-        float v29[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-            (void)e; {
-                v29[r] = (v27[r] + v28[r]);
+            float v29[8];
+            #pragma unroll
+            for (int r = cr * 4; r < cr * 4 + 4; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                (void)e; {
+                    v29[r] = (v27[r] + v28[r]);
+                }
             }
-        }
-        #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 128 + tid) * 4;
-            const int l32 = (int)((unsigned)e / 1024u % 1u);
-            const int l33 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
-            } else {
-                if ((unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                if ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                if ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                if ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+            {
+                const int c = cr;
+                const int e = (c * 128 + tid) * 4;
+                const int l32 = (int)((unsigned)e / 1024u % 1u);
+                const int l33 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
+                } else {
+                    if ((unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                    if ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                    if ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                    if ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                }
             }
         }
     }
@@ -2844,7 +2848,7 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32_whole(c
         v22[r] = args.scalars[0];
     }
     /* block(x:1) layernorm_1k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rsum identity */
         float acc0[1];
         {
@@ -2991,75 +2995,79 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32_whole(c
             (void)r; (void)e;
             v24[r] = dt_fast_rsqrt(v23[0]);
         }
-        float v25[8];
+        /* the output run by run: each run's loads next to its arithmetic and its store */
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-            (void)e; {
-                v25[r] = (v8[r] * v24[0]);
+        for (int cr = 0; cr < 2; cr++) {
+            float v25[8];
+            #pragma unroll
+            for (int r = cr * 4; r < cr * 4 + 4; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                (void)e; {
+                    v25[r] = (v8[r] * v24[0]);
+                }
             }
-        }
-        float v26[8];
-        #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 128 + tid) * 4;
-            const int l26 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(0 + l26) * (unsigned)args.input_strides[1][0];
-            if ((unsigned)(0 + l26) < (unsigned)s1) {
-                const uint4 q = *(const uint4*)(in1 + a);
-                v26[c * 4 + 0] = __uint_as_float(q.x);
-                v26[c * 4 + 1] = __uint_as_float(q.y);
-                v26[c * 4 + 2] = __uint_as_float(q.z);
-                v26[c * 4 + 3] = __uint_as_float(q.w);
-            } else {
-                v26[c * 4 + 0] = 0e0f;
-                v26[c * 4 + 1] = 0e0f;
-                v26[c * 4 + 2] = 0e0f;
-                v26[c * 4 + 3] = 0e0f;
+            float v26[8];
+            {
+                const int c = cr;
+                const int e = (c * 128 + tid) * 4;
+                const int l26 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(0 + l26) * (unsigned)args.input_strides[1][0];
+                if ((unsigned)(0 + l26) < (unsigned)s1) {
+                    const uint4 q = *(const uint4*)(in1 + a);
+                    v26[c * 4 + 0] = __uint_as_float(q.x);
+                    v26[c * 4 + 1] = __uint_as_float(q.y);
+                    v26[c * 4 + 2] = __uint_as_float(q.z);
+                    v26[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v26[c * 4 + 0] = 0e0f;
+                    v26[c * 4 + 1] = 0e0f;
+                    v26[c * 4 + 2] = 0e0f;
+                    v26[c * 4 + 3] = 0e0f;
+                }
             }
-        }
-        float v27[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-            (void)e; {
-                v27[r] = (v25[r] * v26[r]);
+            float v27[8];
+            #pragma unroll
+            for (int r = cr * 4; r < cr * 4 + 4; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                (void)e; {
+                    v27[r] = (v25[r] * v26[r]);
+                }
             }
-        }
-        float v28[8];
-        #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 128 + tid) * 4;
-            const int l29 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(0 + l29) * (unsigned)args.input_strides[2][0];
-            if ((unsigned)(0 + l29) < (unsigned)s1) {
-                const uint4 q = *(const uint4*)(in2 + a);
-                v28[c * 4 + 0] = __uint_as_float(q.x);
-                v28[c * 4 + 1] = __uint_as_float(q.y);
-                v28[c * 4 + 2] = __uint_as_float(q.z);
-                v28[c * 4 + 3] = __uint_as_float(q.w);
-            } else {
-                v28[c * 4 + 0] = 0e0f;
-                v28[c * 4 + 1] = 0e0f;
-                v28[c * 4 + 2] = 0e0f;
-                v28[c * 4 + 3] = 0e0f;
+            float v28[8];
+            {
+                const int c = cr;
+                const int e = (c * 128 + tid) * 4;
+                const int l29 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(0 + l29) * (unsigned)args.input_strides[2][0];
+                if ((unsigned)(0 + l29) < (unsigned)s1) {
+                    const uint4 q = *(const uint4*)(in2 + a);
+                    v28[c * 4 + 0] = __uint_as_float(q.x);
+                    v28[c * 4 + 1] = __uint_as_float(q.y);
+                    v28[c * 4 + 2] = __uint_as_float(q.z);
+                    v28[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v28[c * 4 + 0] = 0e0f;
+                    v28[c * 4 + 1] = 0e0f;
+                    v28[c * 4 + 2] = 0e0f;
+                    v28[c * 4 + 3] = 0e0f;
+                }
             }
-        }
-        float v29[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-            (void)e; {
-                v29[r] = (v27[r] + v28[r]);
+            float v29[8];
+            #pragma unroll
+            for (int r = cr * 4; r < cr * 4 + 4; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                (void)e; {
+                    v29[r] = (v27[r] + v28[r]);
+                }
             }
-        }
-        #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 128 + tid) * 4;
-            const int l32 = (int)((unsigned)e / 1024u % 1u);
-            const int l33 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
-            if ((unsigned)(0 + l33) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
+            {
+                const int c = cr;
+                const int e = (c * 128 + tid) * 4;
+                const int l32 = (int)((unsigned)e / 1024u % 1u);
+                const int l33 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
+                if ((unsigned)(0 + l33) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
+            }
         }
     }
 }
@@ -3095,7 +3103,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32(con
         v22[r] = args.scalars[0];
     }
     /* block(x:1) layernorm_4k_f32.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rsum identity */
         float acc0[1];
         {
@@ -3243,81 +3251,85 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32(con
             (void)r; (void)e;
             v24[r] = dt_fast_rsqrt(v23[0]);
         }
-        float v25[16];
+        /* the output run by run: each run's loads next to its arithmetic and its store */
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            (void)e; {
-                v25[r] = (v8[r] * v24[0]);
+        for (int cr = 0; cr < 4; cr++) {
+            float v25[16];
+            #pragma unroll
+            for (int r = cr * 4; r < cr * 4 + 4; r++) {
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                (void)e; {
+                    v25[r] = (v8[r] * v24[0]);
+                }
             }
-        }
-        float v26[16];
-        #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 256 + tid) * 4;
-            const int l26 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(0 + l26) * (unsigned)args.input_strides[1][0];
-            if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l26 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                const uint4 q = *(const uint4*)(in1 + a);
-                v26[c * 4 + 0] = __uint_as_float(q.x);
-                v26[c * 4 + 1] = __uint_as_float(q.y);
-                v26[c * 4 + 2] = __uint_as_float(q.z);
-                v26[c * 4 + 3] = __uint_as_float(q.w);
-            } else {
-                v26[c * 4 + 0] = ((unsigned)(0 + l26) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 4 + 1] = ((unsigned)(0 + (l26 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 4 + 2] = ((unsigned)(0 + (l26 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 4 + 3] = ((unsigned)(0 + (l26 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+            float v26[16];
+            {
+                const int c = cr;
+                const int e = (c * 256 + tid) * 4;
+                const int l26 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(0 + l26) * (unsigned)args.input_strides[1][0];
+                if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l26 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in1 + a);
+                    v26[c * 4 + 0] = __uint_as_float(q.x);
+                    v26[c * 4 + 1] = __uint_as_float(q.y);
+                    v26[c * 4 + 2] = __uint_as_float(q.z);
+                    v26[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v26[c * 4 + 0] = ((unsigned)(0 + l26) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 1] = ((unsigned)(0 + (l26 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 2] = ((unsigned)(0 + (l26 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 3] = ((unsigned)(0 + (l26 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                }
             }
-        }
-        float v27[16];
-        #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            (void)e; {
-                v27[r] = (v25[r] * v26[r]);
+            float v27[16];
+            #pragma unroll
+            for (int r = cr * 4; r < cr * 4 + 4; r++) {
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                (void)e; {
+                    v27[r] = (v25[r] * v26[r]);
+                }
             }
-        }
-        float v28[16];
-        #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 256 + tid) * 4;
-            const int l29 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(0 + l29) * (unsigned)args.input_strides[2][0];
-            if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l29 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
-                const uint4 q = *(const uint4*)(in2 + a);
-                v28[c * 4 + 0] = __uint_as_float(q.x);
-                v28[c * 4 + 1] = __uint_as_float(q.y);
-                v28[c * 4 + 2] = __uint_as_float(q.z);
-                v28[c * 4 + 3] = __uint_as_float(q.w);
-            } else {
-                v28[c * 4 + 0] = ((unsigned)(0 + l29) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 4 + 1] = ((unsigned)(0 + (l29 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 4 + 2] = ((unsigned)(0 + (l29 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 4 + 3] = ((unsigned)(0 + (l29 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+            float v28[16];
+            {
+                const int c = cr;
+                const int e = (c * 256 + tid) * 4;
+                const int l29 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(0 + l29) * (unsigned)args.input_strides[2][0];
+                if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l29 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in2 + a);
+                    v28[c * 4 + 0] = __uint_as_float(q.x);
+                    v28[c * 4 + 1] = __uint_as_float(q.y);
+                    v28[c * 4 + 2] = __uint_as_float(q.z);
+                    v28[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v28[c * 4 + 0] = ((unsigned)(0 + l29) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 1] = ((unsigned)(0 + (l29 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 2] = ((unsigned)(0 + (l29 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 3] = ((unsigned)(0 + (l29 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                }
             }
-        }
-        float v29[16];
-        #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            (void)e; {
-                v29[r] = (v27[r] + v28[r]);
+            float v29[16];
+            #pragma unroll
+            for (int r = cr * 4; r < cr * 4 + 4; r++) {
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                (void)e; {
+                    v29[r] = (v27[r] + v28[r]);
+                }
             }
-        }
-        #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 256 + tid) * 4;
-            const int l32 = (int)((unsigned)e / 4096u % 1u);
-            const int l33 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
-            } else {
-                if ((unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                if ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                if ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                if ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+            {
+                const int c = cr;
+                const int e = (c * 256 + tid) * 4;
+                const int l32 = (int)((unsigned)e / 4096u % 1u);
+                const int l33 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
+                } else {
+                    if ((unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                    if ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                    if ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                    if ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                }
             }
         }
     }
@@ -3354,7 +3366,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32_who
         v22[r] = args.scalars[0];
     }
     /* block(x:1) layernorm_4k_f32.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rsum identity */
         float acc0[1];
         {
@@ -3501,75 +3513,79 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32_who
             (void)r; (void)e;
             v24[r] = dt_fast_rsqrt(v23[0]);
         }
-        float v25[16];
+        /* the output run by run: each run's loads next to its arithmetic and its store */
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            (void)e; {
-                v25[r] = (v8[r] * v24[0]);
+        for (int cr = 0; cr < 4; cr++) {
+            float v25[16];
+            #pragma unroll
+            for (int r = cr * 4; r < cr * 4 + 4; r++) {
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                (void)e; {
+                    v25[r] = (v8[r] * v24[0]);
+                }
             }
-        }
-        float v26[16];
-        #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 256 + tid) * 4;
-            const int l26 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(0 + l26) * (unsigned)args.input_strides[1][0];
-            if ((unsigned)(0 + l26) < (unsigned)s1) {
-                const uint4 q = *(const uint4*)(in1 + a);
-                v26[c * 4 + 0] = __uint_as_float(q.x);
-                v26[c * 4 + 1] = __uint_as_float(q.y);
-                v26[c * 4 + 2] = __uint_as_float(q.z);
-                v26[c * 4 + 3] = __uint_as_float(q.w);
-            } else {
-                v26[c * 4 + 0] = 0e0f;
-                v26[c * 4 + 1] = 0e0f;
-                v26[c * 4 + 2] = 0e0f;
-                v26[c * 4 + 3] = 0e0f;
+            float v26[16];
+            {
+                const int c = cr;
+                const int e = (c * 256 + tid) * 4;
+                const int l26 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(0 + l26) * (unsigned)args.input_strides[1][0];
+                if ((unsigned)(0 + l26) < (unsigned)s1) {
+                    const uint4 q = *(const uint4*)(in1 + a);
+                    v26[c * 4 + 0] = __uint_as_float(q.x);
+                    v26[c * 4 + 1] = __uint_as_float(q.y);
+                    v26[c * 4 + 2] = __uint_as_float(q.z);
+                    v26[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v26[c * 4 + 0] = 0e0f;
+                    v26[c * 4 + 1] = 0e0f;
+                    v26[c * 4 + 2] = 0e0f;
+                    v26[c * 4 + 3] = 0e0f;
+                }
             }
-        }
-        float v27[16];
-        #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            (void)e; {
-                v27[r] = (v25[r] * v26[r]);
+            float v27[16];
+            #pragma unroll
+            for (int r = cr * 4; r < cr * 4 + 4; r++) {
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                (void)e; {
+                    v27[r] = (v25[r] * v26[r]);
+                }
             }
-        }
-        float v28[16];
-        #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 256 + tid) * 4;
-            const int l29 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(0 + l29) * (unsigned)args.input_strides[2][0];
-            if ((unsigned)(0 + l29) < (unsigned)s1) {
-                const uint4 q = *(const uint4*)(in2 + a);
-                v28[c * 4 + 0] = __uint_as_float(q.x);
-                v28[c * 4 + 1] = __uint_as_float(q.y);
-                v28[c * 4 + 2] = __uint_as_float(q.z);
-                v28[c * 4 + 3] = __uint_as_float(q.w);
-            } else {
-                v28[c * 4 + 0] = 0e0f;
-                v28[c * 4 + 1] = 0e0f;
-                v28[c * 4 + 2] = 0e0f;
-                v28[c * 4 + 3] = 0e0f;
+            float v28[16];
+            {
+                const int c = cr;
+                const int e = (c * 256 + tid) * 4;
+                const int l29 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(0 + l29) * (unsigned)args.input_strides[2][0];
+                if ((unsigned)(0 + l29) < (unsigned)s1) {
+                    const uint4 q = *(const uint4*)(in2 + a);
+                    v28[c * 4 + 0] = __uint_as_float(q.x);
+                    v28[c * 4 + 1] = __uint_as_float(q.y);
+                    v28[c * 4 + 2] = __uint_as_float(q.z);
+                    v28[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v28[c * 4 + 0] = 0e0f;
+                    v28[c * 4 + 1] = 0e0f;
+                    v28[c * 4 + 2] = 0e0f;
+                    v28[c * 4 + 3] = 0e0f;
+                }
             }
-        }
-        float v29[16];
-        #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            (void)e; {
-                v29[r] = (v27[r] + v28[r]);
+            float v29[16];
+            #pragma unroll
+            for (int r = cr * 4; r < cr * 4 + 4; r++) {
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                (void)e; {
+                    v29[r] = (v27[r] + v28[r]);
+                }
             }
-        }
-        #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 256 + tid) * 4;
-            const int l32 = (int)((unsigned)e / 4096u % 1u);
-            const int l33 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
-            if ((unsigned)(0 + l33) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
+            {
+                const int c = cr;
+                const int e = (c * 256 + tid) * 4;
+                const int l32 = (int)((unsigned)e / 4096u % 1u);
+                const int l33 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
+                if ((unsigned)(0 + l33) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
+            }
         }
     }
 }
@@ -6216,8 +6232,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_f32_whole
     }
 }
 
-/* kernel layernorm_16k for f16: grid block(x:4); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16(const dt_args args) {
+/* kernel layernorm_16k for f16: grid block(x:1); 512 threads, 128 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -6230,10 +6246,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16(const dt_
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 4));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -6246,54 +6262,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16(const dt_
         (void)r; (void)e;
         v22[r] = args.scalars[0];
     }
-    /* block(x:4) layernorm_16k.tensorize(x:1) num_stages(2): loads one step ahead */
-    uint4 qn2[4];
-    bool fn3[4];
-    uint4 qn4[4];
-    bool fn5[4];
-    uint4 qn6[4];
-    bool fn7[4];
-    #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 512 + tid) * 8;
-        const int l8 = (int)((unsigned)e / 16384u % 1u);
-        const int l9 = (int)((unsigned)e / 1u % 16384u);
-        const unsigned a = (unsigned)((b0 * 4) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
-        fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((b0 * 4) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-        if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
-    }
-    #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 512 + tid) * 8;
-        const int l10 = (int)((unsigned)e / 1u % 16384u);
-        const unsigned a = (unsigned)(0 + l10) * (unsigned)args.input_strides[1][0];
-        fn5[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l10 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-        if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
-    }
-    #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 512 + tid) * 8;
-        const int l11 = (int)((unsigned)e / 1u % 16384u);
-        const unsigned a = (unsigned)(0 + l11) * (unsigned)args.input_strides[2][0];
-        fn7[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-        if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
-    }
-    for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 1) {
-        uint4 q12[4];
-        bool f13[4];
-        #pragma unroll
-        for (int c = 0; c < 4; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
-        if (o1 + 1 < dt_min_ll(b0 * 4 + 4, s0)) {
-            #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l14 = (int)((unsigned)e / 16384u % 1u);
-                const int l15 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
-            }
-        }
+    /* block(x:1) layernorm_16k.tensorize(x:0) */
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rsum identity */
         float acc0[1];
         {
@@ -6302,18 +6272,29 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16(const dt_
             acc0[r] = 0e0f;
         }
         dt_f16s<32> v0; /* 16-bit values as loaded */
+        uint4 q3[4];
+        bool f4[4];
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l17 = (int)((unsigned)e / 16384u % 1u);
-            const int l18 = (int)((unsigned)e / 1u % 16384u);
-            if (f13[c]) {
-                v0.w[c] = q12[c];
+            const int l5 = (int)((unsigned)e / 16384u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l7 = (int)((unsigned)e / 16384u % 1u);
+            const int l8 = (int)((unsigned)e / 1u % 16384u);
+            if (f4[c]) {
+                v0.w[c] = q3[c];
             } else {
-                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l8) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                 v0.w[c] = w;
             }
         }
@@ -6328,16 +6309,15 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16(const dt_
                 for (int q = 0; q < 32; q++) p[i] = p[i] + v0[i * 32 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a20 = 0e0f;
-            for (int g = 0; g < 16; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a20;
+            float a10 = 0e0f;
+            for (int g = 0; g < 16; g++) a10 = a10 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a10;
         }
         {
             const int r = 0, e = 0;
@@ -6384,8 +6364,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16(const dt_
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l30 = (int)((unsigned)e / 1u % 16384u);
-                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l20 = (int)((unsigned)e / 1u % 16384u);
+                v13[r] = ((unsigned)(0 + l20) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -6405,9 +6385,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16(const dt_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a32 = 0e0f;
-            for (int g = 0; g < 16; g++) a32 = a32 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v14[r] = a32;
+            float a22 = 0e0f;
+            for (int g = 0; g < 16; g++) a22 = a22 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v14[r] = a22;
         }
         {
             const int r = 0, e = 0;
@@ -6438,84 +6418,108 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16(const dt_
             (void)r; (void)e;
             v24[r] = dt_fast_rsqrt(v23[0]);
         }
-        float v25[32];
+        /* the output run by run: each run's loads next to its arithmetic and its store */
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            (void)e; {
-                v25[r] = (v8[r] * v24[0]);
+        for (int cr = 0; cr < 4; cr++) {
+            float v25[32];
+            #pragma unroll
+            for (int r = cr * 8; r < cr * 8 + 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v25[r] = (v8[r] * v24[0]);
+                }
             }
-        }
-        dt_f16s<32> v26; /* 16-bit values as loaded */
-        #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 512 + tid) * 8;
-            const int l40 = (int)((unsigned)e / 1u % 16384u);
-            if (fn5[c]) {
-                v26.w[c] = qn4[c];
-            } else {
-                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
-                uint4 w = make_uint4(0u, 0u, 0u, 0u);
-                #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l40 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
-                v26.w[c] = w;
+            dt_f16s<32> v26; /* 16-bit values as loaded */
+            uint4 q30[4];
+            bool f31[4];
+            {
+                const int c = cr;
+                const int e = (c * 512 + tid) * 8;
+                const int l32 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(0 + l32) * (unsigned)args.input_strides[1][0];
+                f31[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l32 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                if (f31[c]) q30[c] = *(const uint4*)(in1 + a);
             }
-        }
-        float v27[32];
-        #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            (void)e; {
-                v27[r] = (v25[r] * v26[r]);
+            {
+                const int c = cr;
+                const int e = (c * 512 + tid) * 8;
+                const int l33 = (int)((unsigned)e / 1u % 16384u);
+                if (f31[c]) {
+                    v26.w[c] = q30[c];
+                } else {
+                    const unsigned a = (unsigned)(0 + l33) * (unsigned)args.input_strides[1][0];
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l33 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                    v26.w[c] = w;
+                }
             }
-        }
-        dt_f16s<32> v28; /* 16-bit values as loaded */
-        #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 512 + tid) * 8;
-            const int l43 = (int)((unsigned)e / 1u % 16384u);
-            if (fn7[c]) {
-                v28.w[c] = qn6[c];
-            } else {
-                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
-                uint4 w = make_uint4(0u, 0u, 0u, 0u);
-                #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l43 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
-                v28.w[c] = w;
+            float v27[32];
+            #pragma unroll
+            for (int r = cr * 8; r < cr * 8 + 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v27[r] = (v25[r] * v26[r]);
+                }
             }
-        }
-        float v29[32];
-        #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            (void)e; {
-                v29[r] = (v27[r] + v28[r]);
+            dt_f16s<32> v28; /* 16-bit values as loaded */
+            uint4 q36[4];
+            bool f37[4];
+            {
+                const int c = cr;
+                const int e = (c * 512 + tid) * 8;
+                const int l38 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(0 + l38) * (unsigned)args.input_strides[2][0];
+                f37[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                if (f37[c]) q36[c] = *(const uint4*)(in2 + a);
             }
-        }
-        #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 512 + tid) * 8;
-            const int l46 = (int)((unsigned)e / 16384u % 1u);
-            const int l47 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
-            } else {
-                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+            {
+                const int c = cr;
+                const int e = (c * 512 + tid) * 8;
+                const int l39 = (int)((unsigned)e / 1u % 16384u);
+                if (f37[c]) {
+                    v28.w[c] = q36[c];
+                } else {
+                    const unsigned a = (unsigned)(0 + l39) * (unsigned)args.input_strides[2][0];
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l39 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                    v28.w[c] = w;
+                }
+            }
+            float v29[32];
+            #pragma unroll
+            for (int r = cr * 8; r < cr * 8 + 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v29[r] = (v27[r] + v28[r]);
+                }
+            }
+            {
+                const int c = cr;
+                const int e = (c * 512 + tid) * 8;
+                const int l42 = (int)((unsigned)e / 16384u % 1u);
+                const int l43 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l42) * (unsigned)args.output_strides[0] + (unsigned)(0 + l43) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
+                } else {
+                    if ((unsigned)(0 + l43) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                    if ((unsigned)(0 + (l43 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                    if ((unsigned)(0 + (l43 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                    if ((unsigned)(0 + (l43 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                    if ((unsigned)(0 + (l43 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                    if ((unsigned)(0 + (l43 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                    if ((unsigned)(0 + (l43 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                    if ((unsigned)(0 + (l43 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                }
             }
         }
     }
 }
 
-/* kernel layernorm_16k for f16: grid block(x:4); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16_whole(const dt_args args) {
+/* kernel layernorm_16k for f16: grid block(x:1); 512 threads, 128 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_f16_whole(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -6528,10 +6532,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16_whole(con
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 4));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -6544,54 +6548,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16_whole(con
         (void)r; (void)e;
         v22[r] = args.scalars[0];
     }
-    /* block(x:4) layernorm_16k.tensorize(x:1) num_stages(2): loads one step ahead */
-    uint4 qn2[4];
-    bool fn3[4];
-    uint4 qn4[4];
-    bool fn5[4];
-    uint4 qn6[4];
-    bool fn7[4];
-    #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 512 + tid) * 8;
-        const int l8 = (int)((unsigned)e / 16384u % 1u);
-        const int l9 = (int)((unsigned)e / 1u % 16384u);
-        const unsigned a = (unsigned)((b0 * 4) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
-        fn3[c] = (unsigned)((b0 * 4) + l8) < (unsigned)s0 && (unsigned)(0 + l9) < (unsigned)s1;
-        if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
-    }
-    #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 512 + tid) * 8;
-        const int l10 = (int)((unsigned)e / 1u % 16384u);
-        const unsigned a = (unsigned)(0 + l10) * (unsigned)args.input_strides[1][0];
-        fn5[c] = (unsigned)(0 + l10) < (unsigned)s1;
-        if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
-    }
-    #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 512 + tid) * 8;
-        const int l11 = (int)((unsigned)e / 1u % 16384u);
-        const unsigned a = (unsigned)(0 + l11) * (unsigned)args.input_strides[2][0];
-        fn7[c] = (unsigned)(0 + l11) < (unsigned)s1;
-        if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
-    }
-    for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 1) {
-        uint4 q12[4];
-        bool f13[4];
-        #pragma unroll
-        for (int c = 0; c < 4; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
-        if (o1 + 1 < dt_min_ll(b0 * 4 + 4, s0)) {
-            #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l14 = (int)((unsigned)e / 16384u % 1u);
-                const int l15 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)(0 + l15) < (unsigned)s1;
-                if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
-            }
-        }
+    /* block(x:1) layernorm_16k.tensorize(x:0) */
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rsum identity */
         float acc0[1];
         {
@@ -6600,10 +6558,21 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16_whole(con
             acc0[r] = 0e0f;
         }
         dt_f16s<32> v0; /* 16-bit values as loaded */
+        uint4 q3[4];
+        bool f4[4];
         #pragma unroll
         for (int c = 0; c < 4; c++) {
-            if (f13[c]) {
-                v0.w[c] = q12[c];
+            const int e = (c * 512 + tid) * 8;
+            const int l5 = (int)((unsigned)e / 16384u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            f4[c] = (unsigned)(0 + l6) < (unsigned)s1;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            if (f4[c]) {
+                v0.w[c] = q3[c];
             } else {
                 v0.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
@@ -6619,16 +6588,15 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16_whole(con
                 for (int q = 0; q < 32; q++) p[i] = p[i] + v0[i * 32 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a20 = 0e0f;
-            for (int g = 0; g < 16; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a20;
+            float a10 = 0e0f;
+            for (int g = 0; g < 16; g++) a10 = a10 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a10;
         }
         {
             const int r = 0, e = 0;
@@ -6695,9 +6663,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16_whole(con
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a32 = 0e0f;
-            for (int g = 0; g < 16; g++) a32 = a32 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v14[r] = a32;
+            float a22 = 0e0f;
+            for (int g = 0; g < 16; g++) a22 = a22 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v14[r] = a22;
         }
         {
             const int r = 0, e = 0;
@@ -6728,61 +6696,85 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16_whole(con
             (void)r; (void)e;
             v24[r] = dt_fast_rsqrt(v23[0]);
         }
-        float v25[32];
+        /* the output run by run: each run's loads next to its arithmetic and its store */
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            (void)e; {
-                v25[r] = (v8[r] * v24[0]);
+        for (int cr = 0; cr < 4; cr++) {
+            float v25[32];
+            #pragma unroll
+            for (int r = cr * 8; r < cr * 8 + 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v25[r] = (v8[r] * v24[0]);
+                }
             }
-        }
-        dt_f16s<32> v26; /* 16-bit values as loaded */
-        #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            if (fn5[c]) {
-                v26.w[c] = qn4[c];
-            } else {
-                v26.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            dt_f16s<32> v26; /* 16-bit values as loaded */
+            uint4 q30[4];
+            bool f31[4];
+            {
+                const int c = cr;
+                const int e = (c * 512 + tid) * 8;
+                const int l32 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(0 + l32) * (unsigned)args.input_strides[1][0];
+                f31[c] = (unsigned)(0 + l32) < (unsigned)s1;
+                if (f31[c]) q30[c] = *(const uint4*)(in1 + a);
             }
-        }
-        float v27[32];
-        #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            (void)e; {
-                v27[r] = (v25[r] * v26[r]);
+            {
+                const int c = cr;
+                if (f31[c]) {
+                    v26.w[c] = q30[c];
+                } else {
+                    v26.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
             }
-        }
-        dt_f16s<32> v28; /* 16-bit values as loaded */
-        #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            if (fn7[c]) {
-                v28.w[c] = qn6[c];
-            } else {
-                v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            float v27[32];
+            #pragma unroll
+            for (int r = cr * 8; r < cr * 8 + 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v27[r] = (v25[r] * v26[r]);
+                }
             }
-        }
-        float v29[32];
-        #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            (void)e; {
-                v29[r] = (v27[r] + v28[r]);
+            dt_f16s<32> v28; /* 16-bit values as loaded */
+            uint4 q36[4];
+            bool f37[4];
+            {
+                const int c = cr;
+                const int e = (c * 512 + tid) * 8;
+                const int l38 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(0 + l38) * (unsigned)args.input_strides[2][0];
+                f37[c] = (unsigned)(0 + l38) < (unsigned)s1;
+                if (f37[c]) q36[c] = *(const uint4*)(in2 + a);
             }
-        }
-        #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 512 + tid) * 8;
-            const int l46 = (int)((unsigned)e / 16384u % 1u);
-            const int l47 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
+            {
+                const int c = cr;
+                if (f37[c]) {
+                    v28.w[c] = q36[c];
+                } else {
+                    v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v29[32];
+            #pragma unroll
+            for (int r = cr * 8; r < cr * 8 + 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v29[r] = (v27[r] + v28[r]);
+                }
+            }
+            {
+                const int c = cr;
+                const int e = (c * 512 + tid) * 8;
+                const int l42 = (int)((unsigned)e / 16384u % 1u);
+                const int l43 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l42) * (unsigned)args.output_strides[0] + (unsigned)(0 + l43) * (unsigned)args.output_strides[1];
+                if ((unsigned)(0 + l43) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
+            }
         }
     }
 }
 
-/* kernel layernorm_16k for bf16: grid block(x:4); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16(const dt_args args) {
+/* kernel layernorm_16k for bf16: grid block(x:1); 512 threads, 128 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -6795,10 +6787,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16(const dt
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 4));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -6811,54 +6803,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16(const dt
         (void)r; (void)e;
         v22[r] = args.scalars[0];
     }
-    /* block(x:4) layernorm_16k.tensorize(x:1) num_stages(2): loads one step ahead */
-    uint4 qn2[4];
-    bool fn3[4];
-    uint4 qn4[4];
-    bool fn5[4];
-    uint4 qn6[4];
-    bool fn7[4];
-    #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 512 + tid) * 8;
-        const int l8 = (int)((unsigned)e / 16384u % 1u);
-        const int l9 = (int)((unsigned)e / 1u % 16384u);
-        const unsigned a = (unsigned)((b0 * 4) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
-        fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((b0 * 4) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-        if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
-    }
-    #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 512 + tid) * 8;
-        const int l10 = (int)((unsigned)e / 1u % 16384u);
-        const unsigned a = (unsigned)(0 + l10) * (unsigned)args.input_strides[1][0];
-        fn5[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l10 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-        if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
-    }
-    #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 512 + tid) * 8;
-        const int l11 = (int)((unsigned)e / 1u % 16384u);
-        const unsigned a = (unsigned)(0 + l11) * (unsigned)args.input_strides[2][0];
-        fn7[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-        if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
-    }
-    for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 1) {
-        uint4 q12[4];
-        bool f13[4];
-        #pragma unroll
-        for (int c = 0; c < 4; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
-        if (o1 + 1 < dt_min_ll(b0 * 4 + 4, s0)) {
-            #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l14 = (int)((unsigned)e / 16384u % 1u);
-                const int l15 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
-            }
-        }
+    /* block(x:1) layernorm_16k.tensorize(x:0) */
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rsum identity */
         float acc0[1];
         {
@@ -6867,18 +6813,29 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16(const dt
             acc0[r] = 0e0f;
         }
         dt_bf16s<32> v0; /* 16-bit values as loaded */
+        uint4 q3[4];
+        bool f4[4];
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l17 = (int)((unsigned)e / 16384u % 1u);
-            const int l18 = (int)((unsigned)e / 1u % 16384u);
-            if (f13[c]) {
-                v0.w[c] = q12[c];
+            const int l5 = (int)((unsigned)e / 16384u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l7 = (int)((unsigned)e / 16384u % 1u);
+            const int l8 = (int)((unsigned)e / 1u % 16384u);
+            if (f4[c]) {
+                v0.w[c] = q3[c];
             } else {
-                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l8) * (unsigned)args.input_strides[0][1];
                 uint4 w = make_uint4(0u, 0u, 0u, 0u);
                 #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l18 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l8 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                 v0.w[c] = w;
             }
         }
@@ -6893,16 +6850,15 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16(const dt
                 for (int q = 0; q < 32; q++) p[i] = p[i] + v0[i * 32 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a20 = 0e0f;
-            for (int g = 0; g < 16; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a20;
+            float a10 = 0e0f;
+            for (int g = 0; g < 16; g++) a10 = a10 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a10;
         }
         {
             const int r = 0, e = 0;
@@ -6949,8 +6905,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16(const dt
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l30 = (int)((unsigned)e / 1u % 16384u);
-                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l20 = (int)((unsigned)e / 1u % 16384u);
+                v13[r] = ((unsigned)(0 + l20) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -6970,9 +6926,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16(const dt
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a32 = 0e0f;
-            for (int g = 0; g < 16; g++) a32 = a32 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v14[r] = a32;
+            float a22 = 0e0f;
+            for (int g = 0; g < 16; g++) a22 = a22 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v14[r] = a22;
         }
         {
             const int r = 0, e = 0;
@@ -7003,84 +6959,108 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16(const dt
             (void)r; (void)e;
             v24[r] = dt_fast_rsqrt(v23[0]);
         }
-        float v25[32];
+        /* the output run by run: each run's loads next to its arithmetic and its store */
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            (void)e; {
-                v25[r] = (v8[r] * v24[0]);
+        for (int cr = 0; cr < 4; cr++) {
+            float v25[32];
+            #pragma unroll
+            for (int r = cr * 8; r < cr * 8 + 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v25[r] = (v8[r] * v24[0]);
+                }
             }
-        }
-        dt_bf16s<32> v26; /* 16-bit values as loaded */
-        #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 512 + tid) * 8;
-            const int l40 = (int)((unsigned)e / 1u % 16384u);
-            if (fn5[c]) {
-                v26.w[c] = qn4[c];
-            } else {
-                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
-                uint4 w = make_uint4(0u, 0u, 0u, 0u);
-                #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l40 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
-                v26.w[c] = w;
+            dt_bf16s<32> v26; /* 16-bit values as loaded */
+            uint4 q30[4];
+            bool f31[4];
+            {
+                const int c = cr;
+                const int e = (c * 512 + tid) * 8;
+                const int l32 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(0 + l32) * (unsigned)args.input_strides[1][0];
+                f31[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l32 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                if (f31[c]) q30[c] = *(const uint4*)(in1 + a);
             }
-        }
-        float v27[32];
-        #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            (void)e; {
-                v27[r] = (v25[r] * v26[r]);
+            {
+                const int c = cr;
+                const int e = (c * 512 + tid) * 8;
+                const int l33 = (int)((unsigned)e / 1u % 16384u);
+                if (f31[c]) {
+                    v26.w[c] = q30[c];
+                } else {
+                    const unsigned a = (unsigned)(0 + l33) * (unsigned)args.input_strides[1][0];
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l33 + j)) < (unsigned)s1) ? (unsigned)in1[a + j * (unsigned)args.input_strides[1][0]] : 0x0000u);
+                    v26.w[c] = w;
+                }
             }
-        }
-        dt_bf16s<32> v28; /* 16-bit values as loaded */
-        #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 512 + tid) * 8;
-            const int l43 = (int)((unsigned)e / 1u % 16384u);
-            if (fn7[c]) {
-                v28.w[c] = qn6[c];
-            } else {
-                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
-                uint4 w = make_uint4(0u, 0u, 0u, 0u);
-                #pragma unroll
-                for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l43 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
-                v28.w[c] = w;
+            float v27[32];
+            #pragma unroll
+            for (int r = cr * 8; r < cr * 8 + 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v27[r] = (v25[r] * v26[r]);
+                }
             }
-        }
-        float v29[32];
-        #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            (void)e; {
-                v29[r] = (v27[r] + v28[r]);
+            dt_bf16s<32> v28; /* 16-bit values as loaded */
+            uint4 q36[4];
+            bool f37[4];
+            {
+                const int c = cr;
+                const int e = (c * 512 + tid) * 8;
+                const int l38 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(0 + l38) * (unsigned)args.input_strides[2][0];
+                f37[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                if (f37[c]) q36[c] = *(const uint4*)(in2 + a);
             }
-        }
-        #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 512 + tid) * 8;
-            const int l46 = (int)((unsigned)e / 16384u % 1u);
-            const int l47 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
-            } else {
-                if ((unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if ((unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if ((unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if ((unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if ((unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if ((unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if ((unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if ((unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+            {
+                const int c = cr;
+                const int e = (c * 512 + tid) * 8;
+                const int l39 = (int)((unsigned)e / 1u % 16384u);
+                if (f37[c]) {
+                    v28.w[c] = q36[c];
+                } else {
+                    const unsigned a = (unsigned)(0 + l39) * (unsigned)args.input_strides[2][0];
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(0 + (l39 + j)) < (unsigned)s1) ? (unsigned)in2[a + j * (unsigned)args.input_strides[2][0]] : 0x0000u);
+                    v28.w[c] = w;
+                }
+            }
+            float v29[32];
+            #pragma unroll
+            for (int r = cr * 8; r < cr * 8 + 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v29[r] = (v27[r] + v28[r]);
+                }
+            }
+            {
+                const int c = cr;
+                const int e = (c * 512 + tid) * 8;
+                const int l42 = (int)((unsigned)e / 16384u % 1u);
+                const int l43 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l42) * (unsigned)args.output_strides[0] + (unsigned)(0 + l43) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
+                } else {
+                    if ((unsigned)(0 + l43) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                    if ((unsigned)(0 + (l43 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                    if ((unsigned)(0 + (l43 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                    if ((unsigned)(0 + (l43 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                    if ((unsigned)(0 + (l43 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                    if ((unsigned)(0 + (l43 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                    if ((unsigned)(0 + (l43 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                    if ((unsigned)(0 + (l43 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                }
             }
         }
     }
 }
 
-/* kernel layernorm_16k for bf16: grid block(x:4); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16_whole(const dt_args args) {
+/* kernel layernorm_16k for bf16: grid block(x:1); 512 threads, 128 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_bf16_whole(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -7093,10 +7073,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16_whole(co
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 4));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -7109,54 +7089,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16_whole(co
         (void)r; (void)e;
         v22[r] = args.scalars[0];
     }
-    /* block(x:4) layernorm_16k.tensorize(x:1) num_stages(2): loads one step ahead */
-    uint4 qn2[4];
-    bool fn3[4];
-    uint4 qn4[4];
-    bool fn5[4];
-    uint4 qn6[4];
-    bool fn7[4];
-    #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 512 + tid) * 8;
-        const int l8 = (int)((unsigned)e / 16384u % 1u);
-        const int l9 = (int)((unsigned)e / 1u % 16384u);
-        const unsigned a = (unsigned)((b0 * 4) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
-        fn3[c] = (unsigned)((b0 * 4) + l8) < (unsigned)s0 && (unsigned)(0 + l9) < (unsigned)s1;
-        if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
-    }
-    #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 512 + tid) * 8;
-        const int l10 = (int)((unsigned)e / 1u % 16384u);
-        const unsigned a = (unsigned)(0 + l10) * (unsigned)args.input_strides[1][0];
-        fn5[c] = (unsigned)(0 + l10) < (unsigned)s1;
-        if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
-    }
-    #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int e = (c * 512 + tid) * 8;
-        const int l11 = (int)((unsigned)e / 1u % 16384u);
-        const unsigned a = (unsigned)(0 + l11) * (unsigned)args.input_strides[2][0];
-        fn7[c] = (unsigned)(0 + l11) < (unsigned)s1;
-        if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
-    }
-    for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 1) {
-        uint4 q12[4];
-        bool f13[4];
-        #pragma unroll
-        for (int c = 0; c < 4; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
-        if (o1 + 1 < dt_min_ll(b0 * 4 + 4, s0)) {
-            #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l14 = (int)((unsigned)e / 16384u % 1u);
-                const int l15 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)(0 + l15) < (unsigned)s1;
-                if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
-            }
-        }
+    /* block(x:1) layernorm_16k.tensorize(x:0) */
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rsum identity */
         float acc0[1];
         {
@@ -7165,10 +7099,21 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16_whole(co
             acc0[r] = 0e0f;
         }
         dt_bf16s<32> v0; /* 16-bit values as loaded */
+        uint4 q3[4];
+        bool f4[4];
         #pragma unroll
         for (int c = 0; c < 4; c++) {
-            if (f13[c]) {
-                v0.w[c] = q12[c];
+            const int e = (c * 512 + tid) * 8;
+            const int l5 = (int)((unsigned)e / 16384u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            f4[c] = (unsigned)(0 + l6) < (unsigned)s1;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            if (f4[c]) {
+                v0.w[c] = q3[c];
             } else {
                 v0.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
             }
@@ -7184,16 +7129,15 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16_whole(co
                 for (int q = 0; q < 32; q++) p[i] = p[i] + v0[i * 32 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a20 = 0e0f;
-            for (int g = 0; g < 16; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a20;
+            float a10 = 0e0f;
+            for (int g = 0; g < 16; g++) a10 = a10 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a10;
         }
         {
             const int r = 0, e = 0;
@@ -7260,9 +7204,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16_whole(co
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a32 = 0e0f;
-            for (int g = 0; g < 16; g++) a32 = a32 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v14[r] = a32;
+            float a22 = 0e0f;
+            for (int g = 0; g < 16; g++) a22 = a22 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v14[r] = a22;
         }
         {
             const int r = 0, e = 0;
@@ -7293,55 +7237,79 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16_whole(co
             (void)r; (void)e;
             v24[r] = dt_fast_rsqrt(v23[0]);
         }
-        float v25[32];
+        /* the output run by run: each run's loads next to its arithmetic and its store */
         #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            (void)e; {
-                v25[r] = (v8[r] * v24[0]);
+        for (int cr = 0; cr < 4; cr++) {
+            float v25[32];
+            #pragma unroll
+            for (int r = cr * 8; r < cr * 8 + 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v25[r] = (v8[r] * v24[0]);
+                }
             }
-        }
-        dt_bf16s<32> v26; /* 16-bit values as loaded */
-        #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            if (fn5[c]) {
-                v26.w[c] = qn4[c];
-            } else {
-                v26.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            dt_bf16s<32> v26; /* 16-bit values as loaded */
+            uint4 q30[4];
+            bool f31[4];
+            {
+                const int c = cr;
+                const int e = (c * 512 + tid) * 8;
+                const int l32 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(0 + l32) * (unsigned)args.input_strides[1][0];
+                f31[c] = (unsigned)(0 + l32) < (unsigned)s1;
+                if (f31[c]) q30[c] = *(const uint4*)(in1 + a);
             }
-        }
-        float v27[32];
-        #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            (void)e; {
-                v27[r] = (v25[r] * v26[r]);
+            {
+                const int c = cr;
+                if (f31[c]) {
+                    v26.w[c] = q30[c];
+                } else {
+                    v26.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
             }
-        }
-        dt_bf16s<32> v28; /* 16-bit values as loaded */
-        #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            if (fn7[c]) {
-                v28.w[c] = qn6[c];
-            } else {
-                v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+            float v27[32];
+            #pragma unroll
+            for (int r = cr * 8; r < cr * 8 + 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v27[r] = (v25[r] * v26[r]);
+                }
             }
-        }
-        float v29[32];
-        #pragma unroll
-        for (int r = 0; r < 32; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            (void)e; {
-                v29[r] = (v27[r] + v28[r]);
+            dt_bf16s<32> v28; /* 16-bit values as loaded */
+            uint4 q36[4];
+            bool f37[4];
+            {
+                const int c = cr;
+                const int e = (c * 512 + tid) * 8;
+                const int l38 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(0 + l38) * (unsigned)args.input_strides[2][0];
+                f37[c] = (unsigned)(0 + l38) < (unsigned)s1;
+                if (f37[c]) q36[c] = *(const uint4*)(in2 + a);
             }
-        }
-        #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 512 + tid) * 8;
-            const int l46 = (int)((unsigned)e / 16384u % 1u);
-            const int l47 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
-            if ((unsigned)(0 + l47) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
+            {
+                const int c = cr;
+                if (f37[c]) {
+                    v28.w[c] = q36[c];
+                } else {
+                    v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v29[32];
+            #pragma unroll
+            for (int r = cr * 8; r < cr * 8 + 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v29[r] = (v27[r] + v28[r]);
+                }
+            }
+            {
+                const int c = cr;
+                const int e = (c * 512 + tid) * 8;
+                const int l42 = (int)((unsigned)e / 16384u % 1u);
+                const int l43 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l42) * (unsigned)args.output_strides[0] + (unsigned)(0 + l43) * (unsigned)args.output_strides[1];
+                if ((unsigned)(0 + l43) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
+            }
         }
     }
 }
@@ -7412,7 +7380,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         v24[r] = args.scalars[0];
     }
     /* block(x:1) layernorm_256k_16bit.tensorize(x:0) */
-    for (long long o4 = b0 * 1; o4 < dt_min_ll(b0 * 1 + 1, s0); o4 += 1) {
+    { const long long o4 = b0 * 1; /* the block's one step */
         /* rsum identity */
         float acc0[1];
         {
@@ -8566,7 +8534,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         v24[r] = args.scalars[0];
     }
     /* block(x:1) layernorm_256k_16bit.tensorize(x:0) */
-    for (long long o4 = b0 * 1; o4 < dt_min_ll(b0 * 1 + 1, s0); o4 += 1) {
+    { const long long o4 = b0 * 1; /* the block's one step */
         /* rsum identity */
         float acc0[1];
         {
@@ -9633,7 +9601,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         v24[r] = args.scalars[0];
     }
     /* block(x:1) layernorm_256k_16bit.tensorize(x:0) */
-    for (long long o4 = b0 * 1; o4 < dt_min_ll(b0 * 1 + 1, s0); o4 += 1) {
+    { const long long o4 = b0 * 1; /* the block's one step */
         /* rsum identity */
         float acc0[1];
         {
@@ -10787,7 +10755,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
         v24[r] = args.scalars[0];
     }
     /* block(x:1) layernorm_256k_16bit.tensorize(x:0) */
-    for (long long o4 = b0 * 1; o4 < dt_min_ll(b0 * 1 + 1, s0); o4 += 1) {
+    { const long long o4 = b0 * 1; /* the block's one step */
         /* rsum identity */
         float acc0[1];
         {

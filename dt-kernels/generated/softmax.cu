@@ -1391,7 +1391,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f16(const dt_
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {
@@ -1569,7 +1569,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f16_whole(con
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {
@@ -1728,7 +1728,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_bf16(const dt
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {
@@ -1906,7 +1906,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_bf16_whole(co
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {
@@ -2065,7 +2065,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f32(const dt_
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {
@@ -2232,7 +2232,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f32_whole(con
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {
@@ -2391,7 +2391,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f16(const dt
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {
@@ -2569,7 +2569,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f16_whole(co
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {
@@ -2728,7 +2728,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16(const d
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {
@@ -2906,7 +2906,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16_whole(c
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {
@@ -3065,7 +3065,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f32(const dt
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {
@@ -3232,7 +3232,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f32_whole(co
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {
@@ -3418,7 +3418,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         v37[r] = 0e0f;
     }
     /* block(x:1) softmax_256k_16bit.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {
@@ -4223,7 +4223,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         v37[r] = 0e0f;
     }
     /* block(x:1) softmax_256k_16bit.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {
@@ -4964,7 +4964,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         v37[r] = 0e0f;
     }
     /* block(x:1) softmax_256k_16bit.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {
@@ -5769,7 +5769,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         v37[r] = 0e0f;
     }
     /* block(x:1) softmax_256k_16bit.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {

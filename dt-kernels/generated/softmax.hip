@@ -1439,7 +1439,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {
@@ -1617,7 +1617,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16_whole(const 
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {
@@ -1776,7 +1776,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {
@@ -1954,7 +1954,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16_whole(const
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {
@@ -2113,7 +2113,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {
@@ -2280,7 +2280,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32_whole(const 
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {
@@ -2439,7 +2439,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {
@@ -2617,7 +2617,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16_whole(cons
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {
@@ -2776,7 +2776,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {
@@ -2954,7 +2954,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16_whole(con
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {
@@ -3113,7 +3113,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {
@@ -3280,7 +3280,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32_whole(cons
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
         float acc0[1];
         {

@@ -64,6 +64,30 @@ fn generated_sources_are_fresh() {
     }
 }
 
+/// `layernorm_16k` holds a 16-bit row of up to 16384 per program of 16 warps under
+/// `max_registers(64)`, two programs per multiprocessor. Its kernels fit those registers only
+/// with the output written run by run and the program's one row printed as a block (either
+/// alone, ptxas spilled 116 to 292 bytes, docs/language.md): a spill here is a regression.
+#[test]
+fn capped_held_layernorm_does_not_spill() {
+    let Some(nvcc) = require("nvcc", nvcc()) else { return };
+    let src = workspace().join("dt-kernels/generated/layernorm.cu");
+    let out = out_dir("spills").join("layernorm.cubin");
+    let run = std::process::Command::new(&nvcc)
+        .args(["-cubin", "-arch=sm_90a", "-Xptxas", "-v", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .output()
+        .expect("nvcc runs");
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let log = String::from_utf8_lossy(&run.stderr);
+    for kernel in ["dt_layernorm_16k_f16", "dt_layernorm_16k_f16_whole", "dt_layernorm_16k_bf16", "dt_layernorm_16k_bf16_whole"] {
+        let props = log.find(&format!("Function properties for {kernel}\n")).unwrap_or_else(|| panic!("no properties of {kernel}:\n{log}"));
+        let line = log[props..].lines().nth(1).unwrap_or_default();
+        assert!(line.contains(" 0 bytes spill stores"), "{kernel} spills: {line}");
+    }
+}
+
 #[test]
 fn generated_cuda_compiles_for_sm80_and_sm90a() {
     let Some(nvcc) = require("nvcc", nvcc()) else { return };

@@ -14,6 +14,8 @@
 
 #[path = "gpu_mma.rs"]
 mod mma;
+#[path = "gpu_output_runs.rs"]
+mod output_runs;
 #[path = "gpu_replicate.rs"]
 mod replicate;
 #[path = "gpu_runs.rs"]
@@ -230,6 +232,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
         ring_used: 0,
         ring_words: 0,
         held: Vec::new(),
+        run_window: None,
         whole_runs: layouts == Layouts::WholeRuns && runs_start_whole(k, vector),
     };
     let t = c_type(dtype);
@@ -522,6 +525,10 @@ struct Emitter<'a> {
     ring_words: usize,
     /// The blocks that staged loops left in shared memory, for later loops over the same block.
     held: Vec<HeldRing>,
+    /// Inside the loop over the runs of an output printed run by run ([`output_runs`]): the
+    /// run's C variable and the registers per run. Loops over a tile's registers or runs cover
+    /// that run's only.
+    run_window: Option<(&'static str, usize)>,
 }
 
 /// The ring of a staged loop over a block that has a buffer per step of the block
@@ -738,8 +745,16 @@ impl Emitter<'_> {
         let elements = shape.elements();
         let r = self.regs(elements) / n;
         let first = if n == 1 { "r".to_string() } else { format!("r * {n}") };
-        self.line(pragma);
-        self.line(&format!("for (int r = 0; r < {r}; r++) {{"));
+        match self.run_window {
+            Some((run, v)) if n == 1 && r.is_multiple_of(v) => {
+                self.line("#pragma unroll");
+                self.line(&format!("for (int r = {run} * {v}; r < {run} * {v} + {v}; r++) {{"));
+            }
+            _ => {
+                self.line(pragma);
+                self.line(&format!("for (int r = 0; r < {r}; r++) {{"));
+            }
+        }
         self.depth += 1;
         self.line(&format!("const int e = {};", self.mapping.element(elements, &first)));
         // Where every register holds an element, no guard: a guard makes each register's
@@ -1099,8 +1114,16 @@ impl Emitter<'_> {
     fn for_runs(&mut self, shape: &Shape, v: usize, body: impl FnOnce(&mut Self, &Lanes, String)) {
         let runs = self.regs(shape.elements()) / v;
         let t = self.threads;
-        self.line(unroll(runs));
-        self.line(&format!("for (int c = 0; c < {runs}; c++) {{"));
+        match self.run_window {
+            Some((run, w)) if w == v => {
+                self.line("{");
+                self.line(&format!("    const int c = {run};"));
+            }
+            _ => {
+                self.line(unroll(runs));
+                self.line(&format!("for (int c = 0; c < {runs}; c++) {{"));
+            }
+        }
         self.depth += 1;
         let before = std::mem::take(&mut self.out);
         self.with_lanes(shape, |e, lanes| body(e, lanes, format!("c * {v}")));
@@ -1677,8 +1700,21 @@ impl Emitter<'_> {
                 }
             }
         }
-        for s in stmts {
-            self.stmt(s)?;
+        // Outputs printed run by run (see `output_runs`), by the index of their first statement.
+        let segments: Vec<_> =
+            if self.run_window.is_none() { (0..stmts.len()).filter_map(|j| self.output_segment(stmts, j)).collect() } else { Vec::new() };
+        let mut i = 0;
+        while i < stmts.len() {
+            match segments.iter().find(|g| g.start == i) {
+                Some(&seg) => {
+                    self.output_by_runs(stmts, seg)?;
+                    i = seg.store + 1;
+                }
+                None => {
+                    self.stmt(&stmts[i])?;
+                    i += 1;
+                }
+            }
         }
         self.held.truncate(held);
         self.ring_used = ring_used;
@@ -1769,7 +1805,14 @@ impl Emitter<'_> {
         if !l.origin.is_empty() {
             self.line(&format!("/* {} */", l.origin));
         }
-        self.line(&super::loop_header(self.k, l, &o));
+        // Under a register cap, a loop that runs once is a block: as a `for`, nvcc hoists what
+        // the body computes from anything but the loop's offset (layernorm's weight and bias
+        // addresses) above it and keeps that live through the whole body, and ptxas spilled it.
+        let header = match self.k.max_registers {
+            Some(_) => super::single_step_header(self.k, l, &o),
+            None => None,
+        };
+        self.line(&header.unwrap_or_else(|| super::loop_header(self.k, l, &o)));
         self.depth += 1;
         self.offsets.push((l.dim, o.clone()));
         let full = self.enter_steps(l);

@@ -192,6 +192,19 @@ pub(crate) fn loop_header(k: &Kernel, l: &dt_core::kir::Loop, var: &str) -> Stri
     format!("for (long long {var} = {}; {}; {var} {advance} {}) {{", steps.first(), steps.in_range(var), l.step)
 }
 
+/// The line that opens loop `l` as a block, its offset variable `var` a constant, where the loop
+/// runs exactly once: over this program's block of a dimension no wider than its step, outside
+/// a cluster (every other program's block starts inside its dimension, [`program_coords`]; a
+/// cluster's programs run past the end too). Closed by `}` as the loop would be.
+pub(crate) fn single_step_header(k: &Kernel, l: &dt_core::kir::Loop, var: &str) -> Option<String> {
+    use dt_core::kir::{LoopKind, Steps};
+    let once = l.kind == LoopKind::Block
+        && l.steps == Steps::All
+        && k.grid.cluster_size(l.dim).is_none()
+        && k.grid.block_extent(l.dim).is_some_and(|b| b <= l.step);
+    once.then(|| format!("{{ const long long {var} = {}; /* the block's one step */", LoopSteps::of(k, l).first()))
+}
+
 /// How the offset variable of a kernel-IR loop runs, as C expressions: a blocked dimension over
 /// this program's block, any other over the whole dimension; up from the start of that range by
 /// the step, or (a `backward` loop) down from the offset of its last step to the start.
