@@ -67,7 +67,7 @@ fn generated_sources_are_fresh() {
 /// `layernorm_16k` holds a 16-bit row of up to 16384 per program of 16 warps under
 /// `max_registers(64)`, two programs per multiprocessor. Its kernels fit those registers only
 /// with the output written run by run and the program's one row printed as a block (either
-/// alone, ptxas spilled 116 to 292 bytes, docs/language.md): a spill here is a regression.
+/// alone, ptxas spilled 116 to 244 bytes, docs/language.md): a spill here is a regression.
 #[test]
 fn capped_held_layernorm_does_not_spill() {
     let Some(nvcc) = require("nvcc", nvcc()) else { return };
