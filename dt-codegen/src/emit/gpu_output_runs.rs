@@ -5,9 +5,10 @@
 //! (layernorm's weight and bias) while the row is held in registers, ptxas then issues every
 //! run's loads before any arithmetic: at 32 elements per thread that is 32 more registers while
 //! the row's 32 values are live, and under `max_registers(64)` a row of 16384 per program of 16
-//! warps spilled 290 bytes. Printed once per 16-byte run instead (each run's loads next to its
-//! arithmetic and its store, in a loop over the runs), the same kernel takes 62 registers and
-//! spills nothing.
+//! warps spilled 288 to 344 bytes. Printed once per 16-byte run instead (each run's loads next to
+//! its arithmetic and its store, in a loop over the runs), and with the program's one row printed
+//! as a block (`emit::single_step_header`; either alone still spilled 116 to 244 bytes), the same
+//! kernels take 56 to 63 registers and spill nothing.
 //!
 //! The statements printed so are a [`Segment`]: the store of a blocked tile in 16-byte runs and
 //! the statements right before it that only it reads, each element-wise in the tile's own
