@@ -59,10 +59,11 @@ impl Emitter<'_> {
                 break;
             }
             let ok = match op {
-                Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::MaskFill { .. } => op.operands().iter().all(|o| {
-                    let defined_here = stmts[start..store].iter().any(|s| matches!(s, Stmt::Let { value, .. } if value == o));
-                    defined_here || in_mapping(*o) || self.layout(*o) == RegLayout::Replicated
-                }),
+                // What it reads (defined before it, in the segment or not) is in the same
+                // registers of the same thread, or replicated.
+                Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::MaskFill { .. } => {
+                    op.operands().iter().all(|o| in_mapping(*o) || self.layout(*o) == RegLayout::Replicated)
+                }
                 Op::Load { axes, .. } => {
                     let weight = !out_dims.iter().all(|d| axes.contains(d));
                     let in_runs =
