@@ -1756,7 +1756,7 @@ impl Emitter<'_> {
     /// Whether loop `l` runs exactly once: over a block of this program as wide as its step
     /// (the grid gives each program a block that starts inside the dimension).
     fn single_iteration(&self, l: &Loop) -> bool {
-        l.kind == LoopKind::Block && self.k.grid.block_extent(l.dim).is_some_and(|b| b <= l.step)
+        super::at_most_one_step(self.k, l)
     }
 
     /// A loop. An arrival at the cluster barrier from before it (the last cluster reduction's)
@@ -1808,10 +1808,7 @@ impl Emitter<'_> {
         // Under a register cap, a loop that runs once is a block: as a `for`, nvcc hoists what
         // the body computes from anything but the loop's offset (layernorm's weight and bias
         // addresses) above it and keeps that live through the whole body, and ptxas spilled it.
-        let header = match self.k.max_registers {
-            Some(_) => super::single_step_header(self.k, l, &o),
-            None => None,
-        };
+        let header = self.k.max_registers.and_then(|_| super::single_step_header(self.k, l, &o));
         self.line(&header.unwrap_or_else(|| super::loop_header(self.k, l, &o)));
         self.depth += 1;
         self.offsets.push((l.dim, o.clone()));

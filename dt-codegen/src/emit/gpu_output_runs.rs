@@ -49,13 +49,15 @@ impl Emitter<'_> {
         if !in_mapping(*value) {
             return None;
         }
-        let later = &stmts[store + 1..];
+        // Reads of each value after the store (the segment's values must have none).
+        let mut later = vec![0; self.k.values.len()];
+        count_uses(&stmts[store + 1..], &mut later);
         let mut start = store;
         let mut loads = 0;
         while start > 0 {
             let Stmt::Let { value: id, op } = &stmts[start - 1] else { break };
             let published = self.publishing.reads.iter().any(|(r, _)| *r == Reader::Let(*id));
-            if !in_mapping(*id) || published || reads(later, *id) {
+            if !in_mapping(*id) || published || later[id.0 as usize] > 0 {
                 break;
             }
             let ok = match op {
@@ -97,14 +99,4 @@ impl Emitter<'_> {
         self.line("}");
         done
     }
-}
-
-/// Whether any statement of `stmts`, nested loops included, reads value `v`.
-fn reads(stmts: &[Stmt], v: ValueId) -> bool {
-    stmts.iter().any(|s| match s {
-        Stmt::Let { op, .. } => op.operands().contains(&v),
-        Stmt::Update { value, .. } | Stmt::Store { value, .. } => *value == v,
-        Stmt::Loop(l) => reads(&l.body, v),
-        Stmt::Init { .. } => false,
-    })
 }

@@ -192,16 +192,18 @@ pub(crate) fn loop_header(k: &Kernel, l: &dt_core::kir::Loop, var: &str) -> Stri
     format!("for (long long {var} = {}; {}; {var} {advance} {}) {{", steps.first(), steps.in_range(var), l.step)
 }
 
+/// Whether loop `l` runs over this program's block of a dimension no wider than its step: at
+/// most one step (exactly one where the block starts inside the dimension).
+pub(crate) fn at_most_one_step(k: &Kernel, l: &dt_core::kir::Loop) -> bool {
+    l.kind == dt_core::kir::LoopKind::Block && k.grid.block_extent(l.dim).is_some_and(|b| b <= l.step)
+}
+
 /// The line that opens loop `l` as a block, its offset variable `var` a constant, where the loop
 /// runs exactly once: over this program's block of a dimension no wider than its step, outside
 /// a cluster (every other program's block starts inside its dimension, [`program_coords`]; a
 /// cluster's programs run past the end too). Closed by `}` as the loop would be.
 pub(crate) fn single_step_header(k: &Kernel, l: &dt_core::kir::Loop, var: &str) -> Option<String> {
-    use dt_core::kir::{LoopKind, Steps};
-    let once = l.kind == LoopKind::Block
-        && l.steps == Steps::All
-        && k.grid.cluster_size(l.dim).is_none()
-        && k.grid.block_extent(l.dim).is_some_and(|b| b <= l.step);
+    let once = at_most_one_step(k, l) && l.steps == dt_core::kir::Steps::All && k.grid.cluster_size(l.dim).is_none();
     once.then(|| format!("{{ const long long {var} = {}; /* the block's one step */", LoopSteps::of(k, l).first()))
 }
 
