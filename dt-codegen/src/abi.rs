@@ -1,43 +1,10 @@
-//! The argument block every generated kernel takes, on every backend: one plain struct, so that
-//! a single launcher can call any kernel. The C text and the Rust mirror below describe the same
-//! layout; a test compiles the C and compares sizes and offsets.
+//! The argument block of generated kernels ([`dt_core::abi`]): the C declaration that CPU kernels
+//! take a pointer to, and the kernel argument a GPU launch passes.
 
-/// Most tensor inputs a kernel may have.
-pub const MAX_INPUTS: usize = 8;
-/// Most axes a tensor may have.
-pub const MAX_RANK: usize = 8;
-/// Most scalar inputs a kernel may have.
-pub const MAX_SCALARS: usize = 8;
-/// Most dimensions (size arguments) a kernel may have.
-pub const MAX_DIMS: usize = 16;
+pub use dt_core::abi::*;
 
-/// Mirror of `dt_args` in [`C_DECL`]. Strides are in elements.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct DtArgs {
-    pub inputs: [u64; MAX_INPUTS],
-    pub input_strides: [[i64; MAX_RANK]; MAX_INPUTS],
-    pub output: u64,
-    pub output_strides: [i64; MAX_RANK],
-    pub sizes: [i64; MAX_DIMS],
-    pub scalars: [f32; MAX_SCALARS],
-}
-
-impl Default for DtArgs {
-    fn default() -> Self {
-        DtArgs {
-            inputs: [0; MAX_INPUTS],
-            input_strides: [[0; MAX_RANK]; MAX_INPUTS],
-            output: 0,
-            output_strides: [0; MAX_RANK],
-            sizes: [0; MAX_DIMS],
-            scalars: [0.0; MAX_SCALARS],
-        }
-    }
-}
-
-/// The C declaration of the argument block (pointers travel as 64-bit integers so that the same
-/// struct is passed by value to GPU kernels).
+/// The C declaration of [`DtArgs`] (pointers travel as 64-bit integers). A test compiles it and
+/// compares its layout with `DtArgs`'s.
 pub const C_DECL: &str = "typedef struct dt_args {
     unsigned long long inputs[8];
     long long input_strides[8][8];
@@ -48,6 +15,12 @@ pub const C_DECL: &str = "typedef struct dt_args {
 } dt_args;
 ";
 
-// SAFETY: `DtArgs` is `repr(C)`, made of plain integers and floats, and has the layout of the
-// `dt_args` parameter that generated GPU kernels take by value.
-unsafe impl cudarc::driver::DeviceRepr for DtArgs {}
+/// The argument of one GPU launch: a block packed for the kernel ([`GpuArgs::pack`]), which the
+/// driver copies as the kernel's one parameter, its size taken from the kernel.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug)]
+pub struct KernelArgs(pub PackedArgs);
+
+// SAFETY: `KernelArgs` is plain bytes, 8-byte aligned, at least as long as the `dt_args_t`
+// parameter of any generated GPU kernel, packed in its layout by `GpuArgs::pack`.
+unsafe impl cudarc::driver::DeviceRepr for KernelArgs {}

@@ -2,7 +2,7 @@
 //! (once per source), uploads host tensors, launches, and reads the output back. The engine
 //! behind `dtc run --backend cuda` and the GPU tests. Needs a driver at run time only.
 
-use crate::abi::DtArgs;
+use crate::abi::{DtArgs, GpuArgs, KernelArgs};
 use crate::emit::gpu::LaunchInfo;
 use crate::host::{check_bounds, fill_args};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
@@ -113,7 +113,8 @@ impl CudaRunner {
             return Err(GpuError(format!("kernel `{}` would need {programs} programs; at most 2^31-1 fit a grid", k.name)));
         }
         let whole_runs = crate::host::runs_are_whole(k, dtype, &args);
-        Ok(Staged { _inputs: inputs, out, args, programs, out_shape: bound.out_shape.clone(), dtype, whole_runs })
+        let packed = KernelArgs(GpuArgs::of(k).pack(&args));
+        Ok(Staged { _inputs: inputs, out, args, packed, programs, out_shape: bound.out_shape.clone(), dtype, whole_runs })
     }
 
     /// The kernel function of `info` in `module`, allowed the shared memory it needs.
@@ -142,8 +143,9 @@ impl CudaRunner {
         let cfg =
             LaunchConfig { grid_dim: (staged.programs as u32, 1, 1), block_dim: (info.threads, 1, 1), shared_mem_bytes: info.shared_bytes };
         let mut launch = self.stream.launch_builder(f);
-        launch.arg(&staged.args);
-        // SAFETY: the kernel takes one `dt_args` by value; every pointer in it refers to a live
+        launch.arg(&staged.packed);
+        // SAFETY: the kernel takes one `dt_args_t` by value, in the layout `packed` was packed in
+        // for it (`GpuArgs::of` its kernel); every pointer in it refers to a live
         // device buffer of `staged`, sized for the shapes the kernel reads and writes.
         unsafe { launch.launch(cfg) }.map_err(err("launch"))?;
         Ok(())
@@ -179,6 +181,8 @@ pub struct Staged {
     _inputs: Vec<DeviceBuf>,
     out: DeviceBuf,
     pub args: DtArgs,
+    /// `args` packed for the kernel's GPU argument block.
+    packed: KernelArgs,
     pub programs: usize,
     pub out_shape: Vec<usize>,
     dtype: DType,

@@ -5,7 +5,7 @@
 //! AMD GPU is at hand: the HIP C is otherwise only ever compiled. Slow (one core, one thread at
 //! a time), so for small sizes: tests, and `tests/hip_cpu_matches_reference.rs` above all.
 
-use crate::abi::DtArgs;
+use crate::abi::{DtArgs, GpuArgs};
 use crate::emit::gpu::LaunchInfo;
 use crate::host::{check_bounds, check_layouts, fill_args, runs_are_whole, Buf};
 use dt_core::kir::Kernel;
@@ -218,11 +218,12 @@ impl HipCpuLibrary {
             return Err(HipCpuError(format!("kernel `{}` would need {programs} programs; at most 2^31-1 fit a grid", k.name)));
         }
         if programs > 0 && n > 0 {
-            // SAFETY: the kernel takes one `dt_args` (of which `DtArgs` is the mirror); its
-            // pointers refer to `inputs` and `out`, which outlive the call and are sized for the
-            // shapes the kernel reads and writes.
+            let packed = GpuArgs::of(k).pack(&args);
+            // SAFETY: the kernel takes one `dt_args_t`, in the layout `packed` was packed in for
+            // it; its pointers refer to `inputs` and `out`, which outlive the call and are sized
+            // for the shapes the kernel reads and writes.
             let finished =
-                unsafe { self.launch_limited(&info.symbol, &args, programs as u32, info.threads, info.shared_bytes, max_steps)? };
+                unsafe { self.launch_limited(&info.symbol, &packed, programs as u32, info.threads, info.shared_bytes, max_steps)? };
             if !finished {
                 return Ok(None);
             }

@@ -2,6 +2,7 @@
 //! reference evaluator that defines what a spec means, and (in later modules) the lowering to the
 //! kernel IR and its interpreter. Nothing here knows about CUDA, HIP, files or processes.
 
+pub mod abi;
 pub mod algo;
 pub mod ast;
 pub mod check;

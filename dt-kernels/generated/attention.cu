@@ -413,17 +413,18 @@ DT_FN float dt_cluster_load(const float* p, unsigned rank) {
 }
 #endif
 
-typedef struct dt_args {
-    unsigned long long inputs[8];
-    long long input_strides[8][8];
+template <int N, int R, int S, int C>
+struct dt_args_t {
+    unsigned long long inputs[N];
+    long long input_strides[N][R];
     unsigned long long output;
-    long long output_strides[8];
-    long long sizes[16];
-    float scalars[8];
-} dt_args;
+    long long output_strides[R];
+    long long sizes[S];
+    float scalars[C];
+};
 
 /* kernel attention for f16: grid block(b:1, h:1, i:64, e:128); 128 threads, 49152 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1076,7 +1077,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
 }
 
 /* kernel attention for f16: grid block(b:1, h:1, i:64, e:128); 128 threads, 49152 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1718,7 +1719,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(const d
 }
 
 /* kernel attention for bf16: grid block(b:1, h:1, i:64, e:128); 128 threads, 49152 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2371,7 +2372,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
 }
 
 /* kernel attention for bf16: grid block(b:1, h:1, i:64, e:128); 128 threads, 49152 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3013,7 +3014,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(const 
 }
 
 /* kernel attention for f32: grid block(b:1, h:1, i:64, e:128); 128 threads, 49152 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3722,7 +3723,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
 }
 
 /* kernel attention for f32: grid block(b:1, h:1, i:64, e:128); 128 threads, 49152 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_attention_f32_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_attention_f32_whole(const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -4424,7 +4425,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32_whole(const d
 }
 
 /* kernel attention_causal for f16: grid block(b:1, h:1, i:64, e:128); 128 threads, 49152 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -5254,7 +5255,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
 }
 
 /* kernel attention_causal for f16: grid block(b:1, h:1, i:64, e:128); 128 threads, 49152 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -6073,7 +6074,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
 }
 
 /* kernel attention_causal for bf16: grid block(b:1, h:1, i:64, e:128); 128 threads, 49152 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -6903,7 +6904,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
 }
 
 /* kernel attention_causal for bf16: grid block(b:1, h:1, i:64, e:128); 128 threads, 49152 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole(const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -7722,7 +7723,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
 }
 
 /* kernel attention_causal for f32: grid block(b:1, h:1, i:64, e:128); 128 threads, 49152 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -8599,7 +8600,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
 }
 
 /* kernel attention_causal for f32: grid block(b:1, h:1, i:64, e:128); 128 threads, 49152 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;

@@ -413,17 +413,18 @@ DT_FN float dt_cluster_load(const float* p, unsigned rank) {
 }
 #endif
 
-typedef struct dt_args {
-    unsigned long long inputs[8];
-    long long input_strides[8][8];
+template <int N, int R, int S, int C>
+struct dt_args_t {
+    unsigned long long inputs[N];
+    long long input_strides[N][R];
     unsigned long long output;
-    long long output_strides[8];
-    long long sizes[16];
-    float scalars[8];
-} dt_args;
+    long long output_strides[R];
+    long long sizes[S];
+    float scalars[C];
+};
 
 /* kernel dyt_1k for f16: grid block(x:1, y:1024); 128 threads, 0 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f16(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -587,7 +588,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f16(const dt_args ar
 }
 
 /* kernel dyt_1k for f16: grid block(x:1, y:1024); 128 threads, 0 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f16_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -721,7 +722,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f16_whole(const dt_a
 }
 
 /* kernel dyt_1k for bf16: grid block(x:1, y:1024); 128 threads, 0 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -885,7 +886,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16(const dt_args a
 }
 
 /* kernel dyt_1k for bf16: grid block(x:1, y:1024); 128 threads, 0 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1019,7 +1020,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16_whole(const dt_
 }
 
 /* kernel dyt_1k for f32: grid block(x:1, y:1024); 128 threads, 0 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f32(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1160,7 +1161,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f32(const dt_args ar
 }
 
 /* kernel dyt_1k for f32: grid block(x:1, y:1024); 128 threads, 0 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f32_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f32_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1294,7 +1295,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f32_whole(const dt_a
 }
 
 /* kernel dyt for f16: grid block(x:1, y:1024); 128 threads, 0 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1458,7 +1459,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16(const dt_args args)
 }
 
 /* kernel dyt for f16: grid block(x:1, y:1024); 128 threads, 0 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1592,7 +1593,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16_whole(const dt_args
 }
 
 /* kernel dyt for bf16: grid block(x:1, y:1024); 128 threads, 0 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1756,7 +1757,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16(const dt_args args
 }
 
 /* kernel dyt for bf16: grid block(x:1, y:1024); 128 threads, 0 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1890,7 +1891,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16_whole(const dt_arg
 }
 
 /* kernel dyt for f32: grid block(x:1, y:1024); 128 threads, 0 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_dyt_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_dyt_f32(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2031,7 +2032,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f32(const dt_args args)
 }
 
 /* kernel dyt for f32: grid block(x:1, y:1024); 128 threads, 0 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_dyt_f32_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_dyt_f32_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;

@@ -413,17 +413,18 @@ DT_FN float dt_cluster_load(const float* p, unsigned rank) {
 }
 #endif
 
-typedef struct dt_args {
-    unsigned long long inputs[8];
-    long long input_strides[8][8];
+template <int N, int R, int S, int C>
+struct dt_args_t {
+    unsigned long long inputs[N];
+    long long input_strides[N][R];
     unsigned long long output;
-    long long output_strides[8];
-    long long sizes[16];
-    float scalars[8];
-} dt_args;
+    long long output_strides[R];
+    long long sizes[S];
+    float scalars[C];
+};
 
 /* kernel dyt_1k for f16: grid block(x:1, y:1024); 256 threads, 0 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_dyt_1k_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256) dt_dyt_1k_f16(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -528,7 +529,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_1k_f16(const dt_args ar
 }
 
 /* kernel dyt_1k for bf16: grid block(x:1, y:1024); 256 threads, 0 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_dyt_1k_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256) dt_dyt_1k_bf16(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -633,7 +634,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_1k_bf16(const dt_args a
 }
 
 /* kernel dyt_1k for f32: grid block(x:1, y:1024); 256 threads, 0 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_dyt_1k_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256) dt_dyt_1k_f32(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -774,7 +775,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_1k_f32(const dt_args ar
 }
 
 /* kernel dyt_1k for f32: grid block(x:1, y:1024); 256 threads, 0 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_dyt_1k_f32_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256) dt_dyt_1k_f32_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -908,7 +909,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_1k_f32_whole(const dt_a
 }
 
 /* kernel dyt for f16: grid block(x:1, y:1024); 256 threads, 0 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_dyt_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256) dt_dyt_f16(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1013,7 +1014,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f16(const dt_args args)
 }
 
 /* kernel dyt for bf16: grid block(x:1, y:1024); 256 threads, 0 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_dyt_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256) dt_dyt_bf16(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1118,7 +1119,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_bf16(const dt_args args
 }
 
 /* kernel dyt for f32: grid block(x:1, y:1024); 256 threads, 0 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_dyt_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256) dt_dyt_f32(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1259,7 +1260,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f32(const dt_args args)
 }
 
 /* kernel dyt for f32: grid block(x:1, y:1024); 256 threads, 0 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_dyt_f32_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256) dt_dyt_f32_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;

@@ -413,17 +413,18 @@ DT_FN float dt_cluster_load(const float* p, unsigned rank) {
 }
 #endif
 
-typedef struct dt_args {
-    unsigned long long inputs[8];
-    long long input_strides[8][8];
+template <int N, int R, int S, int C>
+struct dt_args_t {
+    unsigned long long inputs[N];
+    long long input_strides[N][R];
     unsigned long long output;
-    long long output_strides[8];
-    long long sizes[16];
-    float scalars[8];
-} dt_args;
+    long long output_strides[R];
+    long long sizes[S];
+    float scalars[C];
+};
 
 /* kernel layernorm_1k_16bit for f16: grid block(x:2); 64 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -987,7 +988,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16(c
 }
 
 /* kernel layernorm_1k_16bit for f16: grid block(x:2); 64 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1489,7 +1490,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16_w
 }
 
 /* kernel layernorm_1k_16bit for bf16: grid block(x:2); 64 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2053,7 +2054,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16(
 }
 
 /* kernel layernorm_1k_16bit for bf16: grid block(x:2); 64 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2555,7 +2556,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16_
 }
 
 /* kernel layernorm_1k for f32: grid block(x:1); 128 threads, 32 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2818,7 +2819,7 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32(const d
 }
 
 /* kernel layernorm_1k for f32: grid block(x:1); 128 threads, 32 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3073,7 +3074,7 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32_whole(c
 }
 
 /* kernel layernorm_4k_f32 for f32: grid block(x:1); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3336,7 +3337,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32(con
 }
 
 /* kernel layernorm_4k_f32 for f32: grid block(x:1); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3591,7 +3592,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32_who
 }
 
 /* kernel layernorm_4k for f16: grid block(x:2); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -4155,7 +4156,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16(const d
 }
 
 /* kernel layernorm_4k for f16: grid block(x:2); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -4657,7 +4658,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16_whole(c
 }
 
 /* kernel layernorm_4k for bf16: grid block(x:2); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -5221,7 +5222,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16(const 
 }
 
 /* kernel layernorm_4k for bf16: grid block(x:2); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -5723,7 +5724,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16_whole(
 }
 
 /* kernel layernorm_16k_f32 for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_f32(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -5982,7 +5983,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_f32(const
 }
 
 /* kernel layernorm_16k_f32 for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_f32_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_f32_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -6233,7 +6234,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_f32_whole
 }
 
 /* kernel layernorm_16k for f16: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_f16(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -6519,7 +6520,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_f16(const 
 }
 
 /* kernel layernorm_16k for f16: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_f16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_f16_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -6774,7 +6775,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_f16_whole(
 }
 
 /* kernel layernorm_16k for bf16: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_bf16(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -7060,7 +7061,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_bf16(const
 }
 
 /* kernel layernorm_16k for bf16: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_bf16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_bf16_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -7315,7 +7316,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_bf16_whole
 }
 
 /* kernel layernorm_256k_16bit for f16: grid block(x:1, y:32768); 512 threads, 65664 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_256k_16bit_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_256k_16bit_f16(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -8469,7 +8470,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
 }
 
 /* kernel layernorm_256k_16bit for f16: grid block(x:1, y:32768); 512 threads, 65664 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_256k_16bit_f16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_256k_16bit_f16_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -9536,7 +9537,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
 }
 
 /* kernel layernorm_256k_16bit for bf16: grid block(x:1, y:32768); 512 threads, 65664 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_256k_16bit_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_256k_16bit_bf16(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -10690,7 +10691,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
 }
 
 /* kernel layernorm_256k_16bit for bf16: grid block(x:1, y:32768); 512 threads, 65664 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_256k_16bit_bf16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_256k_16bit_bf16_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -11757,7 +11758,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
 }
 
 /* kernel layernorm_256k for f32: grid block(x:1, y:65536); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_256k_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_256k_f32(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -12615,7 +12616,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
 }
 
 /* kernel layernorm_256k for f32: grid block(x:1, y:65536); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_256k_f32_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_256k_f32_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -13458,7 +13459,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
 }
 
 /* kernel layernorm for f16: grid block(x:1); 1024 threads, 65792 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -14469,7 +14470,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
 }
 
 /* kernel layernorm for f16: grid block(x:1); 1024 threads, 65792 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -15429,7 +15430,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
 }
 
 /* kernel layernorm for bf16: grid block(x:1); 1024 threads, 65792 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -16440,7 +16441,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
 }
 
 /* kernel layernorm for bf16: grid block(x:1); 1024 threads, 65792 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -17400,7 +17401,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
 }
 
 /* kernel layernorm for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -18207,7 +18208,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
 }
 
 /* kernel layernorm for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;

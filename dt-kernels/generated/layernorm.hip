@@ -413,17 +413,18 @@ DT_FN float dt_cluster_load(const float* p, unsigned rank) {
 }
 #endif
 
-typedef struct dt_args {
-    unsigned long long inputs[8];
-    long long input_strides[8][8];
+template <int N, int R, int S, int C>
+struct dt_args_t {
+    unsigned long long inputs[N];
+    long long input_strides[N][R];
     unsigned long long output;
-    long long output_strides[8];
-    long long sizes[16];
-    float scalars[8];
-} dt_args;
+    long long output_strides[R];
+    long long sizes[S];
+    float scalars[C];
+};
 
 /* kernel layernorm_1k_16bit for f16: grid block(x:2); 128 threads, 32 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -987,7 +988,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16(cons
 }
 
 /* kernel layernorm_1k_16bit for f16: grid block(x:2); 128 threads, 32 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1489,7 +1490,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16_whol
 }
 
 /* kernel layernorm_1k_16bit for bf16: grid block(x:2); 128 threads, 32 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2053,7 +2054,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16(con
 }
 
 /* kernel layernorm_1k_16bit for bf16: grid block(x:2); 128 threads, 32 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2555,7 +2556,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16_who
 }
 
 /* kernel layernorm_1k for f32: grid block(x:1); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2814,7 +2815,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32(const dt_a
 }
 
 /* kernel layernorm_1k for f32: grid block(x:1); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3065,7 +3066,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32_whole(cons
 }
 
 /* kernel layernorm_4k_f32 for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32_f32(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3328,7 +3329,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32_f32(const 
 }
 
 /* kernel layernorm_4k_f32 for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32_f32_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32_f32_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3583,7 +3584,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32_f32_whole(
 }
 
 /* kernel layernorm_4k for f16: grid block(x:2); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -4147,7 +4148,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
 }
 
 /* kernel layernorm_4k for f16: grid block(x:2); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -4649,7 +4650,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16_whole(cons
 }
 
 /* kernel layernorm_4k for bf16: grid block(x:2); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -5213,7 +5214,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
 }
 
 /* kernel layernorm_4k for bf16: grid block(x:2); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -5715,7 +5716,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16_whole(con
 }
 
 /* kernel layernorm_16k_f32 for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32_f32(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -5974,7 +5975,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32_f32(cons
 }
 
 /* kernel layernorm_16k_f32 for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32_f32_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32_f32_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -6225,7 +6226,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32_f32_whol
 }
 
 /* kernel layernorm_16k for f16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -6511,7 +6512,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
 }
 
 /* kernel layernorm_16k for f16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -6766,7 +6767,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16_whole(co
 }
 
 /* kernel layernorm_16k for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -7052,7 +7053,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
 }
 
 /* kernel layernorm_16k for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -7307,7 +7308,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16_whole(c
 }
 
 /* kernel layernorm for f16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -8220,7 +8221,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
 }
 
 /* kernel layernorm for f16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -9088,7 +9089,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
 }
 
 /* kernel layernorm for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -10001,7 +10002,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
 }
 
 /* kernel layernorm for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -10869,7 +10870,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
 }
 
 /* kernel layernorm for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -11676,7 +11677,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
 }
 
 /* kernel layernorm for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;

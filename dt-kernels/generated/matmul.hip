@@ -413,17 +413,18 @@ DT_FN float dt_cluster_load(const float* p, unsigned rank) {
 }
 #endif
 
-typedef struct dt_args {
-    unsigned long long inputs[8];
-    long long input_strides[8][8];
+template <int N, int R, int S, int C>
+struct dt_args_t {
+    unsigned long long inputs[N];
+    long long input_strides[N][R];
     unsigned long long output;
-    long long output_strides[8];
-    long long sizes[16];
-    float scalars[8];
-} dt_args;
+    long long output_strides[R];
+    long long sizes[S];
+    float scalars[C];
+};
 
 /* kernel mm for f16: grid block(x:128, y:128) map(x:x1/8, y, x1); 256 threads, 18944 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_mm_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256) dt_mm_f16(const dt_args_t<2, 2, 3, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -543,7 +544,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_f16(const dt_args args) 
 }
 
 /* kernel mm for bf16: grid block(x:128, y:128) map(x:x1/8, y, x1); 256 threads, 18944 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_mm_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256) dt_mm_bf16(const dt_args_t<2, 2, 3, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -663,7 +664,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_bf16(const dt_args args)
 }
 
 /* kernel mm for f32: grid block(x:128, y:128) map(x:x1/8, y, x1); 256 threads, 32768 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_mm_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256) dt_mm_f32(const dt_args_t<2, 2, 3, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -787,7 +788,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_f32(const dt_args args) 
 }
 
 /* kernel mm for f32: grid block(x:128, y:128) map(x:x1/8, y, x1); 256 threads, 32768 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_mm_f32_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256) dt_mm_f32_whole(const dt_args_t<2, 2, 3, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;

@@ -413,17 +413,18 @@ DT_FN float dt_cluster_load(const float* p, unsigned rank) {
 }
 #endif
 
-typedef struct dt_args {
-    unsigned long long inputs[8];
-    long long input_strides[8][8];
+template <int N, int R, int S, int C>
+struct dt_args_t {
+    unsigned long long inputs[N];
+    long long input_strides[N][R];
     unsigned long long output;
-    long long output_strides[8];
-    long long sizes[16];
-    float scalars[8];
-} dt_args;
+    long long output_strides[R];
+    long long sizes[S];
+    float scalars[C];
+};
 
 /* kernel softmax_1k for f16: grid block(x:1); 32 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -593,7 +594,7 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16(const dt_args
 }
 
 /* kernel softmax_1k for f16: grid block(x:1); 32 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16_whole(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -744,7 +745,7 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16_whole(const d
 }
 
 /* kernel softmax_1k for bf16: grid block(x:1); 32 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -914,7 +915,7 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16(const dt_arg
 }
 
 /* kernel softmax_1k for bf16: grid block(x:1); 32 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16_whole(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1065,7 +1066,7 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16_whole(const 
 }
 
 /* kernel softmax_1k for f32: grid block(x:1); 32 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1224,7 +1225,7 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32(const dt_args
 }
 
 /* kernel softmax_1k for f32: grid block(x:1); 32 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32_whole(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1375,7 +1376,7 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32_whole(const d
 }
 
 /* kernel softmax_4k for f16: grid block(x:1); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f16(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1553,7 +1554,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f16(const dt_
 }
 
 /* kernel softmax_4k for f16: grid block(x:1); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f16_whole(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1712,7 +1713,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f16_whole(con
 }
 
 /* kernel softmax_4k for bf16: grid block(x:1); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_bf16(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1890,7 +1891,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_bf16(const dt
 }
 
 /* kernel softmax_4k for bf16: grid block(x:1); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_bf16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_bf16_whole(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2049,7 +2050,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_bf16_whole(co
 }
 
 /* kernel softmax_4k for f32: grid block(x:1); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f32(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2216,7 +2217,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f32(const dt_
 }
 
 /* kernel softmax_4k for f32: grid block(x:1); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f32_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f32_whole(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2375,7 +2376,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f32_whole(con
 }
 
 /* kernel softmax_16k for f16: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f16(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2553,7 +2554,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f16(const dt
 }
 
 /* kernel softmax_16k for f16: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f16_whole(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2712,7 +2713,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f16_whole(co
 }
 
 /* kernel softmax_16k for bf16: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2890,7 +2891,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16(const d
 }
 
 /* kernel softmax_16k for bf16: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16_whole(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3049,7 +3050,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16_whole(c
 }
 
 /* kernel softmax_16k for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f32(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3216,7 +3217,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f32(const dt
 }
 
 /* kernel softmax_16k for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f32_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f32_whole(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3375,7 +3376,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f32_whole(co
 }
 
 /* kernel softmax_256k_16bit for f16: grid block(x:1, y:32768); 512 threads, 65664 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_256k_16bit_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_256k_16bit_f16(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -4180,7 +4181,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
 }
 
 /* kernel softmax_256k_16bit for f16: grid block(x:1, y:32768); 512 threads, 65664 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_256k_16bit_f16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_256k_16bit_f16_whole(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -4921,7 +4922,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
 }
 
 /* kernel softmax_256k_16bit for bf16: grid block(x:1, y:32768); 512 threads, 65664 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_256k_16bit_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_256k_16bit_bf16(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -5726,7 +5727,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
 }
 
 /* kernel softmax_256k_16bit for bf16: grid block(x:1, y:32768); 512 threads, 65664 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_256k_16bit_bf16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_256k_16bit_bf16_whole(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -6467,7 +6468,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
 }
 
 /* kernel softmax_256k for f32: grid block(x:1, y:65536); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k_f32(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -7046,7 +7047,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
 }
 
 /* kernel softmax_256k for f32: grid block(x:1, y:65536); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k_f32_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k_f32_whole(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -7609,7 +7610,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
 }
 
 /* kernel softmax for f16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -8190,7 +8191,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
 }
 
 /* kernel softmax for f16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -8737,7 +8738,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
 }
 
 /* kernel softmax for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -9318,7 +9319,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
 }
 
 /* kernel softmax for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -9865,7 +9866,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
 }
 
 /* kernel softmax for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -10421,7 +10422,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
 }
 
 /* kernel softmax for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;

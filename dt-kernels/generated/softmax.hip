@@ -413,17 +413,18 @@ DT_FN float dt_cluster_load(const float* p, unsigned rank) {
 }
 #endif
 
-typedef struct dt_args {
-    unsigned long long inputs[8];
-    long long input_strides[8][8];
+template <int N, int R, int S, int C>
+struct dt_args_t {
+    unsigned long long inputs[N];
+    long long input_strides[N][R];
     unsigned long long output;
-    long long output_strides[8];
-    long long sizes[16];
-    float scalars[8];
-} dt_args;
+    long long output_strides[R];
+    long long sizes[S];
+    float scalars[C];
+};
 
 /* kernel softmax_1k for f16: grid block(x:1); 64 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -601,7 +602,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16(const dt_args
 }
 
 /* kernel softmax_1k for f16: grid block(x:1); 64 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16_whole(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -760,7 +761,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16_whole(const d
 }
 
 /* kernel softmax_1k for bf16: grid block(x:1); 64 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -938,7 +939,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16(const dt_arg
 }
 
 /* kernel softmax_1k for bf16: grid block(x:1); 64 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16_whole(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1097,7 +1098,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16_whole(const 
 }
 
 /* kernel softmax_1k for f32: grid block(x:1); 64 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1264,7 +1265,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32(const dt_args
 }
 
 /* kernel softmax_1k for f32: grid block(x:1); 64 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32_whole(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1423,7 +1424,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32_whole(const d
 }
 
 /* kernel softmax_4k for f16: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1601,7 +1602,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
 }
 
 /* kernel softmax_4k for f16: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16_whole(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1760,7 +1761,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16_whole(const 
 }
 
 /* kernel softmax_4k for bf16: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1938,7 +1939,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
 }
 
 /* kernel softmax_4k for bf16: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16_whole(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2097,7 +2098,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16_whole(const
 }
 
 /* kernel softmax_4k for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2264,7 +2265,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
 }
 
 /* kernel softmax_4k for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32_whole(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2423,7 +2424,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32_whole(const 
 }
 
 /* kernel softmax_16k for f16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2601,7 +2602,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
 }
 
 /* kernel softmax_16k for f16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16_whole(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2760,7 +2761,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16_whole(cons
 }
 
 /* kernel softmax_16k for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2938,7 +2939,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
 }
 
 /* kernel softmax_16k for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16_whole(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3097,7 +3098,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16_whole(con
 }
 
 /* kernel softmax_16k for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3264,7 +3265,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
 }
 
 /* kernel softmax_16k for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32_whole(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3423,7 +3424,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32_whole(cons
 }
 
 /* kernel softmax for f16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -4004,7 +4005,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
 }
 
 /* kernel softmax for f16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -4551,7 +4552,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
 }
 
 /* kernel softmax for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -5132,7 +5133,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
 }
 
 /* kernel softmax for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -5679,7 +5680,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
 }
 
 /* kernel softmax for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -6235,7 +6236,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
 }
 
 /* kernel softmax for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;

@@ -425,6 +425,15 @@ pub(crate) fn run_into<T: Element>(
     launch(gpu, op, inputs, plan, out)
 }
 
+/// The argument of a launch: the kernel's argument block ([`dt_core::abi::GpuArgs`]), which the
+/// driver copies as its one parameter, its size taken from the kernel.
+#[repr(transparent)]
+struct KernelArgs(dt_core::abi::PackedArgs);
+
+// SAFETY: `KernelArgs` is plain bytes, 8-byte aligned, at least as long as the `dt_args_t`
+// parameter of any generated GPU kernel, packed in its layout by `GpuArgs::pack`.
+unsafe impl cudarc::driver::DeviceRepr for KernelArgs {}
+
 /// Checks that every tensor lives on `gpu`'s context and launches the planned kernel into `out`
 /// (nothing when the output is empty).
 fn launch<T: Element>(gpu: &Gpu, op: &OpDesc, inputs: &[&DeviceTensor<T>], plan: Plan, out: &mut DeviceTensor<T>) -> Result<()> {
@@ -459,9 +468,11 @@ fn launch<T: Element>(gpu: &Gpu, op: &OpDesc, inputs: &[&DeviceTensor<T>], plan:
     let symbol = plan.launch_symbol(&args, T::DTYPE, |s| plan.spec.launch_row(s).is_some());
     let (f, row) = gpu.function(plan.spec_index, &symbol)?;
     let cfg = LaunchConfig { grid_dim: (plan.programs as u32, 1, 1), block_dim: (row.threads, 1, 1), shared_mem_bytes: row.shared_bytes };
+    let packed = KernelArgs(dt_core::abi::GpuArgs::of(plan.kernel).pack(&args));
     let mut launch = gpu.stream.launch_builder(&f);
-    launch.arg(&args);
-    // SAFETY: the kernel takes one `dt_args` by value. Every input pointer refers to the live
+    launch.arg(&packed);
+    // SAFETY: the kernel takes one `dt_args_t` by value, in the layout `packed` was packed in for
+    // it (`GpuArgs::of` the kernel it was built from). Every input pointer refers to the live
     // buffer of a `DeviceTensor` whose shape and strides reach only elements inside it (checked
     // when it was made), and the kernel reads inputs only at the sizes and strides in `args`,
     // which `plan` took from those tensors. The output pointer is the buffer of `out`, whose

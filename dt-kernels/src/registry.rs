@@ -6,49 +6,11 @@ use crate::error::{Error, Result};
 use dt_core::kir::Kernel;
 use std::sync::OnceLock;
 
-/// Most tensor inputs a kernel may have.
-pub(crate) const MAX_INPUTS: usize = 8;
-/// Most axes a tensor may have.
-pub const MAX_RANK: usize = 8;
-/// Most scalar inputs a kernel may have.
-pub(crate) const MAX_SCALARS: usize = 8;
-/// Most dimensions (size arguments) a kernel may have.
-pub(crate) const MAX_DIMS: usize = 16;
+pub use dt_core::abi::MAX_RANK;
+pub(crate) use dt_core::abi::{DtArgs, MAX_DIMS, MAX_INPUTS, MAX_SCALARS};
 
-/// The argument block every generated kernel takes (`dt_args` of the generated C, mirrored from
-/// `dt_codegen::abi::DtArgs`; the build script asserts that both have one layout). Pointers are
-/// 64-bit integers, strides are in elements, sizes follow the kernel's `dims` order and scalars
-/// its `scalars` order.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct DtArgs {
-    pub inputs: [u64; MAX_INPUTS],
-    pub input_strides: [[i64; MAX_RANK]; MAX_INPUTS],
-    pub output: u64,
-    pub output_strides: [i64; MAX_RANK],
-    pub sizes: [i64; MAX_DIMS],
-    pub scalars: [f32; MAX_SCALARS],
-}
-
-impl Default for DtArgs {
-    fn default() -> Self {
-        DtArgs {
-            inputs: [0; MAX_INPUTS],
-            input_strides: [[0; MAX_RANK]; MAX_INPUTS],
-            output: 0,
-            output_strides: [0; MAX_RANK],
-            sizes: [0; MAX_DIMS],
-            scalars: [0.0; MAX_SCALARS],
-        }
-    }
-}
-
-// SAFETY: `DtArgs` is `repr(C)`, made of plain integers and floats, and has the layout of the
-// `dt_args` parameter that generated GPU kernels take by value.
-unsafe impl cudarc::driver::DeviceRepr for DtArgs {}
-
-/// A generated CPU kernel: `void SYMBOL(const dt_args*, long long first, long long last)`, which
-/// runs programs `first..last` of its grid.
+/// A generated CPU kernel: `void SYMBOL(const dt_args*, long long first, long long last)`
+/// (`dt_args`: [`DtArgs`]), which runs programs `first..last` of its grid.
 pub(crate) type CpuFn = unsafe extern "C" fn(*const DtArgs, i64, i64);
 
 /// Launch parameters of one CUDA kernel.
@@ -101,7 +63,7 @@ mod built {
     #![allow(clippy::all)]
     #[cfg(feature = "hip")]
     use super::HipBuild;
-    use super::{CpuFn, DtArgs, LaunchRow, SpecData, MAX_DIMS, MAX_INPUTS, MAX_RANK, MAX_SCALARS};
+    use super::{CpuFn, DtArgs, LaunchRow, SpecData};
     include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 }
 

@@ -97,7 +97,7 @@ pub fn emit_file(header: &str, dialect: Dialect, kernels: &[(&Kernel, DType, Str
     }
     out += RUNTIME;
     out += "\n";
-    out += abi::C_DECL;
+    out += abi::GPU_DECL;
     let mut infos = Vec::new();
     for (k, dtype, symbol) in kernels {
         let (text, info) = emit_kernel(k, *dtype, symbol, dialect, Layouts::Any)?;
@@ -244,7 +244,11 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
         _ => threads.to_string(),
     };
     let cluster = k.grid.cluster.map_or(String::new(), |(_, n)| format!(" DT_CLUSTER({n})"));
-    let _ = writeln!(e.out, "extern \"C\" __global__ void __launch_bounds__({bounds}){cluster} {symbol}(const dt_args args) {{");
+    let _ = writeln!(
+        e.out,
+        "extern \"C\" __global__ void __launch_bounds__({bounds}){cluster} {symbol}(const {} args) {{",
+        abi::GpuArgs::of(k).c_type()
+    );
     e.line("extern __shared__ float dt_smem[];");
     e.line("(void)dt_smem;");
     e.line("const int tid = (int)threadIdx.x;");

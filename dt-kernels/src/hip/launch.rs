@@ -76,10 +76,12 @@ fn launch<T: Element>(hip: &Hip, op: &OpDesc, inputs: &[&HipTensor<T>], plan: Pl
     args.output = out.device_ptr();
     let symbol = plan.launch_symbol(&args, T::DTYPE, |s| plan.spec.hip_launch_row(s).is_some());
     let (f, row) = hip.function(plan.spec_index, &symbol)?;
-    let mut params: [*mut c_void; 1] = [&mut args as *mut _ as *mut c_void];
+    let mut packed = dt_core::abi::GpuArgs::of(plan.kernel).pack(&args);
+    let mut params: [*mut c_void; 1] = [&mut packed as *mut _ as *mut c_void];
     let lib = hip.shared.lib;
-    // SAFETY: the kernel takes one `dt_args` by value, and `params` points to one (live until the
-    // call returns: the runtime copies the parameters at launch). Every input pointer is the live
+    // SAFETY: the kernel takes one `dt_args_t` by value, and `params` points to one, packed in its
+    // layout (`GpuArgs::of` the kernel it was built from) and live until the call returns (the
+    // runtime copies the parameters at launch). Every input pointer is the live
     // buffer of a `HipTensor` whose shape and strides reach only elements inside it (checked when
     // it was made), and the kernel reads inputs only at the sizes and strides in `args`, which
     // `plan` took from those tensors. The output pointer is the buffer of `out`, whose shape is

@@ -13,7 +13,7 @@
  *                                               unsigned shared_bytes, unsigned long long max_steps,
  *                                               char* err, unsigned long err_len);
  *
- * (`args` points at the kernel's one argument, a `dt_args`; `max_steps`, unless 0, bounds the
+ * (`args` points at the kernel's one argument, its argument block; `max_steps`, unless 0, bounds the
  * times a thread is resumed, summed over the launch). It returns 0 on success, 1 on an error and
  * 2 when it gave up after `max_steps`, with a message in `err`. Execution model:
  *  - Every thread of a block is a fiber with its own stack (a small context switch of our own on

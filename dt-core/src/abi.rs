@@ -1,0 +1,185 @@
+//! The arguments of a generated kernel, as the host fills them and as each backend takes them.
+//!
+//! The host fills one [`DtArgs`] per launch: every tensor's address and strides, the sizes of the
+//! kernel's dimensions and its scalars, in arrays of the most any kernel may have. CPU kernels
+//! take a pointer to it (`dt_args` of the generated C). A GPU kernel takes its arguments by value
+//! in a block sized for it ([`GpuArgs`], `dt_args_t<N, R, S, C>` of the generated CUDA and HIP):
+//! a program reads its parameters from the constant bank when it starts, and there the fields a
+//! kernel reads lie within 100 to 200 bytes instead of across the 808 of `dt_args`. On the H100
+//! the kernels of 1024-column rows ran 4-8% faster so, timed alone, and 1-4% in `xtask bench`
+//! (docs/bench/h100.md, twenty-first session).
+
+use crate::kir::Kernel;
+
+/// Most tensor inputs a kernel may have.
+pub const MAX_INPUTS: usize = 8;
+/// Most axes a tensor may have.
+pub const MAX_RANK: usize = 8;
+/// Most scalar inputs a kernel may have.
+pub const MAX_SCALARS: usize = 8;
+/// Most dimensions (size arguments) a kernel may have.
+pub const MAX_DIMS: usize = 16;
+
+/// The arguments of one launch (`dt_args` of the generated C). Pointers are 64-bit integers,
+/// strides are in elements, sizes follow the kernel's `dims` order and scalars its `scalars`
+/// order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct DtArgs {
+    pub inputs: [u64; MAX_INPUTS],
+    pub input_strides: [[i64; MAX_RANK]; MAX_INPUTS],
+    pub output: u64,
+    pub output_strides: [i64; MAX_RANK],
+    pub sizes: [i64; MAX_DIMS],
+    pub scalars: [f32; MAX_SCALARS],
+}
+
+impl Default for DtArgs {
+    fn default() -> Self {
+        DtArgs {
+            inputs: [0; MAX_INPUTS],
+            input_strides: [[0; MAX_RANK]; MAX_INPUTS],
+            output: 0,
+            output_strides: [0; MAX_RANK],
+            sizes: [0; MAX_DIMS],
+            scalars: [0.0; MAX_SCALARS],
+        }
+    }
+}
+
+/// The C++ declaration of the GPU argument block: `N` inputs whose strides take `R` slots each,
+/// the output (`R` slots of strides), `S` sizes and `C` scalars, each count at least 1.
+pub const GPU_DECL: &str = "template <int N, int R, int S, int C>
+struct dt_args_t {
+    unsigned long long inputs[N];
+    long long input_strides[N][R];
+    unsigned long long output;
+    long long output_strides[R];
+    long long sizes[S];
+    float scalars[C];
+};
+";
+
+/// The shape of a kernel's GPU argument block ([`GPU_DECL`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuArgs {
+    /// Tensor inputs (`N`).
+    pub inputs: usize,
+    /// Stride slots per tensor (`R`): the most axes of any input or the output.
+    pub rank: usize,
+    /// Sizes (`S`): the kernel's dimensions.
+    pub sizes: usize,
+    /// Scalars (`C`).
+    pub scalars: usize,
+}
+
+/// The largest GPU argument block, in bytes: that of a kernel with the most of everything, which
+/// is `DtArgs`'s size.
+pub const MAX_GPU_ARGS_BYTES: usize = std::mem::size_of::<DtArgs>();
+
+/// A packed GPU argument block, in a buffer of the largest size: the kernel reads the first
+/// [`GpuArgs::bytes`] of it.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug)]
+pub struct PackedArgs {
+    pub bytes: [u8; MAX_GPU_ARGS_BYTES],
+}
+
+impl GpuArgs {
+    /// The block of kernel `k` (its counts within the `MAX_*` limits, which the emitters check).
+    pub fn of(k: &Kernel) -> GpuArgs {
+        let rank = k.inputs.iter().chain([&k.output]).map(|t| t.dims.len()).max().unwrap_or(0);
+        GpuArgs { inputs: k.inputs.len().max(1), rank: rank.max(1), sizes: k.dims.len().max(1), scalars: k.scalars.len().max(1) }
+    }
+
+    /// Its C++ type.
+    pub fn c_type(&self) -> String {
+        format!("dt_args_t<{}, {}, {}, {}>", self.inputs, self.rank, self.sizes, self.scalars)
+    }
+
+    /// Byte offsets of `input_strides`, `output`, `output_strides`, `sizes` and `scalars` (the
+    /// `inputs` start at 0), and the block's size: the C layout of [`GPU_DECL`], every field
+    /// 8-byte aligned but the scalars, the size a multiple of 8.
+    pub fn offsets(&self) -> [usize; 6] {
+        let strides = 8 * self.inputs;
+        let output = strides + 8 * self.inputs * self.rank;
+        let output_strides = output + 8;
+        let sizes = output_strides + 8 * self.rank;
+        let scalars = sizes + 8 * self.sizes;
+        let end = (scalars + 4 * self.scalars).next_multiple_of(8);
+        [strides, output, output_strides, sizes, scalars, end]
+    }
+
+    /// Size of the block in bytes.
+    pub fn bytes(&self) -> usize {
+        self.offsets()[5]
+    }
+
+    /// `a` in this block's layout. Entries past the counts (unused by the kernel) are dropped.
+    pub fn pack(&self, a: &DtArgs) -> PackedArgs {
+        let [strides, output, output_strides, sizes, scalars, _] = self.offsets();
+        let mut p = PackedArgs { bytes: [0; MAX_GPU_ARGS_BYTES] };
+        let mut put = |at: usize, b: &[u8]| p.bytes[at..at + b.len()].copy_from_slice(b);
+        for i in 0..self.inputs.min(MAX_INPUTS) {
+            put(8 * i, &a.inputs[i].to_ne_bytes());
+            for axis in 0..self.rank.min(MAX_RANK) {
+                put(strides + 8 * (i * self.rank + axis), &a.input_strides[i][axis].to_ne_bytes());
+            }
+        }
+        put(output, &a.output.to_ne_bytes());
+        for axis in 0..self.rank.min(MAX_RANK) {
+            put(output_strides + 8 * axis, &a.output_strides[axis].to_ne_bytes());
+        }
+        for s in 0..self.sizes.min(MAX_DIMS) {
+            put(sizes + 8 * s, &a.sizes[s].to_ne_bytes());
+        }
+        for c in 0..self.scalars.min(MAX_SCALARS) {
+            put(scalars + 4 * c, &a.scalars[c].to_ne_bytes());
+        }
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_largest_block_is_dt_args() {
+        let g = GpuArgs { inputs: MAX_INPUTS, rank: MAX_RANK, sizes: MAX_DIMS, scalars: MAX_SCALARS };
+        let a = DtArgs::default();
+        let base = &a as *const DtArgs as usize;
+        let at = |p: *const u8| p as usize - base;
+        let expected = [
+            at(a.input_strides.as_ptr().cast()),
+            at((&a.output as *const u64).cast()),
+            at(a.output_strides.as_ptr().cast()),
+            at(a.sizes.as_ptr().cast()),
+            at(a.scalars.as_ptr().cast()),
+            std::mem::size_of::<DtArgs>(),
+        ];
+        assert_eq!(g.offsets(), expected);
+    }
+
+    #[test]
+    fn packing_puts_each_field_at_its_offset() {
+        let mut a = DtArgs::default();
+        a.inputs[1] = 0x1111;
+        a.input_strides[1][1] = -3;
+        a.output = 0x2222;
+        a.output_strides[1] = 7;
+        a.sizes[2] = 1000;
+        a.scalars[0] = 0.5;
+        let g = GpuArgs { inputs: 3, rank: 2, sizes: 3, scalars: 1 };
+        let p = g.pack(&a);
+        let word = |at: usize| i64::from_ne_bytes(p.bytes[at..at + 8].try_into().unwrap());
+        let [strides, output, output_strides, sizes, scalars, end] = g.offsets();
+        assert_eq!(word(8), 0x1111);
+        assert_eq!(word(strides + 8 * 3), -3);
+        assert_eq!(word(output), 0x2222);
+        assert_eq!(word(output_strides + 8), 7);
+        assert_eq!(word(sizes + 16), 1000);
+        assert_eq!(f32::from_ne_bytes(p.bytes[scalars..scalars + 4].try_into().unwrap()), 0.5);
+        assert_eq!((scalars, end), (8 * (3 + 6 + 1 + 2 + 3), 8 * 15 + 8));
+    }
+}
