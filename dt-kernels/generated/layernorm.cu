@@ -11,6 +11,16 @@
 
 #define DT_FN __device__ __forceinline__
 
+/* A kernel's argument block (dt_args_t) is a __grid_constant__ parameter on CUDA: nvcc then reads
+ * each field from the constant bank where the kernel uses it. Without it, nvcc loads every field
+ * of a block this small into registers at the kernel's start and keeps them live, and the kernels
+ * for any layout spilled 364 to 484 bytes. */
+#if defined(__HIPCC__)
+#define DT_GRID_CONSTANT
+#else
+#define DT_GRID_CONSTANT __grid_constant__
+#endif
+
 typedef unsigned short dt_f16;
 typedef unsigned short dt_bf16;
 
@@ -424,7 +434,7 @@ struct dt_args_t {
 };
 
 /* kernel layernorm_1k_16bit for f16: grid block(x:2); 64 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -988,7 +998,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16(c
 }
 
 /* kernel layernorm_1k_16bit for f16: grid block(x:2); 64 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16_whole(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16_whole(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1490,7 +1500,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16_w
 }
 
 /* kernel layernorm_1k_16bit for bf16: grid block(x:2); 64 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2054,7 +2064,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16(
 }
 
 /* kernel layernorm_1k_16bit for bf16: grid block(x:2); 64 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16_whole(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16_whole(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2556,7 +2566,7 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16_
 }
 
 /* kernel layernorm_1k for f32: grid block(x:1); 128 threads, 32 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2819,7 +2829,7 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32(const d
 }
 
 /* kernel layernorm_1k for f32: grid block(x:1); 128 threads, 32 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32_whole(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32_whole(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3074,7 +3084,7 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32_whole(c
 }
 
 /* kernel layernorm_4k_f32 for f32: grid block(x:1); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3337,7 +3347,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32(con
 }
 
 /* kernel layernorm_4k_f32 for f32: grid block(x:1); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32_whole(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32_whole(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3592,7 +3602,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32_who
 }
 
 /* kernel layernorm_4k for f16: grid block(x:2); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -4156,7 +4166,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16(const d
 }
 
 /* kernel layernorm_4k for f16: grid block(x:2); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16_whole(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16_whole(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -4658,7 +4668,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16_whole(c
 }
 
 /* kernel layernorm_4k for bf16: grid block(x:2); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -5222,7 +5232,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16(const 
 }
 
 /* kernel layernorm_4k for bf16: grid block(x:2); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16_whole(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16_whole(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -5724,7 +5734,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16_whole(
 }
 
 /* kernel layernorm_16k_f32 for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_f32(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_f32(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -5983,7 +5993,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_f32(const
 }
 
 /* kernel layernorm_16k_f32 for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_f32_whole(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_f32_whole(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -6234,7 +6244,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_f32_whole
 }
 
 /* kernel layernorm_16k for f16: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_f16(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_f16(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -6520,7 +6530,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_f16(const 
 }
 
 /* kernel layernorm_16k for f16: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_f16_whole(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_f16_whole(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -6775,7 +6785,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_f16_whole(
 }
 
 /* kernel layernorm_16k for bf16: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_bf16(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_bf16(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -7061,7 +7071,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_bf16(const
 }
 
 /* kernel layernorm_16k for bf16: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_bf16_whole(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_bf16_whole(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -7316,7 +7326,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_bf16_whole
 }
 
 /* kernel layernorm_256k_16bit for f16: grid block(x:1, y:32768); 512 threads, 65664 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_256k_16bit_f16(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_256k_16bit_f16(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -8470,7 +8480,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
 }
 
 /* kernel layernorm_256k_16bit for f16: grid block(x:1, y:32768); 512 threads, 65664 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_256k_16bit_f16_whole(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_256k_16bit_f16_whole(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -9537,7 +9547,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
 }
 
 /* kernel layernorm_256k_16bit for bf16: grid block(x:1, y:32768); 512 threads, 65664 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_256k_16bit_bf16(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_256k_16bit_bf16(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -10691,7 +10701,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
 }
 
 /* kernel layernorm_256k_16bit for bf16: grid block(x:1, y:32768); 512 threads, 65664 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_256k_16bit_bf16_whole(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_256k_16bit_bf16_whole(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -11758,7 +11768,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
 }
 
 /* kernel layernorm_256k for f32: grid block(x:1, y:65536); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_256k_f32(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_256k_f32(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -12616,7 +12626,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
 }
 
 /* kernel layernorm_256k for f32: grid block(x:1, y:65536); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_256k_f32_whole(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_256k_f32_whole(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -13459,7 +13469,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
 }
 
 /* kernel layernorm for f16: grid block(x:1); 1024 threads, 65792 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -14470,7 +14480,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
 }
 
 /* kernel layernorm for f16: grid block(x:1); 1024 threads, 65792 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -15430,7 +15440,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(const 
 }
 
 /* kernel layernorm for bf16: grid block(x:1); 1024 threads, 65792 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -16441,7 +16451,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
 }
 
 /* kernel layernorm for bf16: grid block(x:1); 1024 threads, 65792 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -17401,7 +17411,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(const
 }
 
 /* kernel layernorm for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -18208,7 +18218,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
 }
 
 /* kernel layernorm for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(const dt_args_t<3, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;

@@ -11,6 +11,16 @@
 
 #define DT_FN __device__ __forceinline__
 
+/* A kernel's argument block (dt_args_t) is a __grid_constant__ parameter on CUDA: nvcc then reads
+ * each field from the constant bank where the kernel uses it. Without it, nvcc loads every field
+ * of a block this small into registers at the kernel's start and keeps them live, and the kernels
+ * for any layout spilled 364 to 484 bytes. */
+#if defined(__HIPCC__)
+#define DT_GRID_CONSTANT
+#else
+#define DT_GRID_CONSTANT __grid_constant__
+#endif
+
 typedef unsigned short dt_f16;
 typedef unsigned short dt_bf16;
 
@@ -424,7 +434,7 @@ struct dt_args_t {
 };
 
 /* kernel softmax_1k for f16: grid block(x:1); 32 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -594,7 +604,7 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16(const dt_args
 }
 
 /* kernel softmax_1k for f16: grid block(x:1); 32 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16_whole(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16_whole(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -745,7 +755,7 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16_whole(const d
 }
 
 /* kernel softmax_1k for bf16: grid block(x:1); 32 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -915,7 +925,7 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16(const dt_arg
 }
 
 /* kernel softmax_1k for bf16: grid block(x:1); 32 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16_whole(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16_whole(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1066,7 +1076,7 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16_whole(const 
 }
 
 /* kernel softmax_1k for f32: grid block(x:1); 32 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1225,7 +1235,7 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32(const dt_args
 }
 
 /* kernel softmax_1k for f32: grid block(x:1); 32 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32_whole(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32_whole(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1376,7 +1386,7 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32_whole(const d
 }
 
 /* kernel softmax_4k for f16: grid block(x:1); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f16(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f16(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1554,7 +1564,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f16(const dt_
 }
 
 /* kernel softmax_4k for f16: grid block(x:1); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f16_whole(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f16_whole(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1713,7 +1723,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f16_whole(con
 }
 
 /* kernel softmax_4k for bf16: grid block(x:1); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_bf16(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_bf16(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1891,7 +1901,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_bf16(const dt
 }
 
 /* kernel softmax_4k for bf16: grid block(x:1); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_bf16_whole(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_bf16_whole(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2050,7 +2060,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_bf16_whole(co
 }
 
 /* kernel softmax_4k for f32: grid block(x:1); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f32(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f32(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2217,7 +2227,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f32(const dt_
 }
 
 /* kernel softmax_4k for f32: grid block(x:1); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f32_whole(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f32_whole(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2376,7 +2386,7 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f32_whole(con
 }
 
 /* kernel softmax_16k for f16: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f16(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f16(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2554,7 +2564,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f16(const dt
 }
 
 /* kernel softmax_16k for f16: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f16_whole(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f16_whole(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2713,7 +2723,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f16_whole(co
 }
 
 /* kernel softmax_16k for bf16: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2891,7 +2901,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16(const d
 }
 
 /* kernel softmax_16k for bf16: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16_whole(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16_whole(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3050,7 +3060,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16_whole(c
 }
 
 /* kernel softmax_16k for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f32(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f32(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3217,7 +3227,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f32(const dt
 }
 
 /* kernel softmax_16k for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f32_whole(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f32_whole(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3376,7 +3386,7 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f32_whole(co
 }
 
 /* kernel softmax_256k_16bit for f16: grid block(x:1, y:32768); 512 threads, 65664 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_256k_16bit_f16(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_256k_16bit_f16(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -4181,7 +4191,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
 }
 
 /* kernel softmax_256k_16bit for f16: grid block(x:1, y:32768); 512 threads, 65664 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_256k_16bit_f16_whole(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_256k_16bit_f16_whole(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -4922,7 +4932,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
 }
 
 /* kernel softmax_256k_16bit for bf16: grid block(x:1, y:32768); 512 threads, 65664 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_256k_16bit_bf16(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_256k_16bit_bf16(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -5727,7 +5737,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
 }
 
 /* kernel softmax_256k_16bit for bf16: grid block(x:1, y:32768); 512 threads, 65664 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_256k_16bit_bf16_whole(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_256k_16bit_bf16_whole(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -6468,7 +6478,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
 }
 
 /* kernel softmax_256k for f32: grid block(x:1, y:65536); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k_f32(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k_f32(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -7047,7 +7057,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
 }
 
 /* kernel softmax_256k for f32: grid block(x:1, y:65536); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k_f32_whole(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k_f32_whole(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -7610,7 +7620,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
 }
 
 /* kernel softmax for f16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -8191,7 +8201,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args_
 }
 
 /* kernel softmax for f16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -8738,7 +8748,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(const dt
 }
 
 /* kernel softmax for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -9319,7 +9329,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
 }
 
 /* kernel softmax for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -9866,7 +9876,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(const d
 }
 
 /* kernel softmax for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -10422,7 +10432,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args_
 }
 
 /* kernel softmax for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(const dt_args_t<1, 2, 2, 1> args) {
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;

@@ -246,7 +246,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
     let cluster = k.grid.cluster.map_or(String::new(), |(_, n)| format!(" DT_CLUSTER({n})"));
     let _ = writeln!(
         e.out,
-        "extern \"C\" __global__ void __launch_bounds__({bounds}){cluster} {symbol}(const {} args) {{",
+        "extern \"C\" __global__ void __launch_bounds__({bounds}){cluster} {symbol}(DT_GRID_CONSTANT const {} args) {{",
         abi::GpuArgs::of(k).c_type()
     );
     e.line("extern __shared__ float dt_smem[];");
