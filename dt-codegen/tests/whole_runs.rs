@@ -20,7 +20,7 @@ fn emitted(src: &str, dtype: DType) -> (String, Vec<(String, Layouts)>) {
 
 /// The text of kernel `symbol` in an emitted file.
 fn kernel_text<'a>(file: &'a str, symbol: &str) -> &'a str {
-    let start = file.find(&format!(" {symbol}(const dt_args")).unwrap_or_else(|| panic!("no kernel {symbol}"));
+    let start = file.find(&format!(" {symbol}(")).unwrap_or_else(|| panic!("no kernel {symbol}"));
     let end = file[start..].find("\n}\n").map_or(file.len(), |e| start + e);
     &file[start..end]
 }
