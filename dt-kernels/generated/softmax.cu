@@ -6477,8 +6477,8 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
     }
 }
 
-/* kernel softmax_256k for f32: grid block(x:1, y:65536); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k_f32(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
+/* kernel softmax_256k for f32: grid block(x:1, y:32768); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_256k_f32(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -6486,6 +6486,1148 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
     const long long s1 = args.sizes[1]; /* size of y */
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_256k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n1 = (unsigned)(8);
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    float v24[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v24[r] = (-INFINITY);
+    }
+    float v25[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v25[r] = 0e0f;
+    }
+    float v36[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v36[r] = (-INFINITY);
+    }
+    float v37[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v37[r] = 0e0f;
+    }
+    /* block(x:1) softmax_256k.tensorize(x:0) */
+    { const long long o1 = b0 * 1; /* the block's one step */
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        /* partial rmax over y, by runs of 8 lanes */
+        float acc4[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc4[r] = (-INFINITY);
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* rmax softmax_256k.tensorize(y:8192) + rsum softmax_256k.tensorize(y:8192), in one pass */
+        for (long long o8 = b1 * 32768; o8 < dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 8192) * 8192)); o8 += 8192) {
+            float v49[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v49[r] = acc4[r];
+                }
+            }
+            float v50[8];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l11 = (int)((unsigned)e / 8192u % 1u);
+                const int l12 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v50[c * 4 + 0] = __uint_as_float(q.x);
+                    v50[c * 4 + 1] = __uint_as_float(q.y);
+                    v50[c * 4 + 2] = __uint_as_float(q.z);
+                    v50[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v50[c * 4 + 0] = (1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v50[c * 4 + 1] = (1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v50[c * 4 + 2] = (1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v50[c * 4 + 3] = (1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                }
+            }
+            float v51[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v51[r] = fmaxf((fmaxf(v50[r * 4 + 0], v50[r * 4 + 1])), (fmaxf(v50[r * 4 + 2], v50[r * 4 + 3])));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v51[r]);
+                }
+            }
+            float v52[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v52[r] = acc4[r];
+                }
+            }
+            float v53[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v53[r] = ((v52[r]) == (v24[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v54[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v54[r] = v53[r] != 0.0f ? v25[0] : v52[r];
+                }
+            }
+            float v55[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v55[r] = (v49[r] - v54[r]);
+                }
+            }
+            float v56[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v56[r] = dt_fast_exp(v55[r]);
+                }
+            }
+            float v57[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v57[r] = (v50[r] - v54[r / 4]);
+                }
+            }
+            float v58[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v58[r] = dt_fast_exp(v57[r]);
+                }
+            }
+            float v59[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v59[r] = (v58[r * 4 + 0] + v58[r * 4 + 1]) + (v58[r * 4 + 2] + v58[r * 4 + 3]);
+                }
+            }
+            float v60[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v60[r] = acc5[r];
+                }
+            }
+            float v61[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v61[r] = (v60[r] * v56[r]);
+                }
+            }
+            float v62[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v62[r] = (v61[r] + v59[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc5[r] = v62[r];
+                }
+            }
+        }
+        /* rmax softmax_256k.tensorize(y:8192) + rsum softmax_256k.tensorize(y:8192), in one pass */
+        for (long long o41 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 8192) * 8192)); o41 < dt_min_ll(b1 * 32768 + 32768, s1); o41 += 8192) {
+            float v21[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v21[r] = acc4[r];
+                }
+            }
+            float v0[8];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l44 = (int)((unsigned)e / 8192u % 1u);
+                const int l45 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l44) * (unsigned)args.input_strides[0][0] + (unsigned)(o41 + l45) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o41 + (l45 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v0[c * 4 + 0] = __uint_as_float(q.x);
+                    v0[c * 4 + 1] = __uint_as_float(q.y);
+                    v0[c * 4 + 2] = __uint_as_float(q.z);
+                    v0[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v0[c * 4 + 0] = ((unsigned)(o41 + l45) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 1] = ((unsigned)(o41 + (l45 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 2] = ((unsigned)(o41 + (l45 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 3] = ((unsigned)(o41 + (l45 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                }
+            }
+            float v22[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v22[r] = fmaxf((fmaxf(v0[r * 4 + 0], v0[r * 4 + 1])), (fmaxf(v0[r * 4 + 2], v0[r * 4 + 3])));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v22[r]);
+                }
+            }
+            float v23[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v23[r] = acc4[r];
+                }
+            }
+            float v26[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v26[r] = ((v23[r]) == (v24[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v27[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v27[r] = v26[r] != 0.0f ? v25[0] : v23[r];
+                }
+            }
+            float v28[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v28[r] = (v21[r] - v27[r]);
+                }
+            }
+            float v29[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v29[r] = dt_fast_exp(v28[r]);
+                }
+            }
+            float v5[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    const int l61 = (int)((unsigned)e / 1u % 8192u);
+                    v5[r] = ((unsigned)(o41 + l61) < (unsigned)s1) ? v0[r] : 0e0f;
+                }
+            }
+            float v7[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v7[r] = (v5[r] - v27[r / 4]);
+                }
+            }
+            float v8[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v8[r] = dt_fast_exp(v7[r]);
+                }
+            }
+            float v9[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    const int l67 = (int)((unsigned)e / 1u % 8192u);
+                    v9[r] = ((unsigned)(o41 + l67) < (unsigned)s1) ? v8[r] : 0e0f;
+                }
+            }
+            float v30[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v30[r] = (v9[r * 4 + 0] + v9[r * 4 + 1]) + (v9[r * 4 + 2] + v9[r * 4 + 3]);
+                }
+            }
+            float v31[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v31[r] = acc5[r];
+                }
+            }
+            float v32[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v32[r] = (v31[r] * v29[r]);
+                }
+            }
+            float v33[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v33[r] = (v32[r] + v30[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc5[r] = v33[r];
+                }
+            }
+        }
+        float v19[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v19[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 2; q++) p[i] = fmaxf(p[i], v19[i * 2 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a81 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a81 = fmaxf(a81, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a81;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v34[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v34[r] = acc5[r];
+            }
+        }
+        float v43[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v43[r] = ((v3[0]) == (v36[0]) ? 1.0f : 0.0f);
+        }
+        float v44[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v44[r] = v43[0] != 0.0f ? v37[0] : v3[0];
+        }
+        float v45[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v45[r] = (v19[r] - v44[0]);
+            }
+        }
+        float v46[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v46[r] = dt_fast_exp(v45[r]);
+            }
+        }
+        float v47[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v47[r] = (v34[r] * v46[r]);
+            }
+        }
+        float v48[1];
+        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 2; q++) p[i] = p[i] + v47[i * 2 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a95 = 0e0f;
+            for (int g = 0; g < 32; g++) a95 = a95 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v48[r] = a95;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v48[0];
+        }
+        float v11[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v11[r] = acc2[r];
+        }
+        float v12[1];
+        float v4[1];
+        /* sum of exp-scaled sums over the 8 programs of the cluster along y, at one meeting */
+        __shared__ float cl98[3];
+        if (tid == 0) cl98[0] = v3[0];
+        if (tid == 0) cl98[1] = v11[0];
+        dt_cluster_sync();
+        {
+            const unsigned q = (unsigned)(tid % 32);
+            const float f = q < 8u ? dt_cluster_load(&cl98[0], q) : (-INFINITY);
+            const float s = q < 8u ? dt_cluster_load(&cl98[1], q) : 0e0f;
+            float top = f;
+            for (int m = 16; m > 0; m >>= 1) top = fmaxf(top, dt_shfl_xor(top, m, 32));
+            float t = f == (-INFINITY) ? 0e0f : s * dt_fast_exp(f - top);
+            for (int m = 16; m > 0; m >>= 1) t = t + dt_shfl_xor(t, m, 32);
+            v4[0] = top;
+            v12[0] = t;
+        }
+        dt_cluster_arrive();
+        /* block(y:32768) softmax_256k.tensorize(y:8192) */
+        for (long long o99 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 8192) - 1) * 8192; o99 >= b1 * 32768; o99 -= 8192) {
+            float v13[8];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l100 = (int)((unsigned)e / 8192u % 1u);
+                const int l101 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l100) * (unsigned)args.input_strides[0][0] + (unsigned)(o99 + l101) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o99 + (l101 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = dt_load_once((const uint4*)(in0 + a));
+                    v13[c * 4 + 0] = __uint_as_float(q.x);
+                    v13[c * 4 + 1] = __uint_as_float(q.y);
+                    v13[c * 4 + 2] = __uint_as_float(q.z);
+                    v13[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v13[c * 4 + 0] = ((unsigned)(o99 + l101) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v13[c * 4 + 1] = ((unsigned)(o99 + (l101 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v13[c * 4 + 2] = ((unsigned)(o99 + (l101 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v13[c * 4 + 3] = ((unsigned)(o99 + (l101 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                }
+            }
+            float v15[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v15[r] = (v13[r] - v4[0]);
+                }
+            }
+            float v16[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v16[r] = dt_fast_exp(v15[r]);
+                }
+            }
+            float v18[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v18[r] = dt_fast_div(v16[r], v12[0]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l108 = (int)((unsigned)e / 8192u % 1u);
+                const int l109 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l108) * (unsigned)args.output_strides[0] + (unsigned)(o99 + l109) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o99 + (l109 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v18[c * 4 + 0]), __float_as_uint(v18[c * 4 + 1]), __float_as_uint(v18[c * 4 + 2]), __float_as_uint(v18[c * 4 + 3])));
+                } else {
+                    if ((unsigned)(o99 + l109) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 0]);
+                    if ((unsigned)(o99 + (l109 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 1]);
+                    if ((unsigned)(o99 + (l109 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 2]);
+                    if ((unsigned)(o99 + (l109 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 3]);
+                }
+            }
+        }
+        dt_cluster_wait();
+    }
+}
+
+/* kernel softmax_256k for f32: grid block(x:1, y:32768); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_256k_f32_whole(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    float* __restrict__ out = (float*)args.output; /* softmax_256k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n1 = (unsigned)(8);
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    float v24[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v24[r] = (-INFINITY);
+    }
+    float v25[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v25[r] = 0e0f;
+    }
+    float v36[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v36[r] = (-INFINITY);
+    }
+    float v37[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v37[r] = 0e0f;
+    }
+    /* block(x:1) softmax_256k.tensorize(x:0) */
+    { const long long o1 = b0 * 1; /* the block's one step */
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        /* partial rmax over y, by runs of 8 lanes */
+        float acc4[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc4[r] = (-INFINITY);
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* rmax softmax_256k.tensorize(y:8192) + rsum softmax_256k.tensorize(y:8192), in one pass */
+        for (long long o8 = b1 * 32768; o8 < dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 8192) * 8192)); o8 += 8192) {
+            float v49[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v49[r] = acc4[r];
+                }
+            }
+            float v50[8];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l11 = (int)((unsigned)e / 8192u % 1u);
+                const int l12 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
+                const uint4 q = *(const uint4*)(in0 + a);
+                v50[c * 4 + 0] = __uint_as_float(q.x);
+                v50[c * 4 + 1] = __uint_as_float(q.y);
+                v50[c * 4 + 2] = __uint_as_float(q.z);
+                v50[c * 4 + 3] = __uint_as_float(q.w);
+            }
+            float v51[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v51[r] = fmaxf((fmaxf(v50[r * 4 + 0], v50[r * 4 + 1])), (fmaxf(v50[r * 4 + 2], v50[r * 4 + 3])));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v51[r]);
+                }
+            }
+            float v52[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v52[r] = acc4[r];
+                }
+            }
+            float v53[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v53[r] = ((v52[r]) == (v24[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v54[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v54[r] = v53[r] != 0.0f ? v25[0] : v52[r];
+                }
+            }
+            float v55[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v55[r] = (v49[r] - v54[r]);
+                }
+            }
+            float v56[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v56[r] = dt_fast_exp(v55[r]);
+                }
+            }
+            float v57[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v57[r] = (v50[r] - v54[r / 4]);
+                }
+            }
+            float v58[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v58[r] = dt_fast_exp(v57[r]);
+                }
+            }
+            float v59[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v59[r] = (v58[r * 4 + 0] + v58[r * 4 + 1]) + (v58[r * 4 + 2] + v58[r * 4 + 3]);
+                }
+            }
+            float v60[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v60[r] = acc5[r];
+                }
+            }
+            float v61[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v61[r] = (v60[r] * v56[r]);
+                }
+            }
+            float v62[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v62[r] = (v61[r] + v59[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc5[r] = v62[r];
+                }
+            }
+        }
+        /* rmax softmax_256k.tensorize(y:8192) + rsum softmax_256k.tensorize(y:8192), in one pass */
+        for (long long o41 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 8192) * 8192)); o41 < dt_min_ll(b1 * 32768 + 32768, s1); o41 += 8192) {
+            float v21[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v21[r] = acc4[r];
+                }
+            }
+            float v0[8];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l44 = (int)((unsigned)e / 8192u % 1u);
+                const int l45 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l44) * (unsigned)args.input_strides[0][0] + (unsigned)(o41 + l45) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)(o41 + l45) < (unsigned)s1) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v0[c * 4 + 0] = __uint_as_float(q.x);
+                    v0[c * 4 + 1] = __uint_as_float(q.y);
+                    v0[c * 4 + 2] = __uint_as_float(q.z);
+                    v0[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v0[c * 4 + 0] = (-INFINITY);
+                    v0[c * 4 + 1] = (-INFINITY);
+                    v0[c * 4 + 2] = (-INFINITY);
+                    v0[c * 4 + 3] = (-INFINITY);
+                }
+            }
+            float v22[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v22[r] = fmaxf((fmaxf(v0[r * 4 + 0], v0[r * 4 + 1])), (fmaxf(v0[r * 4 + 2], v0[r * 4 + 3])));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v22[r]);
+                }
+            }
+            float v23[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v23[r] = acc4[r];
+                }
+            }
+            float v26[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v26[r] = ((v23[r]) == (v24[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v27[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v27[r] = v26[r] != 0.0f ? v25[0] : v23[r];
+                }
+            }
+            float v28[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v28[r] = (v21[r] - v27[r]);
+                }
+            }
+            float v29[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v29[r] = dt_fast_exp(v28[r]);
+                }
+            }
+            float v5[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v5[r] = ((unsigned)(o41 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) / 1u % 8192u)) < (unsigned)s1) ? v0[r] : 0e0f;
+                }
+            }
+            float v7[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v7[r] = (v5[r] - v27[r / 4]);
+                }
+            }
+            float v8[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v8[r] = dt_fast_exp(v7[r]);
+                }
+            }
+            float v9[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v9[r] = ((unsigned)(o41 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) / 1u % 8192u)) < (unsigned)s1) ? v8[r] : 0e0f;
+                }
+            }
+            float v30[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v30[r] = (v9[r * 4 + 0] + v9[r * 4 + 1]) + (v9[r * 4 + 2] + v9[r * 4 + 3]);
+                }
+            }
+            float v31[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v31[r] = acc5[r];
+                }
+            }
+            float v32[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v32[r] = (v31[r] * v29[r]);
+                }
+            }
+            float v33[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v33[r] = (v32[r] + v30[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc5[r] = v33[r];
+                }
+            }
+        }
+        float v19[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v19[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 2; q++) p[i] = fmaxf(p[i], v19[i * 2 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a81 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a81 = fmaxf(a81, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a81;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v34[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v34[r] = acc5[r];
+            }
+        }
+        float v43[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v43[r] = ((v3[0]) == (v36[0]) ? 1.0f : 0.0f);
+        }
+        float v44[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v44[r] = v43[0] != 0.0f ? v37[0] : v3[0];
+        }
+        float v45[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v45[r] = (v19[r] - v44[0]);
+            }
+        }
+        float v46[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v46[r] = dt_fast_exp(v45[r]);
+            }
+        }
+        float v47[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v47[r] = (v34[r] * v46[r]);
+            }
+        }
+        float v48[1];
+        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 2; q++) p[i] = p[i] + v47[i * 2 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a95 = 0e0f;
+            for (int g = 0; g < 32; g++) a95 = a95 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v48[r] = a95;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v48[0];
+        }
+        float v11[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v11[r] = acc2[r];
+        }
+        float v12[1];
+        float v4[1];
+        /* sum of exp-scaled sums over the 8 programs of the cluster along y, at one meeting */
+        __shared__ float cl98[3];
+        if (tid == 0) cl98[0] = v3[0];
+        if (tid == 0) cl98[1] = v11[0];
+        dt_cluster_sync();
+        {
+            const unsigned q = (unsigned)(tid % 32);
+            const float f = q < 8u ? dt_cluster_load(&cl98[0], q) : (-INFINITY);
+            const float s = q < 8u ? dt_cluster_load(&cl98[1], q) : 0e0f;
+            float top = f;
+            for (int m = 16; m > 0; m >>= 1) top = fmaxf(top, dt_shfl_xor(top, m, 32));
+            float t = f == (-INFINITY) ? 0e0f : s * dt_fast_exp(f - top);
+            for (int m = 16; m > 0; m >>= 1) t = t + dt_shfl_xor(t, m, 32);
+            v4[0] = top;
+            v12[0] = t;
+        }
+        dt_cluster_arrive();
+        /* block(y:32768) softmax_256k.tensorize(y:8192) */
+        for (long long o99 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 8192) - 1) * 8192; o99 >= b1 * 32768; o99 -= 8192) {
+            float v13[8];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l100 = (int)((unsigned)e / 8192u % 1u);
+                const int l101 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l100) * (unsigned)args.input_strides[0][0] + (unsigned)(o99 + l101) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)(o99 + l101) < (unsigned)s1) {
+                    const uint4 q = dt_load_once((const uint4*)(in0 + a));
+                    v13[c * 4 + 0] = __uint_as_float(q.x);
+                    v13[c * 4 + 1] = __uint_as_float(q.y);
+                    v13[c * 4 + 2] = __uint_as_float(q.z);
+                    v13[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v13[c * 4 + 0] = 0e0f;
+                    v13[c * 4 + 1] = 0e0f;
+                    v13[c * 4 + 2] = 0e0f;
+                    v13[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v15[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v15[r] = (v13[r] - v4[0]);
+                }
+            }
+            float v16[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v16[r] = dt_fast_exp(v15[r]);
+                }
+            }
+            float v18[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v18[r] = dt_fast_div(v16[r], v12[0]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l108 = (int)((unsigned)e / 8192u % 1u);
+                const int l109 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l108) * (unsigned)args.output_strides[0] + (unsigned)(o99 + l109) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o99 + l109) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v18[c * 4 + 0]), __float_as_uint(v18[c * 4 + 1]), __float_as_uint(v18[c * 4 + 2]), __float_as_uint(v18[c * 4 + 3])));
+            }
+        }
+        dt_cluster_wait();
+    }
+}
+
+/* kernel softmax_224k for f32: grid block(x:1, y:65536); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k_f32(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    float* __restrict__ out = (float*)args.output; /* softmax_224k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
@@ -6520,7 +7662,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
         (void)r; (void)e;
         v37[r] = 0e0f;
     }
-    /* block(x:1) softmax_256k.tensorize(x:0) */
+    /* block(x:1) softmax_224k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
@@ -6554,7 +7696,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
                 acc5[r] = 0e0f;
             }
         }
-        /* rmax softmax_256k.tensorize(y:16384) + rsum softmax_256k.tensorize(y:16384), in one pass */
+        /* rmax softmax_224k.tensorize(y:16384) + rsum softmax_224k.tensorize(y:16384), in one pass */
         for (long long o8 = b1 * 65536; o8 < dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o8 += 16384) {
             float v49[16];
             #pragma unroll
@@ -6695,7 +7837,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
                 }
             }
         }
-        /* rmax softmax_256k.tensorize(y:16384) + rsum softmax_256k.tensorize(y:16384), in one pass */
+        /* rmax softmax_224k.tensorize(y:16384) + rsum softmax_224k.tensorize(y:16384), in one pass */
         for (long long o41 = dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o41 < dt_min_ll(b1 * 65536 + 65536, s1); o41 += 16384) {
             float v21[16];
             #pragma unroll
@@ -6990,7 +8132,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             v12[0] = t;
         }
         dt_cluster_arrive();
-        /* block(y:65536) softmax_256k.tensorize(y:16384) */
+        /* block(y:65536) softmax_224k.tensorize(y:16384) */
         for (long long o99 = b1 * 65536 + (dt_cdiv(dt_min_ll(b1 * 65536 + 65536, s1) - (b1 * 65536), 16384) - 1) * 16384; o99 >= b1 * 65536; o99 -= 16384) {
             float v13[16];
             #pragma unroll
@@ -7056,15 +8198,15 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
     }
 }
 
-/* kernel softmax_256k for f32: grid block(x:1, y:65536); 1024 threads, 256 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k_f32_whole(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
+/* kernel softmax_224k for f32: grid block(x:1, y:65536); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k_f32_whole(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
     const long long s1 = args.sizes[1]; /* size of y */
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
-    float* __restrict__ out = (float*)args.output; /* softmax_256k */
+    float* __restrict__ out = (float*)args.output; /* softmax_224k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
@@ -7099,7 +8241,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
         (void)r; (void)e;
         v37[r] = 0e0f;
     }
-    /* block(x:1) softmax_256k.tensorize(x:0) */
+    /* block(x:1) softmax_224k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
@@ -7133,7 +8275,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
                 acc5[r] = 0e0f;
             }
         }
-        /* rmax softmax_256k.tensorize(y:16384) + rsum softmax_256k.tensorize(y:16384), in one pass */
+        /* rmax softmax_224k.tensorize(y:16384) + rsum softmax_224k.tensorize(y:16384), in one pass */
         for (long long o8 = b1 * 65536; o8 < dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o8 += 16384) {
             float v49[16];
             #pragma unroll
@@ -7267,7 +8409,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
                 }
             }
         }
-        /* rmax softmax_256k.tensorize(y:16384) + rsum softmax_256k.tensorize(y:16384), in one pass */
+        /* rmax softmax_224k.tensorize(y:16384) + rsum softmax_224k.tensorize(y:16384), in one pass */
         for (long long o41 = dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o41 < dt_min_ll(b1 * 65536 + 65536, s1); o41 += 16384) {
             float v21[16];
             #pragma unroll
@@ -7560,7 +8702,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_256k
             v12[0] = t;
         }
         dt_cluster_arrive();
-        /* block(y:65536) softmax_256k.tensorize(y:16384) */
+        /* block(y:65536) softmax_224k.tensorize(y:16384) */
         for (long long o99 = b1 * 65536 + (dt_cdiv(dt_min_ll(b1 * 65536 + 65536, s1) - (b1 * 65536), 16384) - 1) * 16384; o99 >= b1 * 65536; o99 -= 16384) {
             float v13[16];
             #pragma unroll
