@@ -112,9 +112,9 @@ impl CudaRunner {
         if programs > i32::MAX as usize {
             return Err(GpuError(format!("kernel `{}` would need {programs} programs; at most 2^31-1 fit a grid", k.name)));
         }
-        let whole_runs = crate::host::runs_are_whole(k, dtype, &args);
+        let layouts = crate::host::launch_layouts(k, dtype, &args);
         let packed = KernelArgs(GpuArgs::of(k).pack(&args));
-        Ok(Staged { _inputs: inputs, out, args, packed, programs, out_shape: bound.out_shape.clone(), dtype, whole_runs })
+        Ok(Staged { _inputs: inputs, out, args, packed, programs, out_shape: bound.out_shape.clone(), dtype, layouts })
     }
 
     /// The kernel function of `info` in `module`, allowed the shared memory it needs.
@@ -139,7 +139,7 @@ impl CudaRunner {
         if staged.programs == 0 || staged.out_shape.iter().product::<usize>() == 0 {
             return Ok(());
         }
-        crate::host::check_layouts(info, staged.whole_runs, staged.dtype).map_err(|e| GpuError(e.0))?;
+        crate::host::check_layouts(info, staged.layouts, staged.dtype).map_err(|e| GpuError(e.0))?;
         let cfg =
             LaunchConfig { grid_dim: (staged.programs as u32, 1, 1), block_dim: (info.threads, 1, 1), shared_mem_bytes: info.shared_bytes };
         let mut launch = self.stream.launch_builder(f);
@@ -186,6 +186,7 @@ pub struct Staged {
     pub programs: usize,
     pub out_shape: Vec<usize>,
     dtype: DType,
-    /// Whether every tensor has whole 16-byte runs ([`crate::host::runs_are_whole`]).
-    pub whole_runs: bool,
+    /// The most specific layouts the tensors have ([`crate::host::launch_layouts`]): which of the
+    /// kernel's twins may run them.
+    pub layouts: crate::emit::gpu::Layouts,
 }

@@ -3,6 +3,7 @@
 //! `dtc run --backend cpu` and the tests that run generated C.
 
 use crate::abi::DtArgs;
+use crate::emit::gpu::Layouts;
 use dt_core::kir::Kernel;
 use dt_core::tensor::{strides, Bound, Tensor};
 use dt_core::DType;
@@ -118,28 +119,46 @@ pub fn fill_args(k: &Kernel, bound: &Bound, input_addrs: &[u64], output_addr: u6
     a
 }
 
-/// Whether every tensor of the launch of `k` with argument block `a` has whole 16-byte runs
-/// ([`dt_core::kir::runs_are_whole`]): the kernel built for
-/// [`Layouts::WholeRuns`](crate::emit::gpu::Layouts::WholeRuns) may run it.
-pub fn runs_are_whole(k: &Kernel, dtype: DType, a: &DtArgs) -> bool {
+/// The tensors of the launch of `k` with argument block `a`, as [`dt_core::kir`] checks them.
+fn launch_tensors<'a>(k: &Kernel, a: &'a DtArgs) -> Vec<dt_core::kir::LaunchTensor<'a>> {
     use dt_core::kir::LaunchTensor;
     let inputs = (0..k.inputs.len()).map(|i| LaunchTensor { addr: a.inputs[i], strides: &a.input_strides[i] });
-    let tensors: Vec<LaunchTensor<'_>> = inputs.chain([LaunchTensor { addr: a.output, strides: &a.output_strides }]).collect();
-    dt_core::kir::runs_are_whole(k, dtype.size_bytes(), |slot| a.sizes[slot], &tensors)
+    inputs.chain([LaunchTensor { addr: a.output, strides: &a.output_strides }]).collect()
 }
 
-/// Checks that the kernel of launch parameters `info` may run on tensors whose runs are whole
-/// or not (`whole_runs`, [`runs_are_whole`]): one built for whole runs only where they are.
-pub fn check_layouts(info: &crate::emit::gpu::LaunchInfo, whole_runs: bool, dtype: DType) -> Result<(), HostError> {
-    if info.layouts == crate::emit::gpu::Layouts::WholeRuns && !whole_runs {
-        return Err(HostError(format!(
+/// The most specific layouts the launch of `k` with argument block `a` has: the sizes and
+/// contiguous tensors of its specialized twin ([`dt_core::kir::launch_is_specialized`]), whole
+/// 16-byte runs ([`dt_core::kir::runs_are_whole`]), or any.
+pub fn launch_layouts(k: &Kernel, dtype: DType, a: &DtArgs) -> Layouts {
+    let tensors = launch_tensors(k, a);
+    let size = |slot: usize| a.sizes[slot];
+    if dt_core::kir::launch_is_specialized(k, dtype.size_bytes(), size, &tensors) {
+        Layouts::Specialized
+    } else if dt_core::kir::runs_are_whole(k, dtype.size_bytes(), size, &tensors) {
+        Layouts::WholeRuns
+    } else {
+        Layouts::Any
+    }
+}
+
+/// Checks that the kernel of launch parameters `info` may run on tensors of layouts `have`
+/// ([`launch_layouts`]): one built for whole runs only where they are, the specialized twin only
+/// on its sizes and contiguous tensors.
+pub fn check_layouts(info: &crate::emit::gpu::LaunchInfo, have: Layouts, dtype: DType) -> Result<(), HostError> {
+    match info.layouts {
+        Layouts::WholeRuns if have == Layouts::Any => Err(HostError(format!(
             "kernel `{}` is built for whole 16-byte runs, and the tensors of this launch do not all have them \
              (16-byte aligned, contiguous along the last axis, its length and the other strides multiples of {})",
             info.symbol,
             dt_core::kir::RUN_BYTES / dtype.size_bytes()
-        )));
+        ))),
+        Layouts::Specialized if have != Layouts::Specialized => Err(HostError(format!(
+            "kernel `{}` is built for the sizes its schedule specializes and contiguous tensors, and this launch \
+             does not have them all",
+            info.symbol
+        ))),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// Checks sizes against the kernel's bounds.

@@ -92,9 +92,7 @@ fn cuda_matches_reference_evaluator() {
                     for (d, b) in &k.bounds {
                         sizes[d.index()] = sizes[d.index()].min(*b as usize);
                     }
-                    if info.layouts == gpu::Layouts::WholeRuns {
-                        whole_run_sizes(&mut sizes, k);
-                    }
+                    sizes_for(&mut sizes, k, info);
                     let args = random_args(&p, fid, &sizes, *dtype, &mut rng);
                     let want = dt_core::eval::evaluate(&p, fid, &args, *dtype).expect("evaluates");
                     let bound = dt_core::tensor::bind(&p, fid, &args).expect("binds");

@@ -167,8 +167,8 @@ fn check_spec(rel: &str) -> usize {
     let mut failures = Vec::new();
     let mut cases = 0;
     for info in &infos {
-        // Each kernel, and after it its kernel for whole runs where it has one.
-        let whole = info.layouts == gpu::Layouts::WholeRuns;
+        // Each kernel, and after it its kernel for whole runs and its specialized twin where it
+        // has them.
         let (si, k, dtype, _, text) = item_of(&items, |(_, _, _, s, _)| s.as_str(), info);
         let s = &schedules[*si];
         let mut libs = vec![(true, &gfx90a)];
@@ -184,9 +184,7 @@ fn check_spec(rel: &str) -> usize {
             let mut tries = 0;
             'sizes: loop {
                 let mut sizes = draw_sizes(p, k, &mut rng, draw == 1, if draw == 0 { max_work >> 6 } else { max_work });
-                if whole {
-                    whole_run_sizes(&mut sizes, k);
-                }
+                sizes_for(&mut sizes, k, info);
                 let args = random_args(p, fid, &sizes, *dtype, &mut rng);
                 let want = dt_core::eval::evaluate(p, fid, &args, *dtype).expect("evaluates");
                 let bound = dt_core::tensor::bind(p, fid, &args).expect("binds");

@@ -22,7 +22,8 @@ const UNARY_FUNCS: &[(&str, UnOp)] = &[
     ("abs", UnOp::Abs),
 ];
 const BUILTIN_FUNCS: &str = "exp, exp2, log, sqrt, rsqrt, tanh, sigmoid, abs, max, min, where, len, rsum, rmax, rmin, rdot, reshape";
-const PRIMITIVES: &str = "block, tensorize, map, cluster, fuse_at, num_warps, num_stages, max_registers, fast_math, dtypes, bound, compile";
+const PRIMITIVES: &str =
+    "block, tensorize, map, cluster, fuse_at, num_warps, num_stages, max_registers, fast_math, dtypes, bound, specialize, compile";
 
 #[derive(Clone, Copy, Debug)]
 enum Entity {
@@ -779,7 +780,7 @@ impl<'a, 'd> Checker<'a, 'd> {
                     self.sched_spans[f.index()].dtypes = Some(span);
                 }
             }
-            "block" | "bound" => {
+            "block" | "bound" | "specialize" => {
                 let is_block = prim.name == "block";
                 if is_block && self.sched_spans[f.index()].block.is_some() {
                     self.err(span, format!("`{fname}` is blocked twice"), "give all blocked dimensions in one `block(...)`");
@@ -824,7 +825,14 @@ impl<'a, 'd> Checker<'a, 'd> {
                     if n == 0 {
                         self.err(
                             *s,
-                            format!("a {} of 0 is not allowed", if is_block { "block extent" } else { "bound" }),
+                            format!(
+                                "a {} of 0 is not allowed",
+                                match prim.name.as_str() {
+                                    "block" => "block extent",
+                                    "bound" => "bound",
+                                    _ => "specialized size",
+                                }
+                            ),
                             "use a positive extent",
                         );
                         continue;
@@ -840,8 +848,10 @@ impl<'a, 'd> Checker<'a, 'd> {
                     sched.block = out.into_iter().map(|(d, n)| (d, n as u32)).collect();
                     self.sched_spans[f.index()].block = Some(span);
                     self.sched_spans[f.index()].placement.push(span);
-                } else {
+                } else if prim.name == "bound" {
                     sched.bounds.extend(out);
+                } else {
+                    sched.specialize.extend(out);
                 }
             }
             "tensorize" => {

@@ -423,6 +423,9 @@ pub struct Kernel {
     pub dims: Vec<(DimId, String)>,
     /// Largest allowed size of bounded dimensions (`bound`), checked at launch.
     pub bounds: Vec<(DimId, u64)>,
+    /// Sizes a twin of the kernel is built for, with every tensor contiguous (`specialize`,
+    /// [`launch_is_specialized`]).
+    pub specialize: Vec<(DimId, u64)>,
     pub dtypes: Vec<DType>,
     pub grid: Grid,
     pub num_warps: u32,
@@ -518,6 +521,9 @@ pub fn print(k: &Kernel) -> String {
     let _ = writeln!(out, "  sizes  {}", k.dims.iter().map(|(_, n)| n.as_str()).collect::<Vec<_>>().join(", "));
     for (d, b) in &k.bounds {
         let _ = writeln!(out, "  bound  {} <= {b}", k.dim_name(*d));
+    }
+    for (d, n) in &k.specialize {
+        let _ = writeln!(out, "  specialized twin for {} = {n}, contiguous tensors", k.dim_name(*d));
     }
     let order: Vec<String> = k
         .grid
@@ -680,6 +686,32 @@ pub fn runs_are_whole(k: &Kernel, elem_bytes: usize, size: impl Fn(usize) -> i64
 /// The symbol of the twin of GPU kernel `symbol` built for whole runs (see [`runs_are_whole`]).
 pub fn whole_runs_symbol(symbol: &str) -> String {
     format!("{symbol}_whole")
+}
+
+/// Whether a launch of `k` may run the twin built for its specialized sizes (`specialize`,
+/// symbol [`specialized_symbol`]): its runs are whole ([`runs_are_whole`]), each specialized
+/// dimension has the size given, and every tensor is contiguous (row-major, each stride the
+/// product of the sizes of the axes after it), as that twin takes those sizes and strides for
+/// constants.
+pub fn launch_is_specialized(k: &Kernel, elem_bytes: usize, size: impl Fn(usize) -> i64, tensors: &[LaunchTensor<'_>]) -> bool {
+    let params = k.inputs.iter().chain([&k.output]);
+    !k.specialize.is_empty()
+        && k.specialize.iter().all(|(d, n)| size(k.dim_slot(*d)) == *n as i64)
+        && runs_are_whole(k, elem_bytes, &size, tensors)
+        && params.zip(tensors).all(|(p, t)| {
+            let mut stride = 1i64;
+            p.dims.iter().enumerate().rev().all(|(a, d)| {
+                let ok = t.strides.get(a) == Some(&stride);
+                stride *= size(k.dim_slot(*d));
+                ok
+            })
+        })
+}
+
+/// The symbol of the twin of GPU kernel `symbol` built for its specialized sizes (see
+/// [`launch_is_specialized`]).
+pub fn specialized_symbol(symbol: &str) -> String {
+    format!("{symbol}_exact")
 }
 
 /// The largest thread-block cluster that every CUDA GPU with clusters runs.

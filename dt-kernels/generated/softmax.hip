@@ -770,6 +770,165 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16_whole(DT_GRID
     }
 }
 
+/* kernel softmax_1k for f16: grid block(x:1); 64 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16_exact(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = 1024; /* size of y, specialized */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_1k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        dt_f16s<16> v0; /* 16-bit values as loaded */
+        uint4 q3[2];
+        bool f4[2];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l5 = (int)((unsigned)e / 1024u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)(s1) + (unsigned)(0 + l6) * (unsigned)1;
+            f4[c] = (unsigned)(0 + l6) < (unsigned)s1;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            if (f4[c]) {
+                v0.w[c] = q3[c];
+            } else {
+                v0.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 2; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v6[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v6[r] = (v0[r] - v3[0]);
+            }
+        }
+        float v7[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v7[r] = dt_fast_exp(v6[r]);
+            }
+        }
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 64 + tid) * 8) / 1u % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a21 = 0e0f;
+            for (int g = 0; g < 2; g++) a21 = a21 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v9[r] = a21;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        float v16[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v16[r] = dt_fast_div(v7[r], v10[0]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l26 = (int)((unsigned)e / 1024u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l26) * (unsigned)(s1) + (unsigned)(0 + l27) * (unsigned)1;
+            if ((unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
+        }
+    }
+}
+
 /* kernel softmax_1k for bf16: grid block(x:1); 64 threads, 16 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
@@ -1107,6 +1266,165 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16_whole(DT_GRI
     }
 }
 
+/* kernel softmax_1k for bf16: grid block(x:1); 64 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16_exact(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = 1024; /* size of y, specialized */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_1k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        dt_bf16s<16> v0; /* 16-bit values as loaded */
+        uint4 q3[2];
+        bool f4[2];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l5 = (int)((unsigned)e / 1024u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)(s1) + (unsigned)(0 + l6) * (unsigned)1;
+            f4[c] = (unsigned)(0 + l6) < (unsigned)s1;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            if (f4[c]) {
+                v0.w[c] = q3[c];
+            } else {
+                v0.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 2; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v6[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v6[r] = (v0[r] - v3[0]);
+            }
+        }
+        float v7[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v7[r] = dt_fast_exp(v6[r]);
+            }
+        }
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 64 + tid) * 8) / 1u % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a21 = 0e0f;
+            for (int g = 0; g < 2; g++) a21 = a21 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v9[r] = a21;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        float v16[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v16[r] = dt_fast_div(v7[r], v10[0]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l26 = (int)((unsigned)e / 1024u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l26) * (unsigned)(s1) + (unsigned)(0 + l27) * (unsigned)1;
+            if ((unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
+        }
+    }
+}
+
 /* kernel softmax_1k for f32: grid block(x:1); 64 threads, 16 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
@@ -1428,6 +1746,165 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32_whole(DT_GRID
             const int l22 = (int)((unsigned)e / 1024u % 1u);
             const int l23 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l23) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
+        }
+    }
+}
+
+/* kernel softmax_1k for f32: grid block(x:1); 64 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32_exact(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = 1024; /* size of y, specialized */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    float* __restrict__ out = (float*)args.output; /* softmax_1k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        float v0[16];
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 64 + tid) * 4;
+            const int l3 = (int)((unsigned)e / 1024u % 1u);
+            const int l4 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l3) * (unsigned)(s1) + (unsigned)(0 + l4) * (unsigned)1;
+            if ((unsigned)(0 + l4) < (unsigned)s1) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 4 + 0] = __uint_as_float(q.x);
+                v0[c * 4 + 1] = __uint_as_float(q.y);
+                v0[c * 4 + 2] = __uint_as_float(q.z);
+                v0[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v0[c * 4 + 0] = (-INFINITY);
+                v0[c * 4 + 1] = (-INFINITY);
+                v0[c * 4 + 2] = (-INFINITY);
+                v0[c * 4 + 3] = (-INFINITY);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a6 = (-INFINITY);
+            for (int g = 0; g < 2; g++) a6 = fmaxf(a6, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a6;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v6[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
+            (void)e; {
+                v6[r] = (v0[r] - v3[0]);
+            }
+        }
+        float v7[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
+            (void)e; {
+                v7[r] = dt_fast_exp(v6[r]);
+            }
+        }
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
+            (void)e; {
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 64 + tid) * 4) / 1u % 1024u)) < (unsigned)s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a17 = 0e0f;
+            for (int g = 0; g < 2; g++) a17 = a17 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v9[r] = a17;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        float v16[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
+            (void)e; {
+                v16[r] = dt_fast_div(v7[r], v10[0]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 64 + tid) * 4;
+            const int l22 = (int)((unsigned)e / 1024u % 1u);
+            const int l23 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l22) * (unsigned)(s1) + (unsigned)(0 + l23) * (unsigned)1;
             if ((unsigned)(0 + l23) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
         }
     }
@@ -2770,6 +3247,165 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16_whole(DT_G
     }
 }
 
+/* kernel softmax_16k for f16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16_exact(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = 16384; /* size of y, specialized */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_16k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_16k.tensorize(x:1) */
+    { const long long o1 = b0 * 1; /* the block's one step */
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        dt_f16s<16> v0; /* 16-bit values as loaded */
+        uint4 q3[2];
+        bool f4[2];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l5 = (int)((unsigned)e / 16384u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)(s1) + (unsigned)(0 + l6) * (unsigned)1;
+            f4[c] = (unsigned)(0 + l6) < (unsigned)s1;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            if (f4[c]) {
+                v0.w[c] = q3[c];
+            } else {
+                v0.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v6[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            (void)e; {
+                v6[r] = (v0[r] - v3[0]);
+            }
+        }
+        float v7[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            (void)e; {
+                v7[r] = dt_fast_exp(v6[r]);
+            }
+        }
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            (void)e; {
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) / 1u % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a21 = 0e0f;
+            for (int g = 0; g < 32; g++) a21 = a21 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a21;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        float v16[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            (void)e; {
+                v16[r] = dt_fast_div(v7[r], v10[0]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l26 = (int)((unsigned)e / 16384u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l26) * (unsigned)(s1) + (unsigned)(0 + l27) * (unsigned)1;
+            if ((unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
+        }
+    }
+}
+
 /* kernel softmax_16k for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
@@ -3107,6 +3743,165 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16_whole(DT_
     }
 }
 
+/* kernel softmax_16k for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16_exact(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = 16384; /* size of y, specialized */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_16k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_16k.tensorize(x:1) */
+    { const long long o1 = b0 * 1; /* the block's one step */
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        dt_bf16s<16> v0; /* 16-bit values as loaded */
+        uint4 q3[2];
+        bool f4[2];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l5 = (int)((unsigned)e / 16384u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)(s1) + (unsigned)(0 + l6) * (unsigned)1;
+            f4[c] = (unsigned)(0 + l6) < (unsigned)s1;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            if (f4[c]) {
+                v0.w[c] = q3[c];
+            } else {
+                v0.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v6[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            (void)e; {
+                v6[r] = (v0[r] - v3[0]);
+            }
+        }
+        float v7[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            (void)e; {
+                v7[r] = dt_fast_exp(v6[r]);
+            }
+        }
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            (void)e; {
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) / 1u % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a21 = 0e0f;
+            for (int g = 0; g < 32; g++) a21 = a21 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a21;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        float v16[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            (void)e; {
+                v16[r] = dt_fast_div(v7[r], v10[0]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l26 = (int)((unsigned)e / 16384u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l26) * (unsigned)(s1) + (unsigned)(0 + l27) * (unsigned)1;
+            if ((unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
+        }
+    }
+}
+
 /* kernel softmax_16k for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
@@ -3428,6 +4223,165 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32_whole(DT_G
             const int l22 = (int)((unsigned)e / 16384u % 1u);
             const int l23 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l23) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
+        }
+    }
+}
+
+/* kernel softmax_16k for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32_exact(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = 16384; /* size of y, specialized */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    float* __restrict__ out = (float*)args.output; /* softmax_16k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_16k.tensorize(x:1) */
+    { const long long o1 = b0 * 1; /* the block's one step */
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        float v0[16];
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 1024 + tid) * 4;
+            const int l3 = (int)((unsigned)e / 16384u % 1u);
+            const int l4 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l3) * (unsigned)(s1) + (unsigned)(0 + l4) * (unsigned)1;
+            if ((unsigned)(0 + l4) < (unsigned)s1) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 4 + 0] = __uint_as_float(q.x);
+                v0[c * 4 + 1] = __uint_as_float(q.y);
+                v0[c * 4 + 2] = __uint_as_float(q.z);
+                v0[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v0[c * 4 + 0] = (-INFINITY);
+                v0[c * 4 + 1] = (-INFINITY);
+                v0[c * 4 + 2] = (-INFINITY);
+                v0[c * 4 + 3] = (-INFINITY);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a6 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a6 = fmaxf(a6, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a6;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v6[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            (void)e; {
+                v6[r] = (v0[r] - v3[0]);
+            }
+        }
+        float v7[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            (void)e; {
+                v7[r] = expf(v6[r]);
+            }
+        }
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            (void)e; {
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) / 1u % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a17 = 0e0f;
+            for (int g = 0; g < 32; g++) a17 = a17 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a17;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        float v16[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            (void)e; {
+                v16[r] = (v7[r] / v10[0]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 1024 + tid) * 4;
+            const int l22 = (int)((unsigned)e / 16384u % 1u);
+            const int l23 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l22) * (unsigned)(s1) + (unsigned)(0 + l23) * (unsigned)1;
             if ((unsigned)(0 + l23) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
         }
     }

@@ -233,17 +233,23 @@ fn plan_kernel(op: &OpDesc, kernel: &'static Kernel, dtype: DType, shapes: &[(&[
 }
 
 impl Plan {
-    /// The kernel to launch with argument block `args` (addresses and strides filled in): the
-    /// one built for whole 16-byte runs where the backend has it (`built`) and every tensor's
-    /// runs are whole ([`dt_core::kir::runs_are_whole`]); else the one built for any layout.
+    /// The kernel to launch with argument block `args` (addresses and strides filled in), of
+    /// those the backend has (`built`): the twin built for the sizes the class specializes where
+    /// the launch has them and contiguous tensors ([`dt_core::kir::launch_is_specialized`]); else
+    /// the one built for whole 16-byte runs where every tensor's runs are whole
+    /// ([`dt_core::kir::runs_are_whole`]); else the one built for any layout.
     pub(crate) fn launch_symbol(&self, args: &DtArgs, dtype: DType, built: impl Fn(&str) -> bool) -> String {
-        let whole = dt_core::kir::whole_runs_symbol(&self.symbol);
+        use dt_core::kir::{launch_is_specialized, runs_are_whole, specialized_symbol, whole_runs_symbol};
         let inputs = (0..self.kernel.inputs.len()).map(|slot| (args.inputs[slot], &args.input_strides[slot][..]));
         let tensors: Vec<dt_core::kir::LaunchTensor<'_>> = inputs
             .chain([(args.output, &args.output_strides[..])])
             .map(|(addr, strides)| dt_core::kir::LaunchTensor { addr, strides })
             .collect();
-        if built(&whole) && dt_core::kir::runs_are_whole(self.kernel, dtype.size_bytes(), |slot| args.sizes[slot], &tensors) {
+        let size = |slot: usize| args.sizes[slot];
+        let (exact, whole) = (specialized_symbol(&self.symbol), whole_runs_symbol(&self.symbol));
+        if built(&exact) && launch_is_specialized(self.kernel, dtype.size_bytes(), size, &tensors) {
+            exact
+        } else if built(&whole) && runs_are_whole(self.kernel, dtype.size_bytes(), size, &tensors) {
             whole
         } else {
             self.symbol.clone()
@@ -296,5 +302,26 @@ mod tests {
         assert_eq!(launched(1000, 1004, 0x10000), "dt_layernorm_1k_16bit_f16");
         assert_eq!(launched(1001, 1008, 0x10000), "dt_layernorm_1k_16bit_f16");
         assert_eq!(launched(1000, 1008, 0x10000), "dt_layernorm_1k_16bit_f16_whole");
+    }
+
+    /// Rows of exactly the length a class specializes, all tensors contiguous, run its
+    /// specialized twin; a row stride longer than the row, a misaligned address or another
+    /// length, the kernel for whole runs or for any layout.
+    #[test]
+    fn specialized_sizes_run_the_twin_built_for_them() {
+        let launched = |cols: usize, row_stride: usize, x_addr: u64| {
+            let (x, w) = ([8, cols], [cols]);
+            let shapes: [(&[usize], &[usize]); 3] = [(&x, &[row_stride, 1]), (&w, &[1]), (&w, &[1])];
+            let p = plan(&crate::layernorm::OP, DType::F32, &shapes, &[1e-5], Device::PLAIN).expect("plans");
+            let mut args = p.args;
+            args.inputs[..3].copy_from_slice(&[x_addr, 0x100000, 0x200000]);
+            args.output = 0x400000;
+            p.launch_symbol(&args, DType::F32, |s| p.spec.launch_row(s).is_some())
+        };
+        assert_eq!(launched(16384, 16384, 0x10000), "dt_layernorm_16k_f32_f32_exact");
+        assert_eq!(launched(16384, 16392, 0x10000), "dt_layernorm_16k_f32_f32_whole");
+        assert_eq!(launched(16384, 16384, 0x10004), "dt_layernorm_16k_f32_f32");
+        assert_eq!(launched(16380, 16380, 0x10000), "dt_layernorm_16k_f32_f32_whole");
+        assert_eq!(launched(1024, 1024, 0x10000), "dt_layernorm_1k_f32_exact");
     }
 }

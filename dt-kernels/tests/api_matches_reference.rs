@@ -288,6 +288,34 @@ fn long_rows_match_reference() {
     }
 }
 
+/// Rows of exactly the lengths that classes specialize (`specialize(y:1024)`, `(y:16384)`),
+/// contiguous, which on the GPU run those twins (sizes and strides constants); and the same
+/// lengths padded by one element and transposed, which run the kernels for any layout. Each in
+/// every element type, on the CPU and on the GPU.
+#[test]
+fn specialized_row_lengths_match_reference() {
+    fn rows<T: Element>(backend: Backend) -> Result<(), TestCaseError> {
+        let dtype = dtype_of::<T>();
+        let (flat, padded, transposed) =
+            (Placement::row_major(2), Placement { order: vec![0, 1], pad: 1 }, Placement { order: vec![1, 0], pad: 0 });
+        let vector = Placement::row_major(1);
+        let shapes = [(7, 1024, &flat), (5, 16384, &flat), (3, 1024, &padded), (2, 16384, &transposed)];
+        for (seed, (r, c, p)) in shapes.into_iter().enumerate() {
+            let (seed, std) = (seed as u64, if seed % 2 == 0 { 1.0 } else { 8.0 });
+            check::<T>(backend, &common::softmax(r, c, dtype, std, seed), std::slice::from_ref(p))?;
+            check::<T>(backend, &common::layernorm(r, c, dtype, std, 2.0, seed), &[p.clone(), vector.clone(), vector.clone()])?;
+        }
+        Ok(())
+    }
+    for backend in [Backend::Cpu, Backend::Gpu] {
+        if available(backend, "specialized_row_lengths_match_reference") {
+            rows::<f32>(backend).unwrap();
+            rows::<f16>(backend).unwrap();
+            rows::<bf16>(backend).unwrap();
+        }
+    }
+}
+
 /// The kernels of a spec compiled by NVRTC at run time (the path of a build without nvcc)
 /// compute what the fatbin's do.
 #[test]

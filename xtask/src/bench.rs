@@ -359,14 +359,16 @@ pub fn run(opts: &Options) -> Result<(), String> {
             let (kernel, bound) = choose_variant(&c.program, &c.kernels, job, &args, gpu.max_cluster())?;
             row.kernel = kernel.name.clone();
             let staged: Staged = gpu.stage(kernel, &bound, job.dtype).map_err(|e| e.to_string())?;
-            // As the library does: the kernel built for whole 16-byte runs where the tensors have
+            // As the library does: the twin built for the sizes the class specializes where the
+            // launch has them, else the kernel built for whole 16-byte runs where the tensors have
             // them (here, wherever the last axis is a multiple of the run).
             let symbol = dt_codegen::emit::symbol(kernel, job.dtype);
-            let whole = gpu::whole_runs_symbol(&symbol);
+            let (exact, whole) = (gpu::specialized_symbol(&symbol), gpu::whole_runs_symbol(&symbol));
             let info = c
                 .infos
                 .iter()
-                .find(|i| staged.whole_runs && i.symbol == whole)
+                .find(|i| staged.layouts == gpu::Layouts::Specialized && i.symbol == exact)
+                .or_else(|| c.infos.iter().find(|i| staged.layouts != gpu::Layouts::Any && i.symbol == whole))
                 .or_else(|| c.infos.iter().find(|i| i.symbol == symbol))
                 .ok_or("symbol")?;
             let f = gpu.function(&c.module, info).map_err(|e| e.to_string())?;

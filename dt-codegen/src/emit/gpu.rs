@@ -113,6 +113,13 @@ pub fn emit_file(header: &str, dialect: Dialect, kernels: &[(&Kernel, DType, Str
             out += &text_whole;
             infos.push(info_whole);
         }
+        // The twin for the sizes the schedule specializes (`specialize`).
+        if !k.specialize.is_empty() {
+            let (text_exact, info_exact) = emit_kernel(k, *dtype, &specialized_symbol(symbol), dialect, Layouts::Specialized)?;
+            out += "\n";
+            out += &text_exact;
+            infos.push(info_exact);
+        }
     }
     Ok((out, infos))
 }
@@ -127,6 +134,10 @@ pub enum Layouts {
     /// the bounds of its first element only. Where a launch's tensors qualify, the library and
     /// the bench run this kernel (symbol [`whole_runs_symbol`]).
     WholeRuns,
+    /// Whole runs, contiguous tensors, and the sizes the kernel is specialized for
+    /// ([`dt_core::kir::launch_is_specialized`]), which it takes for constants (symbol
+    /// [`specialized_symbol`]).
+    Specialized,
 }
 
 /// Whether every 16-byte run of `vector` elements that kernel `k` reads or writes starts at a
@@ -161,7 +172,7 @@ fn run_dims(k: &Kernel) -> Vec<DimId> {
 }
 
 /// The symbol of the kernel for whole runs ([`Layouts::WholeRuns`]) of the kernel `symbol`.
-pub use dt_core::kir::whole_runs_symbol;
+pub use dt_core::kir::{specialized_symbol, whole_runs_symbol};
 
 fn c_type(d: DType) -> &'static str {
     match d {
@@ -233,7 +244,8 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
         ring_words: 0,
         held: Vec::new(),
         run_window: None,
-        whole_runs: layouts == Layouts::WholeRuns && runs_start_whole(k, vector),
+        whole_runs: layouts != Layouts::Any && runs_start_whole(k, vector),
+        specialized: layouts == Layouts::Specialized,
     };
     let t = c_type(dtype);
     // max_registers(n): ask for as many resident programs per multiprocessor as n registers per
@@ -252,8 +264,11 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
     e.line("extern __shared__ float dt_smem[];");
     e.line("(void)dt_smem;");
     e.line("const int tid = (int)threadIdx.x;");
-    for (slot, (_, name)) in k.dims.iter().enumerate() {
-        e.line(&format!("const long long s{slot} = args.sizes[{slot}]; /* size of {name} */"));
+    for (slot, (d, name)) in k.dims.iter().enumerate() {
+        match k.specialize.iter().find(|(x, _)| x == d).filter(|_| e.specialized) {
+            Some((_, n)) => e.line(&format!("const long long s{slot} = {n}; /* size of {name}, specialized */")),
+            None => e.line(&format!("const long long s{slot} = args.sizes[{slot}]; /* size of {name} */")),
+        }
     }
     for (i, input) in k.inputs.iter().enumerate() {
         e.line(&format!("const {t}* __restrict__ in{i} = (const {t}*)args.inputs[{i}]; /* {} */", input.name));
@@ -405,16 +420,6 @@ fn same_layout(a: &Shape, b: &Shape) -> bool {
     wide(a) == wide(b)
 }
 
-/// The stride of axis `a` of input `input`, in the 32-bit arithmetic of [`super::GPU_INDEX`].
-fn input_stride(input: usize, a: usize) -> String {
-    format!("({})args.input_strides[{input}][{a}]", super::GPU_INDEX)
-}
-
-/// The stride of axis `a` of the output, in the 32-bit arithmetic of [`super::GPU_INDEX`].
-fn output_stride(a: usize) -> String {
-    format!("({})args.output_strides[{a}]", super::GPU_INDEX)
-}
-
 /// Bytes a thread moves per vector load or store.
 const VECTOR_BYTES: usize = 16;
 
@@ -506,6 +511,9 @@ struct Emitter<'a> {
     /// outside its tensor, so a run needs its first element's bounds only and no element-wise
     /// fallback.
     whole_runs: bool,
+    /// Whether the kernel is the twin built for its specialized sizes ([`Layouts::Specialized`]):
+    /// those sizes are constants, and every stride the product of the sizes after it.
+    specialized: bool,
     /// Inside a `backward` loop (the second read of a looped row): its 16-byte loads and stores
     /// touch lines for the last time, and say so (`dt_load_once`, `dt_store_once`).
     once: bool,
@@ -622,6 +630,44 @@ impl Emitter<'_> {
     /// [`super::masked_address`]), with no bound on a dimension whose full steps this is in.
     fn address(&self, dims: &[DimId], lanes: &Lanes, stride: impl Fn(usize) -> String) -> (String, String) {
         super::masked_address(super::GPU_INDEX, self.k, dims, lanes, |d| self.offset(d), stride, &self.full)
+    }
+
+    /// The stride of axis `a` of input `input`, in the 32-bit arithmetic of [`super::GPU_INDEX`]:
+    /// from the argument block, or, in the twin built for specialized sizes (whose tensors are
+    /// contiguous), the product of the sizes of the axes after it, which the compiler folds where
+    /// those sizes are the constants the twin has.
+    fn input_stride(&self, input: usize, a: usize) -> String {
+        match self.specialized {
+            true => self.contiguous_stride(&self.k.inputs[input].dims[a + 1..]),
+            false => format!("({})args.input_strides[{input}][{a}]", super::GPU_INDEX),
+        }
+    }
+
+    /// [`Self::input_stride`] for every axis of input `input`.
+    fn input_strides(&self, input: usize) -> Vec<String> {
+        (0..self.k.inputs[input].dims.len()).map(|a| self.input_stride(input, a)).collect()
+    }
+
+    /// The stride of axis `a` of the output, as [`Self::input_stride`].
+    fn output_stride(&self, a: usize) -> String {
+        match self.specialized {
+            true => self.contiguous_stride(&self.k.output.dims[a + 1..]),
+            false => format!("({})args.output_strides[{a}]", super::GPU_INDEX),
+        }
+    }
+
+    /// [`Self::output_stride`] for every axis of the output.
+    fn output_strides(&self) -> Vec<String> {
+        (0..self.k.output.dims.len()).map(|a| self.output_stride(a)).collect()
+    }
+
+    /// The stride of an axis of a contiguous tensor whose later axes are `later`.
+    fn contiguous_stride(&self, later: &[DimId]) -> String {
+        let sizes: Vec<String> = later.iter().map(|d| format!("s{}", self.k.dim_slot(*d))).collect();
+        match sizes.is_empty() {
+            true => format!("({})1", super::GPU_INDEX),
+            false => format!("({})({})", super::GPU_INDEX, sizes.join(" * ")),
+        }
     }
 
     /// Whether every lane of a register run ([`Mapping::run_start`]) of a `shape` tile in `layout`
@@ -1207,7 +1253,8 @@ impl Emitter<'_> {
     /// the caller `reads_memory` there, or checks its alignment) and `fast[c]`: whether it is one
     /// 16-byte access (contiguous, inside the tensor, aligned; for whole runs, inside).
     fn vector_access(&mut self, input: usize, axes: &[DimId], lanes: &Lanes, v: usize, fast: &str, reads_memory: bool) {
-        let stride = |a: usize| input_stride(input, a);
+        let strides = self.input_strides(input);
+        let stride = |a: usize| strides[a].clone();
         let last = axes.len() - 1;
         let (inside, addr) = self.address(axes, lanes, stride);
         if self.whole_runs {
@@ -1268,7 +1315,8 @@ impl Emitter<'_> {
         debug_assert_eq!(v, 8, "16-byte runs of 16-bit values");
         let runs = self.regs(shape.elements()) / v;
         let dst = format!("v{}", id.0);
-        let stride = |a: usize| input_stride(input, a);
+        let strides = self.input_strides(input);
+        let stride = |a: usize| strides[a].clone();
         let last = axes.len() - 1;
         let bits = match self.dtype {
             DType::BF16 => half::bf16::from_f32(fill).to_bits(),
@@ -1876,7 +1924,8 @@ impl Emitter<'_> {
             {
                 let dims = self.k.output.dims.clone();
                 let v = self.vector_run(tile, &dims).unwrap_or(1);
-                let stride = output_stride;
+                let strides = self.output_strides();
+                let stride = |a: usize| strides[a].clone();
                 let last = dims.len() - 1;
                 let store = format!("dt_store_{}", self.dtype.name());
                 let src = format!("v{}", value.0);
@@ -1910,7 +1959,7 @@ impl Emitter<'_> {
                 // A replicated tile is stored by one thread.
                 let writer = if layout == RegLayout::Replicated { "tid == 0 && " } else { "" };
                 self.for_owned(tile, layout, |e, l| {
-                    let (cond, addr) = e.address(&out_dims, l, output_stride);
+                    let (cond, addr) = e.address(&out_dims, l, |a| e.output_stride(a));
                     let v = e.read(&src[0], l);
                     e.line(&format!("if ({writer}{cond}) out[{addr}] = {store}({v});"));
                 });
@@ -1956,7 +2005,8 @@ impl Emitter<'_> {
                 self.declare(&dst, &shape);
                 let fill = float_lit(*fill);
                 let v = self.vector_run(&shape, axes).unwrap_or(1);
-                let stride = |a: usize| input_stride(*input, a);
+                let strides = self.input_strides(*input);
+                let stride = |a: usize| strides[a].clone();
                 let last = axes.len() - 1;
                 let load = format!("dt_load_{}", self.dtype.name());
                 let words = self.unpack_words(v);
@@ -2019,7 +2069,7 @@ impl Emitter<'_> {
                 let load = format!("dt_load_{}", self.dtype.name());
                 let fill = float_lit(*fill);
                 self.for_owned(&shape, layout, |e, l| {
-                    let (cond, addr) = e.address(axes, l, |a| input_stride(*input, a));
+                    let (cond, addr) = e.address(axes, l, |a| e.input_stride(*input, a));
                     e.line(&format!("{dst}[r] = ({cond}) ? {load}(in{input}[{addr}]) : {fill};"));
                 });
             }

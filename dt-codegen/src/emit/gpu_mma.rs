@@ -751,7 +751,7 @@ impl Emitter<'_> {
         let (input, axes) = (load.input, load.axes.clone());
         let name = self.k.inputs[input].name.clone();
         let copy = |e: &mut Self, l: &Lanes| {
-            let (cond, addr) = e.address(&axes, l, |a| super::input_stride(input, a));
+            let (cond, addr) = e.address(&axes, l, |a| e.input_stride(input, a));
             e.line(&format!("{dst}[{}] = ({cond}) ? in{input}[{addr}] : (unsigned short)0;", at(l)));
         };
         // 16 bytes at a time where the input's last axis runs along the staged lines, in whole
@@ -785,7 +785,7 @@ impl Emitter<'_> {
             };
             let (whole, _) = e.address(&load.axes, &at_lane(" + 7"), |_| String::new());
             let first = at_lane("");
-            let (_, addr) = e.address(&load.axes, &first, |a| super::input_stride(input, a));
+            let (_, addr) = e.address(&load.axes, &first, |a| e.input_stride(input, a));
             e.line(&format!("if ({flag} && {whole}) {{"));
             e.depth += 1;
             let copy16 = if buf.is_some() { "dt_cp_async16" } else { "dt_copy16_to_shared" };

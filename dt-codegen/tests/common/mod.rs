@@ -113,13 +113,37 @@ pub fn compare(got: &Tensor, want: &Tensor, dtype: DType, reduction_len: usize, 
 }
 
 /// The item of an emitted file's `items` that launch parameters `info` belong to (`symbol` gives
-/// an item's symbol): the item of that symbol, or the one whose kernel for whole runs it is.
+/// an item's symbol): the item of that symbol, or the one whose kernel for whole runs or whose
+/// specialized twin it is.
 pub fn item_of<'a, T>(items: &'a [T], symbol: impl Fn(&T) -> &str, info: &dt_codegen::emit::gpu::LaunchInfo) -> &'a T {
-    let whole = dt_codegen::emit::gpu::whole_runs_symbol;
+    use dt_codegen::emit::gpu::{specialized_symbol, whole_runs_symbol};
     items
         .iter()
-        .find(|i| symbol(i) == info.symbol || whole(symbol(i)) == info.symbol)
+        .find(|i| {
+            let s = symbol(i);
+            s == info.symbol || whole_runs_symbol(s) == info.symbol || specialized_symbol(s) == info.symbol
+        })
         .unwrap_or_else(|| panic!("no kernel for symbol `{}`", info.symbol))
+}
+
+/// Sizes drawn for any layout, made to fit the kernel of `info`: for the kernel for whole runs,
+/// [`whole_run_sizes`]; for the specialized twin, also the sizes it is specialized for.
+pub fn sizes_for(sizes: &mut [usize], k: &dt_core::kir::Kernel, info: &dt_codegen::emit::gpu::LaunchInfo) {
+    use dt_codegen::emit::gpu::Layouts;
+    if info.layouts == Layouts::Specialized {
+        for (d, n) in &k.specialize {
+            sizes[d.index()] = *n as usize;
+        }
+        // Few elements besides: the other dimensions halve until the launch has at most 2^16.
+        let fixed = |i: usize| k.specialize.iter().any(|(d, _)| d.index() == i);
+        while sizes.iter().product::<usize>() > 1 << 16 {
+            let Some(i) = (0..sizes.len()).filter(|&i| !fixed(i) && sizes[i] > 1).max_by_key(|&i| sizes[i]) else { break };
+            sizes[i] = sizes[i].div_ceil(2);
+        }
+    }
+    if info.layouts != Layouts::Any {
+        whole_run_sizes(sizes, k);
+    }
 }
 
 /// Rounds the sizes of the dimensions along which `k` reads or writes a tensor's last axis up

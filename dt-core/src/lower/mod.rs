@@ -76,6 +76,7 @@ pub fn lower(p: &Program, k: FuncId) -> Result<Kernel, LowerError> {
         output: TensorParam { name: f.name.clone(), dims: f.dims.clone() },
         dims: p.kernel_dims(k).into_iter().map(|d| (d, p.dim_name(d).to_string())).collect(),
         bounds: bounds(p, k),
+        specialize: f.schedule.specialize.clone(),
         dtypes: f.schedule.dtypes.clone(),
         grid: grid::build_grid(p, k),
         num_warps: f.schedule.num_warps,
