@@ -248,20 +248,46 @@ api_tests!(hip_f16, f16, Backend::Hip);
 #[cfg(feature = "hip")]
 api_tests!(hip_bf16, bf16, Backend::Hip);
 
+/// A row-major placement, one padded by one element per row (so that no row is 16-byte
+/// aligned) and a transposed one (no 16-byte runs at all).
+fn row_placements() -> (Placement, Placement, Placement) {
+    (Placement::row_major(2), Placement { order: vec![0, 1], pad: 1 }, Placement { order: vec![1, 0], pad: 0 })
+}
+
+/// Softmax and layernorm of `rows x cols` inputs placed as given, on `backend` against the
+/// reference, in every element type, with small and large spreads by turns.
+fn rows_match_reference(test: &str, shapes: &[(usize, usize, &Placement)]) {
+    fn rows<T: Element>(backend: Backend, shapes: &[(usize, usize, &Placement)]) -> Result<(), TestCaseError> {
+        let dtype = dtype_of::<T>();
+        let vector = Placement::row_major(1);
+        for (seed, &(r, c, p)) in shapes.iter().enumerate() {
+            let (seed, std) = (seed as u64, if seed % 2 == 0 { 1.0 } else { 8.0 });
+            check::<T>(backend, &common::softmax(r, c, dtype, std, seed), std::slice::from_ref(p))?;
+            check::<T>(backend, &common::layernorm(r, c, dtype, std, 2.0, seed), &[p.clone(), vector.clone(), vector.clone()])?;
+        }
+        Ok(())
+    }
+    for backend in [Backend::Cpu, Backend::Gpu] {
+        if available(backend, test) {
+            rows::<f32>(backend, shapes).unwrap();
+            rows::<f16>(backend, shapes).unwrap();
+            rows::<bf16>(backend, shapes).unwrap();
+        }
+    }
+}
+
 /// Rows longer than the property tests reach, for the classes of the longest rows (on a GPU
 /// with thread-block clusters, the clustered ones: a row split over the programs of a cluster,
 /// which in 16-bit softmax hold their blocks in shared memory; elsewhere the looped ones). Rows
 /// that fill every program, that leave the last programs of a cluster nothing, that end inside a
-/// program, and a row padded by one element (so that no row is 16-byte aligned), and transposed
-/// inputs (no 16-byte runs at all); each in every element type, with small and large spreads, on
-/// the CPU and on the GPU.
+/// program, padded rows and transposed inputs; each in every element type, with small and large
+/// spreads, on the CPU and on the GPU.
 #[test]
 fn long_rows_match_reference() {
-    fn long_rows<T: Element>(backend: Backend) -> Result<(), TestCaseError> {
-        let dtype = dtype_of::<T>();
-        let (flat, padded, transposed) =
-            (Placement::row_major(2), Placement { order: vec![0, 1], pad: 1 }, Placement { order: vec![1, 0], pad: 0 });
-        let shapes = [
+    let (flat, padded, transposed) = row_placements();
+    rows_match_reference(
+        "long_rows_match_reference",
+        &[
             (3, 40000, &padded),
             (2, 65536, &flat),
             (5, 65537, &padded),
@@ -270,50 +296,21 @@ fn long_rows_match_reference() {
             (3, 250001, &padded),
             (2, 240000, &transposed),
             (3, 30000, &transposed),
-        ];
-        let vector = Placement::row_major(1);
-        for (seed, (r, c, p)) in shapes.into_iter().enumerate() {
-            let (seed, std) = (seed as u64, if seed % 2 == 0 { 1.0 } else { 8.0 });
-            check::<T>(backend, &common::softmax(r, c, dtype, std, seed), std::slice::from_ref(p))?;
-            check::<T>(backend, &common::layernorm(r, c, dtype, std, 2.0, seed), &[p.clone(), vector.clone(), vector.clone()])?;
-        }
-        Ok(())
-    }
-    for backend in [Backend::Cpu, Backend::Gpu] {
-        if available(backend, "long_rows_match_reference") {
-            long_rows::<f32>(backend).unwrap();
-            long_rows::<f16>(backend).unwrap();
-            long_rows::<bf16>(backend).unwrap();
-        }
-    }
+        ],
+    );
 }
 
 /// Rows of exactly the lengths that classes specialize (`specialize(y:1024)`, `(y:16384)`),
 /// contiguous, which on the GPU run those twins (sizes and strides constants); and the same
-/// lengths padded by one element and transposed, which run the kernels for any layout. Each in
-/// every element type, on the CPU and on the GPU.
+/// lengths padded and transposed, which run the kernels for any layout. Each in every element
+/// type, on the CPU and on the GPU.
 #[test]
 fn specialized_row_lengths_match_reference() {
-    fn rows<T: Element>(backend: Backend) -> Result<(), TestCaseError> {
-        let dtype = dtype_of::<T>();
-        let (flat, padded, transposed) =
-            (Placement::row_major(2), Placement { order: vec![0, 1], pad: 1 }, Placement { order: vec![1, 0], pad: 0 });
-        let vector = Placement::row_major(1);
-        let shapes = [(7, 1024, &flat), (5, 16384, &flat), (3, 1024, &padded), (2, 16384, &transposed)];
-        for (seed, (r, c, p)) in shapes.into_iter().enumerate() {
-            let (seed, std) = (seed as u64, if seed % 2 == 0 { 1.0 } else { 8.0 });
-            check::<T>(backend, &common::softmax(r, c, dtype, std, seed), std::slice::from_ref(p))?;
-            check::<T>(backend, &common::layernorm(r, c, dtype, std, 2.0, seed), &[p.clone(), vector.clone(), vector.clone()])?;
-        }
-        Ok(())
-    }
-    for backend in [Backend::Cpu, Backend::Gpu] {
-        if available(backend, "specialized_row_lengths_match_reference") {
-            rows::<f32>(backend).unwrap();
-            rows::<f16>(backend).unwrap();
-            rows::<bf16>(backend).unwrap();
-        }
-    }
+    let (flat, padded, transposed) = row_placements();
+    rows_match_reference(
+        "specialized_row_lengths_match_reference",
+        &[(7, 1024, &flat), (5, 16384, &flat), (3, 1024, &padded), (2, 16384, &transposed)],
+    );
 }
 
 /// The kernels of a spec compiled by NVRTC at run time (the path of a build without nvcc)
