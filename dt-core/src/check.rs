@@ -852,6 +852,7 @@ impl<'a, 'd> Checker<'a, 'd> {
                     sched.bounds.extend(out);
                 } else {
                     sched.specialize.extend(out);
+                    self.sched_spans[f.index()].placement.push(span);
                 }
             }
             "tensorize" => {
