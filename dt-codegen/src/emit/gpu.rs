@@ -113,8 +113,12 @@ pub fn emit_file(header: &str, dialect: Dialect, kernels: &[(&Kernel, DType, Str
             out += &text_whole;
             infos.push(info_whole);
         }
-        // The twin for the sizes the schedule specializes (`specialize`).
-        if !k.specialize.is_empty() {
+        // The twin for the sizes the schedule specializes (`specialize`), where it can run: it
+        // needs whole runs, which a specialized size along a tensor's last axis that is no
+        // multiple of the run never gives.
+        let run = (dt_core::kir::RUN_BYTES / dtype.size_bytes()) as u64;
+        let last_axes: Vec<DimId> = k.inputs.iter().chain([&k.output]).filter_map(|t| t.dims.last().copied()).collect();
+        if !k.specialize.is_empty() && k.specialize.iter().all(|(d, n)| !last_axes.contains(d) || n % run == 0) {
             let (text_exact, info_exact) = emit_kernel(k, *dtype, &specialized_symbol(symbol), dialect, Layouts::Specialized)?;
             out += "\n";
             out += &text_exact;
