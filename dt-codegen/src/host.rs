@@ -119,18 +119,11 @@ pub fn fill_args(k: &Kernel, bound: &Bound, input_addrs: &[u64], output_addr: u6
     a
 }
 
-/// The tensors of the launch of `k` with argument block `a`, as [`dt_core::kir`] checks them.
-fn launch_tensors<'a>(k: &Kernel, a: &'a DtArgs) -> Vec<dt_core::kir::LaunchTensor<'a>> {
-    use dt_core::kir::LaunchTensor;
-    let inputs = (0..k.inputs.len()).map(|i| LaunchTensor { addr: a.inputs[i], strides: &a.input_strides[i] });
-    inputs.chain([LaunchTensor { addr: a.output, strides: &a.output_strides }]).collect()
-}
-
 /// The most specific layouts the launch of `k` with argument block `a` has: the sizes and
 /// contiguous tensors of its specialized twin ([`dt_core::kir::launch_is_specialized`]), whole
 /// 16-byte runs ([`dt_core::kir::runs_are_whole`]), or any.
 pub fn launch_layouts(k: &Kernel, dtype: DType, a: &DtArgs) -> Layouts {
-    let tensors = launch_tensors(k, a);
+    let tensors = dt_core::kir::launch_tensors(k, a);
     let size = |slot: usize| a.sizes[slot];
     if dt_core::kir::launch_is_specialized(k, dtype.size_bytes(), size, &tensors) {
         Layouts::Specialized

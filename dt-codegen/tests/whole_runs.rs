@@ -5,25 +5,11 @@
 //! is checked by `hip_cpu_matches_reference` (here, on the CPU) and `gpu_matches_reference`.
 //! Rows taken one per step are not bounds-checked at all.
 
-use dt_codegen::emit::gpu::{self, Dialect, Layouts};
-use dt_core::kir::Kernel;
+mod common;
+
+use common::{emitted, kernel_text};
+use dt_codegen::emit::gpu::{self, Layouts};
 use dt_core::DType;
-
-/// The emitted CUDA file of `src` for `dtype`, and the symbols and layouts of its kernels.
-fn emitted(src: &str, dtype: DType) -> (String, Vec<(String, Layouts)>) {
-    let p = dt_core::compile_spec(src).expect("spec checks");
-    let kernels = dt_core::lower::lower_all(&p).expect("lowers");
-    let items: Vec<(&Kernel, DType, String)> = kernels.iter().map(|k| (k, dtype, dt_codegen::emit::symbol(k, dtype))).collect();
-    let (text, infos) = gpu::emit_file("test", Dialect::Cuda, &items).expect("emits");
-    (text, infos.into_iter().map(|i| (i.symbol, i.layouts)).collect())
-}
-
-/// The text of kernel `symbol` in an emitted file.
-fn kernel_text<'a>(file: &'a str, symbol: &str) -> &'a str {
-    let start = file.find(&format!(" {symbol}(")).unwrap_or_else(|| panic!("no kernel {symbol}"));
-    let end = file[start..].find("\n}\n").map_or(file.len(), |e| start + e);
-    &file[start..end]
-}
 
 const SOFTMAX: &str = "Func m, s, out; In A; Var x; RVar y;
     m[x] = rmax(A[x, y], y);

@@ -661,6 +661,12 @@ pub struct LaunchTensor<'a> {
     pub strides: &'a [i64],
 }
 
+/// The tensors of a launch of `k` with argument block `a`: its inputs in order, then its output.
+pub fn launch_tensors<'a>(k: &Kernel, a: &'a crate::abi::DtArgs) -> Vec<LaunchTensor<'a>> {
+    let inputs = (0..k.inputs.len()).map(|i| LaunchTensor { addr: a.inputs[i], strides: &a.input_strides[i][..] });
+    inputs.chain([LaunchTensor { addr: a.output, strides: &a.output_strides[..] }]).collect()
+}
+
 /// Whether a launch of `k` on elements of `elem_bytes` bytes may run the kernel built for whole
 /// runs (`_whole`): every 16-byte run of every tensor is one aligned access, entirely inside or
 /// entirely outside it. So for each tensor (`tensors`: the inputs in order, then the output;

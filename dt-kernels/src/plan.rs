@@ -239,12 +239,8 @@ impl Plan {
     /// the one built for whole 16-byte runs where every tensor's runs are whole
     /// ([`dt_core::kir::runs_are_whole`]); else the one built for any layout.
     pub(crate) fn launch_symbol(&self, args: &DtArgs, dtype: DType, built: impl Fn(&str) -> bool) -> String {
-        use dt_core::kir::{launch_is_specialized, runs_are_whole, specialized_symbol, whole_runs_symbol};
-        let inputs = (0..self.kernel.inputs.len()).map(|slot| (args.inputs[slot], &args.input_strides[slot][..]));
-        let tensors: Vec<dt_core::kir::LaunchTensor<'_>> = inputs
-            .chain([(args.output, &args.output_strides[..])])
-            .map(|(addr, strides)| dt_core::kir::LaunchTensor { addr, strides })
-            .collect();
+        use dt_core::kir::{launch_is_specialized, launch_tensors, runs_are_whole, specialized_symbol, whole_runs_symbol};
+        let tensors = launch_tensors(self.kernel, args);
         let size = |slot: usize| args.sizes[slot];
         let (exact, whole) = (specialized_symbol(&self.symbol), whole_runs_symbol(&self.symbol));
         if built(&exact) && launch_is_specialized(self.kernel, dtype.size_bytes(), size, &tensors) {

@@ -157,3 +157,21 @@ pub fn whole_run_sizes(sizes: &mut [usize], k: &dt_core::kir::Kernel) {
         *n = n.next_multiple_of(8).min(cap);
     }
 }
+
+/// The emitted CUDA file of `src` for `dtype`, and the symbols and layouts of its kernels.
+pub fn emitted(src: &str, dtype: DType) -> (String, Vec<(String, dt_codegen::emit::gpu::Layouts)>) {
+    use dt_codegen::emit::gpu;
+    let p = dt_core::compile_spec(src).expect("spec checks");
+    let kernels = dt_core::lower::lower_all(&p).expect("lowers");
+    let items: Vec<(&dt_core::kir::Kernel, DType, String)> =
+        kernels.iter().map(|k| (k, dtype, dt_codegen::emit::symbol(k, dtype))).collect();
+    let (text, infos) = gpu::emit_file("test", gpu::Dialect::Cuda, &items).expect("emits");
+    (text, infos.into_iter().map(|i| (i.symbol, i.layouts)).collect())
+}
+
+/// The text of kernel `symbol` in an emitted file.
+pub fn kernel_text<'a>(file: &'a str, symbol: &str) -> &'a str {
+    let start = file.find(&format!(" {symbol}(")).unwrap_or_else(|| panic!("no kernel {symbol}"));
+    let end = file[start..].find("\n}\n").map_or(file.len(), |e| start + e);
+    &file[start..end]
+}
