@@ -14484,6 +14484,849 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
     }
 }
 
+/* kernel layernorm_256k for f32: grid block(x:1, y:65536); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_256k_f32_exact(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = 262144; /* size of y, specialized */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
+    const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
+    const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
+    float* __restrict__ out = (float*)args.output; /* layernorm_256k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n1 = (unsigned)(4);
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = (float)s1;
+    }
+    float v37[16];
+    #pragma unroll
+    for (int r = 0; r < 16; r++) {
+        const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        (void)e; {
+            v37[r] = 1e0f;
+        }
+    }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = 1e0f;
+    }
+    float v66[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v66[r] = (float)dt_max_ll(0, dt_min_ll(65536, s1 - b1 * 65536));
+    }
+    float v67[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v67[r] = 1e0f;
+    }
+    float v68[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v68[r] = fmaxf(v66[0], v67[0]);
+    }
+    float v24[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v24[r] = args.scalars[0];
+    }
+    /* block(x:1) layernorm_256k.tensorize(x:0) */
+    for (long long o4 = b0 * 1; o4 < dt_min_ll(b0 * 1 + 1, s0); o4 += 1) {
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc4[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc4[r] = 0e0f;
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* run count over y */
+        float acc6[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc6[r] = 0e0f;
+            }
+        }
+        /* run running mean over y */
+        float acc7[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc7[r] = 0e0f;
+            }
+        }
+        /* rsum layernorm_256k.tensorize(y:16384) + rsum layernorm_256k.tensorize(y:16384), in one pass */
+        for (long long o15 = b1 * 65536; o15 < dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o15 += 16384) {
+            float v75[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v75[r] = acc6[r];
+                }
+            }
+            float v76[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v76[r] = acc7[r];
+                }
+            }
+            float v77[16];
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l20 = (int)((unsigned)e / 16384u % 1u);
+                const int l21 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o4 + l20) * (unsigned)(s1) + (unsigned)(o15 + l21) * (unsigned)1;
+                const uint4 q = *(const uint4*)(in0 + a);
+                v77[c * 4 + 0] = __uint_as_float(q.x);
+                v77[c * 4 + 1] = __uint_as_float(q.y);
+                v77[c * 4 + 2] = __uint_as_float(q.z);
+                v77[c * 4 + 3] = __uint_as_float(q.w);
+            }
+            float v78[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v78[r] = (v77[r * 4 + 0] + v77[r * 4 + 1]) + (v77[r * 4 + 2] + v77[r * 4 + 3]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = acc4[r] + v78[r];
+                }
+            }
+            float v79[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v79[r] = (v37[r * 4 + 0] + v37[r * 4 + 1]) + (v37[r * 4 + 2] + v37[r * 4 + 3]);
+                }
+            }
+            float v80[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v80[r] = fmaxf(v79[r], v41[0]);
+                }
+            }
+            float v81[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v81[r] = (v78[r] / v80[r]);
+                }
+            }
+            float v82[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v82[r] = (v77[r] - v81[r / 4]);
+                }
+            }
+            float v83[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v83[r] = (v82[r] * v37[r]);
+                }
+            }
+            float v84[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v84[r] = (v83[r] * v83[r]);
+                }
+            }
+            float v85[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v85[r] = (v84[r * 4 + 0] + v84[r * 4 + 1]) + (v84[r * 4 + 2] + v84[r * 4 + 3]);
+                }
+            }
+            float v86[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v86[r] = (v75[r] + v79[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc6[r] = v86[r];
+                }
+            }
+            float v87[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v87[r] = fmaxf(v86[r], v41[0]);
+                }
+            }
+            float v88[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v88[r] = (v79[r] / v87[r]);
+                }
+            }
+            float v89[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v89[r] = (v81[r] - v76[r]);
+                }
+            }
+            float v90[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v90[r] = (v89[r] * v88[r]);
+                }
+            }
+            float v91[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v91[r] = (v76[r] + v90[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v91[r];
+                }
+            }
+            float v92[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v92[r] = (v90[r] * v89[r]);
+                }
+            }
+            float v93[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v93[r] = (v92[r] * v75[r]);
+                }
+            }
+            float v94[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v94[r] = acc5[r];
+                }
+            }
+            float v95[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v95[r] = (v94[r] + v85[r]);
+                }
+            }
+            float v96[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v96[r] = (v95[r] + v93[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc5[r] = v96[r];
+                }
+            }
+        }
+        /* rsum layernorm_256k.tensorize(y:16384) + rsum layernorm_256k.tensorize(y:16384), in one pass */
+        for (long long o66 = dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o66 < dt_min_ll(b1 * 65536 + 65536, s1); o66 += 16384) {
+            float v34[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v34[r] = acc6[r];
+                }
+            }
+            float v35[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v35[r] = acc7[r];
+                }
+            }
+            float v0[16];
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l71 = (int)((unsigned)e / 16384u % 1u);
+                const int l72 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o4 + l71) * (unsigned)(s1) + (unsigned)(o66 + l72) * (unsigned)1;
+                if ((unsigned)(o66 + l72) < (unsigned)s1) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v0[c * 4 + 0] = __uint_as_float(q.x);
+                    v0[c * 4 + 1] = __uint_as_float(q.y);
+                    v0[c * 4 + 2] = __uint_as_float(q.z);
+                    v0[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v0[c * 4 + 0] = 0e0f;
+                    v0[c * 4 + 1] = 0e0f;
+                    v0[c * 4 + 2] = 0e0f;
+                    v0[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v36[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v36[r] = (v0[r * 4 + 0] + v0[r * 4 + 1]) + (v0[r * 4 + 2] + v0[r * 4 + 3]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = acc4[r] + v36[r];
+                }
+            }
+            float v38[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v38[r] = ((unsigned)(o66 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) / 1u % 16384u)) < (unsigned)s1) ? v37[r] : 0e0f;
+                }
+            }
+            float v39[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v39[r] = (v38[r * 4 + 0] + v38[r * 4 + 1]) + (v38[r * 4 + 2] + v38[r * 4 + 3]);
+                }
+            }
+            float v42[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v42[r] = fmaxf(v39[r], v41[0]);
+                }
+            }
+            float v43[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v43[r] = (v36[r] / v42[r]);
+                }
+            }
+            float v44[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v44[r] = (v0[r] - v43[r / 4]);
+                }
+            }
+            float v45[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v45[r] = (v44[r] * v38[r]);
+                }
+            }
+            float v46[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v46[r] = (v45[r] * v45[r]);
+                }
+            }
+            float v47[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v47[r] = (v46[r * 4 + 0] + v46[r * 4 + 1]) + (v46[r * 4 + 2] + v46[r * 4 + 3]);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v48[r] = (v34[r] + v39[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc6[r] = v48[r];
+                }
+            }
+            float v49[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v49[r] = fmaxf(v48[r], v41[0]);
+                }
+            }
+            float v50[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v50[r] = (v39[r] / v49[r]);
+                }
+            }
+            float v51[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v51[r] = (v43[r] - v35[r]);
+                }
+            }
+            float v52[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v52[r] = (v51[r] * v50[r]);
+                }
+            }
+            float v53[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v53[r] = (v35[r] + v52[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v53[r];
+                }
+            }
+            float v54[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v54[r] = (v52[r] * v51[r]);
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v55[r] = (v54[r] * v34[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v56[r] = acc5[r];
+                }
+            }
+            float v57[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v57[r] = (v56[r] + v47[r]);
+                }
+            }
+            float v58[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v58[r] = (v57[r] + v55[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc5[r] = v58[r];
+                }
+            }
+        }
+        float v32[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v32[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v32[i * 4 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a121 = 0e0f;
+            for (int g = 0; g < 32; g++) a121 = a121 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a121;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v69[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v69[r] = (v3[0] / v68[0]);
+        }
+        float v59[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v59[r] = acc5[r];
+            }
+        }
+        float v60[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v60[r] = acc6[r];
+            }
+        }
+        float v61[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v61[r] = acc7[r];
+            }
+        }
+        float v70[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v70[r] = (v61[r] - v69[0]);
+            }
+        }
+        float v71[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v71[r] = (v70[r] * v70[r]);
+            }
+        }
+        float v72[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v72[r] = (v60[r] * v71[r]);
+            }
+        }
+        float v73[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v73[r] = (v59[r] + v72[r]);
+            }
+        }
+        float v74[1];
+        /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v73[i * 4 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a140 = 0e0f;
+            for (int g = 0; g < 32; g++) a140 = a140 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v74[r] = a140;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v74[0];
+        }
+        float v16[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v16[r] = acc2[r];
+        }
+        float v17[1];
+        float v4[1];
+        /* sum of squared deviations over the 4 programs of the cluster along y, at one meeting */
+        __shared__ float cl143[3];
+        if (tid == 0) cl143[0] = v3[0];
+        if (tid == 0) cl143[1] = v16[0];
+        if (tid == 0) cl143[2] = v66[0];
+        dt_cluster_sync();
+        {
+            const unsigned q = (unsigned)(tid % 32);
+            const float f = q < 4u ? dt_cluster_load(&cl143[0], q) : 0e0f;
+            const float s = q < 4u ? dt_cluster_load(&cl143[1], q) : 0e0f;
+            const float n = q < 4u ? dt_cluster_load(&cl143[2], q) : 0e0f;
+            float total = f, lanes = n;
+            for (int m = 16; m > 0; m >>= 1) total = total + dt_shfl_xor(total, m, 32);
+            for (int m = 16; m > 0; m >>= 1) lanes = lanes + dt_shfl_xor(lanes, m, 32);
+            const float d = n > 0e0f ? f / n - total / fmaxf(lanes, 1e0f) : 0e0f;
+            float t = n > 0e0f ? s + n * d * d : 0e0f;
+            for (int m = 16; m > 0; m >>= 1) t = t + dt_shfl_xor(t, m, 32);
+            v4[0] = total;
+            v17[0] = t;
+        }
+        dt_cluster_arrive();
+        float v6[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v6[r] = (v4[0] / v5[0]);
+        }
+        float v19[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v19[r] = (v17[0] / v5[0]);
+        }
+        float v25[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v25[r] = (v19[0] + v24[0]);
+        }
+        float v26[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v26[r] = dt_rsqrt(v25[0]);
+        }
+        /* block(y:65536) layernorm_256k.tensorize(y:16384) */
+        for (long long o148 = b1 * 65536 + (dt_cdiv(dt_min_ll(b1 * 65536 + 65536, s1) - (b1 * 65536), 16384) - 1) * 16384; o148 >= b1 * 65536; o148 -= 16384) {
+            float v20[16];
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l149 = (int)((unsigned)e / 16384u % 1u);
+                const int l150 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o4 + l149) * (unsigned)(s1) + (unsigned)(o148 + l150) * (unsigned)1;
+                if ((unsigned)(o148 + l150) < (unsigned)s1) {
+                    const uint4 q = dt_load_once((const uint4*)(in0 + a));
+                    v20[c * 4 + 0] = __uint_as_float(q.x);
+                    v20[c * 4 + 1] = __uint_as_float(q.y);
+                    v20[c * 4 + 2] = __uint_as_float(q.z);
+                    v20[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v20[c * 4 + 0] = 0e0f;
+                    v20[c * 4 + 1] = 0e0f;
+                    v20[c * 4 + 2] = 0e0f;
+                    v20[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v22[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v22[r] = (v20[r] - v6[0]);
+                }
+            }
+            float v27[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v27[r] = (v22[r] * v26[0]);
+                }
+            }
+            float v28[16];
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l155 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o148 + l155) * (unsigned)1;
+                if ((unsigned)(o148 + l155) < (unsigned)s1) {
+                    const uint4 q = *(const uint4*)(in1 + a);
+                    v28[c * 4 + 0] = __uint_as_float(q.x);
+                    v28[c * 4 + 1] = __uint_as_float(q.y);
+                    v28[c * 4 + 2] = __uint_as_float(q.z);
+                    v28[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v28[c * 4 + 0] = 0e0f;
+                    v28[c * 4 + 1] = 0e0f;
+                    v28[c * 4 + 2] = 0e0f;
+                    v28[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v29[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v29[r] = (v27[r] * v28[r]);
+                }
+            }
+            float v30[16];
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l158 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o148 + l158) * (unsigned)1;
+                if ((unsigned)(o148 + l158) < (unsigned)s1) {
+                    const uint4 q = *(const uint4*)(in2 + a);
+                    v30[c * 4 + 0] = __uint_as_float(q.x);
+                    v30[c * 4 + 1] = __uint_as_float(q.y);
+                    v30[c * 4 + 2] = __uint_as_float(q.z);
+                    v30[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v30[c * 4 + 0] = 0e0f;
+                    v30[c * 4 + 1] = 0e0f;
+                    v30[c * 4 + 2] = 0e0f;
+                    v30[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v31[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v31[r] = (v29[r] + v30[r]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l161 = (int)((unsigned)e / 16384u % 1u);
+                const int l162 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o4 + l161) * (unsigned)(s1) + (unsigned)(o148 + l162) * (unsigned)1;
+                if ((unsigned)(o148 + l162) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v31[c * 4 + 0]), __float_as_uint(v31[c * 4 + 1]), __float_as_uint(v31[c * 4 + 2]), __float_as_uint(v31[c * 4 + 3])));
+            }
+        }
+        dt_cluster_wait();
+    }
+}
+
 /* kernel layernorm for f16: grid block(x:1); 1024 threads, 65792 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
@@ -16449,6 +17292,966 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(DT_GRI
                 const int l213 = (int)((unsigned)e / 8192u % 1u);
                 const int l214 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o2 + l213) * (unsigned)args.output_strides[0] + (unsigned)(o180 + l214) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o180 + l214) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7])));
+            }
+        }
+    }
+}
+
+/* kernel layernorm for f16: grid block(x:1); 1024 threads, 65792 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_exact(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = 65536; /* size of y, specialized */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
+    const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v35[8];
+    #pragma unroll
+    for (int r = 0; r < 8; r++) {
+        const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        (void)e; {
+            v35[r] = 1e0f;
+        }
+    }
+    float v39[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v39[r] = 1e0f;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
+    /* block(x:1) layernorm.tensorize(x:0) */
+    for (long long o2 = b0 * 1; o2 < dt_min_ll(b0 * 1 + 1, s0); o2 += 1) {
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc4[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc4[r] = 0e0f;
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* run count over y */
+        float acc6[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc6[r] = 0e0f;
+            }
+        }
+        /* run running mean over y */
+        float acc7[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc7[r] = 0e0f;
+            }
+        }
+        /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads 3 steps ahead, staged in shared memory */
+        uint4* const ring13 = (uint4*)(dt_smem + 64);
+        if ((0) < (s1 / 8192) * 8192) {
+            bool fs14[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l15 = (int)((unsigned)e / 8192u % 1u);
+                const int l16 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l15) * (unsigned)(s1) + (unsigned)((0) + l16) * (unsigned)1;
+                fs14[c] = (unsigned)((0) + l16) < (unsigned)s1;
+                if (fs14[c]) dt_cp_async16(ring13 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((0) + 8192) < (s1 / 8192) * 8192) {
+            bool fs17[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l18 = (int)((unsigned)e / 8192u % 1u);
+                const int l19 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l18) * (unsigned)(s1) + (unsigned)(((0) + 8192) + l19) * (unsigned)1;
+                fs17[c] = (unsigned)(((0) + 8192) + l19) < (unsigned)s1;
+                if (fs17[c]) dt_cp_async16(ring13 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((0) + 8192) + 8192) < (s1 / 8192) * 8192) {
+            bool fs20[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l21 = (int)((unsigned)e / 8192u % 1u);
+                const int l22 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l21) * (unsigned)(s1) + (unsigned)((((0) + 8192) + 8192) + l22) * (unsigned)1;
+                fs20[c] = (unsigned)((((0) + 8192) + 8192) + l22) < (unsigned)s1;
+                if (fs20[c]) dt_cp_async16(ring13 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        unsigned st24 = 0; /* the buffer of this step */
+        for (long long o23 = 0; o23 < (s1 / 8192) * 8192; o23 += 8192) {
+            if ((((o23 + 8192) + 8192) + 8192) < (s1 / 8192) * 8192) {
+                bool fs25[1];
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l26 = (int)((unsigned)e / 8192u % 1u);
+                    const int l27 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o2 + l26) * (unsigned)(s1) + (unsigned)((((o23 + 8192) + 8192) + 8192) + l27) * (unsigned)1;
+                    fs25[c] = 1;
+                    if (fs25[c]) dt_cp_async16(ring13 + 0 + (((st24 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
+                }
+                dt_cp_async_commit();
+            } else {
+                dt_cp_async_commit();
+            }
+            dt_cp_async_wait<3>();
+            uint4 q28[1];
+            bool f29[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                f29[c] = 1;
+                if (f29[c]) q28[c] = ring13[0 + (st24 * 1 + c) * 1024 + tid];
+            }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v64[r] = acc6[r];
+                }
+            }
+            float v65[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v65[r] = acc7[r];
+                }
+            }
+            dt_f16s<8> v66; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f29[c]) {
+                    v66.w[c] = q28[c];
+                } else {
+                    v66.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v67[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v67[r] = ((v66[r * 8 + 0] + v66[r * 8 + 1]) + (v66[r * 8 + 2] + v66[r * 8 + 3])) + ((v66[r * 8 + 4] + v66[r * 8 + 5]) + (v66[r * 8 + 6] + v66[r * 8 + 7]));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v67[r];
+                }
+            }
+            float v68[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v68[r] = ((v35[r * 8 + 0] + v35[r * 8 + 1]) + (v35[r * 8 + 2] + v35[r * 8 + 3])) + ((v35[r * 8 + 4] + v35[r * 8 + 5]) + (v35[r * 8 + 6] + v35[r * 8 + 7]));
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v69[r] = fmaxf(v68[r], v39[0]);
+                }
+            }
+            float v70[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v70[r] = dt_fast_div(v67[r], v69[r]);
+                }
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v71[r] = (v66[r] - v70[r / 8]);
+                }
+            }
+            float v72[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v72[r] = (v71[r] * v35[r]);
+                }
+            }
+            float v73[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v73[r] = (v72[r] * v72[r]);
+                }
+            }
+            float v74[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v74[r] = ((v73[r * 8 + 0] + v73[r * 8 + 1]) + (v73[r * 8 + 2] + v73[r * 8 + 3])) + ((v73[r * 8 + 4] + v73[r * 8 + 5]) + (v73[r * 8 + 6] + v73[r * 8 + 7]));
+                }
+            }
+            float v75[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v75[r] = (v64[r] + v68[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v75[r];
+                }
+            }
+            float v76[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v76[r] = fmaxf(v75[r], v39[0]);
+                }
+            }
+            float v77[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v77[r] = dt_fast_div(v68[r], v76[r]);
+                }
+            }
+            float v78[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v78[r] = (v70[r] - v65[r]);
+                }
+            }
+            float v79[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v79[r] = (v78[r] * v77[r]);
+                }
+            }
+            float v80[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v80[r] = (v65[r] + v79[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v80[r];
+                }
+            }
+            float v81[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v81[r] = (v79[r] * v78[r]);
+                }
+            }
+            float v82[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v82[r] = (v81[r] * v64[r]);
+                }
+            }
+            float v83[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v83[r] = acc5[r];
+                }
+            }
+            float v84[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v84[r] = (v83[r] + v74[r]);
+                }
+            }
+            float v85[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v85[r] = (v84[r] + v82[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v85[r];
+                }
+            }
+            st24 = (st24 + 1) % 4u;
+        }
+        /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads 3 steps ahead, staged in shared memory */
+        uint4* const ring82 = (uint4*)(dt_smem + 64);
+        if (((s1 / 8192) * 8192) < s1) {
+            bool fs83[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l84 = (int)((unsigned)e / 8192u % 1u);
+                const int l85 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l84) * (unsigned)(s1) + (unsigned)(((s1 / 8192) * 8192) + l85) * (unsigned)1;
+                fs83[c] = (unsigned)(((s1 / 8192) * 8192) + l85) < (unsigned)s1;
+                if (fs83[c]) dt_cp_async16(ring82 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((s1 / 8192) * 8192) + 8192) < s1) {
+            bool fs86[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l87 = (int)((unsigned)e / 8192u % 1u);
+                const int l88 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l87) * (unsigned)(s1) + (unsigned)((((s1 / 8192) * 8192) + 8192) + l88) * (unsigned)1;
+                fs86[c] = (unsigned)((((s1 / 8192) * 8192) + 8192) + l88) < (unsigned)s1;
+                if (fs86[c]) dt_cp_async16(ring82 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((((s1 / 8192) * 8192) + 8192) + 8192) < s1) {
+            bool fs89[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l90 = (int)((unsigned)e / 8192u % 1u);
+                const int l91 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l90) * (unsigned)(s1) + (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + l91) * (unsigned)1;
+                fs89[c] = (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + l91) < (unsigned)s1;
+                if (fs89[c]) dt_cp_async16(ring82 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        unsigned st93 = 0; /* the buffer of this step */
+        for (long long o92 = (s1 / 8192) * 8192; o92 < s1; o92 += 8192) {
+            if ((((o92 + 8192) + 8192) + 8192) < s1) {
+                bool fs94[1];
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l95 = (int)((unsigned)e / 8192u % 1u);
+                    const int l96 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o2 + l95) * (unsigned)(s1) + (unsigned)((((o92 + 8192) + 8192) + 8192) + l96) * (unsigned)1;
+                    fs94[c] = (unsigned)((((o92 + 8192) + 8192) + 8192) + l96) < (unsigned)s1;
+                    if (fs94[c]) dt_cp_async16(ring82 + 0 + (((st93 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
+                }
+                dt_cp_async_commit();
+            } else {
+                dt_cp_async_commit();
+            }
+            dt_cp_async_wait<3>();
+            uint4 q97[1];
+            bool f98[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l100 = (int)((unsigned)e / 1u % 8192u);
+                f98[c] = (unsigned)(o92 + l100) < (unsigned)s1;
+                if (f98[c]) q97[c] = ring82[0 + (st93 * 1 + c) * 1024 + tid];
+            }
+            float v32[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v32[r] = acc6[r];
+                }
+            }
+            float v33[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v33[r] = acc7[r];
+                }
+            }
+            dt_f16s<8> v0; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f98[c]) {
+                    v0.w[c] = q97[c];
+                } else {
+                    v0.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v34[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v34[r] = ((v0[r * 8 + 0] + v0[r * 8 + 1]) + (v0[r * 8 + 2] + v0[r * 8 + 3])) + ((v0[r * 8 + 4] + v0[r * 8 + 5]) + (v0[r * 8 + 6] + v0[r * 8 + 7]));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v34[r];
+                }
+            }
+            float v36[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v36[r] = ((unsigned)(o92 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) / 1u % 8192u)) < (unsigned)s1) ? v35[r] : 0e0f;
+                }
+            }
+            float v37[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v37[r] = ((v36[r * 8 + 0] + v36[r * 8 + 1]) + (v36[r * 8 + 2] + v36[r * 8 + 3])) + ((v36[r * 8 + 4] + v36[r * 8 + 5]) + (v36[r * 8 + 6] + v36[r * 8 + 7]));
+                }
+            }
+            float v40[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v40[r] = fmaxf(v37[r], v39[0]);
+                }
+            }
+            float v41[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v41[r] = dt_fast_div(v34[r], v40[r]);
+                }
+            }
+            float v42[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v42[r] = (v0[r] - v41[r / 8]);
+                }
+            }
+            float v43[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v43[r] = (v42[r] * v36[r]);
+                }
+            }
+            float v44[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v44[r] = (v43[r] * v43[r]);
+                }
+            }
+            float v45[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v45[r] = ((v44[r * 8 + 0] + v44[r * 8 + 1]) + (v44[r * 8 + 2] + v44[r * 8 + 3])) + ((v44[r * 8 + 4] + v44[r * 8 + 5]) + (v44[r * 8 + 6] + v44[r * 8 + 7]));
+                }
+            }
+            float v46[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v46[r] = (v32[r] + v37[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v46[r];
+                }
+            }
+            float v47[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v47[r] = fmaxf(v46[r], v39[0]);
+                }
+            }
+            float v48[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v48[r] = dt_fast_div(v37[r], v47[r]);
+                }
+            }
+            float v49[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v49[r] = (v41[r] - v33[r]);
+                }
+            }
+            float v50[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v50[r] = (v49[r] * v48[r]);
+                }
+            }
+            float v51[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v51[r] = (v33[r] + v50[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v51[r];
+                }
+            }
+            float v52[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v52[r] = (v50[r] * v49[r]);
+                }
+            }
+            float v53[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v53[r] = (v52[r] * v32[r]);
+                }
+            }
+            float v54[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v54[r] = acc5[r];
+                }
+            }
+            float v55[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = (v54[r] + v45[r]);
+                }
+            }
+            float v56[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = (v55[r] + v53[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v56[r];
+                }
+            }
+            st93 = (st93 + 1) % 4u;
+        }
+        float v30[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v30[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v30[i * 1 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a155 = 0e0f;
+            for (int g = 0; g < 32; g++) a155 = a155 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a155;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v5[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v5[r] = dt_fast_div(v3[0], v4[0]);
+        }
+        float v57[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v57[r] = acc5[r];
+            }
+        }
+        float v58[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v58[r] = acc6[r];
+            }
+        }
+        float v59[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v59[r] = acc7[r];
+            }
+        }
+        float v60[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v60[r] = (v59[r] - v5[0]);
+            }
+        }
+        float v61[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v61[r] = (v60[r] * v60[r]);
+            }
+        }
+        float v62[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v62[r] = (v58[r] * v61[r]);
+            }
+        }
+        float v63[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v63[r] = (v57[r] + v62[r]);
+            }
+        }
+        float v14[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v63[i * 1 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a174 = 0e0f;
+            for (int g = 0; g < 32; g++) a174 = a174 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v14[r] = a174;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v14[0];
+        }
+        float v15[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v15[r] = acc2[r];
+        }
+        float v17[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v17[r] = dt_fast_div(v15[0], v4[0]);
+        }
+        float v23[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
+        }
+        float v24[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_fast_rsqrt(v23[0]);
+        }
+        /* layernorm.tensorize(y:8192) num_stages(4): loads one step ahead */
+        uint4 qn181[1];
+        bool fn182[1];
+        uint4 qn183[1];
+        bool fn184[1];
+        uint4 qn185[1];
+        bool fn186[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l187 = (int)((unsigned)e / 8192u % 1u);
+            const int l188 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o2 + l187) * (unsigned)(s1) + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l188) * (unsigned)1;
+            fn182[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l188) < (unsigned)s1;
+            if (fn182[c]) qn181[c] = dt_load_once((const uint4*)(in0 + a));
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l189 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l189) * (unsigned)1;
+            fn184[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l189) < (unsigned)s1;
+            if (fn184[c]) qn183[c] = *(const uint4*)(in1 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l190 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l190) * (unsigned)1;
+            fn186[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l190) < (unsigned)s1;
+            if (fn186[c]) qn185[c] = *(const uint4*)(in2 + a);
+        }
+        for (long long o180 = (dt_cdiv(s1, 8192) - 1) * 8192; o180 >= 0; o180 -= 8192) {
+            uint4 q191[1];
+            bool f192[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q191[c] = qn181[c]; f192[c] = fn182[c]; }
+            uint4 q193[1];
+            bool f194[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q193[c] = qn183[c]; f194[c] = fn184[c]; }
+            uint4 q195[1];
+            bool f196[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q195[c] = qn185[c]; f196[c] = fn186[c]; }
+            if (o180 - 8192 >= 0) {
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l197 = (int)((unsigned)e / 8192u % 1u);
+                    const int l198 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o2 + l197) * (unsigned)(s1) + (unsigned)((o180 - 8192) + l198) * (unsigned)1;
+                    fn182[c] = (unsigned)((o180 - 8192) + l198) < (unsigned)s1;
+                    if (fn182[c]) qn181[c] = dt_load_once((const uint4*)(in0 + a));
+                }
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l199 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o180 - 8192) + l199) * (unsigned)1;
+                    fn184[c] = (unsigned)((o180 - 8192) + l199) < (unsigned)s1;
+                    if (fn184[c]) qn183[c] = *(const uint4*)(in1 + a);
+                }
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l200 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o180 - 8192) + l200) * (unsigned)1;
+                    fn186[c] = (unsigned)((o180 - 8192) + l200) < (unsigned)s1;
+                    if (fn186[c]) qn185[c] = *(const uint4*)(in2 + a);
+                }
+            }
+            dt_f16s<8> v18; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f192[c]) {
+                    v18.w[c] = q191[c];
+                } else {
+                    v18.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v20[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v20[r] = (v18[r] - v5[0]);
+                }
+            }
+            float v25[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v25[r] = (v20[r] * v24[0]);
+                }
+            }
+            dt_f16s<8> v26; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f194[c]) {
+                    v26.w[c] = q193[c];
+                } else {
+                    v26.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v27[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v27[r] = (v25[r] * v26[r]);
+                }
+            }
+            dt_f16s<8> v28; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f196[c]) {
+                    v28.w[c] = q195[c];
+                } else {
+                    v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v29[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v29[r] = (v27[r] + v28[r]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l213 = (int)((unsigned)e / 8192u % 1u);
+                const int l214 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l213) * (unsigned)(s1) + (unsigned)(o180 + l214) * (unsigned)1;
                 if ((unsigned)(o180 + l214) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7])));
             }
         }
@@ -18426,6 +20229,966 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(DT_GR
     }
 }
 
+/* kernel layernorm for bf16: grid block(x:1); 1024 threads, 65792 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_exact(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = 65536; /* size of y, specialized */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
+    const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v35[8];
+    #pragma unroll
+    for (int r = 0; r < 8; r++) {
+        const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        (void)e; {
+            v35[r] = 1e0f;
+        }
+    }
+    float v39[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v39[r] = 1e0f;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
+    /* block(x:1) layernorm.tensorize(x:0) */
+    for (long long o2 = b0 * 1; o2 < dt_min_ll(b0 * 1 + 1, s0); o2 += 1) {
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc4[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc4[r] = 0e0f;
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* run count over y */
+        float acc6[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc6[r] = 0e0f;
+            }
+        }
+        /* run running mean over y */
+        float acc7[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc7[r] = 0e0f;
+            }
+        }
+        /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads 3 steps ahead, staged in shared memory */
+        uint4* const ring13 = (uint4*)(dt_smem + 64);
+        if ((0) < (s1 / 8192) * 8192) {
+            bool fs14[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l15 = (int)((unsigned)e / 8192u % 1u);
+                const int l16 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l15) * (unsigned)(s1) + (unsigned)((0) + l16) * (unsigned)1;
+                fs14[c] = (unsigned)((0) + l16) < (unsigned)s1;
+                if (fs14[c]) dt_cp_async16(ring13 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((0) + 8192) < (s1 / 8192) * 8192) {
+            bool fs17[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l18 = (int)((unsigned)e / 8192u % 1u);
+                const int l19 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l18) * (unsigned)(s1) + (unsigned)(((0) + 8192) + l19) * (unsigned)1;
+                fs17[c] = (unsigned)(((0) + 8192) + l19) < (unsigned)s1;
+                if (fs17[c]) dt_cp_async16(ring13 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((0) + 8192) + 8192) < (s1 / 8192) * 8192) {
+            bool fs20[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l21 = (int)((unsigned)e / 8192u % 1u);
+                const int l22 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l21) * (unsigned)(s1) + (unsigned)((((0) + 8192) + 8192) + l22) * (unsigned)1;
+                fs20[c] = (unsigned)((((0) + 8192) + 8192) + l22) < (unsigned)s1;
+                if (fs20[c]) dt_cp_async16(ring13 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        unsigned st24 = 0; /* the buffer of this step */
+        for (long long o23 = 0; o23 < (s1 / 8192) * 8192; o23 += 8192) {
+            if ((((o23 + 8192) + 8192) + 8192) < (s1 / 8192) * 8192) {
+                bool fs25[1];
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l26 = (int)((unsigned)e / 8192u % 1u);
+                    const int l27 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o2 + l26) * (unsigned)(s1) + (unsigned)((((o23 + 8192) + 8192) + 8192) + l27) * (unsigned)1;
+                    fs25[c] = 1;
+                    if (fs25[c]) dt_cp_async16(ring13 + 0 + (((st24 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
+                }
+                dt_cp_async_commit();
+            } else {
+                dt_cp_async_commit();
+            }
+            dt_cp_async_wait<3>();
+            uint4 q28[1];
+            bool f29[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                f29[c] = 1;
+                if (f29[c]) q28[c] = ring13[0 + (st24 * 1 + c) * 1024 + tid];
+            }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v64[r] = acc6[r];
+                }
+            }
+            float v65[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v65[r] = acc7[r];
+                }
+            }
+            dt_bf16s<8> v66; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f29[c]) {
+                    v66.w[c] = q28[c];
+                } else {
+                    v66.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v67[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v67[r] = ((v66[r * 8 + 0] + v66[r * 8 + 1]) + (v66[r * 8 + 2] + v66[r * 8 + 3])) + ((v66[r * 8 + 4] + v66[r * 8 + 5]) + (v66[r * 8 + 6] + v66[r * 8 + 7]));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v67[r];
+                }
+            }
+            float v68[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v68[r] = ((v35[r * 8 + 0] + v35[r * 8 + 1]) + (v35[r * 8 + 2] + v35[r * 8 + 3])) + ((v35[r * 8 + 4] + v35[r * 8 + 5]) + (v35[r * 8 + 6] + v35[r * 8 + 7]));
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v69[r] = fmaxf(v68[r], v39[0]);
+                }
+            }
+            float v70[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v70[r] = dt_fast_div(v67[r], v69[r]);
+                }
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v71[r] = (v66[r] - v70[r / 8]);
+                }
+            }
+            float v72[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v72[r] = (v71[r] * v35[r]);
+                }
+            }
+            float v73[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v73[r] = (v72[r] * v72[r]);
+                }
+            }
+            float v74[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v74[r] = ((v73[r * 8 + 0] + v73[r * 8 + 1]) + (v73[r * 8 + 2] + v73[r * 8 + 3])) + ((v73[r * 8 + 4] + v73[r * 8 + 5]) + (v73[r * 8 + 6] + v73[r * 8 + 7]));
+                }
+            }
+            float v75[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v75[r] = (v64[r] + v68[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v75[r];
+                }
+            }
+            float v76[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v76[r] = fmaxf(v75[r], v39[0]);
+                }
+            }
+            float v77[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v77[r] = dt_fast_div(v68[r], v76[r]);
+                }
+            }
+            float v78[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v78[r] = (v70[r] - v65[r]);
+                }
+            }
+            float v79[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v79[r] = (v78[r] * v77[r]);
+                }
+            }
+            float v80[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v80[r] = (v65[r] + v79[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v80[r];
+                }
+            }
+            float v81[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v81[r] = (v79[r] * v78[r]);
+                }
+            }
+            float v82[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v82[r] = (v81[r] * v64[r]);
+                }
+            }
+            float v83[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v83[r] = acc5[r];
+                }
+            }
+            float v84[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v84[r] = (v83[r] + v74[r]);
+                }
+            }
+            float v85[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v85[r] = (v84[r] + v82[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v85[r];
+                }
+            }
+            st24 = (st24 + 1) % 4u;
+        }
+        /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads 3 steps ahead, staged in shared memory */
+        uint4* const ring82 = (uint4*)(dt_smem + 64);
+        if (((s1 / 8192) * 8192) < s1) {
+            bool fs83[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l84 = (int)((unsigned)e / 8192u % 1u);
+                const int l85 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l84) * (unsigned)(s1) + (unsigned)(((s1 / 8192) * 8192) + l85) * (unsigned)1;
+                fs83[c] = (unsigned)(((s1 / 8192) * 8192) + l85) < (unsigned)s1;
+                if (fs83[c]) dt_cp_async16(ring82 + 0 + ((0) * 1 + c) * 1024 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if ((((s1 / 8192) * 8192) + 8192) < s1) {
+            bool fs86[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l87 = (int)((unsigned)e / 8192u % 1u);
+                const int l88 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l87) * (unsigned)(s1) + (unsigned)((((s1 / 8192) * 8192) + 8192) + l88) * (unsigned)1;
+                fs86[c] = (unsigned)((((s1 / 8192) * 8192) + 8192) + l88) < (unsigned)s1;
+                if (fs86[c]) dt_cp_async16(ring82 + 0 + ((1) * 1 + c) * 1024 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        if (((((s1 / 8192) * 8192) + 8192) + 8192) < s1) {
+            bool fs89[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l90 = (int)((unsigned)e / 8192u % 1u);
+                const int l91 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l90) * (unsigned)(s1) + (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + l91) * (unsigned)1;
+                fs89[c] = (unsigned)(((((s1 / 8192) * 8192) + 8192) + 8192) + l91) < (unsigned)s1;
+                if (fs89[c]) dt_cp_async16(ring82 + 0 + ((2) * 1 + c) * 1024 + tid, in0 + a);
+            }
+            dt_cp_async_commit();
+        } else {
+            dt_cp_async_commit();
+        }
+        unsigned st93 = 0; /* the buffer of this step */
+        for (long long o92 = (s1 / 8192) * 8192; o92 < s1; o92 += 8192) {
+            if ((((o92 + 8192) + 8192) + 8192) < s1) {
+                bool fs94[1];
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l95 = (int)((unsigned)e / 8192u % 1u);
+                    const int l96 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o2 + l95) * (unsigned)(s1) + (unsigned)((((o92 + 8192) + 8192) + 8192) + l96) * (unsigned)1;
+                    fs94[c] = (unsigned)((((o92 + 8192) + 8192) + 8192) + l96) < (unsigned)s1;
+                    if (fs94[c]) dt_cp_async16(ring82 + 0 + (((st93 + 3) % 4u) * 1 + c) * 1024 + tid, in0 + a);
+                }
+                dt_cp_async_commit();
+            } else {
+                dt_cp_async_commit();
+            }
+            dt_cp_async_wait<3>();
+            uint4 q97[1];
+            bool f98[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l100 = (int)((unsigned)e / 1u % 8192u);
+                f98[c] = (unsigned)(o92 + l100) < (unsigned)s1;
+                if (f98[c]) q97[c] = ring82[0 + (st93 * 1 + c) * 1024 + tid];
+            }
+            float v32[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v32[r] = acc6[r];
+                }
+            }
+            float v33[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v33[r] = acc7[r];
+                }
+            }
+            dt_bf16s<8> v0; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f98[c]) {
+                    v0.w[c] = q97[c];
+                } else {
+                    v0.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v34[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v34[r] = ((v0[r * 8 + 0] + v0[r * 8 + 1]) + (v0[r * 8 + 2] + v0[r * 8 + 3])) + ((v0[r * 8 + 4] + v0[r * 8 + 5]) + (v0[r * 8 + 6] + v0[r * 8 + 7]));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v34[r];
+                }
+            }
+            float v36[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v36[r] = ((unsigned)(o92 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) / 1u % 8192u)) < (unsigned)s1) ? v35[r] : 0e0f;
+                }
+            }
+            float v37[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v37[r] = ((v36[r * 8 + 0] + v36[r * 8 + 1]) + (v36[r * 8 + 2] + v36[r * 8 + 3])) + ((v36[r * 8 + 4] + v36[r * 8 + 5]) + (v36[r * 8 + 6] + v36[r * 8 + 7]));
+                }
+            }
+            float v40[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v40[r] = fmaxf(v37[r], v39[0]);
+                }
+            }
+            float v41[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v41[r] = dt_fast_div(v34[r], v40[r]);
+                }
+            }
+            float v42[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v42[r] = (v0[r] - v41[r / 8]);
+                }
+            }
+            float v43[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v43[r] = (v42[r] * v36[r]);
+                }
+            }
+            float v44[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v44[r] = (v43[r] * v43[r]);
+                }
+            }
+            float v45[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v45[r] = ((v44[r * 8 + 0] + v44[r * 8 + 1]) + (v44[r * 8 + 2] + v44[r * 8 + 3])) + ((v44[r * 8 + 4] + v44[r * 8 + 5]) + (v44[r * 8 + 6] + v44[r * 8 + 7]));
+                }
+            }
+            float v46[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v46[r] = (v32[r] + v37[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v46[r];
+                }
+            }
+            float v47[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v47[r] = fmaxf(v46[r], v39[0]);
+                }
+            }
+            float v48[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v48[r] = dt_fast_div(v37[r], v47[r]);
+                }
+            }
+            float v49[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v49[r] = (v41[r] - v33[r]);
+                }
+            }
+            float v50[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v50[r] = (v49[r] * v48[r]);
+                }
+            }
+            float v51[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v51[r] = (v33[r] + v50[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v51[r];
+                }
+            }
+            float v52[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v52[r] = (v50[r] * v49[r]);
+                }
+            }
+            float v53[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v53[r] = (v52[r] * v32[r]);
+                }
+            }
+            float v54[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v54[r] = acc5[r];
+                }
+            }
+            float v55[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = (v54[r] + v45[r]);
+                }
+            }
+            float v56[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = (v55[r] + v53[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v56[r];
+                }
+            }
+            st93 = (st93 + 1) % 4u;
+        }
+        float v30[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v30[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v30[i * 1 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a155 = 0e0f;
+            for (int g = 0; g < 32; g++) a155 = a155 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a155;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v5[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v5[r] = dt_fast_div(v3[0], v4[0]);
+        }
+        float v57[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v57[r] = acc5[r];
+            }
+        }
+        float v58[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v58[r] = acc6[r];
+            }
+        }
+        float v59[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v59[r] = acc7[r];
+            }
+        }
+        float v60[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v60[r] = (v59[r] - v5[0]);
+            }
+        }
+        float v61[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v61[r] = (v60[r] * v60[r]);
+            }
+        }
+        float v62[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v62[r] = (v58[r] * v61[r]);
+            }
+        }
+        float v63[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v63[r] = (v57[r] + v62[r]);
+            }
+        }
+        float v14[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v63[i * 1 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a174 = 0e0f;
+            for (int g = 0; g < 32; g++) a174 = a174 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v14[r] = a174;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v14[0];
+        }
+        float v15[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v15[r] = acc2[r];
+        }
+        float v17[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v17[r] = dt_fast_div(v15[0], v4[0]);
+        }
+        float v23[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
+        }
+        float v24[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_fast_rsqrt(v23[0]);
+        }
+        /* layernorm.tensorize(y:8192) num_stages(4): loads one step ahead */
+        uint4 qn181[1];
+        bool fn182[1];
+        uint4 qn183[1];
+        bool fn184[1];
+        uint4 qn185[1];
+        bool fn186[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l187 = (int)((unsigned)e / 8192u % 1u);
+            const int l188 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o2 + l187) * (unsigned)(s1) + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l188) * (unsigned)1;
+            fn182[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l188) < (unsigned)s1;
+            if (fn182[c]) qn181[c] = dt_load_once((const uint4*)(in0 + a));
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l189 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l189) * (unsigned)1;
+            fn184[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l189) < (unsigned)s1;
+            if (fn184[c]) qn183[c] = *(const uint4*)(in1 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l190 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l190) * (unsigned)1;
+            fn186[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l190) < (unsigned)s1;
+            if (fn186[c]) qn185[c] = *(const uint4*)(in2 + a);
+        }
+        for (long long o180 = (dt_cdiv(s1, 8192) - 1) * 8192; o180 >= 0; o180 -= 8192) {
+            uint4 q191[1];
+            bool f192[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q191[c] = qn181[c]; f192[c] = fn182[c]; }
+            uint4 q193[1];
+            bool f194[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q193[c] = qn183[c]; f194[c] = fn184[c]; }
+            uint4 q195[1];
+            bool f196[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q195[c] = qn185[c]; f196[c] = fn186[c]; }
+            if (o180 - 8192 >= 0) {
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l197 = (int)((unsigned)e / 8192u % 1u);
+                    const int l198 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o2 + l197) * (unsigned)(s1) + (unsigned)((o180 - 8192) + l198) * (unsigned)1;
+                    fn182[c] = (unsigned)((o180 - 8192) + l198) < (unsigned)s1;
+                    if (fn182[c]) qn181[c] = dt_load_once((const uint4*)(in0 + a));
+                }
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l199 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o180 - 8192) + l199) * (unsigned)1;
+                    fn184[c] = (unsigned)((o180 - 8192) + l199) < (unsigned)s1;
+                    if (fn184[c]) qn183[c] = *(const uint4*)(in1 + a);
+                }
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l200 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o180 - 8192) + l200) * (unsigned)1;
+                    fn186[c] = (unsigned)((o180 - 8192) + l200) < (unsigned)s1;
+                    if (fn186[c]) qn185[c] = *(const uint4*)(in2 + a);
+                }
+            }
+            dt_bf16s<8> v18; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f192[c]) {
+                    v18.w[c] = q191[c];
+                } else {
+                    v18.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v20[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v20[r] = (v18[r] - v5[0]);
+                }
+            }
+            float v25[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v25[r] = (v20[r] * v24[0]);
+                }
+            }
+            dt_bf16s<8> v26; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f194[c]) {
+                    v26.w[c] = q193[c];
+                } else {
+                    v26.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v27[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v27[r] = (v25[r] * v26[r]);
+                }
+            }
+            dt_bf16s<8> v28; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f196[c]) {
+                    v28.w[c] = q195[c];
+                } else {
+                    v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v29[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v29[r] = (v27[r] + v28[r]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l213 = (int)((unsigned)e / 8192u % 1u);
+                const int l214 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l213) * (unsigned)(s1) + (unsigned)(o180 + l214) * (unsigned)1;
+                if ((unsigned)(o180 + l214) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7])));
+            }
+        }
+    }
+}
+
 /* kernel layernorm for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
@@ -20019,6 +22782,798 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(DT_GRI
                 const int l157 = (int)((unsigned)e / 8192u % 1u);
                 const int l158 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o2 + l157) * (unsigned)args.output_strides[0] + (unsigned)(o144 + l158) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o144 + l158) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3])));
+            }
+        }
+    }
+}
+
+/* kernel layernorm for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_exact(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = 65536; /* size of y, specialized */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
+    const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
+    const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
+    float* __restrict__ out = (float*)args.output; /* layernorm */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v35[8];
+    #pragma unroll
+    for (int r = 0; r < 8; r++) {
+        const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        (void)e; {
+            v35[r] = 1e0f;
+        }
+    }
+    float v39[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v39[r] = 1e0f;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
+    /* block(x:1) layernorm.tensorize(x:0) */
+    for (long long o2 = b0 * 1; o2 < dt_min_ll(b0 * 1 + 1, s0); o2 += 1) {
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc4[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc4[r] = 0e0f;
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* run count over y */
+        float acc6[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc6[r] = 0e0f;
+            }
+        }
+        /* run running mean over y */
+        float acc7[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc7[r] = 0e0f;
+            }
+        }
+        /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
+        for (long long o13 = 0; o13 < (s1 / 8192) * 8192; o13 += 8192) {
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v64[r] = acc6[r];
+                }
+            }
+            float v65[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v65[r] = acc7[r];
+                }
+            }
+            float v66[8];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l18 = (int)((unsigned)e / 8192u % 1u);
+                const int l19 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l18) * (unsigned)(s1) + (unsigned)(o13 + l19) * (unsigned)1;
+                const uint4 q = *(const uint4*)(in0 + a);
+                v66[c * 4 + 0] = __uint_as_float(q.x);
+                v66[c * 4 + 1] = __uint_as_float(q.y);
+                v66[c * 4 + 2] = __uint_as_float(q.z);
+                v66[c * 4 + 3] = __uint_as_float(q.w);
+            }
+            float v67[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v67[r] = (v66[r * 4 + 0] + v66[r * 4 + 1]) + (v66[r * 4 + 2] + v66[r * 4 + 3]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = acc4[r] + v67[r];
+                }
+            }
+            float v68[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v68[r] = (v35[r * 4 + 0] + v35[r * 4 + 1]) + (v35[r * 4 + 2] + v35[r * 4 + 3]);
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v69[r] = fmaxf(v68[r], v39[0]);
+                }
+            }
+            float v70[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v70[r] = (v67[r] / v69[r]);
+                }
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v71[r] = (v66[r] - v70[r / 4]);
+                }
+            }
+            float v72[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v72[r] = (v71[r] * v35[r]);
+                }
+            }
+            float v73[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v73[r] = (v72[r] * v72[r]);
+                }
+            }
+            float v74[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v74[r] = (v73[r * 4 + 0] + v73[r * 4 + 1]) + (v73[r * 4 + 2] + v73[r * 4 + 3]);
+                }
+            }
+            float v75[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v75[r] = (v64[r] + v68[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc6[r] = v75[r];
+                }
+            }
+            float v76[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v76[r] = fmaxf(v75[r], v39[0]);
+                }
+            }
+            float v77[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v77[r] = (v68[r] / v76[r]);
+                }
+            }
+            float v78[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v78[r] = (v70[r] - v65[r]);
+                }
+            }
+            float v79[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v79[r] = (v78[r] * v77[r]);
+                }
+            }
+            float v80[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v80[r] = (v65[r] + v79[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v80[r];
+                }
+            }
+            float v81[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v81[r] = (v79[r] * v78[r]);
+                }
+            }
+            float v82[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v82[r] = (v81[r] * v64[r]);
+                }
+            }
+            float v83[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v83[r] = acc5[r];
+                }
+            }
+            float v84[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v84[r] = (v83[r] + v74[r]);
+                }
+            }
+            float v85[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v85[r] = (v84[r] + v82[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc5[r] = v85[r];
+                }
+            }
+        }
+        /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
+        for (long long o64 = (s1 / 8192) * 8192; o64 < s1; o64 += 8192) {
+            float v32[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v32[r] = acc6[r];
+                }
+            }
+            float v33[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v33[r] = acc7[r];
+                }
+            }
+            float v0[8];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l69 = (int)((unsigned)e / 8192u % 1u);
+                const int l70 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l69) * (unsigned)(s1) + (unsigned)(o64 + l70) * (unsigned)1;
+                if ((unsigned)(o64 + l70) < (unsigned)s1) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v0[c * 4 + 0] = __uint_as_float(q.x);
+                    v0[c * 4 + 1] = __uint_as_float(q.y);
+                    v0[c * 4 + 2] = __uint_as_float(q.z);
+                    v0[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v0[c * 4 + 0] = 0e0f;
+                    v0[c * 4 + 1] = 0e0f;
+                    v0[c * 4 + 2] = 0e0f;
+                    v0[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v34[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v34[r] = (v0[r * 4 + 0] + v0[r * 4 + 1]) + (v0[r * 4 + 2] + v0[r * 4 + 3]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = acc4[r] + v34[r];
+                }
+            }
+            float v36[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v36[r] = ((unsigned)(o64 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) / 1u % 8192u)) < (unsigned)s1) ? v35[r] : 0e0f;
+                }
+            }
+            float v37[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v37[r] = (v36[r * 4 + 0] + v36[r * 4 + 1]) + (v36[r * 4 + 2] + v36[r * 4 + 3]);
+                }
+            }
+            float v40[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v40[r] = fmaxf(v37[r], v39[0]);
+                }
+            }
+            float v41[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v41[r] = (v34[r] / v40[r]);
+                }
+            }
+            float v42[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v42[r] = (v0[r] - v41[r / 4]);
+                }
+            }
+            float v43[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v43[r] = (v42[r] * v36[r]);
+                }
+            }
+            float v44[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v44[r] = (v43[r] * v43[r]);
+                }
+            }
+            float v45[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v45[r] = (v44[r * 4 + 0] + v44[r * 4 + 1]) + (v44[r * 4 + 2] + v44[r * 4 + 3]);
+                }
+            }
+            float v46[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v46[r] = (v32[r] + v37[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc6[r] = v46[r];
+                }
+            }
+            float v47[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v47[r] = fmaxf(v46[r], v39[0]);
+                }
+            }
+            float v48[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v48[r] = (v37[r] / v47[r]);
+                }
+            }
+            float v49[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v49[r] = (v41[r] - v33[r]);
+                }
+            }
+            float v50[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v50[r] = (v49[r] * v48[r]);
+                }
+            }
+            float v51[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v51[r] = (v33[r] + v50[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v51[r];
+                }
+            }
+            float v52[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v52[r] = (v50[r] * v49[r]);
+                }
+            }
+            float v53[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v53[r] = (v52[r] * v32[r]);
+                }
+            }
+            float v54[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v54[r] = acc5[r];
+                }
+            }
+            float v55[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v55[r] = (v54[r] + v45[r]);
+                }
+            }
+            float v56[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v56[r] = (v55[r] + v53[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc5[r] = v56[r];
+                }
+            }
+        }
+        float v30[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v30[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 2; q++) p[i] = p[i] + v30[i * 2 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a119 = 0e0f;
+            for (int g = 0; g < 32; g++) a119 = a119 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a119;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v5[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v5[r] = (v3[0] / v4[0]);
+        }
+        float v57[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v57[r] = acc5[r];
+            }
+        }
+        float v58[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v58[r] = acc6[r];
+            }
+        }
+        float v59[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v59[r] = acc7[r];
+            }
+        }
+        float v60[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v60[r] = (v59[r] - v5[0]);
+            }
+        }
+        float v61[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v61[r] = (v60[r] * v60[r]);
+            }
+        }
+        float v62[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v62[r] = (v58[r] * v61[r]);
+            }
+        }
+        float v63[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v63[r] = (v57[r] + v62[r]);
+            }
+        }
+        float v14[1];
+        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 2; q++) p[i] = p[i] + v63[i * 2 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a138 = 0e0f;
+            for (int g = 0; g < 32; g++) a138 = a138 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v14[r] = a138;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v14[0];
+        }
+        float v15[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v15[r] = acc2[r];
+        }
+        float v17[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v17[r] = (v15[0] / v4[0]);
+        }
+        float v23[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
+        }
+        float v24[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_rsqrt(v23[0]);
+        }
+        /* layernorm.tensorize(y:8192) num_stages(4) */
+        for (long long o144 = (dt_cdiv(s1, 8192) - 1) * 8192; o144 >= 0; o144 -= 8192) {
+            float v18[8];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l145 = (int)((unsigned)e / 8192u % 1u);
+                const int l146 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l145) * (unsigned)(s1) + (unsigned)(o144 + l146) * (unsigned)1;
+                if ((unsigned)(o144 + l146) < (unsigned)s1) {
+                    const uint4 q = dt_load_once((const uint4*)(in0 + a));
+                    v18[c * 4 + 0] = __uint_as_float(q.x);
+                    v18[c * 4 + 1] = __uint_as_float(q.y);
+                    v18[c * 4 + 2] = __uint_as_float(q.z);
+                    v18[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v18[c * 4 + 0] = 0e0f;
+                    v18[c * 4 + 1] = 0e0f;
+                    v18[c * 4 + 2] = 0e0f;
+                    v18[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v20[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v20[r] = (v18[r] - v5[0]);
+                }
+            }
+            float v25[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v25[r] = (v20[r] * v24[0]);
+                }
+            }
+            float v26[8];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l151 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o144 + l151) * (unsigned)1;
+                if ((unsigned)(o144 + l151) < (unsigned)s1) {
+                    const uint4 q = *(const uint4*)(in1 + a);
+                    v26[c * 4 + 0] = __uint_as_float(q.x);
+                    v26[c * 4 + 1] = __uint_as_float(q.y);
+                    v26[c * 4 + 2] = __uint_as_float(q.z);
+                    v26[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v26[c * 4 + 0] = 0e0f;
+                    v26[c * 4 + 1] = 0e0f;
+                    v26[c * 4 + 2] = 0e0f;
+                    v26[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v27[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v27[r] = (v25[r] * v26[r]);
+                }
+            }
+            float v28[8];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l154 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o144 + l154) * (unsigned)1;
+                if ((unsigned)(o144 + l154) < (unsigned)s1) {
+                    const uint4 q = *(const uint4*)(in2 + a);
+                    v28[c * 4 + 0] = __uint_as_float(q.x);
+                    v28[c * 4 + 1] = __uint_as_float(q.y);
+                    v28[c * 4 + 2] = __uint_as_float(q.z);
+                    v28[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v28[c * 4 + 0] = 0e0f;
+                    v28[c * 4 + 1] = 0e0f;
+                    v28[c * 4 + 2] = 0e0f;
+                    v28[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v29[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v29[r] = (v27[r] + v28[r]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l157 = (int)((unsigned)e / 8192u % 1u);
+                const int l158 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l157) * (unsigned)(s1) + (unsigned)(o144 + l158) * (unsigned)1;
                 if ((unsigned)(o144 + l158) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3])));
             }
         }

@@ -10110,6 +10110,874 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(DT_GRI
     }
 }
 
+/* kernel layernorm for f16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_exact(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = 65536; /* size of y, specialized */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
+    const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v35[8];
+    #pragma unroll
+    for (int r = 0; r < 8; r++) {
+        const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        (void)e; {
+            v35[r] = 1e0f;
+        }
+    }
+    float v39[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v39[r] = 1e0f;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
+    /* block(x:1) layernorm.tensorize(x:0) */
+    for (long long o2 = b0 * 1; o2 < dt_min_ll(b0 * 1 + 1, s0); o2 += 1) {
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc4[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc4[r] = 0e0f;
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* run count over y */
+        float acc6[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc6[r] = 0e0f;
+            }
+        }
+        /* run running mean over y */
+        float acc7[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc7[r] = 0e0f;
+            }
+        }
+        /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads one step ahead */
+        uint4 qn14[1];
+        bool fn15[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l16 = (int)((unsigned)e / 8192u % 1u);
+            const int l17 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o2 + l16) * (unsigned)(s1) + (unsigned)((0) + l17) * (unsigned)1;
+            fn15[c] = (unsigned)((0) + l17) < (unsigned)s1;
+            if (fn15[c]) qn14[c] = *(const uint4*)(in0 + a);
+        }
+        for (long long o13 = 0; o13 < (s1 / 8192) * 8192; o13 += 8192) {
+            uint4 q18[1];
+            bool f19[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q18[c] = qn14[c]; f19[c] = fn15[c]; }
+            if (o13 + 8192 < (s1 / 8192) * 8192) {
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l20 = (int)((unsigned)e / 8192u % 1u);
+                    const int l21 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o2 + l20) * (unsigned)(s1) + (unsigned)((o13 + 8192) + l21) * (unsigned)1;
+                    fn15[c] = 1;
+                    if (fn15[c]) qn14[c] = *(const uint4*)(in0 + a);
+                }
+            }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v64[r] = acc6[r];
+                }
+            }
+            float v65[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v65[r] = acc7[r];
+                }
+            }
+            dt_f16s<8> v66; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f19[c]) {
+                    v66.w[c] = q18[c];
+                } else {
+                    v66.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v67[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v67[r] = ((v66[r * 8 + 0] + v66[r * 8 + 1]) + (v66[r * 8 + 2] + v66[r * 8 + 3])) + ((v66[r * 8 + 4] + v66[r * 8 + 5]) + (v66[r * 8 + 6] + v66[r * 8 + 7]));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v67[r];
+                }
+            }
+            float v68[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v68[r] = ((v35[r * 8 + 0] + v35[r * 8 + 1]) + (v35[r * 8 + 2] + v35[r * 8 + 3])) + ((v35[r * 8 + 4] + v35[r * 8 + 5]) + (v35[r * 8 + 6] + v35[r * 8 + 7]));
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v69[r] = fmaxf(v68[r], v39[0]);
+                }
+            }
+            float v70[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v70[r] = dt_fast_div(v67[r], v69[r]);
+                }
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v71[r] = (v66[r] - v70[r / 8]);
+                }
+            }
+            float v72[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v72[r] = (v71[r] * v35[r]);
+                }
+            }
+            float v73[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v73[r] = (v72[r] * v72[r]);
+                }
+            }
+            float v74[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v74[r] = ((v73[r * 8 + 0] + v73[r * 8 + 1]) + (v73[r * 8 + 2] + v73[r * 8 + 3])) + ((v73[r * 8 + 4] + v73[r * 8 + 5]) + (v73[r * 8 + 6] + v73[r * 8 + 7]));
+                }
+            }
+            float v75[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v75[r] = (v64[r] + v68[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v75[r];
+                }
+            }
+            float v76[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v76[r] = fmaxf(v75[r], v39[0]);
+                }
+            }
+            float v77[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v77[r] = dt_fast_div(v68[r], v76[r]);
+                }
+            }
+            float v78[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v78[r] = (v70[r] - v65[r]);
+                }
+            }
+            float v79[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v79[r] = (v78[r] * v77[r]);
+                }
+            }
+            float v80[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v80[r] = (v65[r] + v79[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v80[r];
+                }
+            }
+            float v81[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v81[r] = (v79[r] * v78[r]);
+                }
+            }
+            float v82[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v82[r] = (v81[r] * v64[r]);
+                }
+            }
+            float v83[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v83[r] = acc5[r];
+                }
+            }
+            float v84[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v84[r] = (v83[r] + v74[r]);
+                }
+            }
+            float v85[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v85[r] = (v84[r] + v82[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v85[r];
+                }
+            }
+        }
+        /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads one step ahead */
+        uint4 qn73[1];
+        bool fn74[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l75 = (int)((unsigned)e / 8192u % 1u);
+            const int l76 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o2 + l75) * (unsigned)(s1) + (unsigned)(((s1 / 8192) * 8192) + l76) * (unsigned)1;
+            fn74[c] = (unsigned)(((s1 / 8192) * 8192) + l76) < (unsigned)s1;
+            if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
+        }
+        for (long long o72 = (s1 / 8192) * 8192; o72 < s1; o72 += 8192) {
+            uint4 q77[1];
+            bool f78[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q77[c] = qn73[c]; f78[c] = fn74[c]; }
+            if (o72 + 8192 < s1) {
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l79 = (int)((unsigned)e / 8192u % 1u);
+                    const int l80 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o2 + l79) * (unsigned)(s1) + (unsigned)((o72 + 8192) + l80) * (unsigned)1;
+                    fn74[c] = (unsigned)((o72 + 8192) + l80) < (unsigned)s1;
+                    if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
+                }
+            }
+            float v32[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v32[r] = acc6[r];
+                }
+            }
+            float v33[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v33[r] = acc7[r];
+                }
+            }
+            dt_f16s<8> v0; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f78[c]) {
+                    v0.w[c] = q77[c];
+                } else {
+                    v0.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v34[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v34[r] = ((v0[r * 8 + 0] + v0[r * 8 + 1]) + (v0[r * 8 + 2] + v0[r * 8 + 3])) + ((v0[r * 8 + 4] + v0[r * 8 + 5]) + (v0[r * 8 + 6] + v0[r * 8 + 7]));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v34[r];
+                }
+            }
+            float v36[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v36[r] = ((unsigned)(o72 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) / 1u % 8192u)) < (unsigned)s1) ? v35[r] : 0e0f;
+                }
+            }
+            float v37[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v37[r] = ((v36[r * 8 + 0] + v36[r * 8 + 1]) + (v36[r * 8 + 2] + v36[r * 8 + 3])) + ((v36[r * 8 + 4] + v36[r * 8 + 5]) + (v36[r * 8 + 6] + v36[r * 8 + 7]));
+                }
+            }
+            float v40[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v40[r] = fmaxf(v37[r], v39[0]);
+                }
+            }
+            float v41[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v41[r] = dt_fast_div(v34[r], v40[r]);
+                }
+            }
+            float v42[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v42[r] = (v0[r] - v41[r / 8]);
+                }
+            }
+            float v43[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v43[r] = (v42[r] * v36[r]);
+                }
+            }
+            float v44[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v44[r] = (v43[r] * v43[r]);
+                }
+            }
+            float v45[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v45[r] = ((v44[r * 8 + 0] + v44[r * 8 + 1]) + (v44[r * 8 + 2] + v44[r * 8 + 3])) + ((v44[r * 8 + 4] + v44[r * 8 + 5]) + (v44[r * 8 + 6] + v44[r * 8 + 7]));
+                }
+            }
+            float v46[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v46[r] = (v32[r] + v37[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v46[r];
+                }
+            }
+            float v47[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v47[r] = fmaxf(v46[r], v39[0]);
+                }
+            }
+            float v48[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v48[r] = dt_fast_div(v37[r], v47[r]);
+                }
+            }
+            float v49[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v49[r] = (v41[r] - v33[r]);
+                }
+            }
+            float v50[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v50[r] = (v49[r] * v48[r]);
+                }
+            }
+            float v51[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v51[r] = (v33[r] + v50[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v51[r];
+                }
+            }
+            float v52[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v52[r] = (v50[r] * v49[r]);
+                }
+            }
+            float v53[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v53[r] = (v52[r] * v32[r]);
+                }
+            }
+            float v54[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v54[r] = acc5[r];
+                }
+            }
+            float v55[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = (v54[r] + v45[r]);
+                }
+            }
+            float v56[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = (v55[r] + v53[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v56[r];
+                }
+            }
+        }
+        float v30[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v30[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v30[i * 1 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a135 = 0e0f;
+            for (int g = 0; g < 32; g++) a135 = a135 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a135;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v5[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v5[r] = dt_fast_div(v3[0], v4[0]);
+        }
+        float v57[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v57[r] = acc5[r];
+            }
+        }
+        float v58[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v58[r] = acc6[r];
+            }
+        }
+        float v59[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v59[r] = acc7[r];
+            }
+        }
+        float v60[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v60[r] = (v59[r] - v5[0]);
+            }
+        }
+        float v61[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v61[r] = (v60[r] * v60[r]);
+            }
+        }
+        float v62[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v62[r] = (v58[r] * v61[r]);
+            }
+        }
+        float v63[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v63[r] = (v57[r] + v62[r]);
+            }
+        }
+        float v14[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v63[i * 1 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a154 = 0e0f;
+            for (int g = 0; g < 32; g++) a154 = a154 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v14[r] = a154;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v14[0];
+        }
+        float v15[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v15[r] = acc2[r];
+        }
+        float v17[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v17[r] = dt_fast_div(v15[0], v4[0]);
+        }
+        float v23[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
+        }
+        float v24[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_fast_rsqrt(v23[0]);
+        }
+        /* layernorm.tensorize(y:8192) num_stages(4): loads one step ahead */
+        uint4 qn161[1];
+        bool fn162[1];
+        uint4 qn163[1];
+        bool fn164[1];
+        uint4 qn165[1];
+        bool fn166[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l167 = (int)((unsigned)e / 8192u % 1u);
+            const int l168 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o2 + l167) * (unsigned)(s1) + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l168) * (unsigned)1;
+            fn162[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l168) < (unsigned)s1;
+            if (fn162[c]) qn161[c] = dt_load_once((const uint4*)(in0 + a));
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l169 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l169) * (unsigned)1;
+            fn164[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l169) < (unsigned)s1;
+            if (fn164[c]) qn163[c] = *(const uint4*)(in1 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l170 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l170) * (unsigned)1;
+            fn166[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l170) < (unsigned)s1;
+            if (fn166[c]) qn165[c] = *(const uint4*)(in2 + a);
+        }
+        for (long long o160 = (dt_cdiv(s1, 8192) - 1) * 8192; o160 >= 0; o160 -= 8192) {
+            uint4 q171[1];
+            bool f172[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q171[c] = qn161[c]; f172[c] = fn162[c]; }
+            uint4 q173[1];
+            bool f174[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q173[c] = qn163[c]; f174[c] = fn164[c]; }
+            uint4 q175[1];
+            bool f176[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q175[c] = qn165[c]; f176[c] = fn166[c]; }
+            if (o160 - 8192 >= 0) {
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l177 = (int)((unsigned)e / 8192u % 1u);
+                    const int l178 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o2 + l177) * (unsigned)(s1) + (unsigned)((o160 - 8192) + l178) * (unsigned)1;
+                    fn162[c] = (unsigned)((o160 - 8192) + l178) < (unsigned)s1;
+                    if (fn162[c]) qn161[c] = dt_load_once((const uint4*)(in0 + a));
+                }
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l179 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o160 - 8192) + l179) * (unsigned)1;
+                    fn164[c] = (unsigned)((o160 - 8192) + l179) < (unsigned)s1;
+                    if (fn164[c]) qn163[c] = *(const uint4*)(in1 + a);
+                }
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l180 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o160 - 8192) + l180) * (unsigned)1;
+                    fn166[c] = (unsigned)((o160 - 8192) + l180) < (unsigned)s1;
+                    if (fn166[c]) qn165[c] = *(const uint4*)(in2 + a);
+                }
+            }
+            dt_f16s<8> v18; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f172[c]) {
+                    v18.w[c] = q171[c];
+                } else {
+                    v18.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v20[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v20[r] = (v18[r] - v5[0]);
+                }
+            }
+            float v25[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v25[r] = (v20[r] * v24[0]);
+                }
+            }
+            dt_f16s<8> v26; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f174[c]) {
+                    v26.w[c] = q173[c];
+                } else {
+                    v26.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v27[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v27[r] = (v25[r] * v26[r]);
+                }
+            }
+            dt_f16s<8> v28; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f176[c]) {
+                    v28.w[c] = q175[c];
+                } else {
+                    v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v29[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v29[r] = (v27[r] + v28[r]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l193 = (int)((unsigned)e / 8192u % 1u);
+                const int l194 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l193) * (unsigned)(s1) + (unsigned)(o160 + l194) * (unsigned)1;
+                if ((unsigned)(o160 + l194) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7])));
+            }
+        }
+    }
+}
+
 /* kernel layernorm for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
@@ -11891,6 +12759,874 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(DT_GR
     }
 }
 
+/* kernel layernorm for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_exact(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = 65536; /* size of y, specialized */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
+    const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v35[8];
+    #pragma unroll
+    for (int r = 0; r < 8; r++) {
+        const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+        (void)e; {
+            v35[r] = 1e0f;
+        }
+    }
+    float v39[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v39[r] = 1e0f;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
+    /* block(x:1) layernorm.tensorize(x:0) */
+    for (long long o2 = b0 * 1; o2 < dt_min_ll(b0 * 1 + 1, s0); o2 += 1) {
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc4[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc4[r] = 0e0f;
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* run count over y */
+        float acc6[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc6[r] = 0e0f;
+            }
+        }
+        /* run running mean over y */
+        float acc7[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc7[r] = 0e0f;
+            }
+        }
+        /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads one step ahead */
+        uint4 qn14[1];
+        bool fn15[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l16 = (int)((unsigned)e / 8192u % 1u);
+            const int l17 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o2 + l16) * (unsigned)(s1) + (unsigned)((0) + l17) * (unsigned)1;
+            fn15[c] = (unsigned)((0) + l17) < (unsigned)s1;
+            if (fn15[c]) qn14[c] = *(const uint4*)(in0 + a);
+        }
+        for (long long o13 = 0; o13 < (s1 / 8192) * 8192; o13 += 8192) {
+            uint4 q18[1];
+            bool f19[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q18[c] = qn14[c]; f19[c] = fn15[c]; }
+            if (o13 + 8192 < (s1 / 8192) * 8192) {
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l20 = (int)((unsigned)e / 8192u % 1u);
+                    const int l21 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o2 + l20) * (unsigned)(s1) + (unsigned)((o13 + 8192) + l21) * (unsigned)1;
+                    fn15[c] = 1;
+                    if (fn15[c]) qn14[c] = *(const uint4*)(in0 + a);
+                }
+            }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v64[r] = acc6[r];
+                }
+            }
+            float v65[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v65[r] = acc7[r];
+                }
+            }
+            dt_bf16s<8> v66; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f19[c]) {
+                    v66.w[c] = q18[c];
+                } else {
+                    v66.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v67[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v67[r] = ((v66[r * 8 + 0] + v66[r * 8 + 1]) + (v66[r * 8 + 2] + v66[r * 8 + 3])) + ((v66[r * 8 + 4] + v66[r * 8 + 5]) + (v66[r * 8 + 6] + v66[r * 8 + 7]));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v67[r];
+                }
+            }
+            float v68[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v68[r] = ((v35[r * 8 + 0] + v35[r * 8 + 1]) + (v35[r * 8 + 2] + v35[r * 8 + 3])) + ((v35[r * 8 + 4] + v35[r * 8 + 5]) + (v35[r * 8 + 6] + v35[r * 8 + 7]));
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v69[r] = fmaxf(v68[r], v39[0]);
+                }
+            }
+            float v70[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v70[r] = dt_fast_div(v67[r], v69[r]);
+                }
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v71[r] = (v66[r] - v70[r / 8]);
+                }
+            }
+            float v72[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v72[r] = (v71[r] * v35[r]);
+                }
+            }
+            float v73[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v73[r] = (v72[r] * v72[r]);
+                }
+            }
+            float v74[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v74[r] = ((v73[r * 8 + 0] + v73[r * 8 + 1]) + (v73[r * 8 + 2] + v73[r * 8 + 3])) + ((v73[r * 8 + 4] + v73[r * 8 + 5]) + (v73[r * 8 + 6] + v73[r * 8 + 7]));
+                }
+            }
+            float v75[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v75[r] = (v64[r] + v68[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v75[r];
+                }
+            }
+            float v76[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v76[r] = fmaxf(v75[r], v39[0]);
+                }
+            }
+            float v77[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v77[r] = dt_fast_div(v68[r], v76[r]);
+                }
+            }
+            float v78[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v78[r] = (v70[r] - v65[r]);
+                }
+            }
+            float v79[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v79[r] = (v78[r] * v77[r]);
+                }
+            }
+            float v80[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v80[r] = (v65[r] + v79[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v80[r];
+                }
+            }
+            float v81[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v81[r] = (v79[r] * v78[r]);
+                }
+            }
+            float v82[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v82[r] = (v81[r] * v64[r]);
+                }
+            }
+            float v83[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v83[r] = acc5[r];
+                }
+            }
+            float v84[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v84[r] = (v83[r] + v74[r]);
+                }
+            }
+            float v85[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v85[r] = (v84[r] + v82[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v85[r];
+                }
+            }
+        }
+        /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass: loads one step ahead */
+        uint4 qn73[1];
+        bool fn74[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l75 = (int)((unsigned)e / 8192u % 1u);
+            const int l76 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o2 + l75) * (unsigned)(s1) + (unsigned)(((s1 / 8192) * 8192) + l76) * (unsigned)1;
+            fn74[c] = (unsigned)(((s1 / 8192) * 8192) + l76) < (unsigned)s1;
+            if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
+        }
+        for (long long o72 = (s1 / 8192) * 8192; o72 < s1; o72 += 8192) {
+            uint4 q77[1];
+            bool f78[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q77[c] = qn73[c]; f78[c] = fn74[c]; }
+            if (o72 + 8192 < s1) {
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l79 = (int)((unsigned)e / 8192u % 1u);
+                    const int l80 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o2 + l79) * (unsigned)(s1) + (unsigned)((o72 + 8192) + l80) * (unsigned)1;
+                    fn74[c] = (unsigned)((o72 + 8192) + l80) < (unsigned)s1;
+                    if (fn74[c]) qn73[c] = *(const uint4*)(in0 + a);
+                }
+            }
+            float v32[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v32[r] = acc6[r];
+                }
+            }
+            float v33[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v33[r] = acc7[r];
+                }
+            }
+            dt_bf16s<8> v0; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f78[c]) {
+                    v0.w[c] = q77[c];
+                } else {
+                    v0.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v34[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v34[r] = ((v0[r * 8 + 0] + v0[r * 8 + 1]) + (v0[r * 8 + 2] + v0[r * 8 + 3])) + ((v0[r * 8 + 4] + v0[r * 8 + 5]) + (v0[r * 8 + 6] + v0[r * 8 + 7]));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v34[r];
+                }
+            }
+            float v36[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v36[r] = ((unsigned)(o72 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) / 1u % 8192u)) < (unsigned)s1) ? v35[r] : 0e0f;
+                }
+            }
+            float v37[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v37[r] = ((v36[r * 8 + 0] + v36[r * 8 + 1]) + (v36[r * 8 + 2] + v36[r * 8 + 3])) + ((v36[r * 8 + 4] + v36[r * 8 + 5]) + (v36[r * 8 + 6] + v36[r * 8 + 7]));
+                }
+            }
+            float v40[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v40[r] = fmaxf(v37[r], v39[0]);
+                }
+            }
+            float v41[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v41[r] = dt_fast_div(v34[r], v40[r]);
+                }
+            }
+            float v42[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v42[r] = (v0[r] - v41[r / 8]);
+                }
+            }
+            float v43[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v43[r] = (v42[r] * v36[r]);
+                }
+            }
+            float v44[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v44[r] = (v43[r] * v43[r]);
+                }
+            }
+            float v45[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v45[r] = ((v44[r * 8 + 0] + v44[r * 8 + 1]) + (v44[r * 8 + 2] + v44[r * 8 + 3])) + ((v44[r * 8 + 4] + v44[r * 8 + 5]) + (v44[r * 8 + 6] + v44[r * 8 + 7]));
+                }
+            }
+            float v46[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v46[r] = (v32[r] + v37[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc6[r] = v46[r];
+                }
+            }
+            float v47[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v47[r] = fmaxf(v46[r], v39[0]);
+                }
+            }
+            float v48[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v48[r] = dt_fast_div(v37[r], v47[r]);
+                }
+            }
+            float v49[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v49[r] = (v41[r] - v33[r]);
+                }
+            }
+            float v50[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v50[r] = (v49[r] * v48[r]);
+                }
+            }
+            float v51[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v51[r] = (v33[r] + v50[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc7[r] = v51[r];
+                }
+            }
+            float v52[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v52[r] = (v50[r] * v49[r]);
+                }
+            }
+            float v53[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v53[r] = (v52[r] * v32[r]);
+                }
+            }
+            float v54[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v54[r] = acc5[r];
+                }
+            }
+            float v55[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = (v54[r] + v45[r]);
+                }
+            }
+            float v56[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = (v55[r] + v53[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v56[r];
+                }
+            }
+        }
+        float v30[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v30[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v30[i * 1 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a135 = 0e0f;
+            for (int g = 0; g < 32; g++) a135 = a135 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a135;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v5[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v5[r] = dt_fast_div(v3[0], v4[0]);
+        }
+        float v57[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v57[r] = acc5[r];
+            }
+        }
+        float v58[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v58[r] = acc6[r];
+            }
+        }
+        float v59[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v59[r] = acc7[r];
+            }
+        }
+        float v60[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v60[r] = (v59[r] - v5[0]);
+            }
+        }
+        float v61[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v61[r] = (v60[r] * v60[r]);
+            }
+        }
+        float v62[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v62[r] = (v58[r] * v61[r]);
+            }
+        }
+        float v63[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v63[r] = (v57[r] + v62[r]);
+            }
+        }
+        float v14[1];
+        /* reduction in registers: 1 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 1; q++) p[i] = p[i] + v63[i * 1 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a154 = 0e0f;
+            for (int g = 0; g < 32; g++) a154 = a154 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v14[r] = a154;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v14[0];
+        }
+        float v15[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v15[r] = acc2[r];
+        }
+        float v17[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v17[r] = dt_fast_div(v15[0], v4[0]);
+        }
+        float v23[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
+        }
+        float v24[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_fast_rsqrt(v23[0]);
+        }
+        /* layernorm.tensorize(y:8192) num_stages(4): loads one step ahead */
+        uint4 qn161[1];
+        bool fn162[1];
+        uint4 qn163[1];
+        bool fn164[1];
+        uint4 qn165[1];
+        bool fn166[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l167 = (int)((unsigned)e / 8192u % 1u);
+            const int l168 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o2 + l167) * (unsigned)(s1) + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l168) * (unsigned)1;
+            fn162[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l168) < (unsigned)s1;
+            if (fn162[c]) qn161[c] = dt_load_once((const uint4*)(in0 + a));
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l169 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l169) * (unsigned)1;
+            fn164[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l169) < (unsigned)s1;
+            if (fn164[c]) qn163[c] = *(const uint4*)(in1 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l170 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l170) * (unsigned)1;
+            fn166[c] = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l170) < (unsigned)s1;
+            if (fn166[c]) qn165[c] = *(const uint4*)(in2 + a);
+        }
+        for (long long o160 = (dt_cdiv(s1, 8192) - 1) * 8192; o160 >= 0; o160 -= 8192) {
+            uint4 q171[1];
+            bool f172[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q171[c] = qn161[c]; f172[c] = fn162[c]; }
+            uint4 q173[1];
+            bool f174[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q173[c] = qn163[c]; f174[c] = fn164[c]; }
+            uint4 q175[1];
+            bool f176[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q175[c] = qn165[c]; f176[c] = fn166[c]; }
+            if (o160 - 8192 >= 0) {
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l177 = (int)((unsigned)e / 8192u % 1u);
+                    const int l178 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o2 + l177) * (unsigned)(s1) + (unsigned)((o160 - 8192) + l178) * (unsigned)1;
+                    fn162[c] = (unsigned)((o160 - 8192) + l178) < (unsigned)s1;
+                    if (fn162[c]) qn161[c] = dt_load_once((const uint4*)(in0 + a));
+                }
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l179 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o160 - 8192) + l179) * (unsigned)1;
+                    fn164[c] = (unsigned)((o160 - 8192) + l179) < (unsigned)s1;
+                    if (fn164[c]) qn163[c] = *(const uint4*)(in1 + a);
+                }
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l180 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o160 - 8192) + l180) * (unsigned)1;
+                    fn166[c] = (unsigned)((o160 - 8192) + l180) < (unsigned)s1;
+                    if (fn166[c]) qn165[c] = *(const uint4*)(in2 + a);
+                }
+            }
+            dt_bf16s<8> v18; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f172[c]) {
+                    v18.w[c] = q171[c];
+                } else {
+                    v18.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v20[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v20[r] = (v18[r] - v5[0]);
+                }
+            }
+            float v25[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v25[r] = (v20[r] * v24[0]);
+                }
+            }
+            dt_bf16s<8> v26; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f174[c]) {
+                    v26.w[c] = q173[c];
+                } else {
+                    v26.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v27[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v27[r] = (v25[r] * v26[r]);
+                }
+            }
+            dt_bf16s<8> v28; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                if (f176[c]) {
+                    v28.w[c] = q175[c];
+                } else {
+                    v28.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v29[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v29[r] = (v27[r] + v28[r]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l193 = (int)((unsigned)e / 8192u % 1u);
+                const int l194 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l193) * (unsigned)(s1) + (unsigned)(o160 + l194) * (unsigned)1;
+                if ((unsigned)(o160 + l194) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7])));
+            }
+        }
+    }
+}
+
 /* kernel layernorm for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
@@ -13484,6 +15220,798 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(DT_GRI
                 const int l157 = (int)((unsigned)e / 8192u % 1u);
                 const int l158 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o2 + l157) * (unsigned)args.output_strides[0] + (unsigned)(o144 + l158) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o144 + l158) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3])));
+            }
+        }
+    }
+}
+
+/* kernel layernorm for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_exact(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = 65536; /* size of y, specialized */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
+    const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
+    const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
+    float* __restrict__ out = (float*)args.output; /* layernorm */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v35[8];
+    #pragma unroll
+    for (int r = 0; r < 8; r++) {
+        const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+        (void)e; {
+            v35[r] = 1e0f;
+        }
+    }
+    float v39[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v39[r] = 1e0f;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
+    /* block(x:1) layernorm.tensorize(x:0) */
+    for (long long o2 = b0 * 1; o2 < dt_min_ll(b0 * 1 + 1, s0); o2 += 1) {
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc4[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc4[r] = 0e0f;
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* run count over y */
+        float acc6[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc6[r] = 0e0f;
+            }
+        }
+        /* run running mean over y */
+        float acc7[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc7[r] = 0e0f;
+            }
+        }
+        /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
+        for (long long o13 = 0; o13 < (s1 / 8192) * 8192; o13 += 8192) {
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v64[r] = acc6[r];
+                }
+            }
+            float v65[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v65[r] = acc7[r];
+                }
+            }
+            float v66[8];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l18 = (int)((unsigned)e / 8192u % 1u);
+                const int l19 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l18) * (unsigned)(s1) + (unsigned)(o13 + l19) * (unsigned)1;
+                const uint4 q = *(const uint4*)(in0 + a);
+                v66[c * 4 + 0] = __uint_as_float(q.x);
+                v66[c * 4 + 1] = __uint_as_float(q.y);
+                v66[c * 4 + 2] = __uint_as_float(q.z);
+                v66[c * 4 + 3] = __uint_as_float(q.w);
+            }
+            float v67[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v67[r] = (v66[r * 4 + 0] + v66[r * 4 + 1]) + (v66[r * 4 + 2] + v66[r * 4 + 3]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = acc4[r] + v67[r];
+                }
+            }
+            float v68[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v68[r] = (v35[r * 4 + 0] + v35[r * 4 + 1]) + (v35[r * 4 + 2] + v35[r * 4 + 3]);
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v69[r] = fmaxf(v68[r], v39[0]);
+                }
+            }
+            float v70[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v70[r] = (v67[r] / v69[r]);
+                }
+            }
+            float v71[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v71[r] = (v66[r] - v70[r / 4]);
+                }
+            }
+            float v72[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v72[r] = (v71[r] * v35[r]);
+                }
+            }
+            float v73[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v73[r] = (v72[r] * v72[r]);
+                }
+            }
+            float v74[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v74[r] = (v73[r * 4 + 0] + v73[r * 4 + 1]) + (v73[r * 4 + 2] + v73[r * 4 + 3]);
+                }
+            }
+            float v75[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v75[r] = (v64[r] + v68[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc6[r] = v75[r];
+                }
+            }
+            float v76[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v76[r] = fmaxf(v75[r], v39[0]);
+                }
+            }
+            float v77[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v77[r] = (v68[r] / v76[r]);
+                }
+            }
+            float v78[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v78[r] = (v70[r] - v65[r]);
+                }
+            }
+            float v79[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v79[r] = (v78[r] * v77[r]);
+                }
+            }
+            float v80[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v80[r] = (v65[r] + v79[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v80[r];
+                }
+            }
+            float v81[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v81[r] = (v79[r] * v78[r]);
+                }
+            }
+            float v82[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v82[r] = (v81[r] * v64[r]);
+                }
+            }
+            float v83[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v83[r] = acc5[r];
+                }
+            }
+            float v84[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v84[r] = (v83[r] + v74[r]);
+                }
+            }
+            float v85[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v85[r] = (v84[r] + v82[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc5[r] = v85[r];
+                }
+            }
+        }
+        /* rsum layernorm.tensorize(y:8192) num_stages(4) + rsum layernorm.tensorize(y:8192) num_stages(4), in one pass */
+        for (long long o64 = (s1 / 8192) * 8192; o64 < s1; o64 += 8192) {
+            float v32[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v32[r] = acc6[r];
+                }
+            }
+            float v33[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v33[r] = acc7[r];
+                }
+            }
+            float v0[8];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l69 = (int)((unsigned)e / 8192u % 1u);
+                const int l70 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l69) * (unsigned)(s1) + (unsigned)(o64 + l70) * (unsigned)1;
+                if ((unsigned)(o64 + l70) < (unsigned)s1) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v0[c * 4 + 0] = __uint_as_float(q.x);
+                    v0[c * 4 + 1] = __uint_as_float(q.y);
+                    v0[c * 4 + 2] = __uint_as_float(q.z);
+                    v0[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v0[c * 4 + 0] = 0e0f;
+                    v0[c * 4 + 1] = 0e0f;
+                    v0[c * 4 + 2] = 0e0f;
+                    v0[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v34[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v34[r] = (v0[r * 4 + 0] + v0[r * 4 + 1]) + (v0[r * 4 + 2] + v0[r * 4 + 3]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = acc4[r] + v34[r];
+                }
+            }
+            float v36[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v36[r] = ((unsigned)(o64 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) / 1u % 8192u)) < (unsigned)s1) ? v35[r] : 0e0f;
+                }
+            }
+            float v37[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v37[r] = (v36[r * 4 + 0] + v36[r * 4 + 1]) + (v36[r * 4 + 2] + v36[r * 4 + 3]);
+                }
+            }
+            float v40[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v40[r] = fmaxf(v37[r], v39[0]);
+                }
+            }
+            float v41[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v41[r] = (v34[r] / v40[r]);
+                }
+            }
+            float v42[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v42[r] = (v0[r] - v41[r / 4]);
+                }
+            }
+            float v43[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v43[r] = (v42[r] * v36[r]);
+                }
+            }
+            float v44[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v44[r] = (v43[r] * v43[r]);
+                }
+            }
+            float v45[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v45[r] = (v44[r * 4 + 0] + v44[r * 4 + 1]) + (v44[r * 4 + 2] + v44[r * 4 + 3]);
+                }
+            }
+            float v46[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v46[r] = (v32[r] + v37[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc6[r] = v46[r];
+                }
+            }
+            float v47[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v47[r] = fmaxf(v46[r], v39[0]);
+                }
+            }
+            float v48[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v48[r] = (v37[r] / v47[r]);
+                }
+            }
+            float v49[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v49[r] = (v41[r] - v33[r]);
+                }
+            }
+            float v50[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v50[r] = (v49[r] * v48[r]);
+                }
+            }
+            float v51[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v51[r] = (v33[r] + v50[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc7[r] = v51[r];
+                }
+            }
+            float v52[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v52[r] = (v50[r] * v49[r]);
+                }
+            }
+            float v53[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v53[r] = (v52[r] * v32[r]);
+                }
+            }
+            float v54[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v54[r] = acc5[r];
+                }
+            }
+            float v55[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v55[r] = (v54[r] + v45[r]);
+                }
+            }
+            float v56[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v56[r] = (v55[r] + v53[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc5[r] = v56[r];
+                }
+            }
+        }
+        float v30[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v30[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 2; q++) p[i] = p[i] + v30[i * 2 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a119 = 0e0f;
+            for (int g = 0; g < 32; g++) a119 = a119 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a119;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v5[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v5[r] = (v3[0] / v4[0]);
+        }
+        float v57[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v57[r] = acc5[r];
+            }
+        }
+        float v58[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v58[r] = acc6[r];
+            }
+        }
+        float v59[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v59[r] = acc7[r];
+            }
+        }
+        float v60[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v60[r] = (v59[r] - v5[0]);
+            }
+        }
+        float v61[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v61[r] = (v60[r] * v60[r]);
+            }
+        }
+        float v62[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v62[r] = (v58[r] * v61[r]);
+            }
+        }
+        float v63[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v63[r] = (v57[r] + v62[r]);
+            }
+        }
+        float v14[1];
+        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 2; q++) p[i] = p[i] + v63[i * 2 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a138 = 0e0f;
+            for (int g = 0; g < 32; g++) a138 = a138 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v14[r] = a138;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v14[0];
+        }
+        float v15[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v15[r] = acc2[r];
+        }
+        float v17[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v17[r] = (v15[0] / v4[0]);
+        }
+        float v23[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
+        }
+        float v24[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_rsqrt(v23[0]);
+        }
+        /* layernorm.tensorize(y:8192) num_stages(4) */
+        for (long long o144 = (dt_cdiv(s1, 8192) - 1) * 8192; o144 >= 0; o144 -= 8192) {
+            float v18[8];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l145 = (int)((unsigned)e / 8192u % 1u);
+                const int l146 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l145) * (unsigned)(s1) + (unsigned)(o144 + l146) * (unsigned)1;
+                if ((unsigned)(o144 + l146) < (unsigned)s1) {
+                    const uint4 q = dt_load_once((const uint4*)(in0 + a));
+                    v18[c * 4 + 0] = __uint_as_float(q.x);
+                    v18[c * 4 + 1] = __uint_as_float(q.y);
+                    v18[c * 4 + 2] = __uint_as_float(q.z);
+                    v18[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v18[c * 4 + 0] = 0e0f;
+                    v18[c * 4 + 1] = 0e0f;
+                    v18[c * 4 + 2] = 0e0f;
+                    v18[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v20[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v20[r] = (v18[r] - v5[0]);
+                }
+            }
+            float v25[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v25[r] = (v20[r] * v24[0]);
+                }
+            }
+            float v26[8];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l151 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o144 + l151) * (unsigned)1;
+                if ((unsigned)(o144 + l151) < (unsigned)s1) {
+                    const uint4 q = *(const uint4*)(in1 + a);
+                    v26[c * 4 + 0] = __uint_as_float(q.x);
+                    v26[c * 4 + 1] = __uint_as_float(q.y);
+                    v26[c * 4 + 2] = __uint_as_float(q.z);
+                    v26[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v26[c * 4 + 0] = 0e0f;
+                    v26[c * 4 + 1] = 0e0f;
+                    v26[c * 4 + 2] = 0e0f;
+                    v26[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v27[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v27[r] = (v25[r] * v26[r]);
+                }
+            }
+            float v28[8];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l154 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o144 + l154) * (unsigned)1;
+                if ((unsigned)(o144 + l154) < (unsigned)s1) {
+                    const uint4 q = *(const uint4*)(in2 + a);
+                    v28[c * 4 + 0] = __uint_as_float(q.x);
+                    v28[c * 4 + 1] = __uint_as_float(q.y);
+                    v28[c * 4 + 2] = __uint_as_float(q.z);
+                    v28[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v28[c * 4 + 0] = 0e0f;
+                    v28[c * 4 + 1] = 0e0f;
+                    v28[c * 4 + 2] = 0e0f;
+                    v28[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v29[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v29[r] = (v27[r] + v28[r]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l157 = (int)((unsigned)e / 8192u % 1u);
+                const int l158 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o2 + l157) * (unsigned)(s1) + (unsigned)(o144 + l158) * (unsigned)1;
                 if ((unsigned)(o144 + l158) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3])));
             }
         }

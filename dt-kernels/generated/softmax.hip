@@ -2247,6 +2247,165 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16_whole(DT_GRI
     }
 }
 
+/* kernel softmax_4k for f16: grid block(x:1); 512 threads, 128 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16_exact(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = 4096; /* size of y, specialized */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_4k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_4k.tensorize(x:0) */
+    { const long long o1 = b0 * 1; /* the block's one step */
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        dt_f16s<8> v0; /* 16-bit values as loaded */
+        uint4 q3[1];
+        bool f4[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l5 = (int)((unsigned)e / 4096u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)(s1) + (unsigned)(0 + l6) * (unsigned)1;
+            f4[c] = (unsigned)(0 + l6) < (unsigned)s1;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            if (f4[c]) {
+                v0.w[c] = q3[c];
+            } else {
+                v0.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 16; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v6[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v6[r] = (v0[r] - v3[0]);
+            }
+        }
+        float v7[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v7[r] = dt_fast_exp(v6[r]);
+            }
+        }
+        float v8[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) / 1u % 4096u)) < (unsigned)s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a21 = 0e0f;
+            for (int g = 0; g < 16; g++) a21 = a21 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v9[r] = a21;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        float v16[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v16[r] = dt_fast_div(v7[r], v10[0]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l26 = (int)((unsigned)e / 4096u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l26) * (unsigned)(s1) + (unsigned)(0 + l27) * (unsigned)1;
+            if ((unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
+        }
+    }
+}
+
 /* kernel softmax_4k for bf16: grid block(x:1); 512 threads, 128 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
@@ -2584,6 +2743,165 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16_whole(DT_GR
     }
 }
 
+/* kernel softmax_4k for bf16: grid block(x:1); 512 threads, 128 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16_exact(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = 4096; /* size of y, specialized */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_4k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_4k.tensorize(x:0) */
+    { const long long o1 = b0 * 1; /* the block's one step */
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        dt_bf16s<8> v0; /* 16-bit values as loaded */
+        uint4 q3[1];
+        bool f4[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l5 = (int)((unsigned)e / 4096u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)(s1) + (unsigned)(0 + l6) * (unsigned)1;
+            f4[c] = (unsigned)(0 + l6) < (unsigned)s1;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            if (f4[c]) {
+                v0.w[c] = q3[c];
+            } else {
+                v0.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 16; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v6[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v6[r] = (v0[r] - v3[0]);
+            }
+        }
+        float v7[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v7[r] = dt_fast_exp(v6[r]);
+            }
+        }
+        float v8[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 8) * 512 + tid) * 8) / 1u % 4096u)) < (unsigned)s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a21 = 0e0f;
+            for (int g = 0; g < 16; g++) a21 = a21 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v9[r] = a21;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        float v16[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v16[r] = dt_fast_div(v7[r], v10[0]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l26 = (int)((unsigned)e / 4096u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l26) * (unsigned)(s1) + (unsigned)(0 + l27) * (unsigned)1;
+            if ((unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
+        }
+    }
+}
+
 /* kernel softmax_4k for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
@@ -2905,6 +3223,165 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32_whole(DT_GRI
             const int l22 = (int)((unsigned)e / 4096u % 1u);
             const int l23 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l23) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
+        }
+    }
+}
+
+/* kernel softmax_4k for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32_exact(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = 4096; /* size of y, specialized */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    float* __restrict__ out = (float*)args.output; /* softmax_4k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_4k.tensorize(x:0) */
+    { const long long o1 = b0 * 1; /* the block's one step */
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        float v0[8];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 512 + tid) * 4;
+            const int l3 = (int)((unsigned)e / 4096u % 1u);
+            const int l4 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l3) * (unsigned)(s1) + (unsigned)(0 + l4) * (unsigned)1;
+            if ((unsigned)(0 + l4) < (unsigned)s1) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 4 + 0] = __uint_as_float(q.x);
+                v0[c * 4 + 1] = __uint_as_float(q.y);
+                v0[c * 4 + 2] = __uint_as_float(q.z);
+                v0[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v0[c * 4 + 0] = (-INFINITY);
+                v0[c * 4 + 1] = (-INFINITY);
+                v0[c * 4 + 2] = (-INFINITY);
+                v0[c * 4 + 3] = (-INFINITY);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a6 = (-INFINITY);
+            for (int g = 0; g < 16; g++) a6 = fmaxf(a6, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a6;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v6[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                v6[r] = (v0[r] - v3[0]);
+            }
+        }
+        float v7[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                v7[r] = expf(v6[r]);
+            }
+        }
+        float v8[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                v8[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 512 + tid) * 4) / 1u % 4096u)) < (unsigned)s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a17 = 0e0f;
+            for (int g = 0; g < 16; g++) a17 = a17 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v9[r] = a17;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        float v16[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                v16[r] = (v7[r] / v10[0]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 512 + tid) * 4;
+            const int l22 = (int)((unsigned)e / 4096u % 1u);
+            const int l23 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l22) * (unsigned)(s1) + (unsigned)(0 + l23) * (unsigned)1;
             if ((unsigned)(0 + l23) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
         }
     }
@@ -5515,6 +5992,553 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
     }
 }
 
+/* kernel softmax for f16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = 65536; /* size of y, specialized */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = (-INFINITY);
+    }
+    float v23[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v23[r] = 0e0f;
+    }
+    float v34[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v34[r] = (-INFINITY);
+    }
+    float v35[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v35[r] = 0e0f;
+    }
+    /* block(x:1) softmax.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        /* partial rmax over y, by runs of 8 lanes */
+        float acc4[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc4[r] = (-INFINITY);
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+        for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
+            float v41[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v41[r] = acc4[r];
+                }
+            }
+            dt_f16s<16> v42; /* 16-bit values as loaded */
+            uint4 q11[2];
+            bool f12[2];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l13 = (int)((unsigned)e / 16384u % 1u);
+                const int l14 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l13) * (unsigned)(s1) + (unsigned)(o8 + l14) * (unsigned)1;
+                f12[c] = 1;
+                if (f12[c]) q11[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                if (f12[c]) {
+                    v42.w[c] = q11[c];
+                } else {
+                    v42.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
+                }
+            }
+            float v43[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v43[r] = fmaxf((fmaxf((fmaxf(v42[r * 8 + 0], v42[r * 8 + 1])), (fmaxf(v42[r * 8 + 2], v42[r * 8 + 3])))), (fmaxf((fmaxf(v42[r * 8 + 4], v42[r * 8 + 5])), (fmaxf(v42[r * 8 + 6], v42[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v43[r]);
+                }
+            }
+            float v44[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v44[r] = acc4[r];
+                }
+            }
+            float v45[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v46[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
+                }
+            }
+            float v47[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v47[r] = (v41[r] - v46[r]);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v48[r] = dt_fast_exp(v47[r]);
+                }
+            }
+            float v49[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v49[r] = (v42[r] - v46[r / 8]);
+                }
+            }
+            float v50[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v50[r] = dt_fast_exp(v49[r]);
+                }
+            }
+            float v51[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v51[r] = ((v50[r * 8 + 0] + v50[r * 8 + 1]) + (v50[r * 8 + 2] + v50[r * 8 + 3])) + ((v50[r * 8 + 4] + v50[r * 8 + 5]) + (v50[r * 8 + 6] + v50[r * 8 + 7]));
+                }
+            }
+            float v52[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v52[r] = acc5[r];
+                }
+            }
+            float v53[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v53[r] = (v52[r] * v48[r]);
+                }
+            }
+            float v54[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v54[r] = (v53[r] + v51[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v54[r];
+                }
+            }
+        }
+        /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+        for (long long o45 = (s1 / 16384) * 16384; o45 < s1; o45 += 16384) {
+            float v19[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v19[r] = acc4[r];
+                }
+            }
+            dt_f16s<16> v0; /* 16-bit values as loaded */
+            uint4 q48[2];
+            bool f49[2];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l50 = (int)((unsigned)e / 16384u % 1u);
+                const int l51 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l50) * (unsigned)(s1) + (unsigned)(o45 + l51) * (unsigned)1;
+                f49[c] = (unsigned)(o45 + l51) < (unsigned)s1;
+                if (f49[c]) q48[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                if (f49[c]) {
+                    v0.w[c] = q48[c];
+                } else {
+                    v0.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
+                }
+            }
+            float v20[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v20[r] = fmaxf((fmaxf((fmaxf(v0[r * 8 + 0], v0[r * 8 + 1])), (fmaxf(v0[r * 8 + 2], v0[r * 8 + 3])))), (fmaxf((fmaxf(v0[r * 8 + 4], v0[r * 8 + 5])), (fmaxf(v0[r * 8 + 6], v0[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v20[r]);
+                }
+            }
+            float v21[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v21[r] = acc4[r];
+                }
+            }
+            float v24[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v24[r] = ((v21[r]) == (v22[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v25[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v25[r] = v24[r] != 0.0f ? v23[0] : v21[r];
+                }
+            }
+            float v26[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v26[r] = (v19[r] - v25[r]);
+                }
+            }
+            float v27[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v27[r] = dt_fast_exp(v26[r]);
+                }
+            }
+            float v4[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v4[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) / 1u % 16384u)) < (unsigned)s1) ? v0[r] : 0e0f;
+                }
+            }
+            float v6[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v6[r] = (v4[r] - v25[r / 8]);
+                }
+            }
+            float v7[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v7[r] = dt_fast_exp(v6[r]);
+                }
+            }
+            float v8[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v8[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) / 1u % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                }
+            }
+            float v28[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v28[r] = ((v8[r * 8 + 0] + v8[r * 8 + 1]) + (v8[r * 8 + 2] + v8[r * 8 + 3])) + ((v8[r * 8 + 4] + v8[r * 8 + 5]) + (v8[r * 8 + 6] + v8[r * 8 + 7]));
+                }
+            }
+            float v29[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v29[r] = acc5[r];
+                }
+            }
+            float v30[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v30[r] = (v29[r] * v27[r]);
+                }
+            }
+            float v31[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v31[r] = (v30[r] + v28[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v31[r];
+                }
+            }
+        }
+        float v17[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v17[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 2; q++) p[i] = fmaxf(p[i], v17[i * 2 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a89 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a89 = fmaxf(a89, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a89;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v32[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v32[r] = acc5[r];
+            }
+        }
+        float v36[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v36[r] = ((v3[0]) == (v34[0]) ? 1.0f : 0.0f);
+        }
+        float v37[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
+        }
+        float v38[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v38[r] = (v17[r] - v37[0]);
+            }
+        }
+        float v39[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v39[r] = dt_fast_exp(v38[r]);
+            }
+        }
+        float v40[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v40[r] = (v32[r] * v39[r]);
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 2; q++) p[i] = p[i] + v40[i * 2 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a103 = 0e0f;
+            for (int g = 0; g < 32; g++) a103 = a103 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a103;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        /* softmax.tensorize(y:16384) */
+        for (long long o106 = (dt_cdiv(s1, 16384) - 1) * 16384; o106 >= 0; o106 -= 16384) {
+            dt_f16s<16> v11; /* 16-bit values as loaded */
+            uint4 q107[2];
+            bool f108[2];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l109 = (int)((unsigned)e / 16384u % 1u);
+                const int l110 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l109) * (unsigned)(s1) + (unsigned)(o106 + l110) * (unsigned)1;
+                f108[c] = (unsigned)(o106 + l110) < (unsigned)s1;
+                if (f108[c]) q107[c] = dt_load_once((const uint4*)(in0 + a));
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                if (f108[c]) {
+                    v11.w[c] = q107[c];
+                } else {
+                    v11.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v13[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v13[r] = (v11[r] - v3[0]);
+                }
+            }
+            float v14[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v14[r] = dt_fast_exp(v13[r]);
+                }
+            }
+            float v16[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v16[r] = dt_fast_div(v14[r], v10[0]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l119 = (int)((unsigned)e / 16384u % 1u);
+                const int l120 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l119) * (unsigned)(s1) + (unsigned)(o106 + l120) * (unsigned)1;
+                if ((unsigned)(o106 + l120) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7])));
+            }
+        }
+    }
+}
+
 /* kernel softmax for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
@@ -6643,6 +7667,553 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
     }
 }
 
+/* kernel softmax for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = 65536; /* size of y, specialized */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = (-INFINITY);
+    }
+    float v23[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v23[r] = 0e0f;
+    }
+    float v34[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v34[r] = (-INFINITY);
+    }
+    float v35[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v35[r] = 0e0f;
+    }
+    /* block(x:1) softmax.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        /* partial rmax over y, by runs of 8 lanes */
+        float acc4[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc4[r] = (-INFINITY);
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+        for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
+            float v41[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v41[r] = acc4[r];
+                }
+            }
+            dt_bf16s<16> v42; /* 16-bit values as loaded */
+            uint4 q11[2];
+            bool f12[2];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l13 = (int)((unsigned)e / 16384u % 1u);
+                const int l14 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l13) * (unsigned)(s1) + (unsigned)(o8 + l14) * (unsigned)1;
+                f12[c] = 1;
+                if (f12[c]) q11[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                if (f12[c]) {
+                    v42.w[c] = q11[c];
+                } else {
+                    v42.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
+                }
+            }
+            float v43[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v43[r] = fmaxf((fmaxf((fmaxf(v42[r * 8 + 0], v42[r * 8 + 1])), (fmaxf(v42[r * 8 + 2], v42[r * 8 + 3])))), (fmaxf((fmaxf(v42[r * 8 + 4], v42[r * 8 + 5])), (fmaxf(v42[r * 8 + 6], v42[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v43[r]);
+                }
+            }
+            float v44[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v44[r] = acc4[r];
+                }
+            }
+            float v45[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v46[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
+                }
+            }
+            float v47[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v47[r] = (v41[r] - v46[r]);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v48[r] = dt_fast_exp(v47[r]);
+                }
+            }
+            float v49[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v49[r] = (v42[r] - v46[r / 8]);
+                }
+            }
+            float v50[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v50[r] = dt_fast_exp(v49[r]);
+                }
+            }
+            float v51[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v51[r] = ((v50[r * 8 + 0] + v50[r * 8 + 1]) + (v50[r * 8 + 2] + v50[r * 8 + 3])) + ((v50[r * 8 + 4] + v50[r * 8 + 5]) + (v50[r * 8 + 6] + v50[r * 8 + 7]));
+                }
+            }
+            float v52[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v52[r] = acc5[r];
+                }
+            }
+            float v53[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v53[r] = (v52[r] * v48[r]);
+                }
+            }
+            float v54[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v54[r] = (v53[r] + v51[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v54[r];
+                }
+            }
+        }
+        /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+        for (long long o45 = (s1 / 16384) * 16384; o45 < s1; o45 += 16384) {
+            float v19[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v19[r] = acc4[r];
+                }
+            }
+            dt_bf16s<16> v0; /* 16-bit values as loaded */
+            uint4 q48[2];
+            bool f49[2];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l50 = (int)((unsigned)e / 16384u % 1u);
+                const int l51 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l50) * (unsigned)(s1) + (unsigned)(o45 + l51) * (unsigned)1;
+                f49[c] = (unsigned)(o45 + l51) < (unsigned)s1;
+                if (f49[c]) q48[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                if (f49[c]) {
+                    v0.w[c] = q48[c];
+                } else {
+                    v0.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
+                }
+            }
+            float v20[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v20[r] = fmaxf((fmaxf((fmaxf(v0[r * 8 + 0], v0[r * 8 + 1])), (fmaxf(v0[r * 8 + 2], v0[r * 8 + 3])))), (fmaxf((fmaxf(v0[r * 8 + 4], v0[r * 8 + 5])), (fmaxf(v0[r * 8 + 6], v0[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v20[r]);
+                }
+            }
+            float v21[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v21[r] = acc4[r];
+                }
+            }
+            float v24[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v24[r] = ((v21[r]) == (v22[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v25[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v25[r] = v24[r] != 0.0f ? v23[0] : v21[r];
+                }
+            }
+            float v26[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v26[r] = (v19[r] - v25[r]);
+                }
+            }
+            float v27[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v27[r] = dt_fast_exp(v26[r]);
+                }
+            }
+            float v4[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v4[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) / 1u % 16384u)) < (unsigned)s1) ? v0[r] : 0e0f;
+                }
+            }
+            float v6[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v6[r] = (v4[r] - v25[r / 8]);
+                }
+            }
+            float v7[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v7[r] = dt_fast_exp(v6[r]);
+                }
+            }
+            float v8[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v8[r] = ((unsigned)(o45 + (int)((unsigned)(((r / 8) * 1024 + tid) * 8) / 1u % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                }
+            }
+            float v28[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v28[r] = ((v8[r * 8 + 0] + v8[r * 8 + 1]) + (v8[r * 8 + 2] + v8[r * 8 + 3])) + ((v8[r * 8 + 4] + v8[r * 8 + 5]) + (v8[r * 8 + 6] + v8[r * 8 + 7]));
+                }
+            }
+            float v29[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v29[r] = acc5[r];
+                }
+            }
+            float v30[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v30[r] = (v29[r] * v27[r]);
+                }
+            }
+            float v31[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v31[r] = (v30[r] + v28[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc5[r] = v31[r];
+                }
+            }
+        }
+        float v17[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v17[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 2; q++) p[i] = fmaxf(p[i], v17[i * 2 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a89 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a89 = fmaxf(a89, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a89;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v32[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v32[r] = acc5[r];
+            }
+        }
+        float v36[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v36[r] = ((v3[0]) == (v34[0]) ? 1.0f : 0.0f);
+        }
+        float v37[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
+        }
+        float v38[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v38[r] = (v17[r] - v37[0]);
+            }
+        }
+        float v39[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v39[r] = dt_fast_exp(v38[r]);
+            }
+        }
+        float v40[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v40[r] = (v32[r] * v39[r]);
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 2 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 2; q++) p[i] = p[i] + v40[i * 2 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a103 = 0e0f;
+            for (int g = 0; g < 32; g++) a103 = a103 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a103;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        /* softmax.tensorize(y:16384) */
+        for (long long o106 = (dt_cdiv(s1, 16384) - 1) * 16384; o106 >= 0; o106 -= 16384) {
+            dt_bf16s<16> v11; /* 16-bit values as loaded */
+            uint4 q107[2];
+            bool f108[2];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l109 = (int)((unsigned)e / 16384u % 1u);
+                const int l110 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l109) * (unsigned)(s1) + (unsigned)(o106 + l110) * (unsigned)1;
+                f108[c] = (unsigned)(o106 + l110) < (unsigned)s1;
+                if (f108[c]) q107[c] = dt_load_once((const uint4*)(in0 + a));
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                if (f108[c]) {
+                    v11.w[c] = q107[c];
+                } else {
+                    v11.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                }
+            }
+            float v13[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v13[r] = (v11[r] - v3[0]);
+                }
+            }
+            float v14[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v14[r] = dt_fast_exp(v13[r]);
+                }
+            }
+            float v16[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v16[r] = dt_fast_div(v14[r], v10[0]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l119 = (int)((unsigned)e / 16384u % 1u);
+                const int l120 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l119) * (unsigned)(s1) + (unsigned)(o106 + l120) * (unsigned)1;
+                if ((unsigned)(o106 + l120) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7])));
+            }
+        }
+    }
+}
+
 /* kernel softmax for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];
@@ -7733,6 +9304,546 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
                 const int l107 = (int)((unsigned)e / 16384u % 1u);
                 const int l108 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l107) * (unsigned)args.output_strides[0] + (unsigned)(o98 + l108) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o98 + l108) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3])));
+            }
+        }
+    }
+}
+
+/* kernel softmax for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_CONSTANT const dt_args_t<1, 2, 2, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = 65536; /* size of y, specialized */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    float* __restrict__ out = (float*)args.output; /* softmax */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = (-INFINITY);
+    }
+    float v23[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v23[r] = 0e0f;
+    }
+    float v34[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v34[r] = (-INFINITY);
+    }
+    float v35[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v35[r] = 0e0f;
+    }
+    /* block(x:1) softmax.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
+        }
+        /* partial rmax over y, by runs of 8 lanes */
+        float acc4[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc4[r] = (-INFINITY);
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, by runs of 8 lanes */
+        float acc5[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+        for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
+            float v41[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v41[r] = acc4[r];
+                }
+            }
+            float v42[16];
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l11 = (int)((unsigned)e / 16384u % 1u);
+                const int l12 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l11) * (unsigned)(s1) + (unsigned)(o8 + l12) * (unsigned)1;
+                const uint4 q = *(const uint4*)(in0 + a);
+                v42[c * 4 + 0] = __uint_as_float(q.x);
+                v42[c * 4 + 1] = __uint_as_float(q.y);
+                v42[c * 4 + 2] = __uint_as_float(q.z);
+                v42[c * 4 + 3] = __uint_as_float(q.w);
+            }
+            float v43[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v43[r] = fmaxf((fmaxf(v42[r * 4 + 0], v42[r * 4 + 1])), (fmaxf(v42[r * 4 + 2], v42[r * 4 + 3])));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v43[r]);
+                }
+            }
+            float v44[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v44[r] = acc4[r];
+                }
+            }
+            float v45[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v46[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
+                }
+            }
+            float v47[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v47[r] = (v41[r] - v46[r]);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v48[r] = dt_fast_exp(v47[r]);
+                }
+            }
+            float v49[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v49[r] = (v42[r] - v46[r / 4]);
+                }
+            }
+            float v50[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v50[r] = dt_fast_exp(v49[r]);
+                }
+            }
+            float v51[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v51[r] = (v50[r * 4 + 0] + v50[r * 4 + 1]) + (v50[r * 4 + 2] + v50[r * 4 + 3]);
+                }
+            }
+            float v52[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v52[r] = acc5[r];
+                }
+            }
+            float v53[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v53[r] = (v52[r] * v48[r]);
+                }
+            }
+            float v54[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v54[r] = (v53[r] + v51[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc5[r] = v54[r];
+                }
+            }
+        }
+        /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
+        for (long long o41 = (s1 / 16384) * 16384; o41 < s1; o41 += 16384) {
+            float v19[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v19[r] = acc4[r];
+                }
+            }
+            float v0[16];
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l44 = (int)((unsigned)e / 16384u % 1u);
+                const int l45 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l44) * (unsigned)(s1) + (unsigned)(o41 + l45) * (unsigned)1;
+                if ((unsigned)(o41 + l45) < (unsigned)s1) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v0[c * 4 + 0] = __uint_as_float(q.x);
+                    v0[c * 4 + 1] = __uint_as_float(q.y);
+                    v0[c * 4 + 2] = __uint_as_float(q.z);
+                    v0[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v0[c * 4 + 0] = (-INFINITY);
+                    v0[c * 4 + 1] = (-INFINITY);
+                    v0[c * 4 + 2] = (-INFINITY);
+                    v0[c * 4 + 3] = (-INFINITY);
+                }
+            }
+            float v20[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v20[r] = fmaxf((fmaxf(v0[r * 4 + 0], v0[r * 4 + 1])), (fmaxf(v0[r * 4 + 2], v0[r * 4 + 3])));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v20[r]);
+                }
+            }
+            float v21[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v21[r] = acc4[r];
+                }
+            }
+            float v24[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v24[r] = ((v21[r]) == (v22[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v25[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v25[r] = v24[r] != 0.0f ? v23[0] : v21[r];
+                }
+            }
+            float v26[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v26[r] = (v19[r] - v25[r]);
+                }
+            }
+            float v27[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v27[r] = dt_fast_exp(v26[r]);
+                }
+            }
+            float v4[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v4[r] = ((unsigned)(o41 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) / 1u % 16384u)) < (unsigned)s1) ? v0[r] : 0e0f;
+                }
+            }
+            float v6[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v6[r] = (v4[r] - v25[r / 4]);
+                }
+            }
+            float v7[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v7[r] = dt_fast_exp(v6[r]);
+                }
+            }
+            float v8[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v8[r] = ((unsigned)(o41 + (int)((unsigned)(((r / 4) * 1024 + tid) * 4) / 1u % 16384u)) < (unsigned)s1) ? v7[r] : 0e0f;
+                }
+            }
+            float v28[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v28[r] = (v8[r * 4 + 0] + v8[r * 4 + 1]) + (v8[r * 4 + 2] + v8[r * 4 + 3]);
+                }
+            }
+            float v29[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v29[r] = acc5[r];
+                }
+            }
+            float v30[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v30[r] = (v29[r] * v27[r]);
+                }
+            }
+            float v31[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v31[r] = (v30[r] + v28[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc5[r] = v31[r];
+                }
+            }
+        }
+        float v17[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v17[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 4; q++) p[i] = fmaxf(p[i], v17[i * 4 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a81 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a81 = fmaxf(a81, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a81;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v32[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v32[r] = acc5[r];
+            }
+        }
+        float v36[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v36[r] = ((v3[0]) == (v34[0]) ? 1.0f : 0.0f);
+        }
+        float v37[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
+        }
+        float v38[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v38[r] = (v17[r] - v37[0]);
+            }
+        }
+        float v39[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v39[r] = dt_fast_exp(v38[r]);
+            }
+        }
+        float v40[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v40[r] = (v32[r] * v39[r]);
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 4 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v40[i * 4 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a95 = 0e0f;
+            for (int g = 0; g < 32; g++) a95 = a95 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a95;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
+        }
+        float v10[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
+        }
+        /* softmax.tensorize(y:16384) */
+        for (long long o98 = (dt_cdiv(s1, 16384) - 1) * 16384; o98 >= 0; o98 -= 16384) {
+            float v11[16];
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l99 = (int)((unsigned)e / 16384u % 1u);
+                const int l100 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l99) * (unsigned)(s1) + (unsigned)(o98 + l100) * (unsigned)1;
+                if ((unsigned)(o98 + l100) < (unsigned)s1) {
+                    const uint4 q = dt_load_once((const uint4*)(in0 + a));
+                    v11[c * 4 + 0] = __uint_as_float(q.x);
+                    v11[c * 4 + 1] = __uint_as_float(q.y);
+                    v11[c * 4 + 2] = __uint_as_float(q.z);
+                    v11[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v11[c * 4 + 0] = 0e0f;
+                    v11[c * 4 + 1] = 0e0f;
+                    v11[c * 4 + 2] = 0e0f;
+                    v11[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v13[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v13[r] = (v11[r] - v3[0]);
+                }
+            }
+            float v14[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v14[r] = dt_fast_exp(v13[r]);
+                }
+            }
+            float v16[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v16[r] = dt_fast_div(v14[r], v10[0]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l107 = (int)((unsigned)e / 16384u % 1u);
+                const int l108 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l107) * (unsigned)(s1) + (unsigned)(o98 + l108) * (unsigned)1;
                 if ((unsigned)(o98 + l108) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3])));
             }
         }

@@ -300,16 +300,26 @@ fn long_rows_match_reference() {
     );
 }
 
-/// Rows of exactly the lengths that classes specialize (`specialize(y:1024)`, `(y:16384)`),
-/// contiguous, which on the GPU run those twins (sizes and strides constants); and the same
-/// lengths padded and transposed, which run the kernels for any layout. Each in every element
-/// type, on the CPU and on the GPU.
+/// Rows of exactly the lengths that classes specialize (`specialize(y:1024)`, 4096, 16384,
+/// 65536 and 262144), contiguous, which on the GPU run those twins (sizes and strides
+/// constants); and the same lengths padded and transposed, which run the kernels for any
+/// layout. Each in every element type, on the CPU and on the GPU.
 #[test]
 fn specialized_row_lengths_match_reference() {
     let (flat, padded, transposed) = row_placements();
     rows_match_reference(
         "specialized_row_lengths_match_reference",
-        &[(7, 1024, &flat), (5, 16384, &flat), (3, 1024, &padded), (2, 16384, &transposed)],
+        &[
+            (7, 1024, &flat),
+            (6, 4096, &flat),
+            (5, 16384, &flat),
+            (3, 65536, &flat),
+            (2, 262144, &flat),
+            (3, 1024, &padded),
+            (3, 4096, &transposed),
+            (2, 16384, &transposed),
+            (2, 65536, &padded),
+        ],
     );
 }
 
