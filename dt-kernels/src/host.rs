@@ -44,26 +44,7 @@ impl<T: Element> HostTensor<T> {
         dt_core::tensor::Tensor { shape: self.shape.clone(), data: self.to_f32_vec() }
     }
 
-    pub fn shape(&self) -> &[usize] {
-        &self.shape
-    }
-
-    pub fn strides(&self) -> &[usize] {
-        &self.strides
-    }
-
-    /// The number of elements of the shape.
-    pub fn len(&self) -> usize {
-        self.shape.iter().product()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    pub fn is_contiguous(&self) -> bool {
-        self.strides == contiguous_strides(&self.shape)
-    }
+    layout::view_accessors!();
 
     /// The underlying data, in memory order (a strided view may skip or repeat elements of it).
     pub fn data(&self) -> &[T] {

@@ -13,6 +13,34 @@ pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
     s
 }
 
+/// The accessors that every tensor type (host, CUDA and HIP) has over its `shape` and `strides`
+/// fields, written once: `view_accessors!();` inside the type's `impl`.
+macro_rules! view_accessors {
+    () => {
+        pub fn shape(&self) -> &[usize] {
+            &self.shape
+        }
+
+        pub fn strides(&self) -> &[usize] {
+            &self.strides
+        }
+
+        /// The number of elements of the shape.
+        pub fn len(&self) -> usize {
+            self.shape.iter().product()
+        }
+
+        pub fn is_empty(&self) -> bool {
+            self.len() == 0
+        }
+
+        pub fn is_contiguous(&self) -> bool {
+            self.strides == $crate::layout::contiguous_strides(&self.shape)
+        }
+    };
+}
+pub(crate) use view_accessors;
+
 /// The number of elements of `shape`, checked against the 2^31 limit of the kernels.
 pub(crate) fn elements(what: &dyn Fn() -> String, shape: &[usize]) -> Result<usize> {
     let n = shape.iter().try_fold(1u128, |acc, &d| acc.checked_mul(d as u128)).unwrap_or(u128::MAX);

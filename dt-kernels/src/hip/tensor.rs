@@ -143,26 +143,7 @@ impl<T: Element> HipTensor<T> {
         Ok(crate::HostTensor::from_parts(self.to_host()?, self.shape.clone()))
     }
 
-    pub fn shape(&self) -> &[usize] {
-        &self.shape
-    }
-
-    pub fn strides(&self) -> &[usize] {
-        &self.strides
-    }
-
-    /// The number of elements of the shape.
-    pub fn len(&self) -> usize {
-        self.shape.iter().product()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    pub fn is_contiguous(&self) -> bool {
-        self.strides == contiguous_strides(&self.shape)
-    }
+    layout::view_accessors!();
 
     /// The device address of the buffer under the view.
     pub fn device_ptr(&self) -> u64 {
