@@ -119,39 +119,32 @@ pub fn fill_args(k: &Kernel, bound: &Bound, input_addrs: &[u64], output_addr: u6
     a
 }
 
-/// The most specific layouts the launch of `k` with argument block `a` has: the sizes and
-/// contiguous tensors of its specialized twin ([`dt_core::kir::launch_is_specialized`]), whole
-/// 16-byte runs ([`dt_core::kir::runs_are_whole`]), or any.
+/// The most specific layouts the launch of `k` with argument block `a` has
+/// ([`Layouts::of_launch`]): which of the kernel's twins may run it.
 pub fn launch_layouts(k: &Kernel, dtype: DType, a: &DtArgs) -> Layouts {
-    let tensors = dt_core::kir::launch_tensors(k, a);
-    let size = |slot: usize| a.sizes[slot];
-    if dt_core::kir::launch_is_specialized(k, dtype.size_bytes(), size, &tensors) {
-        Layouts::Specialized
-    } else if dt_core::kir::runs_are_whole(k, dtype.size_bytes(), size, &tensors) {
-        Layouts::WholeRuns
-    } else {
-        Layouts::Any
-    }
+    Layouts::of_launch(k, dtype.size_bytes(), |slot| a.sizes[slot], &dt_core::kir::launch_tensors(k, a))
 }
 
 /// Checks that the kernel of launch parameters `info` may run on tensors of layouts `have`
 /// ([`launch_layouts`]): one built for whole runs only where they are, the specialized twin only
 /// on its sizes and contiguous tensors.
 pub fn check_layouts(info: &crate::emit::gpu::LaunchInfo, have: Layouts, dtype: DType) -> Result<(), HostError> {
-    match info.layouts {
-        Layouts::WholeRuns if have == Layouts::Any => Err(HostError(format!(
+    if info.layouts <= have {
+        return Ok(());
+    }
+    Err(HostError(match info.layouts {
+        Layouts::Specialized => format!(
+            "kernel `{}` is built for the sizes its schedule specializes and contiguous tensors, and this launch \
+             does not have them all",
+            info.symbol
+        ),
+        _ => format!(
             "kernel `{}` is built for whole 16-byte runs, and the tensors of this launch do not all have them \
              (16-byte aligned, contiguous along the last axis, its length and the other strides multiples of {})",
             info.symbol,
             dt_core::kir::RUN_BYTES / dtype.size_bytes()
-        ))),
-        Layouts::Specialized if have != Layouts::Specialized => Err(HostError(format!(
-            "kernel `{}` is built for the sizes its schedule specializes and contiguous tensors, and this launch \
-             does not have them all",
-            info.symbol
-        ))),
-        _ => Ok(()),
-    }
+        ),
+    }))
 }
 
 /// Checks sizes against the kernel's bounds.

@@ -720,6 +720,56 @@ pub fn specialized_symbol(symbol: &str) -> String {
     format!("{symbol}_exact")
 }
 
+/// The tensor layouts a GPU kernel or one of its twins is built for, from the most general to
+/// the most specific: each admits every launch the next one does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Layouts {
+    /// Any strides and addresses: each 16-byte run checks that it is contiguous, aligned and
+    /// inside its tensor, and otherwise goes element by element.
+    Any,
+    /// Layouts where every 16-byte run is whole ([`runs_are_whole`]): a run needs the bounds of
+    /// its first element only (symbol [`whole_runs_symbol`]).
+    WholeRuns,
+    /// Whole runs, contiguous tensors, and the sizes the kernel is specialized for
+    /// ([`launch_is_specialized`]), which it takes for constants (symbol [`specialized_symbol`]).
+    Specialized,
+}
+
+impl Layouts {
+    /// The most specific layouts a launch of `k` has (`tensors`, `size(slot)` as for
+    /// [`runs_are_whole`]).
+    pub fn of_launch(k: &Kernel, elem_bytes: usize, size: impl Fn(usize) -> i64, tensors: &[LaunchTensor<'_>]) -> Layouts {
+        if launch_is_specialized(k, elem_bytes, &size, tensors) {
+            Layouts::Specialized
+        } else if runs_are_whole(k, elem_bytes, &size, tensors) {
+            Layouts::WholeRuns
+        } else {
+            Layouts::Any
+        }
+    }
+
+    /// The symbol of the twin of GPU kernel `symbol` built for these layouts.
+    pub fn symbol(self, symbol: &str) -> String {
+        match self {
+            Layouts::Any => symbol.to_string(),
+            Layouts::WholeRuns => whole_runs_symbol(symbol),
+            Layouts::Specialized => specialized_symbol(symbol),
+        }
+    }
+
+    /// The kernel a launch with these layouts runs, of kernel `symbol` and the twins of it that
+    /// are built (`built`): the most specific one the launch admits. The library, the bench and
+    /// the test runners choose alike through it.
+    pub fn launch_symbol(self, symbol: &str, built: impl Fn(&str) -> bool) -> String {
+        [Layouts::Specialized, Layouts::WholeRuns]
+            .into_iter()
+            .filter(|l| *l <= self)
+            .map(|l| l.symbol(symbol))
+            .find(|s| built(s))
+            .unwrap_or_else(|| symbol.to_string())
+    }
+}
+
 /// The largest thread-block cluster that every CUDA GPU with clusters runs.
 pub const MAX_PORTABLE_CLUSTER: u32 = 8;
 

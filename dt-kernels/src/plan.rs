@@ -234,22 +234,13 @@ fn plan_kernel(op: &OpDesc, kernel: &'static Kernel, dtype: DType, shapes: &[(&[
 
 impl Plan {
     /// The kernel to launch with argument block `args` (addresses and strides filled in), of
-    /// those the backend has (`built`): the twin built for the sizes the class specializes where
-    /// the launch has them and contiguous tensors ([`dt_core::kir::launch_is_specialized`]); else
-    /// the one built for whole 16-byte runs where every tensor's runs are whole
-    /// ([`dt_core::kir::runs_are_whole`]); else the one built for any layout.
+    /// those the backend has (`built`): the most specific twin the launch's layouts admit
+    /// ([`dt_core::kir::Layouts::launch_symbol`]), the one for its specialized sizes, for whole
+    /// 16-byte runs, or for any layout.
     pub(crate) fn launch_symbol(&self, args: &DtArgs, dtype: DType, built: impl Fn(&str) -> bool) -> String {
-        use dt_core::kir::{launch_is_specialized, launch_tensors, runs_are_whole, specialized_symbol, whole_runs_symbol};
-        let tensors = launch_tensors(self.kernel, args);
-        let size = |slot: usize| args.sizes[slot];
-        let (exact, whole) = (specialized_symbol(&self.symbol), whole_runs_symbol(&self.symbol));
-        if built(&exact) && launch_is_specialized(self.kernel, dtype.size_bytes(), size, &tensors) {
-            exact
-        } else if built(&whole) && runs_are_whole(self.kernel, dtype.size_bytes(), size, &tensors) {
-            whole
-        } else {
-            self.symbol.clone()
-        }
+        let tensors = dt_core::kir::launch_tensors(self.kernel, args);
+        dt_core::kir::Layouts::of_launch(self.kernel, dtype.size_bytes(), |slot| args.sizes[slot], &tensors)
+            .launch_symbol(&self.symbol, built)
     }
 }
 

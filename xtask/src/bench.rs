@@ -363,14 +363,8 @@ pub fn run(opts: &Options) -> Result<(), String> {
             // launch has them, else the kernel built for whole 16-byte runs where the tensors have
             // them (here, wherever the last axis is a multiple of the run).
             let symbol = dt_codegen::emit::symbol(kernel, job.dtype);
-            let (exact, whole) = (gpu::specialized_symbol(&symbol), gpu::whole_runs_symbol(&symbol));
-            let info = c
-                .infos
-                .iter()
-                .find(|i| staged.layouts == gpu::Layouts::Specialized && i.symbol == exact)
-                .or_else(|| c.infos.iter().find(|i| staged.layouts != gpu::Layouts::Any && i.symbol == whole))
-                .or_else(|| c.infos.iter().find(|i| i.symbol == symbol))
-                .ok_or("symbol")?;
+            let symbol = staged.layouts.launch_symbol(&symbol, |s| c.infos.iter().any(|i| i.symbol == s));
+            let info = c.infos.iter().find(|i| i.symbol == symbol).ok_or("symbol")?;
             let f = gpu.function(&c.module, info).map_err(|e| e.to_string())?;
             let mb = job.memory_bound();
             let (ms, runs) = timer.time(

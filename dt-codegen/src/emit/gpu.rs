@@ -117,7 +117,7 @@ pub fn emit_file(header: &str, dialect: Dialect, kernels: &[(&Kernel, DType, Str
         // needs whole runs, which a specialized size along a tensor's last axis that is no
         // multiple of the run never gives.
         let run = (dt_core::kir::RUN_BYTES / dtype.size_bytes()) as u64;
-        let last_axes: Vec<DimId> = k.inputs.iter().chain([&k.output]).filter_map(|t| t.dims.last().copied()).collect();
+        let last_axes = run_dims(k);
         if !k.specialize.is_empty() && k.specialize.iter().all(|(d, n)| !last_axes.contains(d) || n % run == 0) {
             let (text_exact, info_exact) = emit_kernel(k, *dtype, &specialized_symbol(symbol), dialect, Layouts::Specialized)?;
             out += "\n";
@@ -126,22 +126,6 @@ pub fn emit_file(header: &str, dialect: Dialect, kernels: &[(&Kernel, DType, Str
         }
     }
     Ok((out, infos))
-}
-
-/// The tensor layouts a kernel is built for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Layouts {
-    /// Any strides and addresses: each 16-byte run checks that it is contiguous, aligned and
-    /// inside its tensor, and otherwise goes element by element.
-    Any,
-    /// Layouts where every 16-byte run is whole ([`dt_core::kir::runs_are_whole`]): a run needs
-    /// the bounds of its first element only. Where a launch's tensors qualify, the library and
-    /// the bench run this kernel (symbol [`whole_runs_symbol`]).
-    WholeRuns,
-    /// Whole runs, contiguous tensors, and the sizes the kernel is specialized for
-    /// ([`dt_core::kir::launch_is_specialized`]), which it takes for constants (symbol
-    /// [`specialized_symbol`]).
-    Specialized,
 }
 
 /// Whether every 16-byte run of `vector` elements that kernel `k` reads or writes starts at a
@@ -175,8 +159,8 @@ fn run_dims(k: &Kernel) -> Vec<DimId> {
     k.inputs.iter().chain([&k.output]).filter_map(|t| t.dims.last().copied()).collect()
 }
 
-/// The symbol of the kernel for whole runs ([`Layouts::WholeRuns`]) of the kernel `symbol`.
-pub use dt_core::kir::{specialized_symbol, whole_runs_symbol};
+/// The layouts a kernel is built for, and the symbols of its twins.
+pub use dt_core::kir::{specialized_symbol, whole_runs_symbol, Layouts};
 
 fn c_type(d: DType) -> &'static str {
     match d {

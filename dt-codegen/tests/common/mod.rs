@@ -116,14 +116,7 @@ pub fn compare(got: &Tensor, want: &Tensor, dtype: DType, reduction_len: usize, 
 /// an item's symbol): the item of that symbol, or the one whose kernel for whole runs or whose
 /// specialized twin it is.
 pub fn item_of<'a, T>(items: &'a [T], symbol: impl Fn(&T) -> &str, info: &dt_codegen::emit::gpu::LaunchInfo) -> &'a T {
-    use dt_codegen::emit::gpu::{specialized_symbol, whole_runs_symbol};
-    items
-        .iter()
-        .find(|i| {
-            let s = symbol(i);
-            s == info.symbol || whole_runs_symbol(s) == info.symbol || specialized_symbol(s) == info.symbol
-        })
-        .unwrap_or_else(|| panic!("no kernel for symbol `{}`", info.symbol))
+    items.iter().find(|i| info.layouts.symbol(symbol(i)) == info.symbol).unwrap_or_else(|| panic!("no kernel for symbol `{}`", info.symbol))
 }
 
 /// Sizes drawn for any layout, made to fit the kernel of `info`: for the kernel for whole runs,
