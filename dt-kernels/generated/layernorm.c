@@ -728,6 +728,121 @@ void dt_layernorm_4k_f32_f32(const dt_args* args, long long first, long long las
     free(arena);
 }
 
+/* kernel layernorm_4k_f32_many for f32: grid block(x:1) */
+void dt_layernorm_4k_f32_many_f32(const dt_args* args, long long first, long long last) {
+    const long long s0 = args->sizes[0]; /* size of x */
+    const long long s1 = args->sizes[1]; /* size of y */
+    const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* X */
+    const float* in1 = (const float*)(uintptr_t)args->inputs[1]; /* W */
+    const float* in2 = (const float*)(uintptr_t)args->inputs[2]; /* B */
+    float* out = (float*)(uintptr_t)args->output; /* layernorm_4k_f32_many */
+    float* arena = (float*)malloc(sizeof(float) * 61459);
+    if (!arena) return;
+    const long long programs = (dt_cdiv(s0, 1));
+    for (long long pid = first; pid < last && pid < programs; pid++) {
+        long long rest = (long long)pid;
+        (void)rest;
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
+        const long long b0 = g0; /* block index along x */
+        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
+        (arena + 8194)[0] = (float)s1;
+        (arena + 40972)[0] = args->scalars[0];
+        /* block(x:1) layernorm_4k_f32_many.tensorize(x:0) */
+        for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+            /* rsum identity */
+            for (long long l2 = 0; l2 < 1; l2++) {
+                (arena + 61455)[l2] = 0e0f;
+            }
+            for (long long l3 = 0; l3 < 1; l3++) {
+                for (long long l4 = 0; l4 < 4096; l4++) {
+                    (arena + 0)[l3 * 4096 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f32(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0e0f;
+                }
+            }
+            for (long long l5 = 0; l5 < 1; l5++) {
+                float a7 = 0e0f;
+                for (long long r6 = 0; r6 < 4096; r6 += 1) a7 = a7 + (arena + 0)[l5 * 4096 + r6 * 1];
+                (arena + 8192)[l5] = a7;
+            }
+            for (long long l8 = 0; l8 < 1; l8++) {
+                (arena + 61455)[l8] = (arena + 61455)[l8] + (arena + 8192)[l8];
+            }
+            for (long long l9 = 0; l9 < 1; l9++) {
+                (arena + 8193)[l9] = (arena + 61455)[l9];
+            }
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 8195)[l10] = ((arena + 8193)[l10] / (arena + 8194)[0]);
+            }
+            /* rsum identity */
+            for (long long l11 = 0; l11 < 1; l11++) {
+                (arena + 61457)[l11] = 0e0f;
+            }
+            for (long long l12 = 0; l12 < 1; l12++) {
+                for (long long l13 = 0; l13 < 4096; l13++) {
+                    (arena + 12293)[l12 * 4096 + l13] = ((arena + 0)[l12 * 4096 + l13] - (arena + 8195)[l12]);
+                }
+            }
+            for (long long l14 = 0; l14 < 1; l14++) {
+                for (long long l15 = 0; l15 < 4096; l15++) {
+                    (arena + 24582)[l14 * 4096 + l15] = ((arena + 12293)[l14 * 4096 + l15] * (arena + 12293)[l14 * 4096 + l15]);
+                }
+            }
+            for (long long l16 = 0; l16 < 1; l16++) {
+                for (long long l17 = 0; l17 < 4096; l17++) {
+                    (arena + 28678)[l16 * 4096 + l17] = (0 + l17 < s1) ? (arena + 24582)[l16 * 4096 + l17] : 0e0f;
+                }
+            }
+            for (long long l18 = 0; l18 < 1; l18++) {
+                float a20 = 0e0f;
+                for (long long r19 = 0; r19 < 4096; r19 += 1) a20 = a20 + (arena + 28678)[l18 * 4096 + r19 * 1];
+                (arena + 32774)[l18] = a20;
+            }
+            for (long long l21 = 0; l21 < 1; l21++) {
+                (arena + 61457)[l21] = (arena + 61457)[l21] + (arena + 32774)[l21];
+            }
+            for (long long l22 = 0; l22 < 1; l22++) {
+                (arena + 32775)[l22] = (arena + 61457)[l22];
+            }
+            for (long long l23 = 0; l23 < 1; l23++) {
+                (arena + 32777)[l23] = ((arena + 32775)[l23] / (arena + 8194)[0]);
+            }
+            for (long long l24 = 0; l24 < 1; l24++) {
+                (arena + 40973)[l24] = ((arena + 32777)[l24] + (arena + 40972)[0]);
+            }
+            for (long long l25 = 0; l25 < 1; l25++) {
+                (arena + 40974)[l25] = dt_rsqrt((arena + 40973)[l25]);
+            }
+            for (long long l26 = 0; l26 < 1; l26++) {
+                for (long long l27 = 0; l27 < 4096; l27++) {
+                    (arena + 40975)[l26 * 4096 + l27] = ((arena + 12293)[l26 * 4096 + l27] * (arena + 40974)[l26]);
+                }
+            }
+            for (long long l28 = 0; l28 < 4096; l28++) {
+                (arena + 45071)[l28] = (0 + l28 < s1) ? dt_load_f32(in1[(0 + l28) * args->input_strides[1][0]]) : 0e0f;
+            }
+            for (long long l29 = 0; l29 < 1; l29++) {
+                for (long long l30 = 0; l30 < 4096; l30++) {
+                    (arena + 49167)[l29 * 4096 + l30] = ((arena + 40975)[l29 * 4096 + l30] * (arena + 45071)[l30]);
+                }
+            }
+            for (long long l31 = 0; l31 < 4096; l31++) {
+                (arena + 53263)[l31] = (0 + l31 < s1) ? dt_load_f32(in2[(0 + l31) * args->input_strides[2][0]]) : 0e0f;
+            }
+            for (long long l32 = 0; l32 < 1; l32++) {
+                for (long long l33 = 0; l33 < 4096; l33++) {
+                    (arena + 57359)[l32 * 4096 + l33] = ((arena + 49167)[l32 * 4096 + l33] + (arena + 53263)[l33]);
+                }
+            }
+            for (long long l34 = 0; l34 < 1; l34++) {
+                for (long long l35 = 0; l35 < 4096; l35++) {
+                    if (o1 + l34 < s0 && 0 + l35 < s1) out[(o1 + l34) * args->output_strides[0] + (0 + l35) * args->output_strides[1]] = dt_store_f32((arena + 57359)[l34 * 4096 + l35]);
+                }
+            }
+        }
+    }
+    free(arena);
+}
+
 /* kernel layernorm_4k for f16: grid block(x:2) */
 void dt_layernorm_4k_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */

@@ -3856,6 +3856,524 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32_who
     }
 }
 
+/* kernel layernorm_4k_f32_many for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512, 3) dt_layernorm_4k_f32_many_f32(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
+    const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
+    const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
+    float* __restrict__ out = (float*)args.output; /* layernorm_4k_f32_many */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
+    /* block(x:1) layernorm_4k_f32_many.tensorize(x:0) */
+    { const long long o1 = b0 * 1; /* the block's one step */
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        float v0[8];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 512 + tid) * 4;
+            const int l3 = (int)((unsigned)e / 4096u % 1u);
+            const int l4 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
+            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 4 + 0] = __uint_as_float(q.x);
+                v0[c * 4 + 1] = __uint_as_float(q.y);
+                v0[c * 4 + 2] = __uint_as_float(q.z);
+                v0[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v0[c * 4 + 0] = ((unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 1] = ((unsigned)(0 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 2] = ((unsigned)(0 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 3] = ((unsigned)(0 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a6 = 0e0f;
+            for (int g = 0; g < 16; g++) a6 = a6 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a6;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v5[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v5[r] = dt_fast_div(v3[0], v4[0]);
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v8[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                v8[r] = (v0[r] - v5[0]);
+            }
+        }
+        float v12[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                v12[r] = (v8[r] * v8[r]);
+            }
+        }
+        float v13[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                const int l16 = (int)((unsigned)e / 1u % 4096u);
+                v13[r] = ((unsigned)(0 + l16) < (unsigned)s1) ? v12[r] : 0e0f;
+            }
+        }
+        float v14[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v13[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a18 = 0e0f;
+            for (int g = 0; g < 16; g++) a18 = a18 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v14[r] = a18;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v14[0];
+        }
+        float v15[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v15[r] = acc2[r];
+        }
+        float v17[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v17[r] = dt_fast_div(v15[0], v4[0]);
+        }
+        float v23[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
+        }
+        float v24[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_fast_rsqrt(v23[0]);
+        }
+        /* the output run by run: each run's loads next to its arithmetic and its store */
+        #pragma unroll
+        for (int cr = 0; cr < 2; cr++) {
+            float v25[8];
+            #pragma unroll
+            for (int r = cr * 4; r < cr * 4 + 4; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v25[r] = (v8[r] * v24[0]);
+                }
+            }
+            float v26[8];
+            {
+                const int c = cr;
+                const int e = (c * 512 + tid) * 4;
+                const int l26 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(0 + l26) * (unsigned)args.input_strides[1][0];
+                if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l26 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in1 + a);
+                    v26[c * 4 + 0] = __uint_as_float(q.x);
+                    v26[c * 4 + 1] = __uint_as_float(q.y);
+                    v26[c * 4 + 2] = __uint_as_float(q.z);
+                    v26[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v26[c * 4 + 0] = ((unsigned)(0 + l26) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 1] = ((unsigned)(0 + (l26 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 2] = ((unsigned)(0 + (l26 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 3] = ((unsigned)(0 + (l26 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                }
+            }
+            float v27[8];
+            #pragma unroll
+            for (int r = cr * 4; r < cr * 4 + 4; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v27[r] = (v25[r] * v26[r]);
+                }
+            }
+            float v28[8];
+            {
+                const int c = cr;
+                const int e = (c * 512 + tid) * 4;
+                const int l29 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(0 + l29) * (unsigned)args.input_strides[2][0];
+                if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l29 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in2 + a);
+                    v28[c * 4 + 0] = __uint_as_float(q.x);
+                    v28[c * 4 + 1] = __uint_as_float(q.y);
+                    v28[c * 4 + 2] = __uint_as_float(q.z);
+                    v28[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v28[c * 4 + 0] = ((unsigned)(0 + l29) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 1] = ((unsigned)(0 + (l29 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 2] = ((unsigned)(0 + (l29 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 3] = ((unsigned)(0 + (l29 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                }
+            }
+            float v29[8];
+            #pragma unroll
+            for (int r = cr * 4; r < cr * 4 + 4; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v29[r] = (v27[r] + v28[r]);
+                }
+            }
+            {
+                const int c = cr;
+                const int e = (c * 512 + tid) * 4;
+                const int l32 = (int)((unsigned)e / 4096u % 1u);
+                const int l33 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
+                } else {
+                    if ((unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                    if ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                    if ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                    if ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                }
+            }
+        }
+    }
+}
+
+/* kernel layernorm_4k_f32_many for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512, 3) dt_layernorm_4k_f32_many_f32_whole(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
+    const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
+    const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
+    float* __restrict__ out = (float*)args.output; /* layernorm_4k_f32_many */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s1;
+    }
+    float v22[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v22[r] = args.scalars[0];
+    }
+    /* block(x:1) layernorm_4k_f32_many.tensorize(x:0) */
+    { const long long o1 = b0 * 1; /* the block's one step */
+        /* rsum identity */
+        float acc0[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
+        }
+        float v0[8];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 512 + tid) * 4;
+            const int l3 = (int)((unsigned)e / 4096u % 1u);
+            const int l4 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
+            if ((unsigned)(0 + l4) < (unsigned)s1) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 4 + 0] = __uint_as_float(q.x);
+                v0[c * 4 + 1] = __uint_as_float(q.y);
+                v0[c * 4 + 2] = __uint_as_float(q.z);
+                v0[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v0[c * 4 + 0] = 0e0f;
+                v0[c * 4 + 1] = 0e0f;
+                v0[c * 4 + 2] = 0e0f;
+                v0[c * 4 + 3] = 0e0f;
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a6 = 0e0f;
+            for (int g = 0; g < 16; g++) a6 = a6 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a6;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
+        }
+        float v3[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
+        }
+        float v5[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v5[r] = dt_fast_div(v3[0], v4[0]);
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        float v8[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                v8[r] = (v0[r] - v5[0]);
+            }
+        }
+        float v12[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                v12[r] = (v8[r] * v8[r]);
+            }
+        }
+        float v13[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                v13[r] = ((unsigned)(0 + (int)((unsigned)(((r / 4) * 512 + tid) * 4) / 1u % 4096u)) < (unsigned)s1) ? v12[r] : 0e0f;
+            }
+        }
+        float v14[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v13[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a18 = 0e0f;
+            for (int g = 0; g < 16; g++) a18 = a18 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v14[r] = a18;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v14[0];
+        }
+        float v15[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v15[r] = acc2[r];
+        }
+        float v17[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v17[r] = dt_fast_div(v15[0], v4[0]);
+        }
+        float v23[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
+        }
+        float v24[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_fast_rsqrt(v23[0]);
+        }
+        /* the output run by run: each run's loads next to its arithmetic and its store */
+        #pragma unroll
+        for (int cr = 0; cr < 2; cr++) {
+            float v25[8];
+            #pragma unroll
+            for (int r = cr * 4; r < cr * 4 + 4; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v25[r] = (v8[r] * v24[0]);
+                }
+            }
+            float v26[8];
+            {
+                const int c = cr;
+                const int e = (c * 512 + tid) * 4;
+                const int l26 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(0 + l26) * (unsigned)args.input_strides[1][0];
+                if ((unsigned)(0 + l26) < (unsigned)s1) {
+                    const uint4 q = *(const uint4*)(in1 + a);
+                    v26[c * 4 + 0] = __uint_as_float(q.x);
+                    v26[c * 4 + 1] = __uint_as_float(q.y);
+                    v26[c * 4 + 2] = __uint_as_float(q.z);
+                    v26[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v26[c * 4 + 0] = 0e0f;
+                    v26[c * 4 + 1] = 0e0f;
+                    v26[c * 4 + 2] = 0e0f;
+                    v26[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v27[8];
+            #pragma unroll
+            for (int r = cr * 4; r < cr * 4 + 4; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v27[r] = (v25[r] * v26[r]);
+                }
+            }
+            float v28[8];
+            {
+                const int c = cr;
+                const int e = (c * 512 + tid) * 4;
+                const int l29 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(0 + l29) * (unsigned)args.input_strides[2][0];
+                if ((unsigned)(0 + l29) < (unsigned)s1) {
+                    const uint4 q = *(const uint4*)(in2 + a);
+                    v28[c * 4 + 0] = __uint_as_float(q.x);
+                    v28[c * 4 + 1] = __uint_as_float(q.y);
+                    v28[c * 4 + 2] = __uint_as_float(q.z);
+                    v28[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v28[c * 4 + 0] = 0e0f;
+                    v28[c * 4 + 1] = 0e0f;
+                    v28[c * 4 + 2] = 0e0f;
+                    v28[c * 4 + 3] = 0e0f;
+                }
+            }
+            float v29[8];
+            #pragma unroll
+            for (int r = cr * 4; r < cr * 4 + 4; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v29[r] = (v27[r] + v28[r]);
+                }
+            }
+            {
+                const int c = cr;
+                const int e = (c * 512 + tid) * 4;
+                const int l32 = (int)((unsigned)e / 4096u % 1u);
+                const int l33 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
+                if ((unsigned)(0 + l33) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
+            }
+        }
+    }
+}
+
 /* kernel layernorm_4k for f16: grid block(x:2); 256 threads, 64 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16(DT_GRID_CONSTANT const dt_args_t<3, 2, 2, 1> args) {
     extern __shared__ float dt_smem[];

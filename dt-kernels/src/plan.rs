@@ -270,6 +270,21 @@ mod tests {
         assert_eq!(symbol(DType::F32, 5000).unwrap(), "dt_layernorm_16k_f32_f32");
     }
 
+    /// f32 rows of 1025 to 4096 columns: up to 16384 rows run `layernorm_4k_f32`, whose bounds
+    /// include the rows, more rows the class after it; the 16-bit types one class for any count.
+    #[test]
+    fn a_bound_on_the_rows_passes_more_rows_to_the_next_class() {
+        let symbol = |dtype: DType, rows: usize| {
+            let (x, w) = ([rows, 2000], [2000]);
+            let shapes: [(&[usize], &[usize]); 3] = [(&x, &[2000, 1]), (&w, &[1]), (&w, &[1])];
+            plan(&crate::layernorm::OP, dtype, &shapes, &[1e-5], Device::PLAIN).map(|p| p.symbol)
+        };
+        assert_eq!(symbol(DType::F32, 16384).unwrap(), "dt_layernorm_4k_f32_f32");
+        assert_eq!(symbol(DType::F32, 16385).unwrap(), "dt_layernorm_4k_f32_many_f32");
+        assert_eq!(symbol(DType::F32, 65536).unwrap(), "dt_layernorm_4k_f32_many_f32");
+        assert_eq!(symbol(DType::F16, 65536).unwrap(), "dt_layernorm_4k_f16");
+    }
+
     /// Tensors whose 16-byte runs are whole run the kernel built for them; an address one
     /// element off, a row stride or a row length that is no multiple of the run, the kernel for
     /// any layout.

@@ -300,6 +300,15 @@ fn long_rows_match_reference() {
     );
 }
 
+/// More rows than a class bounds (`layernorm_4k_f32` takes up to 16384 rows of up to 4096 in f32,
+/// `layernorm_4k_f32_many` more): rows just past the bound, contiguous and padded, and as many
+/// rows as the bound, transposed; each in every element type, on the CPU and on the GPU.
+#[test]
+fn many_rows_match_reference() {
+    let (flat, padded, transposed) = row_placements();
+    rows_match_reference("many_rows_match_reference", &[(16385, 1025, &flat), (16386, 1027, &padded), (16384, 1030, &transposed)]);
+}
+
 /// Rows of exactly the lengths that classes specialize (`specialize(y:1024)`, 4096, 16384,
 /// 65536 and 262144), contiguous, which on the GPU run those twins (sizes and strides
 /// constants); and the same lengths padded and transposed, which run the kernels for any
