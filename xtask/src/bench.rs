@@ -86,47 +86,87 @@ impl Job {
     }
 }
 
+/// Each op the bench runs, the element types it runs it in, and how many sizes its shape has.
+const OPS: &[(&str, &[DType], usize)] = &[
+    ("matmul", &[DType::F16, DType::BF16], 3),
+    ("mm_leaky_relu", &[DType::F16, DType::BF16], 3),
+    ("softmax", &[DType::F16, DType::BF16, DType::F32], 2),
+    ("layernorm", &[DType::F16, DType::BF16, DType::F32], 2),
+    ("dyt", &[DType::F16, DType::BF16, DType::F32], 2),
+    ("attention", &[DType::F16, DType::BF16], 4),
+];
+
+/// The fixed list: every op at its shapes, in each of its element types.
 fn jobs() -> Vec<Job> {
-    let mut out = Vec::new();
-    let mm: &[[usize; 3]] = &[
-        [512, 512, 512],
-        [1024, 1024, 1024],
-        [4096, 4096, 4096],
-        [8192, 8192, 8192],
-        [4096, 11008, 4096],
-        [1000, 3000, 77],
-        [16, 4096, 4096],
+    let mm: &[&[usize]] = &[
+        &[512, 512, 512],
+        &[1024, 1024, 1024],
+        &[4096, 4096, 4096],
+        &[8192, 8192, 8192],
+        &[4096, 11008, 4096],
+        &[1000, 3000, 77],
+        &[16, 4096, 4096],
     ];
-    for op in ["matmul", "mm_leaky_relu"] {
-        for dtype in [DType::F16, DType::BF16] {
-            for s in mm {
-                out.push(Job { op, dtype, shape: s.to_vec(), causal: false });
-            }
-        }
-    }
     // 256x262144: rows up to 2^18 columns, in bytes a large copy (128 MiB in 16-bit types).
-    let rows: &[[usize; 2]] = &[[4096, 1024], [4096, 4096], [4096, 16384], [8192, 1000], [128, 65536], [65536, 4096], [256, 262144]];
-    for op in ["softmax", "layernorm", "dyt"] {
-        for dtype in [DType::F16, DType::BF16, DType::F32] {
-            for s in rows {
-                out.push(Job { op, dtype, shape: s.to_vec(), causal: false });
-            }
-        }
-    }
-    let att: &[([usize; 4], bool)] = &[
-        ([4, 32, 1024, 64], false),
-        ([4, 32, 4096, 64], false),
-        ([4, 32, 4096, 128], false),
-        ([4, 32, 4096, 128], true),
-        ([2, 16, 16384, 128], true),
-        ([8, 16, 1000, 80], false),
+    let rows: &[&[usize]] = &[&[4096, 1024], &[4096, 4096], &[4096, 16384], &[8192, 1000], &[128, 65536], &[65536, 4096], &[256, 262144]];
+    let att: &[(&[usize], bool)] = &[
+        (&[4, 32, 1024, 64], false),
+        (&[4, 32, 4096, 64], false),
+        (&[4, 32, 4096, 128], false),
+        (&[4, 32, 4096, 128], true),
+        (&[2, 16, 16384, 128], true),
+        (&[8, 16, 1000, 80], false),
     ];
-    for dtype in [DType::F16, DType::BF16] {
-        for (s, causal) in att {
-            out.push(Job { op: "attention", dtype, shape: s.to_vec(), causal: *causal });
+    let mut out = Vec::new();
+    for &(op, dtypes, arity) in OPS {
+        let shapes: Vec<(&[usize], bool)> = match arity {
+            3 => mm.iter().map(|s| (*s, false)).collect(),
+            2 => rows.iter().map(|s| (*s, false)).collect(),
+            _ => att.to_vec(),
+        };
+        for &dtype in dtypes {
+            for &(shape, causal) in &shapes {
+                out.push(Job { op, dtype, shape: shape.to_vec(), causal });
+            }
         }
     }
     out
+}
+
+/// The jobs `opts` selects: those of the fixed list of the selected ops, element types and
+/// shapes; and for a `--shape` that no job of the list has, that shape for each selected op
+/// whose shape has as many sizes (`RxC` the row ops, `MxNxK` the matmuls, `BxHxSxD` attention,
+/// causal and not), in the op's element types.
+fn selected_jobs(opts: &Options) -> Result<Vec<Job>, String> {
+    let op_selected = |op: &str| opts.ops.is_empty() || opts.ops.iter().any(|o| o == op);
+    let dtype_selected = |d: DType| opts.dtypes.is_empty() || opts.dtypes.iter().any(|x| x == d.name());
+    let listed = jobs();
+    let shape_of = |j: &Job| j.shape_text().trim_end_matches(" causal").to_string();
+    let mut out: Vec<Job> = listed
+        .iter()
+        .filter(|j| op_selected(j.op) && dtype_selected(j.dtype))
+        .filter(|j| opts.shapes.is_empty() || opts.shapes.contains(&shape_of(j)))
+        .cloned()
+        .collect();
+    for text in opts.shapes.iter().filter(|t| !listed.iter().any(|j| &shape_of(j) == *t)) {
+        let shape: Vec<usize> = text
+            .split('x')
+            .map(|n| n.parse::<usize>().ok().filter(|&n| n > 0))
+            .collect::<Option<_>>()
+            .ok_or_else(|| format!("--shape {text}: expected sizes above 0 joined by `x`, such as 128x65536"))?;
+        let fits: Vec<&(&str, &[DType], usize)> = OPS.iter().filter(|(op, _, arity)| *arity == shape.len() && op_selected(op)).collect();
+        if fits.is_empty() {
+            return Err(format!("--shape {text}: no selected op takes a shape of {} sizes", shape.len()));
+        }
+        for &&(op, dtypes, arity) in &fits {
+            for &dtype in dtypes.iter().filter(|&&d| dtype_selected(d)) {
+                for causal in if arity == 4 { &[false, true][..] } else { &[false][..] } {
+                    out.push(Job { op, dtype, shape: shape.clone(), causal: *causal });
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn random(rng: &mut Rng, n: usize, dtype: DType) -> Vec<f32> {
@@ -326,12 +366,7 @@ struct Row {
 }
 
 pub fn run(opts: &Options) -> Result<(), String> {
-    let selected: Vec<Job> = jobs()
-        .into_iter()
-        .filter(|j| opts.ops.is_empty() || opts.ops.iter().any(|o| o == j.op))
-        .filter(|j| opts.dtypes.is_empty() || opts.dtypes.iter().any(|d| d == j.dtype.name()))
-        .filter(|j| opts.shapes.is_empty() || opts.shapes.iter().any(|s| j.shape_text().trim_end_matches(" causal") == s))
-        .collect();
+    let selected = selected_jobs(opts)?;
     let gpu = match CudaRunner::new(0) {
         Ok(g) => g,
         Err(e) => {
@@ -670,7 +705,7 @@ fn cpu_bench(selected: &[Job], opts: &Options) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::copy_bytes;
+    use super::{copy_bytes, selected_jobs, Options};
 
     #[test]
     fn reference_copy_is_a_whole_number_of_4_kib_pages_nearest_the_bytes() {
@@ -686,5 +721,45 @@ mod tests {
             assert_eq!(n % 4096, 0);
             assert!((n as f64 - half).abs() <= 2048.0);
         }
+    }
+
+    fn options(ops: &[&str], dtypes: &[&str], shapes: &[&str]) -> Options {
+        let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
+        Options {
+            ops: strings(ops),
+            dtypes: strings(dtypes),
+            json: None,
+            reps: 1,
+            budget_s: 0.1,
+            baselines: vec![],
+            shapes: strings(shapes),
+        }
+    }
+
+    fn listed(opts: &Options) -> Vec<String> {
+        selected_jobs(opts).unwrap().iter().map(|j| format!("{} {} {}", j.op, j.dtype.name(), j.shape_text())).collect()
+    }
+
+    #[test]
+    fn a_shape_off_the_list_is_benched_for_each_selected_op_it_fits() {
+        assert_eq!(
+            listed(&options(&["layernorm"], &["f32"], &["65536x4096", "16384x4096"])),
+            ["layernorm f32 65536x4096", "layernorm f32 16384x4096"]
+        );
+        assert_eq!(listed(&options(&["softmax", "matmul"], &[], &["3x5"])), ["softmax f16 3x5", "softmax bf16 3x5", "softmax f32 3x5"]);
+        assert_eq!(
+            listed(&options(&["attention"], &["f16"], &["1x2x64x32"])),
+            ["attention f16 1x2x64x32", "attention f16 1x2x64x32 causal"]
+        );
+        // The fixed list alone, filtered, where every shape is on it.
+        assert_eq!(listed(&options(&["matmul"], &["bf16"], &["512x512x512"])), ["matmul bf16 512x512x512"]);
+        assert_eq!(selected_jobs(&options(&[], &[], &[])).unwrap().len(), 2 * 2 * 7 + 3 * 3 * 7 + 2 * 6);
+    }
+
+    #[test]
+    fn a_shape_that_fits_no_selected_op_is_an_error() {
+        assert!(selected_jobs(&options(&["softmax"], &[], &["4x4x4"])).unwrap_err().contains("no selected op takes a shape of 3 sizes"));
+        assert!(selected_jobs(&options(&[], &[], &["4x0"])).unwrap_err().contains("sizes above 0"));
+        assert!(selected_jobs(&options(&[], &[], &["wide"])).unwrap_err().contains("--shape wide"));
     }
 }

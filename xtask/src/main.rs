@@ -41,7 +41,8 @@ enum Command {
         /// Only these baselines of bench/baselines.py (default: all).
         #[arg(long = "baseline")]
         baselines: Vec<String>,
-        /// Only these shapes, as the table writes them (`128x65536`).
+        /// Only these shapes, as the table writes them (`128x65536`); a shape not in the fixed
+        /// list is benched for every selected op whose shape has as many sizes.
         #[arg(long = "shape")]
         shapes: Vec<String>,
     },
