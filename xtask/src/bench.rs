@@ -134,7 +134,7 @@ fn jobs() -> Vec<Job> {
 }
 
 /// The jobs `opts` selects: those of the fixed list of the selected ops, element types and
-/// shapes; and for a `--shape` that no job of the list has, that shape for each selected op
+/// shapes; and for a `--shape` that no job of a selected op has, that shape for each selected op
 /// whose shape has as many sizes (`RxC` the row ops, `MxNxK` the matmuls, `BxHxSxD` attention,
 /// causal and not), in the op's element types.
 fn selected_jobs(opts: &Options) -> Result<Vec<Job>, String> {
@@ -148,7 +148,10 @@ fn selected_jobs(opts: &Options) -> Result<Vec<Job>, String> {
         .filter(|j| opts.shapes.is_empty() || opts.shapes.contains(&shape_of(j)))
         .cloned()
         .collect();
-    for text in opts.shapes.iter().filter(|t| !listed.iter().any(|j| &shape_of(j) == *t)) {
+    // Each shape once, in the order given.
+    let off_list = opts.shapes.iter().enumerate().filter(|&(i, t)| !opts.shapes[..i].contains(t)).map(|(_, t)| t);
+    let off_list = off_list.filter(|t| !listed.iter().any(|j| op_selected(j.op) && &shape_of(j) == *t));
+    for text in off_list {
         let shape: Vec<usize> = text
             .split('x')
             .map(|n| n.parse::<usize>().ok().filter(|&n| n > 0))
@@ -746,7 +749,10 @@ mod tests {
             listed(&options(&["layernorm"], &["f32"], &["65536x4096", "16384x4096"])),
             ["layernorm f32 65536x4096", "layernorm f32 16384x4096"]
         );
-        assert_eq!(listed(&options(&["softmax", "matmul"], &[], &["3x5"])), ["softmax f16 3x5", "softmax bf16 3x5", "softmax f32 3x5"]);
+        assert_eq!(
+            listed(&options(&["softmax", "matmul"], &[], &["3x5", "3x5"])),
+            ["softmax f16 3x5", "softmax bf16 3x5", "softmax f32 3x5"]
+        );
         assert_eq!(
             listed(&options(&["attention"], &["f16"], &["1x2x64x32"])),
             ["attention f16 1x2x64x32", "attention f16 1x2x64x32 causal"]
@@ -759,6 +765,8 @@ mod tests {
     #[test]
     fn a_shape_that_fits_no_selected_op_is_an_error() {
         assert!(selected_jobs(&options(&["softmax"], &[], &["4x4x4"])).unwrap_err().contains("no selected op takes a shape of 3 sizes"));
+        // On the list, but for another op.
+        assert!(selected_jobs(&options(&["softmax"], &[], &["512x512x512"])).unwrap_err().contains("shape of 3 sizes"));
         assert!(selected_jobs(&options(&[], &[], &["4x0"])).unwrap_err().contains("sizes above 0"));
         assert!(selected_jobs(&options(&[], &[], &["wide"])).unwrap_err().contains("--shape wide"));
     }
