@@ -423,5 +423,25 @@ fn kernels_rs(out_dir: &Path, specs: &[Spec], cuda: &CudaArtifacts, hip: Option<
 
 /// One kernel's launch parameters as a `LaunchRow` literal.
 fn launch_row(l: &dt_codegen::emit::gpu::LaunchInfo) -> String {
-    format!("LaunchRow {{ symbol: {:?}, threads: {}, shared_bytes: {}, cluster: {} }}", l.symbol, l.threads, l.shared_bytes, l.cluster)
+    let maps: Vec<String> = l
+        .tensor_maps
+        .iter()
+        .map(|m| {
+            format!(
+                "TensorMapSpec {{ tensor: {:?}, boxes: std::borrow::Cow::Borrowed(&{:?}), swizzle: {} }}",
+                m.tensor,
+                &m.boxes[..],
+                m.swizzle
+            )
+        })
+        .collect();
+    format!(
+        "LaunchRow {{ symbol: {:?}, threads: {}, shared_bytes: {}, cluster: {}, tensor_maps: &[{}], persistent: {} }}",
+        l.symbol,
+        l.threads,
+        l.shared_bytes,
+        l.cluster,
+        maps.join(", "),
+        l.persistent
+    )
 }

@@ -14,13 +14,3 @@ pub const C_DECL: &str = "typedef struct dt_args {
     float scalars[8];
 } dt_args;
 ";
-
-/// The argument of one GPU launch: a block packed for the kernel ([`GpuArgs::pack`]), which the
-/// driver copies as the kernel's one parameter, its size taken from the kernel.
-#[repr(transparent)]
-#[derive(Clone, Copy, Debug)]
-pub struct KernelArgs(pub PackedArgs);
-
-// SAFETY: `KernelArgs` is plain bytes, 8-byte aligned, at least as long as the `dt_args_t`
-// parameter of any generated GPU kernel, packed in its layout by `GpuArgs::pack`.
-unsafe impl cudarc::driver::DeviceRepr for KernelArgs {}

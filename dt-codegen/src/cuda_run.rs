@@ -2,10 +2,10 @@
 //! (once per source), uploads host tensors, launches, and reads the output back. The engine
 //! behind `dtc run --backend cuda` and the GPU tests. Needs a driver at run time only.
 
-use crate::abi::{DtArgs, GpuArgs, KernelArgs};
+use crate::abi::DtArgs;
 use crate::emit::gpu::LaunchInfo;
 use crate::host::{check_bounds, fill_args};
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, LaunchConfig};
 use dt_core::kir::Kernel;
 use dt_core::tensor::{Bound, Tensor};
 use dt_core::DType;
@@ -48,17 +48,21 @@ impl CudaRunner {
         Ok(CudaRunner { ctx, stream })
     }
 
-    /// `compute_XY` of the GPU, for NVRTC.
+    /// The architecture NVRTC compiles for on this GPU ([`dt_cuda::nvrtc_arch`]).
     pub fn arch(&self) -> Result<&'static str, GpuError> {
         let (major, minor) = self.ctx.compute_capability().map_err(err("compute capability"))?;
-        let name = format!("compute_{major}{minor}");
-        Ok(Box::leak(name.into_boxed_str()))
+        Ok(Box::leak(dt_cuda::nvrtc_arch(major, minor).into_boxed_str()))
     }
 
     /// The most programs of a thread-block cluster on this GPU (0: none before sm_90), which
     /// clustered kernels (`cluster(y:N)`) need.
     pub fn max_cluster(&self) -> u32 {
-        self.ctx.compute_capability().map_or(0, |(major, _)| dt_core::kir::cuda_max_cluster(major))
+        self.features().max_cluster
+    }
+
+    /// What this GPU offers the kernels' schedules (clusters, Hopper's copies and tensor cores).
+    pub fn features(&self) -> dt_core::kir::GpuFeatures {
+        dt_cuda::features(&self.ctx)
     }
 
     /// Compiles CUDA C with NVRTC for this GPU and loads it.
@@ -113,24 +117,14 @@ impl CudaRunner {
             return Err(GpuError(format!("kernel `{}` would need {programs} programs; at most 2^31-1 fit a grid", k.name)));
         }
         let layouts = crate::host::launch_layouts(k, dtype, &args);
-        let packed = KernelArgs(GpuArgs::of(k).pack(&args));
-        Ok(Staged { _inputs: inputs, out, args, packed, programs, out_shape: bound.out_shape.clone(), dtype, layouts })
+        let tma = dt_core::kir::tma_describable(k, dtype.size_bytes(), &dt_core::kir::launch_tensors(k, &args));
+        Ok(Staged { _inputs: inputs, out, args, programs, out_shape: bound.out_shape.clone(), dtype, layouts, tma, kernel: k.clone() })
     }
 
     /// The kernel function of `info` in `module`, allowed the shared memory it needs.
     pub fn function(&self, module: &Arc<CudaModule>, info: &LaunchInfo) -> Result<CudaFunction, GpuError> {
         let f = module.load_function(&info.symbol).map_err(err("kernel symbol"))?;
-        if info.shared_bytes > 48 * 1024 {
-            f.set_attribute(
-                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                info.shared_bytes as i32,
-            )
-            .map_err(err("shared memory limit"))?;
-        }
-        if info.cluster > dt_core::kir::MAX_PORTABLE_CLUSTER {
-            f.set_attribute(cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
-                .map_err(err("allowing a cluster of more than 8 programs"))?;
-        }
+        dt_cuda::configure(&f, info.shared_bytes, info.cluster).map_err(err("the kernel's shared memory and cluster attributes"))?;
         Ok(f)
     }
 
@@ -140,13 +134,21 @@ impl CudaRunner {
             return Ok(());
         }
         crate::host::check_layouts(info, staged.layouts, staged.dtype).map_err(|e| GpuError(e.0))?;
-        let cfg =
-            LaunchConfig { grid_dim: (staged.programs as u32, 1, 1), block_dim: (info.threads, 1, 1), shared_mem_bytes: info.shared_bytes };
+        if !info.tensor_maps.is_empty() && !staged.tma {
+            return Err(GpuError(format!(
+                "kernel `{}` reads through tensor maps, and the tensors of this launch are not all 16-byte aligned with a contiguous last axis and other strides multiples of 16 bytes",
+                info.symbol
+            )));
+        }
+        let param = dt_cuda::KernelParam::new(&staged.kernel, &staged.args, staged.dtype, &info.tensor_maps).map_err(GpuError)?;
+        let grid = dt_cuda::grid(&self.ctx, staged.programs, info.persistent).map_err(err("the multiprocessors"))?;
+        let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (info.threads, 1, 1), shared_mem_bytes: info.shared_bytes };
         let mut launch = self.stream.launch_builder(f);
-        launch.arg(&staged.packed);
-        // SAFETY: the kernel takes one `dt_args_t` by value, in the layout `packed` was packed in
-        // for it (`GpuArgs::of` its kernel); every pointer in it refers to a live
-        // device buffer of `staged`, sized for the shapes the kernel reads and writes.
+        param.push(&mut launch);
+        // SAFETY: the kernel takes one parameter, `dt_args_t` (or `dt_tma_args_t` behind its
+        // tensor maps), in the layout `param` was packed in for it (`GpuArgs::of` its kernel);
+        // every pointer in it, and every tensor map, refers to a live device buffer of `staged`,
+        // sized for the shapes the kernel reads and writes.
         unsafe { launch.launch(cfg) }.map_err(err("launch"))?;
         Ok(())
     }
@@ -181,12 +183,15 @@ pub struct Staged {
     _inputs: Vec<DeviceBuf>,
     out: DeviceBuf,
     pub args: DtArgs,
-    /// `args` packed for the kernel's GPU argument block.
-    packed: KernelArgs,
     pub programs: usize,
     pub out_shape: Vec<usize>,
     dtype: DType,
     /// The most specific layouts the tensors have ([`crate::host::launch_layouts`]): which of the
     /// kernel's twins may run them.
     pub layouts: crate::emit::gpu::Layouts,
+    /// Whether tensor maps describe the tensors ([`dt_core::kir::tma_describable`]), as a
+    /// warp-specialized kernel needs.
+    pub tma: bool,
+    /// The kernel launched, whose argument block and tensor maps the launch packs.
+    kernel: Kernel,
 }

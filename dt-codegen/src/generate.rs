@@ -18,7 +18,8 @@ pub struct SpecOutputs {
     /// Launch parameters of each CUDA kernel (same order as the symbols in `cuda`).
     pub cuda_launch: Vec<LaunchInfo>,
     pub hip_launch: Vec<LaunchInfo>,
-    /// The symbols of the CPU C (every kernel but the clustered ones, which need CUDA).
+    /// The symbols of the CPU C (every kernel but those only CUDA's sm_90 runs: clustered and
+    /// warp-specialized ones).
     pub cpu_symbols: Vec<String>,
 }
 
@@ -44,12 +45,12 @@ pub fn generate(name: &str, file_label: &str, src: &str) -> Result<SpecOutputs, 
         kernels.iter().flat_map(|k| k.dtypes.iter().map(move |d| (k, *d, emit::symbol(k, *d)))).collect();
     let err = |e: emit::EmitError| format!("{file_label}: error: {e}");
     let kir = format!("# {header}\n\n{}", kernels.iter().map(dt_core::kir::print).collect::<Vec<_>>().join("\n"));
-    // Clustered kernels need CUDA's thread-block clusters: the CPU and HIP files go without them
-    // (the library runs another size class there).
-    let unclustered: Vec<(&Kernel, dt_core::DType, String)> = items.iter().filter(|(k, ..)| k.grid.cluster.is_none()).cloned().collect();
-    let c = emit::c::emit_file(&header, &unclustered).map_err(err)?;
+    // Clustered and warp-specialized kernels need CUDA's sm_90 (thread-block clusters, TMA and
+    // wgmma): the CPU and HIP files go without them (the library runs another size class there).
+    let portable: Vec<(&Kernel, dt_core::DType, String)> = items.iter().filter(|(k, ..)| !k.needs_sm90()).cloned().collect();
+    let c = emit::c::emit_file(&header, &portable).map_err(err)?;
     let (cuda, cuda_launch) = emit::gpu::emit_file(&header, Dialect::Cuda, &items).map_err(err)?;
-    let (hip, hip_launch) = emit::gpu::emit_file(&header, Dialect::Hip, &unclustered).map_err(err)?;
-    let cpu_symbols = unclustered.iter().map(|(_, _, symbol)| symbol.clone()).collect();
+    let (hip, hip_launch) = emit::gpu::emit_file(&header, Dialect::Hip, &portable).map_err(err)?;
+    let cpu_symbols = portable.iter().map(|(_, _, symbol)| symbol.clone()).collect();
     Ok(SpecOutputs { name: name.to_string(), kernels, kir, c, cuda, hip, cuda_launch, hip_launch, cpu_symbols })
 }

@@ -8,3 +8,4 @@ pub mod generate;
 pub mod hip_cpu;
 pub mod host;
 pub mod npy;
+pub mod plan;

@@ -81,8 +81,8 @@ fn cuda_matches_reference_evaluator() {
             let module = gpu.compile(&cuda).unwrap_or_else(|e| panic!("{rel} schedule {si}: {e}\n{spec}"));
             for info in &infos {
                 let (k, dtype, _) = item_of(&items, |(_, _, s)| s.as_str(), info);
-                if !k.grid.runs_with_clusters_of(gpu.max_cluster()) {
-                    eprintln!("{rel} schedule {si}: kernel {} skipped: clustered, and this GPU has no clusters of its size", k.name);
+                if !k.runs_on(gpu.features()) {
+                    eprintln!("{rel} schedule {si}: kernel {} skipped: this GPU has no clusters of its size, or no sm_90 for a warp-specialized kernel", k.name);
                     continue;
                 }
                 let fid = p.kernel_by_name(&k.name).expect("kernel");

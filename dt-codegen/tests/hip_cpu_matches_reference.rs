@@ -129,10 +129,10 @@ fn check_spec(rel: &str) -> usize {
     let mut items: Vec<(usize, &Kernel, DType, String, String)> = Vec::new();
     for (si, s) in schedules.iter().enumerate() {
         let mut mine = Vec::new();
-        // Clustered kernels need CUDA's thread-block clusters: HIP goes without them, as the
-        // library's generated HIP does.
-        let unclustered = s.kernels.iter().filter(|k| k.grid.cluster.is_none());
-        let emitted = unclustered.flat_map(|k| k.dtypes.iter().map(move |d| (k, *d))).try_for_each(|(k, dtype)| {
+        // Clustered and warp-specialized kernels need CUDA's sm_90: HIP goes without them, as
+        // the library's generated HIP does.
+        let portable = s.kernels.iter().filter(|k| !k.needs_sm90());
+        let emitted = portable.flat_map(|k| k.dtypes.iter().map(move |d| (k, *d))).try_for_each(|(k, dtype)| {
             let symbol = format!("{}_s{si}", dt_codegen::emit::symbol(k, dtype));
             let (text, _) = gpu::emit_kernel(k, dtype, &symbol, Dialect::Hip, gpu::Layouts::Any)?;
             mine.push((si, k, dtype, symbol, text));

@@ -60,12 +60,12 @@ fn build_suite(name: &str, rel: &str) -> Suite {
         let dtype = types[i % types.len()];
         drawn.push(Drawn { spec, program: p, kernels, dtype });
     }
-    // Clustered kernels need CUDA's thread-block clusters: the C goes without them (the
+    // Clustered and warp-specialized kernels need CUDA's sm_90: the C goes without them (the
     // interpreter runs them).
     let items: Vec<(&Kernel, DType, String)> = drawn
         .iter()
         .enumerate()
-        .flat_map(|(i, d)| d.kernels.iter().filter(|k| k.grid.cluster.is_none()).map(move |k| (k, d.dtype, symbol(k, d.dtype, i))))
+        .flat_map(|(i, d)| d.kernels.iter().filter(|k| !k.needs_sm90()).map(move |k| (k, d.dtype, symbol(k, d.dtype, i))))
         .collect();
     let c = dt_codegen::emit::c::emit_file(&format!("schedules of {rel}"), &items).expect("emits");
     let dir =
@@ -107,7 +107,7 @@ fn check_case(suite: &Suite, index: usize, size_seed: u64) -> Result<(), TestCas
             compare(&got, &want, d.dtype, reduction_len, d.dtype != DType::F32)
                 .map_err(|e| TestCaseError::fail(format!("interpreter: {e}\n{}", context())))?;
         }
-        if kir.grid.cluster.is_some() {
+        if kir.needs_sm90() {
             continue;
         }
         let got = suite.lib.run(&symbol(kir, d.dtype, index), kir, &bound, d.dtype).map_err(|e| TestCaseError::fail(e.to_string()))?;

@@ -87,6 +87,83 @@ pub struct PackedArgs {
     pub bytes: [u8; MAX_GPU_ARGS_BYTES],
 }
 
+/// Most tensor maps a GPU kernel takes ([`TensorMapSpec`]).
+pub const MAX_TENSOR_MAPS: usize = 4;
+/// Bytes of one tensor map (CUDA's `CUtensorMap`, 64-byte aligned).
+pub const TENSOR_MAP_BYTES: usize = 128;
+
+/// A tensor map that a GPU kernel takes ahead of its argument block: CUDA's descriptor (TMA) of
+/// one tensor of the launch, through which the kernel's bulk copies move boxes of it between
+/// global and shared memory, zero-filling what lies outside the tensor. The kernel fixes the box
+/// and the swizzle; the host encodes the rest per launch from the argument block
+/// ([`tensor_map_params`]). Such a kernel takes `dt_tma_args_t<M, dt_args_t<..>>`: its `M` maps,
+/// then its argument block ([`GpuArgs::pack_with_maps`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TensorMapSpec {
+    /// The tensor: input `i`, or the output (`None`).
+    pub tensor: Option<usize>,
+    /// The box a copy moves, per axis of the tensor (in its axis order).
+    pub boxes: std::borrow::Cow<'static, [u32]>,
+    /// The swizzle of the box's rows in shared memory, in bytes: 128 (each 16-byte unit of a
+    /// 128-byte row XOR-ed by the row's index within 8), or 0 (none).
+    pub swizzle: u32,
+}
+
+/// What CUDA's `cuTensorMapEncodeTiled` takes for one map, axes innermost first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorMapParams {
+    pub address: u64,
+    /// Elements along each axis, innermost (the contiguous one) first.
+    pub dims: Vec<u64>,
+    /// Bytes between consecutive elements of each axis but the innermost.
+    pub strides: Vec<u64>,
+    pub boxes: Vec<u32>,
+    pub swizzle: u32,
+}
+
+/// The parameters of tensor map `map` of a launch of `k` with argument block `a` on elements of
+/// `elem_bytes` bytes; an error says which rule the launch breaks (the library chooses kernels
+/// that take maps only for launches that keep them, `kir::tma_describable`).
+pub fn tensor_map_params(k: &Kernel, a: &DtArgs, elem_bytes: usize, map: &TensorMapSpec) -> Result<TensorMapParams, String> {
+    let TensorMapSpec { tensor, boxes, swizzle } = map;
+    let (tensor, swizzle) = (*tensor, *swizzle);
+    let (name, dims, address, strides) = match tensor {
+        Some(i) => (&k.inputs[i].name, &k.inputs[i].dims, a.inputs[i], &a.input_strides[i][..]),
+        None => (&k.output.name, &k.output.dims, a.output, &a.output_strides[..]),
+    };
+    let n = dims.len();
+    if !(1..=5).contains(&n) || boxes.len() != n {
+        return Err(format!("`{name}` has {n} axes; a tensor map takes 1 to 5, one box extent each"));
+    }
+    if !address.is_multiple_of(16) || strides[n - 1] != 1 {
+        return Err(format!("`{name}` is not 16-byte aligned with a contiguous last axis, as a tensor map needs"));
+    }
+    let mut out = TensorMapParams { address, dims: Vec::new(), strides: Vec::new(), boxes: Vec::new(), swizzle };
+    for axis in (0..n).rev() {
+        out.dims.push(a.sizes[k.dim_slot(dims[axis])] as u64);
+        out.boxes.push(boxes[axis]);
+        if axis < n - 1 {
+            let bytes = strides[axis] as u64 * elem_bytes as u64;
+            if strides[axis] <= 0 || !bytes.is_multiple_of(16) || bytes >= 1 << 40 {
+                return Err(format!(
+                    "axis {axis} of `{name}` has a stride of {} elements; a tensor map needs a positive multiple of 16 bytes",
+                    strides[axis]
+                ));
+            }
+            out.strides.push(bytes);
+        }
+    }
+    Ok(out)
+}
+
+/// A packed argument block behind the tensor maps of a kernel that takes them
+/// (`dt_tma_args_t`): the kernel reads its maps, then its [`GpuArgs::bytes`] of block.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug)]
+pub struct PackedTmaArgs {
+    pub bytes: [u8; TENSOR_MAP_BYTES * MAX_TENSOR_MAPS + MAX_GPU_ARGS_BYTES],
+}
+
 impl GpuArgs {
     /// The block of kernel `k` (its counts within the `MAX_*` limits, which the emitters check).
     pub fn of(k: &Kernel) -> GpuArgs {
@@ -138,6 +215,18 @@ impl GpuArgs {
         for c in 0..self.scalars.min(MAX_SCALARS) {
             put(scalars + 4 * c, &a.scalars[c].to_ne_bytes());
         }
+        p
+    }
+
+    /// `maps` (encoded tensor maps, at most [`MAX_TENSOR_MAPS`]), then `a` in this block's
+    /// layout: the `dt_tma_args_t<maps.len(), ..>` of a kernel that takes tensor maps.
+    pub fn pack_with_maps(&self, maps: &[[u8; TENSOR_MAP_BYTES]], a: &DtArgs) -> PackedTmaArgs {
+        let mut p = PackedTmaArgs { bytes: [0; TENSOR_MAP_BYTES * MAX_TENSOR_MAPS + MAX_GPU_ARGS_BYTES] };
+        for (i, m) in maps.iter().take(MAX_TENSOR_MAPS).enumerate() {
+            p.bytes[i * TENSOR_MAP_BYTES..(i + 1) * TENSOR_MAP_BYTES].copy_from_slice(m);
+        }
+        let at = maps.len().min(MAX_TENSOR_MAPS) * TENSOR_MAP_BYTES;
+        p.bytes[at..at + MAX_GPU_ARGS_BYTES].copy_from_slice(&self.pack(a).bytes);
         p
     }
 }

@@ -23,7 +23,7 @@ const UNARY_FUNCS: &[(&str, UnOp)] = &[
 ];
 const BUILTIN_FUNCS: &str = "exp, exp2, log, sqrt, rsqrt, tanh, sigmoid, abs, max, min, where, len, rsum, rmax, rmin, rdot, reshape";
 const PRIMITIVES: &str =
-    "block, tensorize, map, cluster, fuse_at, num_warps, num_stages, max_registers, fast_math, dtypes, bound, specialize, compile";
+    "block, tensorize, map, cluster, fuse_at, num_warps, num_stages, max_registers, fast_math, warp_specialize, persistent, dtypes, bound, specialize, compile";
 
 #[derive(Clone, Copy, Debug)]
 enum Entity {
@@ -750,9 +750,14 @@ impl<'a, 'd> Checker<'a, 'd> {
                     self.sched_spans[f.index()].placement.push(span);
                 }
             }
-            "fast_math" => {
+            "fast_math" | "warp_specialize" | "persistent" => {
                 if self.no_args(prim, args) {
-                    self.prog.funcs[f.index()].schedule.fast_math = true;
+                    let sched = &mut self.prog.funcs[f.index()].schedule;
+                    match prim.name.as_str() {
+                        "fast_math" => sched.fast_math = true,
+                        "warp_specialize" => sched.warp_specialize = true,
+                        _ => sched.persistent = true,
+                    }
                 }
                 self.sched_spans[f.index()].placement.push(span);
             }

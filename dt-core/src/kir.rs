@@ -435,6 +435,12 @@ pub struct Kernel {
     /// The GPU's approximations of `exp`, `log`, `tanh`, `sigmoid`, `rsqrt` and division in
     /// every element type (`fast_math`), not only where the kernel stores 16-bit results.
     pub fast_math: bool,
+    /// A producer warpgroup feeds the `num_warps` compute warps (`warp_specialize`): only CUDA
+    /// GPUs of sm_90 run the kernel, on tensors a tensor map describes ([`tma_describable`]).
+    pub warp_specialize: bool,
+    /// As many programs as the GPU runs at once, each taking blocks one after the other
+    /// (`persistent`).
+    pub persistent: bool,
     pub values: Vec<Value>,
     pub vars: Vec<Shape>,
     pub body: Vec<Stmt>,
@@ -539,12 +545,21 @@ pub fn print(k: &Kernel) -> String {
     if let Some((d, n)) = k.grid.cluster {
         let _ = writeln!(out, "  cluster {n} programs along {}{}", k.dim_name(d), comment(&format!("cluster({}:{n})", k.dim_name(d))));
     }
-    let _ = writeln!(out, "  block  {} threads{}", 32 * k.num_warps, comment(&format!("num_warps({})", k.num_warps)));
+    let producer = if k.warp_specialize { " + a producer warpgroup of 128" } else { "" };
+    let _ = writeln!(out, "  block  {} threads{producer}{}", 32 * k.num_warps, comment(&format!("num_warps({})", k.num_warps)));
     if let Some(n) = k.max_registers {
         let _ = writeln!(out, "  regs   at most {n} per thread{}", comment(&format!("max_registers({n})")));
     }
     if k.fast_math {
         let _ = writeln!(out, "  math   approximate in every element type{}", comment("fast_math()"));
+    }
+    if k.warp_specialize {
+        let _ =
+            writeln!(out, "  roles  the producer copies the rdot loop's operands, the other warps compute{}", comment("warp_specialize()"));
+    }
+    if k.persistent {
+        let _ =
+            writeln!(out, "  grid   persistent: as many programs as run at once, each taking blocks in order{}", comment("persistent()"));
     }
     let _ = writeln!(out, "  program:");
     print_stmts(k, &k.body, 2, &mut out);
@@ -689,6 +704,66 @@ pub fn runs_are_whole(k: &Kernel, elem_bytes: usize, size: impl Fn(usize) -> i64
         })
 }
 
+/// Whether a tensor map (CUDA's TMA descriptor) describes every tensor of a launch of `k` on
+/// elements of `elem_bytes` bytes, as a warp-specialized kernel needs (`tensors`: the inputs in
+/// order, then the output): each tensor has at most 5 axes, a 16-byte aligned address, stride 1
+/// along its last axis, and every other stride a positive multiple of 16 bytes below 2^40.
+/// Unlike [`runs_are_whole`], the length of the last axis may be anything.
+pub fn tma_describable(k: &Kernel, elem_bytes: usize, tensors: &[LaunchTensor<'_>]) -> bool {
+    let params = k.inputs.iter().chain([&k.output]);
+    tensors.len() == k.inputs.len() + 1
+        && params.zip(tensors).all(|(p, t)| {
+            let n = p.dims.len();
+            (1..=5).contains(&n)
+                && t.addr.is_multiple_of(16)
+                && t.strides.len() >= n
+                && t.strides[n - 1] == 1
+                && t.strides[..n - 1]
+                    .iter()
+                    .all(|s| *s > 0 && (*s as u64 * elem_bytes as u64).is_multiple_of(16) && (*s as u64 * elem_bytes as u64) < 1 << 40)
+        })
+}
+
+/// What a GPU offers that a kernel's schedule may need, beyond what every backend has.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpuFeatures {
+    /// The most programs of a thread-block cluster (0: none).
+    pub max_cluster: u32,
+    /// Tensor-memory copies (TMA), `wgmma` and `setmaxnreg`: CUDA sm_90 (the H100 and H200),
+    /// which warp-specialized kernels need.
+    pub hopper: bool,
+}
+
+impl GpuFeatures {
+    /// The CPU, HIP, and any backend without these features.
+    pub const NONE: GpuFeatures = GpuFeatures { max_cluster: 0, hopper: false };
+
+    /// A CUDA GPU of compute capability `major`.x.
+    pub fn cuda(major: i32) -> GpuFeatures {
+        GpuFeatures { max_cluster: cuda_max_cluster(major), hopper: major == 9 }
+    }
+}
+
+impl Kernel {
+    /// Whether a GPU offering `f` runs this kernel: its clusters fit, and a warp-specialized
+    /// kernel has sm_90's copies and tensor-core instructions.
+    pub fn runs_on(&self, f: GpuFeatures) -> bool {
+        self.grid.runs_with_clusters_of(f.max_cluster) && (!self.warp_specialize || f.hopper)
+    }
+
+    /// Whether only CUDA GPUs of sm_90 and newer run this kernel (clustered or warp-specialized):
+    /// the CPU and HIP files go without it, and the library runs another size class there.
+    pub fn needs_sm90(&self) -> bool {
+        self.grid.cluster.is_some() || self.warp_specialize
+    }
+
+    /// Whether the tensors of a launch (as for [`tma_describable`]) suit this kernel: any do,
+    /// but a warp-specialized kernel reads and writes through tensor maps.
+    pub fn admits_tensors(&self, elem_bytes: usize, tensors: &[LaunchTensor<'_>]) -> bool {
+        !self.warp_specialize || tma_describable(self, elem_bytes, tensors)
+    }
+}
+
 /// The symbol of the twin of GPU kernel `symbol` built for whole runs (see [`runs_are_whole`]).
 pub fn whole_runs_symbol(symbol: &str) -> String {
     format!("{symbol}_whole")
@@ -799,4 +874,29 @@ pub fn is_variant_of(name: &str, family: &str) -> bool {
             .strip_prefix(family)
             .and_then(|rest| rest.strip_prefix('_'))
             .is_some_and(|class| class.starts_with(|c: char| c.is_ascii_digit()))
+}
+
+/// The size class of kernel `family` that a launch runs: one rule for the library, the bench and
+/// `dtc`. Among the variants of `family` ([`is_variant_of`]) in the spec's order that a GPU
+/// offering `features` runs ([`Kernel::runs_on`]), the first that `attempt` accepts (the
+/// caller's checks of the element type, the bounds and the tensors, [`Kernel::admits_tensors`]),
+/// with what `attempt` made of it; but a clustered class whose sizes (`size(made, dimension)`)
+/// would leave a program of each cluster without columns only where no later class is accepted.
+pub fn choose_class<'a, R>(
+    kernels: &'a [Kernel],
+    family: &str,
+    features: GpuFeatures,
+    mut attempt: impl FnMut(&'a Kernel) -> Option<R>,
+    size: impl Fn(&R, DimId) -> usize,
+) -> Option<(&'a Kernel, R)> {
+    let mut idle = None;
+    for k in kernels.iter().filter(|k| is_variant_of(&k.name, family) && k.runs_on(features)) {
+        let Some(made) = attempt(k) else { continue };
+        if k.grid.cluster_leaves_programs_idle(|d| size(&made, d)) {
+            idle.get_or_insert((k, made));
+            continue;
+        }
+        return Some((k, made));
+    }
+    idle
 }

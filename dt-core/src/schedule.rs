@@ -37,6 +37,12 @@ pub struct Schedule {
     /// `fast_math()`: on the GPU, f32 kernels too evaluate `exp`, `log`, `tanh`, `sigmoid`,
     /// `rsqrt` and division with the hardware's approximations, as 16-bit kernels always do.
     pub fast_math: bool,
+    /// `warp_specialize()`: one more warpgroup of the program copies the operands of its
+    /// `rdot` loop into shared memory (TMA) while the `num_warps` warps compute (CUDA sm_90).
+    pub warp_specialize: bool,
+    /// `persistent()`: as many programs as the GPU runs at once, each taking blocks in the map
+    /// order, one after the other.
+    pub persistent: bool,
     /// Marked with `compile()`: a kernel entry point.
     pub kernel: bool,
     /// `dtypes(f16, bf16, f32)`: the element types the kernel is built for (default f32).
@@ -61,6 +67,8 @@ impl Default for Schedule {
             num_stages: 1,
             max_registers: None,
             fast_math: false,
+            warp_specialize: false,
+            persistent: false,
             kernel: false,
             dtypes: vec![DType::F32],
             bounds: Vec::new(),

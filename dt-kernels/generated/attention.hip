@@ -423,6 +423,188 @@ DT_FN float dt_cluster_load(const float* p, unsigned rank) {
 }
 #endif
 
+#if !defined(__HIPCC__)
+/* Hopper (sm_90a), for warp-specialized kernels (dtc's plan, `gpu_hopper.rs`): bulk tensor copies
+ * (TMA) into shared memory that complete on mbarriers, the warpgroup matrix product wgmma, and
+ * setmaxnreg. Elsewhere (sm_80, a PTX build for another architecture, nvcc's host pass) the
+ * bodies trap: the library runs such kernels on sm_90 only.
+ * dt_tensor_map: a CUtensorMap the host encoded; dt_tma_args_t: a kernel's M maps ahead of its
+ * argument block A, passed as one __grid_constant__ parameter, so a map's address is that of
+ * the parameter, as the copies need.
+ * Barriers are 8-byte words of shared memory, named by their shared-state-space address:
+ * dt_mbar_init sets the arrivals a phase needs; dt_mbar_expect_tx arrives and announces bytes
+ * that copies will complete; dt_mbar_wait(bar, parity) returns once the phase of that parity
+ * has completed (the phase before the first counts as completed for parity 1). A wait that
+ * lasts 10 seconds traps, so a barrier mistake fails its launch instead of hanging it.
+ * dt_tma_load_Nd: the box at coordinates (innermost first) of map `map` into shared memory at
+ * `dst`, completing on barrier `bar`; what lies outside the tensor is read as zeros.
+ * dt_wgmma_desc: a wgmma shared-memory matrix descriptor of 128-byte swizzled rows at `addr`.
+ * dt_wgmma_m64nNk16_T (printed by dtc for the N a kernel uses): d += A B for a warpgroup, A and
+ * B from descriptors, d in the mma.sync fragment layout of a warp per 16 rows. */
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define DT_SM90A 1
+#else
+#define DT_SM90A 0
+#endif
+struct alignas(64) dt_tensor_map {
+    unsigned long long words[16];
+};
+template <int M, typename A>
+struct dt_tma_args_t {
+    dt_tensor_map maps[M];
+    A args;
+};
+DT_FN void dt_mbar_init(unsigned bar, unsigned arrivals) {
+#if DT_SM90A
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals) : "memory");
+#else
+    (void)bar, (void)arrivals;
+    __trap();
+#endif
+}
+/* Makes initialized barriers visible to the copy engine (and the cluster) before their use. */
+DT_FN void dt_mbar_fence_init() {
+#if DT_SM90A
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#else
+    __trap();
+#endif
+}
+DT_FN void dt_mbar_expect_tx(unsigned bar, unsigned bytes) {
+#if DT_SM90A
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+#else
+    (void)bar, (void)bytes;
+    __trap();
+#endif
+}
+DT_FN void dt_mbar_arrive(unsigned bar) {
+#if DT_SM90A
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+#else
+    (void)bar;
+    __trap();
+#endif
+}
+DT_FN bool dt_mbar_try_wait(unsigned bar, unsigned parity) {
+#if DT_SM90A
+    unsigned done;
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+    return done != 0;
+#else
+    (void)bar, (void)parity;
+    __trap();
+    return true;
+#endif
+}
+DT_FN unsigned long long dt_globaltimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+DT_FN void dt_mbar_wait(unsigned bar, unsigned parity) {
+    if (dt_mbar_try_wait(bar, parity)) return;
+    const unsigned long long start = dt_globaltimer();
+    while (!dt_mbar_try_wait(bar, parity)) {
+        if (dt_globaltimer() - start > 10000000000ull) __trap();
+    }
+}
+DT_FN void dt_tma_load_2d(unsigned dst, const dt_tensor_map* map, unsigned bar, int c0, int c1) {
+#if DT_SM90A
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
+                 "l"(map), "r"(bar), "r"(c0), "r"(c1)
+                 : "memory");
+#else
+    (void)dst, (void)map, (void)bar, (void)c0, (void)c1;
+    __trap();
+#endif
+}
+DT_FN void dt_tma_load_3d(unsigned dst, const dt_tensor_map* map, unsigned bar, int c0, int c1, int c2) {
+#if DT_SM90A
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(dst),
+                 "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+#else
+    (void)dst, (void)map, (void)bar, (void)c0, (void)c1, (void)c2;
+    __trap();
+#endif
+}
+DT_FN void dt_tma_load_4d(unsigned dst, const dt_tensor_map* map, unsigned bar, int c0, int c1, int c2, int c3) {
+#if DT_SM90A
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(dst),
+                 "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
+#else
+    (void)dst, (void)map, (void)bar, (void)c0, (void)c1, (void)c2, (void)c3;
+    __trap();
+#endif
+}
+DT_FN void dt_tma_load_5d(unsigned dst, const dt_tensor_map* map, unsigned bar, int c0, int c1, int c2, int c3, int c4) {
+#if DT_SM90A
+    asm volatile(
+        "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], [%2];" ::"r"(dst),
+        "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+        : "memory");
+#else
+    (void)dst, (void)map, (void)bar, (void)c0, (void)c1, (void)c2, (void)c3, (void)c4;
+    __trap();
+#endif
+}
+DT_FN unsigned long long dt_wgmma_desc(unsigned addr, unsigned lbo, unsigned sbo) {
+    return (unsigned long long)((addr & 0x3ffffu) >> 4) | ((unsigned long long)((lbo & 0x3ffffu) >> 4) << 16) |
+           ((unsigned long long)((sbo & 0x3ffffu) >> 4) << 32) | (1ull << 62);
+}
+/* Orders this thread's register accesses before the wgmma that follow (wgmma.fence), closes
+ * the wgmma issued since the last commit into a group, and waits until at most N groups are in
+ * flight. */
+DT_FN void dt_wgmma_fence() {
+#if DT_SM90A
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#else
+    __trap();
+#endif
+}
+DT_FN void dt_wgmma_commit() {
+#if DT_SM90A
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#else
+    __trap();
+#endif
+}
+template <int N>
+DT_FN void dt_wgmma_wait() {
+#if DT_SM90A
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+#else
+    __trap();
+#endif
+}
+/* Keeps the compiler from moving reads of an accumulator register above the wait that
+ * completes the wgmma writing it. */
+DT_FN void dt_reg_fence(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+template <int R>
+DT_FN void dt_setmaxnreg_inc() {
+#if DT_SM90A
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R));
+#endif
+}
+template <int R>
+DT_FN void dt_setmaxnreg_dec() {
+#if DT_SM90A
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R));
+#endif
+}
+/* A barrier of the first `threads` threads of the program (named barrier 1), for the consumer
+ * warpgroups of a warp-specialized kernel, whose producer never reaches it. */
+template <int THREADS>
+DT_FN void dt_consumer_sync() {
+    asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory");
+}
+#endif
+
 template <int N, int R, int S, int C>
 struct dt_args_t {
     unsigned long long inputs[N];

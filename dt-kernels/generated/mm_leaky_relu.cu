@@ -423,6 +423,188 @@ DT_FN float dt_cluster_load(const float* p, unsigned rank) {
 }
 #endif
 
+#if !defined(__HIPCC__)
+/* Hopper (sm_90a), for warp-specialized kernels (dtc's plan, `gpu_hopper.rs`): bulk tensor copies
+ * (TMA) into shared memory that complete on mbarriers, the warpgroup matrix product wgmma, and
+ * setmaxnreg. Elsewhere (sm_80, a PTX build for another architecture, nvcc's host pass) the
+ * bodies trap: the library runs such kernels on sm_90 only.
+ * dt_tensor_map: a CUtensorMap the host encoded; dt_tma_args_t: a kernel's M maps ahead of its
+ * argument block A, passed as one __grid_constant__ parameter, so a map's address is that of
+ * the parameter, as the copies need.
+ * Barriers are 8-byte words of shared memory, named by their shared-state-space address:
+ * dt_mbar_init sets the arrivals a phase needs; dt_mbar_expect_tx arrives and announces bytes
+ * that copies will complete; dt_mbar_wait(bar, parity) returns once the phase of that parity
+ * has completed (the phase before the first counts as completed for parity 1). A wait that
+ * lasts 10 seconds traps, so a barrier mistake fails its launch instead of hanging it.
+ * dt_tma_load_Nd: the box at coordinates (innermost first) of map `map` into shared memory at
+ * `dst`, completing on barrier `bar`; what lies outside the tensor is read as zeros.
+ * dt_wgmma_desc: a wgmma shared-memory matrix descriptor of 128-byte swizzled rows at `addr`.
+ * dt_wgmma_m64nNk16_T (printed by dtc for the N a kernel uses): d += A B for a warpgroup, A and
+ * B from descriptors, d in the mma.sync fragment layout of a warp per 16 rows. */
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define DT_SM90A 1
+#else
+#define DT_SM90A 0
+#endif
+struct alignas(64) dt_tensor_map {
+    unsigned long long words[16];
+};
+template <int M, typename A>
+struct dt_tma_args_t {
+    dt_tensor_map maps[M];
+    A args;
+};
+DT_FN void dt_mbar_init(unsigned bar, unsigned arrivals) {
+#if DT_SM90A
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals) : "memory");
+#else
+    (void)bar, (void)arrivals;
+    __trap();
+#endif
+}
+/* Makes initialized barriers visible to the copy engine (and the cluster) before their use. */
+DT_FN void dt_mbar_fence_init() {
+#if DT_SM90A
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#else
+    __trap();
+#endif
+}
+DT_FN void dt_mbar_expect_tx(unsigned bar, unsigned bytes) {
+#if DT_SM90A
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+#else
+    (void)bar, (void)bytes;
+    __trap();
+#endif
+}
+DT_FN void dt_mbar_arrive(unsigned bar) {
+#if DT_SM90A
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+#else
+    (void)bar;
+    __trap();
+#endif
+}
+DT_FN bool dt_mbar_try_wait(unsigned bar, unsigned parity) {
+#if DT_SM90A
+    unsigned done;
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+    return done != 0;
+#else
+    (void)bar, (void)parity;
+    __trap();
+    return true;
+#endif
+}
+DT_FN unsigned long long dt_globaltimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+DT_FN void dt_mbar_wait(unsigned bar, unsigned parity) {
+    if (dt_mbar_try_wait(bar, parity)) return;
+    const unsigned long long start = dt_globaltimer();
+    while (!dt_mbar_try_wait(bar, parity)) {
+        if (dt_globaltimer() - start > 10000000000ull) __trap();
+    }
+}
+DT_FN void dt_tma_load_2d(unsigned dst, const dt_tensor_map* map, unsigned bar, int c0, int c1) {
+#if DT_SM90A
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
+                 "l"(map), "r"(bar), "r"(c0), "r"(c1)
+                 : "memory");
+#else
+    (void)dst, (void)map, (void)bar, (void)c0, (void)c1;
+    __trap();
+#endif
+}
+DT_FN void dt_tma_load_3d(unsigned dst, const dt_tensor_map* map, unsigned bar, int c0, int c1, int c2) {
+#if DT_SM90A
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(dst),
+                 "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+#else
+    (void)dst, (void)map, (void)bar, (void)c0, (void)c1, (void)c2;
+    __trap();
+#endif
+}
+DT_FN void dt_tma_load_4d(unsigned dst, const dt_tensor_map* map, unsigned bar, int c0, int c1, int c2, int c3) {
+#if DT_SM90A
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(dst),
+                 "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
+#else
+    (void)dst, (void)map, (void)bar, (void)c0, (void)c1, (void)c2, (void)c3;
+    __trap();
+#endif
+}
+DT_FN void dt_tma_load_5d(unsigned dst, const dt_tensor_map* map, unsigned bar, int c0, int c1, int c2, int c3, int c4) {
+#if DT_SM90A
+    asm volatile(
+        "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], [%2];" ::"r"(dst),
+        "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+        : "memory");
+#else
+    (void)dst, (void)map, (void)bar, (void)c0, (void)c1, (void)c2, (void)c3, (void)c4;
+    __trap();
+#endif
+}
+DT_FN unsigned long long dt_wgmma_desc(unsigned addr, unsigned lbo, unsigned sbo) {
+    return (unsigned long long)((addr & 0x3ffffu) >> 4) | ((unsigned long long)((lbo & 0x3ffffu) >> 4) << 16) |
+           ((unsigned long long)((sbo & 0x3ffffu) >> 4) << 32) | (1ull << 62);
+}
+/* Orders this thread's register accesses before the wgmma that follow (wgmma.fence), closes
+ * the wgmma issued since the last commit into a group, and waits until at most N groups are in
+ * flight. */
+DT_FN void dt_wgmma_fence() {
+#if DT_SM90A
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#else
+    __trap();
+#endif
+}
+DT_FN void dt_wgmma_commit() {
+#if DT_SM90A
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#else
+    __trap();
+#endif
+}
+template <int N>
+DT_FN void dt_wgmma_wait() {
+#if DT_SM90A
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+#else
+    __trap();
+#endif
+}
+/* Keeps the compiler from moving reads of an accumulator register above the wait that
+ * completes the wgmma writing it. */
+DT_FN void dt_reg_fence(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+template <int R>
+DT_FN void dt_setmaxnreg_inc() {
+#if DT_SM90A
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R));
+#endif
+}
+template <int R>
+DT_FN void dt_setmaxnreg_dec() {
+#if DT_SM90A
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R));
+#endif
+}
+/* A barrier of the first `threads` threads of the program (named barrier 1), for the consumer
+ * warpgroups of a warp-specialized kernel, whose producer never reaches it. */
+template <int THREADS>
+DT_FN void dt_consumer_sync() {
+    asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory");
+}
+#endif
+
 template <int N, int R, int S, int C>
 struct dt_args_t {
     unsigned long long inputs[N];
@@ -432,6 +614,328 @@ struct dt_args_t {
     long long sizes[S];
     float scalars[C];
 };
+
+#ifndef DT_WGMMA_M64N256K16_F16
+#define DT_WGMMA_M64N256K16_F16
+template <int TA, int TB>
+DT_FN void dt_wgmma_m64n256k16_f16(float* d, unsigned long long a, unsigned long long b) {
+#if DT_SM90A
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, %130, %131; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                 : "l"(a), "l"(b), "n"(TA), "n"(TB));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+}
+#endif
+/* kernel out_90a for f16: grid block(x:128, y:256) map(x:x1/8, y, x1); 384 threads, warp-specialized for sm_90a */
+extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_f16(DT_GRID_CONSTANT const dt_tma_args_t<2, dt_args_t<2, 2, 3, 1>> targs) {
+#if defined(__CUDA_ARCH__) && !DT_SM90A
+    __trap(); /* built for sm_90a, where the library runs it */
+#else
+    const dt_args_t<2, 2, 3, 1>& args = targs.args;
+    extern __shared__ float dt_smem[];
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const long long s2 = args.sizes[2]; /* size of k */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* out_90a */
+    /* 4 stages of 49152 bytes from dt_ring (1024-aligned), then barriers full[4] at +196608 and empty[4] at +196640 */
+    const unsigned dt_ring = (dt_smem_u32(dt_smem) + 1023u) & ~1023u;
+    if (tid == 0) {
+        for (int st = 0; st < 4; st++) {
+            dt_mbar_init(dt_ring + 196608 + 8 * st, 1);
+            dt_mbar_init(dt_ring + 196640 + 8 * st, 2);
+        }
+        dt_mbar_fence_init();
+    }
+    __syncthreads();
+    const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 256)) * (8);
+    /* warp_specialize(): threads 256.. copy (one thread), threads 0..256 compute */
+    if (tid >= 256) {
+        dt_setmaxnreg_dec<40>();
+        if (tid == 256) {
+            unsigned dt_step = 0;
+            /* persistent(): this program's blocks, in map order */
+            for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                unsigned rest = (unsigned)pid;
+                (void)rest;
+                const unsigned n2 = (unsigned)(8);
+                const long long g2 = rest % n2; rest /= n2;
+                const unsigned n1 = (unsigned)(dt_cdiv(s1, 256));
+                const long long g1 = rest % n1; rest /= n1;
+                const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
+                const long long g0 = rest % n0; rest /= n0;
+                const long long b0 = g0 * 8 + g2; /* block index along x */
+                if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
+                const long long b1 = g1; /* block index along y */
+                if (b1 >= dt_cdiv(s1, 256)) continue; /* past the end of a short group */
+                for (long long o = 0; o < s2; o += 64, dt_step++) {
+                    const unsigned st = dt_step % 4u, phase = (dt_step / 4u) & 1u;
+                    dt_mbar_wait(dt_ring + 196640 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                    dt_mbar_expect_tx(dt_ring + 196608 + 8 * st, 49152);
+                    const unsigned stage = dt_ring + st * 49152;
+                    /* A[x, k]: 1 copy of box [x:128, k:64] */
+                    dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 196608 + 8 * st, (int)(o), (int)((b0 * 128)));
+                    /* B[k, y]: 4 copies of box [k:64, y:64] */
+                    #pragma unroll
+                    for (int c = 0; c < 4; c++) dt_tma_load_2d(stage + 16384 + c * 8192, &targs.maps[1], dt_ring + 196608 + 8 * st, (int)((b1 * 256) + c * 64), (int)(o));
+                }
+            }
+        }
+    } else {
+        dt_setmaxnreg_inc<232>();
+        unsigned dt_step = 0;
+        /* persistent(): this program's blocks, in map order */
+        for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+            unsigned rest = (unsigned)pid;
+            (void)rest;
+            const unsigned n2 = (unsigned)(8);
+            const long long g2 = rest % n2; rest /= n2;
+            const unsigned n1 = (unsigned)(dt_cdiv(s1, 256));
+            const long long g1 = rest % n1; rest /= n1;
+            const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
+            const long long g0 = rest % n0; rest /= n0;
+            const long long b0 = g0 * 8 + g2; /* block index along x */
+            if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
+            const long long b1 = g1; /* block index along y */
+            if (b1 >= dt_cdiv(s1, 256)) continue; /* past the end of a short group */
+            float v5[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v5[r] = 0e0f;
+            }
+            float v8[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v8[r] = 1e-2f;
+            }
+            /* block(x:128) out_90a.tensorize(x:128) */
+            for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
+                /* block(y:256) out_90a.tensorize(y:256) */
+                for (long long o2 = b1 * 256; o2 < dt_min_ll(b1 * 256 + 256, s1); o2 += 256) {
+                    /* rdot accumulator */
+                    float acc0[128];
+                    #pragma unroll
+                    for (int r = 0; r < 128; r++) {
+                        acc0[r] = 0e0f;
+                    }
+                    /* rdot out_90a.tensorize(k:64) num_stages(4) */
+                    /* warp_specialize(): the operands arrive in stages by TMA; m64n256k16 wgmma, 4 per stage, one group in flight */
+                    for (long long o5 = 0; o5 < s2; o5 += 64, dt_step++) {
+                        const unsigned st = dt_step % 4u, phase = (dt_step / 4u) & 1u;
+                        dt_mbar_wait(dt_ring + 196608 + 8 * st, phase); /* stage st has landed */
+                        const unsigned fa = dt_ring + st * 49152 + 0 + (tid >> 7) * 8192;
+                        const unsigned fb = dt_ring + st * 49152 + 16384;
+                        dt_wgmma_fence();
+                        #pragma unroll
+                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n256k16_f16<0, 1>(acc0, dt_wgmma_desc(fa + kk * 32, 16, 1024), dt_wgmma_desc(fb + kk * 2048, 8192, 1024));
+                        dt_wgmma_commit();
+                        dt_wgmma_wait<1>();
+                        if (o5 > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 196640 + 8 * ((dt_step + 3u) % 4u)); /* the step before is done */
+                    }
+                    dt_wgmma_wait<0>();
+                    if (s2 > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 196640 + 8 * ((dt_step + 3u) % 4u));
+                    #pragma unroll
+                    for (int r = 0; r < 128; r++) dt_reg_fence(acc0[r]);
+                    float v3[128];
+                    #pragma unroll
+                    for (int r = 0; r < 128; r++) {
+                        v3[r] = acc0[r];
+                    }
+                    float v6[128];
+                    #pragma unroll
+                    for (int r = 0; r < 128; r++) {
+                        v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
+                    }
+                    float v10[128];
+                    #pragma unroll
+                    for (int r = 0; r < 128; r++) {
+                        v10[r] = (v8[0] * v3[r]);
+                    }
+                    float v11[128];
+                    #pragma unroll
+                    for (int r = 0; r < 128; r++) {
+                        v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
+                    }
+                    /* the fragments two adjacent columns at a time */
+                    #pragma unroll
+                    for (int r = 0; r < 128; r += 2) {
+                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 32 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 256 + (r >> 2) % 32 * 8 + (tid & 3) * 2 + (r & 1);
+                        const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
+                        if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) *(unsigned*)(out + a) = dt_pack2_f16(v11[r], v11[r + 1]);
+                        else if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f16(v11[r]);
+                    }
+                }
+            }
+        }
+    }
+#endif
+}
+
+#ifndef DT_WGMMA_M64N256K16_BF16
+#define DT_WGMMA_M64N256K16_BF16
+template <int TA, int TB>
+DT_FN void dt_wgmma_m64n256k16_bf16(float* d, unsigned long long a, unsigned long long b) {
+#if DT_SM90A
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, %130, %131; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                 : "l"(a), "l"(b), "n"(TA), "n"(TB));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+}
+#endif
+/* kernel out_90a for bf16: grid block(x:128, y:256) map(x:x1/8, y, x1); 384 threads, warp-specialized for sm_90a */
+extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_bf16(DT_GRID_CONSTANT const dt_tma_args_t<2, dt_args_t<2, 2, 3, 1>> targs) {
+#if defined(__CUDA_ARCH__) && !DT_SM90A
+    __trap(); /* built for sm_90a, where the library runs it */
+#else
+    const dt_args_t<2, 2, 3, 1>& args = targs.args;
+    extern __shared__ float dt_smem[];
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const long long s2 = args.sizes[2]; /* size of k */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* out_90a */
+    /* 4 stages of 49152 bytes from dt_ring (1024-aligned), then barriers full[4] at +196608 and empty[4] at +196640 */
+    const unsigned dt_ring = (dt_smem_u32(dt_smem) + 1023u) & ~1023u;
+    if (tid == 0) {
+        for (int st = 0; st < 4; st++) {
+            dt_mbar_init(dt_ring + 196608 + 8 * st, 1);
+            dt_mbar_init(dt_ring + 196640 + 8 * st, 2);
+        }
+        dt_mbar_fence_init();
+    }
+    __syncthreads();
+    const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 256)) * (8);
+    /* warp_specialize(): threads 256.. copy (one thread), threads 0..256 compute */
+    if (tid >= 256) {
+        dt_setmaxnreg_dec<40>();
+        if (tid == 256) {
+            unsigned dt_step = 0;
+            /* persistent(): this program's blocks, in map order */
+            for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                unsigned rest = (unsigned)pid;
+                (void)rest;
+                const unsigned n2 = (unsigned)(8);
+                const long long g2 = rest % n2; rest /= n2;
+                const unsigned n1 = (unsigned)(dt_cdiv(s1, 256));
+                const long long g1 = rest % n1; rest /= n1;
+                const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
+                const long long g0 = rest % n0; rest /= n0;
+                const long long b0 = g0 * 8 + g2; /* block index along x */
+                if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
+                const long long b1 = g1; /* block index along y */
+                if (b1 >= dt_cdiv(s1, 256)) continue; /* past the end of a short group */
+                for (long long o = 0; o < s2; o += 64, dt_step++) {
+                    const unsigned st = dt_step % 4u, phase = (dt_step / 4u) & 1u;
+                    dt_mbar_wait(dt_ring + 196640 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                    dt_mbar_expect_tx(dt_ring + 196608 + 8 * st, 49152);
+                    const unsigned stage = dt_ring + st * 49152;
+                    /* A[x, k]: 1 copy of box [x:128, k:64] */
+                    dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 196608 + 8 * st, (int)(o), (int)((b0 * 128)));
+                    /* B[k, y]: 4 copies of box [k:64, y:64] */
+                    #pragma unroll
+                    for (int c = 0; c < 4; c++) dt_tma_load_2d(stage + 16384 + c * 8192, &targs.maps[1], dt_ring + 196608 + 8 * st, (int)((b1 * 256) + c * 64), (int)(o));
+                }
+            }
+        }
+    } else {
+        dt_setmaxnreg_inc<232>();
+        unsigned dt_step = 0;
+        /* persistent(): this program's blocks, in map order */
+        for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+            unsigned rest = (unsigned)pid;
+            (void)rest;
+            const unsigned n2 = (unsigned)(8);
+            const long long g2 = rest % n2; rest /= n2;
+            const unsigned n1 = (unsigned)(dt_cdiv(s1, 256));
+            const long long g1 = rest % n1; rest /= n1;
+            const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
+            const long long g0 = rest % n0; rest /= n0;
+            const long long b0 = g0 * 8 + g2; /* block index along x */
+            if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
+            const long long b1 = g1; /* block index along y */
+            if (b1 >= dt_cdiv(s1, 256)) continue; /* past the end of a short group */
+            float v5[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v5[r] = 0e0f;
+            }
+            float v8[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v8[r] = 1e-2f;
+            }
+            /* block(x:128) out_90a.tensorize(x:128) */
+            for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
+                /* block(y:256) out_90a.tensorize(y:256) */
+                for (long long o2 = b1 * 256; o2 < dt_min_ll(b1 * 256 + 256, s1); o2 += 256) {
+                    /* rdot accumulator */
+                    float acc0[128];
+                    #pragma unroll
+                    for (int r = 0; r < 128; r++) {
+                        acc0[r] = 0e0f;
+                    }
+                    /* rdot out_90a.tensorize(k:64) num_stages(4) */
+                    /* warp_specialize(): the operands arrive in stages by TMA; m64n256k16 wgmma, 4 per stage, one group in flight */
+                    for (long long o5 = 0; o5 < s2; o5 += 64, dt_step++) {
+                        const unsigned st = dt_step % 4u, phase = (dt_step / 4u) & 1u;
+                        dt_mbar_wait(dt_ring + 196608 + 8 * st, phase); /* stage st has landed */
+                        const unsigned fa = dt_ring + st * 49152 + 0 + (tid >> 7) * 8192;
+                        const unsigned fb = dt_ring + st * 49152 + 16384;
+                        dt_wgmma_fence();
+                        #pragma unroll
+                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n256k16_bf16<0, 1>(acc0, dt_wgmma_desc(fa + kk * 32, 16, 1024), dt_wgmma_desc(fb + kk * 2048, 8192, 1024));
+                        dt_wgmma_commit();
+                        dt_wgmma_wait<1>();
+                        if (o5 > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 196640 + 8 * ((dt_step + 3u) % 4u)); /* the step before is done */
+                    }
+                    dt_wgmma_wait<0>();
+                    if (s2 > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 196640 + 8 * ((dt_step + 3u) % 4u));
+                    #pragma unroll
+                    for (int r = 0; r < 128; r++) dt_reg_fence(acc0[r]);
+                    float v3[128];
+                    #pragma unroll
+                    for (int r = 0; r < 128; r++) {
+                        v3[r] = acc0[r];
+                    }
+                    float v6[128];
+                    #pragma unroll
+                    for (int r = 0; r < 128; r++) {
+                        v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
+                    }
+                    float v10[128];
+                    #pragma unroll
+                    for (int r = 0; r < 128; r++) {
+                        v10[r] = (v8[0] * v3[r]);
+                    }
+                    float v11[128];
+                    #pragma unroll
+                    for (int r = 0; r < 128; r++) {
+                        v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
+                    }
+                    /* the fragments two adjacent columns at a time */
+                    #pragma unroll
+                    for (int r = 0; r < 128; r += 2) {
+                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 32 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 256 + (r >> 2) % 32 * 8 + (tid & 3) * 2 + (r & 1);
+                        const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
+                        if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) *(unsigned*)(out + a) = dt_pack2_bf16(v11[r], v11[r + 1]);
+                        else if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_bf16(v11[r]);
+                    }
+                }
+            }
+        }
+    }
+#endif
+}
 
 /* kernel out for f16: grid block(x:128, y:128) map(x:x1/8, y, x1); 128 threads, 56832 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_out_f16(DT_GRID_CONSTANT const dt_args_t<2, 2, 3, 1> args) {
@@ -636,6 +1140,211 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16(DT_GRID_CONSTANT co
     }
 }
 
+/* kernel out for f16: grid block(x:128, y:128) map(x:x1/8, y, x1); 128 threads, 56832 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_out_f16_whole(DT_GRID_CONSTANT const dt_args_t<2, 2, 3, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const long long s2 = args.sizes[2]; /* size of k */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* out */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n2 = (unsigned)(8);
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0 * 8 + g2; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = 0e0f;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = 1e-2f;
+    }
+    /* block(x:128) out.tensorize(x:128) */
+    for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
+        /* block(y:128) out.tensorize(y:128) */
+        for (long long o2 = b1 * 128; o2 < dt_min_ll(b1 * 128 + 128, s1); o2 += 128) {
+            /* rdot accumulator */
+            float acc0[128];
+            #pragma unroll
+            for (int r = 0; r < 128; r++) {
+                acc0[r] = 0e0f;
+            }
+            /* rdot out.tensorize(k:32) num_stages(3) */
+            /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one */
+            {
+                __syncthreads();
+                int rd6 = 0, wr7 = 2;
+                for (int st = 0; st < 2; st++) {
+                    const long long o5 = (long long)st * 32;
+                    if (o5 < s2) {
+                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec8 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l9 = (int)((unsigned)e / 4u % 128u);
+                                    const int l10 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec8 && (unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8 + 7)) < (unsigned)s2) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)], &in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8 + q)] = ((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 8 + q)) * (unsigned)args.input_strides[0][1]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec11 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l12 = (int)((unsigned)e / 16u % 32u);
+                                    const int l13 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec11 && (unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8 + 7)) < (unsigned)s1) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)], &in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8 + q)] = ((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 8 + q)) * (unsigned)args.input_strides[1][1]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    dt_cp_async_commit();
+                }
+                for (long long o5 = 0; o5 < s2; o5 += 32) {
+                    /* v0: loaded by the tensor-core dot that reads it */
+                    /* v1: loaded by the tensor-core dot that reads it */
+                    /* wait for the copies of this step (buffer rd6), then start those 2 steps ahead (buffer wr7) */
+                    dt_cp_async_wait<1>();
+                    __syncthreads();
+                    const long long o14 = o5 + 64;
+                    if (o14 < s2) {
+                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec15 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l16 = (int)((unsigned)e / 4u % 128u);
+                                    const int l17 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec15 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8 + 7)) < (unsigned)s2) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)], &in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8 + q)] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 8 + q)) * (unsigned)args.input_strides[0][1]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l19 = (int)((unsigned)e / 16u % 32u);
+                                    const int l20 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec18 && (unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8 + 7)) < (unsigned)s1) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)], &in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8 + q)] = ((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8 + q)) < (unsigned)s1) ? in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 8 + q)) * (unsigned)args.input_strides[1][1]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    dt_cp_async_commit();
+                    /* rdot on tensor cores: [x:128, y:128] over k:32 by 2 x 2 warps of 4 x 8 m16n8k16 fragments */
+                    {
+                        const int lane = tid & 31;
+                        const unsigned fa0 = dt_smem_u32(((dt_smem + 0) + rd6 * 2560)) + (((tid >> 5) / 2 * 64 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
+                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + ((lane & 15) * 136 + (tid >> 5) % 2 * 64 + (lane >> 4) * 8) * 2;
+                        #pragma unroll
+                        for (int kk = 0; kk < 32; kk += 16) {
+                            unsigned fa[4][4], fb[8][2];
+                            #pragma unroll
+                            for (int i = 0; i < 4; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 640 + kk) * 2);
+                            #pragma unroll
+                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                            #pragma unroll
+                            for (int i = 0; i < 4; i++) {
+                                #pragma unroll
+                                for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc0[(i * 8 + j) * 4], fa[i], fb[j]);
+                            }
+                        }
+                    }
+                    /* acc0 += v2: accumulated by the tensor-core dot above */
+                    rd6 = rd6 + 1 == 3 ? 0 : rd6 + 1;
+                    wr7 = wr7 + 1 == 3 ? 0 : wr7 + 1;
+                }
+                dt_cp_async_wait<0>();
+                __syncthreads();
+            }
+            float v3[128];
+            #pragma unroll
+            for (int r = 0; r < 128; r++) {
+                v3[r] = acc0[r];
+            }
+            float v6[128];
+            #pragma unroll
+            for (int r = 0; r < 128; r++) {
+                v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
+            }
+            float v10[128];
+            #pragma unroll
+            for (int r = 0; r < 128; r++) {
+                v10[r] = (v8[0] * v3[r]);
+            }
+            float v11[128];
+            #pragma unroll
+            for (int r = 0; r < 128; r++) {
+                v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
+            }
+            /* the fragments two adjacent columns at a time */
+            #pragma unroll
+            for (int r = 0; r < 128; r += 2) {
+                const int lr = (tid >> 5) / 2 * 64 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) *(unsigned*)(out + a) = dt_pack2_f16(v11[r], v11[r + 1]);
+                else if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f16(v11[r]);
+            }
+        }
+    }
+}
+
 /* kernel out for bf16: grid block(x:128, y:128) map(x:x1/8, y, x1); 128 threads, 56832 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_out_bf16(DT_GRID_CONSTANT const dt_args_t<2, 2, 3, 1> args) {
     extern __shared__ float dt_smem[];
@@ -834,6 +1543,211 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16(DT_GRID_CONSTANT c
                 const int l29 = (tid >> 5) / 2 * 64 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
                 const int l30 = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                 if ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1) out[(unsigned)(o1 + l29) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l30) * (unsigned)args.output_strides[1]] = dt_store_bf16(v11[r]);
+            }
+        }
+    }
+}
+
+/* kernel out for bf16: grid block(x:128, y:128) map(x:x1/8, y, x1); 128 threads, 56832 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_out_bf16_whole(DT_GRID_CONSTANT const dt_args_t<2, 2, 3, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const long long s2 = args.sizes[2]; /* size of k */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* out */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n2 = (unsigned)(8);
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0 * 8 + g2; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = 0e0f;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = 1e-2f;
+    }
+    /* block(x:128) out.tensorize(x:128) */
+    for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
+        /* block(y:128) out.tensorize(y:128) */
+        for (long long o2 = b1 * 128; o2 < dt_min_ll(b1 * 128 + 128, s1); o2 += 128) {
+            /* rdot accumulator */
+            float acc0[128];
+            #pragma unroll
+            for (int r = 0; r < 128; r++) {
+                acc0[r] = 0e0f;
+            }
+            /* rdot out.tensorize(k:32) num_stages(3) */
+            /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one */
+            {
+                __syncthreads();
+                int rd6 = 0, wr7 = 2;
+                for (int st = 0; st < 2; st++) {
+                    const long long o5 = (long long)st * 32;
+                    if (o5 < s2) {
+                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec8 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l9 = (int)((unsigned)e / 4u % 128u);
+                                    const int l10 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec8 && (unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8 + 7)) < (unsigned)s2) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)], &in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8 + q)] = ((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 8 + q)) * (unsigned)args.input_strides[0][1]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec11 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l12 = (int)((unsigned)e / 16u % 32u);
+                                    const int l13 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec11 && (unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8 + 7)) < (unsigned)s1) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)], &in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8 + q)] = ((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 8 + q)) * (unsigned)args.input_strides[1][1]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    dt_cp_async_commit();
+                }
+                for (long long o5 = 0; o5 < s2; o5 += 32) {
+                    /* v0: loaded by the tensor-core dot that reads it */
+                    /* v1: loaded by the tensor-core dot that reads it */
+                    /* wait for the copies of this step (buffer rd6), then start those 2 steps ahead (buffer wr7) */
+                    dt_cp_async_wait<1>();
+                    __syncthreads();
+                    const long long o14 = o5 + 64;
+                    if (o14 < s2) {
+                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec15 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l16 = (int)((unsigned)e / 4u % 128u);
+                                    const int l17 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec15 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8 + 7)) < (unsigned)s2) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)], &in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8 + q)] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 8 + q)) * (unsigned)args.input_strides[0][1]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l19 = (int)((unsigned)e / 16u % 32u);
+                                    const int l20 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec18 && (unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8 + 7)) < (unsigned)s1) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)], &in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8 + q)] = ((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8 + q)) < (unsigned)s1) ? in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 8 + q)) * (unsigned)args.input_strides[1][1]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    dt_cp_async_commit();
+                    /* rdot on tensor cores: [x:128, y:128] over k:32 by 2 x 2 warps of 4 x 8 m16n8k16 fragments */
+                    {
+                        const int lane = tid & 31;
+                        const unsigned fa0 = dt_smem_u32(((dt_smem + 0) + rd6 * 2560)) + (((tid >> 5) / 2 * 64 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
+                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + ((lane & 15) * 136 + (tid >> 5) % 2 * 64 + (lane >> 4) * 8) * 2;
+                        #pragma unroll
+                        for (int kk = 0; kk < 32; kk += 16) {
+                            unsigned fa[4][4], fb[8][2];
+                            #pragma unroll
+                            for (int i = 0; i < 4; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 640 + kk) * 2);
+                            #pragma unroll
+                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                            #pragma unroll
+                            for (int i = 0; i < 4; i++) {
+                                #pragma unroll
+                                for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc0[(i * 8 + j) * 4], fa[i], fb[j]);
+                            }
+                        }
+                    }
+                    /* acc0 += v2: accumulated by the tensor-core dot above */
+                    rd6 = rd6 + 1 == 3 ? 0 : rd6 + 1;
+                    wr7 = wr7 + 1 == 3 ? 0 : wr7 + 1;
+                }
+                dt_cp_async_wait<0>();
+                __syncthreads();
+            }
+            float v3[128];
+            #pragma unroll
+            for (int r = 0; r < 128; r++) {
+                v3[r] = acc0[r];
+            }
+            float v6[128];
+            #pragma unroll
+            for (int r = 0; r < 128; r++) {
+                v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
+            }
+            float v10[128];
+            #pragma unroll
+            for (int r = 0; r < 128; r++) {
+                v10[r] = (v8[0] * v3[r]);
+            }
+            float v11[128];
+            #pragma unroll
+            for (int r = 0; r < 128; r++) {
+                v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
+            }
+            /* the fragments two adjacent columns at a time */
+            #pragma unroll
+            for (int r = 0; r < 128; r += 2) {
+                const int lr = (tid >> 5) / 2 * 64 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) *(unsigned*)(out + a) = dt_pack2_bf16(v11[r], v11[r + 1]);
+                else if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_bf16(v11[r]);
             }
         }
     }

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::layout::{self, contiguous_strides};
 use crate::plan::{plan, Device, OpDesc, Plan};
 use crate::registry::{LaunchRow, SpecData, NVCC_ARCHS, SPECS};
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -34,8 +34,9 @@ struct Loaded {
 struct Shared {
     ctx: Arc<CudaContext>,
     nvrtc_only: bool,
-    /// The most programs of a thread-block cluster on this GPU (0: none).
-    max_cluster: u32,
+    /// What the GPU offers the kernels' schedules: clusters, and Hopper's copies and tensor
+    /// cores where the kernels are built for them.
+    features: dt_core::kir::GpuFeatures,
     modules: Vec<OnceLock<std::result::Result<Loaded, String>>>,
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
 }
@@ -53,12 +54,22 @@ fn shared_for(ctx: &Arc<CudaContext>, nvrtc_only: bool) -> Arc<Shared> {
     let s = Arc::new(Shared {
         ctx: ctx.clone(),
         nvrtc_only,
-        max_cluster: ctx.compute_capability().map_or(0, |(major, _)| dt_core::kir::cuda_max_cluster(major)),
+        features: features(ctx, nvrtc_only),
         modules: SPECS.iter().map(|_| OnceLock::new()).collect(),
         functions: Mutex::new(HashMap::new()),
     });
     reg.push((key, nvrtc_only, Arc::downgrade(&s)));
     s
+}
+
+/// What the GPU of `ctx` offers the kernels: its features, but Hopper's only where the kernels
+/// come with code for them (a fatbin built for sm_90a, or NVRTC, which compiles for
+/// `compute_90a` there).
+fn features(ctx: &Arc<CudaContext>, nvrtc_only: bool) -> dt_core::kir::GpuFeatures {
+    let mut f = dt_cuda::features(ctx);
+    let fatbin_has_90a = NVCC_ARCHS.split(',').any(|a| a.trim().trim_start_matches("sm_").trim_start_matches("compute_") == "90a");
+    f.hopper &= nvrtc_only || NVCC_ARCHS.is_empty() || fatbin_has_90a;
+    f
 }
 
 fn force_nvrtc_from_env() -> bool {
@@ -151,7 +162,7 @@ impl Gpu {
 
     /// What the GPU offers that the kernels may use.
     pub(crate) fn device(&self) -> Device {
-        Device { max_cluster: self.shared.max_cluster }
+        Device { features: self.shared.features }
     }
 
     /// Whether the fatbin was built (nvcc found at build time), and for which architectures.
@@ -198,17 +209,10 @@ impl Gpu {
         }
         let module = &self.loaded(spec_index)?.module;
         let f = module.load_function(row.symbol).map_err(Error::driver(format!("finding kernel `{}`", row.symbol)))?;
-        if row.shared_bytes > 48 * 1024 {
-            f.set_attribute(
-                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                row.shared_bytes as i32,
-            )
-            .map_err(Error::driver(format!("allowing kernel `{}` {} bytes of shared memory", row.symbol, row.shared_bytes)))?;
-        }
-        if row.cluster > dt_core::kir::MAX_PORTABLE_CLUSTER {
-            f.set_attribute(cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
-                .map_err(Error::driver(format!("allowing kernel `{}` a cluster of {} programs", row.symbol, row.cluster)))?;
-        }
+        dt_cuda::configure(&f, row.shared_bytes, row.cluster).map_err(Error::driver(format!(
+            "allowing kernel `{}` {} bytes of shared memory and clusters of {}",
+            row.symbol, row.shared_bytes, row.cluster
+        )))?;
         self.shared.functions.lock().unwrap_or_else(|e| e.into_inner()).insert(row.symbol, f.clone());
         Ok((f, row))
     }
@@ -233,7 +237,7 @@ impl Shared {
             return Err(format!("{note}the NVRTC library (libnvrtc) was not found, and it is needed to compile the kernels (or build with nvcc installed to embed a fatbin)"));
         }
         let opts = cudarc::nvrtc::CompileOptions {
-            arch: Some(arch_name(major, minor)),
+            arch: Some(arch_name(&dt_cuda::nvrtc_arch(major, minor))),
             options: vec!["--std=c++17".into()],
             name: Some(format!("{}.cu", spec.name)),
             ..Default::default()
@@ -255,15 +259,14 @@ fn nvrtc_message(e: &cudarc::nvrtc::CompileError) -> String {
     }
 }
 
-/// `compute_XY` for NVRTC, interned.
-fn arch_name(major: i32, minor: i32) -> &'static str {
+/// An architecture name for NVRTC, interned.
+fn arch_name(name: &str) -> &'static str {
     static NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
-    let name = format!("compute_{major}{minor}");
     let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(n) = names.iter().find(|n| **n == name) {
         return n;
     }
-    let n: &'static str = Box::leak(name.into_boxed_str());
+    let n: &'static str = Box::leak(name.to_string().into_boxed_str());
     names.push(n);
     n
 }
@@ -406,14 +409,19 @@ pub(crate) fn run_into<T: Element>(
     launch(gpu, op, inputs, plan, out)
 }
 
-/// The argument of a launch: the kernel's argument block ([`dt_core::abi::GpuArgs`]), which the
-/// driver copies as its one parameter, its size taken from the kernel.
-#[repr(transparent)]
-struct KernelArgs(dt_core::abi::PackedArgs);
-
-// SAFETY: `KernelArgs` is plain bytes, 8-byte aligned, at least as long as the `dt_args_t`
-// parameter of any generated GPU kernel, packed in its layout by `GpuArgs::pack`.
-unsafe impl cudarc::driver::DeviceRepr for KernelArgs {}
+/// The symbol of the kernel that `run` of `op` on `inputs` and `scalars` launches on `gpu` (its
+/// size class and twin, e.g. `dt_mm_90a_f16` on an H100), without launching it.
+pub(crate) fn launch_symbol<T: Element>(gpu: &Gpu, op: &OpDesc, inputs: &[&DeviceTensor<T>], scalars: &[f32]) -> Result<String> {
+    let shapes: Vec<(&[usize], &[usize])> = inputs.iter().map(|t| (t.shape(), t.strides())).collect();
+    let plan = plan(op, T::DTYPE, &shapes, scalars, gpu.device())?;
+    let mut args = plan.args;
+    for (slot, &j) in plan.slots.iter().enumerate() {
+        args.inputs[slot] = inputs[j].buf.device_ptr(&gpu.stream).0;
+    }
+    // A new output is a fresh allocation: aligned as every buffer is.
+    args.output = args.inputs[0] & !255;
+    Ok(plan.launch_symbol(&args, T::DTYPE, |s| plan.spec.launch_row(s).is_some()))
+}
 
 /// Checks that every tensor lives on `gpu`'s context and launches the planned kernel into `out`
 /// (nothing when the output is empty).
@@ -448,12 +456,21 @@ fn launch<T: Element>(gpu: &Gpu, op: &OpDesc, inputs: &[&DeviceTensor<T>], plan:
     args.output = out_ptr;
     let symbol = plan.launch_symbol(&args, T::DTYPE, |s| plan.spec.launch_row(s).is_some());
     let (f, row) = gpu.function(plan.spec_index, &symbol)?;
-    let cfg = LaunchConfig { grid_dim: (plan.programs as u32, 1, 1), block_dim: (row.threads, 1, 1), shared_mem_bytes: row.shared_bytes };
-    let packed = KernelArgs(dt_core::abi::GpuArgs::of(plan.kernel).pack(&args));
+    let tensors = dt_core::kir::launch_tensors(plan.kernel, &args);
+    if !plan.kernel.admits_tensors(T::DTYPE.size_bytes(), &tensors) {
+        return Err(Error::Internal(format!(
+            "{}: kernel `{symbol}` reads through tensor maps, and a tensor is not 16-byte aligned",
+            op.op
+        )));
+    }
+    let param = dt_cuda::KernelParam::new(plan.kernel, &args, T::DTYPE, row.tensor_maps).map_err(Error::Internal)?;
+    let grid = dt_cuda::grid(&gpu.shared.ctx, plan.programs, row.persistent).map_err(Error::driver("reading the multiprocessor count"))?;
+    let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (row.threads, 1, 1), shared_mem_bytes: row.shared_bytes };
     let mut launch = gpu.stream.launch_builder(&f);
-    launch.arg(&packed);
-    // SAFETY: the kernel takes one `dt_args_t` by value, in the layout `packed` was packed in for
-    // it (`GpuArgs::of` the kernel it was built from). Every input pointer refers to the live
+    param.push(&mut launch);
+    // SAFETY: the kernel takes one parameter, `dt_args_t` (or `dt_tma_args_t` behind the tensor
+    // maps of its launch row), in the layout `param` was packed in for it (`GpuArgs::of` the
+    // kernel it was built from; each map encoded from the same arguments). Every input pointer refers to the live
     // buffer of a `DeviceTensor` whose shape and strides reach only elements inside it (checked
     // when it was made), and the kernel reads inputs only at the sizes and strides in `args`,
     // which `plan` took from those tensors. The output pointer is the buffer of `out`, whose

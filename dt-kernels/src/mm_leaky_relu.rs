@@ -28,3 +28,10 @@ pub fn mm_leaky_relu<T: Element>(gpu: &Gpu, a: &DeviceTensor<T>, b: &DeviceTenso
 pub fn mm_leaky_relu_into<T: Element>(gpu: &Gpu, a: &DeviceTensor<T>, b: &DeviceTensor<T>, out: &mut DeviceTensor<T>) -> Result<()> {
     gpu::run_into(gpu, &OP, &[a, b], &[], out)
 }
+
+/// The symbol of the kernel [`mm_leaky_relu`] launches for these arguments on `gpu`, its size class and
+/// twin (e.g. `dt_mm_90a_f16`, the warp-specialized class, on an H100 for tensors a tensor map
+/// describes), for diagnostics; nothing is launched.
+pub fn mm_leaky_relu_kernel<T: Element>(gpu: &Gpu, a: &DeviceTensor<T>, b: &DeviceTensor<T>) -> Result<String> {
+    gpu::launch_symbol(gpu, &OP, &[a, b], &[])
+}

@@ -51,14 +51,14 @@ pub(crate) struct Plan {
 /// What the device a plan is for offers beyond what every backend has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Device {
-    /// The most programs of a thread-block cluster (0: no clusters; CUDA has them from sm_90):
-    /// clustered kernels (`cluster(y:N)`) of up to this many can run.
-    pub max_cluster: u32,
+    /// Clusters (`cluster(y:N)` kernels of up to `max_cluster` programs run) and Hopper's
+    /// copies and tensor cores (warp-specialized kernels run).
+    pub features: dt_core::kir::GpuFeatures,
 }
 
 impl Device {
     /// The CPU, HIP, and CUDA GPUs before sm_90.
-    pub const PLAIN: Device = Device { max_cluster: 0 };
+    pub const PLAIN: Device = Device { features: dt_core::kir::GpuFeatures::NONE };
 }
 
 /// Matches `shapes` (one `(shape, strides)` per input of `op`, in `op.inputs` order) and
@@ -68,35 +68,36 @@ pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], s
     let spec: &'static SpecData = SPECS[spec_index(op.spec)?];
     // The size-class variants of the op's kernel, in the spec's order: the first built for the
     // dtype whose bounds admit the sizes runs (a class may be scheduled for some dtypes only, and
-    // another class of the same bounds for the others). A clustered class is left out where
-    // there are no clusters (a later class serves its sizes too).
-    let variants: Vec<&'static Kernel> = spec
-        .kernels()?
-        .iter()
-        .filter(|k| dt_core::kir::is_variant_of(&k.name, op.kernel))
-        .filter(|k| k.grid.runs_with_clusters_of(device.max_cluster))
-        .collect();
-    // A clustered class whose rows would leave a program of each cluster without columns runs
-    // only where no later class admits the sizes.
+    // another class of the same bounds for the others), among those the device runs and whose
+    // tensor needs the arguments meet (`dt_core::kir::choose_class`).
     // Where none runs: the error of the last variant built for the dtype (its bounds), else
     // that of the first (not built for it).
-    let (mut bound, mut not_built, mut idle) = (None, None, None);
-    for kernel in variants {
-        match plan_kernel(op, kernel, dtype, shapes, scalars) {
-            Err(e @ Error::BoundExceeded { .. }) => bound = Some(e),
+    let (mut bound, mut not_built) = (None, None);
+    let chosen = dt_core::kir::choose_class(
+        spec.kernels()?,
+        op.kernel,
+        device.features,
+        |kernel| match plan_kernel(op, kernel, dtype, shapes, scalars) {
+            Err(e @ Error::BoundExceeded { .. }) => {
+                bound = Some(e);
+                None
+            }
             Err(e @ Error::DTypeNotBuilt { .. }) => {
                 not_built.get_or_insert(e);
+                None
             }
-            Ok(planned) if kernel.grid.cluster_leaves_programs_idle(|d| planned.args.sizes[kernel.dim_slot(d)] as usize) => {
-                idle.get_or_insert(planned);
-            }
-            planned => return planned,
-        }
+            Err(e) => Some(Err(e)),
+            // A kernel that reads through tensor maps runs where they describe the tensors (of
+            // the library's buffers, every address is aligned; `launch` checks it again).
+            Ok(planned) if !kernel.admits_tensors(dtype.size_bytes(), &dt_core::kir::launch_tensors(kernel, &planned.args)) => None,
+            Ok(planned) => Some(Ok(planned)),
+        },
+        |made, d| made.as_ref().map_or(usize::MAX, |p| p.args.sizes[p.kernel.dim_slot(d)] as usize),
+    );
+    match chosen {
+        Some((_, planned)) => planned,
+        None => Err(bound.or(not_built).unwrap_or_else(|| Error::Internal(format!("spec `{}` has no kernel `{}`", spec.name, op.kernel)))),
     }
-    if let Some(planned) = idle {
-        return Ok(planned);
-    }
-    Err(bound.or(not_built).unwrap_or_else(|| Error::Internal(format!("spec `{}` has no kernel `{}`", spec.name, op.kernel))))
 }
 
 /// [`plan`] for one kernel.
@@ -145,7 +146,7 @@ fn plan_kernel(op: &OpDesc, kernel: &'static Kernel, dtype: DType, shapes: &[(&[
         return Err(Error::DTypeNotBuilt { op: op.op, kernel: kernel.name.clone(), dtype, built });
     }
     let symbol = format!("dt_{}_{}", kernel.name, dtype.name());
-    if spec.launch_row(&symbol).is_none() || (kernel.grid.cluster.is_none() && spec.cpu_fn(&symbol).is_none()) {
+    if spec.launch_row(&symbol).is_none() || (!kernel.needs_sm90() && spec.cpu_fn(&symbol).is_none()) {
         return Err(Error::DTypeNotBuilt { op: op.op, kernel: kernel.name.clone(), dtype, built: "none".into() });
     }
     if kernel.inputs.len() > MAX_INPUTS || kernel.scalars.len() > MAX_SCALARS || kernel.dims.len() > MAX_DIMS {
@@ -283,6 +284,26 @@ mod tests {
         assert_eq!(symbol(DType::F32, 16385).unwrap(), "dt_layernorm_4k_f32_many_f32");
         assert_eq!(symbol(DType::F32, 65536).unwrap(), "dt_layernorm_4k_f32_many_f32");
         assert_eq!(symbol(DType::F16, 65536).unwrap(), "dt_layernorm_4k_f16");
+    }
+
+    /// On a GPU with Hopper's copies and tensor cores, 16-bit matmuls whose tensors a tensor map
+    /// describes (16-byte aligned rows, contiguous along the last axis) run the warp-specialized
+    /// class `mm_90a`; a row of 77 elements (154 bytes), a transposed input, f32, or a GPU
+    /// without them, the class `mm`.
+    #[test]
+    fn hopper_runs_the_warp_specialized_class_where_tensor_maps_describe_the_tensors() {
+        let hopper = Device { features: dt_core::kir::GpuFeatures { max_cluster: 16, hopper: true } };
+        let symbol = |dtype: DType, k: usize, a_strides: [usize; 2], device: Device| {
+            let (a, b) = ([100, k], [k, 3000]);
+            let shapes: [(&[usize], &[usize]); 2] = [(&a, &a_strides), (&b, &[3000, 1])];
+            plan(&crate::matmul::OP, dtype, &shapes, &[], device).map(|p| p.symbol).unwrap()
+        };
+        assert_eq!(symbol(DType::F16, 80, [80, 1], hopper), "dt_mm_90a_f16");
+        assert_eq!(symbol(DType::BF16, 80, [88, 1], hopper), "dt_mm_90a_bf16");
+        assert_eq!(symbol(DType::F16, 77, [77, 1], hopper), "dt_mm_f16");
+        assert_eq!(symbol(DType::F16, 80, [1, 100], hopper), "dt_mm_f16");
+        assert_eq!(symbol(DType::F32, 80, [80, 1], hopper), "dt_mm_f32");
+        assert_eq!(symbol(DType::F16, 80, [80, 1], Device::PLAIN), "dt_mm_f16");
     }
 
     /// Tensors whose 16-byte runs are whole run the kernel built for them; an address one

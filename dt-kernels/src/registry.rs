@@ -7,7 +7,7 @@ use dt_core::kir::Kernel;
 use std::sync::OnceLock;
 
 pub use dt_core::abi::MAX_RANK;
-pub(crate) use dt_core::abi::{DtArgs, MAX_DIMS, MAX_INPUTS, MAX_SCALARS};
+pub(crate) use dt_core::abi::{DtArgs, TensorMapSpec, MAX_DIMS, MAX_INPUTS, MAX_SCALARS};
 
 /// A generated CPU kernel: `void SYMBOL(const dt_args*, long long first, long long last)`
 /// (`dt_args`: [`DtArgs`]), which runs programs `first..last` of its grid.
@@ -21,6 +21,10 @@ pub(crate) struct LaunchRow {
     pub shared_bytes: u32,
     /// Programs per thread-block cluster (1: not clustered).
     pub cluster: u32,
+    /// The tensor maps the kernel takes ahead of its argument block (none for most).
+    pub tensor_maps: &'static [TensorMapSpec],
+    /// Launched with at most one program per multiprocessor, each taking blocks in turn.
+    pub persistent: bool,
 }
 
 /// Everything embedded for one spec.
@@ -63,7 +67,7 @@ mod built {
     #![allow(clippy::all)]
     #[cfg(feature = "hip")]
     use super::HipBuild;
-    use super::{CpuFn, DtArgs, LaunchRow, SpecData};
+    use super::{CpuFn, DtArgs, LaunchRow, SpecData, TensorMapSpec};
     include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 }
 

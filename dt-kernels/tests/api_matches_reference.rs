@@ -382,3 +382,72 @@ fn into_variant_writes_a_strided_output() {
     let err = dt_kernels::softmax::softmax_into(gpu, &x, &mut wrong).unwrap_err();
     assert!(err.to_string().contains("has shape [5, 32], but the result has shape [5, 33]"), "{err}");
 }
+
+/// Whether the library runs the warp-specialized classes (`mm_90a`) on this GPU: sm_90, with
+/// kernels built for sm_90a (the fatbin's default, or NVRTC).
+fn runs_hopper_classes(gpu: &Gpu) -> bool {
+    let sm90 = gpu.context().compute_capability().is_ok_and(|(major, _)| major == 9);
+    let built = Gpu::fatbin_archs().is_none_or(|archs| archs.split(',').any(|a| a.trim().ends_with("90a")));
+    sm90 && built
+}
+
+/// The warp-specialized matmul classes (`mm_90a`, `out_90a`: TMA, wgmma) at sizes that are no
+/// multiple of their tiles (128 x 256 x 64), rows of 16-byte multiples (which tensor maps
+/// describe: they run the Hopper class on sm_90) contiguous and padded, and transposed (which
+/// run the class for any layout); each op in f16 and bf16. On a GPU without sm_90 every case
+/// runs the other class.
+#[test]
+fn hopper_matmul_matches_reference() {
+    if !available(Backend::Gpu, "hopper_matmul_matches_reference") {
+        return;
+    }
+    let gpu = gpu().unwrap();
+    let hopper = runs_hopper_classes(gpu);
+    if !hopper {
+        eprintln!("hopper_matmul_matches_reference: this GPU runs no warp-specialized class; checking the fallback");
+    }
+    let padded = |rank| Placement { order: (0..rank).collect(), pad: 8 };
+    let mut transposed = Placement::row_major(2);
+    transposed.order.swap(0, 1);
+    let sizes = [(1, 8, 8), (128, 256, 64), (129, 264, 72), (300, 136, 8), (257, 520, 200), (1000, 3000, 80), (77, 1000, 4104)];
+    for (i, &(m, n, k)) in sizes.iter().enumerate() {
+        for (name, placement, tma) in
+            [("contiguous", Placement::row_major(2), true), ("padded", padded(2), true), ("transposed", transposed.clone(), false)]
+        {
+            for op in ["matmul", "mm_leaky_relu"] {
+                let run = |dtype: dt_core::DType| {
+                    let case = match op {
+                        "matmul" => common::matmul(m, n, k, dtype, 1.0, i as u64),
+                        _ => common::mm_leaky_relu(m, n, k, dtype, 1.0, i as u64),
+                    };
+                    let placements = [placement.clone(), placement.clone()];
+                    let (got, symbol) = match dtype {
+                        dt_core::DType::BF16 => hopper_run::<bf16>(gpu, &case, &placements),
+                        _ => hopper_run::<f16>(gpu, &case, &placements),
+                    };
+                    let what = format!("{op} {m}x{n}x{k} {dtype} {name} ({symbol})");
+                    case.check(&what, &got).unwrap_or_else(|e| panic!("{what}: {e}"));
+                    assert_eq!(symbol.contains("_90a_"), hopper && tma, "{what}: ran `{symbol}`");
+                };
+                run(dt_core::DType::F16);
+                run(dt_core::DType::BF16);
+            }
+        }
+    }
+}
+
+/// Runs a matmul or mm_leaky_relu case on the GPU; returns the result and the kernel it ran.
+fn hopper_run<T: Element>(gpu: &Gpu, case: &Case, placements: &[Placement]) -> (Vec<f32>, String) {
+    let t: Vec<DeviceTensor<T>> = placed::<T>(case, placements)
+        .into_iter()
+        .map(|(shape, strides, data)| DeviceTensor::from_host_strided(gpu, shape, strides, &data).unwrap())
+        .collect();
+    let (out, symbol) = match case.op {
+        "matmul" => (dt_kernels::matmul::matmul(gpu, &t[0], &t[1]), dt_kernels::matmul::matmul_kernel(gpu, &t[0], &t[1])),
+        _ => (
+            dt_kernels::mm_leaky_relu::mm_leaky_relu(gpu, &t[0], &t[1]),
+            dt_kernels::mm_leaky_relu::mm_leaky_relu_kernel(gpu, &t[0], &t[1]),
+        ),
+    };
+    (out.unwrap().to_host().unwrap().into_iter().map(T::to_f32).collect(), symbol.unwrap())
+}

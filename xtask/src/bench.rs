@@ -394,7 +394,7 @@ pub fn run(opts: &Options) -> Result<(), String> {
             }
             let c = &compiled[job.spec()];
             let args = args(job, &mut rng);
-            let (kernel, bound) = choose_variant(&c.program, &c.kernels, job, &args, gpu.max_cluster())?;
+            let (kernel, bound) = choose_variant(&c.program, &c.kernels, job, &args, gpu.features())?;
             row.kernel = kernel.name.clone();
             let staged: Staged = gpu.stage(kernel, &bound, job.dtype).map_err(|e| e.to_string())?;
             // As the library does: the twin built for the sizes the class specializes where the
@@ -621,31 +621,33 @@ fn to_json(rows: &[Row]) -> String {
     serde_json::to_string_pretty(&v).unwrap_or_default()
 }
 
-/// The size-class variant of the job's kernel that the library runs: the first, in the spec's
-/// order, built for the job's dtype, whose bounds admit the sizes of `args` (among the
-/// those whose clusters the GPU runs, `max_cluster` programs at most; a clustered one that would
-/// leave programs idle only where no other admits them).
+/// The size-class variant of the job's kernel that the library runs for `args` on a GPU offering
+/// `features` ([`dt_core::kir::choose_class`]): built for the job's dtype, its bounds admitting
+/// the sizes, its tensor needs met by the bench's contiguous tensors.
 fn choose_variant<'a, 'b>(
     program: &dt_core::algo::Program,
     kernels: &'a [Kernel],
     job: &Job,
     args: &'b Args,
-    max_cluster: u32,
+    features: dt_core::kir::GpuFeatures,
 ) -> Result<(&'a Kernel, dt_core::tensor::Bound<'b>), String> {
-    let runnable = |k: &&Kernel| k.grid.runs_with_clusters_of(max_cluster) && k.dtypes.contains(&job.dtype);
-    let mut idle = None;
-    for kernel in kernels.iter().filter(|k| dt_core::kir::is_variant_of(&k.name, job.kernel())).filter(runnable) {
-        let fid = program.kernel_by_name(&kernel.name).ok_or("kernel")?;
-        let bound = dt_core::tensor::bind(program, fid, args).map_err(|e| e.to_string())?;
-        if dt_codegen::host::check_bounds(kernel, &bound).is_ok() {
-            // As the library does: a clustered class that leaves programs idle comes last.
-            if !kernel.grid.cluster_leaves_programs_idle(|d| bound.size(d)) {
-                return Ok((kernel, bound));
-            }
-            idle.get_or_insert((kernel, bound));
-        }
-    }
-    idle.ok_or_else(|| format!("no variant of kernel `{}` admits these sizes", job.kernel()))
+    let elem = job.dtype.size_bytes();
+    dt_core::kir::choose_class(
+        kernels,
+        job.kernel(),
+        features,
+        |kernel| {
+            let fid = program.kernel_by_name(&kernel.name)?;
+            let bound = dt_core::tensor::bind(program, fid, args).ok()?;
+            // The bench's buffers are fresh allocations: every address is aligned.
+            let aligned = vec![0u64; kernel.inputs.len()];
+            let a = dt_codegen::host::fill_args(kernel, &bound, &aligned, 0);
+            let tensors_ok = kernel.admits_tensors(elem, &dt_core::kir::launch_tensors(kernel, &a));
+            (kernel.dtypes.contains(&job.dtype) && dt_codegen::host::check_bounds(kernel, &bound).is_ok() && tensors_ok).then_some(bound)
+        },
+        |bound, d| bound.size(d),
+    )
+    .ok_or_else(|| format!("no variant of kernel `{}` admits these sizes", job.kernel()))
 }
 
 /// Most work a CPU row may take: 2^31 floating-point operations or 2^27 bytes moved.
@@ -682,7 +684,7 @@ fn cpu_bench(selected: &[Job], opts: &Options) -> Result<(), String> {
             }
             let (program, kernels, lib) = &libs[job.spec()];
             let args = args(job, &mut rng);
-            let (kernel, bound) = choose_variant(program, kernels, job, &args, 0)?;
+            let (kernel, bound) = choose_variant(program, kernels, job, &args, dt_core::kir::GpuFeatures::NONE)?;
             row.kernel = kernel.name.clone();
             let symbol = dt_codegen::emit::symbol(kernel, job.dtype);
             let mut times = Vec::new();

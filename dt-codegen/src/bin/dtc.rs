@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 use dt_codegen::emit::gpu::Dialect;
 use dt_codegen::npy;
 use dt_core::algo::{FuncId, Program};
+use dt_core::kir::GpuFeatures;
 use dt_core::tensor::{Args, Tensor};
 use dt_core::{DType, SourceFile};
 use std::path::{Path, PathBuf};
@@ -79,6 +80,9 @@ enum Target {
     Cuda,
     /// HIP C, self-contained (`hipcc --genco --offload-arch=gfx90a FILE.hip` compiles it).
     Hip,
+    /// The GPU plan of each kernel and element type for CUDA: the decisions made before
+    /// printing (roles, shared-memory rings, copies, barriers, tensor-core instructions).
+    GpuPlan,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -155,7 +159,9 @@ struct Prepared {
     dtype: DType,
 }
 
-fn prepare(a: &RunArgs) -> Result<Prepared, String> {
+/// Reads the arguments of a run and picks its kernel: the one named, the only one, or the size
+/// class the library would run on a backend offering `features`.
+fn prepare(a: &RunArgs, features: GpuFeatures) -> Result<Prepared, String> {
     let program = load(&a.file)?;
     let mut args = Args::default();
     let mut input_dtype: Option<DType> = None;
@@ -183,26 +189,38 @@ fn prepare(a: &RunArgs) -> Result<Prepared, String> {
         None => input_dtype.unwrap_or(DType::F32),
     };
     let kernel = match pick_kernel(&program, a.kernel.as_deref(), &a.file) {
-        Err(several) if a.kernel.is_none() => pick_size_class(&program, &args, dtype).ok_or(several)?,
+        Err(several) if a.kernel.is_none() => pick_size_class(&program, &args, dtype, features).ok_or(several)?,
         other => other?,
     };
     Ok(Prepared { program, kernel, args, dtype })
 }
 
 /// For a spec whose kernels are the size-class variants of one kernel (`softmax_1k`, ...,
-/// `softmax`), the one the library would run: the first built for `dtype` whose bounds admit the
-/// arguments' sizes.
-fn pick_size_class(p: &Program, args: &Args, dtype: DType) -> Option<FuncId> {
+/// `softmax`), the one the library would run on a backend offering `features`
+/// ([`dt_core::kir::choose_class`]): built for `dtype`, its bounds admitting the arguments' sizes,
+/// its tensor needs met by the contiguous tensors of a run.
+fn pick_size_class(p: &Program, args: &Args, dtype: DType, features: GpuFeatures) -> Option<FuncId> {
     let names: Vec<&str> = p.kernels.iter().map(|k| p.func(*k).name.as_str()).collect();
     let family = names.iter().find(|f| names.iter().all(|n| dt_core::kir::is_variant_of(n, f)))?;
-    p.kernels.iter().copied().filter(|k| dt_core::kir::is_variant_of(&p.func(*k).name, family)).find(|k| {
-        let (Ok(bound), Ok(kernel)) = (dt_core::tensor::bind(p, *k, args), dt_core::lower::lower(p, *k)) else { return false };
-        kernel.dtypes.contains(&dtype) && dt_codegen::host::check_bounds(&kernel, &bound).is_ok()
-    })
+    let kernels = dt_core::lower::lower_all(p).ok()?;
+    let (kernel, _) = dt_core::kir::choose_class(
+        &kernels,
+        family,
+        features,
+        |kernel| {
+            let fid = p.kernel_by_name(&kernel.name)?;
+            let bound = dt_core::tensor::bind(p, fid, args).ok()?;
+            let a = dt_codegen::host::fill_args(kernel, &bound, &vec![0; kernel.inputs.len()], 0);
+            let tensors_ok = kernel.admits_tensors(dtype.size_bytes(), &dt_core::kir::launch_tensors(kernel, &a));
+            (kernel.dtypes.contains(&dtype) && dt_codegen::host::check_bounds(kernel, &bound).is_ok() && tensors_ok).then_some(bound)
+        },
+        |bound, d| bound.size(d),
+    )?;
+    p.kernel_by_name(&kernel.name)
 }
 
 fn eval(a: &RunArgs) -> Result<(), String> {
-    let p = prepare(a)?;
+    let p = prepare(a, GpuFeatures::NONE)?;
     let out: Tensor = dt_core::eval::evaluate(&p.program, p.kernel, &p.args, p.dtype).map_err(|e| format!("dtc eval: {e}"))?;
     npy::write(&a.output, &out, p.dtype)
 }
@@ -222,6 +240,12 @@ fn emit(file: &Path, kernel: Option<&str>, target: Target, output: Option<&Path>
     }
     let text = match target {
         Target::Kir => kernels.iter().map(dt_core::kir::print).collect::<Vec<_>>().join("\n"),
+        Target::GpuPlan => kernels
+            .iter()
+            .map(dt_codegen::plan::print_cuda)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("{}: error: {e}", file.display()))?
+            .join("\n"),
         Target::C => {
             let items: Vec<_> =
                 kernels.iter().flat_map(|k| k.dtypes.iter().map(move |d| (k, *d, dt_codegen::emit::symbol(k, *d)))).collect();
@@ -244,7 +268,12 @@ fn emit(file: &Path, kernel: Option<&str>, target: Target, output: Option<&Path>
 }
 
 fn run(backend: Backend, a: &RunArgs) -> Result<(), String> {
-    let p = prepare(a)?;
+    let gpu = match backend {
+        Backend::Cuda => Some(dt_codegen::cuda_run::CudaRunner::new(0).map_err(|e| format!("dtc run: {e}"))?),
+        Backend::Cpu | Backend::Interp => None,
+    };
+    let features = gpu.as_ref().map_or(GpuFeatures::NONE, |g| g.features());
+    let p = prepare(a, features)?;
     let types = p.program.kernel_dtypes(p.kernel);
     if !types.contains(&p.dtype) {
         let names: Vec<&str> = types.iter().map(|d| d.name()).collect();
@@ -268,7 +297,13 @@ fn run(backend: Backend, a: &RunArgs) -> Result<(), String> {
             let symbol = dt_codegen::emit::symbol(&kir, p.dtype);
             let (src, infos) = dt_codegen::emit::gpu::emit_file(&header(&a.file), Dialect::Cuda, &[(&kir, p.dtype, symbol)])
                 .map_err(|e| format!("{}: error: {e}", a.file.display()))?;
-            let gpu = dt_codegen::cuda_run::CudaRunner::new(0).map_err(|e| format!("dtc run: {e}"))?;
+            let gpu = gpu.ok_or("dtc run: no GPU")?;
+            if !kir.runs_on(gpu.features()) {
+                return Err(format!(
+                    "dtc run: kernel `{}` needs a GPU with what its schedule uses (clusters of its size, or sm_90's TMA and wgmma)",
+                    kir.name
+                ));
+            }
             let module = gpu.compile(&src).map_err(|e| format!("dtc run: {e}"))?;
             gpu.run(&module, &infos[0], &kir, &bound, p.dtype).map_err(|e| format!("dtc run: {e}"))?
         }

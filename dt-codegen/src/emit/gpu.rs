@@ -12,6 +12,8 @@
 //! slot with its producer's mapping; threads then read the elements they need from there. The
 //! blocked layout depends on nothing but the thread count.
 
+#[path = "gpu_hopper.rs"]
+mod hopper;
 #[path = "gpu_mma.rs"]
 mod mma;
 #[path = "gpu_output_runs.rs"]
@@ -72,6 +74,12 @@ pub struct LaunchInfo {
     pub cluster: u32,
     /// The tensor layouts the kernel is built for.
     pub layouts: Layouts,
+    /// The tensor maps the kernel takes ahead of its argument block (`dt_tma_args_t`), which
+    /// the host encodes per launch; none for most kernels.
+    pub tensor_maps: Vec<dt_core::abi::TensorMapSpec>,
+    /// Launched with as many programs as the GPU runs at once (one per multiprocessor), fewer
+    /// where the grid has fewer: the kernel takes its blocks in turn (`persistent()`).
+    pub persistent: bool,
 }
 
 /// Most dynamic shared memory a program may ask for (bytes): what an sm_80 GPU and an MI200
@@ -104,6 +112,10 @@ pub fn emit_file(header: &str, dialect: Dialect, kernels: &[(&Kernel, DType, Str
         out += "\n";
         out += &text;
         infos.push(info);
+        // A warp-specialized kernel reads through tensor maps, whatever the layouts: no twins.
+        if k.warp_specialize {
+            continue;
+        }
         // The kernel for whole runs, where its code differs (it does wherever a tile is read or
         // written in 16-byte runs).
         let whole = whole_runs_symbol(symbol);
@@ -185,23 +197,41 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
     check_abi(k)?;
     if dialect == Dialect::Hip {
         super::check_no_cluster(k, "HIP")?;
+        super::check_not_warp_specialized(k, "HIP")?;
     }
+    // The decisions of the GPU plan stage (`crate::plan`), where the kernel has any.
+    let target = crate::plan::cuda_target(k);
+    let gpu_plan = match &target {
+        Some(t) => Some(crate::plan::plan(k, dtype, t).map_err(|e| EmitError(e.0))?),
+        None => None,
+    };
+    let ws = gpu_plan.as_ref().and_then(|p| p.warp_specialized.clone());
+    // The threads that run the kernel's statements: all of them, or a warp-specialized
+    // kernel's consumers (its producer warpgroup comes after them).
     let threads = dialect.warps(k.num_warps) * dialect.warp_size();
     let vector = VECTOR_BYTES / dtype.size_bytes();
     let mapping = Mapping { threads: threads as usize, vector };
-    let mut plan = mma::plan(k, dtype, dialect);
+    let mut plan = mma::plan(k, dtype, dialect, ws.as_ref());
     replicate::replicate(k, mapping, &mut plan);
     runs::runs(k, mapping, &mut plan);
     let publishing = plan_publishing(k, &plan, mapping);
     let mut offsets = Vec::new();
-    let mut total = 0usize;
+    // A warp-specialized kernel's ring comes first, its slots after it.
+    let mut total = ws.as_ref().map_or(0, |w| w.shared_bytes as usize / 4);
     for n in &publishing.slot_elements {
         offsets.push(total);
         // Every slot starts 16-byte aligned, as `ldmatrix` rows must.
         total += n.next_multiple_of(4);
     }
     let shared_bytes = (total * 4) as u32;
-    if shared_bytes > MAX_SHARED_BYTES {
+    if let Some(t) = target.filter(|_| ws.is_some()) {
+        if shared_bytes > t.shared_bytes_per_block {
+            return Err(EmitError(format!(
+                "kernel `{}` needs {shared_bytes} bytes of shared memory for its ring and tiles (at most {} on {}); lower num_stages",
+                k.name, t.shared_bytes_per_block, t.name
+            )));
+        }
+    } else if shared_bytes > MAX_SHARED_BYTES {
         return Err(EmitError(format!(
             "kernel `{}` needs {shared_bytes} bytes of shared memory for its tiles (at most {MAX_SHARED_BYTES}); use smaller tiles",
             k.name
@@ -234,8 +264,22 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
         run_window: None,
         whole_runs: layouts != Layouts::Any && runs_start_whole(k, vector),
         specialized: layouts == Layouts::Specialized,
+        barrier: if ws.is_some() { hopper::consumer_sync(threads) } else { "__syncthreads();".to_string() },
+        ws: ws.clone(),
     };
-    let t = c_type(dtype);
+    if let Some(w) = &ws {
+        let text = e.warp_specialized_kernel(w, symbol)?;
+        let info = LaunchInfo {
+            symbol: symbol.to_string(),
+            threads: w.roles.threads(),
+            shared_bytes,
+            cluster: 1,
+            layouts,
+            tensor_maps: w.tensor_maps(),
+            persistent: w.persistent,
+        };
+        return Ok((text, info));
+    }
     // max_registers(n): ask for as many resident programs per multiprocessor as n registers per
     // thread leave room for in its 64K registers; the compiler then keeps within n (spilling
     // what does not fit). HIP's second bound means something else, so it is left out there.
@@ -251,17 +295,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
     );
     e.line("extern __shared__ float dt_smem[];");
     e.line("(void)dt_smem;");
-    e.line("const int tid = (int)threadIdx.x;");
-    for (slot, (d, name)) in k.dims.iter().enumerate() {
-        match k.specialize.iter().find(|(x, _)| x == d).filter(|_| e.specialized) {
-            Some((_, n)) => e.line(&format!("const long long s{slot} = {n}; /* size of {name}, specialized */")),
-            None => e.line(&format!("const long long s{slot} = args.sizes[{slot}]; /* size of {name} */")),
-        }
-    }
-    for (i, input) in k.inputs.iter().enumerate() {
-        e.line(&format!("const {t}* __restrict__ in{i} = (const {t}*)args.inputs[{i}]; /* {} */", input.name));
-    }
-    e.line(&format!("{t}* __restrict__ out = ({t}*)args.output; /* {} */", k.output.name));
+    e.prologue();
     e.line("const long long pid = (long long)blockIdx.x;");
     for l in program_coords(k, "return;", super::GPU_INDEX) {
         e.line(&l);
@@ -275,7 +309,15 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
         format!("/* kernel {} for {dtype}: grid {}; {threads} threads, {shared_bytes} bytes of shared memory */\n", k.name, k.grid.origin);
     Ok((
         head + &e.out,
-        LaunchInfo { symbol: symbol.to_string(), threads, shared_bytes, cluster: k.grid.cluster.map_or(1, |(_, n)| n), layouts },
+        LaunchInfo {
+            symbol: symbol.to_string(),
+            threads,
+            shared_bytes,
+            cluster: k.grid.cluster.map_or(1, |(_, n)| n),
+            layouts,
+            tensor_maps: Vec::new(),
+            persistent: false,
+        },
     ))
 }
 
@@ -326,6 +368,8 @@ fn plan_publishing(k: &Kernel, plan: &Plan, mapping: Mapping) -> Publishing {
                         }
                         Op::Dot { a, b, .. } => {
                             match plan.dot(*value) {
+                                // Read by wgmma from the ring of a warp-specialized loop.
+                                Some(d) if d.wgmma => {}
                                 // Staged as padded 16-bit rows by the tensor-core dot itself.
                                 Some(d) => {
                                     for (slot, words) in [d.slot_words(0), d.slot_words(1)].into_iter().enumerate() {
@@ -529,6 +573,11 @@ struct Emitter<'a> {
     /// run's C variable and the registers per run. Loops over a tile's registers or runs cover
     /// that run's only.
     run_window: Option<(&'static str, usize)>,
+    /// The barrier of the threads that run the kernel's statements: `__syncthreads();`, or a
+    /// named barrier of a warp-specialized kernel's consumers.
+    barrier: String,
+    /// The plan of a warp-specialized kernel's `rdot` loop (see `gpu_hopper.rs`).
+    ws: Option<crate::plan::WarpSpecialized>,
 }
 
 /// The ring of a staged loop over a block that has a buffer per step of the block
@@ -599,6 +648,28 @@ enum Source {
 impl Emitter<'_> {
     fn line(&mut self, s: &str) {
         let _ = writeln!(self.out, "{}{s}", "    ".repeat(self.depth));
+    }
+
+    /// A barrier of the threads that run the kernel's statements.
+    fn barrier(&mut self) {
+        let b = self.barrier.clone();
+        self.line(&b);
+    }
+
+    /// The start of a kernel's body: its thread index, sizes and tensor pointers.
+    fn prologue(&mut self) {
+        let (k, t) = (self.k, c_type(self.dtype));
+        self.line("const int tid = (int)threadIdx.x;");
+        for (slot, (d, name)) in k.dims.iter().enumerate() {
+            match k.specialize.iter().find(|(x, _)| x == d).filter(|_| self.specialized) {
+                Some((_, n)) => self.line(&format!("const long long s{slot} = {n}; /* size of {name}, specialized */")),
+                None => self.line(&format!("const long long s{slot} = args.sizes[{slot}]; /* size of {name} */")),
+            }
+        }
+        for (i, input) in k.inputs.iter().enumerate() {
+            self.line(&format!("const {t}* __restrict__ in{i} = (const {t}*)args.inputs[{i}]; /* {} */", input.name));
+        }
+        self.line(&format!("{t}* __restrict__ out = ({t}*)args.output; /* {} */", k.output.name));
     }
 
     fn fresh(&mut self, prefix: &str) -> String {
@@ -702,7 +773,7 @@ impl Emitter<'_> {
         let n = shape.elements();
         let r = self.regs(n);
         let (e, slot) = (self.mapping.element(n, "r"), self.slot(s));
-        self.line("__syncthreads();");
+        self.barrier();
         match self.layout(v) {
             RegLayout::Blocked => {
                 self.line(unroll(r));
@@ -713,7 +784,7 @@ impl Emitter<'_> {
             RegLayout::Replicated => self.line(&format!("if (tid == 0) {slot}[0] = v{}[0];", v.0)),
             layout => self.for_owned(&shape, layout, |e, _| e.line(&format!("{slot}[e] = v{}[r];", v.0))),
         }
-        self.line("__syncthreads();");
+        self.barrier();
     }
 
     /// Publishes what statement `reader` reads across threads or layouts; returns how each
@@ -888,7 +959,7 @@ impl Emitter<'_> {
         self.line(&format!("if (q == 0 && j < {nres}) {res}[j] = p;"));
         self.depth -= 1;
         self.line("}");
-        self.line("__syncthreads();");
+        self.barrier();
     }
 
     /// A reduction whose rows each thread holds a share of in its own registers (see
@@ -942,11 +1013,11 @@ impl Emitter<'_> {
         // reduction that used it needs a barrier first; otherwise the one between them served.
         let region = self.partials.next;
         if self.partials.dirty[region] {
-            self.line("__syncthreads();");
+            self.barrier();
         }
         let red = format!("({red} + {})", region * self.publishing.partials);
         self.line(&format!("if (tid % 32 == 0) {{ for (int i = 0; i < {rows}; i++) {red}[(tid / 32) * {rows} + i] = p[i]; }}"));
-        self.line("__syncthreads();");
+        self.barrier();
         self.partials = Partials { next: 1 - region, dirty: [false, false] };
         self.partials.dirty[region] = true;
         self.depth -= 1;
@@ -1814,6 +1885,9 @@ impl Emitter<'_> {
 
     /// A loop: tensor-core pipelined, with its loads issued a step ahead, or plain.
     fn loop_stmt_inner(&mut self, l: &Loop) -> Result<(), EmitError> {
+        if let Some(w) = self.ws.clone().filter(|w| hopper::is_planned_loop(w, l)) {
+            return self.consumer_loop(l, &w);
+        }
         if let Some((id, d)) = self.plan.pipelined(l).map(|(id, d)| (id, d.clone())) {
             return self.pipelined_loop(l, id, &d);
         }
@@ -1938,6 +2012,16 @@ impl Emitter<'_> {
                     e.line("}");
                 });
             }
+            Stmt::Store { value, tile } if self.stores_in_pairs(*value, tile) => {
+                let src = self.sources(Reader::Store(*value), &[*value]);
+                let Some(Source::Own(name)) = src.first() else {
+                    return Err(EmitError(format!("kernel `{}`: a tile stored in pairs is not in its own registers", self.k.name)));
+                };
+                let (RegLayout::Mma(t), name) = (self.layout(*value), name.clone()) else {
+                    return Err(EmitError(format!("kernel `{}`: a tile stored in pairs is not in fragments", self.k.name)));
+                };
+                self.store_pairs(&name, t, tile);
+            }
             Stmt::Store { value, tile } => {
                 let src = self.sources(Reader::Store(*value), &[*value]);
                 let out_dims = self.k.output.dims.clone();
@@ -1954,6 +2038,70 @@ impl Emitter<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Whether a store of `value` to output tile `tile` writes pairs of adjacent elements: a whole
+    /// tile in tensor-core fragments, whose pairs of registers hold adjacent columns along the
+    /// output's contiguous last axis (a kernel for whole runs, or a warp-specialized one, whose
+    /// tensors keep stride 1 there and 16-byte aligned rows).
+    fn stores_in_pairs(&self, value: ValueId, tile: &Shape) -> bool {
+        let RegLayout::Mma(t) = self.layout(value) else { return false };
+        let contiguous = self.whole_runs || self.ws.is_some();
+        contiguous
+            && t.isa == mma::MatrixIsa::MmaSync
+            && self.k.value(value).shape == *tile
+            && self.k.output.dims.last() == Some(&t.n)
+            && self.sources_plan(Reader::Store(value)).is_none()
+    }
+
+    /// Whether statement `reader` publishes operands through shared memory (their slots).
+    fn sources_plan(&self, reader: Reader) -> Option<&Vec<(ValueId, usize)>> {
+        self.publishing.reads.iter().find(|(r, _)| *r == reader).map(|(_, l)| l).filter(|l| !l.is_empty())
+    }
+
+    /// The store of fragments `src` (layout `t`) to output tile `tile` two adjacent columns at a
+    /// time: one 4-byte (16-bit types) or 8-byte (f32) store where both columns lie inside the
+    /// output, the first alone where only it does.
+    fn store_pairs(&mut self, src: &str, t: mma::MmaTile, tile: &Shape) {
+        let dims = self.k.output.dims.clone();
+        let strides = self.output_strides();
+        let stride = |a: usize| strides[a].clone();
+        let (store, pair) = match self.dtype {
+            DType::F32 => ("dt_store_f32", format!("*(float2*)(out + a) = make_float2({src}[r], {src}[r + 1]);")),
+            d => ("", format!("*(unsigned*)(out + a) = dt_pack2_{}({src}[r], {src}[r + 1]);", d.name())),
+        };
+        let store = if store.is_empty() { format!("dt_store_{}", self.dtype.name()) } else { store.to_string() };
+        let (row, col) = t.row_col("r");
+        self.line("/* the fragments two adjacent columns at a time */");
+        self.line("#pragma unroll");
+        self.line(&format!("for (int r = 0; r < {}; r += 2) {{", self.regs(tile.elements())));
+        self.depth += 1;
+        self.line(&format!("const int lr = {row}, lc = {col};"));
+        let lanes = Lanes(
+            tile.0
+                .iter()
+                .map(|(d, _)| {
+                    (
+                        *d,
+                        if *d == t.m {
+                            "lr"
+                        } else if *d == t.n {
+                            "lc"
+                        } else {
+                            "0"
+                        }
+                        .to_string(),
+                    )
+                })
+                .collect(),
+        );
+        let (inside, addr) = self.address(&dims, &lanes, stride);
+        let (both, _) = self.address(&dims, &lanes.shifted(t.n, 1), stride);
+        self.line(&format!("const {} a = {addr};", super::GPU_INDEX));
+        self.line(&format!("if ({both}) {pair}"));
+        self.line(&format!("else if ({inside}) out[a] = {store}({src}[r]);"));
+        self.depth -= 1;
+        self.line("}");
     }
 
     fn op(&mut self, id: ValueId, op: &Op) -> Result<(), EmitError> {

@@ -156,6 +156,9 @@ pub(super) struct MmaDot {
     /// Shared-memory buffers per operand: above 1 when the dot's reduction loop is pipelined
     /// (`num_stages`), see the module docs.
     pub stages: u32,
+    /// Computed by `wgmma` in a warp-specialized loop (`gpu_hopper.rs`), from the ring its
+    /// plan stages: the dot stages nothing itself and prints nothing where it stands.
+    pub wgmma: bool,
 }
 
 /// A load of input `input`, axis `i` along `axes[i]`.
@@ -239,8 +242,10 @@ impl Plan {
     }
 }
 
-/// Decides the layout of every value and accumulator of `k` instantiated for `dtype`.
-pub(super) fn plan(k: &Kernel, dtype: DType, dialect: Dialect) -> Plan {
+/// Decides the layout of every value and accumulator of `k` instantiated for `dtype`. The dot
+/// of a warp-specialized loop (`ws`) takes the layout of `wgmma`'s accumulator: a warp per 16
+/// rows, all the columns, which is `mma.sync`'s fragments with one warp across.
+pub(super) fn plan(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan::WarpSpecialized>) -> Plan {
     let mut p = Plan { values: vec![RegLayout::Blocked; k.values.len()], vars: vec![RegLayout::Blocked; k.vars.len()], dots: Vec::new() };
     let mut lets = Vec::new();
     let mut updates = Vec::new();
@@ -249,6 +254,25 @@ pub(super) fn plan(k: &Kernel, dtype: DType, dialect: Dialect) -> Plan {
     if matches!(dtype, DType::F16 | DType::BF16) {
         for (id, op) in &lets {
             if let Op::Dot { a, b, dim } = op {
+                if let Some(w) = ws.filter(|w| w.dot == *id) {
+                    let tile =
+                        MmaTile { isa: MatrixIsa::MmaSync, m: w.m, n: w.n, rows: w.rows, cols: w.cols, wm: 4 * w.roles.consumers, wn: 1 };
+                    let (ra, rb) = (w.operands[0].value, w.operands[1].value);
+                    let d = MmaDot {
+                        tile,
+                        a: ra,
+                        b: rb,
+                        k: w.k,
+                        depth: w.step,
+                        into: Some(w.acc),
+                        direct: [None, None],
+                        stages: 1,
+                        wgmma: true,
+                    };
+                    p.values[id.0 as usize] = RegLayout::Mma(tile);
+                    p.dots.push((*id, d));
+                    continue;
+                }
                 if exact(dtype, *a, &def) && exact(dtype, *b, &def) {
                     if let Some(d) = geometry(k, dialect, *id, *a, *b, *dim) {
                         p.values[id.0 as usize] = RegLayout::Mma(d.tile);
@@ -315,7 +339,7 @@ pub(super) fn plan(k: &Kernel, dtype: DType, dialect: Dialect) -> Plan {
     }
     for (dot, operand, load) in direct {
         let Some((_, d)) = p.dots.iter_mut().find(|(x, _)| *x == dot) else { continue };
-        if uses[operand.0 as usize] == 1 {
+        if uses[operand.0 as usize] == 1 && !d.wgmma {
             let role = if d.a == operand { 0 } else { 1 };
             d.direct[role] = Some(load);
         }
@@ -337,6 +361,9 @@ fn pipeline(stmts: &[Stmt], p: &mut Plan) {
             l.body.iter().filter_map(|s| if let Stmt::Let { value, op: Op::Dot { .. } } = s { Some(*value) } else { None }).collect();
         let [dot] = dots[..] else { continue };
         let Some((_, d)) = p.dots.iter_mut().find(|(x, _)| *x == dot) else { continue };
+        if d.wgmma {
+            continue;
+        }
         let loaded_by_dot = |v: &ValueId| (d.direct[0].is_some() && d.a == *v) || (d.direct[1].is_some() && d.b == *v);
         let only_the_dot = l.body.iter().all(|s| match s {
             Stmt::Let { value, op: Op::Load { .. } } => loaded_by_dot(value),
@@ -450,17 +477,17 @@ fn geometry(k: &Kernel, dialect: Dialect, id: ValueId, a: ValueId, b: ValueId, d
         .filter(|(wm, wn)| rows % (fr * wm) == 0 && cols % (fc * wn) == 0)
         .min_by_key(|(wm, wn)| (rows / wm + cols / wn, *wn))?;
     let tile = MmaTile { isa, m, n, rows, cols, wm, wn };
-    Some(MmaDot { tile, a: ra, b: rb, k: dim, depth, into: None, direct: [None, None], stages: 1 })
+    Some(MmaDot { tile, a: ra, b: rb, k: dim, depth, into: None, direct: [None, None], stages: 1, wgmma: false })
 }
 
 impl Emitter<'_> {
     /// `id = dot` on tensor cores (see the module docs), into the accumulator it is fused with
     /// or into a fresh zeroed tile.
     pub(super) fn mma_dot(&mut self, id: ValueId, d: &MmaDot) {
-        self.line("__syncthreads();");
+        self.barrier();
         self.stage(d, 0, None);
         self.stage(d, 1, None);
-        self.line("__syncthreads();");
+        self.barrier();
         self.mma_compute(id, d, None);
     }
 
@@ -480,7 +507,7 @@ impl Emitter<'_> {
         ));
         self.line("{");
         self.depth += 1;
-        self.line("__syncthreads();");
+        self.barrier();
         self.line(&format!("int {rd} = 0, {wr} = {};", s - 1));
         self.line(&format!("for (int st = 0; st < {}; st++) {{", s - 1));
         self.depth += 1;
@@ -501,7 +528,7 @@ impl Emitter<'_> {
                 s - 1
             ));
             self.line(&format!("dt_cp_async_wait<{}>();", s - 2));
-            self.line("__syncthreads();");
+            self.barrier();
             let ahead = self.fresh("o");
             self.line(&format!("const long long {ahead} = {o} + {};", (s - 1) * step));
             self.staged_copy(d, l.dim, &ahead, &size, &wr);
@@ -515,7 +542,7 @@ impl Emitter<'_> {
         // Nothing is in flight past the end (those groups are empty), but the buffers may be
         // read as other slots next.
         self.line("dt_cp_async_wait<0>();");
-        self.line("__syncthreads();");
+        self.barrier();
         self.depth -= 1;
         self.line("}");
         Ok(())

@@ -57,6 +57,18 @@ pub fn check_no_cluster(k: &Kernel, target: &str) -> Result<(), EmitError> {
     }
 }
 
+/// Refuses a warp-specialized kernel (`warp_specialize()`) for a target without tensor-memory
+/// copies and `wgmma`: only CUDA GPUs of sm_90 have them.
+pub fn check_not_warp_specialized(k: &Kernel, target: &str) -> Result<(), EmitError> {
+    match k.warp_specialize {
+        true => Err(EmitError(format!(
+            "kernel `{}` is warp-specialized (`warp_specialize()`), and {target} has no tensor-memory copies and wgmma (CUDA sm_90a has)",
+            k.name
+        ))),
+        false => Ok(()),
+    }
+}
+
 /// C statements that turn the program id `pid` into block indices `b<slot>` for every blocked
 /// dimension, skipping programs past the end of a short group (`skip` is `continue;` inside the
 /// CPU's program loop, `return;` in a GPU kernel). Shared by every C-family emitter.

@@ -134,7 +134,9 @@ pub fn sizes_for(sizes: &mut [usize], k: &dt_core::kir::Kernel, info: &dt_codege
             sizes[i] = sizes[i].div_ceil(2);
         }
     }
-    if info.layouts != Layouts::Any {
+    // A kernel for whole runs needs them; one that reads through tensor maps, rows of 16-byte
+    // multiples, which whole runs give.
+    if info.layouts != Layouts::Any || !info.tensor_maps.is_empty() {
         whole_run_sizes(sizes, k);
     }
 }

@@ -83,6 +83,8 @@ pub fn lower(p: &Program, k: FuncId) -> Result<Kernel, LowerError> {
         num_stages: f.schedule.num_stages,
         max_registers: f.schedule.max_registers,
         fast_math: f.schedule.fast_math,
+        warp_specialize: f.schedule.warp_specialize,
+        persistent: f.schedule.persistent,
         values: Vec::new(),
         vars: Vec::new(),
         body: Vec::new(),

@@ -1,0 +1,274 @@
+//! Printing a warp-specialized kernel (`warp_specialize()`) from its GPU plan
+//! ([`crate::plan::warp_specialize`], which decides everything printed here): the kernel's
+//! frame with its roles, the producer warpgroup's loop of bulk tensor copies, and the consumers'
+//! `rdot` loop of `wgmma`. The consumers run the kernel's other statements (the accumulator's
+//! initialization, the epilogue) as every kernel does, in the accumulator's fragment layout.
+
+use super::super::{program_coords, program_count, start_offset, GPU_INDEX};
+use super::{EmitError, Emitter};
+use crate::abi;
+use crate::plan::warp_specialize::{StagedOperand, WarpSpecialized, STEP};
+use dt_core::kir::*;
+use dt_core::DType;
+use std::fmt::Write;
+
+/// The C variable counting the steps of the `rdot` loop a role has run, over all its blocks:
+/// step `i` uses stage `i % stages` in phase `(i / stages) % 2`.
+const STEP_COUNTER: &str = "dt_step";
+
+/// The barrier of `threads` consumer threads (a named barrier the producer never reaches).
+pub(super) fn consumer_sync(threads: u32) -> String {
+    format!("dt_consumer_sync<{threads}>();")
+}
+
+/// Whether `l` is the loop the plan warp-specializes.
+pub(super) fn is_planned_loop(w: &WarpSpecialized, l: &Loop) -> bool {
+    l.kind == LoopKind::Reduction && l.dim == w.k && l.body.iter().any(|s| matches!(s, Stmt::Let { value, .. } if *value == w.dot))
+}
+
+/// The `wgmma` helper for `m64n{n}k16` in `dtype`, once per file (a guard macro): a warpgroup's
+/// `d += A B` with A and B from descriptors, `TA` and `TB` the transpose flags of MN-major
+/// operands, `d` the accumulator fragments (`n / 2` per thread).
+fn wgmma_helper(n: u32, dtype: DType) -> String {
+    let t = dtype.name();
+    let regs = n / 2;
+    let guard = format!("DT_WGMMA_M64N{n}K16_{}", t.to_uppercase());
+    let outs: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
+    let cons: Vec<String> = (0..regs).map(|i| format!("\"+f\"(d[{i}])")).collect();
+    let mut s = String::new();
+    let _ = writeln!(s, "#ifndef {guard}\n#define {guard}");
+    let _ = writeln!(s, "template <int TA, int TB>");
+    let _ = writeln!(s, "DT_FN void dt_wgmma_m64n{n}k16_{t}(float* d, unsigned long long a, unsigned long long b) {{");
+    let _ = writeln!(s, "#if DT_SM90A");
+    let _ = writeln!(
+        s,
+        "    asm volatile(\"{{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{}}}, %{}, %{}, p, 1, 1, %{}, %{}; }}\"",
+        outs.join(", "),
+        regs,
+        regs + 1,
+        regs + 2,
+        regs + 3
+    );
+    let _ = writeln!(s, "                 : {}", cons.join(", "));
+    let _ = writeln!(s, "                 : \"l\"(a), \"l\"(b), \"n\"(TA), \"n\"(TB));");
+    let _ = writeln!(s, "#else\n    (void)d, (void)a, (void)b;\n    __trap();\n#endif\n}}\n#endif");
+    s
+}
+
+impl Emitter<'_> {
+    /// The whole kernel `symbol`, warp-specialized by plan `w`.
+    pub(super) fn warp_specialized_kernel(&mut self, w: &WarpSpecialized, symbol: &str) -> Result<String, EmitError> {
+        let k = self.k;
+        let r = w.roles;
+        let consumers = r.producer_thread();
+        let args = abi::GpuArgs::of(k).c_type();
+        let maps = w.operands.len();
+        let _ = writeln!(
+            self.out,
+            "extern \"C\" __global__ void __launch_bounds__({}, 1) {symbol}(DT_GRID_CONSTANT const dt_tma_args_t<{maps}, {args}> targs) {{",
+            r.threads()
+        );
+        self.out += "#if defined(__CUDA_ARCH__) && !DT_SM90A\n";
+        self.line("__trap(); /* built for sm_90a, where the library runs it */");
+        self.out += "#else\n";
+        self.line(&format!("const {args}& args = targs.args;"));
+        self.line("extern __shared__ float dt_smem[];");
+        self.prologue();
+        let (full, empty, s) = (w.full.offset, w.empty.offset, w.stages);
+        self.line(&format!(
+            "/* {s} stages of {} bytes from dt_ring (1024-aligned), then barriers full[{s}] at +{full} and empty[{s}] at +{empty} */",
+            w.stage_bytes
+        ));
+        self.line("const unsigned dt_ring = (dt_smem_u32(dt_smem) + 1023u) & ~1023u;");
+        self.line("if (tid == 0) {");
+        self.depth += 1;
+        self.line(&format!("for (int st = 0; st < {s}; st++) {{"));
+        self.line(&format!("    dt_mbar_init(dt_ring + {full} + 8 * st, {});", w.full.arrivals));
+        self.line(&format!("    dt_mbar_init(dt_ring + {empty} + 8 * st, {});", w.empty.arrivals));
+        self.line("}");
+        self.line("dt_mbar_fence_init();");
+        self.depth -= 1;
+        self.line("}");
+        self.line("__syncthreads();");
+        self.line(&format!("const long long programs = {};", program_count(k)));
+        self.line(&format!("/* warp_specialize(): threads {consumers}.. copy (one thread), threads 0..{consumers} compute */"));
+        self.line(&format!("if (tid >= {consumers}) {{"));
+        self.depth += 1;
+        self.line(&format!("dt_setmaxnreg_dec<{}>();", r.producer_registers));
+        self.line(&format!("if (tid == {consumers}) {{"));
+        self.depth += 1;
+        self.producer(w);
+        self.depth -= 1;
+        self.line("}");
+        self.depth -= 1;
+        self.line("} else {");
+        self.depth += 1;
+        self.line(&format!("dt_setmaxnreg_inc<{}>();", r.consumer_registers));
+        self.line(&format!("unsigned {STEP_COUNTER} = 0;"));
+        self.program_loop(w, |e| e.stmts(&k.body))?;
+        self.depth -= 1;
+        self.line("}");
+        self.out += "#endif\n";
+        self.out += "}\n";
+        // The copies read the inputs through their tensor maps: an input that the epilogue does
+        // not read needs no pointer.
+        for i in 0..k.inputs.len() {
+            let name = format!("in{i}");
+            let declaration = |l: &str| l.trim_start().starts_with("const ") && l.contains(&format!("* __restrict__ {name} = "));
+            let used = self.out.lines().any(|l| !declaration(l) && super::mentions(l, &name));
+            if !used {
+                self.out = self.out.lines().filter(|l| !declaration(l)).map(|l| format!("{l}\n")).collect();
+            }
+        }
+        let head = format!(
+            "{}/* kernel {} for {}: grid {}; {} threads, warp-specialized for sm_90a */\n",
+            wgmma_helper(w.wgmma_n, self.dtype),
+            k.name,
+            self.dtype,
+            k.grid.origin,
+            r.threads()
+        );
+        Ok(head + &self.out)
+    }
+
+    /// The loop over this program's blocks: one (a launch of one program per block) or, for a
+    /// persistent launch, every `gridDim.x`-th; `body` prints one block's work.
+    fn program_loop(&mut self, w: &WarpSpecialized, body: impl FnOnce(&mut Self) -> Result<(), EmitError>) -> Result<(), EmitError> {
+        let how = if w.persistent { "persistent(): this program's blocks, in map order" } else { "this program's block" };
+        self.line(&format!("/* {how} */"));
+        self.line("for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {");
+        self.depth += 1;
+        for l in program_coords(self.k, "continue;", GPU_INDEX) {
+            self.line(&l);
+        }
+        body(self)?;
+        self.depth -= 1;
+        self.line("}");
+        Ok(())
+    }
+
+    /// The producer: for each block and step, waits until the stage is free, announces its
+    /// bytes and copies both operand tiles into it.
+    fn producer(&mut self, w: &WarpSpecialized) {
+        let (s, full, empty) = (w.stages, w.full.offset, w.empty.offset);
+        self.line(&format!("unsigned {STEP_COUNTER} = 0;"));
+        let size = self.size(w.k);
+        let _ = self.program_loop(w, |e| {
+            e.line(&format!("for (long long o = 0; o < {size}; o += {}, {STEP_COUNTER}++) {{", w.step));
+            e.depth += 1;
+            e.line(&format!("const unsigned st = {STEP_COUNTER} % {s}u, phase = ({STEP_COUNTER} / {s}u) & 1u;"));
+            e.line(&format!("dt_mbar_wait(dt_ring + {empty} + 8 * st, phase ^ 1u); /* the consumers are done with stage st */"));
+            e.line(&format!("dt_mbar_expect_tx(dt_ring + {full} + 8 * st, {});", w.stage_bytes));
+            e.line(&format!("const unsigned stage = dt_ring + st * {};", w.stage_bytes));
+            for o in &w.operands {
+                e.copies(o, w);
+            }
+            e.depth -= 1;
+            e.line("}");
+            Ok(())
+        });
+    }
+
+    /// The copies of operand `o` into the stage at `stage`, at step offset `o` of the loop.
+    fn copies(&mut self, op: &StagedOperand, w: &WarpSpecialized) {
+        let k = self.k;
+        let name = &k.inputs[op.input].name;
+        let axes: Vec<&str> = op.axes.iter().map(|d| k.dim_name(*d)).collect();
+        let boxes: Vec<String> = op.axes.iter().zip(&op.boxes).map(|(d, b)| format!("{}:{b}", k.dim_name(*d))).collect();
+        self.line(&format!(
+            "/* {name}[{}]: {} cop{} of box [{}] */",
+            axes.join(", "),
+            op.copies,
+            if op.copies == 1 { "y" } else { "ies" },
+            boxes.join(", ")
+        ));
+        // Coordinates, innermost axis first; copy c moves the contiguous axis by 64.
+        let contiguous = op.contiguous_axis();
+        let coords: Vec<String> = (0..op.axes.len())
+            .rev()
+            .map(|a| {
+                let d = op.axes[a];
+                let at = if d == w.k { "o".to_string() } else { start_offset(k, d) };
+                if a == contiguous && op.copies > 1 {
+                    format!("(int)({at} + c * {STEP})")
+                } else {
+                    format!("(int)({at})")
+                }
+            })
+            .collect();
+        let call = format!(
+            "dt_tma_load_{}d(stage + {}{}, &targs.maps[{}], dt_ring + {} + 8 * st, {});",
+            op.axes.len(),
+            op.offset,
+            if op.copies > 1 { format!(" + c * {}", op.copy_bytes) } else { String::new() },
+            op.map,
+            w.full.offset,
+            coords.join(", ")
+        );
+        if op.copies > 1 {
+            self.line("#pragma unroll");
+            self.line(&format!("for (int c = 0; c < {}; c++) {call}", op.copies));
+        } else {
+            self.line(&call);
+        }
+    }
+
+    /// The consumers' `rdot` loop: for each step, waits for its stage, issues the warpgroup's
+    /// `wgmma` on it, and frees the stage of the step before once that step's products are done
+    /// (one group of products stays in flight); after the loop, waits for all and frees the
+    /// last stage.
+    pub(super) fn consumer_loop(&mut self, l: &Loop, w: &WarpSpecialized) -> Result<(), EmitError> {
+        let (s, full, empty) = (w.stages, w.full.offset, w.empty.offset);
+        let [a, b] = &w.operands;
+        let acc = format!("acc{}", w.acc.0);
+        let o = self.fresh("o");
+        if !l.origin.is_empty() {
+            self.line(&format!("/* {} */", l.origin));
+        }
+        self.line(&format!(
+            "/* warp_specialize(): the operands arrive in stages by TMA; m64n{}k16 wgmma, {} per stage, one group in flight */",
+            w.wgmma_n, w.wgmma_per_stage
+        ));
+        let size = self.size(l.dim);
+        self.line(&format!("for (long long {o} = 0; {o} < {size}; {o} += {}, {STEP_COUNTER}++) {{", l.step));
+        self.depth += 1;
+        self.line(&format!("const unsigned st = {STEP_COUNTER} % {s}u, phase = ({STEP_COUNTER} / {s}u) & 1u;"));
+        self.line(&format!("dt_mbar_wait(dt_ring + {full} + 8 * st, phase); /* stage st has landed */"));
+        // This warpgroup's 64 rows of A; all of B.
+        self.line(&format!("const unsigned fa = dt_ring + st * {} + {} + (tid >> 7) * {};", w.stage_bytes, a.offset, a.desc.slice_step));
+        self.line(&format!("const unsigned fb = dt_ring + st * {} + {};", w.stage_bytes, b.offset));
+        self.line("dt_wgmma_fence();");
+        self.line("#pragma unroll");
+        self.line(&format!(
+            "for (int kk = 0; kk < {}; kk++) dt_wgmma_m64n{}k16_{}<{}, {}>({acc}, dt_wgmma_desc(fa + kk * {}, {}, {}), dt_wgmma_desc(fb + kk * {}, {}, {}));",
+            w.wgmma_per_stage,
+            w.wgmma_n,
+            self.dtype.name(),
+            u8::from(a.desc.transposed),
+            u8::from(b.desc.transposed),
+            a.desc.k_step,
+            a.desc.lbo,
+            a.desc.sbo,
+            b.desc.k_step,
+            b.desc.lbo,
+            b.desc.sbo
+        ));
+        self.line("dt_wgmma_commit();");
+        self.line("dt_wgmma_wait<1>();");
+        self.line(&format!(
+            "if ({o} > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + {empty} + 8 * (({STEP_COUNTER} + {}u) % {s}u)); /* the step before is done */",
+            s - 1
+        ));
+        self.depth -= 1;
+        self.line("}");
+        self.line("dt_wgmma_wait<0>();");
+        self.line(&format!(
+            "if ({size} > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + {empty} + 8 * (({STEP_COUNTER} + {}u) % {s}u));",
+            s - 1
+        ));
+        let regs = self.regs(self.k.var(w.acc).elements());
+        self.line("#pragma unroll");
+        self.line(&format!("for (int r = 0; r < {regs}; r++) dt_reg_fence({acc}[r]);"));
+        Ok(())
+    }
+}

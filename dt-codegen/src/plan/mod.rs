@@ -1,0 +1,197 @@
+//! The GPU plan: decisions about how one kernel instance runs on a GPU target, taken from the
+//! kernel IR before printing and kept as data, which the CUDA printer translates and
+//! `dtc emit --target gpu-plan` prints.
+//!
+//! ```text
+//! kernel IR ──▶ plan passes (in order, the verifier after each) ──▶ GpuPlan ──▶ printers
+//! ```
+//!
+//! The passes, in order (one file each):
+//! 1. [`warp_specialize::plan_warp_specialized`], for a kernel scheduled with
+//!    `warp_specialize()`: the ring of shared-memory stages of its `rdot` loop, the tensor maps
+//!    and copies that fill it, the barriers between producer and consumers, the roles of the
+//!    warpgroups with their registers, and the `wgmma` instructions with their descriptors.
+//!
+//! [`verify::verify`] runs after every pass. Set `DT_PRINT_PLAN=1` to print the plan after each
+//! pass (on stderr).
+//!
+//! Architecture Invariant: the printers read every decision listed here from the plan; a
+//! request the target cannot meet is a [`PlanError`] that names the kernel and the primitive,
+//! never a silent change.
+//!
+//! Kernels without `warp_specialize()` keep the decisions of the older path, which the GPU
+//! printer still makes itself (`emit/gpu_mma.rs`: register layouts, `mma.sync` dots, their
+//! `cp.async` pipelines); their plan holds the target alone.
+
+pub mod target;
+pub mod verify;
+pub mod warp_specialize;
+
+use dt_core::kir::Kernel;
+use dt_core::DType;
+use std::fmt::Write;
+pub use target::Target;
+pub use warp_specialize::WarpSpecialized;
+
+/// A schedule the plan cannot realize on its target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanError(pub String);
+
+impl std::fmt::Display for PlanError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for PlanError {}
+
+/// The plan of one kernel built for one element type.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuPlan {
+    pub target: Target,
+    pub dtype: DType,
+    /// The warp-specialized `rdot` loop, for a kernel scheduled with `warp_specialize()`.
+    pub warp_specialized: Option<WarpSpecialized>,
+}
+
+/// The target a kernel's CUDA build is planned for: sm_90a for what only Hopper runs, none (the
+/// older path) otherwise.
+pub fn cuda_target(k: &Kernel) -> Option<Target> {
+    k.warp_specialize.then_some(Target::SM90A)
+}
+
+/// Runs the plan passes over kernel `k` built for `dtype` on `target`.
+pub fn plan(k: &Kernel, dtype: DType, target: &Target) -> Result<GpuPlan, PlanError> {
+    let mut p = GpuPlan { target: *target, dtype, warp_specialized: None };
+    if k.warp_specialize {
+        p.warp_specialized = Some(warp_specialize::plan_warp_specialized(k, dtype, target)?);
+        after_pass("warp_specialize", k, &p)?;
+    }
+    Ok(p)
+}
+
+fn after_pass(pass: &str, k: &Kernel, p: &GpuPlan) -> Result<(), PlanError> {
+    if std::env::var_os("DT_PRINT_PLAN").is_some() {
+        eprintln!("---- GPU plan after {pass} ----\n{}", print(k, p));
+    }
+    verify::verify(k, p).map_err(|e| PlanError(format!("the GPU plan of kernel `{}` after pass {pass} is invalid: {e}", k.name)))
+}
+
+/// The CUDA plan of kernel `k` built for each of its element types, as `dtc emit --target
+/// gpu-plan` prints it.
+pub fn print_cuda(k: &Kernel) -> Result<String, PlanError> {
+    let mut out = String::new();
+    for dtype in &k.dtypes {
+        match cuda_target(k) {
+            Some(t) => out += &print(k, &plan(k, *dtype, &t)?),
+            None => {
+                let _ = writeln!(
+                    out,
+                    "plan {} for {} on sm_80 and newer\n  (no plan decisions: the GPU printer's older path decides its layouts, mma.sync dots and cp.async pipelines)",
+                    k.name,
+                    dtype.name()
+                );
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The plan in its readable form.
+pub fn print(k: &Kernel, p: &GpuPlan) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "plan {} for {} on {}", k.name, p.dtype.name(), p.target.name);
+    let Some(w) = &p.warp_specialized else {
+        let _ = writeln!(out, "  (no plan decisions)");
+        return out;
+    };
+    let dim = |d| k.dim_name(d);
+    let r = &w.roles;
+    let _ = writeln!(out, "  threads   {} (warp_specialize())", r.threads());
+    let _ = writeln!(
+        out,
+        "  consumers warpgroups 0 to {}: wgmma, {} accumulator rows each, setmaxnreg {} registers",
+        r.consumers - 1,
+        warp_specialize::ROWS_PER_CONSUMER,
+        r.consumer_registers
+    );
+    let _ = writeln!(
+        out,
+        "  producer  warpgroup {}: thread {} issues every copy, setmaxnreg {} registers (all start with {})",
+        r.consumers,
+        r.producer_thread(),
+        r.producer_registers,
+        r.entry_registers
+    );
+    let grid = if w.persistent {
+        "persistent: min(programs, multiprocessors) programs, each taking blocks in map order (persistent())"
+    } else {
+        "one program per block"
+    };
+    let _ = writeln!(out, "  grid      {grid}");
+    let _ = writeln!(
+        out,
+        "  loop      {} step {}, {} stages of {} bytes (num_stages({}))",
+        dim(w.k),
+        w.step,
+        w.stages,
+        w.stage_bytes,
+        w.stages
+    );
+    for (name, o) in ["A", "B"].iter().zip(&w.operands) {
+        let input = &k.inputs[o.input];
+        let axes: Vec<String> = o.axes.iter().map(|d| dim(*d).to_string()).collect();
+        let boxes: Vec<String> = o.axes.iter().zip(&o.boxes).map(|(d, b)| format!("{}:{b}", dim(*d))).collect();
+        let major = match o.major {
+            warp_specialize::Major::K => "K-major",
+            warp_specialize::Major::Mn => "MN-major",
+        };
+        let _ = writeln!(
+            out,
+            "  {name}         {}[{}] {major}, rows along {}: map {}, {} cop{} of box [{}] ({} bytes), 128-byte swizzle, at +{} of a stage",
+            input.name,
+            axes.join(", "),
+            dim(o.rows_dim),
+            o.map,
+            o.copies,
+            if o.copies == 1 { "y" } else { "ies" },
+            boxes.join(", "),
+            o.copy_bytes,
+            o.offset
+        );
+        let d = &o.desc;
+        let _ = writeln!(
+            out,
+            "            descriptor lbo {} sbo {}, +{} bytes per k16, +{} per 64 rows{}",
+            d.lbo,
+            d.sbo,
+            d.k_step,
+            d.slice_step,
+            if d.transposed { ", transposed" } else { "" }
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  barriers  full[{}] at {}: {} arrival + {} bytes; empty[{}] at {}: {} arrivals (one per consumer warpgroup)",
+        w.stages, w.full.offset, w.full.arrivals, w.full.tx_bytes, w.stages, w.empty.offset, w.empty.arrivals
+    );
+    let _ = writeln!(
+        out,
+        "  wgmma     m64n{}k16 f32 += {} x {}, {} per stage per consumer; $acc{} [{}:{}, {}:{}] in fragments of a warp per 16 rows",
+        w.wgmma_n,
+        p.dtype.name(),
+        p.dtype.name(),
+        w.wgmma_per_stage,
+        w.acc.0,
+        dim(w.m),
+        w.rows,
+        dim(w.n),
+        w.cols
+    );
+    let _ = writeln!(
+        out,
+        "  shared    {} bytes for the ring (1024-aligned, barriers included) of {}",
+        w.shared_bytes, p.target.shared_bytes_per_block
+    );
+    out
+}

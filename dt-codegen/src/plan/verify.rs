@@ -1,0 +1,108 @@
+//! The plan's verifier: the rules every [`GpuPlan`] keeps, checked after each plan pass, so that
+//! a pass that breaks one fails where it breaks it rather than as a wrong result or a hung
+//! kernel on the GPU.
+
+use super::warp_specialize::{Major, WarpSpecialized, ROWS_PER_CONSUMER, ROW_BYTES, WARPGROUP};
+use super::GpuPlan;
+use dt_core::kir::{Kernel, Op, Stmt};
+
+/// Checks `p` against kernel `k`; an error names the first broken rule.
+pub fn verify(k: &Kernel, p: &GpuPlan) -> Result<(), String> {
+    if let Some(w) = &p.warp_specialized {
+        warp_specialized(k, p, w)?;
+    }
+    Ok(())
+}
+
+fn warp_specialized(k: &Kernel, p: &GpuPlan, w: &WarpSpecialized) -> Result<(), String> {
+    let t = &p.target;
+    // Shared memory: the stages, then both barrier rings, within the target.
+    if w.stage_bytes != w.operands.iter().map(|o| o.bytes()).sum::<u32>() {
+        return Err("a stage is not exactly its two operand tiles".into());
+    }
+    for o in &w.operands {
+        // The 128-byte swizzle repeats every 1024 bytes, and descriptors assume it starts there.
+        if !o.offset.is_multiple_of(1024) || !o.copy_bytes.is_multiple_of(1024) || !w.stage_bytes.is_multiple_of(1024) {
+            return Err(format!("operand tile of input {} is not 1024-byte aligned within its stage", o.input));
+        }
+        if o.offset + o.bytes() > w.stage_bytes {
+            return Err(format!("operand tile of input {} runs past its stage", o.input));
+        }
+        // A copy's box: 128-byte rows along the contiguous axis, every extent at most 256.
+        let inner = o.boxes[o.contiguous_axis()];
+        if inner * 2 != ROW_BYTES || o.boxes.iter().any(|b| *b == 0 || *b > 256) {
+            return Err(format!("the box of input {}'s copies is not 128-byte rows of at most 256", o.input));
+        }
+        if o.boxes.iter().product::<u32>() * 2 != o.copy_bytes {
+            return Err(format!("the copies of input {} do not move their box's bytes", o.input));
+        }
+        let expected_copies = match o.major {
+            Major::K => 1,
+            Major::Mn => o.rows / 64,
+        };
+        if o.copies != expected_copies || o.copies * o.copy_bytes != o.rows * w.step * 2 {
+            return Err(format!("the copies of input {} do not fill its tile", o.input));
+        }
+        if !matches!(k.inputs.get(o.input), Some(t) if t.dims == o.axes) {
+            return Err(format!("operand {} does not read input {} along its axes", o.map, o.input));
+        }
+    }
+    if w.full.offset != w.stages * w.stage_bytes || w.empty.offset != w.full.offset + 8 * w.stages {
+        return Err("the barrier rings do not follow the stages".into());
+    }
+    if w.shared_bytes < 1024 + w.empty.offset + 8 * w.stages || w.shared_bytes > t.shared_bytes_per_block {
+        return Err(format!(
+            "{} bytes of shared memory: not the ring's, or above the {} of {}",
+            w.shared_bytes, t.shared_bytes_per_block, t.name
+        ));
+    }
+    // Barriers: a full stage is the producer's one arrival and both tiles' bytes; an empty one,
+    // an arrival per consumer warpgroup.
+    if w.full.arrivals != 1 || w.full.tx_bytes != w.stage_bytes || w.empty.arrivals != w.roles.consumers || w.empty.tx_bytes != 0 {
+        return Err("the barriers' counts do not match the producer's copies and the consumers' releases".into());
+    }
+    // Roles: a warpgroup of 64 rows per consumer; registers within the multiprocessor.
+    let r = &w.roles;
+    if w.rows != ROWS_PER_CONSUMER * r.consumers || k.num_warps != 4 * r.consumers {
+        return Err("the consumer warpgroups do not cover the tile's rows".into());
+    }
+    let regs = [r.producer_registers, r.consumer_registers, r.entry_registers];
+    if regs.iter().any(|n| !n.is_multiple_of(8) || !(24..=256).contains(n)) {
+        return Err("a register budget is not a multiple of 8 from 24 to 256".into());
+    }
+    if WARPGROUP * (r.producer_registers + r.consumers * r.consumer_registers) > t.registers_per_sm
+        || r.threads() * r.entry_registers > t.registers_per_sm
+    {
+        return Err(format!("the roles take more than the {} registers of a multiprocessor", t.registers_per_sm));
+    }
+    // wgmma: N a multiple of 8 up to 256, the step whole instructions of k16.
+    if !w.wgmma_n.is_multiple_of(8) || w.wgmma_n > 256 || w.wgmma_n != w.cols || w.wgmma_per_stage * 16 != w.step {
+        return Err("the wgmma instructions do not cover the tile".into());
+    }
+    // The plan names the loop's dot, its accumulator and its loads.
+    let mut lets = Vec::new();
+    collect(&k.body, &mut lets);
+    let is = |v, pred: &dyn Fn(&Op) -> bool| lets.iter().any(|(x, op)| *x == v && pred(op));
+    if !is(w.dot, &|op| matches!(op, Op::Dot { dim, .. } if *dim == w.k)) {
+        return Err("the planned dot is not a dot over the loop's dimension".into());
+    }
+    for o in &w.operands {
+        if !is(o.value, &|op| matches!(op, Op::Load { input, .. } if *input == o.input)) {
+            return Err(format!("the copies of input {} replace no load of it", o.input));
+        }
+    }
+    if k.var(w.acc) != &k.value(w.dot).shape {
+        return Err("the accumulator is not the dot's shape".into());
+    }
+    Ok(())
+}
+
+fn collect<'a>(stmts: &'a [Stmt], out: &mut Vec<(dt_core::kir::ValueId, &'a Op)>) {
+    for s in stmts {
+        match s {
+            Stmt::Let { value, op } => out.push((*value, op)),
+            Stmt::Loop(l) => collect(&l.body, out),
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,392 @@
+//! Plan pass: the `rdot` loop of a kernel scheduled with `warp_specialize()`, on a target with
+//! TMA and `wgmma` (Hopper).
+//!
+//! The program's threads split into roles. The `num_warps` warps, in warpgroups of four, are the
+//! consumers: each computes 64 rows of the accumulator tile with `wgmma.mma_async`, reading both
+//! operands from shared memory through matrix descriptors, so its accumulator fragments are the
+//! `mma.sync` layout of a warp per 16 rows (what the epilogue reads, `gpu_mma.rs`). One more
+//! warpgroup is the producer: one of its threads copies each step's operand tiles from global
+//! memory into a ring of shared-memory stages with bulk tensor copies (TMA), which zero-fill what
+//! lies outside the tensors, so the loop needs no masks. Two rings of `mbarrier`s order them:
+//! `full[s]` completes when stage `s`'s bytes have landed (the producer arrives once, announcing
+//! the bytes), `empty[s]` when every consumer warpgroup has finished reading it (one arrival
+//! each). Stage `s` of step `i` is `i % stages`, its phase `(i / stages) % 2`; the producer
+//! waits on `empty` with the other parity, so the first round passes at once. The producer
+//! keeps few registers (`setmaxnreg`), the consumers take the rest.
+//!
+//! Each operand tile is staged in rows of 128 bytes (64 16-bit elements) with the 128-byte
+//! swizzle, in boxes of 64 elements along the input's contiguous axis: an operand whose
+//! contiguous axis is the contraction `k` is "K-major" (one box of [rows, 64] per stage, `k` a
+//! step of 64), one whose contiguous axis is its rows "MN-major" (boxes of [64 k, 64 rows], one
+//! per 64 rows), which `wgmma` reads transposed.
+
+use super::target::Target;
+use super::PlanError;
+use dt_core::abi::TensorMapSpec;
+use dt_core::algo::{DimId, RedOp};
+use dt_core::kir::*;
+use dt_core::DType;
+
+/// The contraction step the staging rows hold: 64 16-bit elements, 128 bytes.
+pub const STEP: u32 = 64;
+/// Bytes of one staged row, which the 128-byte swizzle permutes.
+pub const ROW_BYTES: u32 = 128;
+/// Rows of the accumulator one consumer warpgroup computes (`wgmma`'s M).
+pub const ROWS_PER_CONSUMER: u32 = 64;
+/// Threads of a warpgroup.
+pub const WARPGROUP: u32 = 128;
+
+/// Which axis of an operand's input is contiguous.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Major {
+    /// The contraction `k`: rows of the tile are 128-byte lines of `k`.
+    K,
+    /// The operand's rows (`m` for A, `n` for B): lines of 64 rows, one per `k`.
+    Mn,
+}
+
+/// A `wgmma` shared-memory matrix descriptor's strides, and how its start address moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Descriptor {
+    /// Leading-dimension byte offset: for an MN-major operand, between its boxes of 64 rows.
+    pub lbo: u32,
+    /// Stride-dimension byte offset: between groups of 8 lines (1024 bytes with 128-byte rows).
+    pub sbo: u32,
+    /// Bytes the start address moves per 16 of `k` (one instruction).
+    pub k_step: u32,
+    /// Bytes the start address moves per 64 rows (a consumer warpgroup's slice).
+    pub slice_step: u32,
+    /// `wgmma`'s transpose flag: set for an MN-major operand.
+    pub transposed: bool,
+}
+
+/// One operand of the dot as the ring stages it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StagedOperand {
+    /// The load the producer's copies replace.
+    pub value: ValueId,
+    pub input: usize,
+    /// The input's axes, each along one dimension.
+    pub axes: Vec<DimId>,
+    /// The dimension of the tile's rows (`m` for A, `n` for B) and their number.
+    pub rows_dim: DimId,
+    pub rows: u32,
+    pub major: Major,
+    /// Its tensor map among the kernel's (`dt_tma_args_t::maps`).
+    pub map: usize,
+    /// The box of one copy, per axis of the input.
+    pub boxes: Vec<u32>,
+    /// Copies per stage, and the bytes of each (consecutive in shared memory; each moves its
+    /// coordinate along the contiguous axis by 64).
+    pub copies: u32,
+    pub copy_bytes: u32,
+    /// Where the operand's tile starts in a stage.
+    pub offset: u32,
+    pub desc: Descriptor,
+}
+
+impl StagedOperand {
+    /// Bytes of the operand's tile in one stage.
+    pub fn bytes(&self) -> u32 {
+        self.copies * self.copy_bytes
+    }
+
+    /// The input axis that is contiguous (its last).
+    pub fn contiguous_axis(&self) -> usize {
+        self.axes.len() - 1
+    }
+}
+
+/// A ring of `mbarrier`s, one per stage, 8 bytes each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BarrierRing {
+    /// Where the ring starts in shared memory (after the stages).
+    pub offset: u32,
+    /// Arrivals that complete a phase.
+    pub arrivals: u32,
+    /// Bytes of copies that complete a phase besides the arrivals (announced by the arrival).
+    pub tx_bytes: u32,
+}
+
+/// Who does what among the program's warpgroups.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Roles {
+    /// Warpgroups that compute (warps 0 .. 4 * consumers), 64 accumulator rows each.
+    pub consumers: u32,
+    /// Registers per thread each role keeps after `setmaxnreg`; the kernel starts with
+    /// `entry_registers` (its `__launch_bounds__(threads, 1)` cap).
+    pub producer_registers: u32,
+    pub consumer_registers: u32,
+    pub entry_registers: u32,
+}
+
+impl Roles {
+    /// Threads of the program: the consumers, then the producer warpgroup.
+    pub fn threads(&self) -> u32 {
+        WARPGROUP * (self.consumers + 1)
+    }
+
+    /// The first thread of the producer warpgroup, which issues every copy.
+    pub fn producer_thread(&self) -> u32 {
+        WARPGROUP * self.consumers
+    }
+}
+
+/// The plan of a warp-specialized `rdot` loop (see the module docs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct WarpSpecialized {
+    /// The loop's dimension (the contraction) and step.
+    pub k: DimId,
+    pub step: u32,
+    /// The dot and the accumulator it is summed into.
+    pub dot: ValueId,
+    pub acc: VarId,
+    /// The accumulator tile: `rows` along `m`, `cols` along `n`.
+    pub m: DimId,
+    pub n: DimId,
+    pub rows: u32,
+    pub cols: u32,
+    /// A (rows along `m`) and B (rows along `n`).
+    pub operands: [StagedOperand; 2],
+    pub stages: u32,
+    /// Bytes of one stage: both operand tiles.
+    pub stage_bytes: u32,
+    pub full: BarrierRing,
+    pub empty: BarrierRing,
+    pub roles: Roles,
+    /// `wgmma`'s N (the accumulator's columns) and its instructions per stage (`step / 16`).
+    pub wgmma_n: u32,
+    pub wgmma_per_stage: u32,
+    /// Bytes of shared memory the ring takes, its barriers and the padding that aligns it to
+    /// 1024 bytes included (the epilogue's slots come after).
+    pub shared_bytes: u32,
+    pub persistent: bool,
+}
+
+impl WarpSpecialized {
+    /// The tensor maps the kernel takes, in the order of [`StagedOperand::map`].
+    pub fn tensor_maps(&self) -> Vec<TensorMapSpec> {
+        self.operands.iter().map(|o| TensorMapSpec { tensor: Some(o.input), boxes: o.boxes.clone().into(), swizzle: ROW_BYTES }).collect()
+    }
+
+    /// Whether value `v` is a load the producer's copies replace.
+    pub fn copies_load(&self, v: ValueId) -> bool {
+        self.operands.iter().any(|o| o.value == v)
+    }
+}
+
+/// Plans the warp-specialized `rdot` loop of `k` built for `dtype` on `target`, or says why the
+/// kernel cannot be warp-specialized.
+pub fn plan_warp_specialized(k: &Kernel, dtype: DType, target: &Target) -> Result<WarpSpecialized, PlanError> {
+    let fail = |why: String| PlanError(format!("kernel `{}` is scheduled with warp_specialize(), but {why}", k.name));
+    let f = target.features;
+    if !(f.tma && f.wgmma && f.setmaxnreg) {
+        return Err(fail(format!("target {} has no tensor-memory copies and wgmma (CUDA sm_90a has)", target.name)));
+    }
+    if !matches!(dtype, DType::F16 | DType::BF16) {
+        return Err(fail(format!("its {} build has no 16-bit operands for wgmma; build it for f16 and bf16 only", dtype.name())));
+    }
+    let mut found = Vec::new();
+    find_rdot_loops(k, &k.body, true, &mut found);
+    let [(l, enclosed_ok)] = found[..] else {
+        return Err(fail(format!("it has {} rdot loops, and one is what a producer feeds", found.len())));
+    };
+    if !enclosed_ok {
+        return Err(fail("its rdot loop sits inside a loop of several steps; block each dimension as wide as its tile".into()));
+    }
+    if l.steps != Steps::All || l.backward {
+        return Err(fail("its rdot loop is split or reversed".into()));
+    }
+    // The loop: two loads, their dot over the loop's dimension, the sum into an accumulator.
+    let mut loads: Vec<(ValueId, usize, Vec<DimId>)> = Vec::new();
+    let mut dot = None;
+    let mut update = None;
+    for s in &l.body {
+        match s {
+            Stmt::Let { value, op: Op::Load { input, axes, fill } } if *fill == 0.0 => loads.push((*value, *input, axes.clone())),
+            Stmt::Let { value, op: Op::Dot { a, b, dim } } if dot.is_none() => dot = Some((*value, *a, *b, *dim)),
+            Stmt::Update { var, combine: Combine::Reduce(RedOp::Sum), value } if update.is_none() => update = Some((*var, *value)),
+            _ => return Err(fail("its rdot loop does more than load two inputs and sum their dot".into())),
+        }
+    }
+    let (Some((dot, a, b, kdim)), Some((acc, summed))) = (dot, update) else {
+        return Err(fail("its rdot loop has no dot summed into an accumulator".into()));
+    };
+    if summed != dot || kdim != l.dim || loads.len() != 2 || k.var(acc) != &k.value(dot).shape {
+        return Err(fail("its rdot loop does more than load two inputs and sum their dot".into()));
+    }
+    if l.step != STEP {
+        return Err(fail(format!("its contraction step is {}; it must be {STEP} (tensorize({}:{STEP}))", l.step, k.dim_name(l.dim))));
+    }
+    // The tile [m, n]: the dot's two wide dimensions, each a whole block.
+    let shape = &k.value(dot).shape;
+    let wide: Vec<(DimId, u32)> = shape.0.iter().filter(|(_, n)| *n > 1).copied().collect();
+    let [(m, rows), (n, cols)] = wide[..] else {
+        return Err(fail("its dot's result is not a tile of two dimensions".into()));
+    };
+    for (d, e) in [(m, rows), (n, cols)] {
+        if k.grid.block_extent(d) != Some(e) {
+            return Err(fail(format!("`{}` is not blocked by its tile extent {e}", k.dim_name(d))));
+        }
+    }
+    let warps = k.num_warps;
+    if !warps.is_multiple_of(4) || rows != ROWS_PER_CONSUMER * (warps / 4) {
+        return Err(fail(format!("its {warps} warps are not one warpgroup (4 warps) per {ROWS_PER_CONSUMER} rows of the {rows}-row tile")));
+    }
+    if cols % 64 != 0 || cols > 256 {
+        return Err(fail(format!("its tile has {cols} columns; wgmma takes a multiple of 64 up to 256")));
+    }
+    let consumers = warps / 4;
+    // The operands: which load spans [m, k] (A) and which [n, k] (B).
+    let spans = |axes: &[DimId], rows_dim: DimId| {
+        let mut wide: Vec<DimId> = axes.iter().copied().filter(|d| *d == rows_dim || *d == l.dim).collect();
+        wide.sort();
+        wide.dedup();
+        wide.len() == 2
+    };
+    let role = |v: ValueId| loads.iter().find(|(x, ..)| *x == v).cloned();
+    let (Some(la), Some(lb)) = (role(a), role(b)) else {
+        return Err(fail("its dot's operands are not the loop's loads".into()));
+    };
+    let (la, lb) = if spans(&la.2, m) && spans(&lb.2, n) {
+        (la, lb)
+    } else if spans(&lb.2, m) && spans(&la.2, n) {
+        (lb, la)
+    } else {
+        return Err(fail("its dot's operands do not span [rows, k] and [columns, k]".into()));
+    };
+    let mut operands = Vec::new();
+    let mut offset = 0;
+    for (map, ((value, input, axes), rows_dim, rows)) in [(la, m, rows), (lb, n, cols)].into_iter().enumerate() {
+        let op = stage_operand(k, value, input, axes, rows_dim, rows, l.dim, map, offset).map_err(&fail)?;
+        offset += op.bytes();
+        operands.push(op);
+    }
+    let stage_bytes = offset;
+    let stages = l.stages;
+    if stages < 2 {
+        return Err(fail("its rdot loop has one stage; give it num_stages(2) or more".into()));
+    }
+    let ring = stages * stage_bytes;
+    let full = BarrierRing { offset: ring, arrivals: 1, tx_bytes: stage_bytes };
+    let empty = BarrierRing { offset: ring + 8 * stages, arrivals: consumers, tx_bytes: 0 };
+    // The ring starts 1024-aligned (the swizzle's period) wherever the dynamic shared memory
+    // starts: up to 1024 bytes of padding ahead of it.
+    let shared_bytes = 1024 + ring + 16 * stages;
+    if shared_bytes > target.shared_bytes_per_block {
+        return Err(fail(format!(
+            "its {stages} stages of {stage_bytes} bytes take {shared_bytes} bytes of shared memory, above the {} of {}; lower num_stages",
+            target.shared_bytes_per_block, target.name
+        )));
+    }
+    let roles = roles(consumers, target).map_err(&fail)?;
+    let [a_op, b_op]: [StagedOperand; 2] = operands.try_into().map_err(|_| fail("it has no two operands".into()))?;
+    Ok(WarpSpecialized {
+        k: l.dim,
+        step: l.step,
+        dot,
+        acc,
+        m,
+        n,
+        rows,
+        cols,
+        operands: [a_op, b_op],
+        stages,
+        stage_bytes,
+        full,
+        empty,
+        roles,
+        wgmma_n: cols,
+        wgmma_per_stage: l.step / 16,
+        shared_bytes,
+        persistent: k.persistent,
+    })
+}
+
+/// How one operand is staged (see the module docs).
+#[allow(clippy::too_many_arguments)]
+fn stage_operand(
+    k: &Kernel,
+    value: ValueId,
+    input: usize,
+    axes: Vec<DimId>,
+    rows_dim: DimId,
+    rows: u32,
+    kdim: DimId,
+    map: usize,
+    offset: u32,
+) -> Result<StagedOperand, String> {
+    let name = &k.inputs[input].name;
+    if axes.len() > 5 {
+        return Err(format!("input `{name}` has {} axes; a tensor map takes 5 at most", axes.len()));
+    }
+    let last = *axes.last().ok_or_else(|| format!("input `{name}` has no axes"))?;
+    let major = if last == kdim {
+        Major::K
+    } else if last == rows_dim {
+        Major::Mn
+    } else {
+        return Err(format!("input `{name}`'s contiguous axis is neither `{}` nor `{}`", k.dim_name(kdim), k.dim_name(rows_dim)));
+    };
+    let mut boxes = Vec::new();
+    for (i, d) in axes.iter().enumerate() {
+        if axes[..i].contains(d) {
+            return Err(format!("input `{name}` is read along `{}` twice", k.dim_name(*d)));
+        }
+        let extent = if *d == kdim {
+            STEP
+        } else if *d == rows_dim {
+            match major {
+                Major::K => rows,
+                Major::Mn => 64,
+            }
+        } else if k.grid.block_extent(*d) == Some(1) {
+            1
+        } else {
+            return Err(format!("input `{name}`'s axis along `{}` is neither the tile's nor blocked by 1", k.dim_name(*d)));
+        };
+        boxes.push(extent);
+    }
+    let (copies, copy_bytes, desc) = match major {
+        // One box of [rows, 64 k]: a 128-byte line per row, groups of 8 lines 1024 bytes apart.
+        Major::K => (1, rows * ROW_BYTES, Descriptor { lbo: 16, sbo: 1024, k_step: 32, slice_step: 64 * ROW_BYTES, transposed: false }),
+        // Boxes of [64 k, 64 rows], one per 64 rows: a 128-byte line of rows per k.
+        Major::Mn => {
+            let box_bytes = STEP * ROW_BYTES;
+            (
+                rows / 64,
+                box_bytes,
+                Descriptor { lbo: box_bytes, sbo: 1024, k_step: 16 * ROW_BYTES, slice_step: box_bytes, transposed: true },
+            )
+        }
+    };
+    Ok(StagedOperand { value, input, axes, rows_dim, rows, major, map, boxes, copies, copy_bytes, offset, desc })
+}
+
+/// Registers per role: the producer keeps 40, the consumers share the rest of the
+/// multiprocessor (one program per multiprocessor), in multiples of 8 as `setmaxnreg` takes them.
+fn roles(consumers: u32, target: &Target) -> Result<Roles, String> {
+    let producer_registers = 40;
+    let threads = WARPGROUP * (consumers + 1);
+    let spare = target.registers_per_sm - WARPGROUP * producer_registers;
+    let consumer_registers = (spare / (WARPGROUP * consumers) / 8 * 8).min(256).min(target.max_registers_per_thread / 8 * 8);
+    let entry_registers = (target.registers_per_sm / threads / 8 * 8).min(target.max_registers_per_thread / 8 * 8);
+    if consumer_registers < entry_registers {
+        return Err(format!("its {consumers} compute warpgroups leave them fewer registers than they start with"));
+    }
+    Ok(Roles { consumers, producer_registers, consumer_registers, entry_registers })
+}
+
+/// The reduction loops that compute a dot, with whether every loop around them runs once (a
+/// block loop over a block no wider than its step).
+fn find_rdot_loops<'a>(k: &Kernel, stmts: &'a [Stmt], enclosed_ok: bool, out: &mut Vec<(&'a Loop, bool)>) {
+    for s in stmts {
+        let Stmt::Loop(l) = s else { continue };
+        let has_dot = l.body.iter().any(|s| matches!(s, Stmt::Let { op: Op::Dot { .. }, .. }));
+        if l.kind == LoopKind::Reduction && has_dot {
+            out.push((l, enclosed_ok));
+        }
+        let once = l.kind == LoopKind::Block && l.steps == Steps::All && k.grid.block_extent(l.dim).is_some_and(|b| b <= l.step);
+        find_rdot_loops(k, &l.body, enclosed_ok && once, out);
+    }
+}

@@ -1,0 +1,90 @@
+//! The GPU plan (`dt_codegen::plan`) as text: the plan of every library spec must match its
+//! golden file `tests/plan/<spec>.plan` (what `dtc emit --target gpu-plan` prints), and the
+//! schedules the plan cannot serve fail with errors that say why.
+//!
+//! Run with `DT_BLESS=1` to (re)write the golden files from the current output; review the diff
+//! before committing it.
+
+mod common;
+
+use common::workspace;
+use dt_codegen::plan::{plan, print_cuda, Target};
+use dt_core::DType;
+
+fn plan_text(src: &str) -> Result<String, String> {
+    let p = dt_core::compile_spec(src).map_err(|d| format!("{d:?}"))?;
+    let kernels = dt_core::lower::lower_all(&p).map_err(|e| e.0)?;
+    kernels.iter().map(|k| print_cuda(k).map_err(|e| e.0)).collect::<Result<Vec<_>, _>>().map(|t| t.join("\n"))
+}
+
+#[test]
+fn library_plans_match_golden_files() {
+    let bless = std::env::var_os("DT_BLESS").is_some_and(|v| v != "0" && !v.is_empty());
+    let dir = workspace().join("dt-codegen/tests/plan");
+    let mut failures = Vec::new();
+    for spec in ["matmul", "mm_leaky_relu"] {
+        let src = std::fs::read_to_string(workspace().join(format!("dt-kernels/specs/{spec}.dt"))).expect("spec");
+        let text = plan_text(&src).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        let golden = dir.join(format!("{spec}.plan"));
+        if bless {
+            std::fs::create_dir_all(&dir).expect("plan dir");
+            std::fs::write(&golden, &text).expect("writes");
+            continue;
+        }
+        let want = std::fs::read_to_string(&golden).unwrap_or_default();
+        if want != text {
+            failures.push(format!("{spec}: the plan differs from {} (DT_BLESS=1 rewrites it):\n{text}", golden.display()));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A warp-specialized matmul with `schedule` (the primitives of kernel `mm` after its block).
+fn matmul(schedule: &str, dtypes: &str) -> String {
+    format!(
+        "Func mm; In A, B; Var x, y; RVar k;\nmm[x, y] = rdot(A[x, k], B[k, y], k);\n{schedule}\nmm.warp_specialize(); mm.dtypes({dtypes}); mm.compile();\n"
+    )
+}
+
+fn plan_error(src: &str, dtype: DType) -> String {
+    let p = dt_core::compile_spec(src).expect("checks");
+    let k = dt_core::lower::lower(&p, p.kernels[0]).expect("lowers");
+    plan(&k, dtype, &Target::SM90A).expect_err("the plan refuses it").0
+}
+
+#[test]
+fn schedules_the_plan_cannot_serve_say_why() {
+    let good = "mm.block(x:128, y:256); mm.tensorize(x:128, y:256, k:64); mm.num_warps(8); mm.num_stages(4);";
+    assert!(plan_text(&matmul(good, "f16")).is_ok());
+    let cases = [
+        ("mm.block(x:128, y:256); mm.tensorize(x:128, y:256, k:32); mm.num_warps(8); mm.num_stages(4);", "f16", "contraction step is 32; it must be 64"),
+        ("mm.block(x:128, y:256); mm.tensorize(x:128, y:256, k:64); mm.num_warps(8); mm.num_stages(5);", "f16", "above the 232448 of sm_90a; lower num_stages"),
+        ("mm.block(x:128, y:256); mm.tensorize(x:128, y:256, k:64); mm.num_warps(4); mm.num_stages(4);", "f16", "not one warpgroup (4 warps) per 64 rows"),
+        ("mm.block(x:128, y:32); mm.tensorize(x:128, y:32, k:64); mm.num_warps(8); mm.num_stages(4);", "f16", "32 columns; wgmma takes a multiple of 64"),
+        ("mm.block(x:128, y:256); mm.tensorize(x:64, y:256, k:64); mm.num_warps(8); mm.num_stages(4);", "f16", "inside a loop of several steps"),
+        ("mm.block(x:128, y:256); mm.tensorize(x:128, y:256, k:64); mm.num_warps(8); mm.num_stages(1);", "f16", "give it num_stages(2) or more"),
+        (good, "f32", "its f32 build has no 16-bit operands"),
+    ];
+    for (schedule, dtypes, want) in cases {
+        let dtype = DType::from_name(dtypes).expect("dtype");
+        let err = plan_error(&matmul(schedule, dtypes), dtype);
+        assert!(err.contains("kernel `mm` is scheduled with warp_specialize()") && err.contains(want), "{schedule} {dtypes}: {err}");
+    }
+}
+
+/// The verifier refuses a plan that breaks its rules: here a barrier ring that expects fewer
+/// bytes than a stage's copies bring, and a ring that no longer fits the target.
+#[test]
+fn the_verifier_catches_a_broken_plan() {
+    let src = matmul("mm.block(x:128, y:256); mm.tensorize(x:128, y:256, k:64); mm.num_warps(8); mm.num_stages(4);", "f16");
+    let p = dt_core::compile_spec(&src).expect("checks");
+    let k = dt_core::lower::lower(&p, p.kernels[0]).expect("lowers");
+    let good = plan(&k, DType::F16, &Target::SM90A).expect("plans");
+    assert_eq!(dt_codegen::plan::verify::verify(&k, &good), Ok(()));
+    let mut bad = good.clone();
+    bad.warp_specialized.as_mut().expect("warp-specialized").full.tx_bytes -= 1024;
+    assert!(dt_codegen::plan::verify::verify(&k, &bad).unwrap_err().contains("barriers' counts"));
+    let mut small = good.clone();
+    small.target.shared_bytes_per_block = 96 * 1024;
+    assert!(dt_codegen::plan::verify::verify(&k, &small).unwrap_err().contains("bytes of shared memory"));
+}
