@@ -21,6 +21,7 @@ def save(name, shape):
     np.save(f"{d}/{name}_f32.npy", a); np.save(f"{d}/{name}_f16.npy", a.astype(np.float16))
 save("a", (133, 45)); save("b", (45, 70)); save("a2", (70, 300)); save("b2", (300, 50))  # k: 2 and 10 steps
 save("a3", (129, 72)); save("b3", (72, 264))  # rows of 16-byte multiples: tensor maps describe them
+save("a4", (16, 136)); save("b4", (136, 1000))  # the same, 16 rows
 save("x", (37, 1500)); save("w", (1500,)); save("bias", (1500,))
 for n in (1000, 3000, 9000, 20000):  # one row length per size class of softmax and layernorm
     save(f"x{n}", (5, n)); save(f"w{n}", (n,)); save(f"bias{n}", (n,))
@@ -40,7 +41,7 @@ run() { # tool spec dtype-label file-dtype extra-args...
 for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
   for t in ${SANITIZE_DTYPES:-f32 f16 bf16}; do
     fd=$t; extra=(); [ $t = bf16 ] && { fd=f32; extra=(--dtype bf16); }
-    for ab in a:b a2:b2 a3:b3; do
+    for ab in a:b a2:b2 a3:b3 a4:b4; do
       a=${ab%%:*}; b=${ab##*:}
       run $tool matmul $t-$a $fd --input A=$WORK/${a}_$fd.npy --input B=$WORK/${b}_$fd.npy "${extra[@]}"
       run $tool mm_leaky_relu $t-$a $fd --input A=$WORK/${a}_$fd.npy --input B=$WORK/${b}_$fd.npy "${extra[@]}"

@@ -57,12 +57,36 @@ fn schedules_the_plan_cannot_serve_say_why() {
     let good = "mm.block(x:128, y:256); mm.tensorize(x:128, y:256, k:64); mm.num_warps(8); mm.num_stages(4);";
     assert!(plan_text(&matmul(good, "f16")).is_ok());
     let cases = [
-        ("mm.block(x:128, y:256); mm.tensorize(x:128, y:256, k:32); mm.num_warps(8); mm.num_stages(4);", "f16", "contraction step is 32; it must be 64"),
-        ("mm.block(x:128, y:256); mm.tensorize(x:128, y:256, k:64); mm.num_warps(8); mm.num_stages(5);", "f16", "above the 232448 of sm_90a; lower num_stages"),
-        ("mm.block(x:128, y:256); mm.tensorize(x:128, y:256, k:64); mm.num_warps(4); mm.num_stages(4);", "f16", "not one warpgroup (4 warps) per 64 rows"),
-        ("mm.block(x:128, y:32); mm.tensorize(x:128, y:32, k:64); mm.num_warps(8); mm.num_stages(4);", "f16", "32 columns; wgmma takes a multiple of 64"),
-        ("mm.block(x:128, y:256); mm.tensorize(x:64, y:256, k:64); mm.num_warps(8); mm.num_stages(4);", "f16", "inside a loop of several steps"),
-        ("mm.block(x:128, y:256); mm.tensorize(x:128, y:256, k:64); mm.num_warps(8); mm.num_stages(1);", "f16", "give it num_stages(2) or more"),
+        (
+            "mm.block(x:128, y:256); mm.tensorize(x:128, y:256, k:32); mm.num_warps(8); mm.num_stages(4);",
+            "f16",
+            "contraction step is 32; it must be 64",
+        ),
+        (
+            "mm.block(x:128, y:256); mm.tensorize(x:128, y:256, k:64); mm.num_warps(8); mm.num_stages(5);",
+            "f16",
+            "above the 232448 of sm_90a; lower num_stages",
+        ),
+        (
+            "mm.block(x:128, y:256); mm.tensorize(x:128, y:256, k:64); mm.num_warps(4); mm.num_stages(4);",
+            "f16",
+            "not one warpgroup (4 warps) per 64 rows",
+        ),
+        (
+            "mm.block(x:128, y:32); mm.tensorize(x:128, y:32, k:64); mm.num_warps(8); mm.num_stages(4);",
+            "f16",
+            "32 columns; wgmma takes a multiple of 64",
+        ),
+        (
+            "mm.block(x:128, y:256); mm.tensorize(x:64, y:256, k:64); mm.num_warps(8); mm.num_stages(4);",
+            "f16",
+            "inside a loop of several steps",
+        ),
+        (
+            "mm.block(x:128, y:256); mm.tensorize(x:128, y:256, k:64); mm.num_warps(8); mm.num_stages(1);",
+            "f16",
+            "give it num_stages(2) or more",
+        ),
         (good, "f32", "its f32 build has no 16-bit operands"),
     ];
     for (schedule, dtypes, want) in cases {

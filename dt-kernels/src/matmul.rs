@@ -1,5 +1,7 @@
-//! Matrix product `a @ b` (spec `specs/matmul.dt`, kernel `mm`): tensor-core tiles of 128 x 128,
-//! accumulated in f32.
+//! Matrix product `a @ b` (spec `specs/matmul.dt`, kernel `mm` and its classes), accumulated in
+//! f32: on sm_90, for f16 and bf16 tensors whose rows are 16-byte aligned, warp-specialized
+//! classes (TMA and wgmma, tiles of 64 x 64 to 128 x 256 by size); elsewhere tensor-core tiles of
+//! 128 x 128 (`mma.sync`).
 
 use crate::gpu::{self, DeviceTensor, Gpu};
 use crate::plan::{InputDesc, OpDesc};

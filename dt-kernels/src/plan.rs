@@ -304,6 +304,16 @@ mod tests {
         assert_eq!(symbol(DType::F16, 80, [1, 100], hopper), "dt_mm_f16");
         assert_eq!(symbol(DType::F32, 80, [80, 1], hopper), "dt_mm_f32");
         assert_eq!(symbol(DType::F16, 80, [80, 1], Device::PLAIN), "dt_mm_f16");
+        // Smaller outputs run the classes of smaller tiles.
+        let small = |m: usize, n: usize| {
+            let (a, b) = ([m, 64], [64, n]);
+            let shapes: [(&[usize], &[usize]); 2] = [(&a, &[64, 1]), (&b, &[n, 1])];
+            plan(&crate::matmul::OP, DType::F16, &shapes, &[], hopper).map(|p| p.symbol).unwrap()
+        };
+        assert_eq!(small(16, 4096), "dt_mm_90a_m64_f16");
+        assert_eq!(small(512, 512), "dt_mm_90a_1k_f16");
+        assert_eq!(small(1024, 1024), "dt_mm_90a_1k_f16");
+        assert_eq!(small(1025, 1024), "dt_mm_90a_f16");
     }
 
     /// Tensors whose 16-byte runs are whole run the kernel built for them; an address one

@@ -409,7 +409,18 @@ fn hopper_matmul_matches_reference() {
     let padded = |rank| Placement { order: (0..rank).collect(), pad: 8 };
     let mut transposed = Placement::row_major(2);
     transposed.order.swap(0, 1);
-    let sizes = [(1, 8, 8), (128, 256, 64), (129, 264, 72), (300, 136, 8), (257, 520, 200), (1000, 3000, 80), (77, 1000, 4104)];
+    // Classes by size: up to 64 rows (`mm_90a_m64`), outputs up to 1024 x 1024 (`mm_90a_1k`), any.
+    let sizes = [
+        (1, 8, 8),
+        (16, 2056, 264),
+        (64, 1032, 72),
+        (129, 264, 72),
+        (300, 136, 8),
+        (257, 520, 200),
+        (77, 1000, 4104),
+        (1000, 3000, 80),
+        (1100, 1040, 200),
+    ];
     for (i, &(m, n, k)) in sizes.iter().enumerate() {
         for (name, placement, tma) in
             [("contiguous", Placement::row_major(2), true), ("padded", padded(2), true), ("transposed", transposed.clone(), false)]

@@ -88,8 +88,8 @@ impl Job {
 
 /// Each op the bench runs, the element types it runs it in, and how many sizes its shape has.
 const OPS: &[(&str, &[DType], usize)] = &[
-    ("matmul", &[DType::F16, DType::BF16], 3),
-    ("mm_leaky_relu", &[DType::F16, DType::BF16], 3),
+    ("matmul", &[DType::F16, DType::BF16, DType::F32], 3),
+    ("mm_leaky_relu", &[DType::F16, DType::BF16, DType::F32], 3),
     ("softmax", &[DType::F16, DType::BF16, DType::F32], 2),
     ("layernorm", &[DType::F16, DType::BF16, DType::F32], 2),
     ("dyt", &[DType::F16, DType::BF16, DType::F32], 2),
@@ -429,7 +429,7 @@ pub fn run(opts: &Options) -> Result<(), String> {
                 row.baselines.push((DT_COPY.into(), Some(copy_ms), "ok (bandwidth limit)".into()));
             }
             if matches!(job.op, "matmul" | "mm_leaky_relu") {
-                let cublas = cublas_time(&blas, &timer, job, opts)?;
+                let cublas = cublas_time(&blas, &timer, job, &args, opts)?;
                 let name = if job.op == "matmul" { "cublas" } else { "cublas (matmul only)" };
                 row.baselines.push((name.into(), Some(cublas), "ok".into()));
             }
@@ -449,16 +449,20 @@ pub fn run(opts: &Options) -> Result<(), String> {
     report(&rows, opts)
 }
 
-fn cublas_time(blas: &CudaBlas, timer: &Timer, job: &Job, opts: &Options) -> Result<f64, String> {
+/// cuBLAS's time for the job's product on `args`' inputs (random data: on zeros the tensor
+/// cores run faster, and cuBLAS would look faster than it is).
+fn cublas_time(blas: &CudaBlas, timer: &Timer, job: &Job, args: &Args, opts: &Options) -> Result<f64, String> {
     let stream = &timer.stream;
     let (m, n, k) = (job.shape[0], job.shape[1], job.shape[2]);
     let e = |x: cudarc::driver::DriverError| x.to_string();
+    let input = |name: &str| args.inputs.iter().find(|(n, _)| n == name).map(|(_, t)| &t.data).ok_or(format!("no input {name}"));
+    let (a_host, b_host) = (input("A")?, input("B")?);
     macro_rules! go {
-        ($t:ty) => {{
-            let a: CudaSlice<$t> = stream.alloc_zeros(m * k).map_err(e)?;
-            let b: CudaSlice<$t> = stream.alloc_zeros(k * n).map_err(e)?;
+        ($t:ty, $from:expr) => {{
+            let a: CudaSlice<$t> = stream.clone_htod(&a_host.iter().map(|v| $from(*v)).collect::<Vec<_>>()).map_err(e)?;
+            let b: CudaSlice<$t> = stream.clone_htod(&b_host.iter().map(|v| $from(*v)).collect::<Vec<_>>()).map_err(e)?;
             let mut c: CudaSlice<$t> = stream.alloc_zeros(m * n).map_err(e)?;
-            let (one, zero) = (<$t>::from_f32(1.0), <$t>::from_f32(0.0));
+            let (one, zero): ($t, $t) = ($from(1.0), $from(0.0));
             // Row-major C = A B is column-major C^T = B^T A^T.
             let cfg = GemmConfig {
                 transa: cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N,
@@ -486,8 +490,9 @@ fn cublas_time(blas: &CudaBlas, timer: &Timer, job: &Job, opts: &Options) -> Res
         }};
     }
     match job.dtype {
-        DType::BF16 => go!(half::bf16),
-        _ => go!(half::f16),
+        DType::BF16 => go!(half::bf16, half::bf16::from_f32),
+        DType::F16 => go!(half::f16, half::f16::from_f32),
+        DType::F32 => go!(f32, |v: f32| v),
     }
 }
 
@@ -761,7 +766,7 @@ mod tests {
         );
         // The fixed list alone, filtered, where every shape is on it.
         assert_eq!(listed(&options(&["matmul"], &["bf16"], &["512x512x512"])), ["matmul bf16 512x512x512"]);
-        assert_eq!(selected_jobs(&options(&[], &[], &[])).unwrap().len(), 2 * 2 * 7 + 3 * 3 * 7 + 2 * 6);
+        assert_eq!(selected_jobs(&options(&[], &[], &[])).unwrap().len(), 2 * 3 * 7 + 3 * 3 * 7 + 2 * 6);
     }
 
     #[test]

@@ -108,10 +108,10 @@ pub fn print(k: &Kernel, p: &GpuPlan) -> String {
     let dim = |d| k.dim_name(d);
     let r = &w.roles;
     let _ = writeln!(out, "  threads   {} (warp_specialize())", r.threads());
+    let which = if r.consumers == 1 { "warpgroup 0".to_string() } else { format!("warpgroups 0 to {}", r.consumers - 1) };
     let _ = writeln!(
         out,
-        "  consumers warpgroups 0 to {}: wgmma, {} accumulator rows each, setmaxnreg {} registers",
-        r.consumers - 1,
+        "  consumers {which}: wgmma, {} accumulator rows each, setmaxnreg {} registers",
         warp_specialize::ROWS_PER_CONSUMER,
         r.consumer_registers
     );
