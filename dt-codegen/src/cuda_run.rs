@@ -41,6 +41,11 @@ enum DeviceBuf {
 impl CudaRunner {
     /// Opens GPU `ordinal`; fails (without panicking) where there is no driver or GPU.
     pub fn new(ordinal: usize) -> Result<CudaRunner, GpuError> {
+        // SAFETY: only tries to open the driver library; without it cudarc would panic (and the
+        // panic hook print it) on first use.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(GpuError("the CUDA driver library (libcuda) was not found".into()));
+        }
         let ctx = std::panic::catch_unwind(|| CudaContext::new(ordinal))
             .map_err(|_| GpuError("the CUDA driver library could not be loaded".into()))?
             .map_err(err("no CUDA GPU"))?;

@@ -33,6 +33,24 @@ pub fn c_compiler() -> Result<cc::Tool, HostError> {
         .map_err(|e| HostError(format!("no C compiler found: {e}")))
 }
 
+/// A directory of this process's own for build products, removed when dropped: a fresh name,
+/// created with mode 0700, so that no other user can place or swap files in it.
+pub fn private_dir(prefix: &str) -> Result<tempfile::TempDir, HostError> {
+    tempfile::Builder::new().prefix(prefix).tempdir().map_err(|e| HostError(format!("creating a private build directory: {e}")))
+}
+
+/// Writes `bytes` to `path` whole or not at all: into a new file beside it, then renamed over it,
+/// so that a failed write (a full disk) leaves the file that was there as it was.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    use std::io::Write;
+    let err = |e: std::io::Error| format!("{}: {e}", path.display());
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(err)?;
+    tmp.write_all(bytes).and_then(|_| tmp.as_file().sync_all()).map_err(err)?;
+    tmp.persist(path).map_err(|e| err(e.error))?;
+    Ok(())
+}
+
 /// A compiled shared library of generated kernels.
 pub struct CpuLibrary {
     lib: libloading::Library,
@@ -56,9 +74,11 @@ pub fn compile_with(source: &str, dir: &Path, name: &str, opt: &str) -> Result<C
         .arg(&lib)
         .arg(&src)
         .arg("-lm");
-    let out = cmd.output().map_err(|e| HostError(format!("could not start the C compiler ({cmd:?}): {e}")))?;
+    // The command as a shell would run it: the program and its arguments, not the environment.
+    let line = std::iter::once(cmd.get_program()).chain(cmd.get_args()).map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ");
+    let out = cmd.output().map_err(|e| HostError(format!("could not start the C compiler ({line}): {e}")))?;
     if !out.status.success() {
-        return Err(HostError(format!("C compile failed: {cmd:?}\n{}", String::from_utf8_lossy(&out.stderr))));
+        return Err(HostError(format!("C compile failed: {line}\n{}", String::from_utf8_lossy(&out.stderr))));
     }
     // SAFETY: the library is code we generated and just compiled; loading runs no initializers
     // beyond the C runtime's.

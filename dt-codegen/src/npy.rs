@@ -15,6 +15,12 @@ pub fn read(path: &Path) -> Result<(Tensor, DType), String> {
     if npy.order() != npyz::Order::C {
         return Err(format!("{}: Fortran-ordered arrays are not supported; save with np.ascontiguousarray", path.display()));
     }
+    // The header's shape, checked before any data is read: no product that wraps around, and no
+    // more elements than a kernel takes.
+    let count = npy.shape().iter().try_fold(1u64, |acc, &n| acc.checked_mul(n));
+    if count.is_none_or(|c| c > dt_core::tensor::MAX_ELEMENTS as u64) {
+        return Err(format!("{}: shape {:?} has more than 2^31 elements", path.display(), npy.shape()));
+    }
     let shape: Vec<usize> = npy.shape().iter().map(|&n| n as usize).collect();
     let descr = npy.dtype().descr();
     let (data, dtype) = match descr.as_str() {
@@ -31,10 +37,17 @@ pub fn read(path: &Path) -> Result<(Tensor, DType), String> {
     Ok((Tensor { shape, data }, dtype))
 }
 
-/// Writes a tensor as `.npy` of the given element type (bf16 as f32).
+/// Writes a tensor as `.npy` of the given element type (bf16 as f32), whole or not at all
+/// ([`crate::host::write_atomically`]).
 pub fn write(path: &Path, t: &Tensor, dtype: DType) -> Result<(), String> {
-    let err = |e: std::io::Error| format!("{}: {e}", path.display());
-    let file = BufWriter::new(File::create(path).map_err(err)?);
+    let mut bytes = Vec::new();
+    encode(&mut bytes, t, dtype).map_err(|e| format!("{}: {e}", path.display()))?;
+    crate::host::write_atomically(path, &bytes)
+}
+
+fn encode(out: &mut Vec<u8>, t: &Tensor, dtype: DType) -> Result<(), String> {
+    let err = |e: std::io::Error| e.to_string();
+    let file = BufWriter::new(out);
     let shape: Vec<u64> = t.shape.iter().map(|&n| n as u64).collect();
     match dtype {
         DType::F16 => {

@@ -162,3 +162,94 @@ fn dtc_eval_and_cpu_run_match_numpy() {
     }
     assert_eq!(report.lines().count(), 6, "{report}");
 }
+
+/// A scratch directory of this test's own.
+fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("dtc_cli_{name}_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A `.npy` file of f32 values with a shape written by hand (no numpy needed).
+fn npy(path: &Path, shape: &[u64], values: &[f32]) {
+    let dims: Vec<String> = shape.iter().map(|n| n.to_string()).collect();
+    let shape_text = if dims.len() == 1 { format!("({},)", dims[0]) } else { format!("({})", dims.join(", ")) };
+    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape_text}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    values.iter().for_each(|v| bytes.extend_from_slice(&v.to_le_bytes()));
+    std::fs::write(path, bytes).unwrap();
+}
+
+fn stderr_of(args: &[&str]) -> (Option<i32>, String) {
+    let out = dtc().args(args).output().expect("dtc runs");
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Bad arguments and data files are errors that name what is wrong (exit 1), never panics,
+/// signals or huge allocations: a header whose shape multiplies to 2^64 (0 when the product
+/// wraps around), an input or scalar given twice, a scalar the kernel does not read, a
+/// non-finite scalar, a size above 2^31, a size above a kernel's bound on the interpreter.
+#[test]
+fn dtc_run_rejects_bad_arguments_and_data_with_clear_errors() {
+    let dir = scratch("bad_args");
+    let (a, wrapped) = (dir.join("a.npy"), dir.join("wrapped.npy"));
+    npy(&a, &[4], &[1.0, 2.0, 3.0, 4.0]);
+    npy(&wrapped, &[1 << 32, 1 << 32], &[]);
+    let spec = dir.join("add.dt");
+    std::fs::write(&spec, "Func f; In A; SIn s; Var x;\nf[x] = A[x] * s;\nf.bound(x:3);\nf.compile();\n").unwrap();
+    let (spec, a, wrapped, out) = (spec.to_str().unwrap(), a.to_str().unwrap(), wrapped.to_str().unwrap(), dir.join("o.npy"));
+    let out = out.to_str().unwrap();
+    let input = |p: &str| format!("A={p}");
+    let cases: [(Vec<String>, &str); 7] = [
+        (vec![input(wrapped), "--scalar".into(), "s=1".into()], "has more than 2^31 elements"),
+        (vec![input(a), "--input".into(), input(a), "--scalar".into(), "s=1".into()], "--input A is given twice"),
+        (vec![input(a), "--scalar".into(), "s=1".into(), "--scalar".into(), "s=2".into()], "--scalar s is given twice"),
+        (vec![input(a), "--scalar".into(), "s=1".into(), "--scalar".into(), "t=2".into()], "has no scalar `t`"),
+        (vec![input(a), "--scalar".into(), "s=inf".into()], "scalar `s`: `inf` is not a finite number"),
+        (vec![input(a), "--scalar".into(), "s=1".into(), "--size".into(), "x=99999999999".into()], "at most 2^31"),
+        (vec![input(a), "--scalar".into(), "s=1".into()], "above the bound 3"),
+    ];
+    for (extra, want) in cases {
+        let mut args: Vec<String> =
+            vec!["run".into(), "--backend".into(), "interp".into(), spec.into(), "--output".into(), out.into(), "--input".into()];
+        args.extend(extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, err) = stderr_of(&args);
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert!(err.contains(want) && !err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+/// A spec that is not UTF-8 is a located error; output that cannot be written (a full disk)
+/// is an error, not a panic, and leaves the file that was there as it was.
+#[test]
+fn dtc_reports_unreadable_specs_and_unwritable_outputs() {
+    let dir = scratch("io");
+    let bad = dir.join("bad.dt");
+    std::fs::write(&bad, b"Func f;\nIn A;\xff\n").unwrap();
+    let (code, err) = stderr_of(&["check", bad.to_str().unwrap()]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("bad.dt:2:6: error: the file is not UTF-8 text"), "{err}");
+    if Path::new("/dev/full").exists() {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full");
+        let out = dtc().args(["emit", "--target", "kir", "dt-kernels/specs/softmax.dt"]).stdout(full).output().expect("dtc runs");
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("writing to standard output") && !err.contains("panicked"), "{err}");
+    }
+    // An output written through a directory that does not exist fails before touching anything.
+    let kept = dir.join("kept.kir");
+    std::fs::write(&kept, "before").unwrap();
+    let (code, _) = stderr_of(&["emit", "--target", "kir", "dt-kernels/specs/softmax.dt", "-o", kept.to_str().unwrap()]);
+    assert_eq!(code, Some(0));
+    assert!(std::fs::read_to_string(&kept).unwrap().starts_with("kernel "), "written whole");
+    let missing = dir.join("no_such_dir").join("out.kir");
+    let (code, err) = stderr_of(&["emit", "--target", "kir", "dt-kernels/specs/softmax.dt", "-o", missing.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{err}");
+}

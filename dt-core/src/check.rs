@@ -22,6 +22,8 @@ const UNARY_FUNCS: &[(&str, UnOp)] = &[
     ("abs", UnOp::Abs),
 ];
 const BUILTIN_FUNCS: &str = "exp, exp2, log, sqrt, rsqrt, tanh, sigmoid, abs, max, min, where, len, rsum, rmax, rmin, rdot, reshape";
+/// Most Funcs a chain of reads may go through (a Func reading one that reads another ...).
+pub const MAX_FUNC_CHAIN: usize = 512;
 const PRIMITIVES: &str =
     "block, tensorize, map, cluster, fuse_at, num_warps, num_stages, max_registers, fast_math, warp_specialize, persistent, dtypes, bound, specialize, compile";
 
@@ -577,29 +579,50 @@ impl<'a, 'd> Checker<'a, 'd> {
 
     /// Reports Funcs that depend on themselves; returns whether there were none.
     fn check_cycles(&mut self) -> bool {
-        // Colour-marking depth-first search over Func reads.
+        // Colour-marking depth-first search over Func reads, with its own stack (a chain of
+        // many Funcs would overflow the thread's); on the way back, each Func's chain length.
         let n = self.prog.funcs.len();
+        let reads: Vec<Vec<usize>> =
+            (0..n).map(|f| self.prog.funcs[f].body.reads().into_iter().map(|(g, _)| g.index()).collect()).collect();
         let mut state = vec![0u8; n];
+        let mut chain = vec![1usize; n];
         let mut reported = vec![false; n];
-        fn visit(p: &Program, f: usize, state: &mut [u8], path: &mut Vec<usize>, cycles: &mut Vec<Vec<usize>>) {
-            state[f] = 1;
-            path.push(f);
-            for (g, _) in p.funcs[f].body.reads() {
-                let g = g.index();
+        let mut cycles = Vec::new();
+        for root in 0..n {
+            if state[root] != 0 {
+                continue;
+            }
+            state[root] = 1;
+            let mut stack: Vec<(usize, usize)> = vec![(root, 0)];
+            while let Some(top) = stack.last_mut() {
+                let (f, next) = *top;
+                let Some(&g) = reads[f].get(next) else {
+                    state[f] = 2;
+                    chain[f] = 1 + reads[f].iter().map(|&g| if state[g] == 2 { chain[g] } else { 0 }).max().unwrap_or(0);
+                    stack.pop();
+                    continue;
+                };
+                top.1 += 1;
                 if state[g] == 1 {
+                    let path: Vec<usize> = stack.iter().map(|(x, _)| *x).collect();
                     let start = path.iter().position(|&x| x == g).unwrap_or(0);
                     cycles.push(path[start..].to_vec());
                 } else if state[g] == 0 {
-                    visit(p, g, state, path, cycles);
+                    state[g] = 1;
+                    stack.push((g, 0));
                 }
             }
-            path.pop();
-            state[f] = 2;
         }
-        let mut cycles = Vec::new();
-        for f in 0..n {
-            if state[f] == 0 {
-                visit(&self.prog, f, &mut state, &mut Vec::new(), &mut cycles);
+        // Later passes walk chains recursively: a located limit instead of a stack overflow.
+        if cycles.is_empty() {
+            if let Some(f) = (0..n).find(|&f| chain[f] > MAX_FUNC_CHAIN) {
+                let span = self.defs[f].as_ref().map_or(self.prog.funcs[f].span, |d| d.span);
+                let msg = format!(
+                    "`{}` is computed through a chain of {} Funcs; at most {MAX_FUNC_CHAIN} are supported",
+                    self.prog.funcs[f].name, chain[f]
+                );
+                self.err(span, msg, "compute part of the chain in another kernel");
+                return false;
             }
         }
         for cyc in cycles {
@@ -1285,21 +1308,28 @@ fn largest_pow2_divisor(b: u32) -> u32 {
 
 /// Every Func read while computing `c`, with the labels it is read under as seen from `c`
 /// (reads through other Funcs are followed and renamed).
+///
+/// Each distinct read is listed once, in the order a depth-first walk first meets it, and its
+/// Func's body is walked once: what a Func reads under given labels does not depend on the path
+/// that reached it (the read graph is acyclic), so a graph that reads a producer twice per level
+/// costs a walk per distinct read, not per path. The walk keeps its own stack.
 pub fn expanded_reads(p: &Program, c: FuncId) -> Vec<(FuncId, Vec<DimId>)> {
-    fn go(p: &Program, e: &Expr, out: &mut Vec<(FuncId, Vec<DimId>)>, budget: &mut usize) {
-        for (g, labels) in e.reads() {
-            if *budget == 0 {
-                return;
-            }
-            *budget -= 1;
-            if !out.contains(&(g, labels.clone())) {
-                out.push((g, labels.clone()));
-            }
-            go(p, &p.renamed_body(g, &labels), out, budget);
+    let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    // The reads of each body being walked, and the next of them to visit.
+    type Walk = (Vec<(FuncId, Vec<DimId>)>, usize);
+    let mut stack: Vec<Walk> = vec![(p.func(c).body.reads(), 0)];
+    while let Some((reads, next)) = stack.last_mut() {
+        let Some((g, labels)) = reads.get(*next).cloned() else {
+            stack.pop();
+            continue;
+        };
+        *next += 1;
+        if seen.insert((g, labels.clone())) {
+            let body = p.renamed_body(g, &labels);
+            out.push((g, labels));
+            stack.push((body.reads(), 0));
         }
     }
-    let mut out = Vec::new();
-    let mut budget = 10_000;
-    go(p, &p.func(c).body, &mut out, &mut budget);
     out
 }

@@ -123,13 +123,14 @@ pub fn bind<'a>(p: &Program, k: FuncId, args: &'a Args) -> Result<Bound<'a>, Arg
         if t.len() > MAX_ELEMENTS {
             return Err(ArgError(format!("input `{}` has {} elements; at most 2^31 are supported", input.name, t.len())));
         }
-        if t.len() != t.shape.iter().product::<usize>() {
+        let needed = t.shape.iter().try_fold(1usize, |acc, n| acc.checked_mul(*n));
+        if needed != Some(t.len()) {
             return Err(ArgError(format!(
                 "input `{}` holds {} values but its shape {:?} needs {}",
                 input.name,
                 t.len(),
                 t.shape,
-                t.shape.iter().product::<usize>()
+                needed.map_or("more than 2^64".to_string(), |n| n.to_string())
             )));
         }
         for (_, labels) in loads.iter().filter(|(x, _)| x == i) {
@@ -154,6 +155,9 @@ pub fn bind<'a>(p: &Program, k: FuncId, args: &'a Args) -> Result<Bound<'a>, Arg
         let Some(d) = p.dims.iter().position(|d| &d.name == name) else {
             return Err(ArgError(format!("`{name}` is not a dimension of this spec")));
         };
+        if *n > MAX_ELEMENTS {
+            return Err(ArgError(format!("size {n} given for `{name}`; at most 2^31 is supported")));
+        }
         match &sizes[d] {
             Some((m, from)) if m != n => return Err(ArgError(format!("size {n} given for `{name}`, but {from} makes it {m}"))),
             Some(_) => {}
@@ -173,8 +177,17 @@ pub fn bind<'a>(p: &Program, k: FuncId, args: &'a Args) -> Result<Bound<'a>, Arg
             }
         }
     }
+    let kernel_scalars = p.kernel_scalars(k);
+    for (name, _) in &args.scalars {
+        if !kernel_scalars.iter().any(|s| &p.scalars[s.index()].name == name) {
+            return Err(ArgError(format!(
+                "kernel `{kname}` has no scalar `{name}` (scalars: {})",
+                names(kernel_scalars.iter().map(|s| p.scalars[s.index()].name.as_str()))
+            )));
+        }
+    }
     let mut scalars = Vec::new();
-    for s in p.kernel_scalars(k) {
+    for s in kernel_scalars {
         let name = &p.scalars[s.index()].name;
         match args.scalars.iter().find(|(n, _)| n == name) {
             Some((_, v)) => scalars.push(*v),

@@ -116,7 +116,18 @@ fn main() -> ExitCode {
 
 /// Reads and checks a spec; on failure, the rendered diagnostics.
 fn load(path: &Path) -> Result<Program, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: error: {e}", path.display()))?;
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: error: {e}", path.display()))?;
+    let text = match String::from_utf8(bytes) {
+        Ok(t) => t,
+        Err(e) => {
+            // Located at the first byte that is not UTF-8: the line and column of the text before it.
+            let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+            let before = std::str::from_utf8(valid).unwrap_or_default();
+            let line = before.matches('\n').count() + 1;
+            let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            return Err(format!("{}:{line}:{col}: error: the file is not UTF-8 text (byte {})", path.display(), valid.len()));
+        }
+    };
     let src = SourceFile::new(path.display().to_string(), text);
     dt_core::compile_spec(src.text()).map_err(|diags| src.render_all(&diags))
 }
@@ -172,16 +183,28 @@ fn prepare(a: &RunArgs, features: GpuFeatures) -> Result<Prepared, String> {
             Some(prev) if prev != dt => return Err(format!("inputs mix element types ({prev} and {dt}); a kernel takes one")),
             _ => input_dtype = Some(dt),
         }
+        if args.inputs.iter().any(|(n, _)| n == name) {
+            return Err(format!("--input {name} is given twice"));
+        }
         args.inputs.push((name.to_string(), t));
     }
     for s in &a.scalars {
-        let (name, v) = split_pair(s, "NAME=VALUE")?;
-        let v: f32 = v.parse().map_err(|_| format!("scalar `{name}`: `{v}` is not a number"))?;
+        let (name, text) = split_pair(s, "NAME=VALUE")?;
+        let v: f32 = text.parse().map_err(|_| format!("scalar `{name}`: `{text}` is not a number"))?;
+        if !v.is_finite() {
+            return Err(format!("scalar `{name}`: `{text}` is not a finite number"));
+        }
+        if args.scalars.iter().any(|(n, _)| n == name) {
+            return Err(format!("--scalar {name} is given twice"));
+        }
         args.scalars.push((name.to_string(), v));
     }
     for s in &a.sizes {
         let (name, v) = split_pair(s, "DIM=N")?;
         let n: usize = v.parse().map_err(|_| format!("size of `{name}`: `{v}` is not a whole number"))?;
+        if args.sizes.iter().any(|(d, _)| d == name) {
+            return Err(format!("--size {name} is given twice"));
+        }
         args.sizes.push((name.to_string(), n));
     }
     let dtype = match &a.dtype {
@@ -259,10 +282,12 @@ fn emit(file: &Path, kernel: Option<&str>, target: Target, output: Option<&Path>
         }
     };
     match output {
-        Some(path) => std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display())),
+        Some(path) => dt_codegen::host::write_atomically(path, text.as_bytes()),
         None => {
-            print!("{text}");
-            Ok(())
+            use std::io::Write;
+            // A closed pipe (`dtc emit ... | head`) or a full disk is an error, not a panic.
+            let mut out = std::io::stdout().lock();
+            out.write_all(text.as_bytes()).and_then(|_| out.flush()).map_err(|e| format!("dtc emit: writing to standard output: {e}"))
         }
     }
 }
@@ -282,16 +307,20 @@ fn run(backend: Backend, a: &RunArgs) -> Result<(), String> {
     let kir = dt_core::lower::lower(&p.program, p.kernel).map_err(|e| format!("{}: error: {e}", a.file.display()))?;
     let bound = dt_core::tensor::bind(&p.program, p.kernel, &p.args).map_err(|e| format!("dtc run: {e}"))?;
     let out = match backend {
-        Backend::Interp => dt_core::interp::run(&kir, &bound, p.dtype),
+        Backend::Interp => {
+            // As the compiled backends do: a size above a bound the kernel was built for is an error.
+            dt_codegen::host::check_bounds(&kir, &bound).map_err(|e| format!("dtc run: {e}"))?;
+            dt_core::interp::run(&kir, &bound, p.dtype)
+        }
         Backend::Cpu => {
             let symbol = dt_codegen::emit::symbol(&kir, p.dtype);
             let src = dt_codegen::emit::c::emit_file(&header(&a.file), &[(&kir, p.dtype, symbol.clone())])
                 .map_err(|e| format!("{}: error: {e}", a.file.display()))?;
-            let dir = std::env::temp_dir().join(format!("dtc-{}", std::process::id()));
-            let lib = dt_codegen::host::compile(&src, &dir, &kir.name).map_err(|e| e.to_string())?;
-            let out = lib.run(&symbol, &kir, &bound, p.dtype).map_err(|e| e.to_string());
-            let _ = std::fs::remove_dir_all(&dir);
-            out?
+            // A directory of this process's own (mode 0700, a fresh name), removed on every path
+            // when `dir` is dropped.
+            let dir = dt_codegen::host::private_dir("dtc-").map_err(|e| e.to_string())?;
+            let lib = dt_codegen::host::compile(&src, dir.path(), &kir.name).map_err(|e| e.to_string())?;
+            lib.run(&symbol, &kir, &bound, p.dtype).map_err(|e| e.to_string())?
         }
         Backend::Cuda => {
             let symbol = dt_codegen::emit::symbol(&kir, p.dtype);

@@ -19,7 +19,8 @@ pub fn build_body(p: &Program, k: FuncId, kernel: &mut Kernel) -> Result<(), Low
     let f = p.func(k);
     let mut order: Vec<DimId> = f.dims.clone();
     order.extend(p.kernel_dims(k).into_iter().filter(|d| !f.dims.contains(d)));
-    let mut b = Builder { p, k, kernel, order, active: Vec::new(), stmts: vec![Vec::new()], placed: Vec::new() };
+    let mut b =
+        Builder { p, k, kernel, order, active: Vec::new(), stmts: vec![Vec::new()], placed: Vec::new(), inlined: Default::default() };
     b.kernel_loops(0)?;
     b.kernel.body = b.stmts.pop().unwrap_or_default();
     Ok(())
@@ -37,6 +38,11 @@ struct Builder<'a> {
     stmts: Vec<Vec<Stmt>>,
     /// Producers computed so far: Func, the labels they were computed under, their accumulator.
     placed: Vec<(FuncId, Vec<DimId>, VarId)>,
+    /// Funcs inlined so far, by Func and labels: the value, and the depth of the statement list
+    /// that defines it. A read under the same labels in that list, or in one inside it, reuses
+    /// the value, so that a Func read twice by each level of a graph is lowered once per level,
+    /// not once per path.
+    inlined: std::collections::HashMap<(FuncId, Vec<DimId>), (ValueId, usize)>,
 }
 
 impl Builder<'_> {
@@ -113,6 +119,8 @@ impl Builder<'_> {
     fn close_loop(&mut self, d: DimId, kind: LoopKind, step: u32, stages: u32, origin: String) {
         self.active.pop();
         let body = self.stmts.pop().unwrap_or_default();
+        let depth = self.stmts.len();
+        self.inlined.retain(|_, (_, at)| *at <= depth);
         let origin = origin.trim();
         let origin = if stages > 1 { format!("{origin} num_stages({stages})").trim().to_string() } else { origin.to_string() };
         self.emit(Stmt::Loop(Loop { dim: d, kind, step, stages, backward: false, steps: crate::kir::Steps::All, origin, body }));
@@ -221,8 +229,14 @@ impl Builder<'_> {
                         return Err(LowerError(format!("`{}` is read before the loop it is placed at", self.p.func(*func).name)));
                     }
                 }
+                let key = (*func, index.clone());
+                if let Some(&(v, _)) = self.inlined.get(&key) {
+                    return Ok(v);
+                }
                 let body = self.p.renamed_body(*func, index);
-                self.expr(&body, *func)?
+                let v = self.expr(&body, *func)?;
+                self.inlined.insert(key, (v, self.stmts.len()));
+                v
             }
             Expr::Unary(op, a) => {
                 let a = self.expr(a, f)?;
