@@ -11,6 +11,7 @@
 //! count below the asked-for repetitions means a single run was so slow that the per-row time
 //! budget cut it short; the table says so.
 
+use crate::results::{self, Progress, Row, DT_COPY};
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use dt_codegen::cuda_run::{CudaRunner, Staged};
@@ -20,8 +21,8 @@ use dt_core::kir::Kernel;
 use dt_core::tensor::{Args, Tensor};
 use dt_core::DType;
 use std::collections::HashMap;
-use std::io::Write;
-use std::path::PathBuf;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub struct Options {
@@ -35,6 +36,18 @@ pub struct Options {
     pub baselines: Vec<String>,
     /// Shapes to run, as [`Job::shape_text`] writes them without " causal" (empty: all).
     pub shapes: Vec<String>,
+    /// A previous run's JSON: its finished rows and baselines are taken from it, the rest
+    /// measured, and the result written back to it (unless `json` names another file).
+    pub resume: Option<PathBuf>,
+    /// Seconds the whole run may take: rows not started by then are listed as not run.
+    pub total_budget_s: Option<f64>,
+}
+
+impl Options {
+    /// Where the rows are kept as they finish.
+    fn json_path(&self) -> Option<&Path> {
+        self.json.as_deref().or(self.resume.as_deref())
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -343,31 +356,6 @@ fn flush_l2(stream: &Arc<CudaStream>, buf: &mut CudaSlice<u8>) -> Result<(), Str
     stream.memset_zeros(buf).map_err(|e| e.to_string())
 }
 
-/// A time in milliseconds with four significant digits under 1 ms (0.0285), three above.
-fn ms(m: f64) -> String {
-    if m < 1.0 {
-        format!("{m:.4}")
-    } else {
-        format!("{m:.3}")
-    }
-}
-
-#[derive(Default, Clone)]
-struct Row {
-    op: String,
-    /// The kernel (size-class variant) that ran.
-    kernel: String,
-    shape: String,
-    dtype: String,
-    dt_ms: Option<f64>,
-    runs: usize,
-    rate: String,
-    best: Option<(String, f64)>,
-    copy_fraction: Option<f64>,
-    status: String,
-    baselines: Vec<(String, Option<f64>, String)>,
-}
-
 pub fn run(opts: &Options) -> Result<(), String> {
     let selected = selected_jobs(opts)?;
     let gpu = match CudaRunner::new(0) {
@@ -377,6 +365,10 @@ pub fn run(opts: &Options) -> Result<(), String> {
             return cpu_bench(&selected, opts);
         }
     };
+    let previous = match &opts.resume {
+        Some(path) if path.exists() => results::from_json(path)?,
+        _ => Vec::new(),
+    };
     let stream = gpu.stream.clone();
     let mut flush: CudaSlice<u8> = stream.alloc_zeros(256 << 20).map_err(|e| e.to_string())?;
     let mut compiled: HashMap<&str, Compiled> = HashMap::new();
@@ -384,16 +376,30 @@ pub fn run(opts: &Options) -> Result<(), String> {
     let mut rng = Rng::new(11);
     let blas = CudaBlas::new(stream.clone()).map_err(|e| e.to_string())?;
     let timer = Timer::new(&gpu)?;
+    let mut progress = Progress::new(selected.len());
     for (i, job) in selected.iter().enumerate() {
         eprint!("[{}/{}] {} {} {} ... ", i + 1, selected.len(), job.op, job.shape_text(), job.dtype);
         let _ = std::io::stderr().flush();
+        // The same inputs whether the row is measured or not, so a resumed run draws what a
+        // whole one does.
+        let args = args(job, &mut rng);
         let mut row = Row { op: job.op.into(), shape: job.shape_text(), dtype: job.dtype.name().into(), ..Default::default() };
+        if let Some(done) = previous.iter().find(|r| r.is(job.op, &job.shape_text(), job.dtype.name()) && r.measured()) {
+            rows.push(done.clone());
+            eprintln!("taken from {} ({})", opts.resume.as_deref().unwrap_or(Path::new("?")).display(), progress.line(i + 1));
+            continue;
+        }
+        if opts.total_budget_s.is_some_and(|b| progress.elapsed() > b) {
+            row.status = "not run: the run's time budget is spent".into();
+            rows.push(row);
+            eprintln!("not run (the run's time budget is spent)");
+            continue;
+        }
         let result = (|| -> Result<(), String> {
             if !compiled.contains_key(job.spec()) {
                 compiled.insert(job.spec(), compile(&gpu, job.spec())?);
             }
             let c = &compiled[job.spec()];
-            let args = args(job, &mut rng);
             let (kernel, bound) = choose_variant(&c.program, &c.kernels, job, &args, gpu.features())?;
             row.kernel = kernel.name.clone();
             let staged: Staged = gpu.stage(kernel, &bound, job.dtype).map_err(|e| e.to_string())?;
@@ -436,17 +442,13 @@ pub fn run(opts: &Options) -> Result<(), String> {
             Ok(())
         })();
         rows.push(row.finished(result));
+        progress.measured_one();
+        eprintln!(" ({})", progress.line(i + 1));
+        results::save(&rows, opts.json_path())?;
     }
-    python_baselines(&selected, &mut rows, opts);
-    for row in &mut rows {
-        row.best = row
-            .baselines
-            .iter()
-            .filter(|(n, ms, _)| ms.is_some() && n != DT_COPY && n != PY_COPY)
-            .map(|(n, ms, _)| (n.clone(), ms.unwrap_or(f64::MAX)))
-            .min_by(|a, b| a.1.total_cmp(&b.1));
-    }
-    report(&rows, opts)
+    python_baselines(&selected, &mut rows, opts)?;
+    rows.iter_mut().for_each(Row::pick_best);
+    results::report(&rows, opts.json_path())
 }
 
 /// cuBLAS's time for the job's product on `args`' inputs (random data: on zeros the tensor
@@ -496,37 +498,59 @@ fn cublas_time(blas: &CudaBlas, timer: &Timer, job: &Job, args: &Args, opts: &Op
     }
 }
 
-/// Runs bench/baselines.py on every job (when python3 has torch and triton) and adds its timings.
-fn python_baselines(jobs: &[Job], rows: &mut [Row], opts: &Options) {
+/// Runs bench/baselines.py (when python3 has torch and triton) on every job whose row lacks
+/// a baseline asked for (any, when none is named), reading its timings as it prints them and
+/// keeping the rows on disk after each.
+fn python_baselines(jobs: &[Job], rows: &mut [Row], opts: &Options) -> Result<(), String> {
     let script = crate::regen::workspace().join("bench/baselines.py");
     let has_torch = std::process::Command::new("python3").args(["-c", "import torch, triton"]).output().is_ok_and(|o| o.status.success());
     if !has_torch || !script.exists() {
         eprintln!("python3 with torch and triton not found: torch, Triton and Liger baselines skipped");
-        return;
+        return Ok(());
     }
+    let missing = |row: &Row| -> Vec<String> {
+        match opts.baselines.is_empty() {
+            true if row.has_python_baseline(None) => vec![],
+            true => vec![String::new()],
+            false => opts.baselines.iter().filter(|b| !row.has_python_baseline(Some(b))).cloned().collect(),
+        }
+    };
     let list: Vec<serde_json::Value> = jobs
         .iter()
-        .map(|j| serde_json::json!({"op": j.op, "dtype": j.dtype.name(), "shape": j.shape, "causal": j.causal, "flush_l2": j.memory_bound(), "reps": opts.reps}))
+        .zip(rows.iter())
+        .filter_map(|(j, row)| {
+            let want = missing(row);
+            (!want.is_empty()).then(|| {
+                let mut job = serde_json::json!({"op": j.op, "dtype": j.dtype.name(), "shape": j.shape, "causal": j.causal, "flush_l2": j.memory_bound(), "reps": opts.reps});
+                if !opts.baselines.is_empty() {
+                    job["baselines"] = serde_json::json!(want);
+                }
+                job
+            })
+        })
         .collect();
-    let file = std::env::temp_dir().join(format!("dt-bench-jobs-{}.json", std::process::id()));
-    if std::fs::write(&file, serde_json::to_string(&list).unwrap_or_default()).is_err() {
-        return;
+    if list.is_empty() {
+        return Ok(());
     }
-    eprintln!("running bench/baselines.py on {} jobs ...", jobs.len());
+    let file = std::env::temp_dir().join(format!("dt-bench-jobs-{}.json", std::process::id()));
+    std::fs::write(&file, serde_json::to_string(&list).unwrap_or_default()).map_err(|e| format!("{}: {e}", file.display()))?;
+    eprintln!("running bench/baselines.py on {} jobs ...", list.len());
     let mut cmd = std::process::Command::new("python3");
     cmd.arg(&script).arg("--jobs").arg(&file);
     if !opts.baselines.is_empty() {
         cmd.arg("--baselines").arg(opts.baselines.join(","));
     }
-    let out = match cmd.stderr(std::process::Stdio::inherit()).output() {
-        Ok(o) => o,
+    let mut child = match cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::inherit()).spawn() {
+        Ok(c) => c,
         Err(e) => {
             eprintln!("bench/baselines.py did not run: {e}");
-            return;
+            return Ok(());
         }
     };
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+    let stdout = child.stdout.take().ok_or("bench/baselines.py: no output")?;
+    // One JSON line per (job, baseline) as the script finishes it.
+    for line in std::io::BufReader::new(stdout).lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line.map_err(|e| e.to_string())?) else { continue };
         let shape: Vec<usize> =
             v["shape"].as_array().map(|a| a.iter().filter_map(|x| x.as_u64()).map(|x| x as usize).collect()).unwrap_or_default();
         let Some(i) = jobs.iter().position(|j| {
@@ -535,95 +559,13 @@ fn python_baselines(jobs: &[Job], rows: &mut [Row], opts: &Options) {
             continue;
         };
         let name = v["baseline"].as_str().unwrap_or("?").to_string();
+        rows[i].baselines.retain(|(n, _, _)| *n != name);
         rows[i].baselines.push((name, v["ms"].as_f64(), v["status"].as_str().unwrap_or("").to_string()));
+        results::save(rows, opts.json_path())?;
     }
-}
-
-/// The copy of the same bytes timed in this process, and the one `bench/baselines.py` times in
-/// its own: each is the bandwidth its process sees, which the two processes do not always share
-/// (docs/bench/h100.md, thirteenth session).
-const DT_COPY: &str = "d2d_copy";
-const PY_COPY: &str = "torch_copy";
-
-impl Row {
-    fn baseline_ms(&self, name: &str) -> Option<f64> {
-        self.baselines.iter().find(|(n, _, _)| n == name).and_then(|b| b.1)
-    }
-
-    /// DT / best baseline with each time taken as a multiple of the copy timed in its own process.
-    fn ratio_against_own_copies(&self) -> Option<f64> {
-        let (dt, best) = (self.dt_ms?, self.best.as_ref()?.1);
-        Some((dt / self.baseline_ms(DT_COPY)?) / (best / self.baseline_ms(PY_COPY)?))
-    }
-
-    /// The row with the status of its run, after printing the progress line's end.
-    fn finished(mut self, result: Result<(), String>) -> Row {
-        self.status = match result {
-            Ok(()) => "ok".into(),
-            Err(e) => format!("failed: {e}"),
-        };
-        eprintln!("{}", self.dt_ms.map_or(self.status.clone(), |ms| format!("{ms:.3} ms ({})", self.rate)));
-        self
-    }
-}
-
-/// Prints the table and, with `--json`, writes the rows.
-fn report(rows: &[Row], opts: &Options) -> Result<(), String> {
-    print_table(rows);
-    if let Some(path) = &opts.json {
-        std::fs::write(path, to_json(rows)).map_err(|e| format!("{}: {e}", path.display()))?;
-    }
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&file);
     Ok(())
-}
-
-fn print_table(rows: &[Row]) {
-    println!("| op | kernel | shape | dtype | DT ms | DT rate | runs | best baseline | its ms | DT / best | copy fraction | DT / best, against own copies |");
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
-    for r in rows {
-        let dt = r.dt_ms.map_or(r.status.clone(), ms);
-        let (best, best_ms, ratio) = match (&r.best, r.dt_ms) {
-            (Some((n, b)), Some(d)) => (n.clone(), ms(*b), format!("{:.2}", d / b)),
-            (Some((n, b)), None) => (n.clone(), ms(*b), "-".into()),
-            _ => ("-".into(), "-".into(), "-".into()),
-        };
-        let copy = r.copy_fraction.map_or("-".into(), |f| format!("{f:.2}"));
-        let own = r.ratio_against_own_copies().map_or("-".into(), |f| format!("{f:.2}"));
-        println!(
-            "| {} | {} | {} | {} | {dt} | {} | {} | {best} | {best_ms} | {ratio} | {copy} | {own} |",
-            r.op, r.kernel, r.shape, r.dtype, r.rate, r.runs
-        );
-    }
-    let failed: Vec<String> = rows
-        .iter()
-        .flat_map(|r| {
-            r.baselines
-                .iter()
-                .filter(|(_, _, s)| s.starts_with("failed"))
-                .map(move |(n, _, s)| format!("{} {} {} {n}: {s}", r.op, r.shape, r.dtype))
-        })
-        .collect();
-    if !failed.is_empty() {
-        println!("\nbaselines that failed:");
-        for f in failed {
-            println!("- {f}");
-        }
-    }
-}
-
-fn to_json(rows: &[Row]) -> String {
-    let v: Vec<serde_json::Value> = rows
-        .iter()
-        .map(|r| {
-            serde_json::json!({
-                "op": r.op, "kernel": r.kernel, "shape": r.shape, "dtype": r.dtype, "dt_ms": r.dt_ms, "runs": r.runs, "rate": r.rate, "status": r.status,
-                "best_baseline": r.best.as_ref().map(|b| &b.0), "best_ms": r.best.as_ref().map(|b| b.1),
-                "ratio_dt_over_best": match (&r.best, r.dt_ms) { (Some(b), Some(d)) => Some(d / b.1), _ => None },
-                "copy_fraction": r.copy_fraction, "ratio_against_own_copies": r.ratio_against_own_copies(),
-                "baselines": r.baselines.iter().map(|(n, ms, s)| serde_json::json!({"name": n, "ms": ms, "status": s})).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
-    serde_json::to_string_pretty(&v).unwrap_or_default()
 }
 
 /// The size-class variant of the job's kernel that the library runs for `args` on a GPU offering
@@ -710,7 +652,7 @@ fn cpu_bench(selected: &[Job], opts: &Options) -> Result<(), String> {
         rows.push(row.finished(result));
     }
     let _ = std::fs::remove_dir_all(&dir);
-    report(&rows, opts)
+    results::report(&rows, opts.json_path())
 }
 
 #[cfg(test)]
@@ -743,6 +685,8 @@ mod tests {
             budget_s: 0.1,
             baselines: vec![],
             shapes: strings(shapes),
+            resume: None,
+            total_budget_s: None,
         }
     }
 

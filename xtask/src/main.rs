@@ -2,6 +2,7 @@
 
 mod bench;
 mod regen;
+mod results;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -45,6 +46,13 @@ enum Command {
         /// list is benched for every selected op whose shape has as many sizes.
         #[arg(long = "shape")]
         shapes: Vec<String>,
+        /// Take the finished rows and baselines of this JSON (a run that stopped) and measure the
+        /// rest; the rows are written back to it as they finish (unless --json names another).
+        #[arg(long)]
+        resume: Option<std::path::PathBuf>,
+        /// Seconds the whole run may take: rows not started by then are listed as not run.
+        #[arg(long = "total-budget")]
+        total_budget: Option<f64>,
     },
 }
 
@@ -52,9 +60,17 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Regen { check } => regen::run(check),
-        Command::Bench { ops, dtypes, json, reps, budget, baselines, shapes } => {
-            bench::run(&bench::Options { ops, dtypes, json, reps, budget_s: budget, baselines, shapes })
-        }
+        Command::Bench { ops, dtypes, json, reps, budget, baselines, shapes, resume, total_budget } => bench::run(&bench::Options {
+            ops,
+            dtypes,
+            json,
+            reps,
+            budget_s: budget,
+            baselines,
+            shapes,
+            resume,
+            total_budget_s: total_budget,
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
