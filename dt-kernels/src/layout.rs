@@ -79,6 +79,13 @@ pub(crate) fn check(what: &dyn Fn() -> String, shape: &[usize], strides: &[usize
             msg: format!("shape {shape:?} with strides {strides:?} reaches element {last}, past the end of its {len} elements of data"),
         });
     }
+    // The GPU kernels index elements with 32-bit offsets.
+    if last >= MAX_ELEMENTS as u128 {
+        return Err(Error::Stride {
+            what: what(),
+            msg: format!("shape {shape:?} with strides {strides:?} reaches element {last}; the kernels reach at most element 2^31 - 1"),
+        });
+    }
     Ok(n)
 }
 
@@ -181,6 +188,10 @@ mod tests {
         assert!(check(&what, &[2, 3], &[1], 6).is_err());
         assert_eq!(check(&what, &[0, 3], &[3, 1], 0).unwrap(), 0);
         assert!(check(&what, &[1 << 20, 1 << 12], &[1 << 12, 1], usize::MAX).is_err());
+        // Within a buffer of more than 2^31 elements but past the kernels' 32-bit offsets.
+        let err = check(&what, &[2], &[1 << 31], usize::MAX).unwrap_err().to_string();
+        assert!(err.contains("reaches element 2147483648; the kernels reach at most element 2^31 - 1"), "{err}");
+        assert_eq!(check(&what, &[2], &[(1 << 31) - 2], usize::MAX).unwrap(), 2);
         assert!(permute(&what, &[2, 3], &[3, 1], &[0, 0]).is_err());
         assert!(check_no_overlap(&what, &[2, 3], &[3, 1]).is_ok());
         assert!(check_no_overlap(&what, &[2, 3], &[1, 2]).is_ok());

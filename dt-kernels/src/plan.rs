@@ -102,6 +102,9 @@ pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], s
 
 /// [`plan`] for one kernel.
 fn plan_kernel(op: &OpDesc, kernel: &'static Kernel, dtype: DType, shapes: &[(&[usize], &[usize])], scalars: &[f32]) -> Result<Plan> {
+    if let Some((name, value)) = op.scalars.iter().zip(scalars).find(|(_, v)| !v.is_finite()) {
+        return Err(Error::NonFiniteScalar { op: op.op, name, value: *value });
+    }
     if shapes.len() != op.inputs.len() || scalars.len() != op.scalars.len() {
         return Err(Error::Internal(format!(
             "{}: {} inputs and {} scalars passed to a kernel of {} and {}",

@@ -92,3 +92,13 @@ fn broadcast_and_transposed_inputs_are_read_by_their_strides() {
     let at = a.clone().transpose(0, 1).unwrap();
     assert_eq!(cpu::matmul(&at, &a).unwrap().to_vec(), vec![0.25, 0.375, 0.375, 0.625]);
 }
+
+/// Scalars must be finite: an epsilon or a DyT slope of NaN or infinity is an error that names
+/// it, on the CPU and the GPU alike (they share the checks).
+#[test]
+fn non_finite_scalars_are_errors() {
+    let m = message(cpu::layernorm(&t(&[2, 3]), &t(&[3]), &t(&[3]), f32::NAN));
+    assert_eq!(m, "layernorm: scalar `eps` is NaN; it must be a finite number");
+    let m = message(cpu::dyt(&t(&[2, 3]), &t(&[3]), &t(&[3]), f32::INFINITY));
+    assert_eq!(m, "dyt: scalar `alpha` is inf; it must be a finite number");
+}
