@@ -14,10 +14,18 @@ const INPUTS: &[InputDesc] = &[
 
 const NONEMPTY: &[(&str, &str)] = &[("seq_k", "a softmax over no keys is undefined"), ("d", "the scores are scaled by 1/sqrt(d)")];
 
-static FULL: OpDesc = OpDesc { op: "attention", spec: "attention", kernel: "attention", inputs: INPUTS, scalars: &[], nonempty: NONEMPTY };
+static FULL: OpDesc =
+    OpDesc { op: "attention", spec: "attention", kernel: "attention", inputs: INPUTS, scalars: &[], nonempty: NONEMPTY, nonnegative: &[] };
 
-static CAUSAL: OpDesc =
-    OpDesc { op: "attention (causal)", spec: "attention", kernel: "attention_causal", inputs: INPUTS, scalars: &[], nonempty: NONEMPTY };
+static CAUSAL: OpDesc = OpDesc {
+    op: "attention (causal)",
+    spec: "attention",
+    kernel: "attention_causal",
+    inputs: INPUTS,
+    scalars: &[],
+    nonempty: NONEMPTY,
+    nonnegative: &[],
+};
 
 pub(crate) fn op(causal: bool) -> &'static OpDesc {
     if causal {

@@ -16,6 +16,7 @@ pub(crate) static OP: OpDesc = OpDesc {
     ],
     scalars: &["alpha"],
     nonempty: &[],
+    nonnegative: &[],
 };
 
 /// `tanh(alpha * x) * w + b` with `x` of `[rows, cols]` and per-column `w`, `b` (`[cols]`), on

@@ -50,8 +50,8 @@ pub enum Error {
     #[error("{op}: dimension `{dim}` is {size}, above the bound {bound} that kernel `{kernel}` was compiled for")]
     BoundExceeded { op: &'static str, kernel: String, dim: String, size: usize, bound: u64 },
     /// The kernel was not compiled for this element type (`dtypes(...)` in its spec).
-    #[error("{op}: scalar `{name}` is {value}; it must be a finite number")]
-    NonFiniteScalar { op: &'static str, name: &'static str, value: f32 },
+    #[error("{op}: scalar `{name}` is {value}; {why}")]
+    InvalidScalar { op: &'static str, name: &'static str, value: f32, why: &'static str },
 
     #[error("{op}: kernel `{kernel}` was not built for {dtype} (built for: {built})")]
     DTypeNotBuilt { op: &'static str, kernel: String, dtype: DType, built: String },

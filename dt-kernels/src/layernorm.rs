@@ -15,6 +15,7 @@ pub(crate) static OP: OpDesc = OpDesc {
     ],
     scalars: &["eps"],
     nonempty: &[],
+    nonnegative: &["eps"],
 };
 
 /// `(x - mean) / sqrt(var + eps) * w + b` for each row of `x` (`[rows, cols]`), with the biased

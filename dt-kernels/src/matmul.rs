@@ -14,6 +14,7 @@ pub(crate) static OP: OpDesc = OpDesc {
     inputs: &[InputDesc { param: "A", arg: "a", axes: &["m", "k"] }, InputDesc { param: "B", arg: "b", axes: &["k", "n"] }],
     scalars: &[],
     nonempty: &[],
+    nonnegative: &[],
 };
 
 /// `a @ b` on the GPU: `a` of `[m, k]`, `b` of `[k, n]`, result `[m, n]` (contiguous). Either

@@ -15,6 +15,7 @@ pub(crate) static OP: OpDesc = OpDesc {
     inputs: &[InputDesc { param: "A", arg: "a", axes: &["m", "k"] }, InputDesc { param: "B", arg: "b", axes: &["k", "n"] }],
     scalars: &[],
     nonempty: &[],
+    nonnegative: &[],
 };
 
 /// `leaky_relu(a @ b)` on the GPU: each product `v` becomes `v` if `v > 0`, else `0.01 * v`.

@@ -28,6 +28,9 @@ pub(crate) struct OpDesc {
     pub scalars: &'static [&'static str],
     /// Axes (by API name) that must not be 0 when the output is not empty, and why.
     pub nonempty: &'static [(&'static str, &'static str)],
+    /// Scalars that must not be negative (layernorm's `eps`: below 0 a constant row's variance
+    /// plus `eps` has no square root).
+    pub nonnegative: &'static [&'static str],
 }
 
 /// A call matched to its kernel.
@@ -102,8 +105,13 @@ pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], s
 
 /// [`plan`] for one kernel.
 fn plan_kernel(op: &OpDesc, kernel: &'static Kernel, dtype: DType, shapes: &[(&[usize], &[usize])], scalars: &[f32]) -> Result<Plan> {
-    if let Some((name, value)) = op.scalars.iter().zip(scalars).find(|(_, v)| !v.is_finite()) {
-        return Err(Error::NonFiniteScalar { op: op.op, name, value: *value });
+    for (name, &value) in op.scalars.iter().zip(scalars) {
+        if !value.is_finite() {
+            return Err(Error::InvalidScalar { op: op.op, name, value, why: "it must be a finite number" });
+        }
+        if value < 0.0 && op.nonnegative.contains(name) {
+            return Err(Error::InvalidScalar { op: op.op, name, value, why: "it must be 0 or more" });
+        }
     }
     if shapes.len() != op.inputs.len() || scalars.len() != op.scalars.len() {
         return Err(Error::Internal(format!(

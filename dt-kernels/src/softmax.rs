@@ -13,6 +13,7 @@ pub(crate) static OP: OpDesc = OpDesc {
     inputs: &[InputDesc { param: "A", arg: "x", axes: &["rows", "cols"] }],
     scalars: &[],
     nonempty: &[],
+    nonnegative: &[],
 };
 
 /// Softmax of each row of `x` (`[rows, cols]`, strided views accepted) on the GPU:

@@ -93,12 +93,17 @@ fn broadcast_and_transposed_inputs_are_read_by_their_strides() {
     assert_eq!(cpu::matmul(&at, &a).unwrap().to_vec(), vec![0.25, 0.375, 0.375, 0.625]);
 }
 
-/// Scalars must be finite: an epsilon or a DyT slope of NaN or infinity is an error that names
-/// it, on the CPU and the GPU alike (they share the checks).
+/// Scalars must be finite, and layernorm's epsilon not negative: anything else is an error that
+/// names the scalar, on the CPU and the GPU alike (they share the checks).
 #[test]
 fn non_finite_scalars_are_errors() {
     let m = message(cpu::layernorm(&t(&[2, 3]), &t(&[3]), &t(&[3]), f32::NAN));
     assert_eq!(m, "layernorm: scalar `eps` is NaN; it must be a finite number");
     let m = message(cpu::dyt(&t(&[2, 3]), &t(&[3]), &t(&[3]), f32::INFINITY));
     assert_eq!(m, "dyt: scalar `alpha` is inf; it must be a finite number");
+    // A negative epsilon would take the square root of a negative number on a constant row;
+    // 0 is allowed (rows that are not constant are well defined).
+    let m = message(cpu::layernorm(&t(&[2, 3]), &t(&[3]), &t(&[3]), -1e-5));
+    assert_eq!(m, "layernorm: scalar `eps` is -0.00001; it must be 0 or more");
+    assert!(cpu::layernorm(&t(&[2, 3]), &t(&[3]), &t(&[3]), 0.0).is_ok());
 }
