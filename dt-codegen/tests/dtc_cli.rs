@@ -174,16 +174,7 @@ fn scratch(name: &str) -> PathBuf {
 fn npy(path: &Path, shape: &[u64], values: &[f32]) {
     let dims: Vec<String> = shape.iter().map(|n| n.to_string()).collect();
     let shape_text = if dims.len() == 1 { format!("({},)", dims[0]) } else { format!("({})", dims.join(", ")) };
-    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape_text}, }}");
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    bytes.extend_from_slice(header.as_bytes());
-    values.iter().for_each(|v| bytes.extend_from_slice(&v.to_le_bytes()));
-    std::fs::write(path, bytes).unwrap();
+    std::fs::write(path, common::npy_bytes("<f4", false, &shape_text, values)).unwrap();
 }
 
 fn stderr_of(args: &[&str]) -> (Option<i32>, String) {

@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::workspace;
+use common::{npy_bytes, workspace};
 use dt_core::explore::Rng;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -185,20 +185,6 @@ fn mutate(src: &str, rng: &mut Rng) -> String {
         }
     }
     toks.concat()
-}
-
-/// `.npy` bytes of f32 values with a header written by hand (so that it can lie).
-fn npy_bytes(descr: &str, fortran: bool, shape: &str, values: &[f32]) -> Vec<u8> {
-    let mut header = format!("{{'descr': '{descr}', 'fortran_order': {}, 'shape': {shape}, }}", if fortran { "True" } else { "False" });
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    bytes.extend_from_slice(header.as_bytes());
-    values.iter().for_each(|v| bytes.extend_from_slice(&v.to_le_bytes()));
-    bytes
 }
 
 /// Arguments of `dtc run` for kernel `k` of `p`: each input as an `.npy` of sizes drawn from

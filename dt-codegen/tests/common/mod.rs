@@ -170,3 +170,19 @@ pub fn kernel_text<'a>(file: &'a str, symbol: &str) -> &'a str {
     let end = file[start..].find("\n}\n").map_or(file.len(), |e| start + e);
     &file[start..end]
 }
+
+/// `.npy` bytes of f32 `values` under a header written by hand, so that a test can make it lie:
+/// element type `descr` (`<f4`), Fortran order or not, and the shape as Python writes it
+/// (`(4,)`, `(2, 3)`).
+pub fn npy_bytes(descr: &str, fortran: bool, shape: &str, values: &[f32]) -> Vec<u8> {
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': {}, 'shape': {shape}, }}", if fortran { "True" } else { "False" });
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    values.iter().for_each(|v| bytes.extend_from_slice(&v.to_le_bytes()));
+    bytes
+}
