@@ -41,6 +41,8 @@ pub struct Options {
     pub resume: Option<PathBuf>,
     /// Seconds the whole run may take: rows not started by then are listed as not run.
     pub total_budget_s: Option<f64>,
+    /// Also write a results page (Markdown: machine, command, table, every baseline) here.
+    pub markdown: Option<PathBuf>,
 }
 
 impl Options {
@@ -448,7 +450,34 @@ pub fn run(opts: &Options) -> Result<(), String> {
     }
     python_baselines(&selected, &mut rows, opts)?;
     rows.iter_mut().for_each(Row::pick_best);
-    results::report(&rows, opts.json_path())
+    results::report(&rows, opts.json_path())?;
+    write_markdown(&rows, opts, &machine(&gpu))
+}
+
+/// The GPU, its driver and the baselines' versions, for the results page.
+fn machine(gpu: &CudaRunner) -> String {
+    let name = gpu.ctx.name().unwrap_or_else(|e| e.to_string());
+    let cc = gpu.ctx.compute_capability().map_or("?".into(), |(a, b)| format!("{a}.{b}"));
+    let mut v = 0;
+    // SAFETY: writes one int; the driver is loaded (the runner holds a context).
+    let driver = match unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) } {
+        cudarc::driver::sys::CUresult::CUDA_SUCCESS => format!("{}.{}", v / 1000, v % 1000 / 10),
+        _ => "?".into(),
+    };
+    let versions = std::process::Command::new("python3")
+        .args(["-c", "import torch, triton; print(f'torch {torch.__version__}, triton {triton.__version__}')"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map_or("no torch".into(), |o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    format!("{name} (compute capability {cc}), CUDA driver {driver}; {versions}")
+}
+
+/// The results page of `--markdown`, where asked for.
+fn write_markdown(rows: &[Row], opts: &Options, machine: &str) -> Result<(), String> {
+    let Some(path) = &opts.markdown else { return Ok(()) };
+    let command = std::iter::once("cargo xtask bench".to_string()).chain(std::env::args().skip(2)).collect::<Vec<_>>().join(" ");
+    dt_codegen::host::write_atomically(path, results::markdown(rows, machine, &command).as_bytes())
 }
 
 /// cuBLAS's time for the job's product on `args`' inputs (random data: on zeros the tensor
@@ -650,9 +679,11 @@ fn cpu_bench(selected: &[Job], opts: &Options) -> Result<(), String> {
             Ok(())
         })();
         rows.push(row.finished(result));
+        eprintln!();
     }
     let _ = std::fs::remove_dir_all(&dir);
-    results::report(&rows, opts.json_path())
+    results::report(&rows, opts.json_path())?;
+    write_markdown(&rows, opts, "the CPU fallback (no GPU)")
 }
 
 #[cfg(test)]
@@ -687,6 +718,7 @@ mod tests {
             shapes: strings(shapes),
             resume: None,
             total_budget_s: None,
+            markdown: None,
         }
     }
 

@@ -53,6 +53,10 @@ enum Command {
         /// Seconds the whole run may take: rows not started by then are listed as not run.
         #[arg(long = "total-budget")]
         total_budget: Option<f64>,
+        /// Also write a results page here (Markdown: the machine, the command, the table and
+        /// every baseline's time).
+        #[arg(long)]
+        markdown: Option<std::path::PathBuf>,
     },
 }
 
@@ -60,17 +64,20 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Regen { check } => regen::run(check),
-        Command::Bench { ops, dtypes, json, reps, budget, baselines, shapes, resume, total_budget } => bench::run(&bench::Options {
-            ops,
-            dtypes,
-            json,
-            reps,
-            budget_s: budget,
-            baselines,
-            shapes,
-            resume,
-            total_budget_s: total_budget,
-        }),
+        Command::Bench { ops, dtypes, json, reps, budget, baselines, shapes, resume, total_budget, markdown } => {
+            bench::run(&bench::Options {
+                ops,
+                dtypes,
+                json,
+                reps,
+                budget_s: budget,
+                baselines,
+                shapes,
+                resume,
+                total_budget_s: total_budget,
+                markdown,
+            })
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

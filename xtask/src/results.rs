@@ -146,8 +146,15 @@ pub fn save(rows: &[Row], json: Option<&Path>) -> Result<(), String> {
 }
 
 pub fn print_table(rows: &[Row]) {
-    println!("| op | kernel | shape | dtype | DT ms | DT rate | runs | best baseline | its ms | DT / best | copy fraction | DT / best, against own copies |");
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    print!("{}", table(rows));
+}
+
+/// The rows as a Markdown table, then the baselines that failed.
+pub fn table(rows: &[Row]) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(out, "| op | kernel | shape | dtype | DT ms | DT rate | runs | best baseline | its ms | DT / best | copy fraction | DT / best, against own copies |");
+    let _ = writeln!(out, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for r in rows {
         let dt = r.dt_ms.map_or(r.status.clone(), ms);
         let (best, best_ms, ratio) = match (&r.best, r.dt_ms) {
@@ -157,7 +164,8 @@ pub fn print_table(rows: &[Row]) {
         };
         let copy = r.copy_fraction.map_or("-".into(), |f| format!("{f:.2}"));
         let own = r.ratio_against_own_copies().map_or("-".into(), |f| format!("{f:.2}"));
-        println!(
+        let _ = writeln!(
+            out,
             "| {} | {} | {} | {} | {dt} | {} | {} | {best} | {best_ms} | {ratio} | {copy} | {own} |",
             r.op, r.kernel, r.shape, r.dtype, r.rate, r.runs
         );
@@ -172,11 +180,48 @@ pub fn print_table(rows: &[Row]) {
         })
         .collect();
     if !failed.is_empty() {
-        println!("\nbaselines that failed:");
+        let _ = writeln!(out, "\nbaselines that failed:");
         for f in failed {
-            println!("- {f}");
+            let _ = writeln!(out, "- {f}");
         }
     }
+    out
+}
+
+/// A results page: where and how the rows were measured, then their table and every baseline's
+/// time (`--markdown PATH`).
+pub fn markdown(rows: &[Row], machine: &str, command: &str) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# DT bench results
+"
+    );
+    let _ = writeln!(
+        out,
+        "Written by `cargo xtask bench --markdown`; every time is the median of CUDA-event-timed runs in one process tree.
+"
+    );
+    let _ = writeln!(out, "- machine: {machine}");
+    let _ = writeln!(
+        out,
+        "- command: `{command}`
+"
+    );
+    let _ = writeln!(out, "{}", table(rows));
+    let _ = writeln!(
+        out,
+        "## Every baseline (ms)
+"
+    );
+    let _ = writeln!(out, "| op | shape | dtype | DT | baselines |");
+    let _ = writeln!(out, "| --- | --- | --- | --- | --- |");
+    for r in rows {
+        let b: Vec<String> = r.baselines.iter().map(|(n, t, s)| format!("{n} {}", t.map_or(s.clone(), ms))).collect();
+        let _ = writeln!(out, "| {} | {} | {} | {} | {} |", r.op, r.shape, r.dtype, r.dt_ms.map_or(r.status.clone(), ms), b.join(", "));
+    }
+    out
 }
 
 pub fn to_json(rows: &[Row]) -> String {
