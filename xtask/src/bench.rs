@@ -43,6 +43,8 @@ pub struct Options {
     pub total_budget_s: Option<f64>,
     /// Also write a results page (Markdown: machine, command, table, every baseline) here.
     pub markdown: Option<PathBuf>,
+    /// Also draw the rows here (`<op>.svg` per op).
+    pub plot: Option<PathBuf>,
 }
 
 impl Options {
@@ -379,6 +381,7 @@ pub fn run(opts: &Options) -> Result<(), String> {
     let blas = CudaBlas::new(stream.clone()).map_err(|e| e.to_string())?;
     let timer = Timer::new(&gpu)?;
     let mut progress = Progress::new(selected.len());
+    let machine = machine(&gpu);
     for (i, job) in selected.iter().enumerate() {
         eprint!("[{}/{}] {} {} {} ... ", i + 1, selected.len(), job.op, job.shape_text(), job.dtype);
         let _ = std::io::stderr().flush();
@@ -446,12 +449,22 @@ pub fn run(opts: &Options) -> Result<(), String> {
         rows.push(row.finished(result));
         progress.measured_one();
         eprintln!(" ({})", progress.line(i + 1));
-        results::save(&rows, opts.json_path())?;
+        keep(&rows, opts, &machine)?;
     }
-    python_baselines(&selected, &mut rows, opts)?;
+    python_baselines(&selected, &mut rows, opts, &machine)?;
     rows.iter_mut().for_each(Row::pick_best);
     results::report(&rows, opts.json_path())?;
-    write_markdown(&rows, opts, &machine(&gpu))
+    write_markdown(&rows, opts, &machine)?;
+    plot(&rows, opts)
+}
+
+/// The rows so far on disk: the JSON, and the results page where one is asked for, so that a run
+/// stopped at any point leaves both.
+fn keep(rows: &[Row], opts: &Options, machine: &str) -> Result<(), String> {
+    results::save(rows, opts.json_path())?;
+    let mut with_best = rows.to_vec();
+    with_best.iter_mut().for_each(Row::pick_best);
+    write_markdown(&with_best, opts, machine)
 }
 
 /// The GPU, its driver and the baselines' versions, for the results page.
@@ -478,6 +491,15 @@ fn write_markdown(rows: &[Row], opts: &Options, machine: &str) -> Result<(), Str
     let Some(path) = &opts.markdown else { return Ok(()) };
     let command = std::iter::once("cargo xtask bench".to_string()).chain(std::env::args().skip(2)).collect::<Vec<_>>().join(" ");
     dt_codegen::host::write_atomically(path, results::markdown(rows, machine, &command).as_bytes())
+}
+
+/// The plots of `--plot`, where asked for.
+fn plot(rows: &[Row], opts: &Options) -> Result<(), String> {
+    let Some(dir) = &opts.plot else { return Ok(()) };
+    for f in crate::plot::plot(rows, dir)? {
+        eprintln!("wrote {}", f.display());
+    }
+    Ok(())
 }
 
 /// cuBLAS's time for the job's product on `args`' inputs (random data: on zeros the tensor
@@ -530,7 +552,7 @@ fn cublas_time(blas: &CudaBlas, timer: &Timer, job: &Job, args: &Args, opts: &Op
 /// Runs bench/baselines.py (when python3 has torch and triton) on every job whose row lacks
 /// a baseline asked for (any, when none is named), reading its timings as it prints them and
 /// keeping the rows on disk after each.
-fn python_baselines(jobs: &[Job], rows: &mut [Row], opts: &Options) -> Result<(), String> {
+fn python_baselines(jobs: &[Job], rows: &mut [Row], opts: &Options, machine: &str) -> Result<(), String> {
     let script = crate::regen::workspace().join("bench/baselines.py");
     let has_torch = std::process::Command::new("python3").args(["-c", "import torch, triton"]).output().is_ok_and(|o| o.status.success());
     if !has_torch || !script.exists() {
@@ -590,7 +612,7 @@ fn python_baselines(jobs: &[Job], rows: &mut [Row], opts: &Options) -> Result<()
         let name = v["baseline"].as_str().unwrap_or("?").to_string();
         rows[i].baselines.retain(|(n, _, _)| *n != name);
         rows[i].baselines.push((name, v["ms"].as_f64(), v["status"].as_str().unwrap_or("").to_string()));
-        results::save(rows, opts.json_path())?;
+        keep(rows, opts, machine)?;
     }
     let _ = child.wait();
     let _ = std::fs::remove_file(&file);
@@ -683,7 +705,8 @@ fn cpu_bench(selected: &[Job], opts: &Options) -> Result<(), String> {
     }
     let _ = std::fs::remove_dir_all(&dir);
     results::report(&rows, opts.json_path())?;
-    write_markdown(&rows, opts, "the CPU fallback (no GPU)")
+    write_markdown(&rows, opts, "the CPU fallback (no GPU)")?;
+    plot(&rows, opts)
 }
 
 #[cfg(test)]
@@ -719,6 +742,7 @@ mod tests {
             resume: None,
             total_budget_s: None,
             markdown: None,
+            plot: None,
         }
     }
 

@@ -1,6 +1,7 @@
-//! Project chores: `cargo xtask regen [--check]`, `cargo xtask bench`.
+//! Project chores: `cargo xtask regen [--check]`, `cargo xtask bench`, `cargo xtask plot`.
 
 mod bench;
+mod plot;
 mod regen;
 mod results;
 
@@ -57,14 +58,39 @@ enum Command {
         /// every baseline's time).
         #[arg(long)]
         markdown: Option<std::path::PathBuf>,
+        /// Also draw the results here: `<op>.svg` per op, DT and every baseline per shape.
+        #[arg(long)]
+        plot: Option<std::path::PathBuf>,
     },
+    /// Draw the JSON of earlier bench runs (`bench --json`): `<op>.svg` per op under --out.
+    Plot {
+        /// The JSON files; a row in a later one replaces the same op, shape and type in an earlier.
+        json: Vec<std::path::PathBuf>,
+        #[arg(long)]
+        out: std::path::PathBuf,
+    },
+}
+
+/// `cargo xtask plot`: the rows of `files`, later ones replacing earlier ones of the same job.
+fn plot_files(files: &[std::path::PathBuf], out: &std::path::Path) -> Result<(), String> {
+    let mut rows: Vec<results::Row> = Vec::new();
+    for f in files {
+        for r in results::from_json(f)? {
+            rows.retain(|x| !x.is(&r.op, &r.shape, &r.dtype));
+            rows.push(r);
+        }
+    }
+    for f in plot::plot(&rows, out)? {
+        println!("wrote {}", f.display());
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Regen { check } => regen::run(check),
-        Command::Bench { ops, dtypes, json, reps, budget, baselines, shapes, resume, total_budget, markdown } => {
+        Command::Bench { ops, dtypes, json, reps, budget, baselines, shapes, resume, total_budget, markdown, plot } => {
             bench::run(&bench::Options {
                 ops,
                 dtypes,
@@ -76,8 +102,10 @@ fn main() -> ExitCode {
                 resume,
                 total_budget_s: total_budget,
                 markdown,
+                plot,
             })
         }
+        Command::Plot { json, out } => plot_files(&json, &out),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
