@@ -63,9 +63,9 @@ impl Row {
     }
 
     /// Whether `bench/baselines.py` has timed baseline `name` for this row (`None`: any of its
-    /// baselines).
+    /// baselines); one that failed (not installed, say) is tried again by a resumed run.
     pub fn has_python_baseline(&self, name: Option<&str>) -> bool {
-        self.baselines.iter().any(|(n, _, _)| !OWN_BASELINES.contains(&n.as_str()) && name.is_none_or(|x| x == n))
+        self.baselines.iter().any(|(n, ms, _)| ms.is_some() && !OWN_BASELINES.contains(&n.as_str()) && name.is_none_or(|x| x == n))
     }
 
     /// The row with the status of its run, after printing the progress line's end.
@@ -302,7 +302,7 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         assert_eq!(back, vec![row.clone()]);
         assert!(back[0].measured() && back[0].has_python_baseline(None) && back[0].has_python_baseline(Some("liger")));
-        assert!(!back[0].has_python_baseline(Some("torch_compile")));
+        assert!(!back[0].has_python_baseline(Some("torch_compile")) && !back[0].has_python_baseline(Some("triton")));
         assert_eq!(row.best, Some(("liger".into(), 0.0275)));
     }
 }
