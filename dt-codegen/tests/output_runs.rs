@@ -1,10 +1,9 @@
-//! Under `max_registers`, the GPU emitter writes a held row's output run by run where that
-//! output loads per-column inputs (layernorm's weight and bias), and prints a loop that runs
-//! once as a block (`emit/gpu_output_runs.rs`, `emit::single_step_header`). Without a cap it
-//! prints both as before: uncapped f32 classes ran 1-2.5% slower with them
-//! (docs/bench/h100.md). That the printed code computes what the reference does is checked on
-//! the GPU by `gpu_matches_reference`; that it fits its registers, by
-//! `dt-kernels/tests/generated_sources.rs`.
+//! Under `max_registers`, the GPU emitter writes a held row's output run by run where that output
+//! loads per-column inputs (layernorm's weight and bias), and prints a loop that runs once as a
+//! block (`emit/gpu_output_runs.rs`, `emit::single_step_header`). Without a cap it prints both as
+//! before: uncapped f32 classes ran slower with them (docs/decisions/0008-register-caps.md). That
+//! the printed code computes what the reference does is checked on the GPU by
+//! `gpu_matches_reference`; that it fits its registers, by `dt-kernels/tests/generated_sources.rs`.
 
 use dt_codegen::emit::gpu::{self, Dialect};
 use dt_core::DType;

@@ -6,10 +6,9 @@
 //! in a block sized for it ([`GpuArgs`], `dt_args_t<N, R, S, C>` of the generated CUDA and HIP):
 //! a program reads its parameters from the constant bank when it starts, and there the fields a
 //! kernel reads lie within 72 to 216 bytes instead of across the 808 of `dt_args`. On the H100
-//! the kernels of 1024-column rows ran 4-8% faster so, timed alone, and 0.4-2.7% in `xtask bench`
-//! (docs/bench/h100.md, twenty-first session). The generated code declares the block
-//! `__grid_constant__` (`DT_GRID_CONSTANT` of the device runtime) so that nvcc reads each field
-//! where it is used.
+//! the kernels of 1024-column rows ran faster so (docs/decisions/0015-argument-blocks.md). The
+//! generated code declares the block `__grid_constant__` (`DT_GRID_CONSTANT` of the device
+//! runtime) so that nvcc reads each field where it is used.
 
 use crate::kir::Kernel;
 

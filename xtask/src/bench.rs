@@ -244,7 +244,7 @@ fn compile(gpu: &CudaRunner, spec: &str) -> Result<Compiled, String> {
 /// of events) behind a kernel that keeps the GPU busy while the host queues them, so no host time
 /// shows inside a timed region. That is checked: where the GPU reached the first run before the
 /// host had queued the last, the runs are queued again behind a longer spin. (Waiting for each
-/// run instead measures about 0.001 ms less at 4096x1024 than queueing, docs/bench/h100.md.)
+/// run instead measures short rows faster than queueing does, docs/decisions/0002-bench-timing.md.)
 struct Timer {
     stream: Arc<CudaStream>,
     spin: CudaFunction,
@@ -334,10 +334,10 @@ impl Timer {
 }
 
 /// The size of the reference copy for `half` bytes each way: the nearest multiple of 4 KiB (at
-/// least 4 KiB). The driver's device-to-device copy takes about a quarter longer for a size off
-/// such a multiple (on the H100: 8 MiB in 10.5 us, 8 MiB + 2 KiB in 13.3 us), and the bytes of
-/// layernorm and DyT (their weights included) are off one by a few KiB; a few KiB of megabytes
-/// change the copy's work by under 0.1%.
+/// least 4 KiB). The driver's device-to-device copy is markedly slower for a size off such a
+/// multiple (docs/decisions/0002-bench-timing.md), and the bytes of layernorm and DyT (their
+/// weights included) are off one by a few KiB; a few KiB of megabytes change the copy's work by
+/// under 0.1%.
 fn copy_bytes(half: f64) -> usize {
     const PAGE: usize = 4096;
     (((half / PAGE as f64).round() as usize).max(1)) * PAGE
@@ -347,8 +347,8 @@ fn copy_bytes(half: f64) -> usize {
 /// back to normal (`cuCtxResetPersistingL2Cache`, ordered with the stream's work), then a write of
 /// `buf` (256 MiB). Without the reset, a kernel that loads with evict-last hints (torch.compile's
 /// reductions do) keeps its input in L2 through the writes, and the next kernel to read that
-/// tensor starts warm: on the H100 a 4096x1024 f16 copy took 8.3 us after torch.compile's softmax
-/// had read its input, 10.7 us cold (docs/bench/h100.md).
+/// tensor starts warm: on the H100 a copy of a tensor that torch.compile's softmax had just read
+/// ran markedly faster than cold (docs/decisions/0002-bench-timing.md).
 fn flush_l2(stream: &Arc<CudaStream>, buf: &mut CudaSlice<u8>) -> Result<(), String> {
     stream.context().bind_to_thread().map_err(|e| e.to_string())?;
     // SAFETY: a driver call without arguments, on the context just bound to this thread.

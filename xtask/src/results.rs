@@ -35,7 +35,7 @@ pub struct Row {
 
 /// The copy of the same bytes timed in this process, and the one `bench/baselines.py` times in
 /// its own: each is the bandwidth its process sees, which the two processes do not always share
-/// (docs/bench/h100.md, thirteenth session).
+/// (docs/decisions/0002-bench-timing.md).
 pub const DT_COPY: &str = "d2d_copy";
 pub const PY_COPY: &str = "torch_copy";
 /// Baselines this process times (the others come from `bench/baselines.py`).

@@ -1900,12 +1900,12 @@ impl Emitter<'_> {
         // Such a loop issues its other loads (layernorm's weights) at their use, never ahead:
         // one step ahead, their double buffer's copies and flags took 46 of the 152 instructions
         // of a step (ptxas does not unroll the loop to rename them), and the held layernorm ran
-        // 3% slower (on the H100, 0.1307 against 0.1267 ms at 256x262144 in f16,
-        // docs/bench/h100.md).
+        // slower on the H100 (docs/decisions/0011-held-blocks.md).
         let loads: Vec<Prefetch> = if held.is_empty() { self.prefetchable(l) } else { Vec::new() };
         let holds = self.holds_block(l, &loads);
         // f32 loads go ahead only into a block held in shared memory: one step ahead in
-        // registers they spilled, and staged in a ring they ran 1-10% slower (docs/language.md).
+        // registers they spilled, and staged in a ring they ran slower
+        // (docs/decisions/0007-loads-in-flight.md).
         let loads = if self.dtype.size_bytes() == 2 || holds { loads } else { Vec::new() };
         let limit = if self.k.grid.cluster.is_some() && holds { MAX_CLUSTER_STAGED_SHARED_BYTES } else { MAX_STAGED_SHARED_BYTES };
         let ring_fits = (self.ring_offset + self.ring_used + self.ring_words_for(l, &loads, holds)) * 4 <= limit as usize;
@@ -2148,8 +2148,8 @@ impl Emitter<'_> {
                 let words = self.unpack_words(v);
                 // Each load next to its use (16-bit tiles are held as loaded instead, see
                 // `packed_load`, which issues them all first): given loads it may hoist freely,
-                // the compiler raised their register use and spilled under `max_registers` (f32
-                // DyT fell from 0.95 to 0.28 of a copy, docs/bench/h100.md).
+                // the compiler raised their register use and spilled under `max_registers`
+                // (docs/decisions/0008-register-caps.md).
                 let aligned = |e: &Self, lanes: &Lanes| {
                     let (end_ok, _) = e.address(axes, &lanes.shifted(axes[last], v - 1), stride);
                     format!("{} == 1 && {end_ok} && ((unsigned long long)(in{input} + a) & 15) == 0", stride(last))
@@ -2379,7 +2379,8 @@ fn mentions(text: &str, name: &str) -> bool {
 /// Register slots per thread up to which element loops are unrolled (keeping the tile in
 /// registers); larger tiles keep the loop, which bounds code size and compile time, and puts
 /// the tile in local memory. 32 lets a memory-bound row step of 16384 elements over 512
-/// threads stay in registers (at 16, such a step went to local memory and ran 10x slower).
+/// threads stay in registers (at 16, such a step went to local memory and ran far slower;
+/// docs/decisions/0013-per-element-code.md).
 const UNROLL_LIMIT: usize = 32;
 
 fn unroll(regs: usize) -> &'static str {

@@ -18,8 +18,8 @@
 //! to interleave.
 //!
 //! Only kernels with `max_registers` are printed so: without a cap, ptxas takes the registers,
-//! and the looped f32 layernorm ran 13% slower with its output run by run (its weight loads no
-//! longer went out together; docs/bench/h100.md).
+//! and the looped f32 layernorm ran slower with its output run by run (its weight loads no
+//! longer went out together; docs/decisions/0008-register-caps.md).
 
 use super::mma::RegLayout;
 use super::{same_layout, Emitter, Reader};

@@ -18,14 +18,12 @@
 //!                                         %6 = div %4, len y
 //! ```
 //!
-//! On the H100 at 256x262144 (docs/bench/h100.md, eighteenth session) the rows ran 3-4% faster:
-//! softmax 0.1105-0.1112 -> 0.1068-0.1072 ms in 16-bit types and 0.2447 -> 0.2338 in f32,
-//! layernorm 0.1248-0.1257 -> 0.1212-0.1217 and 0.2617 -> 0.2514-0.2522. Leaving the second
-//! meeting out altogether (wrong results, timed only) bounds what a meeting costs: 0.1177 ms for
-//! the 16-bit layernorm, 0.1054-0.1060 for the 16-bit softmax. Taking the program's count of
-//! lanes from its block's bounds ([`Op::BlockLanes`]) instead of a reduction across its threads
-//! changed the 16-bit layernorm by no more than the spread and took the f32 one from
-//! 0.2518-0.2520 to 0.2506-0.2508 ms (nineteenth session).
+//! On the H100 at 256x262144 softmax and layernorm rows ran faster with one meeting than with
+//! two, in 16-bit types and in f32; leaving the second meeting out altogether (wrong results,
+//! timed only) bounds what a meeting costs. Taking the program's count of lanes from its block's
+//! bounds ([`Op::BlockLanes`]) instead of a reduction across its threads changed the 16-bit
+//! layernorm by no more than the spread and made the f32 one a little faster
+//! (docs/decisions/0010-one-cluster-meeting.md).
 
 use crate::algo::{BinOp, DimId, RedOp};
 use crate::kir::{Kernel, Layout, Op, PairRule, Shape, Stmt, Value, ValueId};

@@ -36,15 +36,14 @@
 //! select of the fill per 4-byte word) stays whole, unless it loops over a block held in shared
 //! memory (a block of no more steps than the loop's stages, as the GPU emitter holds it): there
 //! the loads are reads of shared memory, and the checks cost about as much as the arithmetic.
-//! On the H100 at 256x262144 the held 16-bit classes ran 1-1.5% faster split (softmax
-//! 0.1067-0.1079 -> 0.1054-0.1064 ms, layernorm 0.1211-0.1216 -> 0.1195-0.1199), while the
-//! looped f32 layernorm, which reads global memory, ran 2% slower (0.2517 -> 0.2571): with
-//! unpredicated loads ptxas takes more registers (a looped 16-bit layernorm at 4096x16384, split,
-//! took 55 instead of 40; docs/bench/h100.md).
+//! On the H100 at 256x262144 the held 16-bit classes ran faster split, while the looped f32
+//! layernorm, which reads global memory, ran slower: with unpredicated loads ptxas takes more
+//! registers (a looped 16-bit layernorm at 4096x16384, split, took 55 instead of 40;
+//! docs/decisions/0013-per-element-code.md).
 //!
 //! Splitting layernorm's loop while its statistics were kept lane by lane made ptxas spill 218
-//! bytes per thread at 64 registers and slowed the looped f16 class from 0.66 to 0.43 of a copy
-//! on the H100; kept per run (pass `online`) it fits in 64 registers without spilling.
+//! bytes per thread at 64 registers and slowed the looped f16 class on the H100; kept per run (pass
+//! `online`) it fits in 64 registers without spilling (docs/decisions/0006-row-statistics.md).
 
 use crate::algo::DimId;
 use crate::kir::{count_uses, Kernel, Loop, LoopKind, Op, Steps, Stmt, ValueId};

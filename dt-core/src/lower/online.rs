@@ -27,8 +27,7 @@
 //! run's sum of `exp(z - max)`: one rescaling `exp(old - new)` per run, not per lane.
 //! Layernorm's run gets its step's count, mean and squared deviations from that mean, combined
 //! with the running ones as parallel variance does: one division per run, not per lane. On the
-//! H100 (docs/bench/h100.md) the looped layernorm went from 0.66 to 0.73 of a copy in 16-bit
-//! types at 128x65536; softmax, with 16384 columns per step, from 0.79 to 0.88.
+//! H100 the looped layernorm and softmax ran faster so (docs/decisions/0006-row-statistics.md).
 //!
 //! **Rows split over a cluster.** Each program loops over its block of the row (`in block`
 //! loops) and the first statistic is combined over the cluster before the second loop reads it
