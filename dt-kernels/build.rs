@@ -18,7 +18,10 @@
 //!   the HIP launch parameters.
 //!
 //! Every artifact is named by a content hash of what it is made from (source, compiler, flags),
-//! so a rerun that changes nothing compiles nothing. A failed compile stops the build with the
+//! so a rerun that changes nothing compiles nothing; the GPU code objects go to build-support's
+//! shared cache (`target/dt-build-cache`, `DT_BUILD_CACHE_DIR`), so that the debug, test and
+//! release builds and the tests of the generated sources compile each once between them.
+//! `DT_KERNELS_WERROR=1` (CI) compiles them with every warning an error. A failed compile stops the build with the
 //! exact command line and the compiler's output.
 //!
 //! The result is `OUT_DIR/kernels.rs`, included by `src/lib.rs`: per spec its text (re-lowered
@@ -56,12 +59,14 @@ fn main() {
         println!("cargo:rustc-link-lib=m");
     }
 
+    // GPU code objects do not depend on the profile or features: one compile serves them all.
+    let shared = cache::shared_dir(&env, &out_dir);
     let cuda_dir = out_dir.join("cuda");
-    let cuda = compile_cuda(&env, &cuda_dir, &specs);
+    let cuda = compile_cuda(&env, &cuda_dir, &shared, &specs);
 
     let hip = if std::env::var_os("CARGO_FEATURE_HIP").is_some() {
         hip_bindings(&env, &out_dir);
-        Some(compile_hip(&env, &out_dir.join("hip"), &specs))
+        Some(compile_hip(&env, &out_dir.join("hip"), &shared, &specs))
     } else {
         None
     };
@@ -194,6 +199,13 @@ fn compile_cpu(env: &BuildEnv, dir: &Path, specs: &[Spec]) -> Vec<String> {
     })
 }
 
+/// `DT_KERNELS_WERROR=1` (CI): every warning of nvcc and hipcc on the generated code is an error.
+/// The tests that check the generated code compile it with the same flags, so that in CI the
+/// build's compile serves them (`dt-kernels/tests/generated_sources.rs`).
+fn werror(env: &BuildEnv) -> bool {
+    env.var("DT_KERNELS_WERROR").is_some_and(|v| v != "0")
+}
+
 /// What the CUDA step made: per spec the path of its CUDA C and, with nvcc, of its fatbin.
 struct CudaArtifacts {
     sources: Vec<PathBuf>,
@@ -202,8 +214,8 @@ struct CudaArtifacts {
 }
 
 /// Writes every spec's CUDA C under `dir`; with nvcc, compiles each to a fatbin (in parallel,
-/// cached by a hash of the source, the architectures and nvcc's version).
-fn compile_cuda(env: &BuildEnv, dir: &Path, specs: &[Spec]) -> CudaArtifacts {
+/// cached in `cache_dir` by a hash of the source, the architectures, the flags and nvcc).
+fn compile_cuda(env: &BuildEnv, dir: &Path, cache_dir: &Path, specs: &[Spec]) -> CudaArtifacts {
     let sources: Vec<PathBuf> = specs
         .iter()
         .map(|s| {
@@ -221,20 +233,16 @@ fn compile_cuda(env: &BuildEnv, dir: &Path, specs: &[Spec]) -> CudaArtifacts {
     };
     let archs = archs.unwrap_or_else(|e| panic!("{e}"));
     let arch_list = archs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
-    let version = command::version(&nvcc).unwrap_or_else(|e| panic!("{e}"));
-    let nvcc_path = nvcc.to_string_lossy().into_owned();
+    let flags = if werror(env) { cuda::NVCC_WERROR_FLAGS } else { &[] };
     let fatbins = std::thread::scope(|scope| {
         let jobs: Vec<_> = specs
             .iter()
             .zip(&sources)
             .map(|(spec, src)| {
-                let (nvcc, archs, arch_list, version, nvcc_path) = (&nvcc, &archs, &arch_list, &version, &nvcc_path);
+                let (nvcc, archs) = (&nvcc, &archs);
                 scope.spawn(move || {
-                    let key: [&[u8]; 4] = [spec.out.cuda.as_bytes(), arch_list.as_bytes(), version.as_bytes(), nvcc_path.as_bytes()];
-                    cache::cached(&dir.join("cache"), &format!("{}.fatbin", spec.name), &key, |tmp| {
-                        cuda::compile_fatbin(nvcc, src, tmp, archs, &[])
-                    })
-                    .unwrap_or_else(|e| panic!("compiling the CUDA C of specs/{}.dt with nvcc failed:\n{e}", spec.name))
+                    cuda::cached_fatbin(cache_dir, &spec.name, nvcc, src, archs, flags)
+                        .unwrap_or_else(|e| panic!("compiling the CUDA C of specs/{}.dt with nvcc failed:\n{e}", spec.name))
                 })
             })
             .collect();
@@ -253,10 +261,10 @@ struct HipArtifacts {
 }
 
 /// With hipcc (and without `DT_KERNELS_NO_HIPCC`), compiles every spec's HIP C to a code object
-/// per architecture of `HIP_ARCHS` that hipcc supports (in parallel, cached by a hash of the
-/// source, the architecture and hipcc's version); warns about requested architectures hipcc
-/// cannot build. Without hipcc it builds nothing and says so in a warning.
-fn compile_hip(env: &BuildEnv, dir: &Path, specs: &[Spec]) -> HipArtifacts {
+/// per architecture of `HIP_ARCHS` that hipcc supports (in parallel, cached in `cache_dir` by a
+/// hash of the source, the architecture, the flags and hipcc); warns about requested
+/// architectures hipcc cannot build. Without hipcc it builds nothing and says so in a warning.
+fn compile_hip(env: &BuildEnv, dir: &Path, cache_dir: &Path, specs: &[Spec]) -> HipArtifacts {
     let skip = env.var("DT_KERNELS_NO_HIPCC").is_some_and(|v| v != "0");
     let hipcc = hip::find_hipcc(env).filter(|_| !skip);
     let requested = hip::hip_archs(env).unwrap_or_else(|e| panic!("{e}"));
@@ -269,27 +277,22 @@ fn compile_hip(env: &BuildEnv, dir: &Path, specs: &[Spec]) -> HipArtifacts {
     for arch in &unsupported {
         println!("cargo:warning=dt-kernels: {} cannot compile for {arch}; no HIP code objects for it", hipcc.display());
     }
-    let version = command::version(&hipcc).unwrap_or_else(|e| panic!("{e}"));
     let hipcc_path = hipcc.to_string_lossy().into_owned();
-    let flags = hip::HIPCC_FLAGS.join(" ");
+    let flags = if werror(env) { hip::HIPCC_WERROR_FLAGS } else { &[] };
     let objects = std::thread::scope(|scope| {
         let jobs: Vec<_> = specs
             .iter()
             .map(|spec| {
-                let (hipcc, built, version, hipcc_path, flags) = (&hipcc, &built, &version, &hipcc_path, &flags);
+                let (hipcc, built) = (&hipcc, &built);
                 scope.spawn(move || {
                     let src = dir.join(format!("{}.hip", spec.name));
                     write_if_changed(&src, spec.out.hip.as_bytes());
                     built
                         .iter()
                         .map(|arch| {
-                            let key: [&[u8]; 5] =
-                                [spec.out.hip.as_bytes(), arch.as_bytes(), version.as_bytes(), hipcc_path.as_bytes(), flags.as_bytes()];
-                            let safe: String = arch.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
-                            let path = cache::cached(&dir.join("cache"), &format!("{}_{safe}.co", spec.name), &key, |tmp| {
-                                hip::compile_code_object(hipcc, &src, tmp, arch, &[])
-                            })
-                            .unwrap_or_else(|e| panic!("compiling the HIP C of specs/{}.dt for {arch} with hipcc failed:\n{e}", spec.name));
+                            let path = hip::cached_code_object(cache_dir, &spec.name, hipcc, &src, arch, flags).unwrap_or_else(|e| {
+                                panic!("compiling the HIP C of specs/{}.dt for {arch} with hipcc failed:\n{e}", spec.name)
+                            });
                             (arch.clone(), path)
                         })
                         .collect::<Vec<_>>()

@@ -3,7 +3,9 @@
 //!
 //! The key is what the caller passes: typically the source and every header it includes, the
 //! flags, the architectures and [`crate::command::version`] of the compiler. Old artifacts of
-//! the same name stay in the directory (it is OUT_DIR, which `cargo clean` removes).
+//! the same name stay in the directory: OUT_DIR, or the one [`shared_dir`] names for artifacts
+//! that every profile and feature set of a build compiles alike (both are under the target
+//! directory, which `cargo clean` removes).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -24,6 +26,23 @@ pub fn content_hash(inputs: &[&[u8]]) -> String {
         let _ = write!(s, "{b:02x}");
         s
     })
+}
+
+/// A directory for artifacts that do not depend on the Cargo profile or features (GPU code
+/// objects, keyed by source, compiler and flags), shared by every build script run of the
+/// target directory, so that `cargo build`, `cargo test` and `cargo build --release` compile a
+/// kernel once between them: `DT_BUILD_CACHE_DIR` if set, else `dt-build-cache` in the target
+/// directory that holds `out_dir` (`<target>/<profile>/build/<package>-<hash>/out`), else
+/// `out_dir/cache` where `out_dir` is laid out otherwise.
+pub fn shared_dir(env: &crate::BuildEnv, out_dir: &Path) -> PathBuf {
+    if let Some(dir) = env.var_os("DT_BUILD_CACHE_DIR") {
+        return PathBuf::from(dir);
+    }
+    let build = out_dir.parent().and_then(Path::parent);
+    match build.filter(|b| b.file_name().is_some_and(|n| n == "build")).and_then(Path::parent).and_then(Path::parent) {
+        Some(target) => target.join("dt-build-cache"),
+        None => out_dir.join("cache"),
+    }
 }
 
 /// The artifact `name` (a file name such as `matmul.fatbin`) for `key_inputs`, in `out_dir`,
@@ -71,6 +90,19 @@ pub fn cached(
 mod tests {
     use super::*;
     use std::cell::Cell;
+
+    #[test]
+    fn shared_dir_is_the_target_directorys_unless_set() {
+        let env = crate::BuildEnv::from_fn(|_| None);
+        let out = Path::new("/w/target/debug/build/dt-kernels-0123/out");
+        assert_eq!(shared_dir(&env, out), Path::new("/w/target/dt-build-cache"));
+        let out = Path::new("/w/target/x86_64-unknown-linux-gnu/release/build/dt-kernels-0123/out");
+        assert_eq!(shared_dir(&env, out), Path::new("/w/target/x86_64-unknown-linux-gnu/dt-build-cache"));
+        assert_eq!(shared_dir(&env, Path::new("/elsewhere/out")), Path::new("/elsewhere/out/cache"));
+        let env = crate::BuildEnv::from_fn(|n| (n == "DT_BUILD_CACHE_DIR").then(|| "/c".into()));
+        assert_eq!(shared_dir(&env, out), Path::new("/c"));
+        assert_eq!(env.vars_read(), ["DT_BUILD_CACHE_DIR"]);
+    }
 
     #[test]
     fn hash_is_stable_and_length_prefixed() {

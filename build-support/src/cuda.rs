@@ -175,6 +175,29 @@ pub fn compile_fatbin(nvcc: &Path, src: &Path, out: &Path, archs: &[Arch], extra
     nvcc_compile(nvcc, "--fatbin", &fatbin_gencode_flags(archs), src, out, extra_flags)
 }
 
+/// Flags that make every warning of nvcc, of its front end and of ptxas an error: what CI
+/// builds the generated code with (`DT_KERNELS_WERROR`), so that warnings cannot land.
+pub const NVCC_WERROR_FLAGS: &[&str] = &["-Werror", "all-warnings", "-Xptxas", "-Werror"];
+
+/// [`compile_fatbin`] of the file `src`, cached in `cache_dir` as `<name>-<hash>.fatbin`, the
+/// hash over the source's bytes (not its path), the architectures, every flag and nvcc's path
+/// and version: a build script and a test that compile the same source alike share one compile.
+pub fn cached_fatbin(
+    cache_dir: &Path,
+    name: &str,
+    nvcc: &Path,
+    src: &Path,
+    archs: &[Arch],
+    extra_flags: &[&str],
+) -> Result<PathBuf, CompileError> {
+    let source = std::fs::read(src).map_err(|source| CompileError::Io { path: src.to_owned(), source })?;
+    let version = command::version(nvcc)?;
+    let archs_text = archs.iter().map(Arch::to_string).collect::<Vec<_>>().join(",");
+    let flags = NVCC_FLAGS.iter().chain(extra_flags).copied().collect::<Vec<_>>().join(" ");
+    let key: [&[u8]; 5] = [&source, archs_text.as_bytes(), flags.as_bytes(), version.as_bytes(), nvcc.as_os_str().as_encoded_bytes()];
+    crate::cache::cached(cache_dir, &format!("{name}.fatbin"), &key, |tmp| compile_fatbin(nvcc, src, tmp, archs, extra_flags))
+}
+
 /// Compiles `src` into the cubin `out` for the one architecture `arch` (SASS only). Used to
 /// check that generated code compiles, and for loading on a known GPU.
 pub fn compile_cubin(nvcc: &Path, src: &Path, out: &Path, arch: Arch, extra_flags: &[&str]) -> Result<(), CompileError> {

@@ -68,6 +68,31 @@ pub fn compile_code_object(hipcc: &Path, src: &Path, out: &Path, arch: &str, ext
     command::run(&mut cmd)
 }
 
+/// Flags that make every hipcc warning an error: what CI builds the generated code with
+/// (`DT_KERNELS_WERROR`), so that warnings cannot land.
+pub const HIPCC_WERROR_FLAGS: &[&str] = &["-Wall", "-Wextra", "-Werror"];
+
+/// [`compile_code_object`] of the file `src`, cached in `cache_dir` as `<name>_<arch>-<hash>.co`,
+/// the hash over the source's bytes (not its path), the architecture, every flag and hipcc's
+/// path and version: a build script and a test that compile the same source alike share one
+/// compile.
+pub fn cached_code_object(
+    cache_dir: &Path,
+    name: &str,
+    hipcc: &Path,
+    src: &Path,
+    arch: &str,
+    extra_flags: &[&str],
+) -> Result<PathBuf, CompileError> {
+    let source = std::fs::read(src).map_err(|source| CompileError::Io { path: src.to_owned(), source })?;
+    let version = command::version(hipcc)?;
+    let flags = HIPCC_FLAGS.iter().chain(extra_flags).copied().collect::<Vec<_>>().join(" ");
+    let key: [&[u8]; 5] = [&source, arch.as_bytes(), flags.as_bytes(), version.as_bytes(), hipcc.as_os_str().as_encoded_bytes()];
+    // A target id such as `gfx90a:xnack+` is no file name.
+    let safe: String = arch.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    cache::cached(cache_dir, &format!("{name}_{safe}.co"), &key, |tmp| compile_code_object(hipcc, src, tmp, arch, extra_flags))
+}
+
 /// Splits `candidates` into the architectures `hipcc` can compile for and those it cannot, by
 /// compiling a tiny kernel for each (in parallel), so that a build script can build the first
 /// and warn about the rest. Order is kept.

@@ -5,22 +5,23 @@ use dt_core::tensor::Tensor;
 use dt_core::DType;
 use npyz::WriterBuilder;
 use std::fs::File;
-use std::io::{BufReader, BufWriter};
+use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom};
 use std::path::Path;
 
 /// Reads an f32 or f16 array; returns its values widened to f32 and its element type.
 pub fn read(path: &Path) -> Result<(Tensor, DType), String> {
-    let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if let Some(shape) = header_shape(&mut file) {
+        check_count(path, &shape)?;
+    }
+    file.seek(SeekFrom::Start(0)).map_err(|e| format!("{}: {e}", path.display()))?;
     let npy = npyz::NpyFile::new(BufReader::new(file)).map_err(|e| format!("{}: not a .npy file: {e}", path.display()))?;
     if npy.order() != npyz::Order::C {
         return Err(format!("{}: Fortran-ordered arrays are not supported; save with np.ascontiguousarray", path.display()));
     }
     // The header's shape, checked before any data is read: no product that wraps around, and no
     // more elements than a kernel takes.
-    let count = npy.shape().iter().try_fold(1u64, |acc, &n| acc.checked_mul(n));
-    if count.is_none_or(|c| c > dt_core::tensor::MAX_ELEMENTS as u64) {
-        return Err(format!("{}: shape {:?} has more than 2^31 elements", path.display(), npy.shape()));
-    }
+    check_count(path, npy.shape())?;
     let shape: Vec<usize> = npy.shape().iter().map(|&n| n as usize).collect();
     let descr = npy.dtype().descr();
     let (data, dtype) = match descr.as_str() {
@@ -35,6 +36,36 @@ pub fn read(path: &Path) -> Result<(Tensor, DType), String> {
         return Err(format!("{}: data does not match shape {shape:?}", path.display()));
     }
     Ok((Tensor { shape, data }, dtype))
+}
+
+fn check_count(path: &Path, shape: &[u64]) -> Result<(), String> {
+    let count = shape.iter().try_fold(1u64, |acc, &n| acc.checked_mul(n));
+    if count.is_none_or(|c| c > dt_core::tensor::MAX_ELEMENTS as u64) {
+        return Err(format!("{}: shape {shape:?} has more than 2^31 elements", path.display()));
+    }
+    Ok(())
+}
+
+/// The `'shape'` tuple of a `.npy` header, read before npyz parses it: npyz multiplies the
+/// extents unchecked, which panics where overflow checks are on. `None` where the header is not
+/// one this reads (npyz then reports what is wrong with it).
+fn header_shape(file: &mut File) -> Option<Vec<u64>> {
+    let mut start = [0u8; 12];
+    file.read_exact(&mut start).ok()?;
+    if &start[..6] != b"\x93NUMPY" {
+        return None;
+    }
+    // Version 1 has a 2-byte header length, versions 2 and 3 a 4-byte one.
+    let (len, skip) = match start[6] {
+        1 => (u16::from_le_bytes([start[8], start[9]]) as usize, 10),
+        _ => (u32::from_le_bytes([start[8], start[9], start[10], start[11]]) as usize, 12),
+    };
+    let mut header = vec![0u8; len.min(1 << 20)];
+    file.seek(SeekFrom::Start(skip)).ok()?;
+    file.read_exact(&mut header).ok()?;
+    let text = std::str::from_utf8(&header).ok()?;
+    let tuple = text.split_once("'shape'")?.1.split_once('(')?.1.split_once(')')?.0;
+    tuple.split(',').map(str::trim).filter(|n| !n.is_empty()).map(|n| n.trim_end_matches('L').parse().ok()).collect()
 }
 
 /// Writes a tensor as `.npy` of the given element type (bf16 as f32), whole or not at all

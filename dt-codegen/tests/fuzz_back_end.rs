@@ -18,8 +18,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Mutants drawn (each through check, five emitters and the interpreter).
-const CASES: usize = 400;
+/// Mutants drawn (each through check, five emitters and the interpreter); `PROPTEST_CASES`
+/// sets another count.
+const CASES: u32 = 400;
 /// One case in this many also compiles its C and runs it.
 const CPU_EVERY: usize = 8;
 /// The time limit of one `dtc` run.
@@ -218,7 +219,8 @@ fn mutated_specs_and_bad_data_never_crash_or_hang_dtc() {
     let mut rng = Rng::new(0xF022);
     let mut failures = Vec::new();
     let (mut checked, mut ran) = (0, 0);
-    for case in 0..CASES {
+    let cases = common::cases(CASES) as usize;
+    for case in 0..cases {
         let (name, src) = &seeds[case % seeds.len()];
         let mutant = mutate(src, &mut rng);
         let spec = dir.join(format!("case{case}.dt"));
@@ -287,7 +289,7 @@ fn mutated_specs_and_bad_data_never_crash_or_hang_dtc() {
     }
     let _ = std::fs::remove_dir_all(&dir);
     eprintln!(
-        "{CASES} mutants ({checked} checked, {ran} runs of their kernels) and {} bad data files: {} failures",
+        "{cases} mutants ({checked} checked, {ran} runs of their kernels) and {} bad data files: {} failures",
         bad.len(),
         failures.len()
     );

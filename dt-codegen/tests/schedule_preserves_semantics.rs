@@ -5,7 +5,7 @@
 //! 64-lane wavefronts, `gpu_matches_reference` through the CUDA C on a GPU.)
 //!
 //! Per spec, the file's own schedule and 63 drawn from fixed seeds are compiled into one C
-//! library; each of the 200 proptest cases picks one of them and random sizes (1 to 300, primes,
+//! library; each of the 200 proptest cases (`PROPTEST_CASES` sets another count) picks one of them and random sizes (1 to 300, primes,
 //! sizes next to tile extents), so a failure names the schedule (printed as a complete spec) and
 //! the sizes.
 
@@ -46,6 +46,7 @@ fn symbol(k: &Kernel, dtype: DType, i: usize) -> String {
 }
 
 fn build_suite(name: &str, rel: &str) -> Suite {
+    let t0 = std::time::Instant::now();
     let src = read_spec(rel);
     let program = dt_core::compile_spec(&src).unwrap_or_else(|d| panic!("{rel}: {d:?}"));
     let algorithm = explore::algorithm_text(&src).expect("spec parses");
@@ -71,6 +72,7 @@ fn build_suite(name: &str, rel: &str) -> Suite {
     let dir =
         std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("schedule_preserves_semantics").join(std::process::id().to_string());
     let lib = dt_codegen::host::compile_with(&c, &dir, name, "-O1").unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("{rel}: {SCHEDULES} schedules lowered and compiled in {:.1?}", t0.elapsed());
     Suite { drawn, lib }
 }
 
@@ -127,10 +129,12 @@ macro_rules! spec_test {
         fn $name() {
             static SUITE: OnceLock<Suite> = OnceLock::new();
             let suite = SUITE.get_or_init(|| build_suite(stringify!($name), $path));
-            let config = ProptestConfig { cases: CASES, failure_persistence: None, ..ProptestConfig::default() };
+            let config = ProptestConfig { cases: cases(CASES), failure_persistence: None, ..ProptestConfig::default() };
+            let t0 = std::time::Instant::now();
             proptest!(config, |(index in 0..SCHEDULES, seed in any::<u64>())| {
                 check_case(suite, index, seed)?;
             });
+            eprintln!("{}: {} cases in {:.1?}", $path, config.cases, t0.elapsed());
         }
     };
 }

@@ -70,25 +70,31 @@ struct Machine<'a> {
     cluster: Option<(&'a Exchange, usize)>,
 }
 
-/// For each element of `to` (row-major), the index of the element of `from` it reads, where
-/// `from`'s dimensions are a subset of `to`'s (missing ones broadcast).
-fn broadcast_map(to: &Shape, from: &Shape) -> Vec<usize> {
-    let n = to.elements();
-    let mut out = vec![0usize; n];
-    let ext: Vec<usize> = to.0.iter().map(|(_, e)| *e as usize).collect();
-    let from_strides: Vec<usize> = to.0.iter().map(|(d, _)| from.stride(*d)).collect();
-    let mut idx = vec![0usize; ext.len()];
-    for slot in out.iter_mut() {
-        *slot = idx.iter().zip(&from_strides).map(|(i, s)| i * s).sum();
-        for a in (0..idx.len()).rev() {
-            idx[a] += 1;
-            if idx[a] < ext[a] {
-                break;
-            }
-            idx[a] = 0;
+/// Where each element of a tile of shape `to` (row-major) reads from a value of shape `from`,
+/// whose dimensions are a subset of `to`'s (missing ones broadcast). Computed per element rather
+/// than tabulated: tiles reach 2^16 elements and most operands have the tile's own shape.
+enum Broadcast {
+    /// `from` is `to`: element `i` reads element `i`.
+    Same,
+    /// Per dimension of `to`: its stride in `to`, its extent, its stride in `from` (0 when
+    /// `from` lacks it).
+    Strided(Vec<(usize, usize, usize)>),
+}
+
+impl Broadcast {
+    fn new(to: &Shape, from: &Shape) -> Self {
+        if to == from {
+            return Broadcast::Same;
+        }
+        Broadcast::Strided(to.0.iter().map(|(d, e)| (to.stride(*d), *e as usize, from.stride(*d))).filter(|(_, _, f)| *f != 0).collect())
+    }
+
+    fn at(&self, i: usize) -> usize {
+        match self {
+            Broadcast::Same => i,
+            Broadcast::Strided(dims) => dims.iter().map(|&(s, e, f)| (i / s) % e * f).sum(),
         }
     }
-    out
 }
 
 /// Per dimension of a tile: its stride within the tile and its extent, to decode the lane of
@@ -127,14 +133,15 @@ impl Machine<'_> {
                 }
                 Stmt::Update { var, combine, value } => {
                     let shape = self.k.var(*var).clone();
-                    let map = broadcast_map(&shape, &self.k.value(*value).shape);
+                    let map = Broadcast::new(&shape, &self.k.value(*value).shape);
                     let src = &self.values[value.0 as usize];
                     let dst = &mut self.vars[var.0 as usize];
                     dst.resize(shape.elements(), 0.0);
-                    for (i, m) in map.iter().enumerate() {
-                        dst[i] = match combine {
-                            Combine::Set => src[*m],
-                            Combine::Reduce(op) => op.combine(dst[i], src[*m]),
+                    for (i, d) in dst.iter_mut().enumerate() {
+                        let v = src[map.at(i)];
+                        *d = match combine {
+                            Combine::Set => v,
+                            Combine::Reduce(op) => op.combine(*d, v),
                         };
                     }
                 }
@@ -176,7 +183,7 @@ impl Machine<'_> {
         let shape = &self.k.value(id).shape;
         let n = shape.elements();
         let val = |v: &ValueId| &self.values[v.0 as usize];
-        let bmap = |v: &ValueId| broadcast_map(shape, &self.k.value(*v).shape);
+        let bmap = |v: &ValueId| Broadcast::new(shape, &self.k.value(*v).shape);
         match op {
             Op::Const(c) => vec![*c; n],
             Op::Scalar(s) => vec![self.args.scalars[*s]; n],
@@ -213,14 +220,17 @@ impl Machine<'_> {
                     })
                     .collect()
             }
-            Op::Unary(u, a) => bmap(a).iter().map(|i| u.apply(val(a)[*i])).collect(),
+            Op::Unary(u, a) => {
+                let (ma, a) = (bmap(a), val(a));
+                (0..n).map(|i| u.apply(a[ma.at(i)])).collect()
+            }
             Op::Binary(b, x, y) => {
-                let (mx, my) = (bmap(x), bmap(y));
-                (0..n).map(|i| b.apply(val(x)[mx[i]], val(y)[my[i]])).collect()
+                let (mx, my, x, y) = (bmap(x), bmap(y), val(x), val(y));
+                (0..n).map(|i| b.apply(x[mx.at(i)], y[my.at(i)])).collect()
             }
             Op::Select(c, x, y) => {
-                let (mc, mx, my) = (bmap(c), bmap(x), bmap(y));
-                (0..n).map(|i| if val(c)[mc[i]] != 0.0 { val(x)[mx[i]] } else { val(y)[my[i]] }).collect()
+                let (mc, mx, my, c, x, y) = (bmap(c), bmap(x), bmap(y), val(c), val(x), val(y));
+                (0..n).map(|i| if c[mc.at(i)] != 0.0 { x[mx.at(i)] } else { y[my.at(i)] }).collect()
             }
             Op::MaskFill { value, dim, fill } => {
                 let src = val(value);
@@ -237,9 +247,14 @@ impl Machine<'_> {
                 let from = &self.k.value(*value).shape;
                 let ext = from.extent(*dim).unwrap_or(1) as usize;
                 let step = from.stride(*dim);
-                let base = broadcast_map(shape, from);
+                let (base, src) = (Broadcast::new(shape, from), val(value));
                 let lanes = || (0..ext).step_by(*run as usize);
-                base.iter().map(|b| lanes().fold(op.identity(), |acc, l| op.combine(acc, val(value)[b + l * step]))).collect()
+                (0..n)
+                    .map(|i| {
+                        let b = base.at(i);
+                        lanes().fold(op.identity(), |acc, l| op.combine(acc, src[b + l * step]))
+                    })
+                    .collect()
             }
             Op::RunReduce { op, value, dim, run } => {
                 let (src, run) = (val(value), *run as usize);
@@ -280,13 +295,19 @@ impl Machine<'_> {
                 let sa = &self.k.value(*a).shape;
                 let sb = &self.k.value(*b).shape;
                 let ext = sa.extent(*dim).unwrap_or(1) as usize;
-                let (ma, mb) = (broadcast_map(shape, sa), broadcast_map(shape, sb));
+                let (ma, mb) = (Broadcast::new(shape, sa), Broadcast::new(shape, sb));
                 let (ta, tb) = (sa.stride(*dim), sb.stride(*dim));
-                (0..n).map(|i| (0..ext).map(|l| val(a)[ma[i] + l * ta] * val(b)[mb[i] + l * tb]).sum()).collect()
+                let (a, b) = (val(a), val(b));
+                (0..n)
+                    .map(|i| {
+                        let (ia, ib) = (ma.at(i), mb.at(i));
+                        (0..ext).map(|l| a[ia + l * ta] * b[ib + l * tb]).sum()
+                    })
+                    .collect()
             }
             Op::Var(v) => {
-                let vs = self.k.var(*v);
-                broadcast_map(shape, vs).iter().map(|i| self.vars[v.0 as usize][*i]).collect()
+                let (map, var) = (Broadcast::new(shape, self.k.var(*v)), &self.vars[v.0 as usize]);
+                (0..n).map(|i| var[map.at(i)]).collect()
             }
         }
     }
@@ -294,7 +315,8 @@ impl Machine<'_> {
     fn store(&mut self, value: ValueId, tile: &Shape) {
         // The output tile lists the output's dimensions in the kernel's order, which is the
         // output's own axis order.
-        let map = broadcast_map(tile, &self.k.value(value).shape);
+        let map = Broadcast::new(tile, &self.k.value(value).shape);
+        let src = &self.values[value.0 as usize];
         let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
         let st = strides(&out.shape);
         let dims: Vec<(usize, usize, usize, usize, usize)> = tile
@@ -304,7 +326,7 @@ impl Machine<'_> {
             .enumerate()
             .map(|(a, ((d, _), (s, e)))| (s, e, self.offset(*d), self.size(*d), st[a]))
             .collect();
-        'element: for (i, m) in map.iter().enumerate() {
+        'element: for i in 0..tile.elements() {
             let mut flat = 0;
             for &(s, e, off, size, stride) in &dims {
                 let pos = off + (i / s) % e;
@@ -313,7 +335,7 @@ impl Machine<'_> {
                 }
                 flat += pos * stride;
             }
-            out.data[flat] = self.dtype.round(self.values[value.0 as usize][*m]);
+            out.data[flat] = self.dtype.round(src[map.at(i)]);
         }
     }
 }

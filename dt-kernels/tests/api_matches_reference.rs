@@ -54,10 +54,11 @@ fn available(backend: Backend, test: &str) -> bool {
     missing.is_none()
 }
 
+/// `DT_GPU_CASES` sets the GPU backends' count apart from `PROPTEST_CASES`.
 fn cases(backend: Backend) -> u32 {
     match backend {
-        Backend::Cpu => 24,
-        _ => std::env::var("DT_GPU_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24),
+        Backend::Cpu => common::cases(24),
+        _ => std::env::var("DT_GPU_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| common::cases(24)),
     }
 }
 

@@ -39,7 +39,7 @@ fn check(src: &str, kernel: &str, case: &Case) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(ProptestConfig::with_cases(common::cases(64)))]
 
     #[test]
     fn evaluator_matches_naive_matmul(m in size(), n in size(), k in size(), dt in dtype(), std in spread(), seed in any::<u64>()) {
@@ -80,7 +80,7 @@ fn attention_shape() -> impl Strategy<Value = AttentionShape> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(32))]
+    #![proptest_config(ProptestConfig::with_cases(common::cases(32)))]
 
     #[test]
     fn evaluator_matches_naive_attention(shape in attention_shape(), dt in dtype(), std in prop::sample::select(vec![0.5f32, 1.0, 2.0]), seed in any::<u64>()) {

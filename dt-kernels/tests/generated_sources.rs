@@ -3,6 +3,11 @@
 //! with warnings as errors; and the CUDA and HIP C of the lowering's test specs, too. Without a
 //! toolchain a test says so and passes, unless `DT_REQUIRE_TOOLCHAINS=1` (set by CI), where a
 //! missing toolchain fails.
+//!
+//! The library's own generated code is compiled through build-support's shared cache, keyed by
+//! source, flags and compiler: where the build ran with `DT_KERNELS_WERROR=1` (as CI does), it
+//! already compiled each file with these flags and the test takes that compile; otherwise the
+//! test compiles it (once; later runs find it in `target/dt-build-cache`).
 
 use build_support::cuda::{self, Arch};
 use build_support::{hip, BuildEnv};
@@ -39,6 +44,37 @@ fn require(tool: &str, found: Option<PathBuf>) -> Option<PathBuf> {
 /// nvcc through the usual search, then the project's own install under `.venv/cuda`.
 fn nvcc() -> Option<PathBuf> {
     cuda::find_nvcc(&BuildEnv::from_process()).or_else(|| Some(workspace().join(".venv/cuda/bin/nvcc")).filter(|p| p.exists()))
+}
+
+/// build-support's shared cache of the target directory (`cache::shared_dir`), where
+/// dt-kernels' build script puts its fatbins and code objects.
+fn cache_dir() -> PathBuf {
+    std::env::var_os("DT_BUILD_CACHE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).parent().expect("target directory").join("dt-build-cache"))
+}
+
+/// One compile, to run with others ([`compile_all`]).
+type Compile = Box<dyn FnOnce() -> Result<(), build_support::CompileError> + Send>;
+
+/// Runs `job` on every item, as many at once as the machine has cores (the compiles of one
+/// test are independent); fails with every failure's message.
+fn compile_all<T: Send>(items: Vec<T>, job: impl Fn(T) -> Result<(), String> + Sync) {
+    let queue = std::sync::Mutex::new(items);
+    let failures = std::sync::Mutex::new(Vec::new());
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let Some(item) = queue.lock().unwrap().pop() else { return };
+                if let Err(e) = job(item) {
+                    failures.lock().unwrap().push(e);
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
 fn out_dir(name: &str) -> PathBuf {
@@ -91,20 +127,20 @@ fn capped_held_layernorm_does_not_spill() {
 #[test]
 fn generated_cuda_compiles_for_sm80_and_sm90a() {
     let Some(nvcc) = require("nvcc", nvcc()) else { return };
-    let dir = out_dir("cuda");
-    for src in generated("cu") {
-        for arch in [Arch::new(80), Arch::with_suffix(90, 'a')] {
-            let out = dir.join(format!("{}.{}.cubin", src.file_stem().unwrap().to_string_lossy(), arch.sm()));
-            cuda::compile_cubin(&nvcc, &src, &out, arch, &["-Werror", "all-warnings", "-Xptxas", "-Werror"])
-                .unwrap_or_else(|e| panic!("{e}"));
-        }
-    }
+    // The build's default architectures (a fatbin of both, and PTX), so that its compile serves.
+    assert_eq!(cuda::DEFAULT_COMPUTE_CAPS, [Arch::new(80), Arch::with_suffix(90, 'a')]);
+    compile_all(generated("cu"), |src| {
+        let name = src.file_stem().unwrap().to_string_lossy();
+        cuda::cached_fatbin(&cache_dir(), &name, &nvcc, &src, &cuda::DEFAULT_COMPUTE_CAPS, cuda::NVCC_WERROR_FLAGS)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    });
 }
 
 #[test]
 fn generated_hip_compiles_for_gfx90a() {
     let Some(hipcc) = require("hipcc", hip::find_hipcc(&BuildEnv::from_process())) else { return };
-    let dir = out_dir("hip");
+    let mut jobs = Vec::new();
     for src in generated("hip") {
         // Files with matrix-core dots also for the GPUs that take the other branches of the
         // runtime's MFMA helpers: gfx908 (f16 only) and gfx906 (none: the shuffle fallback).
@@ -119,11 +155,12 @@ fn generated_hip_compiles_for_gfx90a() {
                 builds.push((clang19.into(), "gfx942"));
             }
         }
-        for (compiler, arch) in builds {
-            let out = dir.join(format!("{}.{arch}.hsaco", src.file_stem().unwrap().to_string_lossy()));
-            hip::compile_code_object(&compiler, &src, &out, arch, &["-Wall", "-Wextra", "-Werror"]).unwrap_or_else(|e| panic!("{e}"));
-        }
+        jobs.extend(builds.into_iter().map(|(compiler, arch)| (src.clone(), compiler, arch)));
     }
+    compile_all(jobs, |(src, compiler, arch)| {
+        let name = src.file_stem().unwrap().to_string_lossy();
+        hip::cached_code_object(&cache_dir(), &name, &compiler, &src, arch, hip::HIPCC_WERROR_FLAGS).map(drop).map_err(|e| e.to_string())
+    });
 }
 
 /// The lowering's test specs (`dt-codegen/tests/specs/`), which cover schedules the library
@@ -139,6 +176,7 @@ fn test_specs_compile_for_sm80_and_gfx90a() {
     paths.retain(|p| p.extension().is_some_and(|e| e == "dt"));
     paths.sort();
     assert!(!paths.is_empty(), "no specs under {}", specs.display());
+    let mut jobs: Vec<Compile> = Vec::new();
     for path in paths {
         let name = path.file_stem().expect("stem").to_string_lossy().into_owned();
         let src = std::fs::read_to_string(&path).expect("spec");
@@ -147,17 +185,12 @@ fn test_specs_compile_for_sm80_and_gfx90a() {
         let (cu, hip_src) = (dir.join(format!("{name}.cu")), dir.join(format!("{name}.hip")));
         std::fs::write(&cu, &outputs.cuda).expect("write");
         std::fs::write(&hip_src, &outputs.hip).expect("write");
-        cuda::compile_cubin(
-            &nvcc,
-            &cu,
-            &dir.join(format!("{name}.cubin")),
-            Arch::new(80),
-            &["-Werror", "all-warnings", "-Xptxas", "-Werror"],
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-        hip::compile_code_object(&hipcc, &hip_src, &dir.join(format!("{name}.gfx90a.hsaco")), "gfx90a", &["-Wall", "-Wextra", "-Werror"])
-            .unwrap_or_else(|e| panic!("{e}"));
+        let (nvcc, hipcc, cubin, hsaco) =
+            (nvcc.clone(), hipcc.clone(), dir.join(format!("{name}.cubin")), dir.join(format!("{name}.gfx90a.hsaco")));
+        jobs.push(Box::new(move || cuda::compile_cubin(&nvcc, &cu, &cubin, Arch::new(80), cuda::NVCC_WERROR_FLAGS)));
+        jobs.push(Box::new(move || hip::compile_code_object(&hipcc, &hip_src, &hsaco, "gfx90a", hip::HIPCC_WERROR_FLAGS)));
     }
+    compile_all(jobs, |job| job().map_err(|e| e.to_string()));
 }
 
 /// The clustered test specs (`dt-codegen/tests/cluster/`): their CUDA C compiles for sm_90a,
@@ -171,6 +204,7 @@ fn cluster_specs_compile_for_sm80_and_sm90a() {
     let mut paths: Vec<PathBuf> = std::fs::read_dir(&specs).expect("cluster specs").flatten().map(|e| e.path()).collect();
     paths.retain(|p| p.extension().is_some_and(|e| e == "dt"));
     assert!(!paths.is_empty(), "no specs under {}", specs.display());
+    let mut jobs: Vec<Compile> = Vec::new();
     for path in paths {
         let name = path.file_stem().expect("stem").to_string_lossy().into_owned();
         let src = std::fs::read_to_string(&path).expect("spec");
@@ -180,11 +214,11 @@ fn cluster_specs_compile_for_sm80_and_sm90a() {
         let cu = dir.join(format!("{name}.cu"));
         std::fs::write(&cu, &outputs.cuda).expect("write");
         for arch in cuda::DEFAULT_COMPUTE_CAPS {
-            let cubin = dir.join(format!("{name}.{arch}.cubin"));
-            let flags = ["-Werror", "all-warnings", "-Xptxas", "-Werror"];
-            cuda::compile_cubin(&nvcc, &cu, &cubin, arch, &flags).unwrap_or_else(|e| panic!("{e}"));
+            let (nvcc, cu, cubin) = (nvcc.clone(), cu.clone(), dir.join(format!("{name}.{arch}.cubin")));
+            jobs.push(Box::new(move || cuda::compile_cubin(&nvcc, &cu, &cubin, arch, cuda::NVCC_WERROR_FLAGS)));
         }
     }
+    compile_all(jobs, |job| job().map_err(|e| e.to_string()));
 }
 
 #[test]

@@ -186,3 +186,9 @@ pub fn npy_bytes(descr: &str, fortran: bool, shape: &str, values: &[f32]) -> Vec
     values.iter().for_each(|v| bytes.extend_from_slice(&v.to_le_bytes()));
     bytes
 }
+
+/// The case count of a property test: `PROPTEST_CASES` where set (proptest's own variable, for
+/// a longer or a quicker run), else the test's `default`.
+pub fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+}

@@ -368,3 +368,9 @@ impl Placement {
         (data, strides)
     }
 }
+
+/// The case count of a property test: `PROPTEST_CASES` where set (proptest's own variable, for
+/// a longer or a quicker run), else the test's `default`.
+pub fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+}
