@@ -2,7 +2,10 @@
 //! every `emit` target (kernel IR, C, CUDA, HIP, GPU plan), `run --backend interp` and, for
 //! every eighth case, `run --backend cpu` (the C compiler and the compiled kernel). Each run is a
 //! process with a time limit; what holds for every case: it exits 0, or 1 with an error on stderr
-//! and no panic; never a signal (a crash, a stack overflow), never past its time.
+//! and no panic; never a signal (a crash, a stack overflow), never past its time. A spec that
+//! `check` refuses gets a diagnostic at `file:line:col`; any other refusal is located too or
+//! names what it refuses (`DT_FUZZ_SHOW=1` prints those); a bad data file's error names the file
+//! or the input.
 //!
 //! The cases are drawn from a fixed seed, so a failure names a case that fails again: the
 //! library specs, the examples and the test specs, each with token mutations (deletions,
@@ -92,9 +95,16 @@ fn dtc() -> Command {
     c
 }
 
-/// Runs `dtc` with `args` under the time limit; returns a description of what broke the rules,
-/// if anything did.
-fn run(args: &[String]) -> Option<String> {
+/// How a `dtc` run ended, when it kept the rules.
+enum Ended {
+    Ok,
+    /// Exit 1 with this error (no panic).
+    Refused(String),
+}
+
+/// Runs `dtc` with `args` under the time limit: how it ended, or a description of what broke the
+/// rules.
+fn run(args: &[String]) -> Result<Ended, String> {
     let mut child = dtc().args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("dtc starts");
     let start = Instant::now();
     loop {
@@ -106,16 +116,16 @@ fn run(args: &[String]) -> Option<String> {
                     let _ = e.read_to_string(&mut err);
                 }
                 return match status.code() {
-                    Some(0) => None,
-                    Some(1) if !err.trim().is_empty() && !err.contains("panicked") => None,
-                    Some(code) => Some(format!("exit {code}: {err}")),
-                    None => Some(format!("killed by a signal ({status}): {err}")),
+                    Some(0) => Ok(Ended::Ok),
+                    Some(1) if !err.trim().is_empty() && !err.contains("panicked") => Ok(Ended::Refused(err)),
+                    Some(code) => Err(format!("exit {code}: {err}")),
+                    None => Err(format!("killed by a signal ({status}): {err}")),
                 };
             }
             None if start.elapsed() > LIMIT => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Some(format!("still running after {LIMIT:?}"));
+                return Err(format!("still running after {LIMIT:?}"));
             }
             None => std::thread::sleep(Duration::from_millis(5)),
         }
@@ -211,6 +221,28 @@ fn run_args(p: &dt_core::algo::Program, k: dt_core::algo::FuncId, dir: &Path, rn
     args
 }
 
+/// Whether error `err` points into the spec at a line and column (`case7.dt:3:14`).
+fn located_in(err: &str, file: &str) -> bool {
+    err.match_indices(file).any(|(i, _)| {
+        let rest = &err[i + file.len()..];
+        let mut parts = rest.splitn(3, ':');
+        let line = parts.next().unwrap_or("");
+        let col: String = parts.next().unwrap_or("").chars().take_while(char::is_ascii_digit).collect();
+        !line.is_empty() && line.chars().all(|c| c.is_ascii_digit()) && !col.is_empty()
+    })
+}
+
+/// What kind of refusal `err` is, for the summary.
+fn refusal_kind(err: &str, file: &str) -> &'static str {
+    if located_in(err, file) {
+        "located in the spec"
+    } else if err.contains('`') || err.contains("--") {
+        "naming what it refuses"
+    } else {
+        "other"
+    }
+}
+
 #[test]
 fn mutated_specs_and_bad_data_never_crash_or_hang_dtc() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fuzz_back_end_{}", std::process::id()));
@@ -219,6 +251,7 @@ fn mutated_specs_and_bad_data_never_crash_or_hang_dtc() {
     let mut rng = Rng::new(0xF022);
     let mut failures = Vec::new();
     let (mut checked, mut ran) = (0, 0);
+    let mut refusals: std::collections::BTreeMap<&str, usize> = Default::default();
     let cases = common::cases(CASES) as usize;
     for case in 0..cases {
         let (name, src) = &seeds[case % seeds.len()];
@@ -252,9 +285,28 @@ fn mutated_specs_and_bad_data_never_crash_or_hang_dtc() {
                 }
             }
         }
+        let located = format!("case{case}.dt:");
         for args in runs {
-            if let Some(what) = run(&args) {
-                failures.push(format!("case {case} (a mutation of {name}): dtc {}: {what}\n{mutant}", args.join(" ")));
+            match run(&args) {
+                Err(what) => failures.push(format!("case {case} (a mutation of {name}): dtc {}: {what}\n{mutant}", args.join(" "))),
+                // A spec the checker refuses gets a diagnostic at its file:line:col.
+                Ok(Ended::Refused(err)) if args[0] == "check" && !located_in(&err, &located) => {
+                    failures.push(format!("case {case} (a mutation of {name}): dtc check refused it with no location: {err}\n{mutant}"))
+                }
+                // Any other refusal is located, or names what it refuses.
+                Ok(Ended::Refused(err)) => match refusal_kind(&err, &located) {
+                    "other" => failures.push(format!(
+                        "case {case} (a mutation of {name}): dtc {}: an unlocated error that names nothing: {err}",
+                        args.join(" ")
+                    )),
+                    kind => {
+                        if std::env::var_os("DT_FUZZ_SHOW").is_some() && kind != "located in the spec" {
+                            eprintln!("dtc {}: {err}", args.join(" "));
+                        }
+                        *refusals.entry(kind).or_default() += 1
+                    }
+                },
+                Ok(Ended::Ok) => {}
             }
         }
     }
@@ -282,14 +334,20 @@ fn mutated_specs_and_bad_data_never_crash_or_hang_dtc() {
                 format!("B={}", path.display()),
             ]);
             args.extend(["--output".into(), dir.join("out.npy").display().to_string()]);
-            if let Some(broke) = run(&args) {
-                failures.push(format!("{what}: dtc {}: {broke}", args.join(" ")));
+            match run(&args) {
+                Err(broke) => failures.push(format!("{what}: dtc {}: {broke}", args.join(" "))),
+                // The error names the file or the input it came from.
+                Ok(Ended::Refused(err)) if err.contains("bad.npy") || err.contains("`A`") || err.contains("A=") => {}
+                Ok(Ended::Refused(err)) => {
+                    failures.push(format!("{what}: dtc {}: an error that names neither the file nor the input: {err}", args.join(" ")))
+                }
+                Ok(Ended::Ok) => failures.push(format!("{what}: dtc {} accepted it", args.join(" "))),
             }
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
     eprintln!(
-        "{cases} mutants ({checked} checked, {ran} runs of their kernels) and {} bad data files: {} failures",
+        "{cases} mutants ({checked} checked, {ran} runs of their kernels) and {} bad data files: {} failures; refusals: {refusals:?}",
         bad.len(),
         failures.len()
     );

@@ -2,6 +2,10 @@
 //! schedule and under random valid schedules, for every kernel and element type, computes what
 //! the reference evaluator computes, at random sizes (1, primes, non-multiples of every tile).
 //! Without a GPU it says so and passes (CI has none; run it on the GPU machine).
+//!
+//! `DT_GPU_RANDOM_SCHEDULES`, `DT_GPU_SIZE_DRAWS` and `DT_GPU_MAX_ELEMENTS` override the counts
+//! below (the sanitizer sweep, `scripts/sanitize.sh`, runs each spec's own schedule only, at
+//! small sizes, so that every kernel the compiler builds runs under each tool in minutes).
 
 mod common;
 
@@ -16,13 +20,19 @@ use dt_core::DType;
 const RANDOM_SCHEDULES: usize = 6;
 /// Size draws per (schedule, kernel, dtype).
 const SIZE_DRAWS: usize = 3;
+/// Most elements of all sizes multiplied (the iteration space of a draw).
+const MAX_ELEMENTS: usize = 1 << 22;
 
-fn draw_sizes(p: &dt_core::algo::Program, rng: &mut Rng) -> Vec<usize> {
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
+fn draw_sizes(p: &dt_core::algo::Program, rng: &mut Rng, max_elements: usize) -> Vec<usize> {
     // Multiples of 8 that no tile divides, too, so that 16-byte copies meet partial tiles.
     const SPECIAL: &[usize] = &[1, 2, 3, 7, 8, 13, 24, 31, 63, 65, 127, 129, 136, 257, 264, 300, 520, 1000, 1025];
     let mut sizes: Vec<usize> =
         (0..p.dims.len()).map(|_| if rng.chance(60) { rng.pick(SPECIAL) } else { 1 + rng.below(600) as usize }).collect();
-    while sizes.iter().product::<usize>() > 1 << 22 {
+    while sizes.iter().product::<usize>() > max_elements {
         let (i, _) = sizes.iter().enumerate().max_by_key(|(_, s)| **s).expect("dims");
         sizes[i] = (sizes[i] / 2).max(1);
     }
@@ -52,6 +62,10 @@ fn cuda_matches_reference_evaluator() {
     };
     let mut failures = Vec::new();
     let mut cases = 0;
+    let (random_schedules, size_draws) = (env_or("DT_GPU_RANDOM_SCHEDULES", RANDOM_SCHEDULES), env_or("DT_GPU_SIZE_DRAWS", SIZE_DRAWS));
+    let max_elements = env_or("DT_GPU_MAX_ELEMENTS", MAX_ELEMENTS);
+    // Every kernel instance (symbol, twins included) that ran at least once.
+    let mut ran = std::collections::BTreeSet::new();
     // DT_GPU_SPECS=a,b runs only the specs whose path contains one of the names.
     let only: Vec<String> = std::env::var("DT_GPU_SPECS").map(|s| s.split(',').map(str::to_string).collect()).unwrap_or_default();
     // The clustered test specs, which only CUDA runs, besides those every backend runs.
@@ -64,7 +78,7 @@ fn cuda_matches_reference_evaluator() {
         let mut rng = Rng::new(0x6A5 + rel.len() as u64);
         let mut specs = vec![src.clone()];
         let opts = explore::Options { max_size: 2048, max_tile_elements: 1 << 13 };
-        specs.extend((0..RANDOM_SCHEDULES).map(|_| explore::random_spec(&algorithm, &base, &mut rng, &opts)));
+        specs.extend((0..random_schedules).map(|_| explore::random_spec(&algorithm, &base, &mut rng, &opts)));
         for (si, spec) in specs.iter().enumerate() {
             let p = dt_core::compile_spec(spec).expect("schedule checks");
             let kernels = dt_core::lower::lower_all(&p).expect("lowers");
@@ -86,8 +100,8 @@ fn cuda_matches_reference_evaluator() {
                     continue;
                 }
                 let fid = p.kernel_by_name(&k.name).expect("kernel");
-                for _ in 0..SIZE_DRAWS {
-                    let mut sizes = draw_sizes(&p, &mut rng);
+                for _ in 0..size_draws {
+                    let mut sizes = draw_sizes(&p, &mut rng, max_elements);
                     // A kernel compiled for a bound runs only within it.
                     for (d, b) in &k.bounds {
                         sizes[d.index()] = sizes[d.index()].min(*b as usize);
@@ -97,6 +111,7 @@ fn cuda_matches_reference_evaluator() {
                     let want = dt_core::eval::evaluate(&p, fid, &args, *dtype).expect("evaluates");
                     let bound = dt_core::tensor::bind(&p, fid, &args).expect("binds");
                     cases += 1;
+                    ran.insert(format!("{rel} {}", info.symbol));
                     let reduction_len = sizes.iter().copied().max().unwrap_or(1);
                     match gpu.run(&module, info, k, &bound, *dtype) {
                         Ok(got) => {
@@ -118,7 +133,7 @@ fn cuda_matches_reference_evaluator() {
         eprintln!("{rel}: done ({cases} cases so far, {} failures)", failures.len());
     }
     assert!(failures.is_empty(), "{} of {cases} GPU cases failed:\n{}", failures.len(), failures.join("\n---\n"));
-    eprintln!("{cases} GPU cases match the reference evaluator");
+    eprintln!("{cases} GPU cases over {} kernel instances match the reference evaluator", ran.len());
 }
 
 /// On an NVIDIA GPU, with `--ignored`: the library matmul at 4096 x 4096 x 4096 in every element

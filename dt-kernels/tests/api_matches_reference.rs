@@ -384,6 +384,79 @@ fn into_variant_writes_a_strided_output() {
     assert!(err.to_string().contains("has shape [5, 32], but the result has shape [5, 33]"), "{err}");
 }
 
+/// An input that is a view of the output's buffer is refused before anything runs (the kernel
+/// would read what it overwrites), and the buffer keeps its contents.
+#[test]
+fn an_input_that_shares_the_outputs_buffer_is_refused() {
+    if !available(Backend::Gpu, "an_input_that_shares_the_outputs_buffer_is_refused") {
+        return;
+    }
+    let gpu = gpu().unwrap();
+    let case = common::softmax(5, 33, dt_core::DType::F32, 1.0, 4);
+    let values = &case.input(0).values;
+    let mut out = gpu.upload([5, 33], values).unwrap();
+    let x = out.clone();
+    let err = dt_kernels::softmax::softmax_into(gpu, &x, &mut out).unwrap_err();
+    assert!(matches!(err, dt_kernels::Error::SharedOutput { op: "softmax" }), "{err}");
+    // A matmul whose A is the output.
+    let mut square = gpu.upload([33, 33], &vec![0.5f32; 33 * 33]).unwrap();
+    let a = square.clone();
+    let b = gpu.upload([33, 33], &vec![1.0f32; 33 * 33]).unwrap();
+    let err = dt_kernels::matmul::matmul_into(gpu, &a, &b, &mut square).unwrap_err();
+    assert!(matches!(err, dt_kernels::Error::SharedOutput { op: "matmul" }), "{err}");
+    drop((x, a));
+    assert_eq!(&out.to_host().unwrap(), values, "a refused launch wrote its output");
+    assert_eq!(square.to_host().unwrap(), vec![0.5f32; 33 * 33], "a refused launch wrote its output");
+    // Alone again, the same tensors are valid outputs.
+    let x = gpu.upload([5, 33], values).unwrap();
+    dt_kernels::softmax::softmax_into(gpu, &x, &mut out).unwrap();
+    case.check("GPU into a former view", &out.to_host().unwrap()).unwrap();
+    dt_kernels::matmul::matmul_into(gpu, &b, &b, &mut square).unwrap();
+    assert_eq!(square.to_host().unwrap(), vec![33.0f32; 33 * 33]);
+}
+
+/// A tensor on another GPU than the handle's is an error naming the argument and both devices
+/// (needs two GPUs; says so and passes with one).
+#[test]
+fn a_tensor_on_another_gpu_is_refused() {
+    if !available(Backend::Gpu, "a_tensor_on_another_gpu_is_refused") {
+        return;
+    }
+    let gpu = gpu().unwrap();
+    let other = match Gpu::with_ordinal(1) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("skipping a_tensor_on_another_gpu_is_refused: no second GPU ({e})");
+            return;
+        }
+    };
+    let case = common::softmax(5, 33, dt_core::DType::F32, 1.0, 5);
+    let values = &case.input(0).values;
+    let there = other.upload([5, 33], values).unwrap();
+    let err = dt_kernels::softmax::softmax(gpu, &there).unwrap_err();
+    assert!(err.to_string().contains("`x` lives on GPU 1, but the handle runs on GPU 0"), "{err}");
+    let here = gpu.upload([5, 33], values).unwrap();
+    let mut out_there = other.zeros::<f32>([5, 33]).unwrap();
+    let err = dt_kernels::softmax::softmax_into(gpu, &here, &mut out_there).unwrap_err();
+    assert!(err.to_string().contains("`out` lives on GPU 1"), "{err}");
+    // Each handle runs its own tensors.
+    case.check("GPU 1", &dt_kernels::softmax::softmax(&other, &there).unwrap().to_host().unwrap()).unwrap();
+}
+
+/// A grid of millions of programs (one per row of a few elements) covers every row: launches
+/// are one-dimensional, up to 2^31 - 1 programs, which the plan checks.
+#[test]
+fn millions_of_programs_cover_every_row() {
+    if !available(Backend::Gpu, "millions_of_programs_cover_every_row") {
+        return;
+    }
+    let gpu = gpu().unwrap();
+    let rows = (1 << 22) + 3;
+    let case = common::softmax(rows, 3, dt_core::DType::F32, 1.0, 6);
+    let x = gpu.upload([rows, 3], &case.input(0).values).unwrap();
+    case.check("GPU, 2^22 + 3 rows", &dt_kernels::softmax::softmax(gpu, &x).unwrap().to_host().unwrap()).unwrap();
+}
+
 /// Whether the library runs the warp-specialized classes (`mm_90a`) on this GPU: sm_90, with
 /// kernels built for sm_90a (the fatbin's default, or NVRTC).
 fn runs_hopper_classes(gpu: &Gpu) -> bool {
