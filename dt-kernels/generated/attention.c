@@ -98,7 +98,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* V */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention */
-    float* arena = (float*)malloc(sizeof(float) * 148166);
+    float* arena = (float*)malloc(sizeof(float) * 148680);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -122,477 +122,331 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
         (arena + 12288)[0] = (float)s5;
         (arena + 12289)[0] = dt_rsqrt((arena + 12288)[0]);
-        (arena + 32898)[0] = (float)s5;
-        (arena + 32899)[0] = dt_rsqrt((arena + 32898)[0]);
-        (arena + 61764)[0] = (float)s5;
-        (arena + 61765)[0] = dt_rsqrt((arena + 61764)[0]);
+        (arena + 111174)[0] = (-INFINITY);
+        (arena + 111175)[0] = 0e0f;
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
             for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
                 /* block(i:64) attention.tensorize(i:0) */
                 for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
-                    /* rmax identity */
-                    for (long long l4 = 0; l4 < 1; l4++) {
+                    /* block(e:128) attention.tensorize(e:0) */
+                    for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
+                        /* rdot accumulator */
                         for (long long l5 = 0; l5 < 1; l5++) {
-                            for (long long l6 = 0; l6 < 64; l6++) {
-                                (arena + 119238)[l4 * 64 + l5 * 64 + l6] = (-INFINITY);
-                            }
-                        }
-                    }
-                    /* partial rmax over j, lane by lane */
-                    for (long long l7 = 0; l7 < 1; l7++) {
-                        for (long long l8 = 0; l8 < 1; l8++) {
-                            for (long long l9 = 0; l9 < 64; l9++) {
-                                for (long long l10 = 0; l10 < 64; l10++) {
-                                    (arena + 139974)[l7 * 4096 + l8 * 4096 + l9 * 64 + l10] = (-INFINITY);
+                            for (long long l6 = 0; l6 < 1; l6++) {
+                                for (long long l7 = 0; l7 < 64; l7++) {
+                                    for (long long l8 = 0; l8 < 128; l8++) {
+                                        (arena + 136392)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
+                                    }
                                 }
                             }
                         }
-                    }
-                    /* rmax attention.tensorize(j:64) */
-                    for (long long o11 = 0; o11 < s3; o11 += 64) {
-                        /* rdot accumulator */
+                        /* rsum identity */
+                        for (long long l9 = 0; l9 < 1; l9++) {
+                            for (long long l10 = 0; l10 < 1; l10++) {
+                                for (long long l11 = 0; l11 < 64; l11++) {
+                                    (arena + 132168)[l9 * 64 + l10 * 64 + l11] = 0e0f;
+                                }
+                            }
+                        }
+                        /* rmax identity */
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 64; l14++) {
-                                    for (long long l15 = 0; l15 < 64; l15++) {
-                                        (arena + 119302)[l12 * 4096 + l13 * 4096 + l14 * 64 + l15] = 0e0f;
-                                    }
+                                    (arena + 127944)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
                                 }
                             }
                         }
-                        /* rdot attention.tensorize(d:32) */
-                        for (long long o16 = 0; o16 < s5; o16 += 32) {
-                            for (long long l17 = 0; l17 < 1; l17++) {
-                                for (long long l18 = 0; l18 < 1; l18++) {
-                                    for (long long l19 = 0; l19 < 64; l19++) {
-                                        for (long long l20 = 0; l20 < 32; l20++) {
-                                            (arena + 0)[l17 * 2048 + l18 * 2048 + l19 * 32 + l20] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + l20 < s5) ? dt_load_f16(in0[(o1 + l17) * args->input_strides[0][0] + (o2 + l18) * args->input_strides[0][1] + (o3 + l19) * args->input_strides[0][2] + (o16 + l20) * args->input_strides[0][3]]) : 0e0f;
+                        /* rmax attention.tensorize(j:64) + rsum attention.tensorize(j:64) + rdot attention.tensorize(j:64), online */
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
+                            /* rdot accumulator */
+                            for (long long l16 = 0; l16 < 1; l16++) {
+                                for (long long l17 = 0; l17 < 1; l17++) {
+                                    for (long long l18 = 0; l18 < 64; l18++) {
+                                        for (long long l19 = 0; l19 < 64; l19++) {
+                                            (arena + 128008)[l16 * 4096 + l17 * 4096 + l18 * 64 + l19] = 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l21 = 0; l21 < 1; l21++) {
-                                for (long long l22 = 0; l22 < 1; l22++) {
-                                    for (long long l23 = 0; l23 < 64; l23++) {
-                                        for (long long l24 = 0; l24 < 32; l24++) {
-                                            (arena + 2048)[l21 * 2048 + l22 * 2048 + l23 * 32 + l24] = (o1 + l21 < s0 && o2 + l22 < s1 && o11 + l23 < s3 && o16 + l24 < s5) ? dt_load_f16(in1[(o1 + l21) * args->input_strides[1][0] + (o2 + l22) * args->input_strides[1][1] + (o11 + l23) * args->input_strides[1][2] + (o16 + l24) * args->input_strides[1][3]]) : 0e0f;
+                            /* rdot attention.tensorize(d:32) */
+                            for (long long o20 = 0; o20 < s5; o20 += 32) {
+                                for (long long l21 = 0; l21 < 1; l21++) {
+                                    for (long long l22 = 0; l22 < 1; l22++) {
+                                        for (long long l23 = 0; l23 < 64; l23++) {
+                                            for (long long l24 = 0; l24 < 32; l24++) {
+                                                (arena + 0)[l21 * 2048 + l22 * 2048 + l23 * 32 + l24] = (o1 + l21 < s0 && o2 + l22 < s1 && o3 + l23 < s2 && o20 + l24 < s5) ? dt_load_f16(in0[(o1 + l21) * args->input_strides[0][0] + (o2 + l22) * args->input_strides[0][1] + (o3 + l23) * args->input_strides[0][2] + (o20 + l24) * args->input_strides[0][3]]) : 0e0f;
+                                            }
+                                        }
+                                    }
+                                }
+                                for (long long l25 = 0; l25 < 1; l25++) {
+                                    for (long long l26 = 0; l26 < 1; l26++) {
+                                        for (long long l27 = 0; l27 < 64; l27++) {
+                                            for (long long l28 = 0; l28 < 32; l28++) {
+                                                (arena + 2048)[l25 * 2048 + l26 * 2048 + l27 * 32 + l28] = (o1 + l25 < s0 && o2 + l26 < s1 && o15 + l27 < s3 && o20 + l28 < s5) ? dt_load_f16(in1[(o1 + l25) * args->input_strides[1][0] + (o2 + l26) * args->input_strides[1][1] + (o15 + l27) * args->input_strides[1][2] + (o20 + l28) * args->input_strides[1][3]]) : 0e0f;
+                                            }
+                                        }
+                                    }
+                                }
+                                for (long long l29 = 0; l29 < 1; l29++) {
+                                    for (long long l30 = 0; l30 < 1; l30++) {
+                                        for (long long l31 = 0; l31 < 64; l31++) {
+                                            for (long long l32 = 0; l32 < 64; l32++) {
+                                                float a34 = 0.0f;
+                                                for (long long r33 = 0; r33 < 32; r33++) a34 += (arena + 0)[l29 * 2048 + l30 * 2048 + l31 * 32 + r33 * 1] * (arena + 2048)[l29 * 2048 + l30 * 2048 + l32 * 32 + r33 * 1];
+                                                (arena + 4096)[l29 * 4096 + l30 * 4096 + l31 * 64 + l32] = a34;
+                                            }
+                                        }
+                                    }
+                                }
+                                for (long long l35 = 0; l35 < 1; l35++) {
+                                    for (long long l36 = 0; l36 < 1; l36++) {
+                                        for (long long l37 = 0; l37 < 64; l37++) {
+                                            for (long long l38 = 0; l38 < 64; l38++) {
+                                                (arena + 128008)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] = (arena + 128008)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] + (arena + 4096)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38];
+                                            }
                                         }
                                     }
                                 }
                             }
-                            for (long long l25 = 0; l25 < 1; l25++) {
-                                for (long long l26 = 0; l26 < 1; l26++) {
-                                    for (long long l27 = 0; l27 < 64; l27++) {
-                                        for (long long l28 = 0; l28 < 64; l28++) {
-                                            float a30 = 0.0f;
-                                            for (long long r29 = 0; r29 < 32; r29++) a30 += (arena + 0)[l25 * 2048 + l26 * 2048 + l27 * 32 + r29 * 1] * (arena + 2048)[l25 * 2048 + l26 * 2048 + l28 * 32 + r29 * 1];
-                                            (arena + 4096)[l25 * 4096 + l26 * 4096 + l27 * 64 + l28] = a30;
+                            for (long long l39 = 0; l39 < 1; l39++) {
+                                for (long long l40 = 0; l40 < 1; l40++) {
+                                    for (long long l41 = 0; l41 < 64; l41++) {
+                                        for (long long l42 = 0; l42 < 64; l42++) {
+                                            (arena + 8192)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 128008)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
                                         }
                                     }
                                 }
                             }
-                            for (long long l31 = 0; l31 < 1; l31++) {
-                                for (long long l32 = 0; l32 < 1; l32++) {
-                                    for (long long l33 = 0; l33 < 64; l33++) {
-                                        for (long long l34 = 0; l34 < 64; l34++) {
-                                            (arena + 119302)[l31 * 4096 + l32 * 4096 + l33 * 64 + l34] = (arena + 119302)[l31 * 4096 + l32 * 4096 + l33 * 64 + l34] + (arena + 4096)[l31 * 4096 + l32 * 4096 + l33 * 64 + l34];
+                            for (long long l43 = 0; l43 < 1; l43++) {
+                                for (long long l44 = 0; l44 < 1; l44++) {
+                                    for (long long l45 = 0; l45 < 64; l45++) {
+                                        for (long long l46 = 0; l46 < 64; l46++) {
+                                            (arena + 12290)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = ((arena + 8192)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] * (arena + 12289)[0]);
                                         }
                                     }
                                 }
                             }
-                        }
-                        for (long long l35 = 0; l35 < 1; l35++) {
-                            for (long long l36 = 0; l36 < 1; l36++) {
-                                for (long long l37 = 0; l37 < 64; l37++) {
-                                    for (long long l38 = 0; l38 < 64; l38++) {
-                                        (arena + 8192)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] = (arena + 119302)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38];
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l39 = 0; l39 < 1; l39++) {
-                            for (long long l40 = 0; l40 < 1; l40++) {
-                                for (long long l41 = 0; l41 < 64; l41++) {
-                                    for (long long l42 = 0; l42 < 64; l42++) {
-                                        (arena + 12290)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = ((arena + 8192)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] * (arena + 12289)[0]);
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l43 = 0; l43 < 1; l43++) {
-                            for (long long l44 = 0; l44 < 1; l44++) {
-                                for (long long l45 = 0; l45 < 64; l45++) {
-                                    for (long long l46 = 0; l46 < 64; l46++) {
-                                        (arena + 16386)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = (o11 + l46 < s3) ? (arena + 12290)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] : (-INFINITY);
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l47 = 0; l47 < 1; l47++) {
-                            for (long long l48 = 0; l48 < 1; l48++) {
-                                for (long long l49 = 0; l49 < 64; l49++) {
-                                    for (long long l50 = 0; l50 < 64; l50++) {
-                                        (arena + 139974)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = fmaxf((arena + 139974)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50], (arena + 16386)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50]);
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    for (long long l51 = 0; l51 < 1; l51++) {
-                        for (long long l52 = 0; l52 < 1; l52++) {
-                            for (long long l53 = 0; l53 < 64; l53++) {
-                                for (long long l54 = 0; l54 < 64; l54++) {
-                                    (arena + 111046)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54] = (arena + 139974)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54];
-                                }
-                            }
-                        }
-                    }
-                    for (long long l55 = 0; l55 < 1; l55++) {
-                        for (long long l56 = 0; l56 < 1; l56++) {
-                            for (long long l57 = 0; l57 < 64; l57++) {
-                                float a59 = (-INFINITY);
-                                for (long long r58 = 0; r58 < 64; r58 += 1) a59 = fmaxf(a59, (arena + 111046)[l55 * 4096 + l56 * 4096 + l57 * 64 + r58 * 1]);
-                                (arena + 20482)[l55 * 64 + l56 * 64 + l57] = a59;
-                            }
-                        }
-                    }
-                    for (long long l60 = 0; l60 < 1; l60++) {
-                        for (long long l61 = 0; l61 < 1; l61++) {
-                            for (long long l62 = 0; l62 < 64; l62++) {
-                                (arena + 119238)[l60 * 64 + l61 * 64 + l62] = fmaxf((arena + 119238)[l60 * 64 + l61 * 64 + l62], (arena + 20482)[l60 * 64 + l61 * 64 + l62]);
-                            }
-                        }
-                    }
-                    for (long long l63 = 0; l63 < 1; l63++) {
-                        for (long long l64 = 0; l64 < 1; l64++) {
-                            for (long long l65 = 0; l65 < 64; l65++) {
-                                (arena + 20546)[l63 * 64 + l64 * 64 + l65] = (arena + 119238)[l63 * 64 + l64 * 64 + l65];
-                            }
-                        }
-                    }
-                    /* rsum identity */
-                    for (long long l66 = 0; l66 < 1; l66++) {
-                        for (long long l67 = 0; l67 < 1; l67++) {
-                            for (long long l68 = 0; l68 < 64; l68++) {
-                                (arena + 123462)[l66 * 64 + l67 * 64 + l68] = 0e0f;
-                            }
-                        }
-                    }
-                    /* partial rsum over j, lane by lane */
-                    for (long long l69 = 0; l69 < 1; l69++) {
-                        for (long long l70 = 0; l70 < 1; l70++) {
-                            for (long long l71 = 0; l71 < 64; l71++) {
-                                for (long long l72 = 0; l72 < 64; l72++) {
-                                    (arena + 144070)[l69 * 4096 + l70 * 4096 + l71 * 64 + l72] = 0e0f;
-                                }
-                            }
-                        }
-                    }
-                    /* rsum attention.tensorize(j:64) */
-                    for (long long o73 = 0; o73 < s3; o73 += 64) {
-                        /* rdot accumulator */
-                        for (long long l74 = 0; l74 < 1; l74++) {
-                            for (long long l75 = 0; l75 < 1; l75++) {
-                                for (long long l76 = 0; l76 < 64; l76++) {
-                                    for (long long l77 = 0; l77 < 64; l77++) {
-                                        (arena + 123526)[l74 * 4096 + l75 * 4096 + l76 * 64 + l77] = 0e0f;
-                                    }
-                                }
-                            }
-                        }
-                        /* rdot attention.tensorize(d:32) */
-                        for (long long o78 = 0; o78 < s5; o78 += 32) {
-                            for (long long l79 = 0; l79 < 1; l79++) {
-                                for (long long l80 = 0; l80 < 1; l80++) {
-                                    for (long long l81 = 0; l81 < 64; l81++) {
-                                        for (long long l82 = 0; l82 < 32; l82++) {
-                                            (arena + 20610)[l79 * 2048 + l80 * 2048 + l81 * 32 + l82] = (o1 + l79 < s0 && o2 + l80 < s1 && o3 + l81 < s2 && o78 + l82 < s5) ? dt_load_f16(in0[(o1 + l79) * args->input_strides[0][0] + (o2 + l80) * args->input_strides[0][1] + (o3 + l81) * args->input_strides[0][2] + (o78 + l82) * args->input_strides[0][3]]) : 0e0f;
+                            for (long long l47 = 0; l47 < 1; l47++) {
+                                for (long long l48 = 0; l48 < 1; l48++) {
+                                    for (long long l49 = 0; l49 < 64; l49++) {
+                                        for (long long l50 = 0; l50 < 64; l50++) {
+                                            (arena + 16386)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = (o15 + l50 < s3) ? (arena + 12290)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] : (-INFINITY);
                                         }
+                                    }
+                                }
+                            }
+                            for (long long l51 = 0; l51 < 1; l51++) {
+                                for (long long l52 = 0; l52 < 1; l52++) {
+                                    for (long long l53 = 0; l53 < 64; l53++) {
+                                        float a55 = (-INFINITY);
+                                        for (long long r54 = 0; r54 < 64; r54 += 1) a55 = fmaxf(a55, (arena + 16386)[l51 * 4096 + l52 * 4096 + l53 * 64 + r54 * 1]);
+                                        (arena + 20482)[l51 * 64 + l52 * 64 + l53] = a55;
+                                    }
+                                }
+                            }
+                            for (long long l56 = 0; l56 < 1; l56++) {
+                                for (long long l57 = 0; l57 < 1; l57++) {
+                                    for (long long l58 = 0; l58 < 64; l58++) {
+                                        (arena + 111046)[l56 * 64 + l57 * 64 + l58] = (arena + 127944)[l56 * 64 + l57 * 64 + l58];
+                                    }
+                                }
+                            }
+                            for (long long l59 = 0; l59 < 1; l59++) {
+                                for (long long l60 = 0; l60 < 1; l60++) {
+                                    for (long long l61 = 0; l61 < 64; l61++) {
+                                        (arena + 127944)[l59 * 64 + l60 * 64 + l61] = fmaxf((arena + 127944)[l59 * 64 + l60 * 64 + l61], (arena + 20482)[l59 * 64 + l60 * 64 + l61]);
+                                    }
+                                }
+                            }
+                            for (long long l62 = 0; l62 < 1; l62++) {
+                                for (long long l63 = 0; l63 < 1; l63++) {
+                                    for (long long l64 = 0; l64 < 64; l64++) {
+                                        (arena + 111110)[l62 * 64 + l63 * 64 + l64] = (arena + 127944)[l62 * 64 + l63 * 64 + l64];
+                                    }
+                                }
+                            }
+                            for (long long l65 = 0; l65 < 1; l65++) {
+                                for (long long l66 = 0; l66 < 1; l66++) {
+                                    for (long long l67 = 0; l67 < 64; l67++) {
+                                        (arena + 111176)[l65 * 64 + l66 * 64 + l67] = (((arena + 111110)[l65 * 64 + l66 * 64 + l67]) == ((arena + 111174)[0]) ? 1.0f : 0.0f);
+                                    }
+                                }
+                            }
+                            for (long long l68 = 0; l68 < 1; l68++) {
+                                for (long long l69 = 0; l69 < 1; l69++) {
+                                    for (long long l70 = 0; l70 < 64; l70++) {
+                                        (arena + 111240)[l68 * 64 + l69 * 64 + l70] = (arena + 111176)[l68 * 64 + l69 * 64 + l70] != 0.0f ? (arena + 111175)[0] : (arena + 111110)[l68 * 64 + l69 * 64 + l70];
+                                    }
+                                }
+                            }
+                            for (long long l71 = 0; l71 < 1; l71++) {
+                                for (long long l72 = 0; l72 < 1; l72++) {
+                                    for (long long l73 = 0; l73 < 64; l73++) {
+                                        (arena + 111304)[l71 * 64 + l72 * 64 + l73] = ((arena + 111046)[l71 * 64 + l72 * 64 + l73] - (arena + 111240)[l71 * 64 + l72 * 64 + l73]);
+                                    }
+                                }
+                            }
+                            for (long long l74 = 0; l74 < 1; l74++) {
+                                for (long long l75 = 0; l75 < 1; l75++) {
+                                    for (long long l76 = 0; l76 < 64; l76++) {
+                                        (arena + 111368)[l74 * 64 + l75 * 64 + l76] = expf((arena + 111304)[l74 * 64 + l75 * 64 + l76]);
+                                    }
+                                }
+                            }
+                            for (long long l77 = 0; l77 < 1; l77++) {
+                                for (long long l78 = 0; l78 < 1; l78++) {
+                                    for (long long l79 = 0; l79 < 64; l79++) {
+                                        (arena + 111432)[l77 * 64 + l78 * 64 + l79] = (arena + 132168)[l77 * 64 + l78 * 64 + l79];
+                                    }
+                                }
+                            }
+                            for (long long l80 = 0; l80 < 1; l80++) {
+                                for (long long l81 = 0; l81 < 1; l81++) {
+                                    for (long long l82 = 0; l82 < 64; l82++) {
+                                        (arena + 111496)[l80 * 64 + l81 * 64 + l82] = ((arena + 111432)[l80 * 64 + l81 * 64 + l82] * (arena + 111368)[l80 * 64 + l81 * 64 + l82]);
                                     }
                                 }
                             }
                             for (long long l83 = 0; l83 < 1; l83++) {
                                 for (long long l84 = 0; l84 < 1; l84++) {
                                     for (long long l85 = 0; l85 < 64; l85++) {
-                                        for (long long l86 = 0; l86 < 32; l86++) {
-                                            (arena + 22658)[l83 * 2048 + l84 * 2048 + l85 * 32 + l86] = (o1 + l83 < s0 && o2 + l84 < s1 && o73 + l85 < s3 && o78 + l86 < s5) ? dt_load_f16(in1[(o1 + l83) * args->input_strides[1][0] + (o2 + l84) * args->input_strides[1][1] + (o73 + l85) * args->input_strides[1][2] + (o78 + l86) * args->input_strides[1][3]]) : 0e0f;
+                                        (arena + 132168)[l83 * 64 + l84 * 64 + l85] = (arena + 111496)[l83 * 64 + l84 * 64 + l85];
+                                    }
+                                }
+                            }
+                            for (long long l86 = 0; l86 < 1; l86++) {
+                                for (long long l87 = 0; l87 < 1; l87++) {
+                                    for (long long l88 = 0; l88 < 64; l88++) {
+                                        for (long long l89 = 0; l89 < 64; l89++) {
+                                            (arena + 37060)[l86 * 4096 + l87 * 4096 + l88 * 64 + l89] = ((arena + 12290)[l86 * 4096 + l87 * 4096 + l88 * 64 + l89] - (arena + 111240)[l86 * 64 + l87 * 64 + l88]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l87 = 0; l87 < 1; l87++) {
-                                for (long long l88 = 0; l88 < 1; l88++) {
-                                    for (long long l89 = 0; l89 < 64; l89++) {
-                                        for (long long l90 = 0; l90 < 64; l90++) {
-                                            float a92 = 0.0f;
-                                            for (long long r91 = 0; r91 < 32; r91++) a92 += (arena + 20610)[l87 * 2048 + l88 * 2048 + l89 * 32 + r91 * 1] * (arena + 22658)[l87 * 2048 + l88 * 2048 + l90 * 32 + r91 * 1];
-                                            (arena + 24706)[l87 * 4096 + l88 * 4096 + l89 * 64 + l90] = a92;
+                            for (long long l90 = 0; l90 < 1; l90++) {
+                                for (long long l91 = 0; l91 < 1; l91++) {
+                                    for (long long l92 = 0; l92 < 64; l92++) {
+                                        for (long long l93 = 0; l93 < 64; l93++) {
+                                            (arena + 41156)[l90 * 4096 + l91 * 4096 + l92 * 64 + l93] = expf((arena + 37060)[l90 * 4096 + l91 * 4096 + l92 * 64 + l93]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l93 = 0; l93 < 1; l93++) {
-                                for (long long l94 = 0; l94 < 1; l94++) {
-                                    for (long long l95 = 0; l95 < 64; l95++) {
-                                        for (long long l96 = 0; l96 < 64; l96++) {
-                                            (arena + 123526)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] = (arena + 123526)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] + (arena + 24706)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96];
+                            for (long long l94 = 0; l94 < 1; l94++) {
+                                for (long long l95 = 0; l95 < 1; l95++) {
+                                    for (long long l96 = 0; l96 < 64; l96++) {
+                                        for (long long l97 = 0; l97 < 64; l97++) {
+                                            (arena + 45252)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] = (o15 + l97 < s3) ? (arena + 41156)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] : 0e0f;
                                         }
                                     }
                                 }
                             }
-                        }
-                        for (long long l97 = 0; l97 < 1; l97++) {
                             for (long long l98 = 0; l98 < 1; l98++) {
-                                for (long long l99 = 0; l99 < 64; l99++) {
+                                for (long long l99 = 0; l99 < 1; l99++) {
                                     for (long long l100 = 0; l100 < 64; l100++) {
-                                        (arena + 28802)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100] = (arena + 123526)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100];
+                                        float a102 = 0e0f;
+                                        for (long long r101 = 0; r101 < 64; r101 += 1) a102 = a102 + (arena + 45252)[l98 * 4096 + l99 * 4096 + l100 * 64 + r101 * 1];
+                                        (arena + 49348)[l98 * 64 + l99 * 64 + l100] = a102;
                                     }
                                 }
                             }
-                        }
-                        for (long long l101 = 0; l101 < 1; l101++) {
-                            for (long long l102 = 0; l102 < 1; l102++) {
-                                for (long long l103 = 0; l103 < 64; l103++) {
-                                    for (long long l104 = 0; l104 < 64; l104++) {
-                                        (arena + 32900)[l101 * 4096 + l102 * 4096 + l103 * 64 + l104] = ((arena + 28802)[l101 * 4096 + l102 * 4096 + l103 * 64 + l104] * (arena + 32899)[0]);
+                            for (long long l103 = 0; l103 < 1; l103++) {
+                                for (long long l104 = 0; l104 < 1; l104++) {
+                                    for (long long l105 = 0; l105 < 64; l105++) {
+                                        (arena + 132168)[l103 * 64 + l104 * 64 + l105] = (arena + 132168)[l103 * 64 + l104 * 64 + l105] + (arena + 49348)[l103 * 64 + l104 * 64 + l105];
                                     }
                                 }
                             }
-                        }
-                        for (long long l105 = 0; l105 < 1; l105++) {
                             for (long long l106 = 0; l106 < 1; l106++) {
-                                for (long long l107 = 0; l107 < 64; l107++) {
+                                for (long long l107 = 0; l107 < 1; l107++) {
                                     for (long long l108 = 0; l108 < 64; l108++) {
-                                        (arena + 37060)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108] = ((arena + 32900)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108] - (arena + 20546)[l105 * 64 + l106 * 64 + l107]);
+                                        for (long long l109 = 0; l109 < 128; l109++) {
+                                            (arena + 111560)[l106 * 8192 + l107 * 8192 + l108 * 128 + l109] = (arena + 136392)[l106 * 8192 + l107 * 8192 + l108 * 128 + l109];
+                                        }
                                     }
                                 }
                             }
-                        }
-                        for (long long l109 = 0; l109 < 1; l109++) {
                             for (long long l110 = 0; l110 < 1; l110++) {
-                                for (long long l111 = 0; l111 < 64; l111++) {
+                                for (long long l111 = 0; l111 < 1; l111++) {
                                     for (long long l112 = 0; l112 < 64; l112++) {
-                                        (arena + 41156)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112] = expf((arena + 37060)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112]);
+                                        for (long long l113 = 0; l113 < 128; l113++) {
+                                            (arena + 119752)[l110 * 8192 + l111 * 8192 + l112 * 128 + l113] = ((arena + 111560)[l110 * 8192 + l111 * 8192 + l112 * 128 + l113] * (arena + 111368)[l110 * 64 + l111 * 64 + l112]);
+                                        }
                                     }
                                 }
                             }
-                        }
-                        for (long long l113 = 0; l113 < 1; l113++) {
                             for (long long l114 = 0; l114 < 1; l114++) {
-                                for (long long l115 = 0; l115 < 64; l115++) {
+                                for (long long l115 = 0; l115 < 1; l115++) {
                                     for (long long l116 = 0; l116 < 64; l116++) {
-                                        (arena + 45252)[l113 * 4096 + l114 * 4096 + l115 * 64 + l116] = (o73 + l116 < s3) ? (arena + 41156)[l113 * 4096 + l114 * 4096 + l115 * 64 + l116] : 0e0f;
+                                        for (long long l117 = 0; l117 < 128; l117++) {
+                                            (arena + 136392)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117] = (arena + 119752)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117];
+                                        }
                                     }
                                 }
                             }
-                        }
-                        for (long long l117 = 0; l117 < 1; l117++) {
                             for (long long l118 = 0; l118 < 1; l118++) {
-                                for (long long l119 = 0; l119 < 64; l119++) {
-                                    for (long long l120 = 0; l120 < 64; l120++) {
-                                        (arena + 144070)[l117 * 4096 + l118 * 4096 + l119 * 64 + l120] = (arena + 144070)[l117 * 4096 + l118 * 4096 + l119 * 64 + l120] + (arena + 45252)[l117 * 4096 + l118 * 4096 + l119 * 64 + l120];
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    for (long long l121 = 0; l121 < 1; l121++) {
-                        for (long long l122 = 0; l122 < 1; l122++) {
-                            for (long long l123 = 0; l123 < 64; l123++) {
-                                for (long long l124 = 0; l124 < 64; l124++) {
-                                    (arena + 115142)[l121 * 4096 + l122 * 4096 + l123 * 64 + l124] = (arena + 144070)[l121 * 4096 + l122 * 4096 + l123 * 64 + l124];
-                                }
-                            }
-                        }
-                    }
-                    for (long long l125 = 0; l125 < 1; l125++) {
-                        for (long long l126 = 0; l126 < 1; l126++) {
-                            for (long long l127 = 0; l127 < 64; l127++) {
-                                float a129 = 0e0f;
-                                for (long long r128 = 0; r128 < 64; r128 += 1) a129 = a129 + (arena + 115142)[l125 * 4096 + l126 * 4096 + l127 * 64 + r128 * 1];
-                                (arena + 49348)[l125 * 64 + l126 * 64 + l127] = a129;
-                            }
-                        }
-                    }
-                    for (long long l130 = 0; l130 < 1; l130++) {
-                        for (long long l131 = 0; l131 < 1; l131++) {
-                            for (long long l132 = 0; l132 < 64; l132++) {
-                                (arena + 123462)[l130 * 64 + l131 * 64 + l132] = (arena + 123462)[l130 * 64 + l131 * 64 + l132] + (arena + 49348)[l130 * 64 + l131 * 64 + l132];
-                            }
-                        }
-                    }
-                    for (long long l133 = 0; l133 < 1; l133++) {
-                        for (long long l134 = 0; l134 < 1; l134++) {
-                            for (long long l135 = 0; l135 < 64; l135++) {
-                                (arena + 49412)[l133 * 64 + l134 * 64 + l135] = (arena + 123462)[l133 * 64 + l134 * 64 + l135];
-                            }
-                        }
-                    }
-                    /* block(e:128) attention.tensorize(e:0) */
-                    for (long long o136 = b4 * 128; o136 < dt_min_ll(b4 * 128 + 128, s4); o136 += 128) {
-                        /* rdot accumulator */
-                        for (long long l137 = 0; l137 < 1; l137++) {
-                            for (long long l138 = 0; l138 < 1; l138++) {
-                                for (long long l139 = 0; l139 < 64; l139++) {
-                                    for (long long l140 = 0; l140 < 128; l140++) {
-                                        (arena + 127686)[l137 * 8192 + l138 * 8192 + l139 * 128 + l140] = 0e0f;
-                                    }
-                                }
-                            }
-                        }
-                        /* rdot attention.tensorize(j:64) */
-                        for (long long o141 = 0; o141 < s3; o141 += 64) {
-                            /* rdot accumulator */
-                            for (long long l142 = 0; l142 < 1; l142++) {
-                                for (long long l143 = 0; l143 < 1; l143++) {
-                                    for (long long l144 = 0; l144 < 64; l144++) {
-                                        for (long long l145 = 0; l145 < 64; l145++) {
-                                            (arena + 135878)[l142 * 4096 + l143 * 4096 + l144 * 64 + l145] = 0e0f;
+                                for (long long l119 = 0; l119 < 1; l119++) {
+                                    for (long long l120 = 0; l120 < 128; l120++) {
+                                        for (long long l121 = 0; l121 < 64; l121++) {
+                                            (arena + 78214)[l118 * 8192 + l119 * 8192 + l120 * 64 + l121] = (o1 + l118 < s0 && o2 + l119 < s1 && o15 + l121 < s3 && o4 + l120 < s4) ? dt_load_f16(in2[(o1 + l118) * args->input_strides[2][0] + (o2 + l119) * args->input_strides[2][1] + (o15 + l121) * args->input_strides[2][2] + (o4 + l120) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            /* rdot attention.tensorize(d:32) */
-                            for (long long o146 = 0; o146 < s5; o146 += 32) {
-                                for (long long l147 = 0; l147 < 1; l147++) {
-                                    for (long long l148 = 0; l148 < 1; l148++) {
-                                        for (long long l149 = 0; l149 < 64; l149++) {
-                                            for (long long l150 = 0; l150 < 32; l150++) {
-                                                (arena + 49476)[l147 * 2048 + l148 * 2048 + l149 * 32 + l150] = (o1 + l147 < s0 && o2 + l148 < s1 && o3 + l149 < s2 && o146 + l150 < s5) ? dt_load_f16(in0[(o1 + l147) * args->input_strides[0][0] + (o2 + l148) * args->input_strides[0][1] + (o3 + l149) * args->input_strides[0][2] + (o146 + l150) * args->input_strides[0][3]]) : 0e0f;
-                                            }
-                                        }
-                                    }
-                                }
-                                for (long long l151 = 0; l151 < 1; l151++) {
-                                    for (long long l152 = 0; l152 < 1; l152++) {
-                                        for (long long l153 = 0; l153 < 64; l153++) {
-                                            for (long long l154 = 0; l154 < 32; l154++) {
-                                                (arena + 51524)[l151 * 2048 + l152 * 2048 + l153 * 32 + l154] = (o1 + l151 < s0 && o2 + l152 < s1 && o141 + l153 < s3 && o146 + l154 < s5) ? dt_load_f16(in1[(o1 + l151) * args->input_strides[1][0] + (o2 + l152) * args->input_strides[1][1] + (o141 + l153) * args->input_strides[1][2] + (o146 + l154) * args->input_strides[1][3]]) : 0e0f;
-                                            }
-                                        }
-                                    }
-                                }
-                                for (long long l155 = 0; l155 < 1; l155++) {
-                                    for (long long l156 = 0; l156 < 1; l156++) {
-                                        for (long long l157 = 0; l157 < 64; l157++) {
-                                            for (long long l158 = 0; l158 < 64; l158++) {
-                                                float a160 = 0.0f;
-                                                for (long long r159 = 0; r159 < 32; r159++) a160 += (arena + 49476)[l155 * 2048 + l156 * 2048 + l157 * 32 + r159 * 1] * (arena + 51524)[l155 * 2048 + l156 * 2048 + l158 * 32 + r159 * 1];
-                                                (arena + 53572)[l155 * 4096 + l156 * 4096 + l157 * 64 + l158] = a160;
-                                            }
-                                        }
-                                    }
-                                }
-                                for (long long l161 = 0; l161 < 1; l161++) {
-                                    for (long long l162 = 0; l162 < 1; l162++) {
-                                        for (long long l163 = 0; l163 < 64; l163++) {
-                                            for (long long l164 = 0; l164 < 64; l164++) {
-                                                (arena + 135878)[l161 * 4096 + l162 * 4096 + l163 * 64 + l164] = (arena + 135878)[l161 * 4096 + l162 * 4096 + l163 * 64 + l164] + (arena + 53572)[l161 * 4096 + l162 * 4096 + l163 * 64 + l164];
-                                            }
+                            for (long long l122 = 0; l122 < 1; l122++) {
+                                for (long long l123 = 0; l123 < 1; l123++) {
+                                    for (long long l124 = 0; l124 < 64; l124++) {
+                                        for (long long l125 = 0; l125 < 128; l125++) {
+                                            float a127 = 0.0f;
+                                            for (long long r126 = 0; r126 < 64; r126++) a127 += (arena + 45252)[l122 * 4096 + l123 * 4096 + l124 * 64 + r126 * 1] * (arena + 78214)[l122 * 8192 + l123 * 8192 + l125 * 64 + r126 * 1];
+                                            (arena + 86406)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125] = a127;
                                         }
                                     }
                                 }
                             }
-                            for (long long l165 = 0; l165 < 1; l165++) {
-                                for (long long l166 = 0; l166 < 1; l166++) {
-                                    for (long long l167 = 0; l167 < 64; l167++) {
-                                        for (long long l168 = 0; l168 < 64; l168++) {
-                                            (arena + 57668)[l165 * 4096 + l166 * 4096 + l167 * 64 + l168] = (arena + 135878)[l165 * 4096 + l166 * 4096 + l167 * 64 + l168];
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l169 = 0; l169 < 1; l169++) {
-                                for (long long l170 = 0; l170 < 1; l170++) {
-                                    for (long long l171 = 0; l171 < 64; l171++) {
-                                        for (long long l172 = 0; l172 < 64; l172++) {
-                                            (arena + 61766)[l169 * 4096 + l170 * 4096 + l171 * 64 + l172] = ((arena + 57668)[l169 * 4096 + l170 * 4096 + l171 * 64 + l172] * (arena + 61765)[0]);
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l173 = 0; l173 < 1; l173++) {
-                                for (long long l174 = 0; l174 < 1; l174++) {
-                                    for (long long l175 = 0; l175 < 64; l175++) {
-                                        for (long long l176 = 0; l176 < 64; l176++) {
-                                            (arena + 65926)[l173 * 4096 + l174 * 4096 + l175 * 64 + l176] = ((arena + 61766)[l173 * 4096 + l174 * 4096 + l175 * 64 + l176] - (arena + 20546)[l173 * 64 + l174 * 64 + l175]);
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l177 = 0; l177 < 1; l177++) {
-                                for (long long l178 = 0; l178 < 1; l178++) {
-                                    for (long long l179 = 0; l179 < 64; l179++) {
-                                        for (long long l180 = 0; l180 < 64; l180++) {
-                                            (arena + 70022)[l177 * 4096 + l178 * 4096 + l179 * 64 + l180] = expf((arena + 65926)[l177 * 4096 + l178 * 4096 + l179 * 64 + l180]);
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l181 = 0; l181 < 1; l181++) {
-                                for (long long l182 = 0; l182 < 1; l182++) {
-                                    for (long long l183 = 0; l183 < 64; l183++) {
-                                        for (long long l184 = 0; l184 < 64; l184++) {
-                                            (arena + 74118)[l181 * 4096 + l182 * 4096 + l183 * 64 + l184] = (o141 + l184 < s3) ? (arena + 70022)[l181 * 4096 + l182 * 4096 + l183 * 64 + l184] : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l185 = 0; l185 < 1; l185++) {
-                                for (long long l186 = 0; l186 < 1; l186++) {
-                                    for (long long l187 = 0; l187 < 128; l187++) {
-                                        for (long long l188 = 0; l188 < 64; l188++) {
-                                            (arena + 78214)[l185 * 8192 + l186 * 8192 + l187 * 64 + l188] = (o1 + l185 < s0 && o2 + l186 < s1 && o141 + l188 < s3 && o136 + l187 < s4) ? dt_load_f16(in2[(o1 + l185) * args->input_strides[2][0] + (o2 + l186) * args->input_strides[2][1] + (o141 + l188) * args->input_strides[2][2] + (o136 + l187) * args->input_strides[2][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l189 = 0; l189 < 1; l189++) {
-                                for (long long l190 = 0; l190 < 1; l190++) {
-                                    for (long long l191 = 0; l191 < 64; l191++) {
-                                        for (long long l192 = 0; l192 < 128; l192++) {
-                                            float a194 = 0.0f;
-                                            for (long long r193 = 0; r193 < 64; r193++) a194 += (arena + 74118)[l189 * 4096 + l190 * 4096 + l191 * 64 + r193 * 1] * (arena + 78214)[l189 * 8192 + l190 * 8192 + l192 * 64 + r193 * 1];
-                                            (arena + 86406)[l189 * 8192 + l190 * 8192 + l191 * 128 + l192] = a194;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l195 = 0; l195 < 1; l195++) {
-                                for (long long l196 = 0; l196 < 1; l196++) {
-                                    for (long long l197 = 0; l197 < 64; l197++) {
-                                        for (long long l198 = 0; l198 < 128; l198++) {
-                                            (arena + 127686)[l195 * 8192 + l196 * 8192 + l197 * 128 + l198] = (arena + 127686)[l195 * 8192 + l196 * 8192 + l197 * 128 + l198] + (arena + 86406)[l195 * 8192 + l196 * 8192 + l197 * 128 + l198];
+                            for (long long l128 = 0; l128 < 1; l128++) {
+                                for (long long l129 = 0; l129 < 1; l129++) {
+                                    for (long long l130 = 0; l130 < 64; l130++) {
+                                        for (long long l131 = 0; l131 < 128; l131++) {
+                                            (arena + 136392)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131] = (arena + 136392)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131] + (arena + 86406)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l199 = 0; l199 < 1; l199++) {
-                            for (long long l200 = 0; l200 < 1; l200++) {
-                                for (long long l201 = 0; l201 < 64; l201++) {
-                                    for (long long l202 = 0; l202 < 128; l202++) {
-                                        (arena + 94598)[l199 * 8192 + l200 * 8192 + l201 * 128 + l202] = (arena + 127686)[l199 * 8192 + l200 * 8192 + l201 * 128 + l202];
+                        for (long long l132 = 0; l132 < 1; l132++) {
+                            for (long long l133 = 0; l133 < 1; l133++) {
+                                for (long long l134 = 0; l134 < 64; l134++) {
+                                    (arena + 49412)[l132 * 64 + l133 * 64 + l134] = (arena + 132168)[l132 * 64 + l133 * 64 + l134];
+                                }
+                            }
+                        }
+                        for (long long l135 = 0; l135 < 1; l135++) {
+                            for (long long l136 = 0; l136 < 1; l136++) {
+                                for (long long l137 = 0; l137 < 64; l137++) {
+                                    for (long long l138 = 0; l138 < 128; l138++) {
+                                        (arena + 94598)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138] = (arena + 136392)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138];
                                     }
                                 }
                             }
                         }
-                        for (long long l203 = 0; l203 < 1; l203++) {
-                            for (long long l204 = 0; l204 < 1; l204++) {
-                                for (long long l205 = 0; l205 < 64; l205++) {
-                                    for (long long l206 = 0; l206 < 128; l206++) {
-                                        (arena + 102854)[l203 * 8192 + l204 * 8192 + l205 * 128 + l206] = ((arena + 94598)[l203 * 8192 + l204 * 8192 + l205 * 128 + l206] / (arena + 49412)[l203 * 64 + l204 * 64 + l205]);
+                        for (long long l139 = 0; l139 < 1; l139++) {
+                            for (long long l140 = 0; l140 < 1; l140++) {
+                                for (long long l141 = 0; l141 < 64; l141++) {
+                                    for (long long l142 = 0; l142 < 128; l142++) {
+                                        (arena + 102854)[l139 * 8192 + l140 * 8192 + l141 * 128 + l142] = ((arena + 94598)[l139 * 8192 + l140 * 8192 + l141 * 128 + l142] / (arena + 49412)[l139 * 64 + l140 * 64 + l141]);
                                     }
                                 }
                             }
                         }
-                        for (long long l207 = 0; l207 < 1; l207++) {
-                            for (long long l208 = 0; l208 < 1; l208++) {
-                                for (long long l209 = 0; l209 < 64; l209++) {
-                                    for (long long l210 = 0; l210 < 128; l210++) {
-                                        if (o1 + l207 < s0 && o2 + l208 < s1 && o3 + l209 < s2 && o136 + l210 < s4) out[(o1 + l207) * args->output_strides[0] + (o2 + l208) * args->output_strides[1] + (o3 + l209) * args->output_strides[2] + (o136 + l210) * args->output_strides[3]] = dt_store_f16((arena + 102854)[l207 * 8192 + l208 * 8192 + l209 * 128 + l210]);
+                        for (long long l143 = 0; l143 < 1; l143++) {
+                            for (long long l144 = 0; l144 < 1; l144++) {
+                                for (long long l145 = 0; l145 < 64; l145++) {
+                                    for (long long l146 = 0; l146 < 128; l146++) {
+                                        if (o1 + l143 < s0 && o2 + l144 < s1 && o3 + l145 < s2 && o4 + l146 < s4) out[(o1 + l143) * args->output_strides[0] + (o2 + l144) * args->output_strides[1] + (o3 + l145) * args->output_strides[2] + (o4 + l146) * args->output_strides[3]] = dt_store_f16((arena + 102854)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146]);
                                     }
                                 }
                             }
@@ -617,7 +471,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* V */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention */
-    float* arena = (float*)malloc(sizeof(float) * 148166);
+    float* arena = (float*)malloc(sizeof(float) * 148680);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -641,477 +495,331 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
         (arena + 12288)[0] = (float)s5;
         (arena + 12289)[0] = dt_rsqrt((arena + 12288)[0]);
-        (arena + 32898)[0] = (float)s5;
-        (arena + 32899)[0] = dt_rsqrt((arena + 32898)[0]);
-        (arena + 61764)[0] = (float)s5;
-        (arena + 61765)[0] = dt_rsqrt((arena + 61764)[0]);
+        (arena + 111174)[0] = (-INFINITY);
+        (arena + 111175)[0] = 0e0f;
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
             for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
                 /* block(i:64) attention.tensorize(i:0) */
                 for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
-                    /* rmax identity */
-                    for (long long l4 = 0; l4 < 1; l4++) {
+                    /* block(e:128) attention.tensorize(e:0) */
+                    for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
+                        /* rdot accumulator */
                         for (long long l5 = 0; l5 < 1; l5++) {
-                            for (long long l6 = 0; l6 < 64; l6++) {
-                                (arena + 119238)[l4 * 64 + l5 * 64 + l6] = (-INFINITY);
-                            }
-                        }
-                    }
-                    /* partial rmax over j, lane by lane */
-                    for (long long l7 = 0; l7 < 1; l7++) {
-                        for (long long l8 = 0; l8 < 1; l8++) {
-                            for (long long l9 = 0; l9 < 64; l9++) {
-                                for (long long l10 = 0; l10 < 64; l10++) {
-                                    (arena + 139974)[l7 * 4096 + l8 * 4096 + l9 * 64 + l10] = (-INFINITY);
+                            for (long long l6 = 0; l6 < 1; l6++) {
+                                for (long long l7 = 0; l7 < 64; l7++) {
+                                    for (long long l8 = 0; l8 < 128; l8++) {
+                                        (arena + 136392)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
+                                    }
                                 }
                             }
                         }
-                    }
-                    /* rmax attention.tensorize(j:64) */
-                    for (long long o11 = 0; o11 < s3; o11 += 64) {
-                        /* rdot accumulator */
+                        /* rsum identity */
+                        for (long long l9 = 0; l9 < 1; l9++) {
+                            for (long long l10 = 0; l10 < 1; l10++) {
+                                for (long long l11 = 0; l11 < 64; l11++) {
+                                    (arena + 132168)[l9 * 64 + l10 * 64 + l11] = 0e0f;
+                                }
+                            }
+                        }
+                        /* rmax identity */
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 64; l14++) {
-                                    for (long long l15 = 0; l15 < 64; l15++) {
-                                        (arena + 119302)[l12 * 4096 + l13 * 4096 + l14 * 64 + l15] = 0e0f;
-                                    }
+                                    (arena + 127944)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
                                 }
                             }
                         }
-                        /* rdot attention.tensorize(d:32) */
-                        for (long long o16 = 0; o16 < s5; o16 += 32) {
-                            for (long long l17 = 0; l17 < 1; l17++) {
-                                for (long long l18 = 0; l18 < 1; l18++) {
-                                    for (long long l19 = 0; l19 < 64; l19++) {
-                                        for (long long l20 = 0; l20 < 32; l20++) {
-                                            (arena + 0)[l17 * 2048 + l18 * 2048 + l19 * 32 + l20] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + l20 < s5) ? dt_load_bf16(in0[(o1 + l17) * args->input_strides[0][0] + (o2 + l18) * args->input_strides[0][1] + (o3 + l19) * args->input_strides[0][2] + (o16 + l20) * args->input_strides[0][3]]) : 0e0f;
+                        /* rmax attention.tensorize(j:64) + rsum attention.tensorize(j:64) + rdot attention.tensorize(j:64), online */
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
+                            /* rdot accumulator */
+                            for (long long l16 = 0; l16 < 1; l16++) {
+                                for (long long l17 = 0; l17 < 1; l17++) {
+                                    for (long long l18 = 0; l18 < 64; l18++) {
+                                        for (long long l19 = 0; l19 < 64; l19++) {
+                                            (arena + 128008)[l16 * 4096 + l17 * 4096 + l18 * 64 + l19] = 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l21 = 0; l21 < 1; l21++) {
-                                for (long long l22 = 0; l22 < 1; l22++) {
-                                    for (long long l23 = 0; l23 < 64; l23++) {
-                                        for (long long l24 = 0; l24 < 32; l24++) {
-                                            (arena + 2048)[l21 * 2048 + l22 * 2048 + l23 * 32 + l24] = (o1 + l21 < s0 && o2 + l22 < s1 && o11 + l23 < s3 && o16 + l24 < s5) ? dt_load_bf16(in1[(o1 + l21) * args->input_strides[1][0] + (o2 + l22) * args->input_strides[1][1] + (o11 + l23) * args->input_strides[1][2] + (o16 + l24) * args->input_strides[1][3]]) : 0e0f;
+                            /* rdot attention.tensorize(d:32) */
+                            for (long long o20 = 0; o20 < s5; o20 += 32) {
+                                for (long long l21 = 0; l21 < 1; l21++) {
+                                    for (long long l22 = 0; l22 < 1; l22++) {
+                                        for (long long l23 = 0; l23 < 64; l23++) {
+                                            for (long long l24 = 0; l24 < 32; l24++) {
+                                                (arena + 0)[l21 * 2048 + l22 * 2048 + l23 * 32 + l24] = (o1 + l21 < s0 && o2 + l22 < s1 && o3 + l23 < s2 && o20 + l24 < s5) ? dt_load_bf16(in0[(o1 + l21) * args->input_strides[0][0] + (o2 + l22) * args->input_strides[0][1] + (o3 + l23) * args->input_strides[0][2] + (o20 + l24) * args->input_strides[0][3]]) : 0e0f;
+                                            }
+                                        }
+                                    }
+                                }
+                                for (long long l25 = 0; l25 < 1; l25++) {
+                                    for (long long l26 = 0; l26 < 1; l26++) {
+                                        for (long long l27 = 0; l27 < 64; l27++) {
+                                            for (long long l28 = 0; l28 < 32; l28++) {
+                                                (arena + 2048)[l25 * 2048 + l26 * 2048 + l27 * 32 + l28] = (o1 + l25 < s0 && o2 + l26 < s1 && o15 + l27 < s3 && o20 + l28 < s5) ? dt_load_bf16(in1[(o1 + l25) * args->input_strides[1][0] + (o2 + l26) * args->input_strides[1][1] + (o15 + l27) * args->input_strides[1][2] + (o20 + l28) * args->input_strides[1][3]]) : 0e0f;
+                                            }
+                                        }
+                                    }
+                                }
+                                for (long long l29 = 0; l29 < 1; l29++) {
+                                    for (long long l30 = 0; l30 < 1; l30++) {
+                                        for (long long l31 = 0; l31 < 64; l31++) {
+                                            for (long long l32 = 0; l32 < 64; l32++) {
+                                                float a34 = 0.0f;
+                                                for (long long r33 = 0; r33 < 32; r33++) a34 += (arena + 0)[l29 * 2048 + l30 * 2048 + l31 * 32 + r33 * 1] * (arena + 2048)[l29 * 2048 + l30 * 2048 + l32 * 32 + r33 * 1];
+                                                (arena + 4096)[l29 * 4096 + l30 * 4096 + l31 * 64 + l32] = a34;
+                                            }
+                                        }
+                                    }
+                                }
+                                for (long long l35 = 0; l35 < 1; l35++) {
+                                    for (long long l36 = 0; l36 < 1; l36++) {
+                                        for (long long l37 = 0; l37 < 64; l37++) {
+                                            for (long long l38 = 0; l38 < 64; l38++) {
+                                                (arena + 128008)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] = (arena + 128008)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] + (arena + 4096)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38];
+                                            }
                                         }
                                     }
                                 }
                             }
-                            for (long long l25 = 0; l25 < 1; l25++) {
-                                for (long long l26 = 0; l26 < 1; l26++) {
-                                    for (long long l27 = 0; l27 < 64; l27++) {
-                                        for (long long l28 = 0; l28 < 64; l28++) {
-                                            float a30 = 0.0f;
-                                            for (long long r29 = 0; r29 < 32; r29++) a30 += (arena + 0)[l25 * 2048 + l26 * 2048 + l27 * 32 + r29 * 1] * (arena + 2048)[l25 * 2048 + l26 * 2048 + l28 * 32 + r29 * 1];
-                                            (arena + 4096)[l25 * 4096 + l26 * 4096 + l27 * 64 + l28] = a30;
+                            for (long long l39 = 0; l39 < 1; l39++) {
+                                for (long long l40 = 0; l40 < 1; l40++) {
+                                    for (long long l41 = 0; l41 < 64; l41++) {
+                                        for (long long l42 = 0; l42 < 64; l42++) {
+                                            (arena + 8192)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 128008)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
                                         }
                                     }
                                 }
                             }
-                            for (long long l31 = 0; l31 < 1; l31++) {
-                                for (long long l32 = 0; l32 < 1; l32++) {
-                                    for (long long l33 = 0; l33 < 64; l33++) {
-                                        for (long long l34 = 0; l34 < 64; l34++) {
-                                            (arena + 119302)[l31 * 4096 + l32 * 4096 + l33 * 64 + l34] = (arena + 119302)[l31 * 4096 + l32 * 4096 + l33 * 64 + l34] + (arena + 4096)[l31 * 4096 + l32 * 4096 + l33 * 64 + l34];
+                            for (long long l43 = 0; l43 < 1; l43++) {
+                                for (long long l44 = 0; l44 < 1; l44++) {
+                                    for (long long l45 = 0; l45 < 64; l45++) {
+                                        for (long long l46 = 0; l46 < 64; l46++) {
+                                            (arena + 12290)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = ((arena + 8192)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] * (arena + 12289)[0]);
                                         }
                                     }
                                 }
                             }
-                        }
-                        for (long long l35 = 0; l35 < 1; l35++) {
-                            for (long long l36 = 0; l36 < 1; l36++) {
-                                for (long long l37 = 0; l37 < 64; l37++) {
-                                    for (long long l38 = 0; l38 < 64; l38++) {
-                                        (arena + 8192)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] = (arena + 119302)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38];
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l39 = 0; l39 < 1; l39++) {
-                            for (long long l40 = 0; l40 < 1; l40++) {
-                                for (long long l41 = 0; l41 < 64; l41++) {
-                                    for (long long l42 = 0; l42 < 64; l42++) {
-                                        (arena + 12290)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = ((arena + 8192)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] * (arena + 12289)[0]);
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l43 = 0; l43 < 1; l43++) {
-                            for (long long l44 = 0; l44 < 1; l44++) {
-                                for (long long l45 = 0; l45 < 64; l45++) {
-                                    for (long long l46 = 0; l46 < 64; l46++) {
-                                        (arena + 16386)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = (o11 + l46 < s3) ? (arena + 12290)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] : (-INFINITY);
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l47 = 0; l47 < 1; l47++) {
-                            for (long long l48 = 0; l48 < 1; l48++) {
-                                for (long long l49 = 0; l49 < 64; l49++) {
-                                    for (long long l50 = 0; l50 < 64; l50++) {
-                                        (arena + 139974)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = fmaxf((arena + 139974)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50], (arena + 16386)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50]);
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    for (long long l51 = 0; l51 < 1; l51++) {
-                        for (long long l52 = 0; l52 < 1; l52++) {
-                            for (long long l53 = 0; l53 < 64; l53++) {
-                                for (long long l54 = 0; l54 < 64; l54++) {
-                                    (arena + 111046)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54] = (arena + 139974)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54];
-                                }
-                            }
-                        }
-                    }
-                    for (long long l55 = 0; l55 < 1; l55++) {
-                        for (long long l56 = 0; l56 < 1; l56++) {
-                            for (long long l57 = 0; l57 < 64; l57++) {
-                                float a59 = (-INFINITY);
-                                for (long long r58 = 0; r58 < 64; r58 += 1) a59 = fmaxf(a59, (arena + 111046)[l55 * 4096 + l56 * 4096 + l57 * 64 + r58 * 1]);
-                                (arena + 20482)[l55 * 64 + l56 * 64 + l57] = a59;
-                            }
-                        }
-                    }
-                    for (long long l60 = 0; l60 < 1; l60++) {
-                        for (long long l61 = 0; l61 < 1; l61++) {
-                            for (long long l62 = 0; l62 < 64; l62++) {
-                                (arena + 119238)[l60 * 64 + l61 * 64 + l62] = fmaxf((arena + 119238)[l60 * 64 + l61 * 64 + l62], (arena + 20482)[l60 * 64 + l61 * 64 + l62]);
-                            }
-                        }
-                    }
-                    for (long long l63 = 0; l63 < 1; l63++) {
-                        for (long long l64 = 0; l64 < 1; l64++) {
-                            for (long long l65 = 0; l65 < 64; l65++) {
-                                (arena + 20546)[l63 * 64 + l64 * 64 + l65] = (arena + 119238)[l63 * 64 + l64 * 64 + l65];
-                            }
-                        }
-                    }
-                    /* rsum identity */
-                    for (long long l66 = 0; l66 < 1; l66++) {
-                        for (long long l67 = 0; l67 < 1; l67++) {
-                            for (long long l68 = 0; l68 < 64; l68++) {
-                                (arena + 123462)[l66 * 64 + l67 * 64 + l68] = 0e0f;
-                            }
-                        }
-                    }
-                    /* partial rsum over j, lane by lane */
-                    for (long long l69 = 0; l69 < 1; l69++) {
-                        for (long long l70 = 0; l70 < 1; l70++) {
-                            for (long long l71 = 0; l71 < 64; l71++) {
-                                for (long long l72 = 0; l72 < 64; l72++) {
-                                    (arena + 144070)[l69 * 4096 + l70 * 4096 + l71 * 64 + l72] = 0e0f;
-                                }
-                            }
-                        }
-                    }
-                    /* rsum attention.tensorize(j:64) */
-                    for (long long o73 = 0; o73 < s3; o73 += 64) {
-                        /* rdot accumulator */
-                        for (long long l74 = 0; l74 < 1; l74++) {
-                            for (long long l75 = 0; l75 < 1; l75++) {
-                                for (long long l76 = 0; l76 < 64; l76++) {
-                                    for (long long l77 = 0; l77 < 64; l77++) {
-                                        (arena + 123526)[l74 * 4096 + l75 * 4096 + l76 * 64 + l77] = 0e0f;
-                                    }
-                                }
-                            }
-                        }
-                        /* rdot attention.tensorize(d:32) */
-                        for (long long o78 = 0; o78 < s5; o78 += 32) {
-                            for (long long l79 = 0; l79 < 1; l79++) {
-                                for (long long l80 = 0; l80 < 1; l80++) {
-                                    for (long long l81 = 0; l81 < 64; l81++) {
-                                        for (long long l82 = 0; l82 < 32; l82++) {
-                                            (arena + 20610)[l79 * 2048 + l80 * 2048 + l81 * 32 + l82] = (o1 + l79 < s0 && o2 + l80 < s1 && o3 + l81 < s2 && o78 + l82 < s5) ? dt_load_bf16(in0[(o1 + l79) * args->input_strides[0][0] + (o2 + l80) * args->input_strides[0][1] + (o3 + l81) * args->input_strides[0][2] + (o78 + l82) * args->input_strides[0][3]]) : 0e0f;
+                            for (long long l47 = 0; l47 < 1; l47++) {
+                                for (long long l48 = 0; l48 < 1; l48++) {
+                                    for (long long l49 = 0; l49 < 64; l49++) {
+                                        for (long long l50 = 0; l50 < 64; l50++) {
+                                            (arena + 16386)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = (o15 + l50 < s3) ? (arena + 12290)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] : (-INFINITY);
                                         }
+                                    }
+                                }
+                            }
+                            for (long long l51 = 0; l51 < 1; l51++) {
+                                for (long long l52 = 0; l52 < 1; l52++) {
+                                    for (long long l53 = 0; l53 < 64; l53++) {
+                                        float a55 = (-INFINITY);
+                                        for (long long r54 = 0; r54 < 64; r54 += 1) a55 = fmaxf(a55, (arena + 16386)[l51 * 4096 + l52 * 4096 + l53 * 64 + r54 * 1]);
+                                        (arena + 20482)[l51 * 64 + l52 * 64 + l53] = a55;
+                                    }
+                                }
+                            }
+                            for (long long l56 = 0; l56 < 1; l56++) {
+                                for (long long l57 = 0; l57 < 1; l57++) {
+                                    for (long long l58 = 0; l58 < 64; l58++) {
+                                        (arena + 111046)[l56 * 64 + l57 * 64 + l58] = (arena + 127944)[l56 * 64 + l57 * 64 + l58];
+                                    }
+                                }
+                            }
+                            for (long long l59 = 0; l59 < 1; l59++) {
+                                for (long long l60 = 0; l60 < 1; l60++) {
+                                    for (long long l61 = 0; l61 < 64; l61++) {
+                                        (arena + 127944)[l59 * 64 + l60 * 64 + l61] = fmaxf((arena + 127944)[l59 * 64 + l60 * 64 + l61], (arena + 20482)[l59 * 64 + l60 * 64 + l61]);
+                                    }
+                                }
+                            }
+                            for (long long l62 = 0; l62 < 1; l62++) {
+                                for (long long l63 = 0; l63 < 1; l63++) {
+                                    for (long long l64 = 0; l64 < 64; l64++) {
+                                        (arena + 111110)[l62 * 64 + l63 * 64 + l64] = (arena + 127944)[l62 * 64 + l63 * 64 + l64];
+                                    }
+                                }
+                            }
+                            for (long long l65 = 0; l65 < 1; l65++) {
+                                for (long long l66 = 0; l66 < 1; l66++) {
+                                    for (long long l67 = 0; l67 < 64; l67++) {
+                                        (arena + 111176)[l65 * 64 + l66 * 64 + l67] = (((arena + 111110)[l65 * 64 + l66 * 64 + l67]) == ((arena + 111174)[0]) ? 1.0f : 0.0f);
+                                    }
+                                }
+                            }
+                            for (long long l68 = 0; l68 < 1; l68++) {
+                                for (long long l69 = 0; l69 < 1; l69++) {
+                                    for (long long l70 = 0; l70 < 64; l70++) {
+                                        (arena + 111240)[l68 * 64 + l69 * 64 + l70] = (arena + 111176)[l68 * 64 + l69 * 64 + l70] != 0.0f ? (arena + 111175)[0] : (arena + 111110)[l68 * 64 + l69 * 64 + l70];
+                                    }
+                                }
+                            }
+                            for (long long l71 = 0; l71 < 1; l71++) {
+                                for (long long l72 = 0; l72 < 1; l72++) {
+                                    for (long long l73 = 0; l73 < 64; l73++) {
+                                        (arena + 111304)[l71 * 64 + l72 * 64 + l73] = ((arena + 111046)[l71 * 64 + l72 * 64 + l73] - (arena + 111240)[l71 * 64 + l72 * 64 + l73]);
+                                    }
+                                }
+                            }
+                            for (long long l74 = 0; l74 < 1; l74++) {
+                                for (long long l75 = 0; l75 < 1; l75++) {
+                                    for (long long l76 = 0; l76 < 64; l76++) {
+                                        (arena + 111368)[l74 * 64 + l75 * 64 + l76] = expf((arena + 111304)[l74 * 64 + l75 * 64 + l76]);
+                                    }
+                                }
+                            }
+                            for (long long l77 = 0; l77 < 1; l77++) {
+                                for (long long l78 = 0; l78 < 1; l78++) {
+                                    for (long long l79 = 0; l79 < 64; l79++) {
+                                        (arena + 111432)[l77 * 64 + l78 * 64 + l79] = (arena + 132168)[l77 * 64 + l78 * 64 + l79];
+                                    }
+                                }
+                            }
+                            for (long long l80 = 0; l80 < 1; l80++) {
+                                for (long long l81 = 0; l81 < 1; l81++) {
+                                    for (long long l82 = 0; l82 < 64; l82++) {
+                                        (arena + 111496)[l80 * 64 + l81 * 64 + l82] = ((arena + 111432)[l80 * 64 + l81 * 64 + l82] * (arena + 111368)[l80 * 64 + l81 * 64 + l82]);
                                     }
                                 }
                             }
                             for (long long l83 = 0; l83 < 1; l83++) {
                                 for (long long l84 = 0; l84 < 1; l84++) {
                                     for (long long l85 = 0; l85 < 64; l85++) {
-                                        for (long long l86 = 0; l86 < 32; l86++) {
-                                            (arena + 22658)[l83 * 2048 + l84 * 2048 + l85 * 32 + l86] = (o1 + l83 < s0 && o2 + l84 < s1 && o73 + l85 < s3 && o78 + l86 < s5) ? dt_load_bf16(in1[(o1 + l83) * args->input_strides[1][0] + (o2 + l84) * args->input_strides[1][1] + (o73 + l85) * args->input_strides[1][2] + (o78 + l86) * args->input_strides[1][3]]) : 0e0f;
+                                        (arena + 132168)[l83 * 64 + l84 * 64 + l85] = (arena + 111496)[l83 * 64 + l84 * 64 + l85];
+                                    }
+                                }
+                            }
+                            for (long long l86 = 0; l86 < 1; l86++) {
+                                for (long long l87 = 0; l87 < 1; l87++) {
+                                    for (long long l88 = 0; l88 < 64; l88++) {
+                                        for (long long l89 = 0; l89 < 64; l89++) {
+                                            (arena + 37060)[l86 * 4096 + l87 * 4096 + l88 * 64 + l89] = ((arena + 12290)[l86 * 4096 + l87 * 4096 + l88 * 64 + l89] - (arena + 111240)[l86 * 64 + l87 * 64 + l88]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l87 = 0; l87 < 1; l87++) {
-                                for (long long l88 = 0; l88 < 1; l88++) {
-                                    for (long long l89 = 0; l89 < 64; l89++) {
-                                        for (long long l90 = 0; l90 < 64; l90++) {
-                                            float a92 = 0.0f;
-                                            for (long long r91 = 0; r91 < 32; r91++) a92 += (arena + 20610)[l87 * 2048 + l88 * 2048 + l89 * 32 + r91 * 1] * (arena + 22658)[l87 * 2048 + l88 * 2048 + l90 * 32 + r91 * 1];
-                                            (arena + 24706)[l87 * 4096 + l88 * 4096 + l89 * 64 + l90] = a92;
+                            for (long long l90 = 0; l90 < 1; l90++) {
+                                for (long long l91 = 0; l91 < 1; l91++) {
+                                    for (long long l92 = 0; l92 < 64; l92++) {
+                                        for (long long l93 = 0; l93 < 64; l93++) {
+                                            (arena + 41156)[l90 * 4096 + l91 * 4096 + l92 * 64 + l93] = expf((arena + 37060)[l90 * 4096 + l91 * 4096 + l92 * 64 + l93]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l93 = 0; l93 < 1; l93++) {
-                                for (long long l94 = 0; l94 < 1; l94++) {
-                                    for (long long l95 = 0; l95 < 64; l95++) {
-                                        for (long long l96 = 0; l96 < 64; l96++) {
-                                            (arena + 123526)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] = (arena + 123526)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] + (arena + 24706)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96];
+                            for (long long l94 = 0; l94 < 1; l94++) {
+                                for (long long l95 = 0; l95 < 1; l95++) {
+                                    for (long long l96 = 0; l96 < 64; l96++) {
+                                        for (long long l97 = 0; l97 < 64; l97++) {
+                                            (arena + 45252)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] = (o15 + l97 < s3) ? (arena + 41156)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] : 0e0f;
                                         }
                                     }
                                 }
                             }
-                        }
-                        for (long long l97 = 0; l97 < 1; l97++) {
                             for (long long l98 = 0; l98 < 1; l98++) {
-                                for (long long l99 = 0; l99 < 64; l99++) {
+                                for (long long l99 = 0; l99 < 1; l99++) {
                                     for (long long l100 = 0; l100 < 64; l100++) {
-                                        (arena + 28802)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100] = (arena + 123526)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100];
+                                        float a102 = 0e0f;
+                                        for (long long r101 = 0; r101 < 64; r101 += 1) a102 = a102 + (arena + 45252)[l98 * 4096 + l99 * 4096 + l100 * 64 + r101 * 1];
+                                        (arena + 49348)[l98 * 64 + l99 * 64 + l100] = a102;
                                     }
                                 }
                             }
-                        }
-                        for (long long l101 = 0; l101 < 1; l101++) {
-                            for (long long l102 = 0; l102 < 1; l102++) {
-                                for (long long l103 = 0; l103 < 64; l103++) {
-                                    for (long long l104 = 0; l104 < 64; l104++) {
-                                        (arena + 32900)[l101 * 4096 + l102 * 4096 + l103 * 64 + l104] = ((arena + 28802)[l101 * 4096 + l102 * 4096 + l103 * 64 + l104] * (arena + 32899)[0]);
+                            for (long long l103 = 0; l103 < 1; l103++) {
+                                for (long long l104 = 0; l104 < 1; l104++) {
+                                    for (long long l105 = 0; l105 < 64; l105++) {
+                                        (arena + 132168)[l103 * 64 + l104 * 64 + l105] = (arena + 132168)[l103 * 64 + l104 * 64 + l105] + (arena + 49348)[l103 * 64 + l104 * 64 + l105];
                                     }
                                 }
                             }
-                        }
-                        for (long long l105 = 0; l105 < 1; l105++) {
                             for (long long l106 = 0; l106 < 1; l106++) {
-                                for (long long l107 = 0; l107 < 64; l107++) {
+                                for (long long l107 = 0; l107 < 1; l107++) {
                                     for (long long l108 = 0; l108 < 64; l108++) {
-                                        (arena + 37060)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108] = ((arena + 32900)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108] - (arena + 20546)[l105 * 64 + l106 * 64 + l107]);
+                                        for (long long l109 = 0; l109 < 128; l109++) {
+                                            (arena + 111560)[l106 * 8192 + l107 * 8192 + l108 * 128 + l109] = (arena + 136392)[l106 * 8192 + l107 * 8192 + l108 * 128 + l109];
+                                        }
                                     }
                                 }
                             }
-                        }
-                        for (long long l109 = 0; l109 < 1; l109++) {
                             for (long long l110 = 0; l110 < 1; l110++) {
-                                for (long long l111 = 0; l111 < 64; l111++) {
+                                for (long long l111 = 0; l111 < 1; l111++) {
                                     for (long long l112 = 0; l112 < 64; l112++) {
-                                        (arena + 41156)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112] = expf((arena + 37060)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112]);
+                                        for (long long l113 = 0; l113 < 128; l113++) {
+                                            (arena + 119752)[l110 * 8192 + l111 * 8192 + l112 * 128 + l113] = ((arena + 111560)[l110 * 8192 + l111 * 8192 + l112 * 128 + l113] * (arena + 111368)[l110 * 64 + l111 * 64 + l112]);
+                                        }
                                     }
                                 }
                             }
-                        }
-                        for (long long l113 = 0; l113 < 1; l113++) {
                             for (long long l114 = 0; l114 < 1; l114++) {
-                                for (long long l115 = 0; l115 < 64; l115++) {
+                                for (long long l115 = 0; l115 < 1; l115++) {
                                     for (long long l116 = 0; l116 < 64; l116++) {
-                                        (arena + 45252)[l113 * 4096 + l114 * 4096 + l115 * 64 + l116] = (o73 + l116 < s3) ? (arena + 41156)[l113 * 4096 + l114 * 4096 + l115 * 64 + l116] : 0e0f;
+                                        for (long long l117 = 0; l117 < 128; l117++) {
+                                            (arena + 136392)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117] = (arena + 119752)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117];
+                                        }
                                     }
                                 }
                             }
-                        }
-                        for (long long l117 = 0; l117 < 1; l117++) {
                             for (long long l118 = 0; l118 < 1; l118++) {
-                                for (long long l119 = 0; l119 < 64; l119++) {
-                                    for (long long l120 = 0; l120 < 64; l120++) {
-                                        (arena + 144070)[l117 * 4096 + l118 * 4096 + l119 * 64 + l120] = (arena + 144070)[l117 * 4096 + l118 * 4096 + l119 * 64 + l120] + (arena + 45252)[l117 * 4096 + l118 * 4096 + l119 * 64 + l120];
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    for (long long l121 = 0; l121 < 1; l121++) {
-                        for (long long l122 = 0; l122 < 1; l122++) {
-                            for (long long l123 = 0; l123 < 64; l123++) {
-                                for (long long l124 = 0; l124 < 64; l124++) {
-                                    (arena + 115142)[l121 * 4096 + l122 * 4096 + l123 * 64 + l124] = (arena + 144070)[l121 * 4096 + l122 * 4096 + l123 * 64 + l124];
-                                }
-                            }
-                        }
-                    }
-                    for (long long l125 = 0; l125 < 1; l125++) {
-                        for (long long l126 = 0; l126 < 1; l126++) {
-                            for (long long l127 = 0; l127 < 64; l127++) {
-                                float a129 = 0e0f;
-                                for (long long r128 = 0; r128 < 64; r128 += 1) a129 = a129 + (arena + 115142)[l125 * 4096 + l126 * 4096 + l127 * 64 + r128 * 1];
-                                (arena + 49348)[l125 * 64 + l126 * 64 + l127] = a129;
-                            }
-                        }
-                    }
-                    for (long long l130 = 0; l130 < 1; l130++) {
-                        for (long long l131 = 0; l131 < 1; l131++) {
-                            for (long long l132 = 0; l132 < 64; l132++) {
-                                (arena + 123462)[l130 * 64 + l131 * 64 + l132] = (arena + 123462)[l130 * 64 + l131 * 64 + l132] + (arena + 49348)[l130 * 64 + l131 * 64 + l132];
-                            }
-                        }
-                    }
-                    for (long long l133 = 0; l133 < 1; l133++) {
-                        for (long long l134 = 0; l134 < 1; l134++) {
-                            for (long long l135 = 0; l135 < 64; l135++) {
-                                (arena + 49412)[l133 * 64 + l134 * 64 + l135] = (arena + 123462)[l133 * 64 + l134 * 64 + l135];
-                            }
-                        }
-                    }
-                    /* block(e:128) attention.tensorize(e:0) */
-                    for (long long o136 = b4 * 128; o136 < dt_min_ll(b4 * 128 + 128, s4); o136 += 128) {
-                        /* rdot accumulator */
-                        for (long long l137 = 0; l137 < 1; l137++) {
-                            for (long long l138 = 0; l138 < 1; l138++) {
-                                for (long long l139 = 0; l139 < 64; l139++) {
-                                    for (long long l140 = 0; l140 < 128; l140++) {
-                                        (arena + 127686)[l137 * 8192 + l138 * 8192 + l139 * 128 + l140] = 0e0f;
-                                    }
-                                }
-                            }
-                        }
-                        /* rdot attention.tensorize(j:64) */
-                        for (long long o141 = 0; o141 < s3; o141 += 64) {
-                            /* rdot accumulator */
-                            for (long long l142 = 0; l142 < 1; l142++) {
-                                for (long long l143 = 0; l143 < 1; l143++) {
-                                    for (long long l144 = 0; l144 < 64; l144++) {
-                                        for (long long l145 = 0; l145 < 64; l145++) {
-                                            (arena + 135878)[l142 * 4096 + l143 * 4096 + l144 * 64 + l145] = 0e0f;
+                                for (long long l119 = 0; l119 < 1; l119++) {
+                                    for (long long l120 = 0; l120 < 128; l120++) {
+                                        for (long long l121 = 0; l121 < 64; l121++) {
+                                            (arena + 78214)[l118 * 8192 + l119 * 8192 + l120 * 64 + l121] = (o1 + l118 < s0 && o2 + l119 < s1 && o15 + l121 < s3 && o4 + l120 < s4) ? dt_load_bf16(in2[(o1 + l118) * args->input_strides[2][0] + (o2 + l119) * args->input_strides[2][1] + (o15 + l121) * args->input_strides[2][2] + (o4 + l120) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            /* rdot attention.tensorize(d:32) */
-                            for (long long o146 = 0; o146 < s5; o146 += 32) {
-                                for (long long l147 = 0; l147 < 1; l147++) {
-                                    for (long long l148 = 0; l148 < 1; l148++) {
-                                        for (long long l149 = 0; l149 < 64; l149++) {
-                                            for (long long l150 = 0; l150 < 32; l150++) {
-                                                (arena + 49476)[l147 * 2048 + l148 * 2048 + l149 * 32 + l150] = (o1 + l147 < s0 && o2 + l148 < s1 && o3 + l149 < s2 && o146 + l150 < s5) ? dt_load_bf16(in0[(o1 + l147) * args->input_strides[0][0] + (o2 + l148) * args->input_strides[0][1] + (o3 + l149) * args->input_strides[0][2] + (o146 + l150) * args->input_strides[0][3]]) : 0e0f;
-                                            }
-                                        }
-                                    }
-                                }
-                                for (long long l151 = 0; l151 < 1; l151++) {
-                                    for (long long l152 = 0; l152 < 1; l152++) {
-                                        for (long long l153 = 0; l153 < 64; l153++) {
-                                            for (long long l154 = 0; l154 < 32; l154++) {
-                                                (arena + 51524)[l151 * 2048 + l152 * 2048 + l153 * 32 + l154] = (o1 + l151 < s0 && o2 + l152 < s1 && o141 + l153 < s3 && o146 + l154 < s5) ? dt_load_bf16(in1[(o1 + l151) * args->input_strides[1][0] + (o2 + l152) * args->input_strides[1][1] + (o141 + l153) * args->input_strides[1][2] + (o146 + l154) * args->input_strides[1][3]]) : 0e0f;
-                                            }
-                                        }
-                                    }
-                                }
-                                for (long long l155 = 0; l155 < 1; l155++) {
-                                    for (long long l156 = 0; l156 < 1; l156++) {
-                                        for (long long l157 = 0; l157 < 64; l157++) {
-                                            for (long long l158 = 0; l158 < 64; l158++) {
-                                                float a160 = 0.0f;
-                                                for (long long r159 = 0; r159 < 32; r159++) a160 += (arena + 49476)[l155 * 2048 + l156 * 2048 + l157 * 32 + r159 * 1] * (arena + 51524)[l155 * 2048 + l156 * 2048 + l158 * 32 + r159 * 1];
-                                                (arena + 53572)[l155 * 4096 + l156 * 4096 + l157 * 64 + l158] = a160;
-                                            }
-                                        }
-                                    }
-                                }
-                                for (long long l161 = 0; l161 < 1; l161++) {
-                                    for (long long l162 = 0; l162 < 1; l162++) {
-                                        for (long long l163 = 0; l163 < 64; l163++) {
-                                            for (long long l164 = 0; l164 < 64; l164++) {
-                                                (arena + 135878)[l161 * 4096 + l162 * 4096 + l163 * 64 + l164] = (arena + 135878)[l161 * 4096 + l162 * 4096 + l163 * 64 + l164] + (arena + 53572)[l161 * 4096 + l162 * 4096 + l163 * 64 + l164];
-                                            }
+                            for (long long l122 = 0; l122 < 1; l122++) {
+                                for (long long l123 = 0; l123 < 1; l123++) {
+                                    for (long long l124 = 0; l124 < 64; l124++) {
+                                        for (long long l125 = 0; l125 < 128; l125++) {
+                                            float a127 = 0.0f;
+                                            for (long long r126 = 0; r126 < 64; r126++) a127 += (arena + 45252)[l122 * 4096 + l123 * 4096 + l124 * 64 + r126 * 1] * (arena + 78214)[l122 * 8192 + l123 * 8192 + l125 * 64 + r126 * 1];
+                                            (arena + 86406)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125] = a127;
                                         }
                                     }
                                 }
                             }
-                            for (long long l165 = 0; l165 < 1; l165++) {
-                                for (long long l166 = 0; l166 < 1; l166++) {
-                                    for (long long l167 = 0; l167 < 64; l167++) {
-                                        for (long long l168 = 0; l168 < 64; l168++) {
-                                            (arena + 57668)[l165 * 4096 + l166 * 4096 + l167 * 64 + l168] = (arena + 135878)[l165 * 4096 + l166 * 4096 + l167 * 64 + l168];
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l169 = 0; l169 < 1; l169++) {
-                                for (long long l170 = 0; l170 < 1; l170++) {
-                                    for (long long l171 = 0; l171 < 64; l171++) {
-                                        for (long long l172 = 0; l172 < 64; l172++) {
-                                            (arena + 61766)[l169 * 4096 + l170 * 4096 + l171 * 64 + l172] = ((arena + 57668)[l169 * 4096 + l170 * 4096 + l171 * 64 + l172] * (arena + 61765)[0]);
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l173 = 0; l173 < 1; l173++) {
-                                for (long long l174 = 0; l174 < 1; l174++) {
-                                    for (long long l175 = 0; l175 < 64; l175++) {
-                                        for (long long l176 = 0; l176 < 64; l176++) {
-                                            (arena + 65926)[l173 * 4096 + l174 * 4096 + l175 * 64 + l176] = ((arena + 61766)[l173 * 4096 + l174 * 4096 + l175 * 64 + l176] - (arena + 20546)[l173 * 64 + l174 * 64 + l175]);
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l177 = 0; l177 < 1; l177++) {
-                                for (long long l178 = 0; l178 < 1; l178++) {
-                                    for (long long l179 = 0; l179 < 64; l179++) {
-                                        for (long long l180 = 0; l180 < 64; l180++) {
-                                            (arena + 70022)[l177 * 4096 + l178 * 4096 + l179 * 64 + l180] = expf((arena + 65926)[l177 * 4096 + l178 * 4096 + l179 * 64 + l180]);
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l181 = 0; l181 < 1; l181++) {
-                                for (long long l182 = 0; l182 < 1; l182++) {
-                                    for (long long l183 = 0; l183 < 64; l183++) {
-                                        for (long long l184 = 0; l184 < 64; l184++) {
-                                            (arena + 74118)[l181 * 4096 + l182 * 4096 + l183 * 64 + l184] = (o141 + l184 < s3) ? (arena + 70022)[l181 * 4096 + l182 * 4096 + l183 * 64 + l184] : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l185 = 0; l185 < 1; l185++) {
-                                for (long long l186 = 0; l186 < 1; l186++) {
-                                    for (long long l187 = 0; l187 < 128; l187++) {
-                                        for (long long l188 = 0; l188 < 64; l188++) {
-                                            (arena + 78214)[l185 * 8192 + l186 * 8192 + l187 * 64 + l188] = (o1 + l185 < s0 && o2 + l186 < s1 && o141 + l188 < s3 && o136 + l187 < s4) ? dt_load_bf16(in2[(o1 + l185) * args->input_strides[2][0] + (o2 + l186) * args->input_strides[2][1] + (o141 + l188) * args->input_strides[2][2] + (o136 + l187) * args->input_strides[2][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l189 = 0; l189 < 1; l189++) {
-                                for (long long l190 = 0; l190 < 1; l190++) {
-                                    for (long long l191 = 0; l191 < 64; l191++) {
-                                        for (long long l192 = 0; l192 < 128; l192++) {
-                                            float a194 = 0.0f;
-                                            for (long long r193 = 0; r193 < 64; r193++) a194 += (arena + 74118)[l189 * 4096 + l190 * 4096 + l191 * 64 + r193 * 1] * (arena + 78214)[l189 * 8192 + l190 * 8192 + l192 * 64 + r193 * 1];
-                                            (arena + 86406)[l189 * 8192 + l190 * 8192 + l191 * 128 + l192] = a194;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l195 = 0; l195 < 1; l195++) {
-                                for (long long l196 = 0; l196 < 1; l196++) {
-                                    for (long long l197 = 0; l197 < 64; l197++) {
-                                        for (long long l198 = 0; l198 < 128; l198++) {
-                                            (arena + 127686)[l195 * 8192 + l196 * 8192 + l197 * 128 + l198] = (arena + 127686)[l195 * 8192 + l196 * 8192 + l197 * 128 + l198] + (arena + 86406)[l195 * 8192 + l196 * 8192 + l197 * 128 + l198];
+                            for (long long l128 = 0; l128 < 1; l128++) {
+                                for (long long l129 = 0; l129 < 1; l129++) {
+                                    for (long long l130 = 0; l130 < 64; l130++) {
+                                        for (long long l131 = 0; l131 < 128; l131++) {
+                                            (arena + 136392)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131] = (arena + 136392)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131] + (arena + 86406)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l199 = 0; l199 < 1; l199++) {
-                            for (long long l200 = 0; l200 < 1; l200++) {
-                                for (long long l201 = 0; l201 < 64; l201++) {
-                                    for (long long l202 = 0; l202 < 128; l202++) {
-                                        (arena + 94598)[l199 * 8192 + l200 * 8192 + l201 * 128 + l202] = (arena + 127686)[l199 * 8192 + l200 * 8192 + l201 * 128 + l202];
+                        for (long long l132 = 0; l132 < 1; l132++) {
+                            for (long long l133 = 0; l133 < 1; l133++) {
+                                for (long long l134 = 0; l134 < 64; l134++) {
+                                    (arena + 49412)[l132 * 64 + l133 * 64 + l134] = (arena + 132168)[l132 * 64 + l133 * 64 + l134];
+                                }
+                            }
+                        }
+                        for (long long l135 = 0; l135 < 1; l135++) {
+                            for (long long l136 = 0; l136 < 1; l136++) {
+                                for (long long l137 = 0; l137 < 64; l137++) {
+                                    for (long long l138 = 0; l138 < 128; l138++) {
+                                        (arena + 94598)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138] = (arena + 136392)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138];
                                     }
                                 }
                             }
                         }
-                        for (long long l203 = 0; l203 < 1; l203++) {
-                            for (long long l204 = 0; l204 < 1; l204++) {
-                                for (long long l205 = 0; l205 < 64; l205++) {
-                                    for (long long l206 = 0; l206 < 128; l206++) {
-                                        (arena + 102854)[l203 * 8192 + l204 * 8192 + l205 * 128 + l206] = ((arena + 94598)[l203 * 8192 + l204 * 8192 + l205 * 128 + l206] / (arena + 49412)[l203 * 64 + l204 * 64 + l205]);
+                        for (long long l139 = 0; l139 < 1; l139++) {
+                            for (long long l140 = 0; l140 < 1; l140++) {
+                                for (long long l141 = 0; l141 < 64; l141++) {
+                                    for (long long l142 = 0; l142 < 128; l142++) {
+                                        (arena + 102854)[l139 * 8192 + l140 * 8192 + l141 * 128 + l142] = ((arena + 94598)[l139 * 8192 + l140 * 8192 + l141 * 128 + l142] / (arena + 49412)[l139 * 64 + l140 * 64 + l141]);
                                     }
                                 }
                             }
                         }
-                        for (long long l207 = 0; l207 < 1; l207++) {
-                            for (long long l208 = 0; l208 < 1; l208++) {
-                                for (long long l209 = 0; l209 < 64; l209++) {
-                                    for (long long l210 = 0; l210 < 128; l210++) {
-                                        if (o1 + l207 < s0 && o2 + l208 < s1 && o3 + l209 < s2 && o136 + l210 < s4) out[(o1 + l207) * args->output_strides[0] + (o2 + l208) * args->output_strides[1] + (o3 + l209) * args->output_strides[2] + (o136 + l210) * args->output_strides[3]] = dt_store_bf16((arena + 102854)[l207 * 8192 + l208 * 8192 + l209 * 128 + l210]);
+                        for (long long l143 = 0; l143 < 1; l143++) {
+                            for (long long l144 = 0; l144 < 1; l144++) {
+                                for (long long l145 = 0; l145 < 64; l145++) {
+                                    for (long long l146 = 0; l146 < 128; l146++) {
+                                        if (o1 + l143 < s0 && o2 + l144 < s1 && o3 + l145 < s2 && o4 + l146 < s4) out[(o1 + l143) * args->output_strides[0] + (o2 + l144) * args->output_strides[1] + (o3 + l145) * args->output_strides[2] + (o4 + l146) * args->output_strides[3]] = dt_store_bf16((arena + 102854)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146]);
                                     }
                                 }
                             }
@@ -1136,7 +844,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
     const float* in1 = (const float*)(uintptr_t)args->inputs[1]; /* K */
     const float* in2 = (const float*)(uintptr_t)args->inputs[2]; /* V */
     float* out = (float*)(uintptr_t)args->output; /* attention */
-    float* arena = (float*)malloc(sizeof(float) * 148166);
+    float* arena = (float*)malloc(sizeof(float) * 148680);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1160,477 +868,331 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
         (arena + 12288)[0] = (float)s5;
         (arena + 12289)[0] = dt_rsqrt((arena + 12288)[0]);
-        (arena + 32898)[0] = (float)s5;
-        (arena + 32899)[0] = dt_rsqrt((arena + 32898)[0]);
-        (arena + 61764)[0] = (float)s5;
-        (arena + 61765)[0] = dt_rsqrt((arena + 61764)[0]);
+        (arena + 111174)[0] = (-INFINITY);
+        (arena + 111175)[0] = 0e0f;
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
             for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
                 /* block(i:64) attention.tensorize(i:0) */
                 for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
-                    /* rmax identity */
-                    for (long long l4 = 0; l4 < 1; l4++) {
+                    /* block(e:128) attention.tensorize(e:0) */
+                    for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
+                        /* rdot accumulator */
                         for (long long l5 = 0; l5 < 1; l5++) {
-                            for (long long l6 = 0; l6 < 64; l6++) {
-                                (arena + 119238)[l4 * 64 + l5 * 64 + l6] = (-INFINITY);
-                            }
-                        }
-                    }
-                    /* partial rmax over j, lane by lane */
-                    for (long long l7 = 0; l7 < 1; l7++) {
-                        for (long long l8 = 0; l8 < 1; l8++) {
-                            for (long long l9 = 0; l9 < 64; l9++) {
-                                for (long long l10 = 0; l10 < 64; l10++) {
-                                    (arena + 139974)[l7 * 4096 + l8 * 4096 + l9 * 64 + l10] = (-INFINITY);
+                            for (long long l6 = 0; l6 < 1; l6++) {
+                                for (long long l7 = 0; l7 < 64; l7++) {
+                                    for (long long l8 = 0; l8 < 128; l8++) {
+                                        (arena + 136392)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
+                                    }
                                 }
                             }
                         }
-                    }
-                    /* rmax attention.tensorize(j:64) */
-                    for (long long o11 = 0; o11 < s3; o11 += 64) {
-                        /* rdot accumulator */
+                        /* rsum identity */
+                        for (long long l9 = 0; l9 < 1; l9++) {
+                            for (long long l10 = 0; l10 < 1; l10++) {
+                                for (long long l11 = 0; l11 < 64; l11++) {
+                                    (arena + 132168)[l9 * 64 + l10 * 64 + l11] = 0e0f;
+                                }
+                            }
+                        }
+                        /* rmax identity */
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 64; l14++) {
-                                    for (long long l15 = 0; l15 < 64; l15++) {
-                                        (arena + 119302)[l12 * 4096 + l13 * 4096 + l14 * 64 + l15] = 0e0f;
-                                    }
+                                    (arena + 127944)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
                                 }
                             }
                         }
-                        /* rdot attention.tensorize(d:32) */
-                        for (long long o16 = 0; o16 < s5; o16 += 32) {
-                            for (long long l17 = 0; l17 < 1; l17++) {
-                                for (long long l18 = 0; l18 < 1; l18++) {
-                                    for (long long l19 = 0; l19 < 64; l19++) {
-                                        for (long long l20 = 0; l20 < 32; l20++) {
-                                            (arena + 0)[l17 * 2048 + l18 * 2048 + l19 * 32 + l20] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + l20 < s5) ? dt_load_f32(in0[(o1 + l17) * args->input_strides[0][0] + (o2 + l18) * args->input_strides[0][1] + (o3 + l19) * args->input_strides[0][2] + (o16 + l20) * args->input_strides[0][3]]) : 0e0f;
+                        /* rmax attention.tensorize(j:64) + rsum attention.tensorize(j:64) + rdot attention.tensorize(j:64), online */
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
+                            /* rdot accumulator */
+                            for (long long l16 = 0; l16 < 1; l16++) {
+                                for (long long l17 = 0; l17 < 1; l17++) {
+                                    for (long long l18 = 0; l18 < 64; l18++) {
+                                        for (long long l19 = 0; l19 < 64; l19++) {
+                                            (arena + 128008)[l16 * 4096 + l17 * 4096 + l18 * 64 + l19] = 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l21 = 0; l21 < 1; l21++) {
-                                for (long long l22 = 0; l22 < 1; l22++) {
-                                    for (long long l23 = 0; l23 < 64; l23++) {
-                                        for (long long l24 = 0; l24 < 32; l24++) {
-                                            (arena + 2048)[l21 * 2048 + l22 * 2048 + l23 * 32 + l24] = (o1 + l21 < s0 && o2 + l22 < s1 && o11 + l23 < s3 && o16 + l24 < s5) ? dt_load_f32(in1[(o1 + l21) * args->input_strides[1][0] + (o2 + l22) * args->input_strides[1][1] + (o11 + l23) * args->input_strides[1][2] + (o16 + l24) * args->input_strides[1][3]]) : 0e0f;
+                            /* rdot attention.tensorize(d:32) */
+                            for (long long o20 = 0; o20 < s5; o20 += 32) {
+                                for (long long l21 = 0; l21 < 1; l21++) {
+                                    for (long long l22 = 0; l22 < 1; l22++) {
+                                        for (long long l23 = 0; l23 < 64; l23++) {
+                                            for (long long l24 = 0; l24 < 32; l24++) {
+                                                (arena + 0)[l21 * 2048 + l22 * 2048 + l23 * 32 + l24] = (o1 + l21 < s0 && o2 + l22 < s1 && o3 + l23 < s2 && o20 + l24 < s5) ? dt_load_f32(in0[(o1 + l21) * args->input_strides[0][0] + (o2 + l22) * args->input_strides[0][1] + (o3 + l23) * args->input_strides[0][2] + (o20 + l24) * args->input_strides[0][3]]) : 0e0f;
+                                            }
+                                        }
+                                    }
+                                }
+                                for (long long l25 = 0; l25 < 1; l25++) {
+                                    for (long long l26 = 0; l26 < 1; l26++) {
+                                        for (long long l27 = 0; l27 < 64; l27++) {
+                                            for (long long l28 = 0; l28 < 32; l28++) {
+                                                (arena + 2048)[l25 * 2048 + l26 * 2048 + l27 * 32 + l28] = (o1 + l25 < s0 && o2 + l26 < s1 && o15 + l27 < s3 && o20 + l28 < s5) ? dt_load_f32(in1[(o1 + l25) * args->input_strides[1][0] + (o2 + l26) * args->input_strides[1][1] + (o15 + l27) * args->input_strides[1][2] + (o20 + l28) * args->input_strides[1][3]]) : 0e0f;
+                                            }
+                                        }
+                                    }
+                                }
+                                for (long long l29 = 0; l29 < 1; l29++) {
+                                    for (long long l30 = 0; l30 < 1; l30++) {
+                                        for (long long l31 = 0; l31 < 64; l31++) {
+                                            for (long long l32 = 0; l32 < 64; l32++) {
+                                                float a34 = 0.0f;
+                                                for (long long r33 = 0; r33 < 32; r33++) a34 += (arena + 0)[l29 * 2048 + l30 * 2048 + l31 * 32 + r33 * 1] * (arena + 2048)[l29 * 2048 + l30 * 2048 + l32 * 32 + r33 * 1];
+                                                (arena + 4096)[l29 * 4096 + l30 * 4096 + l31 * 64 + l32] = a34;
+                                            }
+                                        }
+                                    }
+                                }
+                                for (long long l35 = 0; l35 < 1; l35++) {
+                                    for (long long l36 = 0; l36 < 1; l36++) {
+                                        for (long long l37 = 0; l37 < 64; l37++) {
+                                            for (long long l38 = 0; l38 < 64; l38++) {
+                                                (arena + 128008)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] = (arena + 128008)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] + (arena + 4096)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38];
+                                            }
                                         }
                                     }
                                 }
                             }
-                            for (long long l25 = 0; l25 < 1; l25++) {
-                                for (long long l26 = 0; l26 < 1; l26++) {
-                                    for (long long l27 = 0; l27 < 64; l27++) {
-                                        for (long long l28 = 0; l28 < 64; l28++) {
-                                            float a30 = 0.0f;
-                                            for (long long r29 = 0; r29 < 32; r29++) a30 += (arena + 0)[l25 * 2048 + l26 * 2048 + l27 * 32 + r29 * 1] * (arena + 2048)[l25 * 2048 + l26 * 2048 + l28 * 32 + r29 * 1];
-                                            (arena + 4096)[l25 * 4096 + l26 * 4096 + l27 * 64 + l28] = a30;
+                            for (long long l39 = 0; l39 < 1; l39++) {
+                                for (long long l40 = 0; l40 < 1; l40++) {
+                                    for (long long l41 = 0; l41 < 64; l41++) {
+                                        for (long long l42 = 0; l42 < 64; l42++) {
+                                            (arena + 8192)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 128008)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
                                         }
                                     }
                                 }
                             }
-                            for (long long l31 = 0; l31 < 1; l31++) {
-                                for (long long l32 = 0; l32 < 1; l32++) {
-                                    for (long long l33 = 0; l33 < 64; l33++) {
-                                        for (long long l34 = 0; l34 < 64; l34++) {
-                                            (arena + 119302)[l31 * 4096 + l32 * 4096 + l33 * 64 + l34] = (arena + 119302)[l31 * 4096 + l32 * 4096 + l33 * 64 + l34] + (arena + 4096)[l31 * 4096 + l32 * 4096 + l33 * 64 + l34];
+                            for (long long l43 = 0; l43 < 1; l43++) {
+                                for (long long l44 = 0; l44 < 1; l44++) {
+                                    for (long long l45 = 0; l45 < 64; l45++) {
+                                        for (long long l46 = 0; l46 < 64; l46++) {
+                                            (arena + 12290)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = ((arena + 8192)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] * (arena + 12289)[0]);
                                         }
                                     }
                                 }
                             }
-                        }
-                        for (long long l35 = 0; l35 < 1; l35++) {
-                            for (long long l36 = 0; l36 < 1; l36++) {
-                                for (long long l37 = 0; l37 < 64; l37++) {
-                                    for (long long l38 = 0; l38 < 64; l38++) {
-                                        (arena + 8192)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] = (arena + 119302)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38];
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l39 = 0; l39 < 1; l39++) {
-                            for (long long l40 = 0; l40 < 1; l40++) {
-                                for (long long l41 = 0; l41 < 64; l41++) {
-                                    for (long long l42 = 0; l42 < 64; l42++) {
-                                        (arena + 12290)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = ((arena + 8192)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] * (arena + 12289)[0]);
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l43 = 0; l43 < 1; l43++) {
-                            for (long long l44 = 0; l44 < 1; l44++) {
-                                for (long long l45 = 0; l45 < 64; l45++) {
-                                    for (long long l46 = 0; l46 < 64; l46++) {
-                                        (arena + 16386)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = (o11 + l46 < s3) ? (arena + 12290)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] : (-INFINITY);
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l47 = 0; l47 < 1; l47++) {
-                            for (long long l48 = 0; l48 < 1; l48++) {
-                                for (long long l49 = 0; l49 < 64; l49++) {
-                                    for (long long l50 = 0; l50 < 64; l50++) {
-                                        (arena + 139974)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = fmaxf((arena + 139974)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50], (arena + 16386)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50]);
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    for (long long l51 = 0; l51 < 1; l51++) {
-                        for (long long l52 = 0; l52 < 1; l52++) {
-                            for (long long l53 = 0; l53 < 64; l53++) {
-                                for (long long l54 = 0; l54 < 64; l54++) {
-                                    (arena + 111046)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54] = (arena + 139974)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54];
-                                }
-                            }
-                        }
-                    }
-                    for (long long l55 = 0; l55 < 1; l55++) {
-                        for (long long l56 = 0; l56 < 1; l56++) {
-                            for (long long l57 = 0; l57 < 64; l57++) {
-                                float a59 = (-INFINITY);
-                                for (long long r58 = 0; r58 < 64; r58 += 1) a59 = fmaxf(a59, (arena + 111046)[l55 * 4096 + l56 * 4096 + l57 * 64 + r58 * 1]);
-                                (arena + 20482)[l55 * 64 + l56 * 64 + l57] = a59;
-                            }
-                        }
-                    }
-                    for (long long l60 = 0; l60 < 1; l60++) {
-                        for (long long l61 = 0; l61 < 1; l61++) {
-                            for (long long l62 = 0; l62 < 64; l62++) {
-                                (arena + 119238)[l60 * 64 + l61 * 64 + l62] = fmaxf((arena + 119238)[l60 * 64 + l61 * 64 + l62], (arena + 20482)[l60 * 64 + l61 * 64 + l62]);
-                            }
-                        }
-                    }
-                    for (long long l63 = 0; l63 < 1; l63++) {
-                        for (long long l64 = 0; l64 < 1; l64++) {
-                            for (long long l65 = 0; l65 < 64; l65++) {
-                                (arena + 20546)[l63 * 64 + l64 * 64 + l65] = (arena + 119238)[l63 * 64 + l64 * 64 + l65];
-                            }
-                        }
-                    }
-                    /* rsum identity */
-                    for (long long l66 = 0; l66 < 1; l66++) {
-                        for (long long l67 = 0; l67 < 1; l67++) {
-                            for (long long l68 = 0; l68 < 64; l68++) {
-                                (arena + 123462)[l66 * 64 + l67 * 64 + l68] = 0e0f;
-                            }
-                        }
-                    }
-                    /* partial rsum over j, lane by lane */
-                    for (long long l69 = 0; l69 < 1; l69++) {
-                        for (long long l70 = 0; l70 < 1; l70++) {
-                            for (long long l71 = 0; l71 < 64; l71++) {
-                                for (long long l72 = 0; l72 < 64; l72++) {
-                                    (arena + 144070)[l69 * 4096 + l70 * 4096 + l71 * 64 + l72] = 0e0f;
-                                }
-                            }
-                        }
-                    }
-                    /* rsum attention.tensorize(j:64) */
-                    for (long long o73 = 0; o73 < s3; o73 += 64) {
-                        /* rdot accumulator */
-                        for (long long l74 = 0; l74 < 1; l74++) {
-                            for (long long l75 = 0; l75 < 1; l75++) {
-                                for (long long l76 = 0; l76 < 64; l76++) {
-                                    for (long long l77 = 0; l77 < 64; l77++) {
-                                        (arena + 123526)[l74 * 4096 + l75 * 4096 + l76 * 64 + l77] = 0e0f;
-                                    }
-                                }
-                            }
-                        }
-                        /* rdot attention.tensorize(d:32) */
-                        for (long long o78 = 0; o78 < s5; o78 += 32) {
-                            for (long long l79 = 0; l79 < 1; l79++) {
-                                for (long long l80 = 0; l80 < 1; l80++) {
-                                    for (long long l81 = 0; l81 < 64; l81++) {
-                                        for (long long l82 = 0; l82 < 32; l82++) {
-                                            (arena + 20610)[l79 * 2048 + l80 * 2048 + l81 * 32 + l82] = (o1 + l79 < s0 && o2 + l80 < s1 && o3 + l81 < s2 && o78 + l82 < s5) ? dt_load_f32(in0[(o1 + l79) * args->input_strides[0][0] + (o2 + l80) * args->input_strides[0][1] + (o3 + l81) * args->input_strides[0][2] + (o78 + l82) * args->input_strides[0][3]]) : 0e0f;
+                            for (long long l47 = 0; l47 < 1; l47++) {
+                                for (long long l48 = 0; l48 < 1; l48++) {
+                                    for (long long l49 = 0; l49 < 64; l49++) {
+                                        for (long long l50 = 0; l50 < 64; l50++) {
+                                            (arena + 16386)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = (o15 + l50 < s3) ? (arena + 12290)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] : (-INFINITY);
                                         }
+                                    }
+                                }
+                            }
+                            for (long long l51 = 0; l51 < 1; l51++) {
+                                for (long long l52 = 0; l52 < 1; l52++) {
+                                    for (long long l53 = 0; l53 < 64; l53++) {
+                                        float a55 = (-INFINITY);
+                                        for (long long r54 = 0; r54 < 64; r54 += 1) a55 = fmaxf(a55, (arena + 16386)[l51 * 4096 + l52 * 4096 + l53 * 64 + r54 * 1]);
+                                        (arena + 20482)[l51 * 64 + l52 * 64 + l53] = a55;
+                                    }
+                                }
+                            }
+                            for (long long l56 = 0; l56 < 1; l56++) {
+                                for (long long l57 = 0; l57 < 1; l57++) {
+                                    for (long long l58 = 0; l58 < 64; l58++) {
+                                        (arena + 111046)[l56 * 64 + l57 * 64 + l58] = (arena + 127944)[l56 * 64 + l57 * 64 + l58];
+                                    }
+                                }
+                            }
+                            for (long long l59 = 0; l59 < 1; l59++) {
+                                for (long long l60 = 0; l60 < 1; l60++) {
+                                    for (long long l61 = 0; l61 < 64; l61++) {
+                                        (arena + 127944)[l59 * 64 + l60 * 64 + l61] = fmaxf((arena + 127944)[l59 * 64 + l60 * 64 + l61], (arena + 20482)[l59 * 64 + l60 * 64 + l61]);
+                                    }
+                                }
+                            }
+                            for (long long l62 = 0; l62 < 1; l62++) {
+                                for (long long l63 = 0; l63 < 1; l63++) {
+                                    for (long long l64 = 0; l64 < 64; l64++) {
+                                        (arena + 111110)[l62 * 64 + l63 * 64 + l64] = (arena + 127944)[l62 * 64 + l63 * 64 + l64];
+                                    }
+                                }
+                            }
+                            for (long long l65 = 0; l65 < 1; l65++) {
+                                for (long long l66 = 0; l66 < 1; l66++) {
+                                    for (long long l67 = 0; l67 < 64; l67++) {
+                                        (arena + 111176)[l65 * 64 + l66 * 64 + l67] = (((arena + 111110)[l65 * 64 + l66 * 64 + l67]) == ((arena + 111174)[0]) ? 1.0f : 0.0f);
+                                    }
+                                }
+                            }
+                            for (long long l68 = 0; l68 < 1; l68++) {
+                                for (long long l69 = 0; l69 < 1; l69++) {
+                                    for (long long l70 = 0; l70 < 64; l70++) {
+                                        (arena + 111240)[l68 * 64 + l69 * 64 + l70] = (arena + 111176)[l68 * 64 + l69 * 64 + l70] != 0.0f ? (arena + 111175)[0] : (arena + 111110)[l68 * 64 + l69 * 64 + l70];
+                                    }
+                                }
+                            }
+                            for (long long l71 = 0; l71 < 1; l71++) {
+                                for (long long l72 = 0; l72 < 1; l72++) {
+                                    for (long long l73 = 0; l73 < 64; l73++) {
+                                        (arena + 111304)[l71 * 64 + l72 * 64 + l73] = ((arena + 111046)[l71 * 64 + l72 * 64 + l73] - (arena + 111240)[l71 * 64 + l72 * 64 + l73]);
+                                    }
+                                }
+                            }
+                            for (long long l74 = 0; l74 < 1; l74++) {
+                                for (long long l75 = 0; l75 < 1; l75++) {
+                                    for (long long l76 = 0; l76 < 64; l76++) {
+                                        (arena + 111368)[l74 * 64 + l75 * 64 + l76] = expf((arena + 111304)[l74 * 64 + l75 * 64 + l76]);
+                                    }
+                                }
+                            }
+                            for (long long l77 = 0; l77 < 1; l77++) {
+                                for (long long l78 = 0; l78 < 1; l78++) {
+                                    for (long long l79 = 0; l79 < 64; l79++) {
+                                        (arena + 111432)[l77 * 64 + l78 * 64 + l79] = (arena + 132168)[l77 * 64 + l78 * 64 + l79];
+                                    }
+                                }
+                            }
+                            for (long long l80 = 0; l80 < 1; l80++) {
+                                for (long long l81 = 0; l81 < 1; l81++) {
+                                    for (long long l82 = 0; l82 < 64; l82++) {
+                                        (arena + 111496)[l80 * 64 + l81 * 64 + l82] = ((arena + 111432)[l80 * 64 + l81 * 64 + l82] * (arena + 111368)[l80 * 64 + l81 * 64 + l82]);
                                     }
                                 }
                             }
                             for (long long l83 = 0; l83 < 1; l83++) {
                                 for (long long l84 = 0; l84 < 1; l84++) {
                                     for (long long l85 = 0; l85 < 64; l85++) {
-                                        for (long long l86 = 0; l86 < 32; l86++) {
-                                            (arena + 22658)[l83 * 2048 + l84 * 2048 + l85 * 32 + l86] = (o1 + l83 < s0 && o2 + l84 < s1 && o73 + l85 < s3 && o78 + l86 < s5) ? dt_load_f32(in1[(o1 + l83) * args->input_strides[1][0] + (o2 + l84) * args->input_strides[1][1] + (o73 + l85) * args->input_strides[1][2] + (o78 + l86) * args->input_strides[1][3]]) : 0e0f;
+                                        (arena + 132168)[l83 * 64 + l84 * 64 + l85] = (arena + 111496)[l83 * 64 + l84 * 64 + l85];
+                                    }
+                                }
+                            }
+                            for (long long l86 = 0; l86 < 1; l86++) {
+                                for (long long l87 = 0; l87 < 1; l87++) {
+                                    for (long long l88 = 0; l88 < 64; l88++) {
+                                        for (long long l89 = 0; l89 < 64; l89++) {
+                                            (arena + 37060)[l86 * 4096 + l87 * 4096 + l88 * 64 + l89] = ((arena + 12290)[l86 * 4096 + l87 * 4096 + l88 * 64 + l89] - (arena + 111240)[l86 * 64 + l87 * 64 + l88]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l87 = 0; l87 < 1; l87++) {
-                                for (long long l88 = 0; l88 < 1; l88++) {
-                                    for (long long l89 = 0; l89 < 64; l89++) {
-                                        for (long long l90 = 0; l90 < 64; l90++) {
-                                            float a92 = 0.0f;
-                                            for (long long r91 = 0; r91 < 32; r91++) a92 += (arena + 20610)[l87 * 2048 + l88 * 2048 + l89 * 32 + r91 * 1] * (arena + 22658)[l87 * 2048 + l88 * 2048 + l90 * 32 + r91 * 1];
-                                            (arena + 24706)[l87 * 4096 + l88 * 4096 + l89 * 64 + l90] = a92;
+                            for (long long l90 = 0; l90 < 1; l90++) {
+                                for (long long l91 = 0; l91 < 1; l91++) {
+                                    for (long long l92 = 0; l92 < 64; l92++) {
+                                        for (long long l93 = 0; l93 < 64; l93++) {
+                                            (arena + 41156)[l90 * 4096 + l91 * 4096 + l92 * 64 + l93] = expf((arena + 37060)[l90 * 4096 + l91 * 4096 + l92 * 64 + l93]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l93 = 0; l93 < 1; l93++) {
-                                for (long long l94 = 0; l94 < 1; l94++) {
-                                    for (long long l95 = 0; l95 < 64; l95++) {
-                                        for (long long l96 = 0; l96 < 64; l96++) {
-                                            (arena + 123526)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] = (arena + 123526)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] + (arena + 24706)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96];
+                            for (long long l94 = 0; l94 < 1; l94++) {
+                                for (long long l95 = 0; l95 < 1; l95++) {
+                                    for (long long l96 = 0; l96 < 64; l96++) {
+                                        for (long long l97 = 0; l97 < 64; l97++) {
+                                            (arena + 45252)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] = (o15 + l97 < s3) ? (arena + 41156)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] : 0e0f;
                                         }
                                     }
                                 }
                             }
-                        }
-                        for (long long l97 = 0; l97 < 1; l97++) {
                             for (long long l98 = 0; l98 < 1; l98++) {
-                                for (long long l99 = 0; l99 < 64; l99++) {
+                                for (long long l99 = 0; l99 < 1; l99++) {
                                     for (long long l100 = 0; l100 < 64; l100++) {
-                                        (arena + 28802)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100] = (arena + 123526)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100];
+                                        float a102 = 0e0f;
+                                        for (long long r101 = 0; r101 < 64; r101 += 1) a102 = a102 + (arena + 45252)[l98 * 4096 + l99 * 4096 + l100 * 64 + r101 * 1];
+                                        (arena + 49348)[l98 * 64 + l99 * 64 + l100] = a102;
                                     }
                                 }
                             }
-                        }
-                        for (long long l101 = 0; l101 < 1; l101++) {
-                            for (long long l102 = 0; l102 < 1; l102++) {
-                                for (long long l103 = 0; l103 < 64; l103++) {
-                                    for (long long l104 = 0; l104 < 64; l104++) {
-                                        (arena + 32900)[l101 * 4096 + l102 * 4096 + l103 * 64 + l104] = ((arena + 28802)[l101 * 4096 + l102 * 4096 + l103 * 64 + l104] * (arena + 32899)[0]);
+                            for (long long l103 = 0; l103 < 1; l103++) {
+                                for (long long l104 = 0; l104 < 1; l104++) {
+                                    for (long long l105 = 0; l105 < 64; l105++) {
+                                        (arena + 132168)[l103 * 64 + l104 * 64 + l105] = (arena + 132168)[l103 * 64 + l104 * 64 + l105] + (arena + 49348)[l103 * 64 + l104 * 64 + l105];
                                     }
                                 }
                             }
-                        }
-                        for (long long l105 = 0; l105 < 1; l105++) {
                             for (long long l106 = 0; l106 < 1; l106++) {
-                                for (long long l107 = 0; l107 < 64; l107++) {
+                                for (long long l107 = 0; l107 < 1; l107++) {
                                     for (long long l108 = 0; l108 < 64; l108++) {
-                                        (arena + 37060)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108] = ((arena + 32900)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108] - (arena + 20546)[l105 * 64 + l106 * 64 + l107]);
+                                        for (long long l109 = 0; l109 < 128; l109++) {
+                                            (arena + 111560)[l106 * 8192 + l107 * 8192 + l108 * 128 + l109] = (arena + 136392)[l106 * 8192 + l107 * 8192 + l108 * 128 + l109];
+                                        }
                                     }
                                 }
                             }
-                        }
-                        for (long long l109 = 0; l109 < 1; l109++) {
                             for (long long l110 = 0; l110 < 1; l110++) {
-                                for (long long l111 = 0; l111 < 64; l111++) {
+                                for (long long l111 = 0; l111 < 1; l111++) {
                                     for (long long l112 = 0; l112 < 64; l112++) {
-                                        (arena + 41156)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112] = expf((arena + 37060)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112]);
+                                        for (long long l113 = 0; l113 < 128; l113++) {
+                                            (arena + 119752)[l110 * 8192 + l111 * 8192 + l112 * 128 + l113] = ((arena + 111560)[l110 * 8192 + l111 * 8192 + l112 * 128 + l113] * (arena + 111368)[l110 * 64 + l111 * 64 + l112]);
+                                        }
                                     }
                                 }
                             }
-                        }
-                        for (long long l113 = 0; l113 < 1; l113++) {
                             for (long long l114 = 0; l114 < 1; l114++) {
-                                for (long long l115 = 0; l115 < 64; l115++) {
+                                for (long long l115 = 0; l115 < 1; l115++) {
                                     for (long long l116 = 0; l116 < 64; l116++) {
-                                        (arena + 45252)[l113 * 4096 + l114 * 4096 + l115 * 64 + l116] = (o73 + l116 < s3) ? (arena + 41156)[l113 * 4096 + l114 * 4096 + l115 * 64 + l116] : 0e0f;
+                                        for (long long l117 = 0; l117 < 128; l117++) {
+                                            (arena + 136392)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117] = (arena + 119752)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117];
+                                        }
                                     }
                                 }
                             }
-                        }
-                        for (long long l117 = 0; l117 < 1; l117++) {
                             for (long long l118 = 0; l118 < 1; l118++) {
-                                for (long long l119 = 0; l119 < 64; l119++) {
-                                    for (long long l120 = 0; l120 < 64; l120++) {
-                                        (arena + 144070)[l117 * 4096 + l118 * 4096 + l119 * 64 + l120] = (arena + 144070)[l117 * 4096 + l118 * 4096 + l119 * 64 + l120] + (arena + 45252)[l117 * 4096 + l118 * 4096 + l119 * 64 + l120];
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    for (long long l121 = 0; l121 < 1; l121++) {
-                        for (long long l122 = 0; l122 < 1; l122++) {
-                            for (long long l123 = 0; l123 < 64; l123++) {
-                                for (long long l124 = 0; l124 < 64; l124++) {
-                                    (arena + 115142)[l121 * 4096 + l122 * 4096 + l123 * 64 + l124] = (arena + 144070)[l121 * 4096 + l122 * 4096 + l123 * 64 + l124];
-                                }
-                            }
-                        }
-                    }
-                    for (long long l125 = 0; l125 < 1; l125++) {
-                        for (long long l126 = 0; l126 < 1; l126++) {
-                            for (long long l127 = 0; l127 < 64; l127++) {
-                                float a129 = 0e0f;
-                                for (long long r128 = 0; r128 < 64; r128 += 1) a129 = a129 + (arena + 115142)[l125 * 4096 + l126 * 4096 + l127 * 64 + r128 * 1];
-                                (arena + 49348)[l125 * 64 + l126 * 64 + l127] = a129;
-                            }
-                        }
-                    }
-                    for (long long l130 = 0; l130 < 1; l130++) {
-                        for (long long l131 = 0; l131 < 1; l131++) {
-                            for (long long l132 = 0; l132 < 64; l132++) {
-                                (arena + 123462)[l130 * 64 + l131 * 64 + l132] = (arena + 123462)[l130 * 64 + l131 * 64 + l132] + (arena + 49348)[l130 * 64 + l131 * 64 + l132];
-                            }
-                        }
-                    }
-                    for (long long l133 = 0; l133 < 1; l133++) {
-                        for (long long l134 = 0; l134 < 1; l134++) {
-                            for (long long l135 = 0; l135 < 64; l135++) {
-                                (arena + 49412)[l133 * 64 + l134 * 64 + l135] = (arena + 123462)[l133 * 64 + l134 * 64 + l135];
-                            }
-                        }
-                    }
-                    /* block(e:128) attention.tensorize(e:0) */
-                    for (long long o136 = b4 * 128; o136 < dt_min_ll(b4 * 128 + 128, s4); o136 += 128) {
-                        /* rdot accumulator */
-                        for (long long l137 = 0; l137 < 1; l137++) {
-                            for (long long l138 = 0; l138 < 1; l138++) {
-                                for (long long l139 = 0; l139 < 64; l139++) {
-                                    for (long long l140 = 0; l140 < 128; l140++) {
-                                        (arena + 127686)[l137 * 8192 + l138 * 8192 + l139 * 128 + l140] = 0e0f;
-                                    }
-                                }
-                            }
-                        }
-                        /* rdot attention.tensorize(j:64) */
-                        for (long long o141 = 0; o141 < s3; o141 += 64) {
-                            /* rdot accumulator */
-                            for (long long l142 = 0; l142 < 1; l142++) {
-                                for (long long l143 = 0; l143 < 1; l143++) {
-                                    for (long long l144 = 0; l144 < 64; l144++) {
-                                        for (long long l145 = 0; l145 < 64; l145++) {
-                                            (arena + 135878)[l142 * 4096 + l143 * 4096 + l144 * 64 + l145] = 0e0f;
+                                for (long long l119 = 0; l119 < 1; l119++) {
+                                    for (long long l120 = 0; l120 < 128; l120++) {
+                                        for (long long l121 = 0; l121 < 64; l121++) {
+                                            (arena + 78214)[l118 * 8192 + l119 * 8192 + l120 * 64 + l121] = (o1 + l118 < s0 && o2 + l119 < s1 && o15 + l121 < s3 && o4 + l120 < s4) ? dt_load_f32(in2[(o1 + l118) * args->input_strides[2][0] + (o2 + l119) * args->input_strides[2][1] + (o15 + l121) * args->input_strides[2][2] + (o4 + l120) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            /* rdot attention.tensorize(d:32) */
-                            for (long long o146 = 0; o146 < s5; o146 += 32) {
-                                for (long long l147 = 0; l147 < 1; l147++) {
-                                    for (long long l148 = 0; l148 < 1; l148++) {
-                                        for (long long l149 = 0; l149 < 64; l149++) {
-                                            for (long long l150 = 0; l150 < 32; l150++) {
-                                                (arena + 49476)[l147 * 2048 + l148 * 2048 + l149 * 32 + l150] = (o1 + l147 < s0 && o2 + l148 < s1 && o3 + l149 < s2 && o146 + l150 < s5) ? dt_load_f32(in0[(o1 + l147) * args->input_strides[0][0] + (o2 + l148) * args->input_strides[0][1] + (o3 + l149) * args->input_strides[0][2] + (o146 + l150) * args->input_strides[0][3]]) : 0e0f;
-                                            }
-                                        }
-                                    }
-                                }
-                                for (long long l151 = 0; l151 < 1; l151++) {
-                                    for (long long l152 = 0; l152 < 1; l152++) {
-                                        for (long long l153 = 0; l153 < 64; l153++) {
-                                            for (long long l154 = 0; l154 < 32; l154++) {
-                                                (arena + 51524)[l151 * 2048 + l152 * 2048 + l153 * 32 + l154] = (o1 + l151 < s0 && o2 + l152 < s1 && o141 + l153 < s3 && o146 + l154 < s5) ? dt_load_f32(in1[(o1 + l151) * args->input_strides[1][0] + (o2 + l152) * args->input_strides[1][1] + (o141 + l153) * args->input_strides[1][2] + (o146 + l154) * args->input_strides[1][3]]) : 0e0f;
-                                            }
-                                        }
-                                    }
-                                }
-                                for (long long l155 = 0; l155 < 1; l155++) {
-                                    for (long long l156 = 0; l156 < 1; l156++) {
-                                        for (long long l157 = 0; l157 < 64; l157++) {
-                                            for (long long l158 = 0; l158 < 64; l158++) {
-                                                float a160 = 0.0f;
-                                                for (long long r159 = 0; r159 < 32; r159++) a160 += (arena + 49476)[l155 * 2048 + l156 * 2048 + l157 * 32 + r159 * 1] * (arena + 51524)[l155 * 2048 + l156 * 2048 + l158 * 32 + r159 * 1];
-                                                (arena + 53572)[l155 * 4096 + l156 * 4096 + l157 * 64 + l158] = a160;
-                                            }
-                                        }
-                                    }
-                                }
-                                for (long long l161 = 0; l161 < 1; l161++) {
-                                    for (long long l162 = 0; l162 < 1; l162++) {
-                                        for (long long l163 = 0; l163 < 64; l163++) {
-                                            for (long long l164 = 0; l164 < 64; l164++) {
-                                                (arena + 135878)[l161 * 4096 + l162 * 4096 + l163 * 64 + l164] = (arena + 135878)[l161 * 4096 + l162 * 4096 + l163 * 64 + l164] + (arena + 53572)[l161 * 4096 + l162 * 4096 + l163 * 64 + l164];
-                                            }
+                            for (long long l122 = 0; l122 < 1; l122++) {
+                                for (long long l123 = 0; l123 < 1; l123++) {
+                                    for (long long l124 = 0; l124 < 64; l124++) {
+                                        for (long long l125 = 0; l125 < 128; l125++) {
+                                            float a127 = 0.0f;
+                                            for (long long r126 = 0; r126 < 64; r126++) a127 += (arena + 45252)[l122 * 4096 + l123 * 4096 + l124 * 64 + r126 * 1] * (arena + 78214)[l122 * 8192 + l123 * 8192 + l125 * 64 + r126 * 1];
+                                            (arena + 86406)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125] = a127;
                                         }
                                     }
                                 }
                             }
-                            for (long long l165 = 0; l165 < 1; l165++) {
-                                for (long long l166 = 0; l166 < 1; l166++) {
-                                    for (long long l167 = 0; l167 < 64; l167++) {
-                                        for (long long l168 = 0; l168 < 64; l168++) {
-                                            (arena + 57668)[l165 * 4096 + l166 * 4096 + l167 * 64 + l168] = (arena + 135878)[l165 * 4096 + l166 * 4096 + l167 * 64 + l168];
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l169 = 0; l169 < 1; l169++) {
-                                for (long long l170 = 0; l170 < 1; l170++) {
-                                    for (long long l171 = 0; l171 < 64; l171++) {
-                                        for (long long l172 = 0; l172 < 64; l172++) {
-                                            (arena + 61766)[l169 * 4096 + l170 * 4096 + l171 * 64 + l172] = ((arena + 57668)[l169 * 4096 + l170 * 4096 + l171 * 64 + l172] * (arena + 61765)[0]);
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l173 = 0; l173 < 1; l173++) {
-                                for (long long l174 = 0; l174 < 1; l174++) {
-                                    for (long long l175 = 0; l175 < 64; l175++) {
-                                        for (long long l176 = 0; l176 < 64; l176++) {
-                                            (arena + 65926)[l173 * 4096 + l174 * 4096 + l175 * 64 + l176] = ((arena + 61766)[l173 * 4096 + l174 * 4096 + l175 * 64 + l176] - (arena + 20546)[l173 * 64 + l174 * 64 + l175]);
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l177 = 0; l177 < 1; l177++) {
-                                for (long long l178 = 0; l178 < 1; l178++) {
-                                    for (long long l179 = 0; l179 < 64; l179++) {
-                                        for (long long l180 = 0; l180 < 64; l180++) {
-                                            (arena + 70022)[l177 * 4096 + l178 * 4096 + l179 * 64 + l180] = expf((arena + 65926)[l177 * 4096 + l178 * 4096 + l179 * 64 + l180]);
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l181 = 0; l181 < 1; l181++) {
-                                for (long long l182 = 0; l182 < 1; l182++) {
-                                    for (long long l183 = 0; l183 < 64; l183++) {
-                                        for (long long l184 = 0; l184 < 64; l184++) {
-                                            (arena + 74118)[l181 * 4096 + l182 * 4096 + l183 * 64 + l184] = (o141 + l184 < s3) ? (arena + 70022)[l181 * 4096 + l182 * 4096 + l183 * 64 + l184] : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l185 = 0; l185 < 1; l185++) {
-                                for (long long l186 = 0; l186 < 1; l186++) {
-                                    for (long long l187 = 0; l187 < 128; l187++) {
-                                        for (long long l188 = 0; l188 < 64; l188++) {
-                                            (arena + 78214)[l185 * 8192 + l186 * 8192 + l187 * 64 + l188] = (o1 + l185 < s0 && o2 + l186 < s1 && o141 + l188 < s3 && o136 + l187 < s4) ? dt_load_f32(in2[(o1 + l185) * args->input_strides[2][0] + (o2 + l186) * args->input_strides[2][1] + (o141 + l188) * args->input_strides[2][2] + (o136 + l187) * args->input_strides[2][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l189 = 0; l189 < 1; l189++) {
-                                for (long long l190 = 0; l190 < 1; l190++) {
-                                    for (long long l191 = 0; l191 < 64; l191++) {
-                                        for (long long l192 = 0; l192 < 128; l192++) {
-                                            float a194 = 0.0f;
-                                            for (long long r193 = 0; r193 < 64; r193++) a194 += (arena + 74118)[l189 * 4096 + l190 * 4096 + l191 * 64 + r193 * 1] * (arena + 78214)[l189 * 8192 + l190 * 8192 + l192 * 64 + r193 * 1];
-                                            (arena + 86406)[l189 * 8192 + l190 * 8192 + l191 * 128 + l192] = a194;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l195 = 0; l195 < 1; l195++) {
-                                for (long long l196 = 0; l196 < 1; l196++) {
-                                    for (long long l197 = 0; l197 < 64; l197++) {
-                                        for (long long l198 = 0; l198 < 128; l198++) {
-                                            (arena + 127686)[l195 * 8192 + l196 * 8192 + l197 * 128 + l198] = (arena + 127686)[l195 * 8192 + l196 * 8192 + l197 * 128 + l198] + (arena + 86406)[l195 * 8192 + l196 * 8192 + l197 * 128 + l198];
+                            for (long long l128 = 0; l128 < 1; l128++) {
+                                for (long long l129 = 0; l129 < 1; l129++) {
+                                    for (long long l130 = 0; l130 < 64; l130++) {
+                                        for (long long l131 = 0; l131 < 128; l131++) {
+                                            (arena + 136392)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131] = (arena + 136392)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131] + (arena + 86406)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l199 = 0; l199 < 1; l199++) {
-                            for (long long l200 = 0; l200 < 1; l200++) {
-                                for (long long l201 = 0; l201 < 64; l201++) {
-                                    for (long long l202 = 0; l202 < 128; l202++) {
-                                        (arena + 94598)[l199 * 8192 + l200 * 8192 + l201 * 128 + l202] = (arena + 127686)[l199 * 8192 + l200 * 8192 + l201 * 128 + l202];
+                        for (long long l132 = 0; l132 < 1; l132++) {
+                            for (long long l133 = 0; l133 < 1; l133++) {
+                                for (long long l134 = 0; l134 < 64; l134++) {
+                                    (arena + 49412)[l132 * 64 + l133 * 64 + l134] = (arena + 132168)[l132 * 64 + l133 * 64 + l134];
+                                }
+                            }
+                        }
+                        for (long long l135 = 0; l135 < 1; l135++) {
+                            for (long long l136 = 0; l136 < 1; l136++) {
+                                for (long long l137 = 0; l137 < 64; l137++) {
+                                    for (long long l138 = 0; l138 < 128; l138++) {
+                                        (arena + 94598)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138] = (arena + 136392)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138];
                                     }
                                 }
                             }
                         }
-                        for (long long l203 = 0; l203 < 1; l203++) {
-                            for (long long l204 = 0; l204 < 1; l204++) {
-                                for (long long l205 = 0; l205 < 64; l205++) {
-                                    for (long long l206 = 0; l206 < 128; l206++) {
-                                        (arena + 102854)[l203 * 8192 + l204 * 8192 + l205 * 128 + l206] = ((arena + 94598)[l203 * 8192 + l204 * 8192 + l205 * 128 + l206] / (arena + 49412)[l203 * 64 + l204 * 64 + l205]);
+                        for (long long l139 = 0; l139 < 1; l139++) {
+                            for (long long l140 = 0; l140 < 1; l140++) {
+                                for (long long l141 = 0; l141 < 64; l141++) {
+                                    for (long long l142 = 0; l142 < 128; l142++) {
+                                        (arena + 102854)[l139 * 8192 + l140 * 8192 + l141 * 128 + l142] = ((arena + 94598)[l139 * 8192 + l140 * 8192 + l141 * 128 + l142] / (arena + 49412)[l139 * 64 + l140 * 64 + l141]);
                                     }
                                 }
                             }
                         }
-                        for (long long l207 = 0; l207 < 1; l207++) {
-                            for (long long l208 = 0; l208 < 1; l208++) {
-                                for (long long l209 = 0; l209 < 64; l209++) {
-                                    for (long long l210 = 0; l210 < 128; l210++) {
-                                        if (o1 + l207 < s0 && o2 + l208 < s1 && o3 + l209 < s2 && o136 + l210 < s4) out[(o1 + l207) * args->output_strides[0] + (o2 + l208) * args->output_strides[1] + (o3 + l209) * args->output_strides[2] + (o136 + l210) * args->output_strides[3]] = dt_store_f32((arena + 102854)[l207 * 8192 + l208 * 8192 + l209 * 128 + l210]);
+                        for (long long l143 = 0; l143 < 1; l143++) {
+                            for (long long l144 = 0; l144 < 1; l144++) {
+                                for (long long l145 = 0; l145 < 64; l145++) {
+                                    for (long long l146 = 0; l146 < 128; l146++) {
+                                        if (o1 + l143 < s0 && o2 + l144 < s1 && o3 + l145 < s2 && o4 + l146 < s4) out[(o1 + l143) * args->output_strides[0] + (o2 + l144) * args->output_strides[1] + (o3 + l145) * args->output_strides[2] + (o4 + l146) * args->output_strides[3]] = dt_store_f32((arena + 102854)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146]);
                                     }
                                 }
                             }
@@ -1655,7 +1217,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* V */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention_causal */
-    float* arena = (float*)malloc(sizeof(float) * 173132);
+    float* arena = (float*)malloc(sizeof(float) * 173646);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1681,541 +1243,351 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
         (arena + 16513)[0] = dt_rsqrt((arena + 16512)[0]);
         (arena + 20610)[0] = INFINITY;
         (arena + 20611)[0] = (-(arena + 20610)[0]);
-        (arena + 45444)[0] = (float)s5;
-        (arena + 45445)[0] = dt_rsqrt((arena + 45444)[0]);
-        (arena + 49542)[0] = INFINITY;
-        (arena + 49543)[0] = (-(arena + 49542)[0]);
-        (arena + 82632)[0] = (float)s5;
-        (arena + 82633)[0] = dt_rsqrt((arena + 82632)[0]);
-        (arena + 86730)[0] = INFINITY;
-        (arena + 86731)[0] = (-(arena + 86730)[0]);
+        (arena + 136140)[0] = (-INFINITY);
+        (arena + 136141)[0] = 0e0f;
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
             for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
                 /* block(i:64) attention_causal.tensorize(i:0) */
                 for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
-                    /* rmax identity */
-                    for (long long l4 = 0; l4 < 1; l4++) {
-                        for (long long l5 = 0; l5 < 1; l5++) {
-                            for (long long l6 = 0; l6 < 64; l6++) {
-                                (arena + 144204)[l4 * 64 + l5 * 64 + l6] = (-INFINITY);
-                            }
-                        }
-                    }
-                    /* partial rmax over j, lane by lane */
-                    for (long long l7 = 0; l7 < 1; l7++) {
-                        for (long long l8 = 0; l8 < 1; l8++) {
-                            for (long long l9 = 0; l9 < 64; l9++) {
-                                for (long long l10 = 0; l10 < 64; l10++) {
-                                    (arena + 164940)[l7 * 4096 + l8 * 4096 + l9 * 64 + l10] = (-INFINITY);
-                                }
-                            }
-                        }
-                    }
-                    /* rmax attention_causal.tensorize(j:64) */
-                    for (long long o11 = 0; o11 < s3; o11 += 64) {
-                        for (long long l12 = 0; l12 < 64; l12++) {
-                            (arena + 0)[l12] = (float)(o11 + l12);
-                        }
-                        for (long long l13 = 0; l13 < 64; l13++) {
-                            (arena + 64)[l13] = (float)(o3 + l13);
-                        }
-                        for (long long l14 = 0; l14 < 64; l14++) {
-                            for (long long l15 = 0; l15 < 64; l15++) {
-                                (arena + 128)[l14 * 64 + l15] = (((arena + 0)[l15]) <= ((arena + 64)[l14]) ? 1.0f : 0.0f);
-                            }
-                        }
-                        /* rdot accumulator */
-                        for (long long l16 = 0; l16 < 1; l16++) {
-                            for (long long l17 = 0; l17 < 1; l17++) {
-                                for (long long l18 = 0; l18 < 64; l18++) {
-                                    for (long long l19 = 0; l19 < 64; l19++) {
-                                        (arena + 144268)[l16 * 4096 + l17 * 4096 + l18 * 64 + l19] = 0e0f;
-                                    }
-                                }
-                            }
-                        }
-                        /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o20 = 0; o20 < s5; o20 += 32) {
-                            for (long long l21 = 0; l21 < 1; l21++) {
-                                for (long long l22 = 0; l22 < 1; l22++) {
-                                    for (long long l23 = 0; l23 < 64; l23++) {
-                                        for (long long l24 = 0; l24 < 32; l24++) {
-                                            (arena + 4224)[l21 * 2048 + l22 * 2048 + l23 * 32 + l24] = (o1 + l21 < s0 && o2 + l22 < s1 && o3 + l23 < s2 && o20 + l24 < s5) ? dt_load_f16(in0[(o1 + l21) * args->input_strides[0][0] + (o2 + l22) * args->input_strides[0][1] + (o3 + l23) * args->input_strides[0][2] + (o20 + l24) * args->input_strides[0][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l25 = 0; l25 < 1; l25++) {
-                                for (long long l26 = 0; l26 < 1; l26++) {
-                                    for (long long l27 = 0; l27 < 64; l27++) {
-                                        for (long long l28 = 0; l28 < 32; l28++) {
-                                            (arena + 6272)[l25 * 2048 + l26 * 2048 + l27 * 32 + l28] = (o1 + l25 < s0 && o2 + l26 < s1 && o11 + l27 < s3 && o20 + l28 < s5) ? dt_load_f16(in1[(o1 + l25) * args->input_strides[1][0] + (o2 + l26) * args->input_strides[1][1] + (o11 + l27) * args->input_strides[1][2] + (o20 + l28) * args->input_strides[1][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l29 = 0; l29 < 1; l29++) {
-                                for (long long l30 = 0; l30 < 1; l30++) {
-                                    for (long long l31 = 0; l31 < 64; l31++) {
-                                        for (long long l32 = 0; l32 < 64; l32++) {
-                                            float a34 = 0.0f;
-                                            for (long long r33 = 0; r33 < 32; r33++) a34 += (arena + 4224)[l29 * 2048 + l30 * 2048 + l31 * 32 + r33 * 1] * (arena + 6272)[l29 * 2048 + l30 * 2048 + l32 * 32 + r33 * 1];
-                                            (arena + 8320)[l29 * 4096 + l30 * 4096 + l31 * 64 + l32] = a34;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l35 = 0; l35 < 1; l35++) {
-                                for (long long l36 = 0; l36 < 1; l36++) {
-                                    for (long long l37 = 0; l37 < 64; l37++) {
-                                        for (long long l38 = 0; l38 < 64; l38++) {
-                                            (arena + 144268)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] = (arena + 144268)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] + (arena + 8320)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38];
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l39 = 0; l39 < 1; l39++) {
-                            for (long long l40 = 0; l40 < 1; l40++) {
-                                for (long long l41 = 0; l41 < 64; l41++) {
-                                    for (long long l42 = 0; l42 < 64; l42++) {
-                                        (arena + 12416)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 144268)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l43 = 0; l43 < 1; l43++) {
-                            for (long long l44 = 0; l44 < 1; l44++) {
-                                for (long long l45 = 0; l45 < 64; l45++) {
-                                    for (long long l46 = 0; l46 < 64; l46++) {
-                                        (arena + 16514)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = ((arena + 12416)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] * (arena + 16513)[0]);
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l47 = 0; l47 < 1; l47++) {
-                            for (long long l48 = 0; l48 < 1; l48++) {
-                                for (long long l49 = 0; l49 < 64; l49++) {
-                                    for (long long l50 = 0; l50 < 64; l50++) {
-                                        (arena + 20612)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = (arena + 128)[l49 * 64 + l50] != 0.0f ? (arena + 16514)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] : (arena + 20611)[0];
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l51 = 0; l51 < 1; l51++) {
-                            for (long long l52 = 0; l52 < 1; l52++) {
-                                for (long long l53 = 0; l53 < 64; l53++) {
-                                    for (long long l54 = 0; l54 < 64; l54++) {
-                                        (arena + 24708)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54] = (o11 + l54 < s3) ? (arena + 20612)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54] : (-INFINITY);
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l55 = 0; l55 < 1; l55++) {
-                            for (long long l56 = 0; l56 < 1; l56++) {
-                                for (long long l57 = 0; l57 < 64; l57++) {
-                                    for (long long l58 = 0; l58 < 64; l58++) {
-                                        (arena + 164940)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] = fmaxf((arena + 164940)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58], (arena + 24708)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58]);
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    for (long long l59 = 0; l59 < 1; l59++) {
-                        for (long long l60 = 0; l60 < 1; l60++) {
-                            for (long long l61 = 0; l61 < 64; l61++) {
-                                for (long long l62 = 0; l62 < 64; l62++) {
-                                    (arena + 136012)[l59 * 4096 + l60 * 4096 + l61 * 64 + l62] = (arena + 164940)[l59 * 4096 + l60 * 4096 + l61 * 64 + l62];
-                                }
-                            }
-                        }
-                    }
-                    for (long long l63 = 0; l63 < 1; l63++) {
-                        for (long long l64 = 0; l64 < 1; l64++) {
-                            for (long long l65 = 0; l65 < 64; l65++) {
-                                float a67 = (-INFINITY);
-                                for (long long r66 = 0; r66 < 64; r66 += 1) a67 = fmaxf(a67, (arena + 136012)[l63 * 4096 + l64 * 4096 + l65 * 64 + r66 * 1]);
-                                (arena + 28804)[l63 * 64 + l64 * 64 + l65] = a67;
-                            }
-                        }
-                    }
-                    for (long long l68 = 0; l68 < 1; l68++) {
-                        for (long long l69 = 0; l69 < 1; l69++) {
-                            for (long long l70 = 0; l70 < 64; l70++) {
-                                (arena + 144204)[l68 * 64 + l69 * 64 + l70] = fmaxf((arena + 144204)[l68 * 64 + l69 * 64 + l70], (arena + 28804)[l68 * 64 + l69 * 64 + l70]);
-                            }
-                        }
-                    }
-                    for (long long l71 = 0; l71 < 1; l71++) {
-                        for (long long l72 = 0; l72 < 1; l72++) {
-                            for (long long l73 = 0; l73 < 64; l73++) {
-                                (arena + 28868)[l71 * 64 + l72 * 64 + l73] = (arena + 144204)[l71 * 64 + l72 * 64 + l73];
-                            }
-                        }
-                    }
-                    /* rsum identity */
-                    for (long long l74 = 0; l74 < 1; l74++) {
-                        for (long long l75 = 0; l75 < 1; l75++) {
-                            for (long long l76 = 0; l76 < 64; l76++) {
-                                (arena + 148428)[l74 * 64 + l75 * 64 + l76] = 0e0f;
-                            }
-                        }
-                    }
-                    /* partial rsum over j, lane by lane */
-                    for (long long l77 = 0; l77 < 1; l77++) {
-                        for (long long l78 = 0; l78 < 1; l78++) {
-                            for (long long l79 = 0; l79 < 64; l79++) {
-                                for (long long l80 = 0; l80 < 64; l80++) {
-                                    (arena + 169036)[l77 * 4096 + l78 * 4096 + l79 * 64 + l80] = 0e0f;
-                                }
-                            }
-                        }
-                    }
-                    /* rsum attention_causal.tensorize(j:64) */
-                    for (long long o81 = 0; o81 < s3; o81 += 64) {
-                        for (long long l82 = 0; l82 < 64; l82++) {
-                            (arena + 28932)[l82] = (float)(o81 + l82);
-                        }
-                        for (long long l83 = 0; l83 < 64; l83++) {
-                            (arena + 28996)[l83] = (float)(o3 + l83);
-                        }
-                        for (long long l84 = 0; l84 < 64; l84++) {
-                            for (long long l85 = 0; l85 < 64; l85++) {
-                                (arena + 29060)[l84 * 64 + l85] = (((arena + 28932)[l85]) <= ((arena + 28996)[l84]) ? 1.0f : 0.0f);
-                            }
-                        }
-                        /* rdot accumulator */
-                        for (long long l86 = 0; l86 < 1; l86++) {
-                            for (long long l87 = 0; l87 < 1; l87++) {
-                                for (long long l88 = 0; l88 < 64; l88++) {
-                                    for (long long l89 = 0; l89 < 64; l89++) {
-                                        (arena + 148492)[l86 * 4096 + l87 * 4096 + l88 * 64 + l89] = 0e0f;
-                                    }
-                                }
-                            }
-                        }
-                        /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o90 = 0; o90 < s5; o90 += 32) {
-                            for (long long l91 = 0; l91 < 1; l91++) {
-                                for (long long l92 = 0; l92 < 1; l92++) {
-                                    for (long long l93 = 0; l93 < 64; l93++) {
-                                        for (long long l94 = 0; l94 < 32; l94++) {
-                                            (arena + 33156)[l91 * 2048 + l92 * 2048 + l93 * 32 + l94] = (o1 + l91 < s0 && o2 + l92 < s1 && o3 + l93 < s2 && o90 + l94 < s5) ? dt_load_f16(in0[(o1 + l91) * args->input_strides[0][0] + (o2 + l92) * args->input_strides[0][1] + (o3 + l93) * args->input_strides[0][2] + (o90 + l94) * args->input_strides[0][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l95 = 0; l95 < 1; l95++) {
-                                for (long long l96 = 0; l96 < 1; l96++) {
-                                    for (long long l97 = 0; l97 < 64; l97++) {
-                                        for (long long l98 = 0; l98 < 32; l98++) {
-                                            (arena + 35204)[l95 * 2048 + l96 * 2048 + l97 * 32 + l98] = (o1 + l95 < s0 && o2 + l96 < s1 && o81 + l97 < s3 && o90 + l98 < s5) ? dt_load_f16(in1[(o1 + l95) * args->input_strides[1][0] + (o2 + l96) * args->input_strides[1][1] + (o81 + l97) * args->input_strides[1][2] + (o90 + l98) * args->input_strides[1][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l99 = 0; l99 < 1; l99++) {
-                                for (long long l100 = 0; l100 < 1; l100++) {
-                                    for (long long l101 = 0; l101 < 64; l101++) {
-                                        for (long long l102 = 0; l102 < 64; l102++) {
-                                            float a104 = 0.0f;
-                                            for (long long r103 = 0; r103 < 32; r103++) a104 += (arena + 33156)[l99 * 2048 + l100 * 2048 + l101 * 32 + r103 * 1] * (arena + 35204)[l99 * 2048 + l100 * 2048 + l102 * 32 + r103 * 1];
-                                            (arena + 37252)[l99 * 4096 + l100 * 4096 + l101 * 64 + l102] = a104;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l105 = 0; l105 < 1; l105++) {
-                                for (long long l106 = 0; l106 < 1; l106++) {
-                                    for (long long l107 = 0; l107 < 64; l107++) {
-                                        for (long long l108 = 0; l108 < 64; l108++) {
-                                            (arena + 148492)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108] = (arena + 148492)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108] + (arena + 37252)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108];
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l109 = 0; l109 < 1; l109++) {
-                            for (long long l110 = 0; l110 < 1; l110++) {
-                                for (long long l111 = 0; l111 < 64; l111++) {
-                                    for (long long l112 = 0; l112 < 64; l112++) {
-                                        (arena + 41348)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112] = (arena + 148492)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112];
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l113 = 0; l113 < 1; l113++) {
-                            for (long long l114 = 0; l114 < 1; l114++) {
-                                for (long long l115 = 0; l115 < 64; l115++) {
-                                    for (long long l116 = 0; l116 < 64; l116++) {
-                                        (arena + 45446)[l113 * 4096 + l114 * 4096 + l115 * 64 + l116] = ((arena + 41348)[l113 * 4096 + l114 * 4096 + l115 * 64 + l116] * (arena + 45445)[0]);
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l117 = 0; l117 < 1; l117++) {
-                            for (long long l118 = 0; l118 < 1; l118++) {
-                                for (long long l119 = 0; l119 < 64; l119++) {
-                                    for (long long l120 = 0; l120 < 64; l120++) {
-                                        (arena + 49544)[l117 * 4096 + l118 * 4096 + l119 * 64 + l120] = (arena + 29060)[l119 * 64 + l120] != 0.0f ? (arena + 45446)[l117 * 4096 + l118 * 4096 + l119 * 64 + l120] : (arena + 49543)[0];
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l121 = 0; l121 < 1; l121++) {
-                            for (long long l122 = 0; l122 < 1; l122++) {
-                                for (long long l123 = 0; l123 < 64; l123++) {
-                                    for (long long l124 = 0; l124 < 64; l124++) {
-                                        (arena + 53704)[l121 * 4096 + l122 * 4096 + l123 * 64 + l124] = ((arena + 49544)[l121 * 4096 + l122 * 4096 + l123 * 64 + l124] - (arena + 28868)[l121 * 64 + l122 * 64 + l123]);
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l125 = 0; l125 < 1; l125++) {
-                            for (long long l126 = 0; l126 < 1; l126++) {
-                                for (long long l127 = 0; l127 < 64; l127++) {
-                                    for (long long l128 = 0; l128 < 64; l128++) {
-                                        (arena + 57800)[l125 * 4096 + l126 * 4096 + l127 * 64 + l128] = expf((arena + 53704)[l125 * 4096 + l126 * 4096 + l127 * 64 + l128]);
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l129 = 0; l129 < 1; l129++) {
-                            for (long long l130 = 0; l130 < 1; l130++) {
-                                for (long long l131 = 0; l131 < 64; l131++) {
-                                    for (long long l132 = 0; l132 < 64; l132++) {
-                                        (arena + 61896)[l129 * 4096 + l130 * 4096 + l131 * 64 + l132] = (o81 + l132 < s3) ? (arena + 57800)[l129 * 4096 + l130 * 4096 + l131 * 64 + l132] : 0e0f;
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l133 = 0; l133 < 1; l133++) {
-                            for (long long l134 = 0; l134 < 1; l134++) {
-                                for (long long l135 = 0; l135 < 64; l135++) {
-                                    for (long long l136 = 0; l136 < 64; l136++) {
-                                        (arena + 169036)[l133 * 4096 + l134 * 4096 + l135 * 64 + l136] = (arena + 169036)[l133 * 4096 + l134 * 4096 + l135 * 64 + l136] + (arena + 61896)[l133 * 4096 + l134 * 4096 + l135 * 64 + l136];
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    for (long long l137 = 0; l137 < 1; l137++) {
-                        for (long long l138 = 0; l138 < 1; l138++) {
-                            for (long long l139 = 0; l139 < 64; l139++) {
-                                for (long long l140 = 0; l140 < 64; l140++) {
-                                    (arena + 140108)[l137 * 4096 + l138 * 4096 + l139 * 64 + l140] = (arena + 169036)[l137 * 4096 + l138 * 4096 + l139 * 64 + l140];
-                                }
-                            }
-                        }
-                    }
-                    for (long long l141 = 0; l141 < 1; l141++) {
-                        for (long long l142 = 0; l142 < 1; l142++) {
-                            for (long long l143 = 0; l143 < 64; l143++) {
-                                float a145 = 0e0f;
-                                for (long long r144 = 0; r144 < 64; r144 += 1) a145 = a145 + (arena + 140108)[l141 * 4096 + l142 * 4096 + l143 * 64 + r144 * 1];
-                                (arena + 65992)[l141 * 64 + l142 * 64 + l143] = a145;
-                            }
-                        }
-                    }
-                    for (long long l146 = 0; l146 < 1; l146++) {
-                        for (long long l147 = 0; l147 < 1; l147++) {
-                            for (long long l148 = 0; l148 < 64; l148++) {
-                                (arena + 148428)[l146 * 64 + l147 * 64 + l148] = (arena + 148428)[l146 * 64 + l147 * 64 + l148] + (arena + 65992)[l146 * 64 + l147 * 64 + l148];
-                            }
-                        }
-                    }
-                    for (long long l149 = 0; l149 < 1; l149++) {
-                        for (long long l150 = 0; l150 < 1; l150++) {
-                            for (long long l151 = 0; l151 < 64; l151++) {
-                                (arena + 66056)[l149 * 64 + l150 * 64 + l151] = (arena + 148428)[l149 * 64 + l150 * 64 + l151];
-                            }
-                        }
-                    }
                     /* block(e:128) attention_causal.tensorize(e:0) */
-                    for (long long o152 = b4 * 128; o152 < dt_min_ll(b4 * 128 + 128, s4); o152 += 128) {
+                    for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                         /* rdot accumulator */
-                        for (long long l153 = 0; l153 < 1; l153++) {
-                            for (long long l154 = 0; l154 < 1; l154++) {
-                                for (long long l155 = 0; l155 < 64; l155++) {
-                                    for (long long l156 = 0; l156 < 128; l156++) {
-                                        (arena + 152652)[l153 * 8192 + l154 * 8192 + l155 * 128 + l156] = 0e0f;
+                        for (long long l5 = 0; l5 < 1; l5++) {
+                            for (long long l6 = 0; l6 < 1; l6++) {
+                                for (long long l7 = 0; l7 < 64; l7++) {
+                                    for (long long l8 = 0; l8 < 128; l8++) {
+                                        (arena + 161358)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
                         }
-                        /* rdot attention_causal.tensorize(j:64) */
-                        for (long long o157 = 0; o157 < s3; o157 += 64) {
-                            for (long long l158 = 0; l158 < 64; l158++) {
-                                (arena + 66120)[l158] = (float)(o157 + l158);
+                        /* rsum identity */
+                        for (long long l9 = 0; l9 < 1; l9++) {
+                            for (long long l10 = 0; l10 < 1; l10++) {
+                                for (long long l11 = 0; l11 < 64; l11++) {
+                                    (arena + 157134)[l9 * 64 + l10 * 64 + l11] = 0e0f;
+                                }
                             }
-                            for (long long l159 = 0; l159 < 64; l159++) {
-                                (arena + 66184)[l159] = (float)(o3 + l159);
+                        }
+                        /* rmax identity */
+                        for (long long l12 = 0; l12 < 1; l12++) {
+                            for (long long l13 = 0; l13 < 1; l13++) {
+                                for (long long l14 = 0; l14 < 64; l14++) {
+                                    (arena + 152910)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
+                                }
                             }
-                            for (long long l160 = 0; l160 < 64; l160++) {
-                                for (long long l161 = 0; l161 < 64; l161++) {
-                                    (arena + 66248)[l160 * 64 + l161] = (((arena + 66120)[l161]) <= ((arena + 66184)[l160]) ? 1.0f : 0.0f);
+                        }
+                        /* rmax attention_causal.tensorize(j:64) + rsum attention_causal.tensorize(j:64) + rdot attention_causal.tensorize(j:64), online */
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
+                            for (long long l16 = 0; l16 < 64; l16++) {
+                                (arena + 0)[l16] = (float)(o15 + l16);
+                            }
+                            for (long long l17 = 0; l17 < 64; l17++) {
+                                (arena + 64)[l17] = (float)(o3 + l17);
+                            }
+                            for (long long l18 = 0; l18 < 64; l18++) {
+                                for (long long l19 = 0; l19 < 64; l19++) {
+                                    (arena + 128)[l18 * 64 + l19] = (((arena + 0)[l19]) <= ((arena + 64)[l18]) ? 1.0f : 0.0f);
                                 }
                             }
                             /* rdot accumulator */
-                            for (long long l162 = 0; l162 < 1; l162++) {
-                                for (long long l163 = 0; l163 < 1; l163++) {
-                                    for (long long l164 = 0; l164 < 64; l164++) {
-                                        for (long long l165 = 0; l165 < 64; l165++) {
-                                            (arena + 160844)[l162 * 4096 + l163 * 4096 + l164 * 64 + l165] = 0e0f;
+                            for (long long l20 = 0; l20 < 1; l20++) {
+                                for (long long l21 = 0; l21 < 1; l21++) {
+                                    for (long long l22 = 0; l22 < 64; l22++) {
+                                        for (long long l23 = 0; l23 < 64; l23++) {
+                                            (arena + 152974)[l20 * 4096 + l21 * 4096 + l22 * 64 + l23] = 0e0f;
                                         }
                                     }
                                 }
                             }
                             /* rdot attention_causal.tensorize(d:32) */
-                            for (long long o166 = 0; o166 < s5; o166 += 32) {
-                                for (long long l167 = 0; l167 < 1; l167++) {
-                                    for (long long l168 = 0; l168 < 1; l168++) {
-                                        for (long long l169 = 0; l169 < 64; l169++) {
-                                            for (long long l170 = 0; l170 < 32; l170++) {
-                                                (arena + 70344)[l167 * 2048 + l168 * 2048 + l169 * 32 + l170] = (o1 + l167 < s0 && o2 + l168 < s1 && o3 + l169 < s2 && o166 + l170 < s5) ? dt_load_f16(in0[(o1 + l167) * args->input_strides[0][0] + (o2 + l168) * args->input_strides[0][1] + (o3 + l169) * args->input_strides[0][2] + (o166 + l170) * args->input_strides[0][3]]) : 0e0f;
+                            for (long long o24 = 0; o24 < s5; o24 += 32) {
+                                for (long long l25 = 0; l25 < 1; l25++) {
+                                    for (long long l26 = 0; l26 < 1; l26++) {
+                                        for (long long l27 = 0; l27 < 64; l27++) {
+                                            for (long long l28 = 0; l28 < 32; l28++) {
+                                                (arena + 4224)[l25 * 2048 + l26 * 2048 + l27 * 32 + l28] = (o1 + l25 < s0 && o2 + l26 < s1 && o3 + l27 < s2 && o24 + l28 < s5) ? dt_load_f16(in0[(o1 + l25) * args->input_strides[0][0] + (o2 + l26) * args->input_strides[0][1] + (o3 + l27) * args->input_strides[0][2] + (o24 + l28) * args->input_strides[0][3]]) : 0e0f;
                                             }
                                         }
                                     }
                                 }
-                                for (long long l171 = 0; l171 < 1; l171++) {
-                                    for (long long l172 = 0; l172 < 1; l172++) {
-                                        for (long long l173 = 0; l173 < 64; l173++) {
-                                            for (long long l174 = 0; l174 < 32; l174++) {
-                                                (arena + 72392)[l171 * 2048 + l172 * 2048 + l173 * 32 + l174] = (o1 + l171 < s0 && o2 + l172 < s1 && o157 + l173 < s3 && o166 + l174 < s5) ? dt_load_f16(in1[(o1 + l171) * args->input_strides[1][0] + (o2 + l172) * args->input_strides[1][1] + (o157 + l173) * args->input_strides[1][2] + (o166 + l174) * args->input_strides[1][3]]) : 0e0f;
+                                for (long long l29 = 0; l29 < 1; l29++) {
+                                    for (long long l30 = 0; l30 < 1; l30++) {
+                                        for (long long l31 = 0; l31 < 64; l31++) {
+                                            for (long long l32 = 0; l32 < 32; l32++) {
+                                                (arena + 6272)[l29 * 2048 + l30 * 2048 + l31 * 32 + l32] = (o1 + l29 < s0 && o2 + l30 < s1 && o15 + l31 < s3 && o24 + l32 < s5) ? dt_load_f16(in1[(o1 + l29) * args->input_strides[1][0] + (o2 + l30) * args->input_strides[1][1] + (o15 + l31) * args->input_strides[1][2] + (o24 + l32) * args->input_strides[1][3]]) : 0e0f;
                                             }
                                         }
                                     }
                                 }
-                                for (long long l175 = 0; l175 < 1; l175++) {
-                                    for (long long l176 = 0; l176 < 1; l176++) {
-                                        for (long long l177 = 0; l177 < 64; l177++) {
-                                            for (long long l178 = 0; l178 < 64; l178++) {
-                                                float a180 = 0.0f;
-                                                for (long long r179 = 0; r179 < 32; r179++) a180 += (arena + 70344)[l175 * 2048 + l176 * 2048 + l177 * 32 + r179 * 1] * (arena + 72392)[l175 * 2048 + l176 * 2048 + l178 * 32 + r179 * 1];
-                                                (arena + 74440)[l175 * 4096 + l176 * 4096 + l177 * 64 + l178] = a180;
+                                for (long long l33 = 0; l33 < 1; l33++) {
+                                    for (long long l34 = 0; l34 < 1; l34++) {
+                                        for (long long l35 = 0; l35 < 64; l35++) {
+                                            for (long long l36 = 0; l36 < 64; l36++) {
+                                                float a38 = 0.0f;
+                                                for (long long r37 = 0; r37 < 32; r37++) a38 += (arena + 4224)[l33 * 2048 + l34 * 2048 + l35 * 32 + r37 * 1] * (arena + 6272)[l33 * 2048 + l34 * 2048 + l36 * 32 + r37 * 1];
+                                                (arena + 8320)[l33 * 4096 + l34 * 4096 + l35 * 64 + l36] = a38;
                                             }
                                         }
                                     }
                                 }
-                                for (long long l181 = 0; l181 < 1; l181++) {
-                                    for (long long l182 = 0; l182 < 1; l182++) {
-                                        for (long long l183 = 0; l183 < 64; l183++) {
-                                            for (long long l184 = 0; l184 < 64; l184++) {
-                                                (arena + 160844)[l181 * 4096 + l182 * 4096 + l183 * 64 + l184] = (arena + 160844)[l181 * 4096 + l182 * 4096 + l183 * 64 + l184] + (arena + 74440)[l181 * 4096 + l182 * 4096 + l183 * 64 + l184];
+                                for (long long l39 = 0; l39 < 1; l39++) {
+                                    for (long long l40 = 0; l40 < 1; l40++) {
+                                        for (long long l41 = 0; l41 < 64; l41++) {
+                                            for (long long l42 = 0; l42 < 64; l42++) {
+                                                (arena + 152974)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 152974)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] + (arena + 8320)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
                                             }
                                         }
                                     }
                                 }
                             }
-                            for (long long l185 = 0; l185 < 1; l185++) {
-                                for (long long l186 = 0; l186 < 1; l186++) {
-                                    for (long long l187 = 0; l187 < 64; l187++) {
-                                        for (long long l188 = 0; l188 < 64; l188++) {
-                                            (arena + 78536)[l185 * 4096 + l186 * 4096 + l187 * 64 + l188] = (arena + 160844)[l185 * 4096 + l186 * 4096 + l187 * 64 + l188];
+                            for (long long l43 = 0; l43 < 1; l43++) {
+                                for (long long l44 = 0; l44 < 1; l44++) {
+                                    for (long long l45 = 0; l45 < 64; l45++) {
+                                        for (long long l46 = 0; l46 < 64; l46++) {
+                                            (arena + 12416)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = (arena + 152974)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46];
                                         }
                                     }
                                 }
                             }
-                            for (long long l189 = 0; l189 < 1; l189++) {
-                                for (long long l190 = 0; l190 < 1; l190++) {
-                                    for (long long l191 = 0; l191 < 64; l191++) {
-                                        for (long long l192 = 0; l192 < 64; l192++) {
-                                            (arena + 82634)[l189 * 4096 + l190 * 4096 + l191 * 64 + l192] = ((arena + 78536)[l189 * 4096 + l190 * 4096 + l191 * 64 + l192] * (arena + 82633)[0]);
+                            for (long long l47 = 0; l47 < 1; l47++) {
+                                for (long long l48 = 0; l48 < 1; l48++) {
+                                    for (long long l49 = 0; l49 < 64; l49++) {
+                                        for (long long l50 = 0; l50 < 64; l50++) {
+                                            (arena + 16514)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = ((arena + 12416)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] * (arena + 16513)[0]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l193 = 0; l193 < 1; l193++) {
-                                for (long long l194 = 0; l194 < 1; l194++) {
-                                    for (long long l195 = 0; l195 < 64; l195++) {
-                                        for (long long l196 = 0; l196 < 64; l196++) {
-                                            (arena + 86732)[l193 * 4096 + l194 * 4096 + l195 * 64 + l196] = (arena + 66248)[l195 * 64 + l196] != 0.0f ? (arena + 82634)[l193 * 4096 + l194 * 4096 + l195 * 64 + l196] : (arena + 86731)[0];
+                            for (long long l51 = 0; l51 < 1; l51++) {
+                                for (long long l52 = 0; l52 < 1; l52++) {
+                                    for (long long l53 = 0; l53 < 64; l53++) {
+                                        for (long long l54 = 0; l54 < 64; l54++) {
+                                            (arena + 20612)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54] = (arena + 128)[l53 * 64 + l54] != 0.0f ? (arena + 16514)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54] : (arena + 20611)[0];
                                         }
                                     }
                                 }
                             }
-                            for (long long l197 = 0; l197 < 1; l197++) {
-                                for (long long l198 = 0; l198 < 1; l198++) {
-                                    for (long long l199 = 0; l199 < 64; l199++) {
-                                        for (long long l200 = 0; l200 < 64; l200++) {
-                                            (arena + 90892)[l197 * 4096 + l198 * 4096 + l199 * 64 + l200] = ((arena + 86732)[l197 * 4096 + l198 * 4096 + l199 * 64 + l200] - (arena + 28868)[l197 * 64 + l198 * 64 + l199]);
+                            for (long long l55 = 0; l55 < 1; l55++) {
+                                for (long long l56 = 0; l56 < 1; l56++) {
+                                    for (long long l57 = 0; l57 < 64; l57++) {
+                                        for (long long l58 = 0; l58 < 64; l58++) {
+                                            (arena + 24708)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] = (o15 + l58 < s3) ? (arena + 20612)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] : (-INFINITY);
                                         }
                                     }
                                 }
                             }
-                            for (long long l201 = 0; l201 < 1; l201++) {
-                                for (long long l202 = 0; l202 < 1; l202++) {
-                                    for (long long l203 = 0; l203 < 64; l203++) {
-                                        for (long long l204 = 0; l204 < 64; l204++) {
-                                            (arena + 94988)[l201 * 4096 + l202 * 4096 + l203 * 64 + l204] = expf((arena + 90892)[l201 * 4096 + l202 * 4096 + l203 * 64 + l204]);
+                            for (long long l59 = 0; l59 < 1; l59++) {
+                                for (long long l60 = 0; l60 < 1; l60++) {
+                                    for (long long l61 = 0; l61 < 64; l61++) {
+                                        float a63 = (-INFINITY);
+                                        for (long long r62 = 0; r62 < 64; r62 += 1) a63 = fmaxf(a63, (arena + 24708)[l59 * 4096 + l60 * 4096 + l61 * 64 + r62 * 1]);
+                                        (arena + 28804)[l59 * 64 + l60 * 64 + l61] = a63;
+                                    }
+                                }
+                            }
+                            for (long long l64 = 0; l64 < 1; l64++) {
+                                for (long long l65 = 0; l65 < 1; l65++) {
+                                    for (long long l66 = 0; l66 < 64; l66++) {
+                                        (arena + 136012)[l64 * 64 + l65 * 64 + l66] = (arena + 152910)[l64 * 64 + l65 * 64 + l66];
+                                    }
+                                }
+                            }
+                            for (long long l67 = 0; l67 < 1; l67++) {
+                                for (long long l68 = 0; l68 < 1; l68++) {
+                                    for (long long l69 = 0; l69 < 64; l69++) {
+                                        (arena + 152910)[l67 * 64 + l68 * 64 + l69] = fmaxf((arena + 152910)[l67 * 64 + l68 * 64 + l69], (arena + 28804)[l67 * 64 + l68 * 64 + l69]);
+                                    }
+                                }
+                            }
+                            for (long long l70 = 0; l70 < 1; l70++) {
+                                for (long long l71 = 0; l71 < 1; l71++) {
+                                    for (long long l72 = 0; l72 < 64; l72++) {
+                                        (arena + 136076)[l70 * 64 + l71 * 64 + l72] = (arena + 152910)[l70 * 64 + l71 * 64 + l72];
+                                    }
+                                }
+                            }
+                            for (long long l73 = 0; l73 < 1; l73++) {
+                                for (long long l74 = 0; l74 < 1; l74++) {
+                                    for (long long l75 = 0; l75 < 64; l75++) {
+                                        (arena + 136142)[l73 * 64 + l74 * 64 + l75] = (((arena + 136076)[l73 * 64 + l74 * 64 + l75]) == ((arena + 136140)[0]) ? 1.0f : 0.0f);
+                                    }
+                                }
+                            }
+                            for (long long l76 = 0; l76 < 1; l76++) {
+                                for (long long l77 = 0; l77 < 1; l77++) {
+                                    for (long long l78 = 0; l78 < 64; l78++) {
+                                        (arena + 136206)[l76 * 64 + l77 * 64 + l78] = (arena + 136142)[l76 * 64 + l77 * 64 + l78] != 0.0f ? (arena + 136141)[0] : (arena + 136076)[l76 * 64 + l77 * 64 + l78];
+                                    }
+                                }
+                            }
+                            for (long long l79 = 0; l79 < 1; l79++) {
+                                for (long long l80 = 0; l80 < 1; l80++) {
+                                    for (long long l81 = 0; l81 < 64; l81++) {
+                                        (arena + 136270)[l79 * 64 + l80 * 64 + l81] = ((arena + 136012)[l79 * 64 + l80 * 64 + l81] - (arena + 136206)[l79 * 64 + l80 * 64 + l81]);
+                                    }
+                                }
+                            }
+                            for (long long l82 = 0; l82 < 1; l82++) {
+                                for (long long l83 = 0; l83 < 1; l83++) {
+                                    for (long long l84 = 0; l84 < 64; l84++) {
+                                        (arena + 136334)[l82 * 64 + l83 * 64 + l84] = expf((arena + 136270)[l82 * 64 + l83 * 64 + l84]);
+                                    }
+                                }
+                            }
+                            for (long long l85 = 0; l85 < 1; l85++) {
+                                for (long long l86 = 0; l86 < 1; l86++) {
+                                    for (long long l87 = 0; l87 < 64; l87++) {
+                                        (arena + 136398)[l85 * 64 + l86 * 64 + l87] = (arena + 157134)[l85 * 64 + l86 * 64 + l87];
+                                    }
+                                }
+                            }
+                            for (long long l88 = 0; l88 < 1; l88++) {
+                                for (long long l89 = 0; l89 < 1; l89++) {
+                                    for (long long l90 = 0; l90 < 64; l90++) {
+                                        (arena + 136462)[l88 * 64 + l89 * 64 + l90] = ((arena + 136398)[l88 * 64 + l89 * 64 + l90] * (arena + 136334)[l88 * 64 + l89 * 64 + l90]);
+                                    }
+                                }
+                            }
+                            for (long long l91 = 0; l91 < 1; l91++) {
+                                for (long long l92 = 0; l92 < 1; l92++) {
+                                    for (long long l93 = 0; l93 < 64; l93++) {
+                                        (arena + 157134)[l91 * 64 + l92 * 64 + l93] = (arena + 136462)[l91 * 64 + l92 * 64 + l93];
+                                    }
+                                }
+                            }
+                            for (long long l94 = 0; l94 < 1; l94++) {
+                                for (long long l95 = 0; l95 < 1; l95++) {
+                                    for (long long l96 = 0; l96 < 64; l96++) {
+                                        for (long long l97 = 0; l97 < 64; l97++) {
+                                            (arena + 53704)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] = ((arena + 20612)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] - (arena + 136206)[l94 * 64 + l95 * 64 + l96]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l205 = 0; l205 < 1; l205++) {
-                                for (long long l206 = 0; l206 < 1; l206++) {
-                                    for (long long l207 = 0; l207 < 64; l207++) {
-                                        for (long long l208 = 0; l208 < 64; l208++) {
-                                            (arena + 99084)[l205 * 4096 + l206 * 4096 + l207 * 64 + l208] = (o157 + l208 < s3) ? (arena + 94988)[l205 * 4096 + l206 * 4096 + l207 * 64 + l208] : 0e0f;
+                            for (long long l98 = 0; l98 < 1; l98++) {
+                                for (long long l99 = 0; l99 < 1; l99++) {
+                                    for (long long l100 = 0; l100 < 64; l100++) {
+                                        for (long long l101 = 0; l101 < 64; l101++) {
+                                            (arena + 57800)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101] = expf((arena + 53704)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l209 = 0; l209 < 1; l209++) {
-                                for (long long l210 = 0; l210 < 1; l210++) {
-                                    for (long long l211 = 0; l211 < 128; l211++) {
-                                        for (long long l212 = 0; l212 < 64; l212++) {
-                                            (arena + 103180)[l209 * 8192 + l210 * 8192 + l211 * 64 + l212] = (o1 + l209 < s0 && o2 + l210 < s1 && o157 + l212 < s3 && o152 + l211 < s4) ? dt_load_f16(in2[(o1 + l209) * args->input_strides[2][0] + (o2 + l210) * args->input_strides[2][1] + (o157 + l212) * args->input_strides[2][2] + (o152 + l211) * args->input_strides[2][3]]) : 0e0f;
+                            for (long long l102 = 0; l102 < 1; l102++) {
+                                for (long long l103 = 0; l103 < 1; l103++) {
+                                    for (long long l104 = 0; l104 < 64; l104++) {
+                                        for (long long l105 = 0; l105 < 64; l105++) {
+                                            (arena + 61896)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105] = (o15 + l105 < s3) ? (arena + 57800)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105] : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l213 = 0; l213 < 1; l213++) {
-                                for (long long l214 = 0; l214 < 1; l214++) {
-                                    for (long long l215 = 0; l215 < 64; l215++) {
-                                        for (long long l216 = 0; l216 < 128; l216++) {
-                                            float a218 = 0.0f;
-                                            for (long long r217 = 0; r217 < 64; r217++) a218 += (arena + 99084)[l213 * 4096 + l214 * 4096 + l215 * 64 + r217 * 1] * (arena + 103180)[l213 * 8192 + l214 * 8192 + l216 * 64 + r217 * 1];
-                                            (arena + 111372)[l213 * 8192 + l214 * 8192 + l215 * 128 + l216] = a218;
+                            for (long long l106 = 0; l106 < 1; l106++) {
+                                for (long long l107 = 0; l107 < 1; l107++) {
+                                    for (long long l108 = 0; l108 < 64; l108++) {
+                                        float a110 = 0e0f;
+                                        for (long long r109 = 0; r109 < 64; r109 += 1) a110 = a110 + (arena + 61896)[l106 * 4096 + l107 * 4096 + l108 * 64 + r109 * 1];
+                                        (arena + 65992)[l106 * 64 + l107 * 64 + l108] = a110;
+                                    }
+                                }
+                            }
+                            for (long long l111 = 0; l111 < 1; l111++) {
+                                for (long long l112 = 0; l112 < 1; l112++) {
+                                    for (long long l113 = 0; l113 < 64; l113++) {
+                                        (arena + 157134)[l111 * 64 + l112 * 64 + l113] = (arena + 157134)[l111 * 64 + l112 * 64 + l113] + (arena + 65992)[l111 * 64 + l112 * 64 + l113];
+                                    }
+                                }
+                            }
+                            for (long long l114 = 0; l114 < 1; l114++) {
+                                for (long long l115 = 0; l115 < 1; l115++) {
+                                    for (long long l116 = 0; l116 < 64; l116++) {
+                                        for (long long l117 = 0; l117 < 128; l117++) {
+                                            (arena + 136526)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117] = (arena + 161358)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117];
                                         }
                                     }
                                 }
                             }
-                            for (long long l219 = 0; l219 < 1; l219++) {
-                                for (long long l220 = 0; l220 < 1; l220++) {
-                                    for (long long l221 = 0; l221 < 64; l221++) {
-                                        for (long long l222 = 0; l222 < 128; l222++) {
-                                            (arena + 152652)[l219 * 8192 + l220 * 8192 + l221 * 128 + l222] = (arena + 152652)[l219 * 8192 + l220 * 8192 + l221 * 128 + l222] + (arena + 111372)[l219 * 8192 + l220 * 8192 + l221 * 128 + l222];
+                            for (long long l118 = 0; l118 < 1; l118++) {
+                                for (long long l119 = 0; l119 < 1; l119++) {
+                                    for (long long l120 = 0; l120 < 64; l120++) {
+                                        for (long long l121 = 0; l121 < 128; l121++) {
+                                            (arena + 144718)[l118 * 8192 + l119 * 8192 + l120 * 128 + l121] = ((arena + 136526)[l118 * 8192 + l119 * 8192 + l120 * 128 + l121] * (arena + 136334)[l118 * 64 + l119 * 64 + l120]);
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l122 = 0; l122 < 1; l122++) {
+                                for (long long l123 = 0; l123 < 1; l123++) {
+                                    for (long long l124 = 0; l124 < 64; l124++) {
+                                        for (long long l125 = 0; l125 < 128; l125++) {
+                                            (arena + 161358)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125] = (arena + 144718)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125];
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l126 = 0; l126 < 1; l126++) {
+                                for (long long l127 = 0; l127 < 1; l127++) {
+                                    for (long long l128 = 0; l128 < 128; l128++) {
+                                        for (long long l129 = 0; l129 < 64; l129++) {
+                                            (arena + 103180)[l126 * 8192 + l127 * 8192 + l128 * 64 + l129] = (o1 + l126 < s0 && o2 + l127 < s1 && o15 + l129 < s3 && o4 + l128 < s4) ? dt_load_f16(in2[(o1 + l126) * args->input_strides[2][0] + (o2 + l127) * args->input_strides[2][1] + (o15 + l129) * args->input_strides[2][2] + (o4 + l128) * args->input_strides[2][3]]) : 0e0f;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l130 = 0; l130 < 1; l130++) {
+                                for (long long l131 = 0; l131 < 1; l131++) {
+                                    for (long long l132 = 0; l132 < 64; l132++) {
+                                        for (long long l133 = 0; l133 < 128; l133++) {
+                                            float a135 = 0.0f;
+                                            for (long long r134 = 0; r134 < 64; r134++) a135 += (arena + 61896)[l130 * 4096 + l131 * 4096 + l132 * 64 + r134 * 1] * (arena + 103180)[l130 * 8192 + l131 * 8192 + l133 * 64 + r134 * 1];
+                                            (arena + 111372)[l130 * 8192 + l131 * 8192 + l132 * 128 + l133] = a135;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l136 = 0; l136 < 1; l136++) {
+                                for (long long l137 = 0; l137 < 1; l137++) {
+                                    for (long long l138 = 0; l138 < 64; l138++) {
+                                        for (long long l139 = 0; l139 < 128; l139++) {
+                                            (arena + 161358)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139] = (arena + 161358)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139] + (arena + 111372)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l223 = 0; l223 < 1; l223++) {
-                            for (long long l224 = 0; l224 < 1; l224++) {
-                                for (long long l225 = 0; l225 < 64; l225++) {
-                                    for (long long l226 = 0; l226 < 128; l226++) {
-                                        (arena + 119564)[l223 * 8192 + l224 * 8192 + l225 * 128 + l226] = (arena + 152652)[l223 * 8192 + l224 * 8192 + l225 * 128 + l226];
+                        for (long long l140 = 0; l140 < 1; l140++) {
+                            for (long long l141 = 0; l141 < 1; l141++) {
+                                for (long long l142 = 0; l142 < 64; l142++) {
+                                    (arena + 66056)[l140 * 64 + l141 * 64 + l142] = (arena + 157134)[l140 * 64 + l141 * 64 + l142];
+                                }
+                            }
+                        }
+                        for (long long l143 = 0; l143 < 1; l143++) {
+                            for (long long l144 = 0; l144 < 1; l144++) {
+                                for (long long l145 = 0; l145 < 64; l145++) {
+                                    for (long long l146 = 0; l146 < 128; l146++) {
+                                        (arena + 119564)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146] = (arena + 161358)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146];
                                     }
                                 }
                             }
                         }
-                        for (long long l227 = 0; l227 < 1; l227++) {
-                            for (long long l228 = 0; l228 < 1; l228++) {
-                                for (long long l229 = 0; l229 < 64; l229++) {
-                                    for (long long l230 = 0; l230 < 128; l230++) {
-                                        (arena + 127820)[l227 * 8192 + l228 * 8192 + l229 * 128 + l230] = ((arena + 119564)[l227 * 8192 + l228 * 8192 + l229 * 128 + l230] / (arena + 66056)[l227 * 64 + l228 * 64 + l229]);
+                        for (long long l147 = 0; l147 < 1; l147++) {
+                            for (long long l148 = 0; l148 < 1; l148++) {
+                                for (long long l149 = 0; l149 < 64; l149++) {
+                                    for (long long l150 = 0; l150 < 128; l150++) {
+                                        (arena + 127820)[l147 * 8192 + l148 * 8192 + l149 * 128 + l150] = ((arena + 119564)[l147 * 8192 + l148 * 8192 + l149 * 128 + l150] / (arena + 66056)[l147 * 64 + l148 * 64 + l149]);
                                     }
                                 }
                             }
                         }
-                        for (long long l231 = 0; l231 < 1; l231++) {
-                            for (long long l232 = 0; l232 < 1; l232++) {
-                                for (long long l233 = 0; l233 < 64; l233++) {
-                                    for (long long l234 = 0; l234 < 128; l234++) {
-                                        if (o1 + l231 < s0 && o2 + l232 < s1 && o3 + l233 < s2 && o152 + l234 < s4) out[(o1 + l231) * args->output_strides[0] + (o2 + l232) * args->output_strides[1] + (o3 + l233) * args->output_strides[2] + (o152 + l234) * args->output_strides[3]] = dt_store_f16((arena + 127820)[l231 * 8192 + l232 * 8192 + l233 * 128 + l234]);
+                        for (long long l151 = 0; l151 < 1; l151++) {
+                            for (long long l152 = 0; l152 < 1; l152++) {
+                                for (long long l153 = 0; l153 < 64; l153++) {
+                                    for (long long l154 = 0; l154 < 128; l154++) {
+                                        if (o1 + l151 < s0 && o2 + l152 < s1 && o3 + l153 < s2 && o4 + l154 < s4) out[(o1 + l151) * args->output_strides[0] + (o2 + l152) * args->output_strides[1] + (o3 + l153) * args->output_strides[2] + (o4 + l154) * args->output_strides[3]] = dt_store_f16((arena + 127820)[l151 * 8192 + l152 * 8192 + l153 * 128 + l154]);
                                     }
                                 }
                             }
@@ -2240,7 +1612,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* V */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention_causal */
-    float* arena = (float*)malloc(sizeof(float) * 173132);
+    float* arena = (float*)malloc(sizeof(float) * 173646);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -2266,541 +1638,351 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
         (arena + 16513)[0] = dt_rsqrt((arena + 16512)[0]);
         (arena + 20610)[0] = INFINITY;
         (arena + 20611)[0] = (-(arena + 20610)[0]);
-        (arena + 45444)[0] = (float)s5;
-        (arena + 45445)[0] = dt_rsqrt((arena + 45444)[0]);
-        (arena + 49542)[0] = INFINITY;
-        (arena + 49543)[0] = (-(arena + 49542)[0]);
-        (arena + 82632)[0] = (float)s5;
-        (arena + 82633)[0] = dt_rsqrt((arena + 82632)[0]);
-        (arena + 86730)[0] = INFINITY;
-        (arena + 86731)[0] = (-(arena + 86730)[0]);
+        (arena + 136140)[0] = (-INFINITY);
+        (arena + 136141)[0] = 0e0f;
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
             for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
                 /* block(i:64) attention_causal.tensorize(i:0) */
                 for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
-                    /* rmax identity */
-                    for (long long l4 = 0; l4 < 1; l4++) {
-                        for (long long l5 = 0; l5 < 1; l5++) {
-                            for (long long l6 = 0; l6 < 64; l6++) {
-                                (arena + 144204)[l4 * 64 + l5 * 64 + l6] = (-INFINITY);
-                            }
-                        }
-                    }
-                    /* partial rmax over j, lane by lane */
-                    for (long long l7 = 0; l7 < 1; l7++) {
-                        for (long long l8 = 0; l8 < 1; l8++) {
-                            for (long long l9 = 0; l9 < 64; l9++) {
-                                for (long long l10 = 0; l10 < 64; l10++) {
-                                    (arena + 164940)[l7 * 4096 + l8 * 4096 + l9 * 64 + l10] = (-INFINITY);
-                                }
-                            }
-                        }
-                    }
-                    /* rmax attention_causal.tensorize(j:64) */
-                    for (long long o11 = 0; o11 < s3; o11 += 64) {
-                        for (long long l12 = 0; l12 < 64; l12++) {
-                            (arena + 0)[l12] = (float)(o11 + l12);
-                        }
-                        for (long long l13 = 0; l13 < 64; l13++) {
-                            (arena + 64)[l13] = (float)(o3 + l13);
-                        }
-                        for (long long l14 = 0; l14 < 64; l14++) {
-                            for (long long l15 = 0; l15 < 64; l15++) {
-                                (arena + 128)[l14 * 64 + l15] = (((arena + 0)[l15]) <= ((arena + 64)[l14]) ? 1.0f : 0.0f);
-                            }
-                        }
-                        /* rdot accumulator */
-                        for (long long l16 = 0; l16 < 1; l16++) {
-                            for (long long l17 = 0; l17 < 1; l17++) {
-                                for (long long l18 = 0; l18 < 64; l18++) {
-                                    for (long long l19 = 0; l19 < 64; l19++) {
-                                        (arena + 144268)[l16 * 4096 + l17 * 4096 + l18 * 64 + l19] = 0e0f;
-                                    }
-                                }
-                            }
-                        }
-                        /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o20 = 0; o20 < s5; o20 += 32) {
-                            for (long long l21 = 0; l21 < 1; l21++) {
-                                for (long long l22 = 0; l22 < 1; l22++) {
-                                    for (long long l23 = 0; l23 < 64; l23++) {
-                                        for (long long l24 = 0; l24 < 32; l24++) {
-                                            (arena + 4224)[l21 * 2048 + l22 * 2048 + l23 * 32 + l24] = (o1 + l21 < s0 && o2 + l22 < s1 && o3 + l23 < s2 && o20 + l24 < s5) ? dt_load_bf16(in0[(o1 + l21) * args->input_strides[0][0] + (o2 + l22) * args->input_strides[0][1] + (o3 + l23) * args->input_strides[0][2] + (o20 + l24) * args->input_strides[0][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l25 = 0; l25 < 1; l25++) {
-                                for (long long l26 = 0; l26 < 1; l26++) {
-                                    for (long long l27 = 0; l27 < 64; l27++) {
-                                        for (long long l28 = 0; l28 < 32; l28++) {
-                                            (arena + 6272)[l25 * 2048 + l26 * 2048 + l27 * 32 + l28] = (o1 + l25 < s0 && o2 + l26 < s1 && o11 + l27 < s3 && o20 + l28 < s5) ? dt_load_bf16(in1[(o1 + l25) * args->input_strides[1][0] + (o2 + l26) * args->input_strides[1][1] + (o11 + l27) * args->input_strides[1][2] + (o20 + l28) * args->input_strides[1][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l29 = 0; l29 < 1; l29++) {
-                                for (long long l30 = 0; l30 < 1; l30++) {
-                                    for (long long l31 = 0; l31 < 64; l31++) {
-                                        for (long long l32 = 0; l32 < 64; l32++) {
-                                            float a34 = 0.0f;
-                                            for (long long r33 = 0; r33 < 32; r33++) a34 += (arena + 4224)[l29 * 2048 + l30 * 2048 + l31 * 32 + r33 * 1] * (arena + 6272)[l29 * 2048 + l30 * 2048 + l32 * 32 + r33 * 1];
-                                            (arena + 8320)[l29 * 4096 + l30 * 4096 + l31 * 64 + l32] = a34;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l35 = 0; l35 < 1; l35++) {
-                                for (long long l36 = 0; l36 < 1; l36++) {
-                                    for (long long l37 = 0; l37 < 64; l37++) {
-                                        for (long long l38 = 0; l38 < 64; l38++) {
-                                            (arena + 144268)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] = (arena + 144268)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] + (arena + 8320)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38];
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l39 = 0; l39 < 1; l39++) {
-                            for (long long l40 = 0; l40 < 1; l40++) {
-                                for (long long l41 = 0; l41 < 64; l41++) {
-                                    for (long long l42 = 0; l42 < 64; l42++) {
-                                        (arena + 12416)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 144268)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l43 = 0; l43 < 1; l43++) {
-                            for (long long l44 = 0; l44 < 1; l44++) {
-                                for (long long l45 = 0; l45 < 64; l45++) {
-                                    for (long long l46 = 0; l46 < 64; l46++) {
-                                        (arena + 16514)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = ((arena + 12416)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] * (arena + 16513)[0]);
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l47 = 0; l47 < 1; l47++) {
-                            for (long long l48 = 0; l48 < 1; l48++) {
-                                for (long long l49 = 0; l49 < 64; l49++) {
-                                    for (long long l50 = 0; l50 < 64; l50++) {
-                                        (arena + 20612)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = (arena + 128)[l49 * 64 + l50] != 0.0f ? (arena + 16514)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] : (arena + 20611)[0];
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l51 = 0; l51 < 1; l51++) {
-                            for (long long l52 = 0; l52 < 1; l52++) {
-                                for (long long l53 = 0; l53 < 64; l53++) {
-                                    for (long long l54 = 0; l54 < 64; l54++) {
-                                        (arena + 24708)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54] = (o11 + l54 < s3) ? (arena + 20612)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54] : (-INFINITY);
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l55 = 0; l55 < 1; l55++) {
-                            for (long long l56 = 0; l56 < 1; l56++) {
-                                for (long long l57 = 0; l57 < 64; l57++) {
-                                    for (long long l58 = 0; l58 < 64; l58++) {
-                                        (arena + 164940)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] = fmaxf((arena + 164940)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58], (arena + 24708)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58]);
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    for (long long l59 = 0; l59 < 1; l59++) {
-                        for (long long l60 = 0; l60 < 1; l60++) {
-                            for (long long l61 = 0; l61 < 64; l61++) {
-                                for (long long l62 = 0; l62 < 64; l62++) {
-                                    (arena + 136012)[l59 * 4096 + l60 * 4096 + l61 * 64 + l62] = (arena + 164940)[l59 * 4096 + l60 * 4096 + l61 * 64 + l62];
-                                }
-                            }
-                        }
-                    }
-                    for (long long l63 = 0; l63 < 1; l63++) {
-                        for (long long l64 = 0; l64 < 1; l64++) {
-                            for (long long l65 = 0; l65 < 64; l65++) {
-                                float a67 = (-INFINITY);
-                                for (long long r66 = 0; r66 < 64; r66 += 1) a67 = fmaxf(a67, (arena + 136012)[l63 * 4096 + l64 * 4096 + l65 * 64 + r66 * 1]);
-                                (arena + 28804)[l63 * 64 + l64 * 64 + l65] = a67;
-                            }
-                        }
-                    }
-                    for (long long l68 = 0; l68 < 1; l68++) {
-                        for (long long l69 = 0; l69 < 1; l69++) {
-                            for (long long l70 = 0; l70 < 64; l70++) {
-                                (arena + 144204)[l68 * 64 + l69 * 64 + l70] = fmaxf((arena + 144204)[l68 * 64 + l69 * 64 + l70], (arena + 28804)[l68 * 64 + l69 * 64 + l70]);
-                            }
-                        }
-                    }
-                    for (long long l71 = 0; l71 < 1; l71++) {
-                        for (long long l72 = 0; l72 < 1; l72++) {
-                            for (long long l73 = 0; l73 < 64; l73++) {
-                                (arena + 28868)[l71 * 64 + l72 * 64 + l73] = (arena + 144204)[l71 * 64 + l72 * 64 + l73];
-                            }
-                        }
-                    }
-                    /* rsum identity */
-                    for (long long l74 = 0; l74 < 1; l74++) {
-                        for (long long l75 = 0; l75 < 1; l75++) {
-                            for (long long l76 = 0; l76 < 64; l76++) {
-                                (arena + 148428)[l74 * 64 + l75 * 64 + l76] = 0e0f;
-                            }
-                        }
-                    }
-                    /* partial rsum over j, lane by lane */
-                    for (long long l77 = 0; l77 < 1; l77++) {
-                        for (long long l78 = 0; l78 < 1; l78++) {
-                            for (long long l79 = 0; l79 < 64; l79++) {
-                                for (long long l80 = 0; l80 < 64; l80++) {
-                                    (arena + 169036)[l77 * 4096 + l78 * 4096 + l79 * 64 + l80] = 0e0f;
-                                }
-                            }
-                        }
-                    }
-                    /* rsum attention_causal.tensorize(j:64) */
-                    for (long long o81 = 0; o81 < s3; o81 += 64) {
-                        for (long long l82 = 0; l82 < 64; l82++) {
-                            (arena + 28932)[l82] = (float)(o81 + l82);
-                        }
-                        for (long long l83 = 0; l83 < 64; l83++) {
-                            (arena + 28996)[l83] = (float)(o3 + l83);
-                        }
-                        for (long long l84 = 0; l84 < 64; l84++) {
-                            for (long long l85 = 0; l85 < 64; l85++) {
-                                (arena + 29060)[l84 * 64 + l85] = (((arena + 28932)[l85]) <= ((arena + 28996)[l84]) ? 1.0f : 0.0f);
-                            }
-                        }
-                        /* rdot accumulator */
-                        for (long long l86 = 0; l86 < 1; l86++) {
-                            for (long long l87 = 0; l87 < 1; l87++) {
-                                for (long long l88 = 0; l88 < 64; l88++) {
-                                    for (long long l89 = 0; l89 < 64; l89++) {
-                                        (arena + 148492)[l86 * 4096 + l87 * 4096 + l88 * 64 + l89] = 0e0f;
-                                    }
-                                }
-                            }
-                        }
-                        /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o90 = 0; o90 < s5; o90 += 32) {
-                            for (long long l91 = 0; l91 < 1; l91++) {
-                                for (long long l92 = 0; l92 < 1; l92++) {
-                                    for (long long l93 = 0; l93 < 64; l93++) {
-                                        for (long long l94 = 0; l94 < 32; l94++) {
-                                            (arena + 33156)[l91 * 2048 + l92 * 2048 + l93 * 32 + l94] = (o1 + l91 < s0 && o2 + l92 < s1 && o3 + l93 < s2 && o90 + l94 < s5) ? dt_load_bf16(in0[(o1 + l91) * args->input_strides[0][0] + (o2 + l92) * args->input_strides[0][1] + (o3 + l93) * args->input_strides[0][2] + (o90 + l94) * args->input_strides[0][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l95 = 0; l95 < 1; l95++) {
-                                for (long long l96 = 0; l96 < 1; l96++) {
-                                    for (long long l97 = 0; l97 < 64; l97++) {
-                                        for (long long l98 = 0; l98 < 32; l98++) {
-                                            (arena + 35204)[l95 * 2048 + l96 * 2048 + l97 * 32 + l98] = (o1 + l95 < s0 && o2 + l96 < s1 && o81 + l97 < s3 && o90 + l98 < s5) ? dt_load_bf16(in1[(o1 + l95) * args->input_strides[1][0] + (o2 + l96) * args->input_strides[1][1] + (o81 + l97) * args->input_strides[1][2] + (o90 + l98) * args->input_strides[1][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l99 = 0; l99 < 1; l99++) {
-                                for (long long l100 = 0; l100 < 1; l100++) {
-                                    for (long long l101 = 0; l101 < 64; l101++) {
-                                        for (long long l102 = 0; l102 < 64; l102++) {
-                                            float a104 = 0.0f;
-                                            for (long long r103 = 0; r103 < 32; r103++) a104 += (arena + 33156)[l99 * 2048 + l100 * 2048 + l101 * 32 + r103 * 1] * (arena + 35204)[l99 * 2048 + l100 * 2048 + l102 * 32 + r103 * 1];
-                                            (arena + 37252)[l99 * 4096 + l100 * 4096 + l101 * 64 + l102] = a104;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l105 = 0; l105 < 1; l105++) {
-                                for (long long l106 = 0; l106 < 1; l106++) {
-                                    for (long long l107 = 0; l107 < 64; l107++) {
-                                        for (long long l108 = 0; l108 < 64; l108++) {
-                                            (arena + 148492)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108] = (arena + 148492)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108] + (arena + 37252)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108];
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l109 = 0; l109 < 1; l109++) {
-                            for (long long l110 = 0; l110 < 1; l110++) {
-                                for (long long l111 = 0; l111 < 64; l111++) {
-                                    for (long long l112 = 0; l112 < 64; l112++) {
-                                        (arena + 41348)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112] = (arena + 148492)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112];
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l113 = 0; l113 < 1; l113++) {
-                            for (long long l114 = 0; l114 < 1; l114++) {
-                                for (long long l115 = 0; l115 < 64; l115++) {
-                                    for (long long l116 = 0; l116 < 64; l116++) {
-                                        (arena + 45446)[l113 * 4096 + l114 * 4096 + l115 * 64 + l116] = ((arena + 41348)[l113 * 4096 + l114 * 4096 + l115 * 64 + l116] * (arena + 45445)[0]);
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l117 = 0; l117 < 1; l117++) {
-                            for (long long l118 = 0; l118 < 1; l118++) {
-                                for (long long l119 = 0; l119 < 64; l119++) {
-                                    for (long long l120 = 0; l120 < 64; l120++) {
-                                        (arena + 49544)[l117 * 4096 + l118 * 4096 + l119 * 64 + l120] = (arena + 29060)[l119 * 64 + l120] != 0.0f ? (arena + 45446)[l117 * 4096 + l118 * 4096 + l119 * 64 + l120] : (arena + 49543)[0];
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l121 = 0; l121 < 1; l121++) {
-                            for (long long l122 = 0; l122 < 1; l122++) {
-                                for (long long l123 = 0; l123 < 64; l123++) {
-                                    for (long long l124 = 0; l124 < 64; l124++) {
-                                        (arena + 53704)[l121 * 4096 + l122 * 4096 + l123 * 64 + l124] = ((arena + 49544)[l121 * 4096 + l122 * 4096 + l123 * 64 + l124] - (arena + 28868)[l121 * 64 + l122 * 64 + l123]);
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l125 = 0; l125 < 1; l125++) {
-                            for (long long l126 = 0; l126 < 1; l126++) {
-                                for (long long l127 = 0; l127 < 64; l127++) {
-                                    for (long long l128 = 0; l128 < 64; l128++) {
-                                        (arena + 57800)[l125 * 4096 + l126 * 4096 + l127 * 64 + l128] = expf((arena + 53704)[l125 * 4096 + l126 * 4096 + l127 * 64 + l128]);
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l129 = 0; l129 < 1; l129++) {
-                            for (long long l130 = 0; l130 < 1; l130++) {
-                                for (long long l131 = 0; l131 < 64; l131++) {
-                                    for (long long l132 = 0; l132 < 64; l132++) {
-                                        (arena + 61896)[l129 * 4096 + l130 * 4096 + l131 * 64 + l132] = (o81 + l132 < s3) ? (arena + 57800)[l129 * 4096 + l130 * 4096 + l131 * 64 + l132] : 0e0f;
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l133 = 0; l133 < 1; l133++) {
-                            for (long long l134 = 0; l134 < 1; l134++) {
-                                for (long long l135 = 0; l135 < 64; l135++) {
-                                    for (long long l136 = 0; l136 < 64; l136++) {
-                                        (arena + 169036)[l133 * 4096 + l134 * 4096 + l135 * 64 + l136] = (arena + 169036)[l133 * 4096 + l134 * 4096 + l135 * 64 + l136] + (arena + 61896)[l133 * 4096 + l134 * 4096 + l135 * 64 + l136];
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    for (long long l137 = 0; l137 < 1; l137++) {
-                        for (long long l138 = 0; l138 < 1; l138++) {
-                            for (long long l139 = 0; l139 < 64; l139++) {
-                                for (long long l140 = 0; l140 < 64; l140++) {
-                                    (arena + 140108)[l137 * 4096 + l138 * 4096 + l139 * 64 + l140] = (arena + 169036)[l137 * 4096 + l138 * 4096 + l139 * 64 + l140];
-                                }
-                            }
-                        }
-                    }
-                    for (long long l141 = 0; l141 < 1; l141++) {
-                        for (long long l142 = 0; l142 < 1; l142++) {
-                            for (long long l143 = 0; l143 < 64; l143++) {
-                                float a145 = 0e0f;
-                                for (long long r144 = 0; r144 < 64; r144 += 1) a145 = a145 + (arena + 140108)[l141 * 4096 + l142 * 4096 + l143 * 64 + r144 * 1];
-                                (arena + 65992)[l141 * 64 + l142 * 64 + l143] = a145;
-                            }
-                        }
-                    }
-                    for (long long l146 = 0; l146 < 1; l146++) {
-                        for (long long l147 = 0; l147 < 1; l147++) {
-                            for (long long l148 = 0; l148 < 64; l148++) {
-                                (arena + 148428)[l146 * 64 + l147 * 64 + l148] = (arena + 148428)[l146 * 64 + l147 * 64 + l148] + (arena + 65992)[l146 * 64 + l147 * 64 + l148];
-                            }
-                        }
-                    }
-                    for (long long l149 = 0; l149 < 1; l149++) {
-                        for (long long l150 = 0; l150 < 1; l150++) {
-                            for (long long l151 = 0; l151 < 64; l151++) {
-                                (arena + 66056)[l149 * 64 + l150 * 64 + l151] = (arena + 148428)[l149 * 64 + l150 * 64 + l151];
-                            }
-                        }
-                    }
                     /* block(e:128) attention_causal.tensorize(e:0) */
-                    for (long long o152 = b4 * 128; o152 < dt_min_ll(b4 * 128 + 128, s4); o152 += 128) {
+                    for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                         /* rdot accumulator */
-                        for (long long l153 = 0; l153 < 1; l153++) {
-                            for (long long l154 = 0; l154 < 1; l154++) {
-                                for (long long l155 = 0; l155 < 64; l155++) {
-                                    for (long long l156 = 0; l156 < 128; l156++) {
-                                        (arena + 152652)[l153 * 8192 + l154 * 8192 + l155 * 128 + l156] = 0e0f;
+                        for (long long l5 = 0; l5 < 1; l5++) {
+                            for (long long l6 = 0; l6 < 1; l6++) {
+                                for (long long l7 = 0; l7 < 64; l7++) {
+                                    for (long long l8 = 0; l8 < 128; l8++) {
+                                        (arena + 161358)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
                         }
-                        /* rdot attention_causal.tensorize(j:64) */
-                        for (long long o157 = 0; o157 < s3; o157 += 64) {
-                            for (long long l158 = 0; l158 < 64; l158++) {
-                                (arena + 66120)[l158] = (float)(o157 + l158);
+                        /* rsum identity */
+                        for (long long l9 = 0; l9 < 1; l9++) {
+                            for (long long l10 = 0; l10 < 1; l10++) {
+                                for (long long l11 = 0; l11 < 64; l11++) {
+                                    (arena + 157134)[l9 * 64 + l10 * 64 + l11] = 0e0f;
+                                }
                             }
-                            for (long long l159 = 0; l159 < 64; l159++) {
-                                (arena + 66184)[l159] = (float)(o3 + l159);
+                        }
+                        /* rmax identity */
+                        for (long long l12 = 0; l12 < 1; l12++) {
+                            for (long long l13 = 0; l13 < 1; l13++) {
+                                for (long long l14 = 0; l14 < 64; l14++) {
+                                    (arena + 152910)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
+                                }
                             }
-                            for (long long l160 = 0; l160 < 64; l160++) {
-                                for (long long l161 = 0; l161 < 64; l161++) {
-                                    (arena + 66248)[l160 * 64 + l161] = (((arena + 66120)[l161]) <= ((arena + 66184)[l160]) ? 1.0f : 0.0f);
+                        }
+                        /* rmax attention_causal.tensorize(j:64) + rsum attention_causal.tensorize(j:64) + rdot attention_causal.tensorize(j:64), online */
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
+                            for (long long l16 = 0; l16 < 64; l16++) {
+                                (arena + 0)[l16] = (float)(o15 + l16);
+                            }
+                            for (long long l17 = 0; l17 < 64; l17++) {
+                                (arena + 64)[l17] = (float)(o3 + l17);
+                            }
+                            for (long long l18 = 0; l18 < 64; l18++) {
+                                for (long long l19 = 0; l19 < 64; l19++) {
+                                    (arena + 128)[l18 * 64 + l19] = (((arena + 0)[l19]) <= ((arena + 64)[l18]) ? 1.0f : 0.0f);
                                 }
                             }
                             /* rdot accumulator */
-                            for (long long l162 = 0; l162 < 1; l162++) {
-                                for (long long l163 = 0; l163 < 1; l163++) {
-                                    for (long long l164 = 0; l164 < 64; l164++) {
-                                        for (long long l165 = 0; l165 < 64; l165++) {
-                                            (arena + 160844)[l162 * 4096 + l163 * 4096 + l164 * 64 + l165] = 0e0f;
+                            for (long long l20 = 0; l20 < 1; l20++) {
+                                for (long long l21 = 0; l21 < 1; l21++) {
+                                    for (long long l22 = 0; l22 < 64; l22++) {
+                                        for (long long l23 = 0; l23 < 64; l23++) {
+                                            (arena + 152974)[l20 * 4096 + l21 * 4096 + l22 * 64 + l23] = 0e0f;
                                         }
                                     }
                                 }
                             }
                             /* rdot attention_causal.tensorize(d:32) */
-                            for (long long o166 = 0; o166 < s5; o166 += 32) {
-                                for (long long l167 = 0; l167 < 1; l167++) {
-                                    for (long long l168 = 0; l168 < 1; l168++) {
-                                        for (long long l169 = 0; l169 < 64; l169++) {
-                                            for (long long l170 = 0; l170 < 32; l170++) {
-                                                (arena + 70344)[l167 * 2048 + l168 * 2048 + l169 * 32 + l170] = (o1 + l167 < s0 && o2 + l168 < s1 && o3 + l169 < s2 && o166 + l170 < s5) ? dt_load_bf16(in0[(o1 + l167) * args->input_strides[0][0] + (o2 + l168) * args->input_strides[0][1] + (o3 + l169) * args->input_strides[0][2] + (o166 + l170) * args->input_strides[0][3]]) : 0e0f;
+                            for (long long o24 = 0; o24 < s5; o24 += 32) {
+                                for (long long l25 = 0; l25 < 1; l25++) {
+                                    for (long long l26 = 0; l26 < 1; l26++) {
+                                        for (long long l27 = 0; l27 < 64; l27++) {
+                                            for (long long l28 = 0; l28 < 32; l28++) {
+                                                (arena + 4224)[l25 * 2048 + l26 * 2048 + l27 * 32 + l28] = (o1 + l25 < s0 && o2 + l26 < s1 && o3 + l27 < s2 && o24 + l28 < s5) ? dt_load_bf16(in0[(o1 + l25) * args->input_strides[0][0] + (o2 + l26) * args->input_strides[0][1] + (o3 + l27) * args->input_strides[0][2] + (o24 + l28) * args->input_strides[0][3]]) : 0e0f;
                                             }
                                         }
                                     }
                                 }
-                                for (long long l171 = 0; l171 < 1; l171++) {
-                                    for (long long l172 = 0; l172 < 1; l172++) {
-                                        for (long long l173 = 0; l173 < 64; l173++) {
-                                            for (long long l174 = 0; l174 < 32; l174++) {
-                                                (arena + 72392)[l171 * 2048 + l172 * 2048 + l173 * 32 + l174] = (o1 + l171 < s0 && o2 + l172 < s1 && o157 + l173 < s3 && o166 + l174 < s5) ? dt_load_bf16(in1[(o1 + l171) * args->input_strides[1][0] + (o2 + l172) * args->input_strides[1][1] + (o157 + l173) * args->input_strides[1][2] + (o166 + l174) * args->input_strides[1][3]]) : 0e0f;
+                                for (long long l29 = 0; l29 < 1; l29++) {
+                                    for (long long l30 = 0; l30 < 1; l30++) {
+                                        for (long long l31 = 0; l31 < 64; l31++) {
+                                            for (long long l32 = 0; l32 < 32; l32++) {
+                                                (arena + 6272)[l29 * 2048 + l30 * 2048 + l31 * 32 + l32] = (o1 + l29 < s0 && o2 + l30 < s1 && o15 + l31 < s3 && o24 + l32 < s5) ? dt_load_bf16(in1[(o1 + l29) * args->input_strides[1][0] + (o2 + l30) * args->input_strides[1][1] + (o15 + l31) * args->input_strides[1][2] + (o24 + l32) * args->input_strides[1][3]]) : 0e0f;
                                             }
                                         }
                                     }
                                 }
-                                for (long long l175 = 0; l175 < 1; l175++) {
-                                    for (long long l176 = 0; l176 < 1; l176++) {
-                                        for (long long l177 = 0; l177 < 64; l177++) {
-                                            for (long long l178 = 0; l178 < 64; l178++) {
-                                                float a180 = 0.0f;
-                                                for (long long r179 = 0; r179 < 32; r179++) a180 += (arena + 70344)[l175 * 2048 + l176 * 2048 + l177 * 32 + r179 * 1] * (arena + 72392)[l175 * 2048 + l176 * 2048 + l178 * 32 + r179 * 1];
-                                                (arena + 74440)[l175 * 4096 + l176 * 4096 + l177 * 64 + l178] = a180;
+                                for (long long l33 = 0; l33 < 1; l33++) {
+                                    for (long long l34 = 0; l34 < 1; l34++) {
+                                        for (long long l35 = 0; l35 < 64; l35++) {
+                                            for (long long l36 = 0; l36 < 64; l36++) {
+                                                float a38 = 0.0f;
+                                                for (long long r37 = 0; r37 < 32; r37++) a38 += (arena + 4224)[l33 * 2048 + l34 * 2048 + l35 * 32 + r37 * 1] * (arena + 6272)[l33 * 2048 + l34 * 2048 + l36 * 32 + r37 * 1];
+                                                (arena + 8320)[l33 * 4096 + l34 * 4096 + l35 * 64 + l36] = a38;
                                             }
                                         }
                                     }
                                 }
-                                for (long long l181 = 0; l181 < 1; l181++) {
-                                    for (long long l182 = 0; l182 < 1; l182++) {
-                                        for (long long l183 = 0; l183 < 64; l183++) {
-                                            for (long long l184 = 0; l184 < 64; l184++) {
-                                                (arena + 160844)[l181 * 4096 + l182 * 4096 + l183 * 64 + l184] = (arena + 160844)[l181 * 4096 + l182 * 4096 + l183 * 64 + l184] + (arena + 74440)[l181 * 4096 + l182 * 4096 + l183 * 64 + l184];
+                                for (long long l39 = 0; l39 < 1; l39++) {
+                                    for (long long l40 = 0; l40 < 1; l40++) {
+                                        for (long long l41 = 0; l41 < 64; l41++) {
+                                            for (long long l42 = 0; l42 < 64; l42++) {
+                                                (arena + 152974)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 152974)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] + (arena + 8320)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
                                             }
                                         }
                                     }
                                 }
                             }
-                            for (long long l185 = 0; l185 < 1; l185++) {
-                                for (long long l186 = 0; l186 < 1; l186++) {
-                                    for (long long l187 = 0; l187 < 64; l187++) {
-                                        for (long long l188 = 0; l188 < 64; l188++) {
-                                            (arena + 78536)[l185 * 4096 + l186 * 4096 + l187 * 64 + l188] = (arena + 160844)[l185 * 4096 + l186 * 4096 + l187 * 64 + l188];
+                            for (long long l43 = 0; l43 < 1; l43++) {
+                                for (long long l44 = 0; l44 < 1; l44++) {
+                                    for (long long l45 = 0; l45 < 64; l45++) {
+                                        for (long long l46 = 0; l46 < 64; l46++) {
+                                            (arena + 12416)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = (arena + 152974)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46];
                                         }
                                     }
                                 }
                             }
-                            for (long long l189 = 0; l189 < 1; l189++) {
-                                for (long long l190 = 0; l190 < 1; l190++) {
-                                    for (long long l191 = 0; l191 < 64; l191++) {
-                                        for (long long l192 = 0; l192 < 64; l192++) {
-                                            (arena + 82634)[l189 * 4096 + l190 * 4096 + l191 * 64 + l192] = ((arena + 78536)[l189 * 4096 + l190 * 4096 + l191 * 64 + l192] * (arena + 82633)[0]);
+                            for (long long l47 = 0; l47 < 1; l47++) {
+                                for (long long l48 = 0; l48 < 1; l48++) {
+                                    for (long long l49 = 0; l49 < 64; l49++) {
+                                        for (long long l50 = 0; l50 < 64; l50++) {
+                                            (arena + 16514)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = ((arena + 12416)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] * (arena + 16513)[0]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l193 = 0; l193 < 1; l193++) {
-                                for (long long l194 = 0; l194 < 1; l194++) {
-                                    for (long long l195 = 0; l195 < 64; l195++) {
-                                        for (long long l196 = 0; l196 < 64; l196++) {
-                                            (arena + 86732)[l193 * 4096 + l194 * 4096 + l195 * 64 + l196] = (arena + 66248)[l195 * 64 + l196] != 0.0f ? (arena + 82634)[l193 * 4096 + l194 * 4096 + l195 * 64 + l196] : (arena + 86731)[0];
+                            for (long long l51 = 0; l51 < 1; l51++) {
+                                for (long long l52 = 0; l52 < 1; l52++) {
+                                    for (long long l53 = 0; l53 < 64; l53++) {
+                                        for (long long l54 = 0; l54 < 64; l54++) {
+                                            (arena + 20612)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54] = (arena + 128)[l53 * 64 + l54] != 0.0f ? (arena + 16514)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54] : (arena + 20611)[0];
                                         }
                                     }
                                 }
                             }
-                            for (long long l197 = 0; l197 < 1; l197++) {
-                                for (long long l198 = 0; l198 < 1; l198++) {
-                                    for (long long l199 = 0; l199 < 64; l199++) {
-                                        for (long long l200 = 0; l200 < 64; l200++) {
-                                            (arena + 90892)[l197 * 4096 + l198 * 4096 + l199 * 64 + l200] = ((arena + 86732)[l197 * 4096 + l198 * 4096 + l199 * 64 + l200] - (arena + 28868)[l197 * 64 + l198 * 64 + l199]);
+                            for (long long l55 = 0; l55 < 1; l55++) {
+                                for (long long l56 = 0; l56 < 1; l56++) {
+                                    for (long long l57 = 0; l57 < 64; l57++) {
+                                        for (long long l58 = 0; l58 < 64; l58++) {
+                                            (arena + 24708)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] = (o15 + l58 < s3) ? (arena + 20612)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] : (-INFINITY);
                                         }
                                     }
                                 }
                             }
-                            for (long long l201 = 0; l201 < 1; l201++) {
-                                for (long long l202 = 0; l202 < 1; l202++) {
-                                    for (long long l203 = 0; l203 < 64; l203++) {
-                                        for (long long l204 = 0; l204 < 64; l204++) {
-                                            (arena + 94988)[l201 * 4096 + l202 * 4096 + l203 * 64 + l204] = expf((arena + 90892)[l201 * 4096 + l202 * 4096 + l203 * 64 + l204]);
+                            for (long long l59 = 0; l59 < 1; l59++) {
+                                for (long long l60 = 0; l60 < 1; l60++) {
+                                    for (long long l61 = 0; l61 < 64; l61++) {
+                                        float a63 = (-INFINITY);
+                                        for (long long r62 = 0; r62 < 64; r62 += 1) a63 = fmaxf(a63, (arena + 24708)[l59 * 4096 + l60 * 4096 + l61 * 64 + r62 * 1]);
+                                        (arena + 28804)[l59 * 64 + l60 * 64 + l61] = a63;
+                                    }
+                                }
+                            }
+                            for (long long l64 = 0; l64 < 1; l64++) {
+                                for (long long l65 = 0; l65 < 1; l65++) {
+                                    for (long long l66 = 0; l66 < 64; l66++) {
+                                        (arena + 136012)[l64 * 64 + l65 * 64 + l66] = (arena + 152910)[l64 * 64 + l65 * 64 + l66];
+                                    }
+                                }
+                            }
+                            for (long long l67 = 0; l67 < 1; l67++) {
+                                for (long long l68 = 0; l68 < 1; l68++) {
+                                    for (long long l69 = 0; l69 < 64; l69++) {
+                                        (arena + 152910)[l67 * 64 + l68 * 64 + l69] = fmaxf((arena + 152910)[l67 * 64 + l68 * 64 + l69], (arena + 28804)[l67 * 64 + l68 * 64 + l69]);
+                                    }
+                                }
+                            }
+                            for (long long l70 = 0; l70 < 1; l70++) {
+                                for (long long l71 = 0; l71 < 1; l71++) {
+                                    for (long long l72 = 0; l72 < 64; l72++) {
+                                        (arena + 136076)[l70 * 64 + l71 * 64 + l72] = (arena + 152910)[l70 * 64 + l71 * 64 + l72];
+                                    }
+                                }
+                            }
+                            for (long long l73 = 0; l73 < 1; l73++) {
+                                for (long long l74 = 0; l74 < 1; l74++) {
+                                    for (long long l75 = 0; l75 < 64; l75++) {
+                                        (arena + 136142)[l73 * 64 + l74 * 64 + l75] = (((arena + 136076)[l73 * 64 + l74 * 64 + l75]) == ((arena + 136140)[0]) ? 1.0f : 0.0f);
+                                    }
+                                }
+                            }
+                            for (long long l76 = 0; l76 < 1; l76++) {
+                                for (long long l77 = 0; l77 < 1; l77++) {
+                                    for (long long l78 = 0; l78 < 64; l78++) {
+                                        (arena + 136206)[l76 * 64 + l77 * 64 + l78] = (arena + 136142)[l76 * 64 + l77 * 64 + l78] != 0.0f ? (arena + 136141)[0] : (arena + 136076)[l76 * 64 + l77 * 64 + l78];
+                                    }
+                                }
+                            }
+                            for (long long l79 = 0; l79 < 1; l79++) {
+                                for (long long l80 = 0; l80 < 1; l80++) {
+                                    for (long long l81 = 0; l81 < 64; l81++) {
+                                        (arena + 136270)[l79 * 64 + l80 * 64 + l81] = ((arena + 136012)[l79 * 64 + l80 * 64 + l81] - (arena + 136206)[l79 * 64 + l80 * 64 + l81]);
+                                    }
+                                }
+                            }
+                            for (long long l82 = 0; l82 < 1; l82++) {
+                                for (long long l83 = 0; l83 < 1; l83++) {
+                                    for (long long l84 = 0; l84 < 64; l84++) {
+                                        (arena + 136334)[l82 * 64 + l83 * 64 + l84] = expf((arena + 136270)[l82 * 64 + l83 * 64 + l84]);
+                                    }
+                                }
+                            }
+                            for (long long l85 = 0; l85 < 1; l85++) {
+                                for (long long l86 = 0; l86 < 1; l86++) {
+                                    for (long long l87 = 0; l87 < 64; l87++) {
+                                        (arena + 136398)[l85 * 64 + l86 * 64 + l87] = (arena + 157134)[l85 * 64 + l86 * 64 + l87];
+                                    }
+                                }
+                            }
+                            for (long long l88 = 0; l88 < 1; l88++) {
+                                for (long long l89 = 0; l89 < 1; l89++) {
+                                    for (long long l90 = 0; l90 < 64; l90++) {
+                                        (arena + 136462)[l88 * 64 + l89 * 64 + l90] = ((arena + 136398)[l88 * 64 + l89 * 64 + l90] * (arena + 136334)[l88 * 64 + l89 * 64 + l90]);
+                                    }
+                                }
+                            }
+                            for (long long l91 = 0; l91 < 1; l91++) {
+                                for (long long l92 = 0; l92 < 1; l92++) {
+                                    for (long long l93 = 0; l93 < 64; l93++) {
+                                        (arena + 157134)[l91 * 64 + l92 * 64 + l93] = (arena + 136462)[l91 * 64 + l92 * 64 + l93];
+                                    }
+                                }
+                            }
+                            for (long long l94 = 0; l94 < 1; l94++) {
+                                for (long long l95 = 0; l95 < 1; l95++) {
+                                    for (long long l96 = 0; l96 < 64; l96++) {
+                                        for (long long l97 = 0; l97 < 64; l97++) {
+                                            (arena + 53704)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] = ((arena + 20612)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] - (arena + 136206)[l94 * 64 + l95 * 64 + l96]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l205 = 0; l205 < 1; l205++) {
-                                for (long long l206 = 0; l206 < 1; l206++) {
-                                    for (long long l207 = 0; l207 < 64; l207++) {
-                                        for (long long l208 = 0; l208 < 64; l208++) {
-                                            (arena + 99084)[l205 * 4096 + l206 * 4096 + l207 * 64 + l208] = (o157 + l208 < s3) ? (arena + 94988)[l205 * 4096 + l206 * 4096 + l207 * 64 + l208] : 0e0f;
+                            for (long long l98 = 0; l98 < 1; l98++) {
+                                for (long long l99 = 0; l99 < 1; l99++) {
+                                    for (long long l100 = 0; l100 < 64; l100++) {
+                                        for (long long l101 = 0; l101 < 64; l101++) {
+                                            (arena + 57800)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101] = expf((arena + 53704)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l209 = 0; l209 < 1; l209++) {
-                                for (long long l210 = 0; l210 < 1; l210++) {
-                                    for (long long l211 = 0; l211 < 128; l211++) {
-                                        for (long long l212 = 0; l212 < 64; l212++) {
-                                            (arena + 103180)[l209 * 8192 + l210 * 8192 + l211 * 64 + l212] = (o1 + l209 < s0 && o2 + l210 < s1 && o157 + l212 < s3 && o152 + l211 < s4) ? dt_load_bf16(in2[(o1 + l209) * args->input_strides[2][0] + (o2 + l210) * args->input_strides[2][1] + (o157 + l212) * args->input_strides[2][2] + (o152 + l211) * args->input_strides[2][3]]) : 0e0f;
+                            for (long long l102 = 0; l102 < 1; l102++) {
+                                for (long long l103 = 0; l103 < 1; l103++) {
+                                    for (long long l104 = 0; l104 < 64; l104++) {
+                                        for (long long l105 = 0; l105 < 64; l105++) {
+                                            (arena + 61896)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105] = (o15 + l105 < s3) ? (arena + 57800)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105] : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l213 = 0; l213 < 1; l213++) {
-                                for (long long l214 = 0; l214 < 1; l214++) {
-                                    for (long long l215 = 0; l215 < 64; l215++) {
-                                        for (long long l216 = 0; l216 < 128; l216++) {
-                                            float a218 = 0.0f;
-                                            for (long long r217 = 0; r217 < 64; r217++) a218 += (arena + 99084)[l213 * 4096 + l214 * 4096 + l215 * 64 + r217 * 1] * (arena + 103180)[l213 * 8192 + l214 * 8192 + l216 * 64 + r217 * 1];
-                                            (arena + 111372)[l213 * 8192 + l214 * 8192 + l215 * 128 + l216] = a218;
+                            for (long long l106 = 0; l106 < 1; l106++) {
+                                for (long long l107 = 0; l107 < 1; l107++) {
+                                    for (long long l108 = 0; l108 < 64; l108++) {
+                                        float a110 = 0e0f;
+                                        for (long long r109 = 0; r109 < 64; r109 += 1) a110 = a110 + (arena + 61896)[l106 * 4096 + l107 * 4096 + l108 * 64 + r109 * 1];
+                                        (arena + 65992)[l106 * 64 + l107 * 64 + l108] = a110;
+                                    }
+                                }
+                            }
+                            for (long long l111 = 0; l111 < 1; l111++) {
+                                for (long long l112 = 0; l112 < 1; l112++) {
+                                    for (long long l113 = 0; l113 < 64; l113++) {
+                                        (arena + 157134)[l111 * 64 + l112 * 64 + l113] = (arena + 157134)[l111 * 64 + l112 * 64 + l113] + (arena + 65992)[l111 * 64 + l112 * 64 + l113];
+                                    }
+                                }
+                            }
+                            for (long long l114 = 0; l114 < 1; l114++) {
+                                for (long long l115 = 0; l115 < 1; l115++) {
+                                    for (long long l116 = 0; l116 < 64; l116++) {
+                                        for (long long l117 = 0; l117 < 128; l117++) {
+                                            (arena + 136526)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117] = (arena + 161358)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117];
                                         }
                                     }
                                 }
                             }
-                            for (long long l219 = 0; l219 < 1; l219++) {
-                                for (long long l220 = 0; l220 < 1; l220++) {
-                                    for (long long l221 = 0; l221 < 64; l221++) {
-                                        for (long long l222 = 0; l222 < 128; l222++) {
-                                            (arena + 152652)[l219 * 8192 + l220 * 8192 + l221 * 128 + l222] = (arena + 152652)[l219 * 8192 + l220 * 8192 + l221 * 128 + l222] + (arena + 111372)[l219 * 8192 + l220 * 8192 + l221 * 128 + l222];
+                            for (long long l118 = 0; l118 < 1; l118++) {
+                                for (long long l119 = 0; l119 < 1; l119++) {
+                                    for (long long l120 = 0; l120 < 64; l120++) {
+                                        for (long long l121 = 0; l121 < 128; l121++) {
+                                            (arena + 144718)[l118 * 8192 + l119 * 8192 + l120 * 128 + l121] = ((arena + 136526)[l118 * 8192 + l119 * 8192 + l120 * 128 + l121] * (arena + 136334)[l118 * 64 + l119 * 64 + l120]);
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l122 = 0; l122 < 1; l122++) {
+                                for (long long l123 = 0; l123 < 1; l123++) {
+                                    for (long long l124 = 0; l124 < 64; l124++) {
+                                        for (long long l125 = 0; l125 < 128; l125++) {
+                                            (arena + 161358)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125] = (arena + 144718)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125];
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l126 = 0; l126 < 1; l126++) {
+                                for (long long l127 = 0; l127 < 1; l127++) {
+                                    for (long long l128 = 0; l128 < 128; l128++) {
+                                        for (long long l129 = 0; l129 < 64; l129++) {
+                                            (arena + 103180)[l126 * 8192 + l127 * 8192 + l128 * 64 + l129] = (o1 + l126 < s0 && o2 + l127 < s1 && o15 + l129 < s3 && o4 + l128 < s4) ? dt_load_bf16(in2[(o1 + l126) * args->input_strides[2][0] + (o2 + l127) * args->input_strides[2][1] + (o15 + l129) * args->input_strides[2][2] + (o4 + l128) * args->input_strides[2][3]]) : 0e0f;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l130 = 0; l130 < 1; l130++) {
+                                for (long long l131 = 0; l131 < 1; l131++) {
+                                    for (long long l132 = 0; l132 < 64; l132++) {
+                                        for (long long l133 = 0; l133 < 128; l133++) {
+                                            float a135 = 0.0f;
+                                            for (long long r134 = 0; r134 < 64; r134++) a135 += (arena + 61896)[l130 * 4096 + l131 * 4096 + l132 * 64 + r134 * 1] * (arena + 103180)[l130 * 8192 + l131 * 8192 + l133 * 64 + r134 * 1];
+                                            (arena + 111372)[l130 * 8192 + l131 * 8192 + l132 * 128 + l133] = a135;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l136 = 0; l136 < 1; l136++) {
+                                for (long long l137 = 0; l137 < 1; l137++) {
+                                    for (long long l138 = 0; l138 < 64; l138++) {
+                                        for (long long l139 = 0; l139 < 128; l139++) {
+                                            (arena + 161358)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139] = (arena + 161358)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139] + (arena + 111372)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l223 = 0; l223 < 1; l223++) {
-                            for (long long l224 = 0; l224 < 1; l224++) {
-                                for (long long l225 = 0; l225 < 64; l225++) {
-                                    for (long long l226 = 0; l226 < 128; l226++) {
-                                        (arena + 119564)[l223 * 8192 + l224 * 8192 + l225 * 128 + l226] = (arena + 152652)[l223 * 8192 + l224 * 8192 + l225 * 128 + l226];
+                        for (long long l140 = 0; l140 < 1; l140++) {
+                            for (long long l141 = 0; l141 < 1; l141++) {
+                                for (long long l142 = 0; l142 < 64; l142++) {
+                                    (arena + 66056)[l140 * 64 + l141 * 64 + l142] = (arena + 157134)[l140 * 64 + l141 * 64 + l142];
+                                }
+                            }
+                        }
+                        for (long long l143 = 0; l143 < 1; l143++) {
+                            for (long long l144 = 0; l144 < 1; l144++) {
+                                for (long long l145 = 0; l145 < 64; l145++) {
+                                    for (long long l146 = 0; l146 < 128; l146++) {
+                                        (arena + 119564)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146] = (arena + 161358)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146];
                                     }
                                 }
                             }
                         }
-                        for (long long l227 = 0; l227 < 1; l227++) {
-                            for (long long l228 = 0; l228 < 1; l228++) {
-                                for (long long l229 = 0; l229 < 64; l229++) {
-                                    for (long long l230 = 0; l230 < 128; l230++) {
-                                        (arena + 127820)[l227 * 8192 + l228 * 8192 + l229 * 128 + l230] = ((arena + 119564)[l227 * 8192 + l228 * 8192 + l229 * 128 + l230] / (arena + 66056)[l227 * 64 + l228 * 64 + l229]);
+                        for (long long l147 = 0; l147 < 1; l147++) {
+                            for (long long l148 = 0; l148 < 1; l148++) {
+                                for (long long l149 = 0; l149 < 64; l149++) {
+                                    for (long long l150 = 0; l150 < 128; l150++) {
+                                        (arena + 127820)[l147 * 8192 + l148 * 8192 + l149 * 128 + l150] = ((arena + 119564)[l147 * 8192 + l148 * 8192 + l149 * 128 + l150] / (arena + 66056)[l147 * 64 + l148 * 64 + l149]);
                                     }
                                 }
                             }
                         }
-                        for (long long l231 = 0; l231 < 1; l231++) {
-                            for (long long l232 = 0; l232 < 1; l232++) {
-                                for (long long l233 = 0; l233 < 64; l233++) {
-                                    for (long long l234 = 0; l234 < 128; l234++) {
-                                        if (o1 + l231 < s0 && o2 + l232 < s1 && o3 + l233 < s2 && o152 + l234 < s4) out[(o1 + l231) * args->output_strides[0] + (o2 + l232) * args->output_strides[1] + (o3 + l233) * args->output_strides[2] + (o152 + l234) * args->output_strides[3]] = dt_store_bf16((arena + 127820)[l231 * 8192 + l232 * 8192 + l233 * 128 + l234]);
+                        for (long long l151 = 0; l151 < 1; l151++) {
+                            for (long long l152 = 0; l152 < 1; l152++) {
+                                for (long long l153 = 0; l153 < 64; l153++) {
+                                    for (long long l154 = 0; l154 < 128; l154++) {
+                                        if (o1 + l151 < s0 && o2 + l152 < s1 && o3 + l153 < s2 && o4 + l154 < s4) out[(o1 + l151) * args->output_strides[0] + (o2 + l152) * args->output_strides[1] + (o3 + l153) * args->output_strides[2] + (o4 + l154) * args->output_strides[3]] = dt_store_bf16((arena + 127820)[l151 * 8192 + l152 * 8192 + l153 * 128 + l154]);
                                     }
                                 }
                             }
@@ -2825,7 +2007,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
     const float* in1 = (const float*)(uintptr_t)args->inputs[1]; /* K */
     const float* in2 = (const float*)(uintptr_t)args->inputs[2]; /* V */
     float* out = (float*)(uintptr_t)args->output; /* attention_causal */
-    float* arena = (float*)malloc(sizeof(float) * 173132);
+    float* arena = (float*)malloc(sizeof(float) * 173646);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -2851,541 +2033,351 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
         (arena + 16513)[0] = dt_rsqrt((arena + 16512)[0]);
         (arena + 20610)[0] = INFINITY;
         (arena + 20611)[0] = (-(arena + 20610)[0]);
-        (arena + 45444)[0] = (float)s5;
-        (arena + 45445)[0] = dt_rsqrt((arena + 45444)[0]);
-        (arena + 49542)[0] = INFINITY;
-        (arena + 49543)[0] = (-(arena + 49542)[0]);
-        (arena + 82632)[0] = (float)s5;
-        (arena + 82633)[0] = dt_rsqrt((arena + 82632)[0]);
-        (arena + 86730)[0] = INFINITY;
-        (arena + 86731)[0] = (-(arena + 86730)[0]);
+        (arena + 136140)[0] = (-INFINITY);
+        (arena + 136141)[0] = 0e0f;
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
             for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
                 /* block(i:64) attention_causal.tensorize(i:0) */
                 for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
-                    /* rmax identity */
-                    for (long long l4 = 0; l4 < 1; l4++) {
-                        for (long long l5 = 0; l5 < 1; l5++) {
-                            for (long long l6 = 0; l6 < 64; l6++) {
-                                (arena + 144204)[l4 * 64 + l5 * 64 + l6] = (-INFINITY);
-                            }
-                        }
-                    }
-                    /* partial rmax over j, lane by lane */
-                    for (long long l7 = 0; l7 < 1; l7++) {
-                        for (long long l8 = 0; l8 < 1; l8++) {
-                            for (long long l9 = 0; l9 < 64; l9++) {
-                                for (long long l10 = 0; l10 < 64; l10++) {
-                                    (arena + 164940)[l7 * 4096 + l8 * 4096 + l9 * 64 + l10] = (-INFINITY);
-                                }
-                            }
-                        }
-                    }
-                    /* rmax attention_causal.tensorize(j:64) */
-                    for (long long o11 = 0; o11 < s3; o11 += 64) {
-                        for (long long l12 = 0; l12 < 64; l12++) {
-                            (arena + 0)[l12] = (float)(o11 + l12);
-                        }
-                        for (long long l13 = 0; l13 < 64; l13++) {
-                            (arena + 64)[l13] = (float)(o3 + l13);
-                        }
-                        for (long long l14 = 0; l14 < 64; l14++) {
-                            for (long long l15 = 0; l15 < 64; l15++) {
-                                (arena + 128)[l14 * 64 + l15] = (((arena + 0)[l15]) <= ((arena + 64)[l14]) ? 1.0f : 0.0f);
-                            }
-                        }
-                        /* rdot accumulator */
-                        for (long long l16 = 0; l16 < 1; l16++) {
-                            for (long long l17 = 0; l17 < 1; l17++) {
-                                for (long long l18 = 0; l18 < 64; l18++) {
-                                    for (long long l19 = 0; l19 < 64; l19++) {
-                                        (arena + 144268)[l16 * 4096 + l17 * 4096 + l18 * 64 + l19] = 0e0f;
-                                    }
-                                }
-                            }
-                        }
-                        /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o20 = 0; o20 < s5; o20 += 32) {
-                            for (long long l21 = 0; l21 < 1; l21++) {
-                                for (long long l22 = 0; l22 < 1; l22++) {
-                                    for (long long l23 = 0; l23 < 64; l23++) {
-                                        for (long long l24 = 0; l24 < 32; l24++) {
-                                            (arena + 4224)[l21 * 2048 + l22 * 2048 + l23 * 32 + l24] = (o1 + l21 < s0 && o2 + l22 < s1 && o3 + l23 < s2 && o20 + l24 < s5) ? dt_load_f32(in0[(o1 + l21) * args->input_strides[0][0] + (o2 + l22) * args->input_strides[0][1] + (o3 + l23) * args->input_strides[0][2] + (o20 + l24) * args->input_strides[0][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l25 = 0; l25 < 1; l25++) {
-                                for (long long l26 = 0; l26 < 1; l26++) {
-                                    for (long long l27 = 0; l27 < 64; l27++) {
-                                        for (long long l28 = 0; l28 < 32; l28++) {
-                                            (arena + 6272)[l25 * 2048 + l26 * 2048 + l27 * 32 + l28] = (o1 + l25 < s0 && o2 + l26 < s1 && o11 + l27 < s3 && o20 + l28 < s5) ? dt_load_f32(in1[(o1 + l25) * args->input_strides[1][0] + (o2 + l26) * args->input_strides[1][1] + (o11 + l27) * args->input_strides[1][2] + (o20 + l28) * args->input_strides[1][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l29 = 0; l29 < 1; l29++) {
-                                for (long long l30 = 0; l30 < 1; l30++) {
-                                    for (long long l31 = 0; l31 < 64; l31++) {
-                                        for (long long l32 = 0; l32 < 64; l32++) {
-                                            float a34 = 0.0f;
-                                            for (long long r33 = 0; r33 < 32; r33++) a34 += (arena + 4224)[l29 * 2048 + l30 * 2048 + l31 * 32 + r33 * 1] * (arena + 6272)[l29 * 2048 + l30 * 2048 + l32 * 32 + r33 * 1];
-                                            (arena + 8320)[l29 * 4096 + l30 * 4096 + l31 * 64 + l32] = a34;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l35 = 0; l35 < 1; l35++) {
-                                for (long long l36 = 0; l36 < 1; l36++) {
-                                    for (long long l37 = 0; l37 < 64; l37++) {
-                                        for (long long l38 = 0; l38 < 64; l38++) {
-                                            (arena + 144268)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] = (arena + 144268)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] + (arena + 8320)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38];
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l39 = 0; l39 < 1; l39++) {
-                            for (long long l40 = 0; l40 < 1; l40++) {
-                                for (long long l41 = 0; l41 < 64; l41++) {
-                                    for (long long l42 = 0; l42 < 64; l42++) {
-                                        (arena + 12416)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 144268)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l43 = 0; l43 < 1; l43++) {
-                            for (long long l44 = 0; l44 < 1; l44++) {
-                                for (long long l45 = 0; l45 < 64; l45++) {
-                                    for (long long l46 = 0; l46 < 64; l46++) {
-                                        (arena + 16514)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = ((arena + 12416)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] * (arena + 16513)[0]);
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l47 = 0; l47 < 1; l47++) {
-                            for (long long l48 = 0; l48 < 1; l48++) {
-                                for (long long l49 = 0; l49 < 64; l49++) {
-                                    for (long long l50 = 0; l50 < 64; l50++) {
-                                        (arena + 20612)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = (arena + 128)[l49 * 64 + l50] != 0.0f ? (arena + 16514)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] : (arena + 20611)[0];
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l51 = 0; l51 < 1; l51++) {
-                            for (long long l52 = 0; l52 < 1; l52++) {
-                                for (long long l53 = 0; l53 < 64; l53++) {
-                                    for (long long l54 = 0; l54 < 64; l54++) {
-                                        (arena + 24708)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54] = (o11 + l54 < s3) ? (arena + 20612)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54] : (-INFINITY);
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l55 = 0; l55 < 1; l55++) {
-                            for (long long l56 = 0; l56 < 1; l56++) {
-                                for (long long l57 = 0; l57 < 64; l57++) {
-                                    for (long long l58 = 0; l58 < 64; l58++) {
-                                        (arena + 164940)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] = fmaxf((arena + 164940)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58], (arena + 24708)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58]);
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    for (long long l59 = 0; l59 < 1; l59++) {
-                        for (long long l60 = 0; l60 < 1; l60++) {
-                            for (long long l61 = 0; l61 < 64; l61++) {
-                                for (long long l62 = 0; l62 < 64; l62++) {
-                                    (arena + 136012)[l59 * 4096 + l60 * 4096 + l61 * 64 + l62] = (arena + 164940)[l59 * 4096 + l60 * 4096 + l61 * 64 + l62];
-                                }
-                            }
-                        }
-                    }
-                    for (long long l63 = 0; l63 < 1; l63++) {
-                        for (long long l64 = 0; l64 < 1; l64++) {
-                            for (long long l65 = 0; l65 < 64; l65++) {
-                                float a67 = (-INFINITY);
-                                for (long long r66 = 0; r66 < 64; r66 += 1) a67 = fmaxf(a67, (arena + 136012)[l63 * 4096 + l64 * 4096 + l65 * 64 + r66 * 1]);
-                                (arena + 28804)[l63 * 64 + l64 * 64 + l65] = a67;
-                            }
-                        }
-                    }
-                    for (long long l68 = 0; l68 < 1; l68++) {
-                        for (long long l69 = 0; l69 < 1; l69++) {
-                            for (long long l70 = 0; l70 < 64; l70++) {
-                                (arena + 144204)[l68 * 64 + l69 * 64 + l70] = fmaxf((arena + 144204)[l68 * 64 + l69 * 64 + l70], (arena + 28804)[l68 * 64 + l69 * 64 + l70]);
-                            }
-                        }
-                    }
-                    for (long long l71 = 0; l71 < 1; l71++) {
-                        for (long long l72 = 0; l72 < 1; l72++) {
-                            for (long long l73 = 0; l73 < 64; l73++) {
-                                (arena + 28868)[l71 * 64 + l72 * 64 + l73] = (arena + 144204)[l71 * 64 + l72 * 64 + l73];
-                            }
-                        }
-                    }
-                    /* rsum identity */
-                    for (long long l74 = 0; l74 < 1; l74++) {
-                        for (long long l75 = 0; l75 < 1; l75++) {
-                            for (long long l76 = 0; l76 < 64; l76++) {
-                                (arena + 148428)[l74 * 64 + l75 * 64 + l76] = 0e0f;
-                            }
-                        }
-                    }
-                    /* partial rsum over j, lane by lane */
-                    for (long long l77 = 0; l77 < 1; l77++) {
-                        for (long long l78 = 0; l78 < 1; l78++) {
-                            for (long long l79 = 0; l79 < 64; l79++) {
-                                for (long long l80 = 0; l80 < 64; l80++) {
-                                    (arena + 169036)[l77 * 4096 + l78 * 4096 + l79 * 64 + l80] = 0e0f;
-                                }
-                            }
-                        }
-                    }
-                    /* rsum attention_causal.tensorize(j:64) */
-                    for (long long o81 = 0; o81 < s3; o81 += 64) {
-                        for (long long l82 = 0; l82 < 64; l82++) {
-                            (arena + 28932)[l82] = (float)(o81 + l82);
-                        }
-                        for (long long l83 = 0; l83 < 64; l83++) {
-                            (arena + 28996)[l83] = (float)(o3 + l83);
-                        }
-                        for (long long l84 = 0; l84 < 64; l84++) {
-                            for (long long l85 = 0; l85 < 64; l85++) {
-                                (arena + 29060)[l84 * 64 + l85] = (((arena + 28932)[l85]) <= ((arena + 28996)[l84]) ? 1.0f : 0.0f);
-                            }
-                        }
-                        /* rdot accumulator */
-                        for (long long l86 = 0; l86 < 1; l86++) {
-                            for (long long l87 = 0; l87 < 1; l87++) {
-                                for (long long l88 = 0; l88 < 64; l88++) {
-                                    for (long long l89 = 0; l89 < 64; l89++) {
-                                        (arena + 148492)[l86 * 4096 + l87 * 4096 + l88 * 64 + l89] = 0e0f;
-                                    }
-                                }
-                            }
-                        }
-                        /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o90 = 0; o90 < s5; o90 += 32) {
-                            for (long long l91 = 0; l91 < 1; l91++) {
-                                for (long long l92 = 0; l92 < 1; l92++) {
-                                    for (long long l93 = 0; l93 < 64; l93++) {
-                                        for (long long l94 = 0; l94 < 32; l94++) {
-                                            (arena + 33156)[l91 * 2048 + l92 * 2048 + l93 * 32 + l94] = (o1 + l91 < s0 && o2 + l92 < s1 && o3 + l93 < s2 && o90 + l94 < s5) ? dt_load_f32(in0[(o1 + l91) * args->input_strides[0][0] + (o2 + l92) * args->input_strides[0][1] + (o3 + l93) * args->input_strides[0][2] + (o90 + l94) * args->input_strides[0][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l95 = 0; l95 < 1; l95++) {
-                                for (long long l96 = 0; l96 < 1; l96++) {
-                                    for (long long l97 = 0; l97 < 64; l97++) {
-                                        for (long long l98 = 0; l98 < 32; l98++) {
-                                            (arena + 35204)[l95 * 2048 + l96 * 2048 + l97 * 32 + l98] = (o1 + l95 < s0 && o2 + l96 < s1 && o81 + l97 < s3 && o90 + l98 < s5) ? dt_load_f32(in1[(o1 + l95) * args->input_strides[1][0] + (o2 + l96) * args->input_strides[1][1] + (o81 + l97) * args->input_strides[1][2] + (o90 + l98) * args->input_strides[1][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l99 = 0; l99 < 1; l99++) {
-                                for (long long l100 = 0; l100 < 1; l100++) {
-                                    for (long long l101 = 0; l101 < 64; l101++) {
-                                        for (long long l102 = 0; l102 < 64; l102++) {
-                                            float a104 = 0.0f;
-                                            for (long long r103 = 0; r103 < 32; r103++) a104 += (arena + 33156)[l99 * 2048 + l100 * 2048 + l101 * 32 + r103 * 1] * (arena + 35204)[l99 * 2048 + l100 * 2048 + l102 * 32 + r103 * 1];
-                                            (arena + 37252)[l99 * 4096 + l100 * 4096 + l101 * 64 + l102] = a104;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l105 = 0; l105 < 1; l105++) {
-                                for (long long l106 = 0; l106 < 1; l106++) {
-                                    for (long long l107 = 0; l107 < 64; l107++) {
-                                        for (long long l108 = 0; l108 < 64; l108++) {
-                                            (arena + 148492)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108] = (arena + 148492)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108] + (arena + 37252)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108];
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l109 = 0; l109 < 1; l109++) {
-                            for (long long l110 = 0; l110 < 1; l110++) {
-                                for (long long l111 = 0; l111 < 64; l111++) {
-                                    for (long long l112 = 0; l112 < 64; l112++) {
-                                        (arena + 41348)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112] = (arena + 148492)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112];
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l113 = 0; l113 < 1; l113++) {
-                            for (long long l114 = 0; l114 < 1; l114++) {
-                                for (long long l115 = 0; l115 < 64; l115++) {
-                                    for (long long l116 = 0; l116 < 64; l116++) {
-                                        (arena + 45446)[l113 * 4096 + l114 * 4096 + l115 * 64 + l116] = ((arena + 41348)[l113 * 4096 + l114 * 4096 + l115 * 64 + l116] * (arena + 45445)[0]);
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l117 = 0; l117 < 1; l117++) {
-                            for (long long l118 = 0; l118 < 1; l118++) {
-                                for (long long l119 = 0; l119 < 64; l119++) {
-                                    for (long long l120 = 0; l120 < 64; l120++) {
-                                        (arena + 49544)[l117 * 4096 + l118 * 4096 + l119 * 64 + l120] = (arena + 29060)[l119 * 64 + l120] != 0.0f ? (arena + 45446)[l117 * 4096 + l118 * 4096 + l119 * 64 + l120] : (arena + 49543)[0];
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l121 = 0; l121 < 1; l121++) {
-                            for (long long l122 = 0; l122 < 1; l122++) {
-                                for (long long l123 = 0; l123 < 64; l123++) {
-                                    for (long long l124 = 0; l124 < 64; l124++) {
-                                        (arena + 53704)[l121 * 4096 + l122 * 4096 + l123 * 64 + l124] = ((arena + 49544)[l121 * 4096 + l122 * 4096 + l123 * 64 + l124] - (arena + 28868)[l121 * 64 + l122 * 64 + l123]);
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l125 = 0; l125 < 1; l125++) {
-                            for (long long l126 = 0; l126 < 1; l126++) {
-                                for (long long l127 = 0; l127 < 64; l127++) {
-                                    for (long long l128 = 0; l128 < 64; l128++) {
-                                        (arena + 57800)[l125 * 4096 + l126 * 4096 + l127 * 64 + l128] = expf((arena + 53704)[l125 * 4096 + l126 * 4096 + l127 * 64 + l128]);
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l129 = 0; l129 < 1; l129++) {
-                            for (long long l130 = 0; l130 < 1; l130++) {
-                                for (long long l131 = 0; l131 < 64; l131++) {
-                                    for (long long l132 = 0; l132 < 64; l132++) {
-                                        (arena + 61896)[l129 * 4096 + l130 * 4096 + l131 * 64 + l132] = (o81 + l132 < s3) ? (arena + 57800)[l129 * 4096 + l130 * 4096 + l131 * 64 + l132] : 0e0f;
-                                    }
-                                }
-                            }
-                        }
-                        for (long long l133 = 0; l133 < 1; l133++) {
-                            for (long long l134 = 0; l134 < 1; l134++) {
-                                for (long long l135 = 0; l135 < 64; l135++) {
-                                    for (long long l136 = 0; l136 < 64; l136++) {
-                                        (arena + 169036)[l133 * 4096 + l134 * 4096 + l135 * 64 + l136] = (arena + 169036)[l133 * 4096 + l134 * 4096 + l135 * 64 + l136] + (arena + 61896)[l133 * 4096 + l134 * 4096 + l135 * 64 + l136];
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    for (long long l137 = 0; l137 < 1; l137++) {
-                        for (long long l138 = 0; l138 < 1; l138++) {
-                            for (long long l139 = 0; l139 < 64; l139++) {
-                                for (long long l140 = 0; l140 < 64; l140++) {
-                                    (arena + 140108)[l137 * 4096 + l138 * 4096 + l139 * 64 + l140] = (arena + 169036)[l137 * 4096 + l138 * 4096 + l139 * 64 + l140];
-                                }
-                            }
-                        }
-                    }
-                    for (long long l141 = 0; l141 < 1; l141++) {
-                        for (long long l142 = 0; l142 < 1; l142++) {
-                            for (long long l143 = 0; l143 < 64; l143++) {
-                                float a145 = 0e0f;
-                                for (long long r144 = 0; r144 < 64; r144 += 1) a145 = a145 + (arena + 140108)[l141 * 4096 + l142 * 4096 + l143 * 64 + r144 * 1];
-                                (arena + 65992)[l141 * 64 + l142 * 64 + l143] = a145;
-                            }
-                        }
-                    }
-                    for (long long l146 = 0; l146 < 1; l146++) {
-                        for (long long l147 = 0; l147 < 1; l147++) {
-                            for (long long l148 = 0; l148 < 64; l148++) {
-                                (arena + 148428)[l146 * 64 + l147 * 64 + l148] = (arena + 148428)[l146 * 64 + l147 * 64 + l148] + (arena + 65992)[l146 * 64 + l147 * 64 + l148];
-                            }
-                        }
-                    }
-                    for (long long l149 = 0; l149 < 1; l149++) {
-                        for (long long l150 = 0; l150 < 1; l150++) {
-                            for (long long l151 = 0; l151 < 64; l151++) {
-                                (arena + 66056)[l149 * 64 + l150 * 64 + l151] = (arena + 148428)[l149 * 64 + l150 * 64 + l151];
-                            }
-                        }
-                    }
                     /* block(e:128) attention_causal.tensorize(e:0) */
-                    for (long long o152 = b4 * 128; o152 < dt_min_ll(b4 * 128 + 128, s4); o152 += 128) {
+                    for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                         /* rdot accumulator */
-                        for (long long l153 = 0; l153 < 1; l153++) {
-                            for (long long l154 = 0; l154 < 1; l154++) {
-                                for (long long l155 = 0; l155 < 64; l155++) {
-                                    for (long long l156 = 0; l156 < 128; l156++) {
-                                        (arena + 152652)[l153 * 8192 + l154 * 8192 + l155 * 128 + l156] = 0e0f;
+                        for (long long l5 = 0; l5 < 1; l5++) {
+                            for (long long l6 = 0; l6 < 1; l6++) {
+                                for (long long l7 = 0; l7 < 64; l7++) {
+                                    for (long long l8 = 0; l8 < 128; l8++) {
+                                        (arena + 161358)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
                         }
-                        /* rdot attention_causal.tensorize(j:64) */
-                        for (long long o157 = 0; o157 < s3; o157 += 64) {
-                            for (long long l158 = 0; l158 < 64; l158++) {
-                                (arena + 66120)[l158] = (float)(o157 + l158);
+                        /* rsum identity */
+                        for (long long l9 = 0; l9 < 1; l9++) {
+                            for (long long l10 = 0; l10 < 1; l10++) {
+                                for (long long l11 = 0; l11 < 64; l11++) {
+                                    (arena + 157134)[l9 * 64 + l10 * 64 + l11] = 0e0f;
+                                }
                             }
-                            for (long long l159 = 0; l159 < 64; l159++) {
-                                (arena + 66184)[l159] = (float)(o3 + l159);
+                        }
+                        /* rmax identity */
+                        for (long long l12 = 0; l12 < 1; l12++) {
+                            for (long long l13 = 0; l13 < 1; l13++) {
+                                for (long long l14 = 0; l14 < 64; l14++) {
+                                    (arena + 152910)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
+                                }
                             }
-                            for (long long l160 = 0; l160 < 64; l160++) {
-                                for (long long l161 = 0; l161 < 64; l161++) {
-                                    (arena + 66248)[l160 * 64 + l161] = (((arena + 66120)[l161]) <= ((arena + 66184)[l160]) ? 1.0f : 0.0f);
+                        }
+                        /* rmax attention_causal.tensorize(j:64) + rsum attention_causal.tensorize(j:64) + rdot attention_causal.tensorize(j:64), online */
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
+                            for (long long l16 = 0; l16 < 64; l16++) {
+                                (arena + 0)[l16] = (float)(o15 + l16);
+                            }
+                            for (long long l17 = 0; l17 < 64; l17++) {
+                                (arena + 64)[l17] = (float)(o3 + l17);
+                            }
+                            for (long long l18 = 0; l18 < 64; l18++) {
+                                for (long long l19 = 0; l19 < 64; l19++) {
+                                    (arena + 128)[l18 * 64 + l19] = (((arena + 0)[l19]) <= ((arena + 64)[l18]) ? 1.0f : 0.0f);
                                 }
                             }
                             /* rdot accumulator */
-                            for (long long l162 = 0; l162 < 1; l162++) {
-                                for (long long l163 = 0; l163 < 1; l163++) {
-                                    for (long long l164 = 0; l164 < 64; l164++) {
-                                        for (long long l165 = 0; l165 < 64; l165++) {
-                                            (arena + 160844)[l162 * 4096 + l163 * 4096 + l164 * 64 + l165] = 0e0f;
+                            for (long long l20 = 0; l20 < 1; l20++) {
+                                for (long long l21 = 0; l21 < 1; l21++) {
+                                    for (long long l22 = 0; l22 < 64; l22++) {
+                                        for (long long l23 = 0; l23 < 64; l23++) {
+                                            (arena + 152974)[l20 * 4096 + l21 * 4096 + l22 * 64 + l23] = 0e0f;
                                         }
                                     }
                                 }
                             }
                             /* rdot attention_causal.tensorize(d:32) */
-                            for (long long o166 = 0; o166 < s5; o166 += 32) {
-                                for (long long l167 = 0; l167 < 1; l167++) {
-                                    for (long long l168 = 0; l168 < 1; l168++) {
-                                        for (long long l169 = 0; l169 < 64; l169++) {
-                                            for (long long l170 = 0; l170 < 32; l170++) {
-                                                (arena + 70344)[l167 * 2048 + l168 * 2048 + l169 * 32 + l170] = (o1 + l167 < s0 && o2 + l168 < s1 && o3 + l169 < s2 && o166 + l170 < s5) ? dt_load_f32(in0[(o1 + l167) * args->input_strides[0][0] + (o2 + l168) * args->input_strides[0][1] + (o3 + l169) * args->input_strides[0][2] + (o166 + l170) * args->input_strides[0][3]]) : 0e0f;
+                            for (long long o24 = 0; o24 < s5; o24 += 32) {
+                                for (long long l25 = 0; l25 < 1; l25++) {
+                                    for (long long l26 = 0; l26 < 1; l26++) {
+                                        for (long long l27 = 0; l27 < 64; l27++) {
+                                            for (long long l28 = 0; l28 < 32; l28++) {
+                                                (arena + 4224)[l25 * 2048 + l26 * 2048 + l27 * 32 + l28] = (o1 + l25 < s0 && o2 + l26 < s1 && o3 + l27 < s2 && o24 + l28 < s5) ? dt_load_f32(in0[(o1 + l25) * args->input_strides[0][0] + (o2 + l26) * args->input_strides[0][1] + (o3 + l27) * args->input_strides[0][2] + (o24 + l28) * args->input_strides[0][3]]) : 0e0f;
                                             }
                                         }
                                     }
                                 }
-                                for (long long l171 = 0; l171 < 1; l171++) {
-                                    for (long long l172 = 0; l172 < 1; l172++) {
-                                        for (long long l173 = 0; l173 < 64; l173++) {
-                                            for (long long l174 = 0; l174 < 32; l174++) {
-                                                (arena + 72392)[l171 * 2048 + l172 * 2048 + l173 * 32 + l174] = (o1 + l171 < s0 && o2 + l172 < s1 && o157 + l173 < s3 && o166 + l174 < s5) ? dt_load_f32(in1[(o1 + l171) * args->input_strides[1][0] + (o2 + l172) * args->input_strides[1][1] + (o157 + l173) * args->input_strides[1][2] + (o166 + l174) * args->input_strides[1][3]]) : 0e0f;
+                                for (long long l29 = 0; l29 < 1; l29++) {
+                                    for (long long l30 = 0; l30 < 1; l30++) {
+                                        for (long long l31 = 0; l31 < 64; l31++) {
+                                            for (long long l32 = 0; l32 < 32; l32++) {
+                                                (arena + 6272)[l29 * 2048 + l30 * 2048 + l31 * 32 + l32] = (o1 + l29 < s0 && o2 + l30 < s1 && o15 + l31 < s3 && o24 + l32 < s5) ? dt_load_f32(in1[(o1 + l29) * args->input_strides[1][0] + (o2 + l30) * args->input_strides[1][1] + (o15 + l31) * args->input_strides[1][2] + (o24 + l32) * args->input_strides[1][3]]) : 0e0f;
                                             }
                                         }
                                     }
                                 }
-                                for (long long l175 = 0; l175 < 1; l175++) {
-                                    for (long long l176 = 0; l176 < 1; l176++) {
-                                        for (long long l177 = 0; l177 < 64; l177++) {
-                                            for (long long l178 = 0; l178 < 64; l178++) {
-                                                float a180 = 0.0f;
-                                                for (long long r179 = 0; r179 < 32; r179++) a180 += (arena + 70344)[l175 * 2048 + l176 * 2048 + l177 * 32 + r179 * 1] * (arena + 72392)[l175 * 2048 + l176 * 2048 + l178 * 32 + r179 * 1];
-                                                (arena + 74440)[l175 * 4096 + l176 * 4096 + l177 * 64 + l178] = a180;
+                                for (long long l33 = 0; l33 < 1; l33++) {
+                                    for (long long l34 = 0; l34 < 1; l34++) {
+                                        for (long long l35 = 0; l35 < 64; l35++) {
+                                            for (long long l36 = 0; l36 < 64; l36++) {
+                                                float a38 = 0.0f;
+                                                for (long long r37 = 0; r37 < 32; r37++) a38 += (arena + 4224)[l33 * 2048 + l34 * 2048 + l35 * 32 + r37 * 1] * (arena + 6272)[l33 * 2048 + l34 * 2048 + l36 * 32 + r37 * 1];
+                                                (arena + 8320)[l33 * 4096 + l34 * 4096 + l35 * 64 + l36] = a38;
                                             }
                                         }
                                     }
                                 }
-                                for (long long l181 = 0; l181 < 1; l181++) {
-                                    for (long long l182 = 0; l182 < 1; l182++) {
-                                        for (long long l183 = 0; l183 < 64; l183++) {
-                                            for (long long l184 = 0; l184 < 64; l184++) {
-                                                (arena + 160844)[l181 * 4096 + l182 * 4096 + l183 * 64 + l184] = (arena + 160844)[l181 * 4096 + l182 * 4096 + l183 * 64 + l184] + (arena + 74440)[l181 * 4096 + l182 * 4096 + l183 * 64 + l184];
+                                for (long long l39 = 0; l39 < 1; l39++) {
+                                    for (long long l40 = 0; l40 < 1; l40++) {
+                                        for (long long l41 = 0; l41 < 64; l41++) {
+                                            for (long long l42 = 0; l42 < 64; l42++) {
+                                                (arena + 152974)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 152974)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] + (arena + 8320)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
                                             }
                                         }
                                     }
                                 }
                             }
-                            for (long long l185 = 0; l185 < 1; l185++) {
-                                for (long long l186 = 0; l186 < 1; l186++) {
-                                    for (long long l187 = 0; l187 < 64; l187++) {
-                                        for (long long l188 = 0; l188 < 64; l188++) {
-                                            (arena + 78536)[l185 * 4096 + l186 * 4096 + l187 * 64 + l188] = (arena + 160844)[l185 * 4096 + l186 * 4096 + l187 * 64 + l188];
+                            for (long long l43 = 0; l43 < 1; l43++) {
+                                for (long long l44 = 0; l44 < 1; l44++) {
+                                    for (long long l45 = 0; l45 < 64; l45++) {
+                                        for (long long l46 = 0; l46 < 64; l46++) {
+                                            (arena + 12416)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = (arena + 152974)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46];
                                         }
                                     }
                                 }
                             }
-                            for (long long l189 = 0; l189 < 1; l189++) {
-                                for (long long l190 = 0; l190 < 1; l190++) {
-                                    for (long long l191 = 0; l191 < 64; l191++) {
-                                        for (long long l192 = 0; l192 < 64; l192++) {
-                                            (arena + 82634)[l189 * 4096 + l190 * 4096 + l191 * 64 + l192] = ((arena + 78536)[l189 * 4096 + l190 * 4096 + l191 * 64 + l192] * (arena + 82633)[0]);
+                            for (long long l47 = 0; l47 < 1; l47++) {
+                                for (long long l48 = 0; l48 < 1; l48++) {
+                                    for (long long l49 = 0; l49 < 64; l49++) {
+                                        for (long long l50 = 0; l50 < 64; l50++) {
+                                            (arena + 16514)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = ((arena + 12416)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] * (arena + 16513)[0]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l193 = 0; l193 < 1; l193++) {
-                                for (long long l194 = 0; l194 < 1; l194++) {
-                                    for (long long l195 = 0; l195 < 64; l195++) {
-                                        for (long long l196 = 0; l196 < 64; l196++) {
-                                            (arena + 86732)[l193 * 4096 + l194 * 4096 + l195 * 64 + l196] = (arena + 66248)[l195 * 64 + l196] != 0.0f ? (arena + 82634)[l193 * 4096 + l194 * 4096 + l195 * 64 + l196] : (arena + 86731)[0];
+                            for (long long l51 = 0; l51 < 1; l51++) {
+                                for (long long l52 = 0; l52 < 1; l52++) {
+                                    for (long long l53 = 0; l53 < 64; l53++) {
+                                        for (long long l54 = 0; l54 < 64; l54++) {
+                                            (arena + 20612)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54] = (arena + 128)[l53 * 64 + l54] != 0.0f ? (arena + 16514)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54] : (arena + 20611)[0];
                                         }
                                     }
                                 }
                             }
-                            for (long long l197 = 0; l197 < 1; l197++) {
-                                for (long long l198 = 0; l198 < 1; l198++) {
-                                    for (long long l199 = 0; l199 < 64; l199++) {
-                                        for (long long l200 = 0; l200 < 64; l200++) {
-                                            (arena + 90892)[l197 * 4096 + l198 * 4096 + l199 * 64 + l200] = ((arena + 86732)[l197 * 4096 + l198 * 4096 + l199 * 64 + l200] - (arena + 28868)[l197 * 64 + l198 * 64 + l199]);
+                            for (long long l55 = 0; l55 < 1; l55++) {
+                                for (long long l56 = 0; l56 < 1; l56++) {
+                                    for (long long l57 = 0; l57 < 64; l57++) {
+                                        for (long long l58 = 0; l58 < 64; l58++) {
+                                            (arena + 24708)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] = (o15 + l58 < s3) ? (arena + 20612)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] : (-INFINITY);
                                         }
                                     }
                                 }
                             }
-                            for (long long l201 = 0; l201 < 1; l201++) {
-                                for (long long l202 = 0; l202 < 1; l202++) {
-                                    for (long long l203 = 0; l203 < 64; l203++) {
-                                        for (long long l204 = 0; l204 < 64; l204++) {
-                                            (arena + 94988)[l201 * 4096 + l202 * 4096 + l203 * 64 + l204] = expf((arena + 90892)[l201 * 4096 + l202 * 4096 + l203 * 64 + l204]);
+                            for (long long l59 = 0; l59 < 1; l59++) {
+                                for (long long l60 = 0; l60 < 1; l60++) {
+                                    for (long long l61 = 0; l61 < 64; l61++) {
+                                        float a63 = (-INFINITY);
+                                        for (long long r62 = 0; r62 < 64; r62 += 1) a63 = fmaxf(a63, (arena + 24708)[l59 * 4096 + l60 * 4096 + l61 * 64 + r62 * 1]);
+                                        (arena + 28804)[l59 * 64 + l60 * 64 + l61] = a63;
+                                    }
+                                }
+                            }
+                            for (long long l64 = 0; l64 < 1; l64++) {
+                                for (long long l65 = 0; l65 < 1; l65++) {
+                                    for (long long l66 = 0; l66 < 64; l66++) {
+                                        (arena + 136012)[l64 * 64 + l65 * 64 + l66] = (arena + 152910)[l64 * 64 + l65 * 64 + l66];
+                                    }
+                                }
+                            }
+                            for (long long l67 = 0; l67 < 1; l67++) {
+                                for (long long l68 = 0; l68 < 1; l68++) {
+                                    for (long long l69 = 0; l69 < 64; l69++) {
+                                        (arena + 152910)[l67 * 64 + l68 * 64 + l69] = fmaxf((arena + 152910)[l67 * 64 + l68 * 64 + l69], (arena + 28804)[l67 * 64 + l68 * 64 + l69]);
+                                    }
+                                }
+                            }
+                            for (long long l70 = 0; l70 < 1; l70++) {
+                                for (long long l71 = 0; l71 < 1; l71++) {
+                                    for (long long l72 = 0; l72 < 64; l72++) {
+                                        (arena + 136076)[l70 * 64 + l71 * 64 + l72] = (arena + 152910)[l70 * 64 + l71 * 64 + l72];
+                                    }
+                                }
+                            }
+                            for (long long l73 = 0; l73 < 1; l73++) {
+                                for (long long l74 = 0; l74 < 1; l74++) {
+                                    for (long long l75 = 0; l75 < 64; l75++) {
+                                        (arena + 136142)[l73 * 64 + l74 * 64 + l75] = (((arena + 136076)[l73 * 64 + l74 * 64 + l75]) == ((arena + 136140)[0]) ? 1.0f : 0.0f);
+                                    }
+                                }
+                            }
+                            for (long long l76 = 0; l76 < 1; l76++) {
+                                for (long long l77 = 0; l77 < 1; l77++) {
+                                    for (long long l78 = 0; l78 < 64; l78++) {
+                                        (arena + 136206)[l76 * 64 + l77 * 64 + l78] = (arena + 136142)[l76 * 64 + l77 * 64 + l78] != 0.0f ? (arena + 136141)[0] : (arena + 136076)[l76 * 64 + l77 * 64 + l78];
+                                    }
+                                }
+                            }
+                            for (long long l79 = 0; l79 < 1; l79++) {
+                                for (long long l80 = 0; l80 < 1; l80++) {
+                                    for (long long l81 = 0; l81 < 64; l81++) {
+                                        (arena + 136270)[l79 * 64 + l80 * 64 + l81] = ((arena + 136012)[l79 * 64 + l80 * 64 + l81] - (arena + 136206)[l79 * 64 + l80 * 64 + l81]);
+                                    }
+                                }
+                            }
+                            for (long long l82 = 0; l82 < 1; l82++) {
+                                for (long long l83 = 0; l83 < 1; l83++) {
+                                    for (long long l84 = 0; l84 < 64; l84++) {
+                                        (arena + 136334)[l82 * 64 + l83 * 64 + l84] = expf((arena + 136270)[l82 * 64 + l83 * 64 + l84]);
+                                    }
+                                }
+                            }
+                            for (long long l85 = 0; l85 < 1; l85++) {
+                                for (long long l86 = 0; l86 < 1; l86++) {
+                                    for (long long l87 = 0; l87 < 64; l87++) {
+                                        (arena + 136398)[l85 * 64 + l86 * 64 + l87] = (arena + 157134)[l85 * 64 + l86 * 64 + l87];
+                                    }
+                                }
+                            }
+                            for (long long l88 = 0; l88 < 1; l88++) {
+                                for (long long l89 = 0; l89 < 1; l89++) {
+                                    for (long long l90 = 0; l90 < 64; l90++) {
+                                        (arena + 136462)[l88 * 64 + l89 * 64 + l90] = ((arena + 136398)[l88 * 64 + l89 * 64 + l90] * (arena + 136334)[l88 * 64 + l89 * 64 + l90]);
+                                    }
+                                }
+                            }
+                            for (long long l91 = 0; l91 < 1; l91++) {
+                                for (long long l92 = 0; l92 < 1; l92++) {
+                                    for (long long l93 = 0; l93 < 64; l93++) {
+                                        (arena + 157134)[l91 * 64 + l92 * 64 + l93] = (arena + 136462)[l91 * 64 + l92 * 64 + l93];
+                                    }
+                                }
+                            }
+                            for (long long l94 = 0; l94 < 1; l94++) {
+                                for (long long l95 = 0; l95 < 1; l95++) {
+                                    for (long long l96 = 0; l96 < 64; l96++) {
+                                        for (long long l97 = 0; l97 < 64; l97++) {
+                                            (arena + 53704)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] = ((arena + 20612)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] - (arena + 136206)[l94 * 64 + l95 * 64 + l96]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l205 = 0; l205 < 1; l205++) {
-                                for (long long l206 = 0; l206 < 1; l206++) {
-                                    for (long long l207 = 0; l207 < 64; l207++) {
-                                        for (long long l208 = 0; l208 < 64; l208++) {
-                                            (arena + 99084)[l205 * 4096 + l206 * 4096 + l207 * 64 + l208] = (o157 + l208 < s3) ? (arena + 94988)[l205 * 4096 + l206 * 4096 + l207 * 64 + l208] : 0e0f;
+                            for (long long l98 = 0; l98 < 1; l98++) {
+                                for (long long l99 = 0; l99 < 1; l99++) {
+                                    for (long long l100 = 0; l100 < 64; l100++) {
+                                        for (long long l101 = 0; l101 < 64; l101++) {
+                                            (arena + 57800)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101] = expf((arena + 53704)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l209 = 0; l209 < 1; l209++) {
-                                for (long long l210 = 0; l210 < 1; l210++) {
-                                    for (long long l211 = 0; l211 < 128; l211++) {
-                                        for (long long l212 = 0; l212 < 64; l212++) {
-                                            (arena + 103180)[l209 * 8192 + l210 * 8192 + l211 * 64 + l212] = (o1 + l209 < s0 && o2 + l210 < s1 && o157 + l212 < s3 && o152 + l211 < s4) ? dt_load_f32(in2[(o1 + l209) * args->input_strides[2][0] + (o2 + l210) * args->input_strides[2][1] + (o157 + l212) * args->input_strides[2][2] + (o152 + l211) * args->input_strides[2][3]]) : 0e0f;
+                            for (long long l102 = 0; l102 < 1; l102++) {
+                                for (long long l103 = 0; l103 < 1; l103++) {
+                                    for (long long l104 = 0; l104 < 64; l104++) {
+                                        for (long long l105 = 0; l105 < 64; l105++) {
+                                            (arena + 61896)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105] = (o15 + l105 < s3) ? (arena + 57800)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105] : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l213 = 0; l213 < 1; l213++) {
-                                for (long long l214 = 0; l214 < 1; l214++) {
-                                    for (long long l215 = 0; l215 < 64; l215++) {
-                                        for (long long l216 = 0; l216 < 128; l216++) {
-                                            float a218 = 0.0f;
-                                            for (long long r217 = 0; r217 < 64; r217++) a218 += (arena + 99084)[l213 * 4096 + l214 * 4096 + l215 * 64 + r217 * 1] * (arena + 103180)[l213 * 8192 + l214 * 8192 + l216 * 64 + r217 * 1];
-                                            (arena + 111372)[l213 * 8192 + l214 * 8192 + l215 * 128 + l216] = a218;
+                            for (long long l106 = 0; l106 < 1; l106++) {
+                                for (long long l107 = 0; l107 < 1; l107++) {
+                                    for (long long l108 = 0; l108 < 64; l108++) {
+                                        float a110 = 0e0f;
+                                        for (long long r109 = 0; r109 < 64; r109 += 1) a110 = a110 + (arena + 61896)[l106 * 4096 + l107 * 4096 + l108 * 64 + r109 * 1];
+                                        (arena + 65992)[l106 * 64 + l107 * 64 + l108] = a110;
+                                    }
+                                }
+                            }
+                            for (long long l111 = 0; l111 < 1; l111++) {
+                                for (long long l112 = 0; l112 < 1; l112++) {
+                                    for (long long l113 = 0; l113 < 64; l113++) {
+                                        (arena + 157134)[l111 * 64 + l112 * 64 + l113] = (arena + 157134)[l111 * 64 + l112 * 64 + l113] + (arena + 65992)[l111 * 64 + l112 * 64 + l113];
+                                    }
+                                }
+                            }
+                            for (long long l114 = 0; l114 < 1; l114++) {
+                                for (long long l115 = 0; l115 < 1; l115++) {
+                                    for (long long l116 = 0; l116 < 64; l116++) {
+                                        for (long long l117 = 0; l117 < 128; l117++) {
+                                            (arena + 136526)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117] = (arena + 161358)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117];
                                         }
                                     }
                                 }
                             }
-                            for (long long l219 = 0; l219 < 1; l219++) {
-                                for (long long l220 = 0; l220 < 1; l220++) {
-                                    for (long long l221 = 0; l221 < 64; l221++) {
-                                        for (long long l222 = 0; l222 < 128; l222++) {
-                                            (arena + 152652)[l219 * 8192 + l220 * 8192 + l221 * 128 + l222] = (arena + 152652)[l219 * 8192 + l220 * 8192 + l221 * 128 + l222] + (arena + 111372)[l219 * 8192 + l220 * 8192 + l221 * 128 + l222];
+                            for (long long l118 = 0; l118 < 1; l118++) {
+                                for (long long l119 = 0; l119 < 1; l119++) {
+                                    for (long long l120 = 0; l120 < 64; l120++) {
+                                        for (long long l121 = 0; l121 < 128; l121++) {
+                                            (arena + 144718)[l118 * 8192 + l119 * 8192 + l120 * 128 + l121] = ((arena + 136526)[l118 * 8192 + l119 * 8192 + l120 * 128 + l121] * (arena + 136334)[l118 * 64 + l119 * 64 + l120]);
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l122 = 0; l122 < 1; l122++) {
+                                for (long long l123 = 0; l123 < 1; l123++) {
+                                    for (long long l124 = 0; l124 < 64; l124++) {
+                                        for (long long l125 = 0; l125 < 128; l125++) {
+                                            (arena + 161358)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125] = (arena + 144718)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125];
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l126 = 0; l126 < 1; l126++) {
+                                for (long long l127 = 0; l127 < 1; l127++) {
+                                    for (long long l128 = 0; l128 < 128; l128++) {
+                                        for (long long l129 = 0; l129 < 64; l129++) {
+                                            (arena + 103180)[l126 * 8192 + l127 * 8192 + l128 * 64 + l129] = (o1 + l126 < s0 && o2 + l127 < s1 && o15 + l129 < s3 && o4 + l128 < s4) ? dt_load_f32(in2[(o1 + l126) * args->input_strides[2][0] + (o2 + l127) * args->input_strides[2][1] + (o15 + l129) * args->input_strides[2][2] + (o4 + l128) * args->input_strides[2][3]]) : 0e0f;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l130 = 0; l130 < 1; l130++) {
+                                for (long long l131 = 0; l131 < 1; l131++) {
+                                    for (long long l132 = 0; l132 < 64; l132++) {
+                                        for (long long l133 = 0; l133 < 128; l133++) {
+                                            float a135 = 0.0f;
+                                            for (long long r134 = 0; r134 < 64; r134++) a135 += (arena + 61896)[l130 * 4096 + l131 * 4096 + l132 * 64 + r134 * 1] * (arena + 103180)[l130 * 8192 + l131 * 8192 + l133 * 64 + r134 * 1];
+                                            (arena + 111372)[l130 * 8192 + l131 * 8192 + l132 * 128 + l133] = a135;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l136 = 0; l136 < 1; l136++) {
+                                for (long long l137 = 0; l137 < 1; l137++) {
+                                    for (long long l138 = 0; l138 < 64; l138++) {
+                                        for (long long l139 = 0; l139 < 128; l139++) {
+                                            (arena + 161358)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139] = (arena + 161358)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139] + (arena + 111372)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l223 = 0; l223 < 1; l223++) {
-                            for (long long l224 = 0; l224 < 1; l224++) {
-                                for (long long l225 = 0; l225 < 64; l225++) {
-                                    for (long long l226 = 0; l226 < 128; l226++) {
-                                        (arena + 119564)[l223 * 8192 + l224 * 8192 + l225 * 128 + l226] = (arena + 152652)[l223 * 8192 + l224 * 8192 + l225 * 128 + l226];
+                        for (long long l140 = 0; l140 < 1; l140++) {
+                            for (long long l141 = 0; l141 < 1; l141++) {
+                                for (long long l142 = 0; l142 < 64; l142++) {
+                                    (arena + 66056)[l140 * 64 + l141 * 64 + l142] = (arena + 157134)[l140 * 64 + l141 * 64 + l142];
+                                }
+                            }
+                        }
+                        for (long long l143 = 0; l143 < 1; l143++) {
+                            for (long long l144 = 0; l144 < 1; l144++) {
+                                for (long long l145 = 0; l145 < 64; l145++) {
+                                    for (long long l146 = 0; l146 < 128; l146++) {
+                                        (arena + 119564)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146] = (arena + 161358)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146];
                                     }
                                 }
                             }
                         }
-                        for (long long l227 = 0; l227 < 1; l227++) {
-                            for (long long l228 = 0; l228 < 1; l228++) {
-                                for (long long l229 = 0; l229 < 64; l229++) {
-                                    for (long long l230 = 0; l230 < 128; l230++) {
-                                        (arena + 127820)[l227 * 8192 + l228 * 8192 + l229 * 128 + l230] = ((arena + 119564)[l227 * 8192 + l228 * 8192 + l229 * 128 + l230] / (arena + 66056)[l227 * 64 + l228 * 64 + l229]);
+                        for (long long l147 = 0; l147 < 1; l147++) {
+                            for (long long l148 = 0; l148 < 1; l148++) {
+                                for (long long l149 = 0; l149 < 64; l149++) {
+                                    for (long long l150 = 0; l150 < 128; l150++) {
+                                        (arena + 127820)[l147 * 8192 + l148 * 8192 + l149 * 128 + l150] = ((arena + 119564)[l147 * 8192 + l148 * 8192 + l149 * 128 + l150] / (arena + 66056)[l147 * 64 + l148 * 64 + l149]);
                                     }
                                 }
                             }
                         }
-                        for (long long l231 = 0; l231 < 1; l231++) {
-                            for (long long l232 = 0; l232 < 1; l232++) {
-                                for (long long l233 = 0; l233 < 64; l233++) {
-                                    for (long long l234 = 0; l234 < 128; l234++) {
-                                        if (o1 + l231 < s0 && o2 + l232 < s1 && o3 + l233 < s2 && o152 + l234 < s4) out[(o1 + l231) * args->output_strides[0] + (o2 + l232) * args->output_strides[1] + (o3 + l233) * args->output_strides[2] + (o152 + l234) * args->output_strides[3]] = dt_store_f32((arena + 127820)[l231 * 8192 + l232 * 8192 + l233 * 128 + l234]);
+                        for (long long l151 = 0; l151 < 1; l151++) {
+                            for (long long l152 = 0; l152 < 1; l152++) {
+                                for (long long l153 = 0; l153 < 64; l153++) {
+                                    for (long long l154 = 0; l154 < 128; l154++) {
+                                        if (o1 + l151 < s0 && o2 + l152 < s1 && o3 + l153 < s2 && o4 + l154 < s4) out[(o1 + l151) * args->output_strides[0] + (o2 + l152) * args->output_strides[1] + (o3 + l153) * args->output_strides[2] + (o4 + l154) * args->output_strides[3]] = dt_store_f32((arena + 127820)[l151 * 8192 + l152 * 8192 + l153 * 128 + l154]);
                                     }
                                 }
                             }

@@ -615,7 +615,7 @@ struct dt_args_t {
     float scalars[C];
 };
 
-/* kernel attention for f16: grid block(b:1, h:1, i:64, e:128); 256 threads, 49152 bytes of shared memory */
+/* kernel attention for f16: grid block(b:1, h:1, i:64, e:128); 256 threads, 33792 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -661,29 +661,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
         (void)r; (void)e;
         v5[r] = dt_fast_rsqrt(v4[0]);
     }
-    float v14[1];
+    float v41[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v14[r] = (float)s5;
+        v41[r] = (-INFINITY);
     }
-    float v15[1];
+    float v42[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v15[r] = dt_fast_rsqrt(v14[0]);
-    }
-    float v27[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v27[r] = (float)s5;
-    }
-    float v28[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v28[r] = dt_fast_rsqrt(v27[0]);
+        v42[r] = 0e0f;
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -691,424 +679,84 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
             /* block(i:64) attention.tensorize(i:0) */
             for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
-                /* rmax identity */
-                float acc0[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc0[r] = (-INFINITY);
-                    }
-                }
-                /* partial rmax over j, lane by lane */
-                float acc8[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    acc8[r] = (-INFINITY);
-                }
-                /* rmax attention.tensorize(j:64) */
-                for (long long o11 = 0; o11 < s3; o11 += 64) {
-                    /* rdot accumulator */
-                    float acc1[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc1[r] = 0e0f;
-                    }
-                    /* rdot attention.tensorize(d:32) */
-                    for (long long o16 = 0; o16 < s5; o16 += 32) {
-                        /* v0: loaded by the tensor-core dot that reads it */
-                        /* v1: loaded by the tensor-core dot that reads it */
-                        __syncthreads();
-                        /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec17 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l18 = (int)((unsigned)e / 256u % 1u);
-                                    const int l19 = (int)((unsigned)e / 256u % 1u);
-                                    const int l20 = (int)((unsigned)e / 4u % 64u);
-                                    const int l21 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec17 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8)], &in0[(unsigned)(o1 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l19) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l20) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + (l21 * 8)) * (unsigned)args.input_strides[0][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = ((unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l19) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l20) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + (l21 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec22 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l23 = (int)((unsigned)e / 256u % 1u);
-                                    const int l24 = (int)((unsigned)e / 256u % 1u);
-                                    const int l25 = (int)((unsigned)e / 4u % 64u);
-                                    const int l26 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec22 && (unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8)], &in1[(unsigned)(o1 + l23) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l25) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + (l26 * 8)) * (unsigned)args.input_strides[1][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = ((unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l23) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l25) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + (l26 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        __syncthreads();
-                        /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
-                        {
-                            const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            #pragma unroll
-                            for (int kk = 0; kk < 32; kk += 16) {
-                                unsigned fa[2][2], fb[2][2];
-                                #pragma unroll
-                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
-                                #pragma unroll
-                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
-                                #pragma unroll
-                                for (int i = 0; i < 2; i++) {
-                                    #pragma unroll
-                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_f16(&acc1[(i * 2 + j) * 4], fa[i], fb[j]);
-                                }
-                            }
-                        }
-                        /* acc1 += v2: accumulated by the tensor-core dot above */
-                    }
-                    float v3[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v3[r] = acc1[r];
-                    }
-                    float v6[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v6[r] = (v3[r] * v5[0]);
-                    }
-                    float v7[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l38 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                        v7[r] = ((unsigned)(o11 + l38) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                    }
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc8[r] = fmaxf(acc8[r], v7[r]);
-                    }
-                }
-                float v39[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    v39[r] = acc8[r];
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int l47 = 0;
-                    const int l48 = 0;
-                    const int l49 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                    const int l50 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                    const int e = l47 * 4096 + l48 * 4096 + l49 * 64 + l50;
-                    (dt_smem + 0)[e] = v39[r];
-                }
-                __syncthreads();
-                float v8[1];
-                /* cooperative reduction: 4 threads per result */
-                {
-                    const int j = tid / 4;
-                    const int q = tid % 4;
-                    float p = (-INFINITY);
-                    if (j < 64) {
-                        const int l51 = (j / 64) % 1;
-                        const int l52 = (j / 64) % 1;
-                        const int l53 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l51 * 4096 + l52 * 4096 + l53 * 64 + i * 1]);
-                    }
-                    for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
-                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v8[r] = (dt_smem + 4096)[e];
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc0[r] = fmaxf(acc0[r], v8[r]);
-                    }
-                }
-                float v9[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v9[r] = acc0[r];
-                    }
-                }
-                /* rsum identity */
-                float acc3[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc3[r] = 0e0f;
-                    }
-                }
-                /* partial rsum over j, lane by lane */
-                float acc9[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    acc9[r] = 0e0f;
-                }
-                /* rsum attention.tensorize(j:64) */
-                for (long long o70 = 0; o70 < s3; o70 += 64) {
-                    /* rdot accumulator */
-                    float acc4[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc4[r] = 0e0f;
-                    }
-                    /* rdot attention.tensorize(d:32) */
-                    for (long long o75 = 0; o75 < s5; o75 += 32) {
-                        /* v10: loaded by the tensor-core dot that reads it */
-                        /* v11: loaded by the tensor-core dot that reads it */
-                        __syncthreads();
-                        /* v10: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec76 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l77 = (int)((unsigned)e / 256u % 1u);
-                                    const int l78 = (int)((unsigned)e / 256u % 1u);
-                                    const int l79 = (int)((unsigned)e / 4u % 64u);
-                                    const int l80 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec76 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8)], &in0[(unsigned)(o1 + l77) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l78) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l79) * (unsigned)args.input_strides[0][2] + (unsigned)(o75 + (l80 * 8)) * (unsigned)args.input_strides[0][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8 + q)] = ((unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l77) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l78) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l79) * (unsigned)args.input_strides[0][2] + (unsigned)(o75 + (l80 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        /* v11: K copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec81 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l82 = (int)((unsigned)e / 256u % 1u);
-                                    const int l83 = (int)((unsigned)e / 256u % 1u);
-                                    const int l84 = (int)((unsigned)e / 4u % 64u);
-                                    const int l85 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec81 && (unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8)], &in1[(unsigned)(o1 + l82) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l83) * (unsigned)args.input_strides[1][1] + (unsigned)(o70 + l84) * (unsigned)args.input_strides[1][2] + (unsigned)(o75 + (l85 * 8)) * (unsigned)args.input_strides[1][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8 + q)] = ((unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l82) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l83) * (unsigned)args.input_strides[1][1] + (unsigned)(o70 + l84) * (unsigned)args.input_strides[1][2] + (unsigned)(o75 + (l85 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        __syncthreads();
-                        /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
-                        {
-                            const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            #pragma unroll
-                            for (int kk = 0; kk < 32; kk += 16) {
-                                unsigned fa[2][2], fb[2][2];
-                                #pragma unroll
-                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
-                                #pragma unroll
-                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
-                                #pragma unroll
-                                for (int i = 0; i < 2; i++) {
-                                    #pragma unroll
-                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_f16(&acc4[(i * 2 + j) * 4], fa[i], fb[j]);
-                                }
-                            }
-                        }
-                        /* acc4 += v12: accumulated by the tensor-core dot above */
-                    }
-                    float v13[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v13[r] = acc4[r];
-                    }
-                    float v16[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v16[r] = (v13[r] * v15[0]);
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v9[r]; }
-                    __syncthreads();
-                    float v18[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l94 = 0;
-                        const int l95 = 0;
-                        const int l96 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        v18[r] = (v16[r] - (dt_smem + 0)[l94 * 64 + l95 * 64 + l96]);
-                    }
-                    float v19[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v19[r] = dt_fast_exp(v18[r]);
-                    }
-                    float v20[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l105 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                        v20[r] = ((unsigned)(o70 + l105) < (unsigned)s3) ? v19[r] : 0e0f;
-                    }
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc9[r] = acc9[r] + v20[r];
-                    }
-                }
-                float v40[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    v40[r] = acc9[r];
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int l114 = 0;
-                    const int l115 = 0;
-                    const int l116 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                    const int l117 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                    const int e = l114 * 4096 + l115 * 4096 + l116 * 64 + l117;
-                    (dt_smem + 0)[e] = v40[r];
-                }
-                __syncthreads();
-                float v21[1];
-                /* cooperative reduction: 4 threads per result */
-                {
-                    const int j = tid / 4;
-                    const int q = tid % 4;
-                    float p = 0e0f;
-                    if (j < 64) {
-                        const int l118 = (j / 64) % 1;
-                        const int l119 = (j / 64) % 1;
-                        const int l120 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l118 * 4096 + l119 * 4096 + l120 * 64 + i * 1];
-                    }
-                    for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
-                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v21[r] = (dt_smem + 4096)[e];
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc3[r] = acc3[r] + v21[r];
-                    }
-                }
-                float v22[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v22[r] = acc3[r];
-                    }
-                }
                 /* block(e:128) attention.tensorize(e:0) */
-                for (long long o130 = b4 * 128; o130 < dt_min_ll(b4 * 128 + 128, s4); o130 += 128) {
+                for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                     /* rdot accumulator */
                     float acc6[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            acc6[r] = 0e0f;
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[1];
+                    #pragma unroll
+                    for (int r = 0; r < 1; r++) {
+                        const int e = tid + r * 256;
+                        if (e < 64) {
+                            acc3[r] = 0e0f;
                         }
                     }
-                    /* rdot attention.tensorize(j:64) */
-                    for (long long o135 = 0; o135 < s3; o135 += 64) {
+                    /* rmax identity */
+                    float acc0[1];
+                    #pragma unroll
+                    for (int r = 0; r < 1; r++) {
+                        const int e = tid + r * 256;
+                        if (e < 64) {
+                            acc0[r] = (-INFINITY);
+                        }
+                    }
+                    /* rmax attention.tensorize(j:64) + rsum attention.tensorize(j:64) + rdot attention.tensorize(j:64), online */
+                    for (long long o15 = 0; o15 < s3; o15 += 64) {
                         /* rdot accumulator */
-                        float acc7[16];
+                        float acc1[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            acc7[r] = 0e0f;
+                            acc1[r] = 0e0f;
                         }
                         /* rdot attention.tensorize(d:32) */
-                        for (long long o140 = 0; o140 < s5; o140 += 32) {
-                            /* v23: loaded by the tensor-core dot that reads it */
-                            /* v24: loaded by the tensor-core dot that reads it */
+                        for (long long o20 = 0; o20 < s5; o20 += 32) {
+                            /* v0: loaded by the tensor-core dot that reads it */
+                            /* v1: loaded by the tensor-core dot that reads it */
                             __syncthreads();
-                            /* v23: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec141 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                                const bool vec21 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 1; r++) {
                                     const int e = tid + r * 256;
                                     (void)e; {
-                                        const int l142 = (int)((unsigned)e / 256u % 1u);
-                                        const int l143 = (int)((unsigned)e / 256u % 1u);
-                                        const int l144 = (int)((unsigned)e / 4u % 64u);
-                                        const int l145 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec141 && (unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8)], &in0[(unsigned)(o1 + l142) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l143) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l144) * (unsigned)args.input_strides[0][2] + (unsigned)(o140 + (l145 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                        const int l22 = (int)((unsigned)e / 256u % 1u);
+                                        const int l23 = (int)((unsigned)e / 256u % 1u);
+                                        const int l24 = (int)((unsigned)e / 4u % 64u);
+                                        const int l25 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec21 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8)], &in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8)) * (unsigned)args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8 + q)] = ((unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l142) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l143) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l144) * (unsigned)args.input_strides[0][2] + (unsigned)(o140 + (l145 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8 + q)] = ((unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
                                 }
                             }
-                            /* v24: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec146 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                const bool vec26 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 1; r++) {
                                     const int e = tid + r * 256;
                                     (void)e; {
-                                        const int l147 = (int)((unsigned)e / 256u % 1u);
-                                        const int l148 = (int)((unsigned)e / 256u % 1u);
-                                        const int l149 = (int)((unsigned)e / 4u % 64u);
-                                        const int l150 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec146 && (unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8)], &in1[(unsigned)(o1 + l147) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[1][1] + (unsigned)(o135 + l149) * (unsigned)args.input_strides[1][2] + (unsigned)(o140 + (l150 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                        const int l27 = (int)((unsigned)e / 256u % 1u);
+                                        const int l28 = (int)((unsigned)e / 256u % 1u);
+                                        const int l29 = (int)((unsigned)e / 4u % 64u);
+                                        const int l30 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec26 && (unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8)], &in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8)) * (unsigned)args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8 + q)] = ((unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l147) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[1][1] + (unsigned)(o135 + l149) * (unsigned)args.input_strides[1][2] + (unsigned)(o140 + (l150 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8 + q)] = ((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -1130,101 +778,293 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 2; j++) dt_mfma_16x16x16_f16(&acc7[(i * 2 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 2; j++) dt_mfma_16x16x16_f16(&acc1[(i * 2 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
-                            /* acc7 += v25: accumulated by the tensor-core dot above */
+                            /* acc1 += v2: accumulated by the tensor-core dot above */
                         }
-                        float v26[16];
+                        float v3[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            v26[r] = acc7[r];
+                            v3[r] = acc1[r];
                         }
-                        float v29[16];
+                        float v6[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            v29[r] = (v26[r] * v28[0]);
+                            v6[r] = (v3[r] * v5[0]);
+                        }
+                        float v7[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int l42 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            v7[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v6[r] : (-INFINITY);
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v9[r]; }
+                        for (int r = 0; r < 16; r++) {
+                            const int l43 = 0;
+                            const int l44 = 0;
+                            const int l45 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l46 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            const int e = l43 * 4096 + l44 * 4096 + l45 * 64 + l46;
+                            (dt_smem + 0)[e] = v7[r];
+                        }
                         __syncthreads();
-                        float v31[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l159 = 0;
-                            const int l160 = 0;
-                            const int l161 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            v31[r] = (v29[r] - (dt_smem + 0)[l159 * 64 + l160 * 64 + l161]);
+                        float v8[1];
+                        /* cooperative reduction: 4 threads per result */
+                        {
+                            const int j = tid / 4;
+                            const int q = tid % 4;
+                            float p = (-INFINITY);
+                            if (j < 64) {
+                                const int l47 = (j / 64) % 1;
+                                const int l48 = (j / 64) % 1;
+                                const int l49 = (j / 1) % 64;
+                                for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l47 * 4096 + l48 * 4096 + l49 * 64 + i * 1]);
+                            }
+                            for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
+                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
                         }
-                        float v32[16];
+                        __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            v32[r] = dt_fast_exp(v31[r]);
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v8[r] = (dt_smem + 4096)[e];
+                            }
                         }
-                        float v33[16];
+                        float v39[1];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l170 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v33[r] = ((unsigned)(o135 + l170) < (unsigned)s3) ? v32[r] : 0e0f;
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v39[r] = acc0[r];
+                            }
                         }
-                        float v34[32];
                         #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l171 = (int)((unsigned)e / 8192u % 1u);
-                                const int l172 = (int)((unsigned)e / 8192u % 1u);
-                                const int l173 = (int)((unsigned)e / 64u % 128u);
-                                const int l174 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = ((unsigned)(o135 + l174) < (unsigned)s3 && (unsigned)(o130 + l173) < (unsigned)s4) ? dt_load_f16(in2[(unsigned)(o1 + l171) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l172) * (unsigned)args.input_strides[2][1] + (unsigned)(o135 + l174) * (unsigned)args.input_strides[2][2] + (unsigned)(o130 + l173) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                acc0[r] = fmaxf(acc0[r], v8[r]);
+                            }
+                        }
+                        float v40[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v40[r] = acc0[r];
+                            }
+                        }
+                        float v43[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
+                            }
+                        }
+                        float v44[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
+                            }
+                        }
+                        float v45[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v45[r] = (v39[r] - v44[r]);
+                            }
+                        }
+                        float v46[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v46[r] = dt_fast_exp(v45[r]);
+                            }
+                        }
+                        float v47[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v47[r] = acc3[r];
+                            }
+                        }
+                        float v48[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v48[r] = (v47[r] * v46[r]);
+                            }
+                        }
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                acc3[r] = v48[r];
                             }
                         }
                         __syncthreads();
                         #pragma unroll
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v44[r]; }
+                        __syncthreads();
+                        float v18[16];
+                        #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l175 = 0;
-                            const int l176 = 0;
-                            const int l177 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l178 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            const int e = l175 * 4096 + l176 * 4096 + l177 * 64 + l178;
-                            (dt_smem + 0)[e] = v33[r];
+                            const int l83 = 0;
+                            const int l84 = 0;
+                            const int l85 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            v18[r] = (v6[r] - (dt_smem + 0)[l83 * 64 + l84 * 64 + l85]);
+                        }
+                        float v19[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            v19[r] = dt_fast_exp(v18[r]);
+                        }
+                        float v20[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int l94 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            v20[r] = ((unsigned)(o15 + l94) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                         __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int l95 = 0;
+                            const int l96 = 0;
+                            const int l97 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l98 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            const int e = l95 * 4096 + l96 * 4096 + l97 * 64 + l98;
+                            (dt_smem + 0)[e] = v20[r];
+                        }
+                        __syncthreads();
+                        float v21[1];
+                        /* cooperative reduction: 4 threads per result */
+                        {
+                            const int j = tid / 4;
+                            const int q = tid % 4;
+                            float p = 0e0f;
+                            if (j < 64) {
+                                const int l99 = (j / 64) % 1;
+                                const int l100 = (j / 64) % 1;
+                                const int l101 = (j / 1) % 64;
+                                for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l99 * 4096 + l100 * 4096 + l101 * 64 + i * 1];
+                            }
+                            for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
+                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                        }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v34[r]; }
-                        __syncthreads();
-                        float v35[32];
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l179 = (int)((unsigned)e / 8192u % 1u);
-                                const int l180 = (int)((unsigned)e / 8192u % 1u);
-                                const int l181 = (int)((unsigned)e / 128u % 64u);
-                                const int l182 = (int)((unsigned)e / 1u % 128u);
-                                float a183 = 0.0f;
-                                for (int q = 0; q < 64; q++) a183 = fmaf((dt_smem + 0)[l179 * 4096 + l180 * 4096 + l181 * 64 + q * 1], (dt_smem + 4096)[l179 * 8192 + l180 * 8192 + l182 * 64 + q * 1], a183);
-                                v35[r] = a183;
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v21[r] = (dt_smem + 4096)[e];
                             }
                         }
                         #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                acc6[r] = acc6[r] + v35[r];
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                acc3[r] = acc3[r] + v21[r];
                             }
+                        }
+                        float v49[32];
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            v49[r] = acc6[r];
+                        }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v46[r]; }
+                        __syncthreads();
+                        float v50[32];
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            const int l112 = 0;
+                            const int l113 = 0;
+                            const int l114 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            v50[r] = (v49[r] * (dt_smem + 0)[l112 * 64 + l113 * 64 + l114]);
+                        }
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            acc6[r] = v50[r];
+                        }
+                        /* v34: loaded by the tensor-core dot that reads it */
+                        __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int l122 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l123 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l122 * 72 + l123] = dt_f32_to_f16(v20[r]);
+                        }
+                        /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec124 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l125 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l126 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l127 = (int)((unsigned)e / 16u % 64u);
+                                    const int l128 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec124 && (unsigned)(o15 + l127) < (unsigned)s3 && (unsigned)(o4 + (l128 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l127 * 136 + (l128 * 8)], &in2[(unsigned)(o1 + l125) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l126) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l127) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l128 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 4096))[l127 * 136 + (l128 * 8 + q)] = ((unsigned)(o15 + l127) < (unsigned)s3 && (unsigned)(o4 + (l128 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l125) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l126) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l127) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l128 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        __syncthreads();
+                        /* rdot on matrix cores: [i:64, e:128] over j:64 by 2 x 2 wavefronts of 2 x 4 m16n16k16 fragments */
+                        {
+                            const int lane = tid & 63;
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 2 * 64 + (lane & 15);
+                            #pragma unroll
+                            for (int kk = 0; kk < 64; kk += 16) {
+                                unsigned fa[2][2], fb[4][2];
+                                #pragma unroll
+                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                #pragma unroll
+                                for (int fbi = 0; fbi < 4; fbi++) {
+                                    const unsigned short* q = fb0 + fbi * 16 + kk * 136;
+                                    fb[fbi][0] = (unsigned)q[0] | ((unsigned)q[136] << 16);
+                                    fb[fbi][1] = (unsigned)q[272] | ((unsigned)q[408] << 16);
+                                }
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) {
+                                    #pragma unroll
+                                    for (int j = 0; j < 4; j++) dt_mfma_16x16x16_f16(&acc6[(i * 4 + j) * 4], fa[i], fb[j]);
+                                }
+                            }
+                        }
+                        /* acc6 += v35: accumulated by the tensor-core dot above */
+                    }
+                    float v22[1];
+                    #pragma unroll
+                    for (int r = 0; r < 1; r++) {
+                        const int e = tid + r * 256;
+                        if (e < 64) {
+                            v22[r] = acc3[r];
                         }
                     }
                     float v36[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v36[r] = acc6[r];
-                        }
+                        v36[r] = acc6[r];
                     }
                     __syncthreads();
                     #pragma unroll
@@ -1233,34 +1073,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                     float v38[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l192 = (int)((unsigned)e / 8192u % 1u);
-                            const int l193 = (int)((unsigned)e / 8192u % 1u);
-                            const int l194 = (int)((unsigned)e / 128u % 64u);
-                            v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l192 * 64 + l193 * 64 + l194]);
-                        }
+                        const int l136 = 0;
+                        const int l137 = 0;
+                        const int l138 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l136 * 64 + l137 * 64 + l138]);
                     }
                     #pragma unroll
-                    for (int c = 0; c < 4; c++) {
-                        const int e = (c * 256 + tid) * 8;
-                        const int l196 = (int)((unsigned)e / 8192u % 1u);
-                        const int l197 = (int)((unsigned)e / 8192u % 1u);
-                        const int l198 = (int)((unsigned)e / 128u % 64u);
-                        const int l199 = (int)((unsigned)e / 1u % 128u);
-                        const unsigned a = (unsigned)(o1 + l196) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l197) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l198) * (unsigned)args.output_strides[2] + (unsigned)(o130 + l199) * (unsigned)args.output_strides[3];
-                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
-                            *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v38[c * 8 + 0], v38[c * 8 + 1]), dt_pack2_f16(v38[c * 8 + 2], v38[c * 8 + 3]), dt_pack2_f16(v38[c * 8 + 4], v38[c * 8 + 5]), dt_pack2_f16(v38[c * 8 + 6], v38[c * 8 + 7]));
-                        } else {
-                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + l199) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 0]);
-                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 1]);
-                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 2]);
-                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 3]);
-                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 4)) < (unsigned)s4) out[a + 4 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 4]);
-                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 5)) < (unsigned)s4) out[a + 5 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 5]);
-                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 6)) < (unsigned)s4) out[a + 6 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 6]);
-                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 7)) < (unsigned)s4) out[a + 7 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 7]);
-                        }
+                    for (int r = 0; r < 32; r++) {
+                        const int l140 = 0;
+                        const int l141 = 0;
+                        const int l142 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l143 = (tid >> 6) % 2 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l142) < (unsigned)s2 && (unsigned)(o4 + l143) < (unsigned)s4) out[(unsigned)(o1 + l140) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l141) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l142) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l143) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
                     }
                 }
             }
@@ -1268,649 +1092,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
     }
 }
 
-/* kernel attention for f16: grid block(b:1, h:1, i:64, e:128); 256 threads, 49152 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_attention_f16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
-    extern __shared__ float dt_smem[];
-    (void)dt_smem;
-    const int tid = (int)threadIdx.x;
-    const long long s0 = args.sizes[0]; /* size of b */
-    const long long s1 = args.sizes[1]; /* size of h */
-    const long long s2 = args.sizes[2]; /* size of i */
-    const long long s3 = args.sizes[3]; /* size of j */
-    const long long s4 = args.sizes[4]; /* size of e */
-    const long long s5 = args.sizes[5]; /* size of d */
-    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
-    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
-    const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
-    dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention */
-    const long long pid = (long long)blockIdx.x;
-    unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
-    const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
-    const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
-    float v4[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v4[r] = (float)s5;
-    }
-    float v5[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v5[r] = dt_fast_rsqrt(v4[0]);
-    }
-    float v14[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v14[r] = (float)s5;
-    }
-    float v15[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v15[r] = dt_fast_rsqrt(v14[0]);
-    }
-    float v27[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v27[r] = (float)s5;
-    }
-    float v28[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v28[r] = dt_fast_rsqrt(v27[0]);
-    }
-    /* block(b:1) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
-        /* block(h:1) */
-        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
-                /* rmax identity */
-                float acc0[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc0[r] = (-INFINITY);
-                    }
-                }
-                /* partial rmax over j, lane by lane */
-                float acc8[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    acc8[r] = (-INFINITY);
-                }
-                /* rmax attention.tensorize(j:64) */
-                for (long long o11 = 0; o11 < s3; o11 += 64) {
-                    /* rdot accumulator */
-                    float acc1[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc1[r] = 0e0f;
-                    }
-                    /* rdot attention.tensorize(d:32) */
-                    for (long long o16 = 0; o16 < s5; o16 += 32) {
-                        /* v0: loaded by the tensor-core dot that reads it */
-                        /* v1: loaded by the tensor-core dot that reads it */
-                        __syncthreads();
-                        /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec17 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l18 = (int)((unsigned)e / 256u % 1u);
-                                    const int l19 = (int)((unsigned)e / 256u % 1u);
-                                    const int l20 = (int)((unsigned)e / 4u % 64u);
-                                    const int l21 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec17 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8)], &in0[(unsigned)(o1 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l19) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l20) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + (l21 * 8)) * (unsigned)args.input_strides[0][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = ((unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l19) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l20) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + (l21 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec22 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l23 = (int)((unsigned)e / 256u % 1u);
-                                    const int l24 = (int)((unsigned)e / 256u % 1u);
-                                    const int l25 = (int)((unsigned)e / 4u % 64u);
-                                    const int l26 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec22 && (unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8)], &in1[(unsigned)(o1 + l23) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l25) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + (l26 * 8)) * (unsigned)args.input_strides[1][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = ((unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l23) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l25) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + (l26 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        __syncthreads();
-                        /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
-                        {
-                            const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            #pragma unroll
-                            for (int kk = 0; kk < 32; kk += 16) {
-                                unsigned fa[2][2], fb[2][2];
-                                #pragma unroll
-                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
-                                #pragma unroll
-                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
-                                #pragma unroll
-                                for (int i = 0; i < 2; i++) {
-                                    #pragma unroll
-                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_f16(&acc1[(i * 2 + j) * 4], fa[i], fb[j]);
-                                }
-                            }
-                        }
-                        /* acc1 += v2: accumulated by the tensor-core dot above */
-                    }
-                    float v3[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v3[r] = acc1[r];
-                    }
-                    float v6[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v6[r] = (v3[r] * v5[0]);
-                    }
-                    float v7[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l38 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                        v7[r] = ((unsigned)(o11 + l38) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                    }
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc8[r] = fmaxf(acc8[r], v7[r]);
-                    }
-                }
-                float v39[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    v39[r] = acc8[r];
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int l47 = 0;
-                    const int l48 = 0;
-                    const int l49 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                    const int l50 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                    const int e = l47 * 4096 + l48 * 4096 + l49 * 64 + l50;
-                    (dt_smem + 0)[e] = v39[r];
-                }
-                __syncthreads();
-                float v8[1];
-                /* cooperative reduction: 4 threads per result */
-                {
-                    const int j = tid / 4;
-                    const int q = tid % 4;
-                    float p = (-INFINITY);
-                    if (j < 64) {
-                        const int l51 = (j / 64) % 1;
-                        const int l52 = (j / 64) % 1;
-                        const int l53 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l51 * 4096 + l52 * 4096 + l53 * 64 + i * 1]);
-                    }
-                    for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
-                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v8[r] = (dt_smem + 4096)[e];
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc0[r] = fmaxf(acc0[r], v8[r]);
-                    }
-                }
-                float v9[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v9[r] = acc0[r];
-                    }
-                }
-                /* rsum identity */
-                float acc3[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc3[r] = 0e0f;
-                    }
-                }
-                /* partial rsum over j, lane by lane */
-                float acc9[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    acc9[r] = 0e0f;
-                }
-                /* rsum attention.tensorize(j:64) */
-                for (long long o70 = 0; o70 < s3; o70 += 64) {
-                    /* rdot accumulator */
-                    float acc4[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc4[r] = 0e0f;
-                    }
-                    /* rdot attention.tensorize(d:32) */
-                    for (long long o75 = 0; o75 < s5; o75 += 32) {
-                        /* v10: loaded by the tensor-core dot that reads it */
-                        /* v11: loaded by the tensor-core dot that reads it */
-                        __syncthreads();
-                        /* v10: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec76 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l77 = (int)((unsigned)e / 256u % 1u);
-                                    const int l78 = (int)((unsigned)e / 256u % 1u);
-                                    const int l79 = (int)((unsigned)e / 4u % 64u);
-                                    const int l80 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec76 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8)], &in0[(unsigned)(o1 + l77) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l78) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l79) * (unsigned)args.input_strides[0][2] + (unsigned)(o75 + (l80 * 8)) * (unsigned)args.input_strides[0][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8 + q)] = ((unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l77) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l78) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l79) * (unsigned)args.input_strides[0][2] + (unsigned)(o75 + (l80 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        /* v11: K copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec81 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l82 = (int)((unsigned)e / 256u % 1u);
-                                    const int l83 = (int)((unsigned)e / 256u % 1u);
-                                    const int l84 = (int)((unsigned)e / 4u % 64u);
-                                    const int l85 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec81 && (unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8)], &in1[(unsigned)(o1 + l82) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l83) * (unsigned)args.input_strides[1][1] + (unsigned)(o70 + l84) * (unsigned)args.input_strides[1][2] + (unsigned)(o75 + (l85 * 8)) * (unsigned)args.input_strides[1][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8 + q)] = ((unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l82) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l83) * (unsigned)args.input_strides[1][1] + (unsigned)(o70 + l84) * (unsigned)args.input_strides[1][2] + (unsigned)(o75 + (l85 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        __syncthreads();
-                        /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
-                        {
-                            const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            #pragma unroll
-                            for (int kk = 0; kk < 32; kk += 16) {
-                                unsigned fa[2][2], fb[2][2];
-                                #pragma unroll
-                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
-                                #pragma unroll
-                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
-                                #pragma unroll
-                                for (int i = 0; i < 2; i++) {
-                                    #pragma unroll
-                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_f16(&acc4[(i * 2 + j) * 4], fa[i], fb[j]);
-                                }
-                            }
-                        }
-                        /* acc4 += v12: accumulated by the tensor-core dot above */
-                    }
-                    float v13[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v13[r] = acc4[r];
-                    }
-                    float v16[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v16[r] = (v13[r] * v15[0]);
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v9[r]; }
-                    __syncthreads();
-                    float v18[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l94 = 0;
-                        const int l95 = 0;
-                        const int l96 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        v18[r] = (v16[r] - (dt_smem + 0)[l94 * 64 + l95 * 64 + l96]);
-                    }
-                    float v19[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v19[r] = dt_fast_exp(v18[r]);
-                    }
-                    float v20[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l105 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                        v20[r] = ((unsigned)(o70 + l105) < (unsigned)s3) ? v19[r] : 0e0f;
-                    }
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc9[r] = acc9[r] + v20[r];
-                    }
-                }
-                float v40[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    v40[r] = acc9[r];
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int l114 = 0;
-                    const int l115 = 0;
-                    const int l116 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                    const int l117 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                    const int e = l114 * 4096 + l115 * 4096 + l116 * 64 + l117;
-                    (dt_smem + 0)[e] = v40[r];
-                }
-                __syncthreads();
-                float v21[1];
-                /* cooperative reduction: 4 threads per result */
-                {
-                    const int j = tid / 4;
-                    const int q = tid % 4;
-                    float p = 0e0f;
-                    if (j < 64) {
-                        const int l118 = (j / 64) % 1;
-                        const int l119 = (j / 64) % 1;
-                        const int l120 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l118 * 4096 + l119 * 4096 + l120 * 64 + i * 1];
-                    }
-                    for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
-                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v21[r] = (dt_smem + 4096)[e];
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc3[r] = acc3[r] + v21[r];
-                    }
-                }
-                float v22[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v22[r] = acc3[r];
-                    }
-                }
-                /* block(e:128) attention.tensorize(e:0) */
-                for (long long o130 = b4 * 128; o130 < dt_min_ll(b4 * 128 + 128, s4); o130 += 128) {
-                    /* rdot accumulator */
-                    float acc6[32];
-                    #pragma unroll
-                    for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            acc6[r] = 0e0f;
-                        }
-                    }
-                    /* rdot attention.tensorize(j:64) */
-                    for (long long o135 = 0; o135 < s3; o135 += 64) {
-                        /* rdot accumulator */
-                        float acc7[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            acc7[r] = 0e0f;
-                        }
-                        /* rdot attention.tensorize(d:32) */
-                        for (long long o140 = 0; o140 < s5; o140 += 32) {
-                            /* v23: loaded by the tensor-core dot that reads it */
-                            /* v24: loaded by the tensor-core dot that reads it */
-                            __syncthreads();
-                            /* v23: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
-                            {
-                                const bool vec141 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
-                                #pragma unroll
-                                for (int r = 0; r < 1; r++) {
-                                    const int e = tid + r * 256;
-                                    (void)e; {
-                                        const int l142 = (int)((unsigned)e / 256u % 1u);
-                                        const int l143 = (int)((unsigned)e / 256u % 1u);
-                                        const int l144 = (int)((unsigned)e / 4u % 64u);
-                                        const int l145 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec141 && (unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8)], &in0[(unsigned)(o1 + l142) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l143) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l144) * (unsigned)args.input_strides[0][2] + (unsigned)(o140 + (l145 * 8)) * (unsigned)args.input_strides[0][3]]);
-                                        } else {
-                                            #pragma unroll
-                                            for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8 + q)] = ((unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l142) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l143) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l144) * (unsigned)args.input_strides[0][2] + (unsigned)(o140 + (l145 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
-                                            }
-                                        }
-                                    }
-                                }
-                            }
-                            /* v24: K copied as it is, along its last axis, 16 bytes at a time where it can be */
-                            {
-                                const bool vec146 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
-                                #pragma unroll
-                                for (int r = 0; r < 1; r++) {
-                                    const int e = tid + r * 256;
-                                    (void)e; {
-                                        const int l147 = (int)((unsigned)e / 256u % 1u);
-                                        const int l148 = (int)((unsigned)e / 256u % 1u);
-                                        const int l149 = (int)((unsigned)e / 4u % 64u);
-                                        const int l150 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec146 && (unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8)], &in1[(unsigned)(o1 + l147) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[1][1] + (unsigned)(o135 + l149) * (unsigned)args.input_strides[1][2] + (unsigned)(o140 + (l150 * 8)) * (unsigned)args.input_strides[1][3]]);
-                                        } else {
-                                            #pragma unroll
-                                            for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8 + q)] = ((unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l147) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[1][1] + (unsigned)(o135 + l149) * (unsigned)args.input_strides[1][2] + (unsigned)(o140 + (l150 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
-                                            }
-                                        }
-                                    }
-                                }
-                            }
-                            __syncthreads();
-                            /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
-                            {
-                                const int lane = tid & 63;
-                                const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                                const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                                #pragma unroll
-                                for (int kk = 0; kk < 32; kk += 16) {
-                                    unsigned fa[2][2], fb[2][2];
-                                    #pragma unroll
-                                    for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
-                                    #pragma unroll
-                                    for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
-                                    #pragma unroll
-                                    for (int i = 0; i < 2; i++) {
-                                        #pragma unroll
-                                        for (int j = 0; j < 2; j++) dt_mfma_16x16x16_f16(&acc7[(i * 2 + j) * 4], fa[i], fb[j]);
-                                    }
-                                }
-                            }
-                            /* acc7 += v25: accumulated by the tensor-core dot above */
-                        }
-                        float v26[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            v26[r] = acc7[r];
-                        }
-                        float v29[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            v29[r] = (v26[r] * v28[0]);
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v9[r]; }
-                        __syncthreads();
-                        float v31[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l159 = 0;
-                            const int l160 = 0;
-                            const int l161 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            v31[r] = (v29[r] - (dt_smem + 0)[l159 * 64 + l160 * 64 + l161]);
-                        }
-                        float v32[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            v32[r] = dt_fast_exp(v31[r]);
-                        }
-                        float v33[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l170 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v33[r] = ((unsigned)(o135 + l170) < (unsigned)s3) ? v32[r] : 0e0f;
-                        }
-                        float v34[32];
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l171 = (int)((unsigned)e / 8192u % 1u);
-                                const int l172 = (int)((unsigned)e / 8192u % 1u);
-                                const int l173 = (int)((unsigned)e / 64u % 128u);
-                                const int l174 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = ((unsigned)(o135 + l174) < (unsigned)s3 && (unsigned)(o130 + l173) < (unsigned)s4) ? dt_load_f16(in2[(unsigned)(o1 + l171) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l172) * (unsigned)args.input_strides[2][1] + (unsigned)(o135 + l174) * (unsigned)args.input_strides[2][2] + (unsigned)(o130 + l173) * (unsigned)args.input_strides[2][3]]) : 0e0f;
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l175 = 0;
-                            const int l176 = 0;
-                            const int l177 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l178 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            const int e = l175 * 4096 + l176 * 4096 + l177 * 64 + l178;
-                            (dt_smem + 0)[e] = v33[r];
-                        }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v34[r]; }
-                        __syncthreads();
-                        float v35[32];
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l179 = (int)((unsigned)e / 8192u % 1u);
-                                const int l180 = (int)((unsigned)e / 8192u % 1u);
-                                const int l181 = (int)((unsigned)e / 128u % 64u);
-                                const int l182 = (int)((unsigned)e / 1u % 128u);
-                                float a183 = 0.0f;
-                                for (int q = 0; q < 64; q++) a183 = fmaf((dt_smem + 0)[l179 * 4096 + l180 * 4096 + l181 * 64 + q * 1], (dt_smem + 4096)[l179 * 8192 + l180 * 8192 + l182 * 64 + q * 1], a183);
-                                v35[r] = a183;
-                            }
-                        }
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                acc6[r] = acc6[r] + v35[r];
-                            }
-                        }
-                    }
-                    float v36[32];
-                    #pragma unroll
-                    for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v36[r] = acc6[r];
-                        }
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v22[r]; }
-                    __syncthreads();
-                    float v38[32];
-                    #pragma unroll
-                    for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l192 = (int)((unsigned)e / 8192u % 1u);
-                            const int l193 = (int)((unsigned)e / 8192u % 1u);
-                            const int l194 = (int)((unsigned)e / 128u % 64u);
-                            v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l192 * 64 + l193 * 64 + l194]);
-                        }
-                    }
-                    #pragma unroll
-                    for (int c = 0; c < 4; c++) {
-                        const int e = (c * 256 + tid) * 8;
-                        const int l196 = (int)((unsigned)e / 8192u % 1u);
-                        const int l197 = (int)((unsigned)e / 8192u % 1u);
-                        const int l198 = (int)((unsigned)e / 128u % 64u);
-                        const int l199 = (int)((unsigned)e / 1u % 128u);
-                        const unsigned a = (unsigned)(o1 + l196) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l197) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l198) * (unsigned)args.output_strides[2] + (unsigned)(o130 + l199) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + l199) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v38[c * 8 + 0], v38[c * 8 + 1]), dt_pack2_f16(v38[c * 8 + 2], v38[c * 8 + 3]), dt_pack2_f16(v38[c * 8 + 4], v38[c * 8 + 5]), dt_pack2_f16(v38[c * 8 + 6], v38[c * 8 + 7]));
-                    }
-                }
-            }
-        }
-    }
-}
-
-/* kernel attention for bf16: grid block(b:1, h:1, i:64, e:128); 256 threads, 49152 bytes of shared memory */
+/* kernel attention for bf16: grid block(b:1, h:1, i:64, e:128); 256 threads, 33792 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1956,29 +1138,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
         (void)r; (void)e;
         v5[r] = dt_fast_rsqrt(v4[0]);
     }
-    float v14[1];
+    float v41[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v14[r] = (float)s5;
+        v41[r] = (-INFINITY);
     }
-    float v15[1];
+    float v42[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v15[r] = dt_fast_rsqrt(v14[0]);
-    }
-    float v27[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v27[r] = (float)s5;
-    }
-    float v28[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v28[r] = dt_fast_rsqrt(v27[0]);
+        v42[r] = 0e0f;
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -1986,424 +1156,84 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
             /* block(i:64) attention.tensorize(i:0) */
             for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
-                /* rmax identity */
-                float acc0[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc0[r] = (-INFINITY);
-                    }
-                }
-                /* partial rmax over j, lane by lane */
-                float acc8[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    acc8[r] = (-INFINITY);
-                }
-                /* rmax attention.tensorize(j:64) */
-                for (long long o11 = 0; o11 < s3; o11 += 64) {
-                    /* rdot accumulator */
-                    float acc1[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc1[r] = 0e0f;
-                    }
-                    /* rdot attention.tensorize(d:32) */
-                    for (long long o16 = 0; o16 < s5; o16 += 32) {
-                        /* v0: loaded by the tensor-core dot that reads it */
-                        /* v1: loaded by the tensor-core dot that reads it */
-                        __syncthreads();
-                        /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec17 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l18 = (int)((unsigned)e / 256u % 1u);
-                                    const int l19 = (int)((unsigned)e / 256u % 1u);
-                                    const int l20 = (int)((unsigned)e / 4u % 64u);
-                                    const int l21 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec17 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8)], &in0[(unsigned)(o1 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l19) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l20) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + (l21 * 8)) * (unsigned)args.input_strides[0][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = ((unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l19) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l20) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + (l21 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec22 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l23 = (int)((unsigned)e / 256u % 1u);
-                                    const int l24 = (int)((unsigned)e / 256u % 1u);
-                                    const int l25 = (int)((unsigned)e / 4u % 64u);
-                                    const int l26 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec22 && (unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8)], &in1[(unsigned)(o1 + l23) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l25) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + (l26 * 8)) * (unsigned)args.input_strides[1][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = ((unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l23) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l25) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + (l26 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        __syncthreads();
-                        /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
-                        {
-                            const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            #pragma unroll
-                            for (int kk = 0; kk < 32; kk += 16) {
-                                unsigned fa[2][2], fb[2][2];
-                                #pragma unroll
-                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
-                                #pragma unroll
-                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
-                                #pragma unroll
-                                for (int i = 0; i < 2; i++) {
-                                    #pragma unroll
-                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_bf16(&acc1[(i * 2 + j) * 4], fa[i], fb[j]);
-                                }
-                            }
-                        }
-                        /* acc1 += v2: accumulated by the tensor-core dot above */
-                    }
-                    float v3[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v3[r] = acc1[r];
-                    }
-                    float v6[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v6[r] = (v3[r] * v5[0]);
-                    }
-                    float v7[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l38 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                        v7[r] = ((unsigned)(o11 + l38) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                    }
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc8[r] = fmaxf(acc8[r], v7[r]);
-                    }
-                }
-                float v39[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    v39[r] = acc8[r];
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int l47 = 0;
-                    const int l48 = 0;
-                    const int l49 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                    const int l50 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                    const int e = l47 * 4096 + l48 * 4096 + l49 * 64 + l50;
-                    (dt_smem + 0)[e] = v39[r];
-                }
-                __syncthreads();
-                float v8[1];
-                /* cooperative reduction: 4 threads per result */
-                {
-                    const int j = tid / 4;
-                    const int q = tid % 4;
-                    float p = (-INFINITY);
-                    if (j < 64) {
-                        const int l51 = (j / 64) % 1;
-                        const int l52 = (j / 64) % 1;
-                        const int l53 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l51 * 4096 + l52 * 4096 + l53 * 64 + i * 1]);
-                    }
-                    for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
-                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v8[r] = (dt_smem + 4096)[e];
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc0[r] = fmaxf(acc0[r], v8[r]);
-                    }
-                }
-                float v9[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v9[r] = acc0[r];
-                    }
-                }
-                /* rsum identity */
-                float acc3[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc3[r] = 0e0f;
-                    }
-                }
-                /* partial rsum over j, lane by lane */
-                float acc9[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    acc9[r] = 0e0f;
-                }
-                /* rsum attention.tensorize(j:64) */
-                for (long long o70 = 0; o70 < s3; o70 += 64) {
-                    /* rdot accumulator */
-                    float acc4[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc4[r] = 0e0f;
-                    }
-                    /* rdot attention.tensorize(d:32) */
-                    for (long long o75 = 0; o75 < s5; o75 += 32) {
-                        /* v10: loaded by the tensor-core dot that reads it */
-                        /* v11: loaded by the tensor-core dot that reads it */
-                        __syncthreads();
-                        /* v10: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec76 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l77 = (int)((unsigned)e / 256u % 1u);
-                                    const int l78 = (int)((unsigned)e / 256u % 1u);
-                                    const int l79 = (int)((unsigned)e / 4u % 64u);
-                                    const int l80 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec76 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8)], &in0[(unsigned)(o1 + l77) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l78) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l79) * (unsigned)args.input_strides[0][2] + (unsigned)(o75 + (l80 * 8)) * (unsigned)args.input_strides[0][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8 + q)] = ((unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l77) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l78) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l79) * (unsigned)args.input_strides[0][2] + (unsigned)(o75 + (l80 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        /* v11: K copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec81 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l82 = (int)((unsigned)e / 256u % 1u);
-                                    const int l83 = (int)((unsigned)e / 256u % 1u);
-                                    const int l84 = (int)((unsigned)e / 4u % 64u);
-                                    const int l85 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec81 && (unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8)], &in1[(unsigned)(o1 + l82) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l83) * (unsigned)args.input_strides[1][1] + (unsigned)(o70 + l84) * (unsigned)args.input_strides[1][2] + (unsigned)(o75 + (l85 * 8)) * (unsigned)args.input_strides[1][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8 + q)] = ((unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l82) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l83) * (unsigned)args.input_strides[1][1] + (unsigned)(o70 + l84) * (unsigned)args.input_strides[1][2] + (unsigned)(o75 + (l85 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        __syncthreads();
-                        /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
-                        {
-                            const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            #pragma unroll
-                            for (int kk = 0; kk < 32; kk += 16) {
-                                unsigned fa[2][2], fb[2][2];
-                                #pragma unroll
-                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
-                                #pragma unroll
-                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
-                                #pragma unroll
-                                for (int i = 0; i < 2; i++) {
-                                    #pragma unroll
-                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_bf16(&acc4[(i * 2 + j) * 4], fa[i], fb[j]);
-                                }
-                            }
-                        }
-                        /* acc4 += v12: accumulated by the tensor-core dot above */
-                    }
-                    float v13[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v13[r] = acc4[r];
-                    }
-                    float v16[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v16[r] = (v13[r] * v15[0]);
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v9[r]; }
-                    __syncthreads();
-                    float v18[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l94 = 0;
-                        const int l95 = 0;
-                        const int l96 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        v18[r] = (v16[r] - (dt_smem + 0)[l94 * 64 + l95 * 64 + l96]);
-                    }
-                    float v19[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v19[r] = dt_fast_exp(v18[r]);
-                    }
-                    float v20[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l105 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                        v20[r] = ((unsigned)(o70 + l105) < (unsigned)s3) ? v19[r] : 0e0f;
-                    }
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc9[r] = acc9[r] + v20[r];
-                    }
-                }
-                float v40[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    v40[r] = acc9[r];
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int l114 = 0;
-                    const int l115 = 0;
-                    const int l116 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                    const int l117 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                    const int e = l114 * 4096 + l115 * 4096 + l116 * 64 + l117;
-                    (dt_smem + 0)[e] = v40[r];
-                }
-                __syncthreads();
-                float v21[1];
-                /* cooperative reduction: 4 threads per result */
-                {
-                    const int j = tid / 4;
-                    const int q = tid % 4;
-                    float p = 0e0f;
-                    if (j < 64) {
-                        const int l118 = (j / 64) % 1;
-                        const int l119 = (j / 64) % 1;
-                        const int l120 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l118 * 4096 + l119 * 4096 + l120 * 64 + i * 1];
-                    }
-                    for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
-                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v21[r] = (dt_smem + 4096)[e];
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc3[r] = acc3[r] + v21[r];
-                    }
-                }
-                float v22[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v22[r] = acc3[r];
-                    }
-                }
                 /* block(e:128) attention.tensorize(e:0) */
-                for (long long o130 = b4 * 128; o130 < dt_min_ll(b4 * 128 + 128, s4); o130 += 128) {
+                for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                     /* rdot accumulator */
                     float acc6[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            acc6[r] = 0e0f;
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[1];
+                    #pragma unroll
+                    for (int r = 0; r < 1; r++) {
+                        const int e = tid + r * 256;
+                        if (e < 64) {
+                            acc3[r] = 0e0f;
                         }
                     }
-                    /* rdot attention.tensorize(j:64) */
-                    for (long long o135 = 0; o135 < s3; o135 += 64) {
+                    /* rmax identity */
+                    float acc0[1];
+                    #pragma unroll
+                    for (int r = 0; r < 1; r++) {
+                        const int e = tid + r * 256;
+                        if (e < 64) {
+                            acc0[r] = (-INFINITY);
+                        }
+                    }
+                    /* rmax attention.tensorize(j:64) + rsum attention.tensorize(j:64) + rdot attention.tensorize(j:64), online */
+                    for (long long o15 = 0; o15 < s3; o15 += 64) {
                         /* rdot accumulator */
-                        float acc7[16];
+                        float acc1[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            acc7[r] = 0e0f;
+                            acc1[r] = 0e0f;
                         }
                         /* rdot attention.tensorize(d:32) */
-                        for (long long o140 = 0; o140 < s5; o140 += 32) {
-                            /* v23: loaded by the tensor-core dot that reads it */
-                            /* v24: loaded by the tensor-core dot that reads it */
+                        for (long long o20 = 0; o20 < s5; o20 += 32) {
+                            /* v0: loaded by the tensor-core dot that reads it */
+                            /* v1: loaded by the tensor-core dot that reads it */
                             __syncthreads();
-                            /* v23: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec141 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                                const bool vec21 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 1; r++) {
                                     const int e = tid + r * 256;
                                     (void)e; {
-                                        const int l142 = (int)((unsigned)e / 256u % 1u);
-                                        const int l143 = (int)((unsigned)e / 256u % 1u);
-                                        const int l144 = (int)((unsigned)e / 4u % 64u);
-                                        const int l145 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec141 && (unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8)], &in0[(unsigned)(o1 + l142) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l143) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l144) * (unsigned)args.input_strides[0][2] + (unsigned)(o140 + (l145 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                        const int l22 = (int)((unsigned)e / 256u % 1u);
+                                        const int l23 = (int)((unsigned)e / 256u % 1u);
+                                        const int l24 = (int)((unsigned)e / 4u % 64u);
+                                        const int l25 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec21 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8)], &in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8)) * (unsigned)args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8 + q)] = ((unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l142) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l143) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l144) * (unsigned)args.input_strides[0][2] + (unsigned)(o140 + (l145 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8 + q)] = ((unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
                                 }
                             }
-                            /* v24: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec146 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                const bool vec26 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 1; r++) {
                                     const int e = tid + r * 256;
                                     (void)e; {
-                                        const int l147 = (int)((unsigned)e / 256u % 1u);
-                                        const int l148 = (int)((unsigned)e / 256u % 1u);
-                                        const int l149 = (int)((unsigned)e / 4u % 64u);
-                                        const int l150 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec146 && (unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8)], &in1[(unsigned)(o1 + l147) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[1][1] + (unsigned)(o135 + l149) * (unsigned)args.input_strides[1][2] + (unsigned)(o140 + (l150 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                        const int l27 = (int)((unsigned)e / 256u % 1u);
+                                        const int l28 = (int)((unsigned)e / 256u % 1u);
+                                        const int l29 = (int)((unsigned)e / 4u % 64u);
+                                        const int l30 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec26 && (unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8)], &in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8)) * (unsigned)args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8 + q)] = ((unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l147) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[1][1] + (unsigned)(o135 + l149) * (unsigned)args.input_strides[1][2] + (unsigned)(o140 + (l150 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8 + q)] = ((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -2425,101 +1255,293 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 2; j++) dt_mfma_16x16x16_bf16(&acc7[(i * 2 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 2; j++) dt_mfma_16x16x16_bf16(&acc1[(i * 2 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
-                            /* acc7 += v25: accumulated by the tensor-core dot above */
+                            /* acc1 += v2: accumulated by the tensor-core dot above */
                         }
-                        float v26[16];
+                        float v3[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            v26[r] = acc7[r];
+                            v3[r] = acc1[r];
                         }
-                        float v29[16];
+                        float v6[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            v29[r] = (v26[r] * v28[0]);
+                            v6[r] = (v3[r] * v5[0]);
+                        }
+                        float v7[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int l42 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            v7[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v6[r] : (-INFINITY);
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v9[r]; }
+                        for (int r = 0; r < 16; r++) {
+                            const int l43 = 0;
+                            const int l44 = 0;
+                            const int l45 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l46 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            const int e = l43 * 4096 + l44 * 4096 + l45 * 64 + l46;
+                            (dt_smem + 0)[e] = v7[r];
+                        }
                         __syncthreads();
-                        float v31[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l159 = 0;
-                            const int l160 = 0;
-                            const int l161 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            v31[r] = (v29[r] - (dt_smem + 0)[l159 * 64 + l160 * 64 + l161]);
+                        float v8[1];
+                        /* cooperative reduction: 4 threads per result */
+                        {
+                            const int j = tid / 4;
+                            const int q = tid % 4;
+                            float p = (-INFINITY);
+                            if (j < 64) {
+                                const int l47 = (j / 64) % 1;
+                                const int l48 = (j / 64) % 1;
+                                const int l49 = (j / 1) % 64;
+                                for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l47 * 4096 + l48 * 4096 + l49 * 64 + i * 1]);
+                            }
+                            for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
+                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
                         }
-                        float v32[16];
+                        __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            v32[r] = dt_fast_exp(v31[r]);
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v8[r] = (dt_smem + 4096)[e];
+                            }
                         }
-                        float v33[16];
+                        float v39[1];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l170 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v33[r] = ((unsigned)(o135 + l170) < (unsigned)s3) ? v32[r] : 0e0f;
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v39[r] = acc0[r];
+                            }
                         }
-                        float v34[32];
                         #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l171 = (int)((unsigned)e / 8192u % 1u);
-                                const int l172 = (int)((unsigned)e / 8192u % 1u);
-                                const int l173 = (int)((unsigned)e / 64u % 128u);
-                                const int l174 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = ((unsigned)(o135 + l174) < (unsigned)s3 && (unsigned)(o130 + l173) < (unsigned)s4) ? dt_load_bf16(in2[(unsigned)(o1 + l171) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l172) * (unsigned)args.input_strides[2][1] + (unsigned)(o135 + l174) * (unsigned)args.input_strides[2][2] + (unsigned)(o130 + l173) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                acc0[r] = fmaxf(acc0[r], v8[r]);
+                            }
+                        }
+                        float v40[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v40[r] = acc0[r];
+                            }
+                        }
+                        float v43[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
+                            }
+                        }
+                        float v44[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
+                            }
+                        }
+                        float v45[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v45[r] = (v39[r] - v44[r]);
+                            }
+                        }
+                        float v46[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v46[r] = dt_fast_exp(v45[r]);
+                            }
+                        }
+                        float v47[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v47[r] = acc3[r];
+                            }
+                        }
+                        float v48[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v48[r] = (v47[r] * v46[r]);
+                            }
+                        }
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                acc3[r] = v48[r];
                             }
                         }
                         __syncthreads();
                         #pragma unroll
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v44[r]; }
+                        __syncthreads();
+                        float v18[16];
+                        #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l175 = 0;
-                            const int l176 = 0;
-                            const int l177 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l178 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            const int e = l175 * 4096 + l176 * 4096 + l177 * 64 + l178;
-                            (dt_smem + 0)[e] = v33[r];
+                            const int l83 = 0;
+                            const int l84 = 0;
+                            const int l85 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            v18[r] = (v6[r] - (dt_smem + 0)[l83 * 64 + l84 * 64 + l85]);
+                        }
+                        float v19[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            v19[r] = dt_fast_exp(v18[r]);
+                        }
+                        float v20[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int l94 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            v20[r] = ((unsigned)(o15 + l94) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                         __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int l95 = 0;
+                            const int l96 = 0;
+                            const int l97 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l98 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            const int e = l95 * 4096 + l96 * 4096 + l97 * 64 + l98;
+                            (dt_smem + 0)[e] = v20[r];
+                        }
+                        __syncthreads();
+                        float v21[1];
+                        /* cooperative reduction: 4 threads per result */
+                        {
+                            const int j = tid / 4;
+                            const int q = tid % 4;
+                            float p = 0e0f;
+                            if (j < 64) {
+                                const int l99 = (j / 64) % 1;
+                                const int l100 = (j / 64) % 1;
+                                const int l101 = (j / 1) % 64;
+                                for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l99 * 4096 + l100 * 4096 + l101 * 64 + i * 1];
+                            }
+                            for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
+                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                        }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v34[r]; }
-                        __syncthreads();
-                        float v35[32];
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l179 = (int)((unsigned)e / 8192u % 1u);
-                                const int l180 = (int)((unsigned)e / 8192u % 1u);
-                                const int l181 = (int)((unsigned)e / 128u % 64u);
-                                const int l182 = (int)((unsigned)e / 1u % 128u);
-                                float a183 = 0.0f;
-                                for (int q = 0; q < 64; q++) a183 = fmaf((dt_smem + 0)[l179 * 4096 + l180 * 4096 + l181 * 64 + q * 1], (dt_smem + 4096)[l179 * 8192 + l180 * 8192 + l182 * 64 + q * 1], a183);
-                                v35[r] = a183;
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v21[r] = (dt_smem + 4096)[e];
                             }
                         }
                         #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                acc6[r] = acc6[r] + v35[r];
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                acc3[r] = acc3[r] + v21[r];
                             }
+                        }
+                        float v49[32];
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            v49[r] = acc6[r];
+                        }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v46[r]; }
+                        __syncthreads();
+                        float v50[32];
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            const int l112 = 0;
+                            const int l113 = 0;
+                            const int l114 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            v50[r] = (v49[r] * (dt_smem + 0)[l112 * 64 + l113 * 64 + l114]);
+                        }
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            acc6[r] = v50[r];
+                        }
+                        /* v34: loaded by the tensor-core dot that reads it */
+                        __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int l122 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l123 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l122 * 72 + l123] = dt_f32_to_bf16(v20[r]);
+                        }
+                        /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec124 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l125 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l126 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l127 = (int)((unsigned)e / 16u % 64u);
+                                    const int l128 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec124 && (unsigned)(o15 + l127) < (unsigned)s3 && (unsigned)(o4 + (l128 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l127 * 136 + (l128 * 8)], &in2[(unsigned)(o1 + l125) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l126) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l127) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l128 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 4096))[l127 * 136 + (l128 * 8 + q)] = ((unsigned)(o15 + l127) < (unsigned)s3 && (unsigned)(o4 + (l128 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l125) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l126) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l127) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l128 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        __syncthreads();
+                        /* rdot on matrix cores: [i:64, e:128] over j:64 by 2 x 2 wavefronts of 2 x 4 m16n16k16 fragments */
+                        {
+                            const int lane = tid & 63;
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 2 * 64 + (lane & 15);
+                            #pragma unroll
+                            for (int kk = 0; kk < 64; kk += 16) {
+                                unsigned fa[2][2], fb[4][2];
+                                #pragma unroll
+                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                #pragma unroll
+                                for (int fbi = 0; fbi < 4; fbi++) {
+                                    const unsigned short* q = fb0 + fbi * 16 + kk * 136;
+                                    fb[fbi][0] = (unsigned)q[0] | ((unsigned)q[136] << 16);
+                                    fb[fbi][1] = (unsigned)q[272] | ((unsigned)q[408] << 16);
+                                }
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) {
+                                    #pragma unroll
+                                    for (int j = 0; j < 4; j++) dt_mfma_16x16x16_bf16(&acc6[(i * 4 + j) * 4], fa[i], fb[j]);
+                                }
+                            }
+                        }
+                        /* acc6 += v35: accumulated by the tensor-core dot above */
+                    }
+                    float v22[1];
+                    #pragma unroll
+                    for (int r = 0; r < 1; r++) {
+                        const int e = tid + r * 256;
+                        if (e < 64) {
+                            v22[r] = acc3[r];
                         }
                     }
                     float v36[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v36[r] = acc6[r];
-                        }
+                        v36[r] = acc6[r];
                     }
                     __syncthreads();
                     #pragma unroll
@@ -2528,676 +1550,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                     float v38[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l192 = (int)((unsigned)e / 8192u % 1u);
-                            const int l193 = (int)((unsigned)e / 8192u % 1u);
-                            const int l194 = (int)((unsigned)e / 128u % 64u);
-                            v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l192 * 64 + l193 * 64 + l194]);
-                        }
+                        const int l136 = 0;
+                        const int l137 = 0;
+                        const int l138 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l136 * 64 + l137 * 64 + l138]);
                     }
-                    #pragma unroll
-                    for (int c = 0; c < 4; c++) {
-                        const int e = (c * 256 + tid) * 8;
-                        const int l196 = (int)((unsigned)e / 8192u % 1u);
-                        const int l197 = (int)((unsigned)e / 8192u % 1u);
-                        const int l198 = (int)((unsigned)e / 128u % 64u);
-                        const int l199 = (int)((unsigned)e / 1u % 128u);
-                        const unsigned a = (unsigned)(o1 + l196) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l197) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l198) * (unsigned)args.output_strides[2] + (unsigned)(o130 + l199) * (unsigned)args.output_strides[3];
-                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
-                            *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v38[c * 8 + 0], v38[c * 8 + 1]), dt_pack2_bf16(v38[c * 8 + 2], v38[c * 8 + 3]), dt_pack2_bf16(v38[c * 8 + 4], v38[c * 8 + 5]), dt_pack2_bf16(v38[c * 8 + 6], v38[c * 8 + 7]));
-                        } else {
-                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + l199) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 0]);
-                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 1]);
-                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 2]);
-                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 3]);
-                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 4)) < (unsigned)s4) out[a + 4 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 4]);
-                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 5)) < (unsigned)s4) out[a + 5 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 5]);
-                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 6)) < (unsigned)s4) out[a + 6 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 6]);
-                            if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 7)) < (unsigned)s4) out[a + 7 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 7]);
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/* kernel attention for bf16: grid block(b:1, h:1, i:64, e:128); 256 threads, 49152 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
-    extern __shared__ float dt_smem[];
-    (void)dt_smem;
-    const int tid = (int)threadIdx.x;
-    const long long s0 = args.sizes[0]; /* size of b */
-    const long long s1 = args.sizes[1]; /* size of h */
-    const long long s2 = args.sizes[2]; /* size of i */
-    const long long s3 = args.sizes[3]; /* size of j */
-    const long long s4 = args.sizes[4]; /* size of e */
-    const long long s5 = args.sizes[5]; /* size of d */
-    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
-    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
-    const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
-    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention */
-    const long long pid = (long long)blockIdx.x;
-    unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
-    const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
-    const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
-    float v4[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v4[r] = (float)s5;
-    }
-    float v5[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v5[r] = dt_fast_rsqrt(v4[0]);
-    }
-    float v14[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v14[r] = (float)s5;
-    }
-    float v15[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v15[r] = dt_fast_rsqrt(v14[0]);
-    }
-    float v27[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v27[r] = (float)s5;
-    }
-    float v28[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v28[r] = dt_fast_rsqrt(v27[0]);
-    }
-    /* block(b:1) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
-        /* block(h:1) */
-        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
-                /* rmax identity */
-                float acc0[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc0[r] = (-INFINITY);
-                    }
-                }
-                /* partial rmax over j, lane by lane */
-                float acc8[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    acc8[r] = (-INFINITY);
-                }
-                /* rmax attention.tensorize(j:64) */
-                for (long long o11 = 0; o11 < s3; o11 += 64) {
-                    /* rdot accumulator */
-                    float acc1[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc1[r] = 0e0f;
-                    }
-                    /* rdot attention.tensorize(d:32) */
-                    for (long long o16 = 0; o16 < s5; o16 += 32) {
-                        /* v0: loaded by the tensor-core dot that reads it */
-                        /* v1: loaded by the tensor-core dot that reads it */
-                        __syncthreads();
-                        /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec17 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l18 = (int)((unsigned)e / 256u % 1u);
-                                    const int l19 = (int)((unsigned)e / 256u % 1u);
-                                    const int l20 = (int)((unsigned)e / 4u % 64u);
-                                    const int l21 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec17 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8)], &in0[(unsigned)(o1 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l19) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l20) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + (l21 * 8)) * (unsigned)args.input_strides[0][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = ((unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l19) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l20) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + (l21 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec22 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l23 = (int)((unsigned)e / 256u % 1u);
-                                    const int l24 = (int)((unsigned)e / 256u % 1u);
-                                    const int l25 = (int)((unsigned)e / 4u % 64u);
-                                    const int l26 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec22 && (unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8)], &in1[(unsigned)(o1 + l23) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l25) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + (l26 * 8)) * (unsigned)args.input_strides[1][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = ((unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l23) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l25) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + (l26 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        __syncthreads();
-                        /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
-                        {
-                            const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            #pragma unroll
-                            for (int kk = 0; kk < 32; kk += 16) {
-                                unsigned fa[2][2], fb[2][2];
-                                #pragma unroll
-                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
-                                #pragma unroll
-                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
-                                #pragma unroll
-                                for (int i = 0; i < 2; i++) {
-                                    #pragma unroll
-                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_bf16(&acc1[(i * 2 + j) * 4], fa[i], fb[j]);
-                                }
-                            }
-                        }
-                        /* acc1 += v2: accumulated by the tensor-core dot above */
-                    }
-                    float v3[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v3[r] = acc1[r];
-                    }
-                    float v6[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v6[r] = (v3[r] * v5[0]);
-                    }
-                    float v7[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l38 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                        v7[r] = ((unsigned)(o11 + l38) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                    }
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc8[r] = fmaxf(acc8[r], v7[r]);
-                    }
-                }
-                float v39[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    v39[r] = acc8[r];
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int l47 = 0;
-                    const int l48 = 0;
-                    const int l49 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                    const int l50 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                    const int e = l47 * 4096 + l48 * 4096 + l49 * 64 + l50;
-                    (dt_smem + 0)[e] = v39[r];
-                }
-                __syncthreads();
-                float v8[1];
-                /* cooperative reduction: 4 threads per result */
-                {
-                    const int j = tid / 4;
-                    const int q = tid % 4;
-                    float p = (-INFINITY);
-                    if (j < 64) {
-                        const int l51 = (j / 64) % 1;
-                        const int l52 = (j / 64) % 1;
-                        const int l53 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l51 * 4096 + l52 * 4096 + l53 * 64 + i * 1]);
-                    }
-                    for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
-                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v8[r] = (dt_smem + 4096)[e];
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc0[r] = fmaxf(acc0[r], v8[r]);
-                    }
-                }
-                float v9[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v9[r] = acc0[r];
-                    }
-                }
-                /* rsum identity */
-                float acc3[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc3[r] = 0e0f;
-                    }
-                }
-                /* partial rsum over j, lane by lane */
-                float acc9[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    acc9[r] = 0e0f;
-                }
-                /* rsum attention.tensorize(j:64) */
-                for (long long o70 = 0; o70 < s3; o70 += 64) {
-                    /* rdot accumulator */
-                    float acc4[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc4[r] = 0e0f;
-                    }
-                    /* rdot attention.tensorize(d:32) */
-                    for (long long o75 = 0; o75 < s5; o75 += 32) {
-                        /* v10: loaded by the tensor-core dot that reads it */
-                        /* v11: loaded by the tensor-core dot that reads it */
-                        __syncthreads();
-                        /* v10: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec76 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l77 = (int)((unsigned)e / 256u % 1u);
-                                    const int l78 = (int)((unsigned)e / 256u % 1u);
-                                    const int l79 = (int)((unsigned)e / 4u % 64u);
-                                    const int l80 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec76 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8)], &in0[(unsigned)(o1 + l77) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l78) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l79) * (unsigned)args.input_strides[0][2] + (unsigned)(o75 + (l80 * 8)) * (unsigned)args.input_strides[0][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8 + q)] = ((unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l77) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l78) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l79) * (unsigned)args.input_strides[0][2] + (unsigned)(o75 + (l80 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        /* v11: K copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec81 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l82 = (int)((unsigned)e / 256u % 1u);
-                                    const int l83 = (int)((unsigned)e / 256u % 1u);
-                                    const int l84 = (int)((unsigned)e / 4u % 64u);
-                                    const int l85 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec81 && (unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8)], &in1[(unsigned)(o1 + l82) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l83) * (unsigned)args.input_strides[1][1] + (unsigned)(o70 + l84) * (unsigned)args.input_strides[1][2] + (unsigned)(o75 + (l85 * 8)) * (unsigned)args.input_strides[1][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8 + q)] = ((unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l82) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l83) * (unsigned)args.input_strides[1][1] + (unsigned)(o70 + l84) * (unsigned)args.input_strides[1][2] + (unsigned)(o75 + (l85 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        __syncthreads();
-                        /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
-                        {
-                            const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            #pragma unroll
-                            for (int kk = 0; kk < 32; kk += 16) {
-                                unsigned fa[2][2], fb[2][2];
-                                #pragma unroll
-                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
-                                #pragma unroll
-                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
-                                #pragma unroll
-                                for (int i = 0; i < 2; i++) {
-                                    #pragma unroll
-                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_bf16(&acc4[(i * 2 + j) * 4], fa[i], fb[j]);
-                                }
-                            }
-                        }
-                        /* acc4 += v12: accumulated by the tensor-core dot above */
-                    }
-                    float v13[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v13[r] = acc4[r];
-                    }
-                    float v16[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v16[r] = (v13[r] * v15[0]);
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v9[r]; }
-                    __syncthreads();
-                    float v18[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l94 = 0;
-                        const int l95 = 0;
-                        const int l96 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        v18[r] = (v16[r] - (dt_smem + 0)[l94 * 64 + l95 * 64 + l96]);
-                    }
-                    float v19[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v19[r] = dt_fast_exp(v18[r]);
-                    }
-                    float v20[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l105 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                        v20[r] = ((unsigned)(o70 + l105) < (unsigned)s3) ? v19[r] : 0e0f;
-                    }
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc9[r] = acc9[r] + v20[r];
-                    }
-                }
-                float v40[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    v40[r] = acc9[r];
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int l114 = 0;
-                    const int l115 = 0;
-                    const int l116 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                    const int l117 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                    const int e = l114 * 4096 + l115 * 4096 + l116 * 64 + l117;
-                    (dt_smem + 0)[e] = v40[r];
-                }
-                __syncthreads();
-                float v21[1];
-                /* cooperative reduction: 4 threads per result */
-                {
-                    const int j = tid / 4;
-                    const int q = tid % 4;
-                    float p = 0e0f;
-                    if (j < 64) {
-                        const int l118 = (j / 64) % 1;
-                        const int l119 = (j / 64) % 1;
-                        const int l120 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l118 * 4096 + l119 * 4096 + l120 * 64 + i * 1];
-                    }
-                    for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
-                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v21[r] = (dt_smem + 4096)[e];
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc3[r] = acc3[r] + v21[r];
-                    }
-                }
-                float v22[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v22[r] = acc3[r];
-                    }
-                }
-                /* block(e:128) attention.tensorize(e:0) */
-                for (long long o130 = b4 * 128; o130 < dt_min_ll(b4 * 128 + 128, s4); o130 += 128) {
-                    /* rdot accumulator */
-                    float acc6[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            acc6[r] = 0e0f;
-                        }
-                    }
-                    /* rdot attention.tensorize(j:64) */
-                    for (long long o135 = 0; o135 < s3; o135 += 64) {
-                        /* rdot accumulator */
-                        float acc7[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            acc7[r] = 0e0f;
-                        }
-                        /* rdot attention.tensorize(d:32) */
-                        for (long long o140 = 0; o140 < s5; o140 += 32) {
-                            /* v23: loaded by the tensor-core dot that reads it */
-                            /* v24: loaded by the tensor-core dot that reads it */
-                            __syncthreads();
-                            /* v23: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
-                            {
-                                const bool vec141 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
-                                #pragma unroll
-                                for (int r = 0; r < 1; r++) {
-                                    const int e = tid + r * 256;
-                                    (void)e; {
-                                        const int l142 = (int)((unsigned)e / 256u % 1u);
-                                        const int l143 = (int)((unsigned)e / 256u % 1u);
-                                        const int l144 = (int)((unsigned)e / 4u % 64u);
-                                        const int l145 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec141 && (unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8)], &in0[(unsigned)(o1 + l142) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l143) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l144) * (unsigned)args.input_strides[0][2] + (unsigned)(o140 + (l145 * 8)) * (unsigned)args.input_strides[0][3]]);
-                                        } else {
-                                            #pragma unroll
-                                            for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8 + q)] = ((unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l142) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l143) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l144) * (unsigned)args.input_strides[0][2] + (unsigned)(o140 + (l145 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
-                                            }
-                                        }
-                                    }
-                                }
-                            }
-                            /* v24: K copied as it is, along its last axis, 16 bytes at a time where it can be */
-                            {
-                                const bool vec146 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
-                                #pragma unroll
-                                for (int r = 0; r < 1; r++) {
-                                    const int e = tid + r * 256;
-                                    (void)e; {
-                                        const int l147 = (int)((unsigned)e / 256u % 1u);
-                                        const int l148 = (int)((unsigned)e / 256u % 1u);
-                                        const int l149 = (int)((unsigned)e / 4u % 64u);
-                                        const int l150 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec146 && (unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8)], &in1[(unsigned)(o1 + l147) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[1][1] + (unsigned)(o135 + l149) * (unsigned)args.input_strides[1][2] + (unsigned)(o140 + (l150 * 8)) * (unsigned)args.input_strides[1][3]]);
-                                        } else {
-                                            #pragma unroll
-                                            for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8 + q)] = ((unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l147) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[1][1] + (unsigned)(o135 + l149) * (unsigned)args.input_strides[1][2] + (unsigned)(o140 + (l150 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
-                                            }
-                                        }
-                                    }
-                                }
-                            }
-                            __syncthreads();
-                            /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
-                            {
-                                const int lane = tid & 63;
-                                const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                                const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                                #pragma unroll
-                                for (int kk = 0; kk < 32; kk += 16) {
-                                    unsigned fa[2][2], fb[2][2];
-                                    #pragma unroll
-                                    for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
-                                    #pragma unroll
-                                    for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
-                                    #pragma unroll
-                                    for (int i = 0; i < 2; i++) {
-                                        #pragma unroll
-                                        for (int j = 0; j < 2; j++) dt_mfma_16x16x16_bf16(&acc7[(i * 2 + j) * 4], fa[i], fb[j]);
-                                    }
-                                }
-                            }
-                            /* acc7 += v25: accumulated by the tensor-core dot above */
-                        }
-                        float v26[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            v26[r] = acc7[r];
-                        }
-                        float v29[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            v29[r] = (v26[r] * v28[0]);
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v9[r]; }
-                        __syncthreads();
-                        float v31[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l159 = 0;
-                            const int l160 = 0;
-                            const int l161 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            v31[r] = (v29[r] - (dt_smem + 0)[l159 * 64 + l160 * 64 + l161]);
-                        }
-                        float v32[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            v32[r] = dt_fast_exp(v31[r]);
-                        }
-                        float v33[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l170 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v33[r] = ((unsigned)(o135 + l170) < (unsigned)s3) ? v32[r] : 0e0f;
-                        }
-                        float v34[32];
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l171 = (int)((unsigned)e / 8192u % 1u);
-                                const int l172 = (int)((unsigned)e / 8192u % 1u);
-                                const int l173 = (int)((unsigned)e / 64u % 128u);
-                                const int l174 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = ((unsigned)(o135 + l174) < (unsigned)s3 && (unsigned)(o130 + l173) < (unsigned)s4) ? dt_load_bf16(in2[(unsigned)(o1 + l171) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l172) * (unsigned)args.input_strides[2][1] + (unsigned)(o135 + l174) * (unsigned)args.input_strides[2][2] + (unsigned)(o130 + l173) * (unsigned)args.input_strides[2][3]]) : 0e0f;
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l175 = 0;
-                            const int l176 = 0;
-                            const int l177 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l178 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            const int e = l175 * 4096 + l176 * 4096 + l177 * 64 + l178;
-                            (dt_smem + 0)[e] = v33[r];
-                        }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v34[r]; }
-                        __syncthreads();
-                        float v35[32];
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l179 = (int)((unsigned)e / 8192u % 1u);
-                                const int l180 = (int)((unsigned)e / 8192u % 1u);
-                                const int l181 = (int)((unsigned)e / 128u % 64u);
-                                const int l182 = (int)((unsigned)e / 1u % 128u);
-                                float a183 = 0.0f;
-                                for (int q = 0; q < 64; q++) a183 = fmaf((dt_smem + 0)[l179 * 4096 + l180 * 4096 + l181 * 64 + q * 1], (dt_smem + 4096)[l179 * 8192 + l180 * 8192 + l182 * 64 + q * 1], a183);
-                                v35[r] = a183;
-                            }
-                        }
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                acc6[r] = acc6[r] + v35[r];
-                            }
-                        }
-                    }
-                    float v36[32];
-                    #pragma unroll
-                    for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v36[r] = acc6[r];
-                        }
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v22[r]; }
-                    __syncthreads();
-                    float v38[32];
-                    #pragma unroll
-                    for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l192 = (int)((unsigned)e / 8192u % 1u);
-                            const int l193 = (int)((unsigned)e / 8192u % 1u);
-                            const int l194 = (int)((unsigned)e / 128u % 64u);
-                            v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l192 * 64 + l193 * 64 + l194]);
-                        }
-                    }
-                    #pragma unroll
-                    for (int c = 0; c < 4; c++) {
-                        const int e = (c * 256 + tid) * 8;
-                        const int l196 = (int)((unsigned)e / 8192u % 1u);
-                        const int l197 = (int)((unsigned)e / 8192u % 1u);
-                        const int l198 = (int)((unsigned)e / 128u % 64u);
-                        const int l199 = (int)((unsigned)e / 1u % 128u);
-                        const unsigned a = (unsigned)(o1 + l196) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l197) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l198) * (unsigned)args.output_strides[2] + (unsigned)(o130 + l199) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + l199) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v38[c * 8 + 0], v38[c * 8 + 1]), dt_pack2_bf16(v38[c * 8 + 2], v38[c * 8 + 3]), dt_pack2_bf16(v38[c * 8 + 4], v38[c * 8 + 5]), dt_pack2_bf16(v38[c * 8 + 6], v38[c * 8 + 7]));
+                        const int l140 = 0;
+                        const int l141 = 0;
+                        const int l142 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l143 = (tid >> 6) % 2 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l142) < (unsigned)s2 && (unsigned)(o4 + l143) < (unsigned)s4) out[(unsigned)(o1 + l140) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l141) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l142) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l143) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
                     }
                 }
             }
@@ -3251,29 +1615,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
         (void)r; (void)e;
         v5[r] = dt_rsqrt(v4[0]);
     }
-    float v14[1];
+    float v41[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v14[r] = (float)s5;
+        v41[r] = (-INFINITY);
     }
-    float v15[1];
+    float v42[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v15[r] = dt_rsqrt(v14[0]);
-    }
-    float v27[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v27[r] = (float)s5;
-    }
-    float v28[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v28[r] = dt_rsqrt(v27[0]);
+        v42[r] = 0e0f;
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -3281,407 +1633,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
             /* block(i:64) attention.tensorize(i:0) */
             for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
-                /* rmax identity */
-                float acc0[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc0[r] = (-INFINITY);
-                    }
-                }
-                /* partial rmax over j, lane by lane */
-                float acc8[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                    (void)e; {
-                        acc8[r] = (-INFINITY);
-                    }
-                }
-                /* rmax attention.tensorize(j:64) */
-                for (long long o11 = 0; o11 < s3; o11 += 64) {
-                    /* rdot accumulator */
-                    float acc1[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            acc1[r] = 0e0f;
-                        }
-                    }
-                    /* rdot attention.tensorize(d:32) */
-                    for (long long o16 = 0; o16 < s5; o16 += 32) {
-                        float v0[8];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 256 + tid) * 4;
-                            const int l17 = (int)((unsigned)e / 2048u % 1u);
-                            const int l18 = (int)((unsigned)e / 2048u % 1u);
-                            const int l19 = (int)((unsigned)e / 32u % 64u);
-                            const int l20 = (int)((unsigned)e / 1u % 32u);
-                            const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l18) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l19) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + l20) * (unsigned)args.input_strides[0][3];
-                            if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o3 + l19) < (unsigned)s2 && (unsigned)(o16 + (l20 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in0 + a);
-                                v0[c * 4 + 0] = __uint_as_float(q.x);
-                                v0[c * 4 + 1] = __uint_as_float(q.y);
-                                v0[c * 4 + 2] = __uint_as_float(q.z);
-                                v0[c * 4 + 3] = __uint_as_float(q.w);
-                            } else {
-                                v0[c * 4 + 0] = ((unsigned)(o3 + l19) < (unsigned)s2 && (unsigned)(o16 + l20) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 4 + 1] = ((unsigned)(o3 + l19) < (unsigned)s2 && (unsigned)(o16 + (l20 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 4 + 2] = ((unsigned)(o3 + l19) < (unsigned)s2 && (unsigned)(o16 + (l20 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 4 + 3] = ((unsigned)(o3 + l19) < (unsigned)s2 && (unsigned)(o16 + (l20 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                            }
-                        }
-                        float v1[8];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 256 + tid) * 4;
-                            const int l21 = (int)((unsigned)e / 2048u % 1u);
-                            const int l22 = (int)((unsigned)e / 2048u % 1u);
-                            const int l23 = (int)((unsigned)e / 32u % 64u);
-                            const int l24 = (int)((unsigned)e / 1u % 32u);
-                            const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l22) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l23) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + l24) * (unsigned)args.input_strides[1][3];
-                            if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o11 + l23) < (unsigned)s3 && (unsigned)(o16 + (l24 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in1 + a);
-                                v1[c * 4 + 0] = __uint_as_float(q.x);
-                                v1[c * 4 + 1] = __uint_as_float(q.y);
-                                v1[c * 4 + 2] = __uint_as_float(q.z);
-                                v1[c * 4 + 3] = __uint_as_float(q.w);
-                            } else {
-                                v1[c * 4 + 0] = ((unsigned)(o11 + l23) < (unsigned)s3 && (unsigned)(o16 + l24) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 4 + 1] = ((unsigned)(o11 + l23) < (unsigned)s3 && (unsigned)(o16 + (l24 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 4 + 2] = ((unsigned)(o11 + l23) < (unsigned)s3 && (unsigned)(o16 + (l24 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 4 + 3] = ((unsigned)(o11 + l23) < (unsigned)s3 && (unsigned)(o16 + (l24 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v0[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v1[r]; }
-                        __syncthreads();
-                        float v2[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l25 = (int)((unsigned)e / 4096u % 1u);
-                                const int l26 = (int)((unsigned)e / 4096u % 1u);
-                                const int l27 = (int)((unsigned)e / 64u % 64u);
-                                const int l28 = (int)((unsigned)e / 1u % 64u);
-                                float a29 = 0.0f;
-                                for (int q = 0; q < 32; q++) a29 = fmaf((dt_smem + 0)[l25 * 2048 + l26 * 2048 + l27 * 32 + q * 1], (dt_smem + 4096)[l25 * 2048 + l26 * 2048 + l28 * 32 + q * 1], a29);
-                                v2[r] = a29;
-                            }
-                        }
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc1[r] = acc1[r] + v2[r];
-                            }
-                        }
-                    }
-                    float v3[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v3[r] = acc1[r];
-                        }
-                    }
-                    float v6[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v6[r] = (v3[r] * v5[0]);
-                        }
-                    }
-                    float v7[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            const int l45 = (int)((unsigned)e / 1u % 64u);
-                            v7[r] = ((unsigned)(o11 + l45) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                        }
-                    }
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            acc8[r] = fmaxf(acc8[r], v7[r]);
-                        }
-                    }
-                }
-                float v39[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                    (void)e; {
-                        v39[r] = acc8[r];
-                    }
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v39[r]; }
-                __syncthreads();
-                float v8[1];
-                /* cooperative reduction: 4 threads per result */
-                {
-                    const int j = tid / 4;
-                    const int q = tid % 4;
-                    float p = (-INFINITY);
-                    if (j < 64) {
-                        const int l54 = (j / 64) % 1;
-                        const int l55 = (j / 64) % 1;
-                        const int l56 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l54 * 4096 + l55 * 4096 + l56 * 64 + i * 1]);
-                    }
-                    for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
-                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v8[r] = (dt_smem + 4096)[e];
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc0[r] = fmaxf(acc0[r], v8[r]);
-                    }
-                }
-                float v9[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v9[r] = acc0[r];
-                    }
-                }
-                /* rsum identity */
-                float acc3[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc3[r] = 0e0f;
-                    }
-                }
-                /* partial rsum over j, lane by lane */
-                float acc9[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                    (void)e; {
-                        acc9[r] = 0e0f;
-                    }
-                }
-                /* rsum attention.tensorize(j:64) */
-                for (long long o73 = 0; o73 < s3; o73 += 64) {
-                    /* rdot accumulator */
-                    float acc4[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            acc4[r] = 0e0f;
-                        }
-                    }
-                    /* rdot attention.tensorize(d:32) */
-                    for (long long o78 = 0; o78 < s5; o78 += 32) {
-                        float v10[8];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 256 + tid) * 4;
-                            const int l79 = (int)((unsigned)e / 2048u % 1u);
-                            const int l80 = (int)((unsigned)e / 2048u % 1u);
-                            const int l81 = (int)((unsigned)e / 32u % 64u);
-                            const int l82 = (int)((unsigned)e / 1u % 32u);
-                            const unsigned a = (unsigned)(o1 + l79) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l80) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l81) * (unsigned)args.input_strides[0][2] + (unsigned)(o78 + l82) * (unsigned)args.input_strides[0][3];
-                            if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o3 + l81) < (unsigned)s2 && (unsigned)(o78 + (l82 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in0 + a);
-                                v10[c * 4 + 0] = __uint_as_float(q.x);
-                                v10[c * 4 + 1] = __uint_as_float(q.y);
-                                v10[c * 4 + 2] = __uint_as_float(q.z);
-                                v10[c * 4 + 3] = __uint_as_float(q.w);
-                            } else {
-                                v10[c * 4 + 0] = ((unsigned)(o3 + l81) < (unsigned)s2 && (unsigned)(o78 + l82) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 4 + 1] = ((unsigned)(o3 + l81) < (unsigned)s2 && (unsigned)(o78 + (l82 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 4 + 2] = ((unsigned)(o3 + l81) < (unsigned)s2 && (unsigned)(o78 + (l82 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 4 + 3] = ((unsigned)(o3 + l81) < (unsigned)s2 && (unsigned)(o78 + (l82 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                            }
-                        }
-                        float v11[8];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 256 + tid) * 4;
-                            const int l83 = (int)((unsigned)e / 2048u % 1u);
-                            const int l84 = (int)((unsigned)e / 2048u % 1u);
-                            const int l85 = (int)((unsigned)e / 32u % 64u);
-                            const int l86 = (int)((unsigned)e / 1u % 32u);
-                            const unsigned a = (unsigned)(o1 + l83) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l84) * (unsigned)args.input_strides[1][1] + (unsigned)(o73 + l85) * (unsigned)args.input_strides[1][2] + (unsigned)(o78 + l86) * (unsigned)args.input_strides[1][3];
-                            if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o73 + l85) < (unsigned)s3 && (unsigned)(o78 + (l86 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in1 + a);
-                                v11[c * 4 + 0] = __uint_as_float(q.x);
-                                v11[c * 4 + 1] = __uint_as_float(q.y);
-                                v11[c * 4 + 2] = __uint_as_float(q.z);
-                                v11[c * 4 + 3] = __uint_as_float(q.w);
-                            } else {
-                                v11[c * 4 + 0] = ((unsigned)(o73 + l85) < (unsigned)s3 && (unsigned)(o78 + l86) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 4 + 1] = ((unsigned)(o73 + l85) < (unsigned)s3 && (unsigned)(o78 + (l86 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 4 + 2] = ((unsigned)(o73 + l85) < (unsigned)s3 && (unsigned)(o78 + (l86 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 4 + 3] = ((unsigned)(o73 + l85) < (unsigned)s3 && (unsigned)(o78 + (l86 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v10[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v11[r]; }
-                        __syncthreads();
-                        float v12[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l87 = (int)((unsigned)e / 4096u % 1u);
-                                const int l88 = (int)((unsigned)e / 4096u % 1u);
-                                const int l89 = (int)((unsigned)e / 64u % 64u);
-                                const int l90 = (int)((unsigned)e / 1u % 64u);
-                                float a91 = 0.0f;
-                                for (int q = 0; q < 32; q++) a91 = fmaf((dt_smem + 0)[l87 * 2048 + l88 * 2048 + l89 * 32 + q * 1], (dt_smem + 4096)[l87 * 2048 + l88 * 2048 + l90 * 32 + q * 1], a91);
-                                v12[r] = a91;
-                            }
-                        }
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc4[r] = acc4[r] + v12[r];
-                            }
-                        }
-                    }
-                    float v13[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v13[r] = acc4[r];
-                        }
-                    }
-                    float v16[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v16[r] = (v13[r] * v15[0]);
-                        }
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v9[r]; }
-                    __syncthreads();
-                    float v18[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            const int l104 = (int)((unsigned)e / 4096u % 1u);
-                            const int l105 = (int)((unsigned)e / 4096u % 1u);
-                            const int l106 = (int)((unsigned)e / 64u % 64u);
-                            v18[r] = (v16[r] - (dt_smem + 0)[l104 * 64 + l105 * 64 + l106]);
-                        }
-                    }
-                    float v19[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v19[r] = expf(v18[r]);
-                        }
-                    }
-                    float v20[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            const int l115 = (int)((unsigned)e / 1u % 64u);
-                            v20[r] = ((unsigned)(o73 + l115) < (unsigned)s3) ? v19[r] : 0e0f;
-                        }
-                    }
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            acc9[r] = acc9[r] + v20[r];
-                        }
-                    }
-                }
-                float v40[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                    (void)e; {
-                        v40[r] = acc9[r];
-                    }
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v40[r]; }
-                __syncthreads();
-                float v21[1];
-                /* cooperative reduction: 4 threads per result */
-                {
-                    const int j = tid / 4;
-                    const int q = tid % 4;
-                    float p = 0e0f;
-                    if (j < 64) {
-                        const int l124 = (j / 64) % 1;
-                        const int l125 = (j / 64) % 1;
-                        const int l126 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l124 * 4096 + l125 * 4096 + l126 * 64 + i * 1];
-                    }
-                    for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
-                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v21[r] = (dt_smem + 4096)[e];
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc3[r] = acc3[r] + v21[r];
-                    }
-                }
-                float v22[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v22[r] = acc3[r];
-                    }
-                }
                 /* block(e:128) attention.tensorize(e:0) */
-                for (long long o136 = b4 * 128; o136 < dt_min_ll(b4 * 128 + 128, s4); o136 += 128) {
+                for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                     /* rdot accumulator */
                     float acc6[32];
                     #pragma unroll
@@ -3691,139 +1644,335 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
                             acc6[r] = 0e0f;
                         }
                     }
-                    /* rdot attention.tensorize(j:64) */
-                    for (long long o141 = 0; o141 < s3; o141 += 64) {
+                    /* rsum identity */
+                    float acc3[1];
+                    #pragma unroll
+                    for (int r = 0; r < 1; r++) {
+                        const int e = tid + r * 256;
+                        if (e < 64) {
+                            acc3[r] = 0e0f;
+                        }
+                    }
+                    /* rmax identity */
+                    float acc0[1];
+                    #pragma unroll
+                    for (int r = 0; r < 1; r++) {
+                        const int e = tid + r * 256;
+                        if (e < 64) {
+                            acc0[r] = (-INFINITY);
+                        }
+                    }
+                    /* rmax attention.tensorize(j:64) + rsum attention.tensorize(j:64) + rdot attention.tensorize(j:64), online */
+                    for (long long o15 = 0; o15 < s3; o15 += 64) {
                         /* rdot accumulator */
-                        float acc7[16];
+                        float acc1[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                acc7[r] = 0e0f;
+                                acc1[r] = 0e0f;
                             }
                         }
                         /* rdot attention.tensorize(d:32) */
-                        for (long long o146 = 0; o146 < s5; o146 += 32) {
-                            float v23[8];
+                        for (long long o20 = 0; o20 < s5; o20 += 32) {
+                            float v0[8];
                             #pragma unroll
                             for (int c = 0; c < 2; c++) {
                                 const int e = (c * 256 + tid) * 4;
-                                const int l147 = (int)((unsigned)e / 2048u % 1u);
-                                const int l148 = (int)((unsigned)e / 2048u % 1u);
-                                const int l149 = (int)((unsigned)e / 32u % 64u);
-                                const int l150 = (int)((unsigned)e / 1u % 32u);
-                                const unsigned a = (unsigned)(o1 + l147) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l149) * (unsigned)args.input_strides[0][2] + (unsigned)(o146 + l150) * (unsigned)args.input_strides[0][3];
-                                if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o3 + l149) < (unsigned)s2 && (unsigned)(o146 + (l150 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                const int l21 = (int)((unsigned)e / 2048u % 1u);
+                                const int l22 = (int)((unsigned)e / 2048u % 1u);
+                                const int l23 = (int)((unsigned)e / 32u % 64u);
+                                const int l24 = (int)((unsigned)e / 1u % 32u);
+                                const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l22) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l23) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + l24) * (unsigned)args.input_strides[0][3];
+                                if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in0 + a);
-                                    v23[c * 4 + 0] = __uint_as_float(q.x);
-                                    v23[c * 4 + 1] = __uint_as_float(q.y);
-                                    v23[c * 4 + 2] = __uint_as_float(q.z);
-                                    v23[c * 4 + 3] = __uint_as_float(q.w);
+                                    v0[c * 4 + 0] = __uint_as_float(q.x);
+                                    v0[c * 4 + 1] = __uint_as_float(q.y);
+                                    v0[c * 4 + 2] = __uint_as_float(q.z);
+                                    v0[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v23[c * 4 + 0] = ((unsigned)(o3 + l149) < (unsigned)s2 && (unsigned)(o146 + l150) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 4 + 1] = ((unsigned)(o3 + l149) < (unsigned)s2 && (unsigned)(o146 + (l150 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 4 + 2] = ((unsigned)(o3 + l149) < (unsigned)s2 && (unsigned)(o146 + (l150 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 4 + 3] = ((unsigned)(o3 + l149) < (unsigned)s2 && (unsigned)(o146 + (l150 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v0[c * 4 + 0] = ((unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + l24) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v0[c * 4 + 1] = ((unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v0[c * 4 + 2] = ((unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v0[c * 4 + 3] = ((unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
                                 }
                             }
-                            float v24[8];
+                            float v1[8];
                             #pragma unroll
                             for (int c = 0; c < 2; c++) {
                                 const int e = (c * 256 + tid) * 4;
-                                const int l151 = (int)((unsigned)e / 2048u % 1u);
-                                const int l152 = (int)((unsigned)e / 2048u % 1u);
-                                const int l153 = (int)((unsigned)e / 32u % 64u);
-                                const int l154 = (int)((unsigned)e / 1u % 32u);
-                                const unsigned a = (unsigned)(o1 + l151) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l152) * (unsigned)args.input_strides[1][1] + (unsigned)(o141 + l153) * (unsigned)args.input_strides[1][2] + (unsigned)(o146 + l154) * (unsigned)args.input_strides[1][3];
-                                if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o141 + l153) < (unsigned)s3 && (unsigned)(o146 + (l154 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                const int l25 = (int)((unsigned)e / 2048u % 1u);
+                                const int l26 = (int)((unsigned)e / 2048u % 1u);
+                                const int l27 = (int)((unsigned)e / 32u % 64u);
+                                const int l28 = (int)((unsigned)e / 1u % 32u);
+                                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l26) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l27) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + l28) * (unsigned)args.input_strides[1][3];
+                                if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o15 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in1 + a);
-                                    v24[c * 4 + 0] = __uint_as_float(q.x);
-                                    v24[c * 4 + 1] = __uint_as_float(q.y);
-                                    v24[c * 4 + 2] = __uint_as_float(q.z);
-                                    v24[c * 4 + 3] = __uint_as_float(q.w);
+                                    v1[c * 4 + 0] = __uint_as_float(q.x);
+                                    v1[c * 4 + 1] = __uint_as_float(q.y);
+                                    v1[c * 4 + 2] = __uint_as_float(q.z);
+                                    v1[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v24[c * 4 + 0] = ((unsigned)(o141 + l153) < (unsigned)s3 && (unsigned)(o146 + l154) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 4 + 1] = ((unsigned)(o141 + l153) < (unsigned)s3 && (unsigned)(o146 + (l154 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 4 + 2] = ((unsigned)(o141 + l153) < (unsigned)s3 && (unsigned)(o146 + (l154 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 4 + 3] = ((unsigned)(o141 + l153) < (unsigned)s3 && (unsigned)(o146 + (l154 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v1[c * 4 + 0] = ((unsigned)(o15 + l27) < (unsigned)s3 && (unsigned)(o20 + l28) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v1[c * 4 + 1] = ((unsigned)(o15 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v1[c * 4 + 2] = ((unsigned)(o15 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v1[c * 4 + 3] = ((unsigned)(o15 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
                                 }
                             }
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v23[r]; }
+                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v0[r]; }
                             __syncthreads();
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v24[r]; }
+                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v1[r]; }
                             __syncthreads();
-                            float v25[16];
+                            float v2[16];
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                                 (void)e; {
-                                    const int l155 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l156 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l157 = (int)((unsigned)e / 64u % 64u);
-                                    const int l158 = (int)((unsigned)e / 1u % 64u);
-                                    float a159 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a159 = fmaf((dt_smem + 0)[l155 * 2048 + l156 * 2048 + l157 * 32 + q * 1], (dt_smem + 4096)[l155 * 2048 + l156 * 2048 + l158 * 32 + q * 1], a159);
-                                    v25[r] = a159;
+                                    const int l29 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l30 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l31 = (int)((unsigned)e / 64u % 64u);
+                                    const int l32 = (int)((unsigned)e / 1u % 64u);
+                                    float a33 = 0.0f;
+                                    for (int q = 0; q < 32; q++) a33 = fmaf((dt_smem + 0)[l29 * 2048 + l30 * 2048 + l31 * 32 + q * 1], (dt_smem + 4096)[l29 * 2048 + l30 * 2048 + l32 * 32 + q * 1], a33);
+                                    v2[r] = a33;
                                 }
                             }
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                                 (void)e; {
-                                    acc7[r] = acc7[r] + v25[r];
+                                    acc1[r] = acc1[r] + v2[r];
                                 }
                             }
                         }
-                        float v26[16];
+                        float v3[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                v26[r] = acc7[r];
+                                v3[r] = acc1[r];
                             }
                         }
-                        float v29[16];
+                        float v6[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                v29[r] = (v26[r] * v28[0]);
+                                v6[r] = (v3[r] * v5[0]);
+                            }
+                        }
+                        float v7[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            (void)e; {
+                                const int l49 = (int)((unsigned)e / 1u % 64u);
+                                v7[r] = ((unsigned)(o15 + l49) < (unsigned)s3) ? v6[r] : (-INFINITY);
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v9[r]; }
+                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v7[r]; }
                         __syncthreads();
-                        float v31[16];
+                        float v8[1];
+                        /* cooperative reduction: 4 threads per result */
+                        {
+                            const int j = tid / 4;
+                            const int q = tid % 4;
+                            float p = (-INFINITY);
+                            if (j < 64) {
+                                const int l50 = (j / 64) % 1;
+                                const int l51 = (j / 64) % 1;
+                                const int l52 = (j / 1) % 64;
+                                for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l50 * 4096 + l51 * 4096 + l52 * 64 + i * 1]);
+                            }
+                            for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
+                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                        }
+                        __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l172 = (int)((unsigned)e / 4096u % 1u);
-                                const int l173 = (int)((unsigned)e / 4096u % 1u);
-                                const int l174 = (int)((unsigned)e / 64u % 64u);
-                                v31[r] = (v29[r] - (dt_smem + 0)[l172 * 64 + l173 * 64 + l174]);
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v8[r] = (dt_smem + 4096)[e];
                             }
                         }
-                        float v32[16];
+                        float v39[1];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v32[r] = expf(v31[r]);
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v39[r] = acc0[r];
                             }
                         }
-                        float v33[16];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                acc0[r] = fmaxf(acc0[r], v8[r]);
+                            }
+                        }
+                        float v40[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v40[r] = acc0[r];
+                            }
+                        }
+                        float v43[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
+                            }
+                        }
+                        float v44[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
+                            }
+                        }
+                        float v45[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v45[r] = (v39[r] - v44[r]);
+                            }
+                        }
+                        float v46[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v46[r] = expf(v45[r]);
+                            }
+                        }
+                        float v47[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v47[r] = acc3[r];
+                            }
+                        }
+                        float v48[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v48[r] = (v47[r] * v46[r]);
+                            }
+                        }
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                acc3[r] = v48[r];
+                            }
+                        }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v44[r]; }
+                        __syncthreads();
+                        float v18[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l183 = (int)((unsigned)e / 1u % 64u);
-                                v33[r] = ((unsigned)(o141 + l183) < (unsigned)s3) ? v32[r] : 0e0f;
+                                const int l86 = (int)((unsigned)e / 4096u % 1u);
+                                const int l87 = (int)((unsigned)e / 4096u % 1u);
+                                const int l88 = (int)((unsigned)e / 64u % 64u);
+                                v18[r] = (v6[r] - (dt_smem + 0)[l86 * 64 + l87 * 64 + l88]);
+                            }
+                        }
+                        float v19[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            (void)e; {
+                                v19[r] = expf(v18[r]);
+                            }
+                        }
+                        float v20[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            (void)e; {
+                                const int l97 = (int)((unsigned)e / 1u % 64u);
+                                v20[r] = ((unsigned)(o15 + l97) < (unsigned)s3) ? v19[r] : 0e0f;
+                            }
+                        }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v20[r]; }
+                        __syncthreads();
+                        float v21[1];
+                        /* cooperative reduction: 4 threads per result */
+                        {
+                            const int j = tid / 4;
+                            const int q = tid % 4;
+                            float p = 0e0f;
+                            if (j < 64) {
+                                const int l98 = (j / 64) % 1;
+                                const int l99 = (j / 64) % 1;
+                                const int l100 = (j / 1) % 64;
+                                for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l98 * 4096 + l99 * 4096 + l100 * 64 + i * 1];
+                            }
+                            for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
+                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                        }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v21[r] = (dt_smem + 4096)[e];
+                            }
+                        }
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                acc3[r] = acc3[r] + v21[r];
+                            }
+                        }
+                        float v49[32];
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            (void)e; {
+                                v49[r] = acc6[r];
+                            }
+                        }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v46[r]; }
+                        __syncthreads();
+                        float v50[32];
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            (void)e; {
+                                const int l111 = (int)((unsigned)e / 8192u % 1u);
+                                const int l112 = (int)((unsigned)e / 8192u % 1u);
+                                const int l113 = (int)((unsigned)e / 128u % 64u);
+                                v50[r] = (v49[r] * (dt_smem + 0)[l111 * 64 + l112 * 64 + l113]);
+                            }
+                        }
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            (void)e; {
+                                acc6[r] = v50[r];
                             }
                         }
                         float v34[32];
@@ -3831,16 +1980,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l184 = (int)((unsigned)e / 8192u % 1u);
-                                const int l185 = (int)((unsigned)e / 8192u % 1u);
-                                const int l186 = (int)((unsigned)e / 64u % 128u);
-                                const int l187 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = ((unsigned)(o141 + l187) < (unsigned)s3 && (unsigned)(o136 + l186) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l184) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l185) * (unsigned)args.input_strides[2][1] + (unsigned)(o141 + l187) * (unsigned)args.input_strides[2][2] + (unsigned)(o136 + l186) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                                const int l119 = (int)((unsigned)e / 8192u % 1u);
+                                const int l120 = (int)((unsigned)e / 8192u % 1u);
+                                const int l121 = (int)((unsigned)e / 64u % 128u);
+                                const int l122 = (int)((unsigned)e / 1u % 64u);
+                                v34[r] = ((unsigned)(o15 + l122) < (unsigned)s3 && (unsigned)(o4 + l121) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l119) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l120) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l122) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + l121) * (unsigned)args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v33[r]; }
+                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v20[r]; }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll
@@ -3851,13 +2000,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l188 = (int)((unsigned)e / 8192u % 1u);
-                                const int l189 = (int)((unsigned)e / 8192u % 1u);
-                                const int l190 = (int)((unsigned)e / 128u % 64u);
-                                const int l191 = (int)((unsigned)e / 1u % 128u);
-                                float a192 = 0.0f;
-                                for (int q = 0; q < 64; q++) a192 = fmaf((dt_smem + 0)[l188 * 4096 + l189 * 4096 + l190 * 64 + q * 1], (dt_smem + 4096)[l188 * 8192 + l189 * 8192 + l191 * 64 + q * 1], a192);
-                                v35[r] = a192;
+                                const int l123 = (int)((unsigned)e / 8192u % 1u);
+                                const int l124 = (int)((unsigned)e / 8192u % 1u);
+                                const int l125 = (int)((unsigned)e / 128u % 64u);
+                                const int l126 = (int)((unsigned)e / 1u % 128u);
+                                float a127 = 0.0f;
+                                for (int q = 0; q < 64; q++) a127 = fmaf((dt_smem + 0)[l123 * 4096 + l124 * 4096 + l125 * 64 + q * 1], (dt_smem + 4096)[l123 * 8192 + l124 * 8192 + l126 * 64 + q * 1], a127);
+                                v35[r] = a127;
                             }
                         }
                         #pragma unroll
@@ -3866,6 +2015,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
                             (void)e; {
                                 acc6[r] = acc6[r] + v35[r];
                             }
+                        }
+                    }
+                    float v22[1];
+                    #pragma unroll
+                    for (int r = 0; r < 1; r++) {
+                        const int e = tid + r * 256;
+                        if (e < 64) {
+                            v22[r] = acc3[r];
                         }
                     }
                     float v36[32];
@@ -3885,27 +2042,27 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l201 = (int)((unsigned)e / 8192u % 1u);
-                            const int l202 = (int)((unsigned)e / 8192u % 1u);
-                            const int l203 = (int)((unsigned)e / 128u % 64u);
-                            v38[r] = (v36[r] / (dt_smem + 0)[l201 * 64 + l202 * 64 + l203]);
+                            const int l139 = (int)((unsigned)e / 8192u % 1u);
+                            const int l140 = (int)((unsigned)e / 8192u % 1u);
+                            const int l141 = (int)((unsigned)e / 128u % 64u);
+                            v38[r] = (v36[r] / (dt_smem + 0)[l139 * 64 + l140 * 64 + l141]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 8; c++) {
                         const int e = (c * 256 + tid) * 4;
-                        const int l205 = (int)((unsigned)e / 8192u % 1u);
-                        const int l206 = (int)((unsigned)e / 8192u % 1u);
-                        const int l207 = (int)((unsigned)e / 128u % 64u);
-                        const int l208 = (int)((unsigned)e / 1u % 128u);
-                        const unsigned a = (unsigned)(o1 + l205) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l206) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l207) * (unsigned)args.output_strides[2] + (unsigned)(o136 + l208) * (unsigned)args.output_strides[3];
-                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o3 + l207) < (unsigned)s2 && (unsigned)(o136 + (l208 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l143 = (int)((unsigned)e / 8192u % 1u);
+                        const int l144 = (int)((unsigned)e / 8192u % 1u);
+                        const int l145 = (int)((unsigned)e / 128u % 64u);
+                        const int l146 = (int)((unsigned)e / 1u % 128u);
+                        const unsigned a = (unsigned)(o1 + l143) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l144) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l145) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l146) * (unsigned)args.output_strides[3];
+                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o3 + l145) < (unsigned)s2 && (unsigned)(o4 + (l146 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(__float_as_uint(v38[c * 4 + 0]), __float_as_uint(v38[c * 4 + 1]), __float_as_uint(v38[c * 4 + 2]), __float_as_uint(v38[c * 4 + 3]));
                         } else {
-                            if ((unsigned)(o3 + l207) < (unsigned)s2 && (unsigned)(o136 + l208) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 0]);
-                            if ((unsigned)(o3 + l207) < (unsigned)s2 && (unsigned)(o136 + (l208 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 1]);
-                            if ((unsigned)(o3 + l207) < (unsigned)s2 && (unsigned)(o136 + (l208 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 2]);
-                            if ((unsigned)(o3 + l207) < (unsigned)s2 && (unsigned)(o136 + (l208 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 3]);
+                            if ((unsigned)(o3 + l145) < (unsigned)s2 && (unsigned)(o4 + l146) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 0]);
+                            if ((unsigned)(o3 + l145) < (unsigned)s2 && (unsigned)(o4 + (l146 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 1]);
+                            if ((unsigned)(o3 + l145) < (unsigned)s2 && (unsigned)(o4 + (l146 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 2]);
+                            if ((unsigned)(o3 + l145) < (unsigned)s2 && (unsigned)(o4 + (l146 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 3]);
                         }
                     }
                 }
@@ -3960,29 +2117,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
         (void)r; (void)e;
         v5[r] = dt_rsqrt(v4[0]);
     }
-    float v14[1];
+    float v41[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v14[r] = (float)s5;
+        v41[r] = (-INFINITY);
     }
-    float v15[1];
+    float v42[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v15[r] = dt_rsqrt(v14[0]);
-    }
-    float v27[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v27[r] = (float)s5;
-    }
-    float v28[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v28[r] = dt_rsqrt(v27[0]);
+        v42[r] = 0e0f;
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -3990,407 +2135,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
             /* block(i:64) attention.tensorize(i:0) */
             for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
-                /* rmax identity */
-                float acc0[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc0[r] = (-INFINITY);
-                    }
-                }
-                /* partial rmax over j, lane by lane */
-                float acc8[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                    (void)e; {
-                        acc8[r] = (-INFINITY);
-                    }
-                }
-                /* rmax attention.tensorize(j:64) */
-                for (long long o11 = 0; o11 < s3; o11 += 64) {
-                    /* rdot accumulator */
-                    float acc1[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            acc1[r] = 0e0f;
-                        }
-                    }
-                    /* rdot attention.tensorize(d:32) */
-                    for (long long o16 = 0; o16 < s5; o16 += 32) {
-                        float v0[8];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 256 + tid) * 4;
-                            const int l17 = (int)((unsigned)e / 2048u % 1u);
-                            const int l18 = (int)((unsigned)e / 2048u % 1u);
-                            const int l19 = (int)((unsigned)e / 32u % 64u);
-                            const int l20 = (int)((unsigned)e / 1u % 32u);
-                            const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l18) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l19) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + l20) * (unsigned)args.input_strides[0][3];
-                            if ((unsigned)(o3 + l19) < (unsigned)s2 && (unsigned)(o16 + l20) < (unsigned)s5) {
-                                const uint4 q = *(const uint4*)(in0 + a);
-                                v0[c * 4 + 0] = __uint_as_float(q.x);
-                                v0[c * 4 + 1] = __uint_as_float(q.y);
-                                v0[c * 4 + 2] = __uint_as_float(q.z);
-                                v0[c * 4 + 3] = __uint_as_float(q.w);
-                            } else {
-                                v0[c * 4 + 0] = 0e0f;
-                                v0[c * 4 + 1] = 0e0f;
-                                v0[c * 4 + 2] = 0e0f;
-                                v0[c * 4 + 3] = 0e0f;
-                            }
-                        }
-                        float v1[8];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 256 + tid) * 4;
-                            const int l21 = (int)((unsigned)e / 2048u % 1u);
-                            const int l22 = (int)((unsigned)e / 2048u % 1u);
-                            const int l23 = (int)((unsigned)e / 32u % 64u);
-                            const int l24 = (int)((unsigned)e / 1u % 32u);
-                            const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l22) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l23) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + l24) * (unsigned)args.input_strides[1][3];
-                            if ((unsigned)(o11 + l23) < (unsigned)s3 && (unsigned)(o16 + l24) < (unsigned)s5) {
-                                const uint4 q = *(const uint4*)(in1 + a);
-                                v1[c * 4 + 0] = __uint_as_float(q.x);
-                                v1[c * 4 + 1] = __uint_as_float(q.y);
-                                v1[c * 4 + 2] = __uint_as_float(q.z);
-                                v1[c * 4 + 3] = __uint_as_float(q.w);
-                            } else {
-                                v1[c * 4 + 0] = 0e0f;
-                                v1[c * 4 + 1] = 0e0f;
-                                v1[c * 4 + 2] = 0e0f;
-                                v1[c * 4 + 3] = 0e0f;
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v0[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v1[r]; }
-                        __syncthreads();
-                        float v2[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l25 = (int)((unsigned)e / 4096u % 1u);
-                                const int l26 = (int)((unsigned)e / 4096u % 1u);
-                                const int l27 = (int)((unsigned)e / 64u % 64u);
-                                const int l28 = (int)((unsigned)e / 1u % 64u);
-                                float a29 = 0.0f;
-                                for (int q = 0; q < 32; q++) a29 = fmaf((dt_smem + 0)[l25 * 2048 + l26 * 2048 + l27 * 32 + q * 1], (dt_smem + 4096)[l25 * 2048 + l26 * 2048 + l28 * 32 + q * 1], a29);
-                                v2[r] = a29;
-                            }
-                        }
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc1[r] = acc1[r] + v2[r];
-                            }
-                        }
-                    }
-                    float v3[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v3[r] = acc1[r];
-                        }
-                    }
-                    float v6[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v6[r] = (v3[r] * v5[0]);
-                        }
-                    }
-                    float v7[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            const int l45 = (int)((unsigned)e / 1u % 64u);
-                            v7[r] = ((unsigned)(o11 + l45) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                        }
-                    }
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            acc8[r] = fmaxf(acc8[r], v7[r]);
-                        }
-                    }
-                }
-                float v39[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                    (void)e; {
-                        v39[r] = acc8[r];
-                    }
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v39[r]; }
-                __syncthreads();
-                float v8[1];
-                /* cooperative reduction: 4 threads per result */
-                {
-                    const int j = tid / 4;
-                    const int q = tid % 4;
-                    float p = (-INFINITY);
-                    if (j < 64) {
-                        const int l54 = (j / 64) % 1;
-                        const int l55 = (j / 64) % 1;
-                        const int l56 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l54 * 4096 + l55 * 4096 + l56 * 64 + i * 1]);
-                    }
-                    for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
-                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v8[r] = (dt_smem + 4096)[e];
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc0[r] = fmaxf(acc0[r], v8[r]);
-                    }
-                }
-                float v9[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v9[r] = acc0[r];
-                    }
-                }
-                /* rsum identity */
-                float acc3[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc3[r] = 0e0f;
-                    }
-                }
-                /* partial rsum over j, lane by lane */
-                float acc9[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                    (void)e; {
-                        acc9[r] = 0e0f;
-                    }
-                }
-                /* rsum attention.tensorize(j:64) */
-                for (long long o73 = 0; o73 < s3; o73 += 64) {
-                    /* rdot accumulator */
-                    float acc4[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            acc4[r] = 0e0f;
-                        }
-                    }
-                    /* rdot attention.tensorize(d:32) */
-                    for (long long o78 = 0; o78 < s5; o78 += 32) {
-                        float v10[8];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 256 + tid) * 4;
-                            const int l79 = (int)((unsigned)e / 2048u % 1u);
-                            const int l80 = (int)((unsigned)e / 2048u % 1u);
-                            const int l81 = (int)((unsigned)e / 32u % 64u);
-                            const int l82 = (int)((unsigned)e / 1u % 32u);
-                            const unsigned a = (unsigned)(o1 + l79) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l80) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l81) * (unsigned)args.input_strides[0][2] + (unsigned)(o78 + l82) * (unsigned)args.input_strides[0][3];
-                            if ((unsigned)(o3 + l81) < (unsigned)s2 && (unsigned)(o78 + l82) < (unsigned)s5) {
-                                const uint4 q = *(const uint4*)(in0 + a);
-                                v10[c * 4 + 0] = __uint_as_float(q.x);
-                                v10[c * 4 + 1] = __uint_as_float(q.y);
-                                v10[c * 4 + 2] = __uint_as_float(q.z);
-                                v10[c * 4 + 3] = __uint_as_float(q.w);
-                            } else {
-                                v10[c * 4 + 0] = 0e0f;
-                                v10[c * 4 + 1] = 0e0f;
-                                v10[c * 4 + 2] = 0e0f;
-                                v10[c * 4 + 3] = 0e0f;
-                            }
-                        }
-                        float v11[8];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 256 + tid) * 4;
-                            const int l83 = (int)((unsigned)e / 2048u % 1u);
-                            const int l84 = (int)((unsigned)e / 2048u % 1u);
-                            const int l85 = (int)((unsigned)e / 32u % 64u);
-                            const int l86 = (int)((unsigned)e / 1u % 32u);
-                            const unsigned a = (unsigned)(o1 + l83) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l84) * (unsigned)args.input_strides[1][1] + (unsigned)(o73 + l85) * (unsigned)args.input_strides[1][2] + (unsigned)(o78 + l86) * (unsigned)args.input_strides[1][3];
-                            if ((unsigned)(o73 + l85) < (unsigned)s3 && (unsigned)(o78 + l86) < (unsigned)s5) {
-                                const uint4 q = *(const uint4*)(in1 + a);
-                                v11[c * 4 + 0] = __uint_as_float(q.x);
-                                v11[c * 4 + 1] = __uint_as_float(q.y);
-                                v11[c * 4 + 2] = __uint_as_float(q.z);
-                                v11[c * 4 + 3] = __uint_as_float(q.w);
-                            } else {
-                                v11[c * 4 + 0] = 0e0f;
-                                v11[c * 4 + 1] = 0e0f;
-                                v11[c * 4 + 2] = 0e0f;
-                                v11[c * 4 + 3] = 0e0f;
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v10[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v11[r]; }
-                        __syncthreads();
-                        float v12[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l87 = (int)((unsigned)e / 4096u % 1u);
-                                const int l88 = (int)((unsigned)e / 4096u % 1u);
-                                const int l89 = (int)((unsigned)e / 64u % 64u);
-                                const int l90 = (int)((unsigned)e / 1u % 64u);
-                                float a91 = 0.0f;
-                                for (int q = 0; q < 32; q++) a91 = fmaf((dt_smem + 0)[l87 * 2048 + l88 * 2048 + l89 * 32 + q * 1], (dt_smem + 4096)[l87 * 2048 + l88 * 2048 + l90 * 32 + q * 1], a91);
-                                v12[r] = a91;
-                            }
-                        }
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc4[r] = acc4[r] + v12[r];
-                            }
-                        }
-                    }
-                    float v13[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v13[r] = acc4[r];
-                        }
-                    }
-                    float v16[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v16[r] = (v13[r] * v15[0]);
-                        }
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v9[r]; }
-                    __syncthreads();
-                    float v18[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            const int l104 = (int)((unsigned)e / 4096u % 1u);
-                            const int l105 = (int)((unsigned)e / 4096u % 1u);
-                            const int l106 = (int)((unsigned)e / 64u % 64u);
-                            v18[r] = (v16[r] - (dt_smem + 0)[l104 * 64 + l105 * 64 + l106]);
-                        }
-                    }
-                    float v19[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v19[r] = expf(v18[r]);
-                        }
-                    }
-                    float v20[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            const int l115 = (int)((unsigned)e / 1u % 64u);
-                            v20[r] = ((unsigned)(o73 + l115) < (unsigned)s3) ? v19[r] : 0e0f;
-                        }
-                    }
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            acc9[r] = acc9[r] + v20[r];
-                        }
-                    }
-                }
-                float v40[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                    (void)e; {
-                        v40[r] = acc9[r];
-                    }
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v40[r]; }
-                __syncthreads();
-                float v21[1];
-                /* cooperative reduction: 4 threads per result */
-                {
-                    const int j = tid / 4;
-                    const int q = tid % 4;
-                    float p = 0e0f;
-                    if (j < 64) {
-                        const int l124 = (j / 64) % 1;
-                        const int l125 = (j / 64) % 1;
-                        const int l126 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l124 * 4096 + l125 * 4096 + l126 * 64 + i * 1];
-                    }
-                    for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
-                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v21[r] = (dt_smem + 4096)[e];
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc3[r] = acc3[r] + v21[r];
-                    }
-                }
-                float v22[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v22[r] = acc3[r];
-                    }
-                }
                 /* block(e:128) attention.tensorize(e:0) */
-                for (long long o136 = b4 * 128; o136 < dt_min_ll(b4 * 128 + 128, s4); o136 += 128) {
+                for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                     /* rdot accumulator */
                     float acc6[32];
                     #pragma unroll
@@ -4400,139 +2146,335 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
                             acc6[r] = 0e0f;
                         }
                     }
-                    /* rdot attention.tensorize(j:64) */
-                    for (long long o141 = 0; o141 < s3; o141 += 64) {
+                    /* rsum identity */
+                    float acc3[1];
+                    #pragma unroll
+                    for (int r = 0; r < 1; r++) {
+                        const int e = tid + r * 256;
+                        if (e < 64) {
+                            acc3[r] = 0e0f;
+                        }
+                    }
+                    /* rmax identity */
+                    float acc0[1];
+                    #pragma unroll
+                    for (int r = 0; r < 1; r++) {
+                        const int e = tid + r * 256;
+                        if (e < 64) {
+                            acc0[r] = (-INFINITY);
+                        }
+                    }
+                    /* rmax attention.tensorize(j:64) + rsum attention.tensorize(j:64) + rdot attention.tensorize(j:64), online */
+                    for (long long o15 = 0; o15 < s3; o15 += 64) {
                         /* rdot accumulator */
-                        float acc7[16];
+                        float acc1[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                acc7[r] = 0e0f;
+                                acc1[r] = 0e0f;
                             }
                         }
                         /* rdot attention.tensorize(d:32) */
-                        for (long long o146 = 0; o146 < s5; o146 += 32) {
-                            float v23[8];
+                        for (long long o20 = 0; o20 < s5; o20 += 32) {
+                            float v0[8];
                             #pragma unroll
                             for (int c = 0; c < 2; c++) {
                                 const int e = (c * 256 + tid) * 4;
-                                const int l147 = (int)((unsigned)e / 2048u % 1u);
-                                const int l148 = (int)((unsigned)e / 2048u % 1u);
-                                const int l149 = (int)((unsigned)e / 32u % 64u);
-                                const int l150 = (int)((unsigned)e / 1u % 32u);
-                                const unsigned a = (unsigned)(o1 + l147) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l149) * (unsigned)args.input_strides[0][2] + (unsigned)(o146 + l150) * (unsigned)args.input_strides[0][3];
-                                if ((unsigned)(o3 + l149) < (unsigned)s2 && (unsigned)(o146 + l150) < (unsigned)s5) {
+                                const int l21 = (int)((unsigned)e / 2048u % 1u);
+                                const int l22 = (int)((unsigned)e / 2048u % 1u);
+                                const int l23 = (int)((unsigned)e / 32u % 64u);
+                                const int l24 = (int)((unsigned)e / 1u % 32u);
+                                const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l22) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l23) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + l24) * (unsigned)args.input_strides[0][3];
+                                if ((unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + l24) < (unsigned)s5) {
                                     const uint4 q = *(const uint4*)(in0 + a);
-                                    v23[c * 4 + 0] = __uint_as_float(q.x);
-                                    v23[c * 4 + 1] = __uint_as_float(q.y);
-                                    v23[c * 4 + 2] = __uint_as_float(q.z);
-                                    v23[c * 4 + 3] = __uint_as_float(q.w);
+                                    v0[c * 4 + 0] = __uint_as_float(q.x);
+                                    v0[c * 4 + 1] = __uint_as_float(q.y);
+                                    v0[c * 4 + 2] = __uint_as_float(q.z);
+                                    v0[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v23[c * 4 + 0] = 0e0f;
-                                    v23[c * 4 + 1] = 0e0f;
-                                    v23[c * 4 + 2] = 0e0f;
-                                    v23[c * 4 + 3] = 0e0f;
+                                    v0[c * 4 + 0] = 0e0f;
+                                    v0[c * 4 + 1] = 0e0f;
+                                    v0[c * 4 + 2] = 0e0f;
+                                    v0[c * 4 + 3] = 0e0f;
                                 }
                             }
-                            float v24[8];
+                            float v1[8];
                             #pragma unroll
                             for (int c = 0; c < 2; c++) {
                                 const int e = (c * 256 + tid) * 4;
-                                const int l151 = (int)((unsigned)e / 2048u % 1u);
-                                const int l152 = (int)((unsigned)e / 2048u % 1u);
-                                const int l153 = (int)((unsigned)e / 32u % 64u);
-                                const int l154 = (int)((unsigned)e / 1u % 32u);
-                                const unsigned a = (unsigned)(o1 + l151) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l152) * (unsigned)args.input_strides[1][1] + (unsigned)(o141 + l153) * (unsigned)args.input_strides[1][2] + (unsigned)(o146 + l154) * (unsigned)args.input_strides[1][3];
-                                if ((unsigned)(o141 + l153) < (unsigned)s3 && (unsigned)(o146 + l154) < (unsigned)s5) {
+                                const int l25 = (int)((unsigned)e / 2048u % 1u);
+                                const int l26 = (int)((unsigned)e / 2048u % 1u);
+                                const int l27 = (int)((unsigned)e / 32u % 64u);
+                                const int l28 = (int)((unsigned)e / 1u % 32u);
+                                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l26) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l27) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + l28) * (unsigned)args.input_strides[1][3];
+                                if ((unsigned)(o15 + l27) < (unsigned)s3 && (unsigned)(o20 + l28) < (unsigned)s5) {
                                     const uint4 q = *(const uint4*)(in1 + a);
-                                    v24[c * 4 + 0] = __uint_as_float(q.x);
-                                    v24[c * 4 + 1] = __uint_as_float(q.y);
-                                    v24[c * 4 + 2] = __uint_as_float(q.z);
-                                    v24[c * 4 + 3] = __uint_as_float(q.w);
+                                    v1[c * 4 + 0] = __uint_as_float(q.x);
+                                    v1[c * 4 + 1] = __uint_as_float(q.y);
+                                    v1[c * 4 + 2] = __uint_as_float(q.z);
+                                    v1[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v24[c * 4 + 0] = 0e0f;
-                                    v24[c * 4 + 1] = 0e0f;
-                                    v24[c * 4 + 2] = 0e0f;
-                                    v24[c * 4 + 3] = 0e0f;
+                                    v1[c * 4 + 0] = 0e0f;
+                                    v1[c * 4 + 1] = 0e0f;
+                                    v1[c * 4 + 2] = 0e0f;
+                                    v1[c * 4 + 3] = 0e0f;
                                 }
                             }
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v23[r]; }
+                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v0[r]; }
                             __syncthreads();
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v24[r]; }
+                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v1[r]; }
                             __syncthreads();
-                            float v25[16];
+                            float v2[16];
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                                 (void)e; {
-                                    const int l155 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l156 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l157 = (int)((unsigned)e / 64u % 64u);
-                                    const int l158 = (int)((unsigned)e / 1u % 64u);
-                                    float a159 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a159 = fmaf((dt_smem + 0)[l155 * 2048 + l156 * 2048 + l157 * 32 + q * 1], (dt_smem + 4096)[l155 * 2048 + l156 * 2048 + l158 * 32 + q * 1], a159);
-                                    v25[r] = a159;
+                                    const int l29 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l30 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l31 = (int)((unsigned)e / 64u % 64u);
+                                    const int l32 = (int)((unsigned)e / 1u % 64u);
+                                    float a33 = 0.0f;
+                                    for (int q = 0; q < 32; q++) a33 = fmaf((dt_smem + 0)[l29 * 2048 + l30 * 2048 + l31 * 32 + q * 1], (dt_smem + 4096)[l29 * 2048 + l30 * 2048 + l32 * 32 + q * 1], a33);
+                                    v2[r] = a33;
                                 }
                             }
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                                 (void)e; {
-                                    acc7[r] = acc7[r] + v25[r];
+                                    acc1[r] = acc1[r] + v2[r];
                                 }
                             }
                         }
-                        float v26[16];
+                        float v3[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                v26[r] = acc7[r];
+                                v3[r] = acc1[r];
                             }
                         }
-                        float v29[16];
+                        float v6[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                v29[r] = (v26[r] * v28[0]);
+                                v6[r] = (v3[r] * v5[0]);
+                            }
+                        }
+                        float v7[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            (void)e; {
+                                const int l49 = (int)((unsigned)e / 1u % 64u);
+                                v7[r] = ((unsigned)(o15 + l49) < (unsigned)s3) ? v6[r] : (-INFINITY);
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v9[r]; }
+                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v7[r]; }
                         __syncthreads();
-                        float v31[16];
+                        float v8[1];
+                        /* cooperative reduction: 4 threads per result */
+                        {
+                            const int j = tid / 4;
+                            const int q = tid % 4;
+                            float p = (-INFINITY);
+                            if (j < 64) {
+                                const int l50 = (j / 64) % 1;
+                                const int l51 = (j / 64) % 1;
+                                const int l52 = (j / 1) % 64;
+                                for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l50 * 4096 + l51 * 4096 + l52 * 64 + i * 1]);
+                            }
+                            for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
+                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                        }
+                        __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l172 = (int)((unsigned)e / 4096u % 1u);
-                                const int l173 = (int)((unsigned)e / 4096u % 1u);
-                                const int l174 = (int)((unsigned)e / 64u % 64u);
-                                v31[r] = (v29[r] - (dt_smem + 0)[l172 * 64 + l173 * 64 + l174]);
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v8[r] = (dt_smem + 4096)[e];
                             }
                         }
-                        float v32[16];
+                        float v39[1];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v32[r] = expf(v31[r]);
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v39[r] = acc0[r];
                             }
                         }
-                        float v33[16];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                acc0[r] = fmaxf(acc0[r], v8[r]);
+                            }
+                        }
+                        float v40[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v40[r] = acc0[r];
+                            }
+                        }
+                        float v43[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
+                            }
+                        }
+                        float v44[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
+                            }
+                        }
+                        float v45[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v45[r] = (v39[r] - v44[r]);
+                            }
+                        }
+                        float v46[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v46[r] = expf(v45[r]);
+                            }
+                        }
+                        float v47[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v47[r] = acc3[r];
+                            }
+                        }
+                        float v48[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v48[r] = (v47[r] * v46[r]);
+                            }
+                        }
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                acc3[r] = v48[r];
+                            }
+                        }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v44[r]; }
+                        __syncthreads();
+                        float v18[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l183 = (int)((unsigned)e / 1u % 64u);
-                                v33[r] = ((unsigned)(o141 + l183) < (unsigned)s3) ? v32[r] : 0e0f;
+                                const int l86 = (int)((unsigned)e / 4096u % 1u);
+                                const int l87 = (int)((unsigned)e / 4096u % 1u);
+                                const int l88 = (int)((unsigned)e / 64u % 64u);
+                                v18[r] = (v6[r] - (dt_smem + 0)[l86 * 64 + l87 * 64 + l88]);
+                            }
+                        }
+                        float v19[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            (void)e; {
+                                v19[r] = expf(v18[r]);
+                            }
+                        }
+                        float v20[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            (void)e; {
+                                const int l97 = (int)((unsigned)e / 1u % 64u);
+                                v20[r] = ((unsigned)(o15 + l97) < (unsigned)s3) ? v19[r] : 0e0f;
+                            }
+                        }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v20[r]; }
+                        __syncthreads();
+                        float v21[1];
+                        /* cooperative reduction: 4 threads per result */
+                        {
+                            const int j = tid / 4;
+                            const int q = tid % 4;
+                            float p = 0e0f;
+                            if (j < 64) {
+                                const int l98 = (j / 64) % 1;
+                                const int l99 = (j / 64) % 1;
+                                const int l100 = (j / 1) % 64;
+                                for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l98 * 4096 + l99 * 4096 + l100 * 64 + i * 1];
+                            }
+                            for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
+                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                        }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v21[r] = (dt_smem + 4096)[e];
+                            }
+                        }
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                acc3[r] = acc3[r] + v21[r];
+                            }
+                        }
+                        float v49[32];
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            (void)e; {
+                                v49[r] = acc6[r];
+                            }
+                        }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v46[r]; }
+                        __syncthreads();
+                        float v50[32];
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            (void)e; {
+                                const int l111 = (int)((unsigned)e / 8192u % 1u);
+                                const int l112 = (int)((unsigned)e / 8192u % 1u);
+                                const int l113 = (int)((unsigned)e / 128u % 64u);
+                                v50[r] = (v49[r] * (dt_smem + 0)[l111 * 64 + l112 * 64 + l113]);
+                            }
+                        }
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            (void)e; {
+                                acc6[r] = v50[r];
                             }
                         }
                         float v34[32];
@@ -4540,16 +2482,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l184 = (int)((unsigned)e / 8192u % 1u);
-                                const int l185 = (int)((unsigned)e / 8192u % 1u);
-                                const int l186 = (int)((unsigned)e / 64u % 128u);
-                                const int l187 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = ((unsigned)(o141 + l187) < (unsigned)s3 && (unsigned)(o136 + l186) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l184) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l185) * (unsigned)args.input_strides[2][1] + (unsigned)(o141 + l187) * (unsigned)args.input_strides[2][2] + (unsigned)(o136 + l186) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                                const int l119 = (int)((unsigned)e / 8192u % 1u);
+                                const int l120 = (int)((unsigned)e / 8192u % 1u);
+                                const int l121 = (int)((unsigned)e / 64u % 128u);
+                                const int l122 = (int)((unsigned)e / 1u % 64u);
+                                v34[r] = ((unsigned)(o15 + l122) < (unsigned)s3 && (unsigned)(o4 + l121) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l119) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l120) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l122) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + l121) * (unsigned)args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v33[r]; }
+                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v20[r]; }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll
@@ -4560,13 +2502,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l188 = (int)((unsigned)e / 8192u % 1u);
-                                const int l189 = (int)((unsigned)e / 8192u % 1u);
-                                const int l190 = (int)((unsigned)e / 128u % 64u);
-                                const int l191 = (int)((unsigned)e / 1u % 128u);
-                                float a192 = 0.0f;
-                                for (int q = 0; q < 64; q++) a192 = fmaf((dt_smem + 0)[l188 * 4096 + l189 * 4096 + l190 * 64 + q * 1], (dt_smem + 4096)[l188 * 8192 + l189 * 8192 + l191 * 64 + q * 1], a192);
-                                v35[r] = a192;
+                                const int l123 = (int)((unsigned)e / 8192u % 1u);
+                                const int l124 = (int)((unsigned)e / 8192u % 1u);
+                                const int l125 = (int)((unsigned)e / 128u % 64u);
+                                const int l126 = (int)((unsigned)e / 1u % 128u);
+                                float a127 = 0.0f;
+                                for (int q = 0; q < 64; q++) a127 = fmaf((dt_smem + 0)[l123 * 4096 + l124 * 4096 + l125 * 64 + q * 1], (dt_smem + 4096)[l123 * 8192 + l124 * 8192 + l126 * 64 + q * 1], a127);
+                                v35[r] = a127;
                             }
                         }
                         #pragma unroll
@@ -4575,6 +2517,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
                             (void)e; {
                                 acc6[r] = acc6[r] + v35[r];
                             }
+                        }
+                    }
+                    float v22[1];
+                    #pragma unroll
+                    for (int r = 0; r < 1; r++) {
+                        const int e = tid + r * 256;
+                        if (e < 64) {
+                            v22[r] = acc3[r];
                         }
                     }
                     float v36[32];
@@ -4594,21 +2544,21 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l201 = (int)((unsigned)e / 8192u % 1u);
-                            const int l202 = (int)((unsigned)e / 8192u % 1u);
-                            const int l203 = (int)((unsigned)e / 128u % 64u);
-                            v38[r] = (v36[r] / (dt_smem + 0)[l201 * 64 + l202 * 64 + l203]);
+                            const int l139 = (int)((unsigned)e / 8192u % 1u);
+                            const int l140 = (int)((unsigned)e / 8192u % 1u);
+                            const int l141 = (int)((unsigned)e / 128u % 64u);
+                            v38[r] = (v36[r] / (dt_smem + 0)[l139 * 64 + l140 * 64 + l141]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 8; c++) {
                         const int e = (c * 256 + tid) * 4;
-                        const int l205 = (int)((unsigned)e / 8192u % 1u);
-                        const int l206 = (int)((unsigned)e / 8192u % 1u);
-                        const int l207 = (int)((unsigned)e / 128u % 64u);
-                        const int l208 = (int)((unsigned)e / 1u % 128u);
-                        const unsigned a = (unsigned)(o1 + l205) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l206) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l207) * (unsigned)args.output_strides[2] + (unsigned)(o136 + l208) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + l207) < (unsigned)s2 && (unsigned)(o136 + l208) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(__float_as_uint(v38[c * 4 + 0]), __float_as_uint(v38[c * 4 + 1]), __float_as_uint(v38[c * 4 + 2]), __float_as_uint(v38[c * 4 + 3]));
+                        const int l143 = (int)((unsigned)e / 8192u % 1u);
+                        const int l144 = (int)((unsigned)e / 8192u % 1u);
+                        const int l145 = (int)((unsigned)e / 128u % 64u);
+                        const int l146 = (int)((unsigned)e / 1u % 128u);
+                        const unsigned a = (unsigned)(o1 + l143) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l144) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l145) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l146) * (unsigned)args.output_strides[3];
+                        if ((unsigned)(o3 + l145) < (unsigned)s2 && (unsigned)(o4 + l146) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(__float_as_uint(v38[c * 4 + 0]), __float_as_uint(v38[c * 4 + 1]), __float_as_uint(v38[c * 4 + 2]), __float_as_uint(v38[c * 4 + 3]));
                     }
                 }
             }
@@ -4616,7 +2566,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
     }
 }
 
-/* kernel attention_causal for f16: grid block(b:1, h:1, i:64, e:128); 256 threads, 49152 bytes of shared memory */
+/* kernel attention_causal for f16: grid block(b:1, h:1, i:64, e:128); 256 threads, 33792 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -4674,53 +2624,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
         (void)r; (void)e;
         v11[r] = (-v10[0]);
     }
-    float v23[1];
+    float v59[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v23[r] = (float)s5;
+        v59[r] = (-INFINITY);
     }
-    float v24[1];
+    float v60[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v24[r] = dt_fast_rsqrt(v23[0]);
-    }
-    float v26[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v26[r] = INFINITY;
-    }
-    float v27[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v27[r] = (-v26[0]);
-    }
-    float v42[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v42[r] = (float)s5;
-    }
-    float v43[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v43[r] = dt_fast_rsqrt(v42[0]);
-    }
-    float v45[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v45[r] = INFINITY;
-    }
-    float v46[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v46[r] = (-v45[0]);
+        v60[r] = 0e0f;
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -4728,554 +2642,120 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
             /* block(i:64) attention_causal.tensorize(i:0) */
             for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
-                /* rmax identity */
-                float acc0[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc0[r] = (-INFINITY);
-                    }
-                }
-                /* partial rmax over j, lane by lane */
-                float acc8[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    acc8[r] = (-INFINITY);
-                }
-                /* rmax attention_causal.tensorize(j:64) */
-                for (long long o11 = 0; o11 < s3; o11 += 64) {
-                    float v0[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            const int l12 = (int)((unsigned)e / 1u % 64u);
-                            v0[r] = (float)(o11 + l12);
-                        }
-                    }
-                    float v1[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            const int l13 = (int)((unsigned)e / 1u % 64u);
-                            v1[r] = (float)(o3 + l13);
-                        }
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v0[r]; }
-                    __syncthreads();
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 4096)[e] = v1[r]; }
-                    __syncthreads();
-                    float v2[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l14 = (int)((unsigned)e / 64u % 64u);
-                            const int l15 = (int)((unsigned)e / 1u % 64u);
-                            v2[r] = (((dt_smem + 0)[l15]) <= ((dt_smem + 4096)[l14]) ? 1.0f : 0.0f);
-                        }
-                    }
-                    /* rdot accumulator */
-                    float acc1[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc1[r] = 0e0f;
-                    }
-                    /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o20 = 0; o20 < s5; o20 += 32) {
-                        /* v3: loaded by the tensor-core dot that reads it */
-                        /* v4: loaded by the tensor-core dot that reads it */
-                        __syncthreads();
-                        /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec21 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l22 = (int)((unsigned)e / 256u % 1u);
-                                    const int l23 = (int)((unsigned)e / 256u % 1u);
-                                    const int l24 = (int)((unsigned)e / 4u % 64u);
-                                    const int l25 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec21 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8)], &in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8)) * (unsigned)args.input_strides[0][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8 + q)] = ((unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec26 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l27 = (int)((unsigned)e / 256u % 1u);
-                                    const int l28 = (int)((unsigned)e / 256u % 1u);
-                                    const int l29 = (int)((unsigned)e / 4u % 64u);
-                                    const int l30 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec26 && (unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8)], &in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8)) * (unsigned)args.input_strides[1][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8 + q)] = ((unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        __syncthreads();
-                        /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
-                        {
-                            const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            #pragma unroll
-                            for (int kk = 0; kk < 32; kk += 16) {
-                                unsigned fa[2][2], fb[2][2];
-                                #pragma unroll
-                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
-                                #pragma unroll
-                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
-                                #pragma unroll
-                                for (int i = 0; i < 2; i++) {
-                                    #pragma unroll
-                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_f16(&acc1[(i * 2 + j) * 4], fa[i], fb[j]);
-                                }
-                            }
-                        }
-                        /* acc1 += v5: accumulated by the tensor-core dot above */
-                    }
-                    float v6[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v6[r] = acc1[r];
-                    }
-                    float v9[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v9[r] = (v6[r] * v8[0]);
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v2[r]; }
-                    __syncthreads();
-                    float v12[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l41 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l42 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                        v12[r] = (dt_smem + 0)[l41 * 64 + l42] != 0.0f ? v9[r] : v11[0];
-                    }
-                    float v13[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l46 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                        v13[r] = ((unsigned)(o11 + l46) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                    }
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc8[r] = fmaxf(acc8[r], v13[r]);
-                    }
-                }
-                float v57[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    v57[r] = acc8[r];
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int l55 = 0;
-                    const int l56 = 0;
-                    const int l57 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                    const int l58 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                    const int e = l55 * 4096 + l56 * 4096 + l57 * 64 + l58;
-                    (dt_smem + 0)[e] = v57[r];
-                }
-                __syncthreads();
-                float v14[1];
-                /* cooperative reduction: 4 threads per result */
-                {
-                    const int j = tid / 4;
-                    const int q = tid % 4;
-                    float p = (-INFINITY);
-                    if (j < 64) {
-                        const int l59 = (j / 64) % 1;
-                        const int l60 = (j / 64) % 1;
-                        const int l61 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l59 * 4096 + l60 * 4096 + l61 * 64 + i * 1]);
-                    }
-                    for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
-                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v14[r] = (dt_smem + 4096)[e];
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc0[r] = fmaxf(acc0[r], v14[r]);
-                    }
-                }
-                float v15[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v15[r] = acc0[r];
-                    }
-                }
-                /* rsum identity */
-                float acc3[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc3[r] = 0e0f;
-                    }
-                }
-                /* partial rsum over j, lane by lane */
-                float acc9[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    acc9[r] = 0e0f;
-                }
-                /* rsum attention_causal.tensorize(j:64) */
-                for (long long o78 = 0; o78 < s3; o78 += 64) {
-                    float v16[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            const int l79 = (int)((unsigned)e / 1u % 64u);
-                            v16[r] = (float)(o78 + l79);
-                        }
-                    }
-                    float v17[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            const int l80 = (int)((unsigned)e / 1u % 64u);
-                            v17[r] = (float)(o3 + l80);
-                        }
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v16[r]; }
-                    __syncthreads();
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 4096)[e] = v17[r]; }
-                    __syncthreads();
-                    float v18[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l81 = (int)((unsigned)e / 64u % 64u);
-                            const int l82 = (int)((unsigned)e / 1u % 64u);
-                            v18[r] = (((dt_smem + 0)[l82]) <= ((dt_smem + 4096)[l81]) ? 1.0f : 0.0f);
-                        }
-                    }
-                    /* rdot accumulator */
-                    float acc4[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc4[r] = 0e0f;
-                    }
-                    /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o87 = 0; o87 < s5; o87 += 32) {
-                        /* v19: loaded by the tensor-core dot that reads it */
-                        /* v20: loaded by the tensor-core dot that reads it */
-                        __syncthreads();
-                        /* v19: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec88 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l89 = (int)((unsigned)e / 256u % 1u);
-                                    const int l90 = (int)((unsigned)e / 256u % 1u);
-                                    const int l91 = (int)((unsigned)e / 4u % 64u);
-                                    const int l92 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec88 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8)], &in0[(unsigned)(o1 + l89) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l91) * (unsigned)args.input_strides[0][2] + (unsigned)(o87 + (l92 * 8)) * (unsigned)args.input_strides[0][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8 + q)] = ((unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l89) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l91) * (unsigned)args.input_strides[0][2] + (unsigned)(o87 + (l92 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        /* v20: K copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec93 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l94 = (int)((unsigned)e / 256u % 1u);
-                                    const int l95 = (int)((unsigned)e / 256u % 1u);
-                                    const int l96 = (int)((unsigned)e / 4u % 64u);
-                                    const int l97 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec93 && (unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8)], &in1[(unsigned)(o1 + l94) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l95) * (unsigned)args.input_strides[1][1] + (unsigned)(o78 + l96) * (unsigned)args.input_strides[1][2] + (unsigned)(o87 + (l97 * 8)) * (unsigned)args.input_strides[1][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8 + q)] = ((unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l94) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l95) * (unsigned)args.input_strides[1][1] + (unsigned)(o78 + l96) * (unsigned)args.input_strides[1][2] + (unsigned)(o87 + (l97 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        __syncthreads();
-                        /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
-                        {
-                            const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            #pragma unroll
-                            for (int kk = 0; kk < 32; kk += 16) {
-                                unsigned fa[2][2], fb[2][2];
-                                #pragma unroll
-                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
-                                #pragma unroll
-                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
-                                #pragma unroll
-                                for (int i = 0; i < 2; i++) {
-                                    #pragma unroll
-                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_f16(&acc4[(i * 2 + j) * 4], fa[i], fb[j]);
-                                }
-                            }
-                        }
-                        /* acc4 += v21: accumulated by the tensor-core dot above */
-                    }
-                    float v22[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v22[r] = acc4[r];
-                    }
-                    float v25[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v25[r] = (v22[r] * v24[0]);
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v18[r]; }
-                    __syncthreads();
-                    float v28[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l108 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l109 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                        v28[r] = (dt_smem + 0)[l108 * 64 + l109] != 0.0f ? v25[r] : v27[0];
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v15[r]; }
-                    __syncthreads();
-                    float v30[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l110 = 0;
-                        const int l111 = 0;
-                        const int l112 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        v30[r] = (v28[r] - (dt_smem + 0)[l110 * 64 + l111 * 64 + l112]);
-                    }
-                    float v31[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v31[r] = dt_fast_exp(v30[r]);
-                    }
-                    float v32[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l121 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                        v32[r] = ((unsigned)(o78 + l121) < (unsigned)s3) ? v31[r] : 0e0f;
-                    }
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc9[r] = acc9[r] + v32[r];
-                    }
-                }
-                float v58[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    v58[r] = acc9[r];
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int l130 = 0;
-                    const int l131 = 0;
-                    const int l132 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                    const int l133 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                    const int e = l130 * 4096 + l131 * 4096 + l132 * 64 + l133;
-                    (dt_smem + 0)[e] = v58[r];
-                }
-                __syncthreads();
-                float v33[1];
-                /* cooperative reduction: 4 threads per result */
-                {
-                    const int j = tid / 4;
-                    const int q = tid % 4;
-                    float p = 0e0f;
-                    if (j < 64) {
-                        const int l134 = (j / 64) % 1;
-                        const int l135 = (j / 64) % 1;
-                        const int l136 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l134 * 4096 + l135 * 4096 + l136 * 64 + i * 1];
-                    }
-                    for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
-                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v33[r] = (dt_smem + 4096)[e];
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc3[r] = acc3[r] + v33[r];
-                    }
-                }
-                float v34[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v34[r] = acc3[r];
-                    }
-                }
                 /* block(e:128) attention_causal.tensorize(e:0) */
-                for (long long o146 = b4 * 128; o146 < dt_min_ll(b4 * 128 + 128, s4); o146 += 128) {
+                for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                     /* rdot accumulator */
                     float acc6[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            acc6[r] = 0e0f;
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[1];
+                    #pragma unroll
+                    for (int r = 0; r < 1; r++) {
+                        const int e = tid + r * 256;
+                        if (e < 64) {
+                            acc3[r] = 0e0f;
                         }
                     }
-                    /* rdot attention_causal.tensorize(j:64) */
-                    for (long long o151 = 0; o151 < s3; o151 += 64) {
-                        float v35[1];
+                    /* rmax identity */
+                    float acc0[1];
+                    #pragma unroll
+                    for (int r = 0; r < 1; r++) {
+                        const int e = tid + r * 256;
+                        if (e < 64) {
+                            acc0[r] = (-INFINITY);
+                        }
+                    }
+                    /* rmax attention_causal.tensorize(j:64) + rsum attention_causal.tensorize(j:64) + rdot attention_causal.tensorize(j:64), online */
+                    for (long long o15 = 0; o15 < s3; o15 += 64) {
+                        float v0[1];
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                const int l152 = (int)((unsigned)e / 1u % 64u);
-                                v35[r] = (float)(o151 + l152);
+                                const int l16 = (int)((unsigned)e / 1u % 64u);
+                                v0[r] = (float)(o15 + l16);
                             }
                         }
-                        float v36[1];
+                        float v1[1];
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                const int l153 = (int)((unsigned)e / 1u % 64u);
-                                v36[r] = (float)(o3 + l153);
+                                const int l17 = (int)((unsigned)e / 1u % 64u);
+                                v1[r] = (float)(o3 + l17);
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v35[r]; }
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v0[r]; }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 4096)[e] = v36[r]; }
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 4096)[e] = v1[r]; }
                         __syncthreads();
-                        float v37[16];
+                        float v2[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l154 = (int)((unsigned)e / 64u % 64u);
-                                const int l155 = (int)((unsigned)e / 1u % 64u);
-                                v37[r] = (((dt_smem + 0)[l155]) <= ((dt_smem + 4096)[l154]) ? 1.0f : 0.0f);
+                                const int l18 = (int)((unsigned)e / 64u % 64u);
+                                const int l19 = (int)((unsigned)e / 1u % 64u);
+                                v2[r] = (((dt_smem + 0)[l19]) <= ((dt_smem + 4096)[l18]) ? 1.0f : 0.0f);
                             }
                         }
                         /* rdot accumulator */
-                        float acc7[16];
+                        float acc1[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            acc7[r] = 0e0f;
+                            acc1[r] = 0e0f;
                         }
                         /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o160 = 0; o160 < s5; o160 += 32) {
-                            /* v38: loaded by the tensor-core dot that reads it */
-                            /* v39: loaded by the tensor-core dot that reads it */
+                        for (long long o24 = 0; o24 < s5; o24 += 32) {
+                            /* v3: loaded by the tensor-core dot that reads it */
+                            /* v4: loaded by the tensor-core dot that reads it */
                             __syncthreads();
-                            /* v38: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec161 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                                const bool vec25 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 1; r++) {
                                     const int e = tid + r * 256;
                                     (void)e; {
-                                        const int l162 = (int)((unsigned)e / 256u % 1u);
-                                        const int l163 = (int)((unsigned)e / 256u % 1u);
-                                        const int l164 = (int)((unsigned)e / 4u % 64u);
-                                        const int l165 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec161 && (unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8)], &in0[(unsigned)(o1 + l162) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l163) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l164) * (unsigned)args.input_strides[0][2] + (unsigned)(o160 + (l165 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                        const int l26 = (int)((unsigned)e / 256u % 1u);
+                                        const int l27 = (int)((unsigned)e / 256u % 1u);
+                                        const int l28 = (int)((unsigned)e / 4u % 64u);
+                                        const int l29 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec25 && (unsigned)(o3 + l28) < (unsigned)s2 && (unsigned)(o24 + (l29 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l28 * 40 + (l29 * 8)], &in0[(unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l28) * (unsigned)args.input_strides[0][2] + (unsigned)(o24 + (l29 * 8)) * (unsigned)args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8 + q)] = ((unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l162) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l163) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l164) * (unsigned)args.input_strides[0][2] + (unsigned)(o160 + (l165 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l28 * 40 + (l29 * 8 + q)] = ((unsigned)(o3 + l28) < (unsigned)s2 && (unsigned)(o24 + (l29 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l28) * (unsigned)args.input_strides[0][2] + (unsigned)(o24 + (l29 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
                                 }
                             }
-                            /* v39: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec166 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                const bool vec30 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 1; r++) {
                                     const int e = tid + r * 256;
                                     (void)e; {
-                                        const int l167 = (int)((unsigned)e / 256u % 1u);
-                                        const int l168 = (int)((unsigned)e / 256u % 1u);
-                                        const int l169 = (int)((unsigned)e / 4u % 64u);
-                                        const int l170 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec166 && (unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8)], &in1[(unsigned)(o1 + l167) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[1][1] + (unsigned)(o151 + l169) * (unsigned)args.input_strides[1][2] + (unsigned)(o160 + (l170 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                        const int l31 = (int)((unsigned)e / 256u % 1u);
+                                        const int l32 = (int)((unsigned)e / 256u % 1u);
+                                        const int l33 = (int)((unsigned)e / 4u % 64u);
+                                        const int l34 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec30 && (unsigned)(o15 + l33) < (unsigned)s3 && (unsigned)(o24 + (l34 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l33 * 40 + (l34 * 8)], &in1[(unsigned)(o1 + l31) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l32) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l33) * (unsigned)args.input_strides[1][2] + (unsigned)(o24 + (l34 * 8)) * (unsigned)args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8 + q)] = ((unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l167) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[1][1] + (unsigned)(o151 + l169) * (unsigned)args.input_strides[1][2] + (unsigned)(o160 + (l170 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l33 * 40 + (l34 * 8 + q)] = ((unsigned)(o15 + l33) < (unsigned)s3 && (unsigned)(o24 + (l34 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l31) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l32) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l33) * (unsigned)args.input_strides[1][2] + (unsigned)(o24 + (l34 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -5297,112 +2777,304 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 2; j++) dt_mfma_16x16x16_f16(&acc7[(i * 2 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 2; j++) dt_mfma_16x16x16_f16(&acc1[(i * 2 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
-                            /* acc7 += v40: accumulated by the tensor-core dot above */
+                            /* acc1 += v5: accumulated by the tensor-core dot above */
                         }
-                        float v41[16];
+                        float v6[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            v41[r] = acc7[r];
+                            v6[r] = acc1[r];
                         }
-                        float v44[16];
+                        float v9[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            v44[r] = (v41[r] * v43[0]);
+                            v9[r] = (v6[r] * v8[0]);
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v37[r]; }
+                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v2[r]; }
                         __syncthreads();
-                        float v47[16];
+                        float v12[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l181 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l182 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v47[r] = (dt_smem + 0)[l181 * 64 + l182] != 0.0f ? v44[r] : v46[0];
+                            const int l45 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l46 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            v12[r] = (dt_smem + 0)[l45 * 64 + l46] != 0.0f ? v9[r] : v11[0];
+                        }
+                        float v13[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int l50 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            v13[r] = ((unsigned)(o15 + l50) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v15[r]; }
+                        for (int r = 0; r < 16; r++) {
+                            const int l51 = 0;
+                            const int l52 = 0;
+                            const int l53 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l54 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            const int e = l51 * 4096 + l52 * 4096 + l53 * 64 + l54;
+                            (dt_smem + 0)[e] = v13[r];
+                        }
                         __syncthreads();
-                        float v49[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l183 = 0;
-                            const int l184 = 0;
-                            const int l185 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            v49[r] = (v47[r] - (dt_smem + 0)[l183 * 64 + l184 * 64 + l185]);
+                        float v14[1];
+                        /* cooperative reduction: 4 threads per result */
+                        {
+                            const int j = tid / 4;
+                            const int q = tid % 4;
+                            float p = (-INFINITY);
+                            if (j < 64) {
+                                const int l55 = (j / 64) % 1;
+                                const int l56 = (j / 64) % 1;
+                                const int l57 = (j / 1) % 64;
+                                for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l55 * 4096 + l56 * 4096 + l57 * 64 + i * 1]);
+                            }
+                            for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
+                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
                         }
-                        float v50[16];
+                        __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            v50[r] = dt_fast_exp(v49[r]);
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v14[r] = (dt_smem + 4096)[e];
+                            }
                         }
-                        float v51[16];
+                        float v57[1];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l194 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v51[r] = ((unsigned)(o151 + l194) < (unsigned)s3) ? v50[r] : 0e0f;
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v57[r] = acc0[r];
+                            }
                         }
-                        float v52[32];
                         #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l195 = (int)((unsigned)e / 8192u % 1u);
-                                const int l196 = (int)((unsigned)e / 8192u % 1u);
-                                const int l197 = (int)((unsigned)e / 64u % 128u);
-                                const int l198 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = ((unsigned)(o151 + l198) < (unsigned)s3 && (unsigned)(o146 + l197) < (unsigned)s4) ? dt_load_f16(in2[(unsigned)(o1 + l195) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l196) * (unsigned)args.input_strides[2][1] + (unsigned)(o151 + l198) * (unsigned)args.input_strides[2][2] + (unsigned)(o146 + l197) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                acc0[r] = fmaxf(acc0[r], v14[r]);
+                            }
+                        }
+                        float v58[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v58[r] = acc0[r];
+                            }
+                        }
+                        float v61[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                            }
+                        }
+                        float v62[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                            }
+                        }
+                        float v63[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v63[r] = (v57[r] - v62[r]);
+                            }
+                        }
+                        float v64[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v64[r] = dt_fast_exp(v63[r]);
+                            }
+                        }
+                        float v65[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v65[r] = acc3[r];
+                            }
+                        }
+                        float v66[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v66[r] = (v65[r] * v64[r]);
+                            }
+                        }
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                acc3[r] = v66[r];
                             }
                         }
                         __syncthreads();
                         #pragma unroll
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v62[r]; }
+                        __syncthreads();
+                        float v30[16];
+                        #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l199 = 0;
-                            const int l200 = 0;
-                            const int l201 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l202 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            const int e = l199 * 4096 + l200 * 4096 + l201 * 64 + l202;
-                            (dt_smem + 0)[e] = v51[r];
+                            const int l91 = 0;
+                            const int l92 = 0;
+                            const int l93 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            v30[r] = (v12[r] - (dt_smem + 0)[l91 * 64 + l92 * 64 + l93]);
+                        }
+                        float v31[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            v31[r] = dt_fast_exp(v30[r]);
+                        }
+                        float v32[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int l102 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            v32[r] = ((unsigned)(o15 + l102) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                         __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int l103 = 0;
+                            const int l104 = 0;
+                            const int l105 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l106 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            const int e = l103 * 4096 + l104 * 4096 + l105 * 64 + l106;
+                            (dt_smem + 0)[e] = v32[r];
+                        }
+                        __syncthreads();
+                        float v33[1];
+                        /* cooperative reduction: 4 threads per result */
+                        {
+                            const int j = tid / 4;
+                            const int q = tid % 4;
+                            float p = 0e0f;
+                            if (j < 64) {
+                                const int l107 = (j / 64) % 1;
+                                const int l108 = (j / 64) % 1;
+                                const int l109 = (j / 1) % 64;
+                                for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l107 * 4096 + l108 * 4096 + l109 * 64 + i * 1];
+                            }
+                            for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
+                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                        }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v52[r]; }
-                        __syncthreads();
-                        float v53[32];
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l203 = (int)((unsigned)e / 8192u % 1u);
-                                const int l204 = (int)((unsigned)e / 8192u % 1u);
-                                const int l205 = (int)((unsigned)e / 128u % 64u);
-                                const int l206 = (int)((unsigned)e / 1u % 128u);
-                                float a207 = 0.0f;
-                                for (int q = 0; q < 64; q++) a207 = fmaf((dt_smem + 0)[l203 * 4096 + l204 * 4096 + l205 * 64 + q * 1], (dt_smem + 4096)[l203 * 8192 + l204 * 8192 + l206 * 64 + q * 1], a207);
-                                v53[r] = a207;
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v33[r] = (dt_smem + 4096)[e];
                             }
                         }
                         #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                acc6[r] = acc6[r] + v53[r];
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                acc3[r] = acc3[r] + v33[r];
                             }
+                        }
+                        float v67[32];
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            v67[r] = acc6[r];
+                        }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v64[r]; }
+                        __syncthreads();
+                        float v68[32];
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            const int l120 = 0;
+                            const int l121 = 0;
+                            const int l122 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            v68[r] = (v67[r] * (dt_smem + 0)[l120 * 64 + l121 * 64 + l122]);
+                        }
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            acc6[r] = v68[r];
+                        }
+                        /* v52: loaded by the tensor-core dot that reads it */
+                        __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int l130 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l131 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l130 * 72 + l131] = dt_f32_to_f16(v32[r]);
+                        }
+                        /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec132 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l133 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l134 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l135 = (int)((unsigned)e / 16u % 64u);
+                                    const int l136 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec132 && (unsigned)(o15 + l135) < (unsigned)s3 && (unsigned)(o4 + (l136 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l135 * 136 + (l136 * 8)], &in2[(unsigned)(o1 + l133) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l134) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l135) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l136 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 4096))[l135 * 136 + (l136 * 8 + q)] = ((unsigned)(o15 + l135) < (unsigned)s3 && (unsigned)(o4 + (l136 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l133) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l134) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l135) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l136 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        __syncthreads();
+                        /* rdot on matrix cores: [i:64, e:128] over j:64 by 2 x 2 wavefronts of 2 x 4 m16n16k16 fragments */
+                        {
+                            const int lane = tid & 63;
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 2 * 64 + (lane & 15);
+                            #pragma unroll
+                            for (int kk = 0; kk < 64; kk += 16) {
+                                unsigned fa[2][2], fb[4][2];
+                                #pragma unroll
+                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                #pragma unroll
+                                for (int fbi = 0; fbi < 4; fbi++) {
+                                    const unsigned short* q = fb0 + fbi * 16 + kk * 136;
+                                    fb[fbi][0] = (unsigned)q[0] | ((unsigned)q[136] << 16);
+                                    fb[fbi][1] = (unsigned)q[272] | ((unsigned)q[408] << 16);
+                                }
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) {
+                                    #pragma unroll
+                                    for (int j = 0; j < 4; j++) dt_mfma_16x16x16_f16(&acc6[(i * 4 + j) * 4], fa[i], fb[j]);
+                                }
+                            }
+                        }
+                        /* acc6 += v53: accumulated by the tensor-core dot above */
+                    }
+                    float v34[1];
+                    #pragma unroll
+                    for (int r = 0; r < 1; r++) {
+                        const int e = tid + r * 256;
+                        if (e < 64) {
+                            v34[r] = acc3[r];
                         }
                     }
                     float v54[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v54[r] = acc6[r];
-                        }
+                        v54[r] = acc6[r];
                     }
                     __syncthreads();
                     #pragma unroll
@@ -5411,34 +3083,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                     float v56[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l216 = (int)((unsigned)e / 8192u % 1u);
-                            const int l217 = (int)((unsigned)e / 8192u % 1u);
-                            const int l218 = (int)((unsigned)e / 128u % 64u);
-                            v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l216 * 64 + l217 * 64 + l218]);
-                        }
+                        const int l144 = 0;
+                        const int l145 = 0;
+                        const int l146 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l144 * 64 + l145 * 64 + l146]);
                     }
                     #pragma unroll
-                    for (int c = 0; c < 4; c++) {
-                        const int e = (c * 256 + tid) * 8;
-                        const int l220 = (int)((unsigned)e / 8192u % 1u);
-                        const int l221 = (int)((unsigned)e / 8192u % 1u);
-                        const int l222 = (int)((unsigned)e / 128u % 64u);
-                        const int l223 = (int)((unsigned)e / 1u % 128u);
-                        const unsigned a = (unsigned)(o1 + l220) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l221) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l222) * (unsigned)args.output_strides[2] + (unsigned)(o146 + l223) * (unsigned)args.output_strides[3];
-                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
-                            *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v56[c * 8 + 0], v56[c * 8 + 1]), dt_pack2_f16(v56[c * 8 + 2], v56[c * 8 + 3]), dt_pack2_f16(v56[c * 8 + 4], v56[c * 8 + 5]), dt_pack2_f16(v56[c * 8 + 6], v56[c * 8 + 7]));
-                        } else {
-                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + l223) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 0]);
-                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 1]);
-                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 2]);
-                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 3]);
-                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 4)) < (unsigned)s4) out[a + 4 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 4]);
-                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 5)) < (unsigned)s4) out[a + 5 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 5]);
-                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 6)) < (unsigned)s4) out[a + 6 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 6]);
-                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 7)) < (unsigned)s4) out[a + 7 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 7]);
-                        }
+                    for (int r = 0; r < 32; r++) {
+                        const int l148 = 0;
+                        const int l149 = 0;
+                        const int l150 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l151 = (tid >> 6) % 2 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l150) < (unsigned)s2 && (unsigned)(o4 + l151) < (unsigned)s4) out[(unsigned)(o1 + l148) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l149) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l150) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l151) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
                     }
                 }
             }
@@ -5446,826 +3102,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
     }
 }
 
-/* kernel attention_causal for f16: grid block(b:1, h:1, i:64, e:128); 256 threads, 49152 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
-    extern __shared__ float dt_smem[];
-    (void)dt_smem;
-    const int tid = (int)threadIdx.x;
-    const long long s0 = args.sizes[0]; /* size of b */
-    const long long s1 = args.sizes[1]; /* size of h */
-    const long long s2 = args.sizes[2]; /* size of i */
-    const long long s3 = args.sizes[3]; /* size of j */
-    const long long s4 = args.sizes[4]; /* size of e */
-    const long long s5 = args.sizes[5]; /* size of d */
-    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
-    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
-    const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
-    dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_causal */
-    const long long pid = (long long)blockIdx.x;
-    unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
-    const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
-    const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
-    float v7[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v7[r] = (float)s5;
-    }
-    float v8[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v8[r] = dt_fast_rsqrt(v7[0]);
-    }
-    float v10[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v10[r] = INFINITY;
-    }
-    float v11[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v11[r] = (-v10[0]);
-    }
-    float v23[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v23[r] = (float)s5;
-    }
-    float v24[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v24[r] = dt_fast_rsqrt(v23[0]);
-    }
-    float v26[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v26[r] = INFINITY;
-    }
-    float v27[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v27[r] = (-v26[0]);
-    }
-    float v42[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v42[r] = (float)s5;
-    }
-    float v43[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v43[r] = dt_fast_rsqrt(v42[0]);
-    }
-    float v45[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v45[r] = INFINITY;
-    }
-    float v46[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v46[r] = (-v45[0]);
-    }
-    /* block(b:1) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
-        /* block(h:1) */
-        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention_causal.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
-                /* rmax identity */
-                float acc0[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc0[r] = (-INFINITY);
-                    }
-                }
-                /* partial rmax over j, lane by lane */
-                float acc8[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    acc8[r] = (-INFINITY);
-                }
-                /* rmax attention_causal.tensorize(j:64) */
-                for (long long o11 = 0; o11 < s3; o11 += 64) {
-                    float v0[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            const int l12 = (int)((unsigned)e / 1u % 64u);
-                            v0[r] = (float)(o11 + l12);
-                        }
-                    }
-                    float v1[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            const int l13 = (int)((unsigned)e / 1u % 64u);
-                            v1[r] = (float)(o3 + l13);
-                        }
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v0[r]; }
-                    __syncthreads();
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 4096)[e] = v1[r]; }
-                    __syncthreads();
-                    float v2[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l14 = (int)((unsigned)e / 64u % 64u);
-                            const int l15 = (int)((unsigned)e / 1u % 64u);
-                            v2[r] = (((dt_smem + 0)[l15]) <= ((dt_smem + 4096)[l14]) ? 1.0f : 0.0f);
-                        }
-                    }
-                    /* rdot accumulator */
-                    float acc1[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc1[r] = 0e0f;
-                    }
-                    /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o20 = 0; o20 < s5; o20 += 32) {
-                        /* v3: loaded by the tensor-core dot that reads it */
-                        /* v4: loaded by the tensor-core dot that reads it */
-                        __syncthreads();
-                        /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec21 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l22 = (int)((unsigned)e / 256u % 1u);
-                                    const int l23 = (int)((unsigned)e / 256u % 1u);
-                                    const int l24 = (int)((unsigned)e / 4u % 64u);
-                                    const int l25 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec21 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8)], &in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8)) * (unsigned)args.input_strides[0][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8 + q)] = ((unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec26 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l27 = (int)((unsigned)e / 256u % 1u);
-                                    const int l28 = (int)((unsigned)e / 256u % 1u);
-                                    const int l29 = (int)((unsigned)e / 4u % 64u);
-                                    const int l30 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec26 && (unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8)], &in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8)) * (unsigned)args.input_strides[1][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8 + q)] = ((unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        __syncthreads();
-                        /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
-                        {
-                            const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            #pragma unroll
-                            for (int kk = 0; kk < 32; kk += 16) {
-                                unsigned fa[2][2], fb[2][2];
-                                #pragma unroll
-                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
-                                #pragma unroll
-                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
-                                #pragma unroll
-                                for (int i = 0; i < 2; i++) {
-                                    #pragma unroll
-                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_f16(&acc1[(i * 2 + j) * 4], fa[i], fb[j]);
-                                }
-                            }
-                        }
-                        /* acc1 += v5: accumulated by the tensor-core dot above */
-                    }
-                    float v6[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v6[r] = acc1[r];
-                    }
-                    float v9[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v9[r] = (v6[r] * v8[0]);
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v2[r]; }
-                    __syncthreads();
-                    float v12[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l41 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l42 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                        v12[r] = (dt_smem + 0)[l41 * 64 + l42] != 0.0f ? v9[r] : v11[0];
-                    }
-                    float v13[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l46 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                        v13[r] = ((unsigned)(o11 + l46) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                    }
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc8[r] = fmaxf(acc8[r], v13[r]);
-                    }
-                }
-                float v57[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    v57[r] = acc8[r];
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int l55 = 0;
-                    const int l56 = 0;
-                    const int l57 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                    const int l58 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                    const int e = l55 * 4096 + l56 * 4096 + l57 * 64 + l58;
-                    (dt_smem + 0)[e] = v57[r];
-                }
-                __syncthreads();
-                float v14[1];
-                /* cooperative reduction: 4 threads per result */
-                {
-                    const int j = tid / 4;
-                    const int q = tid % 4;
-                    float p = (-INFINITY);
-                    if (j < 64) {
-                        const int l59 = (j / 64) % 1;
-                        const int l60 = (j / 64) % 1;
-                        const int l61 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l59 * 4096 + l60 * 4096 + l61 * 64 + i * 1]);
-                    }
-                    for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
-                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v14[r] = (dt_smem + 4096)[e];
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc0[r] = fmaxf(acc0[r], v14[r]);
-                    }
-                }
-                float v15[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v15[r] = acc0[r];
-                    }
-                }
-                /* rsum identity */
-                float acc3[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc3[r] = 0e0f;
-                    }
-                }
-                /* partial rsum over j, lane by lane */
-                float acc9[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    acc9[r] = 0e0f;
-                }
-                /* rsum attention_causal.tensorize(j:64) */
-                for (long long o78 = 0; o78 < s3; o78 += 64) {
-                    float v16[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            const int l79 = (int)((unsigned)e / 1u % 64u);
-                            v16[r] = (float)(o78 + l79);
-                        }
-                    }
-                    float v17[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            const int l80 = (int)((unsigned)e / 1u % 64u);
-                            v17[r] = (float)(o3 + l80);
-                        }
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v16[r]; }
-                    __syncthreads();
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 4096)[e] = v17[r]; }
-                    __syncthreads();
-                    float v18[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l81 = (int)((unsigned)e / 64u % 64u);
-                            const int l82 = (int)((unsigned)e / 1u % 64u);
-                            v18[r] = (((dt_smem + 0)[l82]) <= ((dt_smem + 4096)[l81]) ? 1.0f : 0.0f);
-                        }
-                    }
-                    /* rdot accumulator */
-                    float acc4[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc4[r] = 0e0f;
-                    }
-                    /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o87 = 0; o87 < s5; o87 += 32) {
-                        /* v19: loaded by the tensor-core dot that reads it */
-                        /* v20: loaded by the tensor-core dot that reads it */
-                        __syncthreads();
-                        /* v19: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec88 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l89 = (int)((unsigned)e / 256u % 1u);
-                                    const int l90 = (int)((unsigned)e / 256u % 1u);
-                                    const int l91 = (int)((unsigned)e / 4u % 64u);
-                                    const int l92 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec88 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8)], &in0[(unsigned)(o1 + l89) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l91) * (unsigned)args.input_strides[0][2] + (unsigned)(o87 + (l92 * 8)) * (unsigned)args.input_strides[0][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8 + q)] = ((unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l89) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l91) * (unsigned)args.input_strides[0][2] + (unsigned)(o87 + (l92 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        /* v20: K copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec93 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l94 = (int)((unsigned)e / 256u % 1u);
-                                    const int l95 = (int)((unsigned)e / 256u % 1u);
-                                    const int l96 = (int)((unsigned)e / 4u % 64u);
-                                    const int l97 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec93 && (unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8)], &in1[(unsigned)(o1 + l94) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l95) * (unsigned)args.input_strides[1][1] + (unsigned)(o78 + l96) * (unsigned)args.input_strides[1][2] + (unsigned)(o87 + (l97 * 8)) * (unsigned)args.input_strides[1][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8 + q)] = ((unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l94) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l95) * (unsigned)args.input_strides[1][1] + (unsigned)(o78 + l96) * (unsigned)args.input_strides[1][2] + (unsigned)(o87 + (l97 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        __syncthreads();
-                        /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
-                        {
-                            const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            #pragma unroll
-                            for (int kk = 0; kk < 32; kk += 16) {
-                                unsigned fa[2][2], fb[2][2];
-                                #pragma unroll
-                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
-                                #pragma unroll
-                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
-                                #pragma unroll
-                                for (int i = 0; i < 2; i++) {
-                                    #pragma unroll
-                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_f16(&acc4[(i * 2 + j) * 4], fa[i], fb[j]);
-                                }
-                            }
-                        }
-                        /* acc4 += v21: accumulated by the tensor-core dot above */
-                    }
-                    float v22[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v22[r] = acc4[r];
-                    }
-                    float v25[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v25[r] = (v22[r] * v24[0]);
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v18[r]; }
-                    __syncthreads();
-                    float v28[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l108 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l109 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                        v28[r] = (dt_smem + 0)[l108 * 64 + l109] != 0.0f ? v25[r] : v27[0];
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v15[r]; }
-                    __syncthreads();
-                    float v30[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l110 = 0;
-                        const int l111 = 0;
-                        const int l112 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        v30[r] = (v28[r] - (dt_smem + 0)[l110 * 64 + l111 * 64 + l112]);
-                    }
-                    float v31[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v31[r] = dt_fast_exp(v30[r]);
-                    }
-                    float v32[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l121 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                        v32[r] = ((unsigned)(o78 + l121) < (unsigned)s3) ? v31[r] : 0e0f;
-                    }
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc9[r] = acc9[r] + v32[r];
-                    }
-                }
-                float v58[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    v58[r] = acc9[r];
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int l130 = 0;
-                    const int l131 = 0;
-                    const int l132 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                    const int l133 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                    const int e = l130 * 4096 + l131 * 4096 + l132 * 64 + l133;
-                    (dt_smem + 0)[e] = v58[r];
-                }
-                __syncthreads();
-                float v33[1];
-                /* cooperative reduction: 4 threads per result */
-                {
-                    const int j = tid / 4;
-                    const int q = tid % 4;
-                    float p = 0e0f;
-                    if (j < 64) {
-                        const int l134 = (j / 64) % 1;
-                        const int l135 = (j / 64) % 1;
-                        const int l136 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l134 * 4096 + l135 * 4096 + l136 * 64 + i * 1];
-                    }
-                    for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
-                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v33[r] = (dt_smem + 4096)[e];
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc3[r] = acc3[r] + v33[r];
-                    }
-                }
-                float v34[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v34[r] = acc3[r];
-                    }
-                }
-                /* block(e:128) attention_causal.tensorize(e:0) */
-                for (long long o146 = b4 * 128; o146 < dt_min_ll(b4 * 128 + 128, s4); o146 += 128) {
-                    /* rdot accumulator */
-                    float acc6[32];
-                    #pragma unroll
-                    for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            acc6[r] = 0e0f;
-                        }
-                    }
-                    /* rdot attention_causal.tensorize(j:64) */
-                    for (long long o151 = 0; o151 < s3; o151 += 64) {
-                        float v35[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                const int l152 = (int)((unsigned)e / 1u % 64u);
-                                v35[r] = (float)(o151 + l152);
-                            }
-                        }
-                        float v36[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                const int l153 = (int)((unsigned)e / 1u % 64u);
-                                v36[r] = (float)(o3 + l153);
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v35[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 4096)[e] = v36[r]; }
-                        __syncthreads();
-                        float v37[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l154 = (int)((unsigned)e / 64u % 64u);
-                                const int l155 = (int)((unsigned)e / 1u % 64u);
-                                v37[r] = (((dt_smem + 0)[l155]) <= ((dt_smem + 4096)[l154]) ? 1.0f : 0.0f);
-                            }
-                        }
-                        /* rdot accumulator */
-                        float acc7[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            acc7[r] = 0e0f;
-                        }
-                        /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o160 = 0; o160 < s5; o160 += 32) {
-                            /* v38: loaded by the tensor-core dot that reads it */
-                            /* v39: loaded by the tensor-core dot that reads it */
-                            __syncthreads();
-                            /* v38: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
-                            {
-                                const bool vec161 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
-                                #pragma unroll
-                                for (int r = 0; r < 1; r++) {
-                                    const int e = tid + r * 256;
-                                    (void)e; {
-                                        const int l162 = (int)((unsigned)e / 256u % 1u);
-                                        const int l163 = (int)((unsigned)e / 256u % 1u);
-                                        const int l164 = (int)((unsigned)e / 4u % 64u);
-                                        const int l165 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec161 && (unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8)], &in0[(unsigned)(o1 + l162) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l163) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l164) * (unsigned)args.input_strides[0][2] + (unsigned)(o160 + (l165 * 8)) * (unsigned)args.input_strides[0][3]]);
-                                        } else {
-                                            #pragma unroll
-                                            for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8 + q)] = ((unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l162) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l163) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l164) * (unsigned)args.input_strides[0][2] + (unsigned)(o160 + (l165 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
-                                            }
-                                        }
-                                    }
-                                }
-                            }
-                            /* v39: K copied as it is, along its last axis, 16 bytes at a time where it can be */
-                            {
-                                const bool vec166 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
-                                #pragma unroll
-                                for (int r = 0; r < 1; r++) {
-                                    const int e = tid + r * 256;
-                                    (void)e; {
-                                        const int l167 = (int)((unsigned)e / 256u % 1u);
-                                        const int l168 = (int)((unsigned)e / 256u % 1u);
-                                        const int l169 = (int)((unsigned)e / 4u % 64u);
-                                        const int l170 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec166 && (unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8)], &in1[(unsigned)(o1 + l167) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[1][1] + (unsigned)(o151 + l169) * (unsigned)args.input_strides[1][2] + (unsigned)(o160 + (l170 * 8)) * (unsigned)args.input_strides[1][3]]);
-                                        } else {
-                                            #pragma unroll
-                                            for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8 + q)] = ((unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l167) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[1][1] + (unsigned)(o151 + l169) * (unsigned)args.input_strides[1][2] + (unsigned)(o160 + (l170 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
-                                            }
-                                        }
-                                    }
-                                }
-                            }
-                            __syncthreads();
-                            /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
-                            {
-                                const int lane = tid & 63;
-                                const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                                const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                                #pragma unroll
-                                for (int kk = 0; kk < 32; kk += 16) {
-                                    unsigned fa[2][2], fb[2][2];
-                                    #pragma unroll
-                                    for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
-                                    #pragma unroll
-                                    for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
-                                    #pragma unroll
-                                    for (int i = 0; i < 2; i++) {
-                                        #pragma unroll
-                                        for (int j = 0; j < 2; j++) dt_mfma_16x16x16_f16(&acc7[(i * 2 + j) * 4], fa[i], fb[j]);
-                                    }
-                                }
-                            }
-                            /* acc7 += v40: accumulated by the tensor-core dot above */
-                        }
-                        float v41[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            v41[r] = acc7[r];
-                        }
-                        float v44[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            v44[r] = (v41[r] * v43[0]);
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v37[r]; }
-                        __syncthreads();
-                        float v47[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l181 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l182 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v47[r] = (dt_smem + 0)[l181 * 64 + l182] != 0.0f ? v44[r] : v46[0];
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v15[r]; }
-                        __syncthreads();
-                        float v49[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l183 = 0;
-                            const int l184 = 0;
-                            const int l185 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            v49[r] = (v47[r] - (dt_smem + 0)[l183 * 64 + l184 * 64 + l185]);
-                        }
-                        float v50[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            v50[r] = dt_fast_exp(v49[r]);
-                        }
-                        float v51[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l194 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v51[r] = ((unsigned)(o151 + l194) < (unsigned)s3) ? v50[r] : 0e0f;
-                        }
-                        float v52[32];
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l195 = (int)((unsigned)e / 8192u % 1u);
-                                const int l196 = (int)((unsigned)e / 8192u % 1u);
-                                const int l197 = (int)((unsigned)e / 64u % 128u);
-                                const int l198 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = ((unsigned)(o151 + l198) < (unsigned)s3 && (unsigned)(o146 + l197) < (unsigned)s4) ? dt_load_f16(in2[(unsigned)(o1 + l195) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l196) * (unsigned)args.input_strides[2][1] + (unsigned)(o151 + l198) * (unsigned)args.input_strides[2][2] + (unsigned)(o146 + l197) * (unsigned)args.input_strides[2][3]]) : 0e0f;
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l199 = 0;
-                            const int l200 = 0;
-                            const int l201 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l202 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            const int e = l199 * 4096 + l200 * 4096 + l201 * 64 + l202;
-                            (dt_smem + 0)[e] = v51[r];
-                        }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v52[r]; }
-                        __syncthreads();
-                        float v53[32];
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l203 = (int)((unsigned)e / 8192u % 1u);
-                                const int l204 = (int)((unsigned)e / 8192u % 1u);
-                                const int l205 = (int)((unsigned)e / 128u % 64u);
-                                const int l206 = (int)((unsigned)e / 1u % 128u);
-                                float a207 = 0.0f;
-                                for (int q = 0; q < 64; q++) a207 = fmaf((dt_smem + 0)[l203 * 4096 + l204 * 4096 + l205 * 64 + q * 1], (dt_smem + 4096)[l203 * 8192 + l204 * 8192 + l206 * 64 + q * 1], a207);
-                                v53[r] = a207;
-                            }
-                        }
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                acc6[r] = acc6[r] + v53[r];
-                            }
-                        }
-                    }
-                    float v54[32];
-                    #pragma unroll
-                    for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v54[r] = acc6[r];
-                        }
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v34[r]; }
-                    __syncthreads();
-                    float v56[32];
-                    #pragma unroll
-                    for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l216 = (int)((unsigned)e / 8192u % 1u);
-                            const int l217 = (int)((unsigned)e / 8192u % 1u);
-                            const int l218 = (int)((unsigned)e / 128u % 64u);
-                            v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l216 * 64 + l217 * 64 + l218]);
-                        }
-                    }
-                    #pragma unroll
-                    for (int c = 0; c < 4; c++) {
-                        const int e = (c * 256 + tid) * 8;
-                        const int l220 = (int)((unsigned)e / 8192u % 1u);
-                        const int l221 = (int)((unsigned)e / 8192u % 1u);
-                        const int l222 = (int)((unsigned)e / 128u % 64u);
-                        const int l223 = (int)((unsigned)e / 1u % 128u);
-                        const unsigned a = (unsigned)(o1 + l220) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l221) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l222) * (unsigned)args.output_strides[2] + (unsigned)(o146 + l223) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + l223) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v56[c * 8 + 0], v56[c * 8 + 1]), dt_pack2_f16(v56[c * 8 + 2], v56[c * 8 + 3]), dt_pack2_f16(v56[c * 8 + 4], v56[c * 8 + 5]), dt_pack2_f16(v56[c * 8 + 6], v56[c * 8 + 7]));
-                    }
-                }
-            }
-        }
-    }
-}
-
-/* kernel attention_causal for bf16: grid block(b:1, h:1, i:64, e:128); 256 threads, 49152 bytes of shared memory */
+/* kernel attention_causal for bf16: grid block(b:1, h:1, i:64, e:128); 256 threads, 33792 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -6323,53 +3160,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
         (void)r; (void)e;
         v11[r] = (-v10[0]);
     }
-    float v23[1];
+    float v59[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v23[r] = (float)s5;
+        v59[r] = (-INFINITY);
     }
-    float v24[1];
+    float v60[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v24[r] = dt_fast_rsqrt(v23[0]);
-    }
-    float v26[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v26[r] = INFINITY;
-    }
-    float v27[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v27[r] = (-v26[0]);
-    }
-    float v42[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v42[r] = (float)s5;
-    }
-    float v43[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v43[r] = dt_fast_rsqrt(v42[0]);
-    }
-    float v45[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v45[r] = INFINITY;
-    }
-    float v46[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v46[r] = (-v45[0]);
+        v60[r] = 0e0f;
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -6377,554 +3178,120 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
             /* block(i:64) attention_causal.tensorize(i:0) */
             for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
-                /* rmax identity */
-                float acc0[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc0[r] = (-INFINITY);
-                    }
-                }
-                /* partial rmax over j, lane by lane */
-                float acc8[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    acc8[r] = (-INFINITY);
-                }
-                /* rmax attention_causal.tensorize(j:64) */
-                for (long long o11 = 0; o11 < s3; o11 += 64) {
-                    float v0[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            const int l12 = (int)((unsigned)e / 1u % 64u);
-                            v0[r] = (float)(o11 + l12);
-                        }
-                    }
-                    float v1[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            const int l13 = (int)((unsigned)e / 1u % 64u);
-                            v1[r] = (float)(o3 + l13);
-                        }
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v0[r]; }
-                    __syncthreads();
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 4096)[e] = v1[r]; }
-                    __syncthreads();
-                    float v2[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l14 = (int)((unsigned)e / 64u % 64u);
-                            const int l15 = (int)((unsigned)e / 1u % 64u);
-                            v2[r] = (((dt_smem + 0)[l15]) <= ((dt_smem + 4096)[l14]) ? 1.0f : 0.0f);
-                        }
-                    }
-                    /* rdot accumulator */
-                    float acc1[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc1[r] = 0e0f;
-                    }
-                    /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o20 = 0; o20 < s5; o20 += 32) {
-                        /* v3: loaded by the tensor-core dot that reads it */
-                        /* v4: loaded by the tensor-core dot that reads it */
-                        __syncthreads();
-                        /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec21 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l22 = (int)((unsigned)e / 256u % 1u);
-                                    const int l23 = (int)((unsigned)e / 256u % 1u);
-                                    const int l24 = (int)((unsigned)e / 4u % 64u);
-                                    const int l25 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec21 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8)], &in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8)) * (unsigned)args.input_strides[0][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8 + q)] = ((unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec26 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l27 = (int)((unsigned)e / 256u % 1u);
-                                    const int l28 = (int)((unsigned)e / 256u % 1u);
-                                    const int l29 = (int)((unsigned)e / 4u % 64u);
-                                    const int l30 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec26 && (unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8)], &in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8)) * (unsigned)args.input_strides[1][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8 + q)] = ((unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        __syncthreads();
-                        /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
-                        {
-                            const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            #pragma unroll
-                            for (int kk = 0; kk < 32; kk += 16) {
-                                unsigned fa[2][2], fb[2][2];
-                                #pragma unroll
-                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
-                                #pragma unroll
-                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
-                                #pragma unroll
-                                for (int i = 0; i < 2; i++) {
-                                    #pragma unroll
-                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_bf16(&acc1[(i * 2 + j) * 4], fa[i], fb[j]);
-                                }
-                            }
-                        }
-                        /* acc1 += v5: accumulated by the tensor-core dot above */
-                    }
-                    float v6[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v6[r] = acc1[r];
-                    }
-                    float v9[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v9[r] = (v6[r] * v8[0]);
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v2[r]; }
-                    __syncthreads();
-                    float v12[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l41 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l42 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                        v12[r] = (dt_smem + 0)[l41 * 64 + l42] != 0.0f ? v9[r] : v11[0];
-                    }
-                    float v13[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l46 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                        v13[r] = ((unsigned)(o11 + l46) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                    }
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc8[r] = fmaxf(acc8[r], v13[r]);
-                    }
-                }
-                float v57[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    v57[r] = acc8[r];
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int l55 = 0;
-                    const int l56 = 0;
-                    const int l57 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                    const int l58 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                    const int e = l55 * 4096 + l56 * 4096 + l57 * 64 + l58;
-                    (dt_smem + 0)[e] = v57[r];
-                }
-                __syncthreads();
-                float v14[1];
-                /* cooperative reduction: 4 threads per result */
-                {
-                    const int j = tid / 4;
-                    const int q = tid % 4;
-                    float p = (-INFINITY);
-                    if (j < 64) {
-                        const int l59 = (j / 64) % 1;
-                        const int l60 = (j / 64) % 1;
-                        const int l61 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l59 * 4096 + l60 * 4096 + l61 * 64 + i * 1]);
-                    }
-                    for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
-                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v14[r] = (dt_smem + 4096)[e];
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc0[r] = fmaxf(acc0[r], v14[r]);
-                    }
-                }
-                float v15[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v15[r] = acc0[r];
-                    }
-                }
-                /* rsum identity */
-                float acc3[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc3[r] = 0e0f;
-                    }
-                }
-                /* partial rsum over j, lane by lane */
-                float acc9[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    acc9[r] = 0e0f;
-                }
-                /* rsum attention_causal.tensorize(j:64) */
-                for (long long o78 = 0; o78 < s3; o78 += 64) {
-                    float v16[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            const int l79 = (int)((unsigned)e / 1u % 64u);
-                            v16[r] = (float)(o78 + l79);
-                        }
-                    }
-                    float v17[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            const int l80 = (int)((unsigned)e / 1u % 64u);
-                            v17[r] = (float)(o3 + l80);
-                        }
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v16[r]; }
-                    __syncthreads();
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 4096)[e] = v17[r]; }
-                    __syncthreads();
-                    float v18[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l81 = (int)((unsigned)e / 64u % 64u);
-                            const int l82 = (int)((unsigned)e / 1u % 64u);
-                            v18[r] = (((dt_smem + 0)[l82]) <= ((dt_smem + 4096)[l81]) ? 1.0f : 0.0f);
-                        }
-                    }
-                    /* rdot accumulator */
-                    float acc4[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc4[r] = 0e0f;
-                    }
-                    /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o87 = 0; o87 < s5; o87 += 32) {
-                        /* v19: loaded by the tensor-core dot that reads it */
-                        /* v20: loaded by the tensor-core dot that reads it */
-                        __syncthreads();
-                        /* v19: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec88 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l89 = (int)((unsigned)e / 256u % 1u);
-                                    const int l90 = (int)((unsigned)e / 256u % 1u);
-                                    const int l91 = (int)((unsigned)e / 4u % 64u);
-                                    const int l92 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec88 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8)], &in0[(unsigned)(o1 + l89) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l91) * (unsigned)args.input_strides[0][2] + (unsigned)(o87 + (l92 * 8)) * (unsigned)args.input_strides[0][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8 + q)] = ((unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l89) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l91) * (unsigned)args.input_strides[0][2] + (unsigned)(o87 + (l92 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        /* v20: K copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec93 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l94 = (int)((unsigned)e / 256u % 1u);
-                                    const int l95 = (int)((unsigned)e / 256u % 1u);
-                                    const int l96 = (int)((unsigned)e / 4u % 64u);
-                                    const int l97 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec93 && (unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8)], &in1[(unsigned)(o1 + l94) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l95) * (unsigned)args.input_strides[1][1] + (unsigned)(o78 + l96) * (unsigned)args.input_strides[1][2] + (unsigned)(o87 + (l97 * 8)) * (unsigned)args.input_strides[1][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8 + q)] = ((unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l94) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l95) * (unsigned)args.input_strides[1][1] + (unsigned)(o78 + l96) * (unsigned)args.input_strides[1][2] + (unsigned)(o87 + (l97 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        __syncthreads();
-                        /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
-                        {
-                            const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            #pragma unroll
-                            for (int kk = 0; kk < 32; kk += 16) {
-                                unsigned fa[2][2], fb[2][2];
-                                #pragma unroll
-                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
-                                #pragma unroll
-                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
-                                #pragma unroll
-                                for (int i = 0; i < 2; i++) {
-                                    #pragma unroll
-                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_bf16(&acc4[(i * 2 + j) * 4], fa[i], fb[j]);
-                                }
-                            }
-                        }
-                        /* acc4 += v21: accumulated by the tensor-core dot above */
-                    }
-                    float v22[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v22[r] = acc4[r];
-                    }
-                    float v25[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v25[r] = (v22[r] * v24[0]);
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v18[r]; }
-                    __syncthreads();
-                    float v28[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l108 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l109 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                        v28[r] = (dt_smem + 0)[l108 * 64 + l109] != 0.0f ? v25[r] : v27[0];
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v15[r]; }
-                    __syncthreads();
-                    float v30[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l110 = 0;
-                        const int l111 = 0;
-                        const int l112 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        v30[r] = (v28[r] - (dt_smem + 0)[l110 * 64 + l111 * 64 + l112]);
-                    }
-                    float v31[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v31[r] = dt_fast_exp(v30[r]);
-                    }
-                    float v32[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l121 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                        v32[r] = ((unsigned)(o78 + l121) < (unsigned)s3) ? v31[r] : 0e0f;
-                    }
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc9[r] = acc9[r] + v32[r];
-                    }
-                }
-                float v58[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    v58[r] = acc9[r];
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int l130 = 0;
-                    const int l131 = 0;
-                    const int l132 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                    const int l133 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                    const int e = l130 * 4096 + l131 * 4096 + l132 * 64 + l133;
-                    (dt_smem + 0)[e] = v58[r];
-                }
-                __syncthreads();
-                float v33[1];
-                /* cooperative reduction: 4 threads per result */
-                {
-                    const int j = tid / 4;
-                    const int q = tid % 4;
-                    float p = 0e0f;
-                    if (j < 64) {
-                        const int l134 = (j / 64) % 1;
-                        const int l135 = (j / 64) % 1;
-                        const int l136 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l134 * 4096 + l135 * 4096 + l136 * 64 + i * 1];
-                    }
-                    for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
-                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v33[r] = (dt_smem + 4096)[e];
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc3[r] = acc3[r] + v33[r];
-                    }
-                }
-                float v34[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v34[r] = acc3[r];
-                    }
-                }
                 /* block(e:128) attention_causal.tensorize(e:0) */
-                for (long long o146 = b4 * 128; o146 < dt_min_ll(b4 * 128 + 128, s4); o146 += 128) {
+                for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                     /* rdot accumulator */
                     float acc6[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            acc6[r] = 0e0f;
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[1];
+                    #pragma unroll
+                    for (int r = 0; r < 1; r++) {
+                        const int e = tid + r * 256;
+                        if (e < 64) {
+                            acc3[r] = 0e0f;
                         }
                     }
-                    /* rdot attention_causal.tensorize(j:64) */
-                    for (long long o151 = 0; o151 < s3; o151 += 64) {
-                        float v35[1];
+                    /* rmax identity */
+                    float acc0[1];
+                    #pragma unroll
+                    for (int r = 0; r < 1; r++) {
+                        const int e = tid + r * 256;
+                        if (e < 64) {
+                            acc0[r] = (-INFINITY);
+                        }
+                    }
+                    /* rmax attention_causal.tensorize(j:64) + rsum attention_causal.tensorize(j:64) + rdot attention_causal.tensorize(j:64), online */
+                    for (long long o15 = 0; o15 < s3; o15 += 64) {
+                        float v0[1];
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                const int l152 = (int)((unsigned)e / 1u % 64u);
-                                v35[r] = (float)(o151 + l152);
+                                const int l16 = (int)((unsigned)e / 1u % 64u);
+                                v0[r] = (float)(o15 + l16);
                             }
                         }
-                        float v36[1];
+                        float v1[1];
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                const int l153 = (int)((unsigned)e / 1u % 64u);
-                                v36[r] = (float)(o3 + l153);
+                                const int l17 = (int)((unsigned)e / 1u % 64u);
+                                v1[r] = (float)(o3 + l17);
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v35[r]; }
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v0[r]; }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 4096)[e] = v36[r]; }
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 4096)[e] = v1[r]; }
                         __syncthreads();
-                        float v37[16];
+                        float v2[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l154 = (int)((unsigned)e / 64u % 64u);
-                                const int l155 = (int)((unsigned)e / 1u % 64u);
-                                v37[r] = (((dt_smem + 0)[l155]) <= ((dt_smem + 4096)[l154]) ? 1.0f : 0.0f);
+                                const int l18 = (int)((unsigned)e / 64u % 64u);
+                                const int l19 = (int)((unsigned)e / 1u % 64u);
+                                v2[r] = (((dt_smem + 0)[l19]) <= ((dt_smem + 4096)[l18]) ? 1.0f : 0.0f);
                             }
                         }
                         /* rdot accumulator */
-                        float acc7[16];
+                        float acc1[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            acc7[r] = 0e0f;
+                            acc1[r] = 0e0f;
                         }
                         /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o160 = 0; o160 < s5; o160 += 32) {
-                            /* v38: loaded by the tensor-core dot that reads it */
-                            /* v39: loaded by the tensor-core dot that reads it */
+                        for (long long o24 = 0; o24 < s5; o24 += 32) {
+                            /* v3: loaded by the tensor-core dot that reads it */
+                            /* v4: loaded by the tensor-core dot that reads it */
                             __syncthreads();
-                            /* v38: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec161 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                                const bool vec25 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 1; r++) {
                                     const int e = tid + r * 256;
                                     (void)e; {
-                                        const int l162 = (int)((unsigned)e / 256u % 1u);
-                                        const int l163 = (int)((unsigned)e / 256u % 1u);
-                                        const int l164 = (int)((unsigned)e / 4u % 64u);
-                                        const int l165 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec161 && (unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8)], &in0[(unsigned)(o1 + l162) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l163) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l164) * (unsigned)args.input_strides[0][2] + (unsigned)(o160 + (l165 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                        const int l26 = (int)((unsigned)e / 256u % 1u);
+                                        const int l27 = (int)((unsigned)e / 256u % 1u);
+                                        const int l28 = (int)((unsigned)e / 4u % 64u);
+                                        const int l29 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec25 && (unsigned)(o3 + l28) < (unsigned)s2 && (unsigned)(o24 + (l29 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l28 * 40 + (l29 * 8)], &in0[(unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l28) * (unsigned)args.input_strides[0][2] + (unsigned)(o24 + (l29 * 8)) * (unsigned)args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8 + q)] = ((unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l162) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l163) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l164) * (unsigned)args.input_strides[0][2] + (unsigned)(o160 + (l165 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l28 * 40 + (l29 * 8 + q)] = ((unsigned)(o3 + l28) < (unsigned)s2 && (unsigned)(o24 + (l29 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l28) * (unsigned)args.input_strides[0][2] + (unsigned)(o24 + (l29 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
                                 }
                             }
-                            /* v39: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec166 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                const bool vec30 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 1; r++) {
                                     const int e = tid + r * 256;
                                     (void)e; {
-                                        const int l167 = (int)((unsigned)e / 256u % 1u);
-                                        const int l168 = (int)((unsigned)e / 256u % 1u);
-                                        const int l169 = (int)((unsigned)e / 4u % 64u);
-                                        const int l170 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec166 && (unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8)], &in1[(unsigned)(o1 + l167) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[1][1] + (unsigned)(o151 + l169) * (unsigned)args.input_strides[1][2] + (unsigned)(o160 + (l170 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                        const int l31 = (int)((unsigned)e / 256u % 1u);
+                                        const int l32 = (int)((unsigned)e / 256u % 1u);
+                                        const int l33 = (int)((unsigned)e / 4u % 64u);
+                                        const int l34 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec30 && (unsigned)(o15 + l33) < (unsigned)s3 && (unsigned)(o24 + (l34 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l33 * 40 + (l34 * 8)], &in1[(unsigned)(o1 + l31) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l32) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l33) * (unsigned)args.input_strides[1][2] + (unsigned)(o24 + (l34 * 8)) * (unsigned)args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8 + q)] = ((unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l167) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[1][1] + (unsigned)(o151 + l169) * (unsigned)args.input_strides[1][2] + (unsigned)(o160 + (l170 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l33 * 40 + (l34 * 8 + q)] = ((unsigned)(o15 + l33) < (unsigned)s3 && (unsigned)(o24 + (l34 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l31) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l32) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l33) * (unsigned)args.input_strides[1][2] + (unsigned)(o24 + (l34 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -6946,112 +3313,304 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 2; j++) dt_mfma_16x16x16_bf16(&acc7[(i * 2 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 2; j++) dt_mfma_16x16x16_bf16(&acc1[(i * 2 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
-                            /* acc7 += v40: accumulated by the tensor-core dot above */
+                            /* acc1 += v5: accumulated by the tensor-core dot above */
                         }
-                        float v41[16];
+                        float v6[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            v41[r] = acc7[r];
+                            v6[r] = acc1[r];
                         }
-                        float v44[16];
+                        float v9[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            v44[r] = (v41[r] * v43[0]);
+                            v9[r] = (v6[r] * v8[0]);
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v37[r]; }
+                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v2[r]; }
                         __syncthreads();
-                        float v47[16];
+                        float v12[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l181 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l182 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v47[r] = (dt_smem + 0)[l181 * 64 + l182] != 0.0f ? v44[r] : v46[0];
+                            const int l45 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l46 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            v12[r] = (dt_smem + 0)[l45 * 64 + l46] != 0.0f ? v9[r] : v11[0];
+                        }
+                        float v13[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int l50 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            v13[r] = ((unsigned)(o15 + l50) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v15[r]; }
+                        for (int r = 0; r < 16; r++) {
+                            const int l51 = 0;
+                            const int l52 = 0;
+                            const int l53 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l54 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            const int e = l51 * 4096 + l52 * 4096 + l53 * 64 + l54;
+                            (dt_smem + 0)[e] = v13[r];
+                        }
                         __syncthreads();
-                        float v49[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l183 = 0;
-                            const int l184 = 0;
-                            const int l185 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            v49[r] = (v47[r] - (dt_smem + 0)[l183 * 64 + l184 * 64 + l185]);
+                        float v14[1];
+                        /* cooperative reduction: 4 threads per result */
+                        {
+                            const int j = tid / 4;
+                            const int q = tid % 4;
+                            float p = (-INFINITY);
+                            if (j < 64) {
+                                const int l55 = (j / 64) % 1;
+                                const int l56 = (j / 64) % 1;
+                                const int l57 = (j / 1) % 64;
+                                for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l55 * 4096 + l56 * 4096 + l57 * 64 + i * 1]);
+                            }
+                            for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
+                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
                         }
-                        float v50[16];
+                        __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            v50[r] = dt_fast_exp(v49[r]);
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v14[r] = (dt_smem + 4096)[e];
+                            }
                         }
-                        float v51[16];
+                        float v57[1];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l194 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v51[r] = ((unsigned)(o151 + l194) < (unsigned)s3) ? v50[r] : 0e0f;
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v57[r] = acc0[r];
+                            }
                         }
-                        float v52[32];
                         #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l195 = (int)((unsigned)e / 8192u % 1u);
-                                const int l196 = (int)((unsigned)e / 8192u % 1u);
-                                const int l197 = (int)((unsigned)e / 64u % 128u);
-                                const int l198 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = ((unsigned)(o151 + l198) < (unsigned)s3 && (unsigned)(o146 + l197) < (unsigned)s4) ? dt_load_bf16(in2[(unsigned)(o1 + l195) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l196) * (unsigned)args.input_strides[2][1] + (unsigned)(o151 + l198) * (unsigned)args.input_strides[2][2] + (unsigned)(o146 + l197) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                acc0[r] = fmaxf(acc0[r], v14[r]);
+                            }
+                        }
+                        float v58[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v58[r] = acc0[r];
+                            }
+                        }
+                        float v61[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                            }
+                        }
+                        float v62[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                            }
+                        }
+                        float v63[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v63[r] = (v57[r] - v62[r]);
+                            }
+                        }
+                        float v64[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v64[r] = dt_fast_exp(v63[r]);
+                            }
+                        }
+                        float v65[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v65[r] = acc3[r];
+                            }
+                        }
+                        float v66[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v66[r] = (v65[r] * v64[r]);
+                            }
+                        }
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                acc3[r] = v66[r];
                             }
                         }
                         __syncthreads();
                         #pragma unroll
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v62[r]; }
+                        __syncthreads();
+                        float v30[16];
+                        #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l199 = 0;
-                            const int l200 = 0;
-                            const int l201 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l202 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            const int e = l199 * 4096 + l200 * 4096 + l201 * 64 + l202;
-                            (dt_smem + 0)[e] = v51[r];
+                            const int l91 = 0;
+                            const int l92 = 0;
+                            const int l93 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            v30[r] = (v12[r] - (dt_smem + 0)[l91 * 64 + l92 * 64 + l93]);
+                        }
+                        float v31[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            v31[r] = dt_fast_exp(v30[r]);
+                        }
+                        float v32[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int l102 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            v32[r] = ((unsigned)(o15 + l102) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                         __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int l103 = 0;
+                            const int l104 = 0;
+                            const int l105 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l106 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            const int e = l103 * 4096 + l104 * 4096 + l105 * 64 + l106;
+                            (dt_smem + 0)[e] = v32[r];
+                        }
+                        __syncthreads();
+                        float v33[1];
+                        /* cooperative reduction: 4 threads per result */
+                        {
+                            const int j = tid / 4;
+                            const int q = tid % 4;
+                            float p = 0e0f;
+                            if (j < 64) {
+                                const int l107 = (j / 64) % 1;
+                                const int l108 = (j / 64) % 1;
+                                const int l109 = (j / 1) % 64;
+                                for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l107 * 4096 + l108 * 4096 + l109 * 64 + i * 1];
+                            }
+                            for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
+                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                        }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v52[r]; }
-                        __syncthreads();
-                        float v53[32];
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l203 = (int)((unsigned)e / 8192u % 1u);
-                                const int l204 = (int)((unsigned)e / 8192u % 1u);
-                                const int l205 = (int)((unsigned)e / 128u % 64u);
-                                const int l206 = (int)((unsigned)e / 1u % 128u);
-                                float a207 = 0.0f;
-                                for (int q = 0; q < 64; q++) a207 = fmaf((dt_smem + 0)[l203 * 4096 + l204 * 4096 + l205 * 64 + q * 1], (dt_smem + 4096)[l203 * 8192 + l204 * 8192 + l206 * 64 + q * 1], a207);
-                                v53[r] = a207;
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v33[r] = (dt_smem + 4096)[e];
                             }
                         }
                         #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                acc6[r] = acc6[r] + v53[r];
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                acc3[r] = acc3[r] + v33[r];
                             }
+                        }
+                        float v67[32];
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            v67[r] = acc6[r];
+                        }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v64[r]; }
+                        __syncthreads();
+                        float v68[32];
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            const int l120 = 0;
+                            const int l121 = 0;
+                            const int l122 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            v68[r] = (v67[r] * (dt_smem + 0)[l120 * 64 + l121 * 64 + l122]);
+                        }
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            acc6[r] = v68[r];
+                        }
+                        /* v52: loaded by the tensor-core dot that reads it */
+                        __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int l130 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l131 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l130 * 72 + l131] = dt_f32_to_bf16(v32[r]);
+                        }
+                        /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec132 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l133 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l134 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l135 = (int)((unsigned)e / 16u % 64u);
+                                    const int l136 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec132 && (unsigned)(o15 + l135) < (unsigned)s3 && (unsigned)(o4 + (l136 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l135 * 136 + (l136 * 8)], &in2[(unsigned)(o1 + l133) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l134) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l135) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l136 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 4096))[l135 * 136 + (l136 * 8 + q)] = ((unsigned)(o15 + l135) < (unsigned)s3 && (unsigned)(o4 + (l136 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l133) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l134) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l135) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l136 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        __syncthreads();
+                        /* rdot on matrix cores: [i:64, e:128] over j:64 by 2 x 2 wavefronts of 2 x 4 m16n16k16 fragments */
+                        {
+                            const int lane = tid & 63;
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 2 * 64 + (lane & 15);
+                            #pragma unroll
+                            for (int kk = 0; kk < 64; kk += 16) {
+                                unsigned fa[2][2], fb[4][2];
+                                #pragma unroll
+                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                #pragma unroll
+                                for (int fbi = 0; fbi < 4; fbi++) {
+                                    const unsigned short* q = fb0 + fbi * 16 + kk * 136;
+                                    fb[fbi][0] = (unsigned)q[0] | ((unsigned)q[136] << 16);
+                                    fb[fbi][1] = (unsigned)q[272] | ((unsigned)q[408] << 16);
+                                }
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) {
+                                    #pragma unroll
+                                    for (int j = 0; j < 4; j++) dt_mfma_16x16x16_bf16(&acc6[(i * 4 + j) * 4], fa[i], fb[j]);
+                                }
+                            }
+                        }
+                        /* acc6 += v53: accumulated by the tensor-core dot above */
+                    }
+                    float v34[1];
+                    #pragma unroll
+                    for (int r = 0; r < 1; r++) {
+                        const int e = tid + r * 256;
+                        if (e < 64) {
+                            v34[r] = acc3[r];
                         }
                     }
                     float v54[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v54[r] = acc6[r];
-                        }
+                        v54[r] = acc6[r];
                     }
                     __syncthreads();
                     #pragma unroll
@@ -7060,853 +3619,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                     float v56[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l216 = (int)((unsigned)e / 8192u % 1u);
-                            const int l217 = (int)((unsigned)e / 8192u % 1u);
-                            const int l218 = (int)((unsigned)e / 128u % 64u);
-                            v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l216 * 64 + l217 * 64 + l218]);
-                        }
+                        const int l144 = 0;
+                        const int l145 = 0;
+                        const int l146 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l144 * 64 + l145 * 64 + l146]);
                     }
-                    #pragma unroll
-                    for (int c = 0; c < 4; c++) {
-                        const int e = (c * 256 + tid) * 8;
-                        const int l220 = (int)((unsigned)e / 8192u % 1u);
-                        const int l221 = (int)((unsigned)e / 8192u % 1u);
-                        const int l222 = (int)((unsigned)e / 128u % 64u);
-                        const int l223 = (int)((unsigned)e / 1u % 128u);
-                        const unsigned a = (unsigned)(o1 + l220) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l221) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l222) * (unsigned)args.output_strides[2] + (unsigned)(o146 + l223) * (unsigned)args.output_strides[3];
-                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
-                            *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v56[c * 8 + 0], v56[c * 8 + 1]), dt_pack2_bf16(v56[c * 8 + 2], v56[c * 8 + 3]), dt_pack2_bf16(v56[c * 8 + 4], v56[c * 8 + 5]), dt_pack2_bf16(v56[c * 8 + 6], v56[c * 8 + 7]));
-                        } else {
-                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + l223) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 0]);
-                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 1]);
-                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 2]);
-                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 3]);
-                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 4)) < (unsigned)s4) out[a + 4 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 4]);
-                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 5)) < (unsigned)s4) out[a + 5 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 5]);
-                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 6)) < (unsigned)s4) out[a + 6 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 6]);
-                            if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 7)) < (unsigned)s4) out[a + 7 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 7]);
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/* kernel attention_causal for bf16: grid block(b:1, h:1, i:64, e:128); 256 threads, 49152 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
-    extern __shared__ float dt_smem[];
-    (void)dt_smem;
-    const int tid = (int)threadIdx.x;
-    const long long s0 = args.sizes[0]; /* size of b */
-    const long long s1 = args.sizes[1]; /* size of h */
-    const long long s2 = args.sizes[2]; /* size of i */
-    const long long s3 = args.sizes[3]; /* size of j */
-    const long long s4 = args.sizes[4]; /* size of e */
-    const long long s5 = args.sizes[5]; /* size of d */
-    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
-    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
-    const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
-    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_causal */
-    const long long pid = (long long)blockIdx.x;
-    unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
-    const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
-    const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
-    float v7[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v7[r] = (float)s5;
-    }
-    float v8[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v8[r] = dt_fast_rsqrt(v7[0]);
-    }
-    float v10[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v10[r] = INFINITY;
-    }
-    float v11[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v11[r] = (-v10[0]);
-    }
-    float v23[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v23[r] = (float)s5;
-    }
-    float v24[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v24[r] = dt_fast_rsqrt(v23[0]);
-    }
-    float v26[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v26[r] = INFINITY;
-    }
-    float v27[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v27[r] = (-v26[0]);
-    }
-    float v42[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v42[r] = (float)s5;
-    }
-    float v43[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v43[r] = dt_fast_rsqrt(v42[0]);
-    }
-    float v45[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v45[r] = INFINITY;
-    }
-    float v46[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v46[r] = (-v45[0]);
-    }
-    /* block(b:1) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
-        /* block(h:1) */
-        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention_causal.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
-                /* rmax identity */
-                float acc0[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc0[r] = (-INFINITY);
-                    }
-                }
-                /* partial rmax over j, lane by lane */
-                float acc8[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    acc8[r] = (-INFINITY);
-                }
-                /* rmax attention_causal.tensorize(j:64) */
-                for (long long o11 = 0; o11 < s3; o11 += 64) {
-                    float v0[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            const int l12 = (int)((unsigned)e / 1u % 64u);
-                            v0[r] = (float)(o11 + l12);
-                        }
-                    }
-                    float v1[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            const int l13 = (int)((unsigned)e / 1u % 64u);
-                            v1[r] = (float)(o3 + l13);
-                        }
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v0[r]; }
-                    __syncthreads();
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 4096)[e] = v1[r]; }
-                    __syncthreads();
-                    float v2[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l14 = (int)((unsigned)e / 64u % 64u);
-                            const int l15 = (int)((unsigned)e / 1u % 64u);
-                            v2[r] = (((dt_smem + 0)[l15]) <= ((dt_smem + 4096)[l14]) ? 1.0f : 0.0f);
-                        }
-                    }
-                    /* rdot accumulator */
-                    float acc1[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc1[r] = 0e0f;
-                    }
-                    /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o20 = 0; o20 < s5; o20 += 32) {
-                        /* v3: loaded by the tensor-core dot that reads it */
-                        /* v4: loaded by the tensor-core dot that reads it */
-                        __syncthreads();
-                        /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec21 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l22 = (int)((unsigned)e / 256u % 1u);
-                                    const int l23 = (int)((unsigned)e / 256u % 1u);
-                                    const int l24 = (int)((unsigned)e / 4u % 64u);
-                                    const int l25 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec21 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8)], &in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8)) * (unsigned)args.input_strides[0][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8 + q)] = ((unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec26 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l27 = (int)((unsigned)e / 256u % 1u);
-                                    const int l28 = (int)((unsigned)e / 256u % 1u);
-                                    const int l29 = (int)((unsigned)e / 4u % 64u);
-                                    const int l30 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec26 && (unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8)], &in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8)) * (unsigned)args.input_strides[1][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8 + q)] = ((unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        __syncthreads();
-                        /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
-                        {
-                            const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            #pragma unroll
-                            for (int kk = 0; kk < 32; kk += 16) {
-                                unsigned fa[2][2], fb[2][2];
-                                #pragma unroll
-                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
-                                #pragma unroll
-                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
-                                #pragma unroll
-                                for (int i = 0; i < 2; i++) {
-                                    #pragma unroll
-                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_bf16(&acc1[(i * 2 + j) * 4], fa[i], fb[j]);
-                                }
-                            }
-                        }
-                        /* acc1 += v5: accumulated by the tensor-core dot above */
-                    }
-                    float v6[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v6[r] = acc1[r];
-                    }
-                    float v9[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v9[r] = (v6[r] * v8[0]);
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v2[r]; }
-                    __syncthreads();
-                    float v12[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l41 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l42 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                        v12[r] = (dt_smem + 0)[l41 * 64 + l42] != 0.0f ? v9[r] : v11[0];
-                    }
-                    float v13[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l46 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                        v13[r] = ((unsigned)(o11 + l46) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                    }
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc8[r] = fmaxf(acc8[r], v13[r]);
-                    }
-                }
-                float v57[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    v57[r] = acc8[r];
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int l55 = 0;
-                    const int l56 = 0;
-                    const int l57 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                    const int l58 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                    const int e = l55 * 4096 + l56 * 4096 + l57 * 64 + l58;
-                    (dt_smem + 0)[e] = v57[r];
-                }
-                __syncthreads();
-                float v14[1];
-                /* cooperative reduction: 4 threads per result */
-                {
-                    const int j = tid / 4;
-                    const int q = tid % 4;
-                    float p = (-INFINITY);
-                    if (j < 64) {
-                        const int l59 = (j / 64) % 1;
-                        const int l60 = (j / 64) % 1;
-                        const int l61 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l59 * 4096 + l60 * 4096 + l61 * 64 + i * 1]);
-                    }
-                    for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
-                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v14[r] = (dt_smem + 4096)[e];
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc0[r] = fmaxf(acc0[r], v14[r]);
-                    }
-                }
-                float v15[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v15[r] = acc0[r];
-                    }
-                }
-                /* rsum identity */
-                float acc3[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc3[r] = 0e0f;
-                    }
-                }
-                /* partial rsum over j, lane by lane */
-                float acc9[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    acc9[r] = 0e0f;
-                }
-                /* rsum attention_causal.tensorize(j:64) */
-                for (long long o78 = 0; o78 < s3; o78 += 64) {
-                    float v16[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            const int l79 = (int)((unsigned)e / 1u % 64u);
-                            v16[r] = (float)(o78 + l79);
-                        }
-                    }
-                    float v17[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            const int l80 = (int)((unsigned)e / 1u % 64u);
-                            v17[r] = (float)(o3 + l80);
-                        }
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v16[r]; }
-                    __syncthreads();
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 4096)[e] = v17[r]; }
-                    __syncthreads();
-                    float v18[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l81 = (int)((unsigned)e / 64u % 64u);
-                            const int l82 = (int)((unsigned)e / 1u % 64u);
-                            v18[r] = (((dt_smem + 0)[l82]) <= ((dt_smem + 4096)[l81]) ? 1.0f : 0.0f);
-                        }
-                    }
-                    /* rdot accumulator */
-                    float acc4[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc4[r] = 0e0f;
-                    }
-                    /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o87 = 0; o87 < s5; o87 += 32) {
-                        /* v19: loaded by the tensor-core dot that reads it */
-                        /* v20: loaded by the tensor-core dot that reads it */
-                        __syncthreads();
-                        /* v19: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec88 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l89 = (int)((unsigned)e / 256u % 1u);
-                                    const int l90 = (int)((unsigned)e / 256u % 1u);
-                                    const int l91 = (int)((unsigned)e / 4u % 64u);
-                                    const int l92 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec88 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8)], &in0[(unsigned)(o1 + l89) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l91) * (unsigned)args.input_strides[0][2] + (unsigned)(o87 + (l92 * 8)) * (unsigned)args.input_strides[0][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8 + q)] = ((unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l89) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l91) * (unsigned)args.input_strides[0][2] + (unsigned)(o87 + (l92 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        /* v20: K copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec93 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 1; r++) {
-                                const int e = tid + r * 256;
-                                (void)e; {
-                                    const int l94 = (int)((unsigned)e / 256u % 1u);
-                                    const int l95 = (int)((unsigned)e / 256u % 1u);
-                                    const int l96 = (int)((unsigned)e / 4u % 64u);
-                                    const int l97 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec93 && (unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8)], &in1[(unsigned)(o1 + l94) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l95) * (unsigned)args.input_strides[1][1] + (unsigned)(o78 + l96) * (unsigned)args.input_strides[1][2] + (unsigned)(o87 + (l97 * 8)) * (unsigned)args.input_strides[1][3]]);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8 + q)] = ((unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l94) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l95) * (unsigned)args.input_strides[1][1] + (unsigned)(o78 + l96) * (unsigned)args.input_strides[1][2] + (unsigned)(o87 + (l97 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        __syncthreads();
-                        /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
-                        {
-                            const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                            #pragma unroll
-                            for (int kk = 0; kk < 32; kk += 16) {
-                                unsigned fa[2][2], fb[2][2];
-                                #pragma unroll
-                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
-                                #pragma unroll
-                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
-                                #pragma unroll
-                                for (int i = 0; i < 2; i++) {
-                                    #pragma unroll
-                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_bf16(&acc4[(i * 2 + j) * 4], fa[i], fb[j]);
-                                }
-                            }
-                        }
-                        /* acc4 += v21: accumulated by the tensor-core dot above */
-                    }
-                    float v22[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v22[r] = acc4[r];
-                    }
-                    float v25[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v25[r] = (v22[r] * v24[0]);
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v18[r]; }
-                    __syncthreads();
-                    float v28[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l108 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l109 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                        v28[r] = (dt_smem + 0)[l108 * 64 + l109] != 0.0f ? v25[r] : v27[0];
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v15[r]; }
-                    __syncthreads();
-                    float v30[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l110 = 0;
-                        const int l111 = 0;
-                        const int l112 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        v30[r] = (v28[r] - (dt_smem + 0)[l110 * 64 + l111 * 64 + l112]);
-                    }
-                    float v31[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        v31[r] = dt_fast_exp(v30[r]);
-                    }
-                    float v32[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int l121 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                        v32[r] = ((unsigned)(o78 + l121) < (unsigned)s3) ? v31[r] : 0e0f;
-                    }
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        acc9[r] = acc9[r] + v32[r];
-                    }
-                }
-                float v58[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    v58[r] = acc9[r];
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int l130 = 0;
-                    const int l131 = 0;
-                    const int l132 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                    const int l133 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                    const int e = l130 * 4096 + l131 * 4096 + l132 * 64 + l133;
-                    (dt_smem + 0)[e] = v58[r];
-                }
-                __syncthreads();
-                float v33[1];
-                /* cooperative reduction: 4 threads per result */
-                {
-                    const int j = tid / 4;
-                    const int q = tid % 4;
-                    float p = 0e0f;
-                    if (j < 64) {
-                        const int l134 = (j / 64) % 1;
-                        const int l135 = (j / 64) % 1;
-                        const int l136 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l134 * 4096 + l135 * 4096 + l136 * 64 + i * 1];
-                    }
-                    for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
-                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v33[r] = (dt_smem + 4096)[e];
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc3[r] = acc3[r] + v33[r];
-                    }
-                }
-                float v34[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v34[r] = acc3[r];
-                    }
-                }
-                /* block(e:128) attention_causal.tensorize(e:0) */
-                for (long long o146 = b4 * 128; o146 < dt_min_ll(b4 * 128 + 128, s4); o146 += 128) {
-                    /* rdot accumulator */
-                    float acc6[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            acc6[r] = 0e0f;
-                        }
-                    }
-                    /* rdot attention_causal.tensorize(j:64) */
-                    for (long long o151 = 0; o151 < s3; o151 += 64) {
-                        float v35[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                const int l152 = (int)((unsigned)e / 1u % 64u);
-                                v35[r] = (float)(o151 + l152);
-                            }
-                        }
-                        float v36[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                const int l153 = (int)((unsigned)e / 1u % 64u);
-                                v36[r] = (float)(o3 + l153);
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v35[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 4096)[e] = v36[r]; }
-                        __syncthreads();
-                        float v37[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l154 = (int)((unsigned)e / 64u % 64u);
-                                const int l155 = (int)((unsigned)e / 1u % 64u);
-                                v37[r] = (((dt_smem + 0)[l155]) <= ((dt_smem + 4096)[l154]) ? 1.0f : 0.0f);
-                            }
-                        }
-                        /* rdot accumulator */
-                        float acc7[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            acc7[r] = 0e0f;
-                        }
-                        /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o160 = 0; o160 < s5; o160 += 32) {
-                            /* v38: loaded by the tensor-core dot that reads it */
-                            /* v39: loaded by the tensor-core dot that reads it */
-                            __syncthreads();
-                            /* v38: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
-                            {
-                                const bool vec161 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
-                                #pragma unroll
-                                for (int r = 0; r < 1; r++) {
-                                    const int e = tid + r * 256;
-                                    (void)e; {
-                                        const int l162 = (int)((unsigned)e / 256u % 1u);
-                                        const int l163 = (int)((unsigned)e / 256u % 1u);
-                                        const int l164 = (int)((unsigned)e / 4u % 64u);
-                                        const int l165 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec161 && (unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8)], &in0[(unsigned)(o1 + l162) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l163) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l164) * (unsigned)args.input_strides[0][2] + (unsigned)(o160 + (l165 * 8)) * (unsigned)args.input_strides[0][3]]);
-                                        } else {
-                                            #pragma unroll
-                                            for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8 + q)] = ((unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l162) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l163) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l164) * (unsigned)args.input_strides[0][2] + (unsigned)(o160 + (l165 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
-                                            }
-                                        }
-                                    }
-                                }
-                            }
-                            /* v39: K copied as it is, along its last axis, 16 bytes at a time where it can be */
-                            {
-                                const bool vec166 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
-                                #pragma unroll
-                                for (int r = 0; r < 1; r++) {
-                                    const int e = tid + r * 256;
-                                    (void)e; {
-                                        const int l167 = (int)((unsigned)e / 256u % 1u);
-                                        const int l168 = (int)((unsigned)e / 256u % 1u);
-                                        const int l169 = (int)((unsigned)e / 4u % 64u);
-                                        const int l170 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec166 && (unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8)], &in1[(unsigned)(o1 + l167) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[1][1] + (unsigned)(o151 + l169) * (unsigned)args.input_strides[1][2] + (unsigned)(o160 + (l170 * 8)) * (unsigned)args.input_strides[1][3]]);
-                                        } else {
-                                            #pragma unroll
-                                            for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8 + q)] = ((unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l167) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[1][1] + (unsigned)(o151 + l169) * (unsigned)args.input_strides[1][2] + (unsigned)(o160 + (l170 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
-                                            }
-                                        }
-                                    }
-                                }
-                            }
-                            __syncthreads();
-                            /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
-                            {
-                                const int lane = tid & 63;
-                                const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                                const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                                #pragma unroll
-                                for (int kk = 0; kk < 32; kk += 16) {
-                                    unsigned fa[2][2], fb[2][2];
-                                    #pragma unroll
-                                    for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
-                                    #pragma unroll
-                                    for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
-                                    #pragma unroll
-                                    for (int i = 0; i < 2; i++) {
-                                        #pragma unroll
-                                        for (int j = 0; j < 2; j++) dt_mfma_16x16x16_bf16(&acc7[(i * 2 + j) * 4], fa[i], fb[j]);
-                                    }
-                                }
-                            }
-                            /* acc7 += v40: accumulated by the tensor-core dot above */
-                        }
-                        float v41[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            v41[r] = acc7[r];
-                        }
-                        float v44[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            v44[r] = (v41[r] * v43[0]);
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v37[r]; }
-                        __syncthreads();
-                        float v47[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l181 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l182 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v47[r] = (dt_smem + 0)[l181 * 64 + l182] != 0.0f ? v44[r] : v46[0];
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v15[r]; }
-                        __syncthreads();
-                        float v49[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l183 = 0;
-                            const int l184 = 0;
-                            const int l185 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            v49[r] = (v47[r] - (dt_smem + 0)[l183 * 64 + l184 * 64 + l185]);
-                        }
-                        float v50[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            v50[r] = dt_fast_exp(v49[r]);
-                        }
-                        float v51[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l194 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v51[r] = ((unsigned)(o151 + l194) < (unsigned)s3) ? v50[r] : 0e0f;
-                        }
-                        float v52[32];
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l195 = (int)((unsigned)e / 8192u % 1u);
-                                const int l196 = (int)((unsigned)e / 8192u % 1u);
-                                const int l197 = (int)((unsigned)e / 64u % 128u);
-                                const int l198 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = ((unsigned)(o151 + l198) < (unsigned)s3 && (unsigned)(o146 + l197) < (unsigned)s4) ? dt_load_bf16(in2[(unsigned)(o1 + l195) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l196) * (unsigned)args.input_strides[2][1] + (unsigned)(o151 + l198) * (unsigned)args.input_strides[2][2] + (unsigned)(o146 + l197) * (unsigned)args.input_strides[2][3]]) : 0e0f;
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l199 = 0;
-                            const int l200 = 0;
-                            const int l201 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l202 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            const int e = l199 * 4096 + l200 * 4096 + l201 * 64 + l202;
-                            (dt_smem + 0)[e] = v51[r];
-                        }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v52[r]; }
-                        __syncthreads();
-                        float v53[32];
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l203 = (int)((unsigned)e / 8192u % 1u);
-                                const int l204 = (int)((unsigned)e / 8192u % 1u);
-                                const int l205 = (int)((unsigned)e / 128u % 64u);
-                                const int l206 = (int)((unsigned)e / 1u % 128u);
-                                float a207 = 0.0f;
-                                for (int q = 0; q < 64; q++) a207 = fmaf((dt_smem + 0)[l203 * 4096 + l204 * 4096 + l205 * 64 + q * 1], (dt_smem + 4096)[l203 * 8192 + l204 * 8192 + l206 * 64 + q * 1], a207);
-                                v53[r] = a207;
-                            }
-                        }
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                acc6[r] = acc6[r] + v53[r];
-                            }
-                        }
-                    }
-                    float v54[32];
-                    #pragma unroll
-                    for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v54[r] = acc6[r];
-                        }
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v34[r]; }
-                    __syncthreads();
-                    float v56[32];
-                    #pragma unroll
-                    for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l216 = (int)((unsigned)e / 8192u % 1u);
-                            const int l217 = (int)((unsigned)e / 8192u % 1u);
-                            const int l218 = (int)((unsigned)e / 128u % 64u);
-                            v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l216 * 64 + l217 * 64 + l218]);
-                        }
-                    }
-                    #pragma unroll
-                    for (int c = 0; c < 4; c++) {
-                        const int e = (c * 256 + tid) * 8;
-                        const int l220 = (int)((unsigned)e / 8192u % 1u);
-                        const int l221 = (int)((unsigned)e / 8192u % 1u);
-                        const int l222 = (int)((unsigned)e / 128u % 64u);
-                        const int l223 = (int)((unsigned)e / 1u % 128u);
-                        const unsigned a = (unsigned)(o1 + l220) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l221) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l222) * (unsigned)args.output_strides[2] + (unsigned)(o146 + l223) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + l223) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v56[c * 8 + 0], v56[c * 8 + 1]), dt_pack2_bf16(v56[c * 8 + 2], v56[c * 8 + 3]), dt_pack2_bf16(v56[c * 8 + 4], v56[c * 8 + 5]), dt_pack2_bf16(v56[c * 8 + 6], v56[c * 8 + 7]));
+                        const int l148 = 0;
+                        const int l149 = 0;
+                        const int l150 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l151 = (tid >> 6) % 2 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l150) < (unsigned)s2 && (unsigned)(o4 + l151) < (unsigned)s4) out[(unsigned)(o1 + l148) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l149) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l150) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l151) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
                     }
                 }
             }
@@ -7972,53 +3696,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
         (void)r; (void)e;
         v11[r] = (-v10[0]);
     }
-    float v23[1];
+    float v59[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v23[r] = (float)s5;
+        v59[r] = (-INFINITY);
     }
-    float v24[1];
+    float v60[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v24[r] = dt_rsqrt(v23[0]);
-    }
-    float v26[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v26[r] = INFINITY;
-    }
-    float v27[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v27[r] = (-v26[0]);
-    }
-    float v42[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v42[r] = (float)s5;
-    }
-    float v43[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v43[r] = dt_rsqrt(v42[0]);
-    }
-    float v45[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v45[r] = INFINITY;
-    }
-    float v46[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v46[r] = (-v45[0]);
+        v60[r] = 0e0f;
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -8026,495 +3714,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
             /* block(i:64) attention_causal.tensorize(i:0) */
             for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
-                /* rmax identity */
-                float acc0[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc0[r] = (-INFINITY);
-                    }
-                }
-                /* partial rmax over j, lane by lane */
-                float acc8[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                    (void)e; {
-                        acc8[r] = (-INFINITY);
-                    }
-                }
-                /* rmax attention_causal.tensorize(j:64) */
-                for (long long o11 = 0; o11 < s3; o11 += 64) {
-                    float v0[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            const int l12 = (int)((unsigned)e / 1u % 64u);
-                            v0[r] = (float)(o11 + l12);
-                        }
-                    }
-                    float v1[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            const int l13 = (int)((unsigned)e / 1u % 64u);
-                            v1[r] = (float)(o3 + l13);
-                        }
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v0[r]; }
-                    __syncthreads();
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 4096)[e] = v1[r]; }
-                    __syncthreads();
-                    float v2[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            const int l14 = (int)((unsigned)e / 64u % 64u);
-                            const int l15 = (int)((unsigned)e / 1u % 64u);
-                            v2[r] = (((dt_smem + 0)[l15]) <= ((dt_smem + 4096)[l14]) ? 1.0f : 0.0f);
-                        }
-                    }
-                    /* rdot accumulator */
-                    float acc1[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            acc1[r] = 0e0f;
-                        }
-                    }
-                    /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o20 = 0; o20 < s5; o20 += 32) {
-                        float v3[8];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 256 + tid) * 4;
-                            const int l21 = (int)((unsigned)e / 2048u % 1u);
-                            const int l22 = (int)((unsigned)e / 2048u % 1u);
-                            const int l23 = (int)((unsigned)e / 32u % 64u);
-                            const int l24 = (int)((unsigned)e / 1u % 32u);
-                            const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l22) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l23) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + l24) * (unsigned)args.input_strides[0][3];
-                            if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in0 + a);
-                                v3[c * 4 + 0] = __uint_as_float(q.x);
-                                v3[c * 4 + 1] = __uint_as_float(q.y);
-                                v3[c * 4 + 2] = __uint_as_float(q.z);
-                                v3[c * 4 + 3] = __uint_as_float(q.w);
-                            } else {
-                                v3[c * 4 + 0] = ((unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + l24) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 4 + 1] = ((unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 4 + 2] = ((unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 4 + 3] = ((unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                            }
-                        }
-                        float v4[8];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 256 + tid) * 4;
-                            const int l25 = (int)((unsigned)e / 2048u % 1u);
-                            const int l26 = (int)((unsigned)e / 2048u % 1u);
-                            const int l27 = (int)((unsigned)e / 32u % 64u);
-                            const int l28 = (int)((unsigned)e / 1u % 32u);
-                            const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l26) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l27) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + l28) * (unsigned)args.input_strides[1][3];
-                            if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in1 + a);
-                                v4[c * 4 + 0] = __uint_as_float(q.x);
-                                v4[c * 4 + 1] = __uint_as_float(q.y);
-                                v4[c * 4 + 2] = __uint_as_float(q.z);
-                                v4[c * 4 + 3] = __uint_as_float(q.w);
-                            } else {
-                                v4[c * 4 + 0] = ((unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o20 + l28) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 4 + 1] = ((unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 4 + 2] = ((unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 4 + 3] = ((unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v3[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v4[r]; }
-                        __syncthreads();
-                        float v5[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l29 = (int)((unsigned)e / 4096u % 1u);
-                                const int l30 = (int)((unsigned)e / 4096u % 1u);
-                                const int l31 = (int)((unsigned)e / 64u % 64u);
-                                const int l32 = (int)((unsigned)e / 1u % 64u);
-                                float a33 = 0.0f;
-                                for (int q = 0; q < 32; q++) a33 = fmaf((dt_smem + 0)[l29 * 2048 + l30 * 2048 + l31 * 32 + q * 1], (dt_smem + 4096)[l29 * 2048 + l30 * 2048 + l32 * 32 + q * 1], a33);
-                                v5[r] = a33;
-                            }
-                        }
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc1[r] = acc1[r] + v5[r];
-                            }
-                        }
-                    }
-                    float v6[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v6[r] = acc1[r];
-                        }
-                    }
-                    float v9[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v9[r] = (v6[r] * v8[0]);
-                        }
-                    }
-                    float v12[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
-                        }
-                    }
-                    float v13[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            const int l53 = (int)((unsigned)e / 1u % 64u);
-                            v13[r] = ((unsigned)(o11 + l53) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                        }
-                    }
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            acc8[r] = fmaxf(acc8[r], v13[r]);
-                        }
-                    }
-                }
-                float v57[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                    (void)e; {
-                        v57[r] = acc8[r];
-                    }
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v57[r]; }
-                __syncthreads();
-                float v14[1];
-                /* cooperative reduction: 4 threads per result */
-                {
-                    const int j = tid / 4;
-                    const int q = tid % 4;
-                    float p = (-INFINITY);
-                    if (j < 64) {
-                        const int l62 = (j / 64) % 1;
-                        const int l63 = (j / 64) % 1;
-                        const int l64 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l62 * 4096 + l63 * 4096 + l64 * 64 + i * 1]);
-                    }
-                    for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
-                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v14[r] = (dt_smem + 4096)[e];
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc0[r] = fmaxf(acc0[r], v14[r]);
-                    }
-                }
-                float v15[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v15[r] = acc0[r];
-                    }
-                }
-                /* rsum identity */
-                float acc3[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc3[r] = 0e0f;
-                    }
-                }
-                /* partial rsum over j, lane by lane */
-                float acc9[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                    (void)e; {
-                        acc9[r] = 0e0f;
-                    }
-                }
-                /* rsum attention_causal.tensorize(j:64) */
-                for (long long o81 = 0; o81 < s3; o81 += 64) {
-                    float v16[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            const int l82 = (int)((unsigned)e / 1u % 64u);
-                            v16[r] = (float)(o81 + l82);
-                        }
-                    }
-                    float v17[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            const int l83 = (int)((unsigned)e / 1u % 64u);
-                            v17[r] = (float)(o3 + l83);
-                        }
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v16[r]; }
-                    __syncthreads();
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 4096)[e] = v17[r]; }
-                    __syncthreads();
-                    float v18[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            const int l84 = (int)((unsigned)e / 64u % 64u);
-                            const int l85 = (int)((unsigned)e / 1u % 64u);
-                            v18[r] = (((dt_smem + 0)[l85]) <= ((dt_smem + 4096)[l84]) ? 1.0f : 0.0f);
-                        }
-                    }
-                    /* rdot accumulator */
-                    float acc4[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            acc4[r] = 0e0f;
-                        }
-                    }
-                    /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o90 = 0; o90 < s5; o90 += 32) {
-                        float v19[8];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 256 + tid) * 4;
-                            const int l91 = (int)((unsigned)e / 2048u % 1u);
-                            const int l92 = (int)((unsigned)e / 2048u % 1u);
-                            const int l93 = (int)((unsigned)e / 32u % 64u);
-                            const int l94 = (int)((unsigned)e / 1u % 32u);
-                            const unsigned a = (unsigned)(o1 + l91) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l92) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l93) * (unsigned)args.input_strides[0][2] + (unsigned)(o90 + l94) * (unsigned)args.input_strides[0][3];
-                            if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o3 + l93) < (unsigned)s2 && (unsigned)(o90 + (l94 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in0 + a);
-                                v19[c * 4 + 0] = __uint_as_float(q.x);
-                                v19[c * 4 + 1] = __uint_as_float(q.y);
-                                v19[c * 4 + 2] = __uint_as_float(q.z);
-                                v19[c * 4 + 3] = __uint_as_float(q.w);
-                            } else {
-                                v19[c * 4 + 0] = ((unsigned)(o3 + l93) < (unsigned)s2 && (unsigned)(o90 + l94) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 4 + 1] = ((unsigned)(o3 + l93) < (unsigned)s2 && (unsigned)(o90 + (l94 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 4 + 2] = ((unsigned)(o3 + l93) < (unsigned)s2 && (unsigned)(o90 + (l94 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 4 + 3] = ((unsigned)(o3 + l93) < (unsigned)s2 && (unsigned)(o90 + (l94 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                            }
-                        }
-                        float v20[8];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 256 + tid) * 4;
-                            const int l95 = (int)((unsigned)e / 2048u % 1u);
-                            const int l96 = (int)((unsigned)e / 2048u % 1u);
-                            const int l97 = (int)((unsigned)e / 32u % 64u);
-                            const int l98 = (int)((unsigned)e / 1u % 32u);
-                            const unsigned a = (unsigned)(o1 + l95) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l96) * (unsigned)args.input_strides[1][1] + (unsigned)(o81 + l97) * (unsigned)args.input_strides[1][2] + (unsigned)(o90 + l98) * (unsigned)args.input_strides[1][3];
-                            if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o81 + l97) < (unsigned)s3 && (unsigned)(o90 + (l98 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in1 + a);
-                                v20[c * 4 + 0] = __uint_as_float(q.x);
-                                v20[c * 4 + 1] = __uint_as_float(q.y);
-                                v20[c * 4 + 2] = __uint_as_float(q.z);
-                                v20[c * 4 + 3] = __uint_as_float(q.w);
-                            } else {
-                                v20[c * 4 + 0] = ((unsigned)(o81 + l97) < (unsigned)s3 && (unsigned)(o90 + l98) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 4 + 1] = ((unsigned)(o81 + l97) < (unsigned)s3 && (unsigned)(o90 + (l98 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 4 + 2] = ((unsigned)(o81 + l97) < (unsigned)s3 && (unsigned)(o90 + (l98 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 4 + 3] = ((unsigned)(o81 + l97) < (unsigned)s3 && (unsigned)(o90 + (l98 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v19[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v20[r]; }
-                        __syncthreads();
-                        float v21[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l99 = (int)((unsigned)e / 4096u % 1u);
-                                const int l100 = (int)((unsigned)e / 4096u % 1u);
-                                const int l101 = (int)((unsigned)e / 64u % 64u);
-                                const int l102 = (int)((unsigned)e / 1u % 64u);
-                                float a103 = 0.0f;
-                                for (int q = 0; q < 32; q++) a103 = fmaf((dt_smem + 0)[l99 * 2048 + l100 * 2048 + l101 * 32 + q * 1], (dt_smem + 4096)[l99 * 2048 + l100 * 2048 + l102 * 32 + q * 1], a103);
-                                v21[r] = a103;
-                            }
-                        }
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc4[r] = acc4[r] + v21[r];
-                            }
-                        }
-                    }
-                    float v22[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v22[r] = acc4[r];
-                        }
-                    }
-                    float v25[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v25[r] = (v22[r] * v24[0]);
-                        }
-                    }
-                    float v28[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v28[r] = v18[r] != 0.0f ? v25[r] : v27[0];
-                        }
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v15[r]; }
-                    __syncthreads();
-                    float v30[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            const int l120 = (int)((unsigned)e / 4096u % 1u);
-                            const int l121 = (int)((unsigned)e / 4096u % 1u);
-                            const int l122 = (int)((unsigned)e / 64u % 64u);
-                            v30[r] = (v28[r] - (dt_smem + 0)[l120 * 64 + l121 * 64 + l122]);
-                        }
-                    }
-                    float v31[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v31[r] = expf(v30[r]);
-                        }
-                    }
-                    float v32[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            const int l131 = (int)((unsigned)e / 1u % 64u);
-                            v32[r] = ((unsigned)(o81 + l131) < (unsigned)s3) ? v31[r] : 0e0f;
-                        }
-                    }
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            acc9[r] = acc9[r] + v32[r];
-                        }
-                    }
-                }
-                float v58[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                    (void)e; {
-                        v58[r] = acc9[r];
-                    }
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v58[r]; }
-                __syncthreads();
-                float v33[1];
-                /* cooperative reduction: 4 threads per result */
-                {
-                    const int j = tid / 4;
-                    const int q = tid % 4;
-                    float p = 0e0f;
-                    if (j < 64) {
-                        const int l140 = (j / 64) % 1;
-                        const int l141 = (j / 64) % 1;
-                        const int l142 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l140 * 4096 + l141 * 4096 + l142 * 64 + i * 1];
-                    }
-                    for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
-                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v33[r] = (dt_smem + 4096)[e];
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc3[r] = acc3[r] + v33[r];
-                    }
-                }
-                float v34[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v34[r] = acc3[r];
-                    }
-                }
                 /* block(e:128) attention_causal.tensorize(e:0) */
-                for (long long o152 = b4 * 128; o152 < dt_min_ll(b4 * 128 + 128, s4); o152 += 128) {
+                for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                     /* rdot accumulator */
                     float acc6[32];
                     #pragma unroll
@@ -8524,183 +3725,379 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
                             acc6[r] = 0e0f;
                         }
                     }
-                    /* rdot attention_causal.tensorize(j:64) */
-                    for (long long o157 = 0; o157 < s3; o157 += 64) {
-                        float v35[1];
+                    /* rsum identity */
+                    float acc3[1];
+                    #pragma unroll
+                    for (int r = 0; r < 1; r++) {
+                        const int e = tid + r * 256;
+                        if (e < 64) {
+                            acc3[r] = 0e0f;
+                        }
+                    }
+                    /* rmax identity */
+                    float acc0[1];
+                    #pragma unroll
+                    for (int r = 0; r < 1; r++) {
+                        const int e = tid + r * 256;
+                        if (e < 64) {
+                            acc0[r] = (-INFINITY);
+                        }
+                    }
+                    /* rmax attention_causal.tensorize(j:64) + rsum attention_causal.tensorize(j:64) + rdot attention_causal.tensorize(j:64), online */
+                    for (long long o15 = 0; o15 < s3; o15 += 64) {
+                        float v0[1];
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                const int l158 = (int)((unsigned)e / 1u % 64u);
-                                v35[r] = (float)(o157 + l158);
+                                const int l16 = (int)((unsigned)e / 1u % 64u);
+                                v0[r] = (float)(o15 + l16);
                             }
                         }
-                        float v36[1];
+                        float v1[1];
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                const int l159 = (int)((unsigned)e / 1u % 64u);
-                                v36[r] = (float)(o3 + l159);
+                                const int l17 = (int)((unsigned)e / 1u % 64u);
+                                v1[r] = (float)(o3 + l17);
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v35[r]; }
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v0[r]; }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 4096)[e] = v36[r]; }
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 4096)[e] = v1[r]; }
                         __syncthreads();
-                        float v37[16];
+                        float v2[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l160 = (int)((unsigned)e / 64u % 64u);
-                                const int l161 = (int)((unsigned)e / 1u % 64u);
-                                v37[r] = (((dt_smem + 0)[l161]) <= ((dt_smem + 4096)[l160]) ? 1.0f : 0.0f);
+                                const int l18 = (int)((unsigned)e / 64u % 64u);
+                                const int l19 = (int)((unsigned)e / 1u % 64u);
+                                v2[r] = (((dt_smem + 0)[l19]) <= ((dt_smem + 4096)[l18]) ? 1.0f : 0.0f);
                             }
                         }
                         /* rdot accumulator */
-                        float acc7[16];
+                        float acc1[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                acc7[r] = 0e0f;
+                                acc1[r] = 0e0f;
                             }
                         }
                         /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o166 = 0; o166 < s5; o166 += 32) {
-                            float v38[8];
+                        for (long long o24 = 0; o24 < s5; o24 += 32) {
+                            float v3[8];
                             #pragma unroll
                             for (int c = 0; c < 2; c++) {
                                 const int e = (c * 256 + tid) * 4;
-                                const int l167 = (int)((unsigned)e / 2048u % 1u);
-                                const int l168 = (int)((unsigned)e / 2048u % 1u);
-                                const int l169 = (int)((unsigned)e / 32u % 64u);
-                                const int l170 = (int)((unsigned)e / 1u % 32u);
-                                const unsigned a = (unsigned)(o1 + l167) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l169) * (unsigned)args.input_strides[0][2] + (unsigned)(o166 + l170) * (unsigned)args.input_strides[0][3];
-                                if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o3 + l169) < (unsigned)s2 && (unsigned)(o166 + (l170 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                const int l25 = (int)((unsigned)e / 2048u % 1u);
+                                const int l26 = (int)((unsigned)e / 2048u % 1u);
+                                const int l27 = (int)((unsigned)e / 32u % 64u);
+                                const int l28 = (int)((unsigned)e / 1u % 32u);
+                                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l26) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l27) * (unsigned)args.input_strides[0][2] + (unsigned)(o24 + l28) * (unsigned)args.input_strides[0][3];
+                                if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o3 + l27) < (unsigned)s2 && (unsigned)(o24 + (l28 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in0 + a);
-                                    v38[c * 4 + 0] = __uint_as_float(q.x);
-                                    v38[c * 4 + 1] = __uint_as_float(q.y);
-                                    v38[c * 4 + 2] = __uint_as_float(q.z);
-                                    v38[c * 4 + 3] = __uint_as_float(q.w);
+                                    v3[c * 4 + 0] = __uint_as_float(q.x);
+                                    v3[c * 4 + 1] = __uint_as_float(q.y);
+                                    v3[c * 4 + 2] = __uint_as_float(q.z);
+                                    v3[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v38[c * 4 + 0] = ((unsigned)(o3 + l169) < (unsigned)s2 && (unsigned)(o166 + l170) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 4 + 1] = ((unsigned)(o3 + l169) < (unsigned)s2 && (unsigned)(o166 + (l170 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 4 + 2] = ((unsigned)(o3 + l169) < (unsigned)s2 && (unsigned)(o166 + (l170 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 4 + 3] = ((unsigned)(o3 + l169) < (unsigned)s2 && (unsigned)(o166 + (l170 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v3[c * 4 + 0] = ((unsigned)(o3 + l27) < (unsigned)s2 && (unsigned)(o24 + l28) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v3[c * 4 + 1] = ((unsigned)(o3 + l27) < (unsigned)s2 && (unsigned)(o24 + (l28 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v3[c * 4 + 2] = ((unsigned)(o3 + l27) < (unsigned)s2 && (unsigned)(o24 + (l28 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v3[c * 4 + 3] = ((unsigned)(o3 + l27) < (unsigned)s2 && (unsigned)(o24 + (l28 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
                                 }
                             }
-                            float v39[8];
+                            float v4[8];
                             #pragma unroll
                             for (int c = 0; c < 2; c++) {
                                 const int e = (c * 256 + tid) * 4;
-                                const int l171 = (int)((unsigned)e / 2048u % 1u);
-                                const int l172 = (int)((unsigned)e / 2048u % 1u);
-                                const int l173 = (int)((unsigned)e / 32u % 64u);
-                                const int l174 = (int)((unsigned)e / 1u % 32u);
-                                const unsigned a = (unsigned)(o1 + l171) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l172) * (unsigned)args.input_strides[1][1] + (unsigned)(o157 + l173) * (unsigned)args.input_strides[1][2] + (unsigned)(o166 + l174) * (unsigned)args.input_strides[1][3];
-                                if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o157 + l173) < (unsigned)s3 && (unsigned)(o166 + (l174 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                const int l29 = (int)((unsigned)e / 2048u % 1u);
+                                const int l30 = (int)((unsigned)e / 2048u % 1u);
+                                const int l31 = (int)((unsigned)e / 32u % 64u);
+                                const int l32 = (int)((unsigned)e / 1u % 32u);
+                                const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[1][2] + (unsigned)(o24 + l32) * (unsigned)args.input_strides[1][3];
+                                if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o24 + (l32 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in1 + a);
-                                    v39[c * 4 + 0] = __uint_as_float(q.x);
-                                    v39[c * 4 + 1] = __uint_as_float(q.y);
-                                    v39[c * 4 + 2] = __uint_as_float(q.z);
-                                    v39[c * 4 + 3] = __uint_as_float(q.w);
+                                    v4[c * 4 + 0] = __uint_as_float(q.x);
+                                    v4[c * 4 + 1] = __uint_as_float(q.y);
+                                    v4[c * 4 + 2] = __uint_as_float(q.z);
+                                    v4[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v39[c * 4 + 0] = ((unsigned)(o157 + l173) < (unsigned)s3 && (unsigned)(o166 + l174) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 4 + 1] = ((unsigned)(o157 + l173) < (unsigned)s3 && (unsigned)(o166 + (l174 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 4 + 2] = ((unsigned)(o157 + l173) < (unsigned)s3 && (unsigned)(o166 + (l174 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 4 + 3] = ((unsigned)(o157 + l173) < (unsigned)s3 && (unsigned)(o166 + (l174 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v4[c * 4 + 0] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o24 + l32) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v4[c * 4 + 1] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o24 + (l32 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v4[c * 4 + 2] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o24 + (l32 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v4[c * 4 + 3] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o24 + (l32 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
                                 }
                             }
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v38[r]; }
+                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v3[r]; }
                             __syncthreads();
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v39[r]; }
+                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v4[r]; }
                             __syncthreads();
-                            float v40[16];
+                            float v5[16];
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                                 (void)e; {
-                                    const int l175 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l176 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l177 = (int)((unsigned)e / 64u % 64u);
-                                    const int l178 = (int)((unsigned)e / 1u % 64u);
-                                    float a179 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a179 = fmaf((dt_smem + 0)[l175 * 2048 + l176 * 2048 + l177 * 32 + q * 1], (dt_smem + 4096)[l175 * 2048 + l176 * 2048 + l178 * 32 + q * 1], a179);
-                                    v40[r] = a179;
+                                    const int l33 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l34 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l35 = (int)((unsigned)e / 64u % 64u);
+                                    const int l36 = (int)((unsigned)e / 1u % 64u);
+                                    float a37 = 0.0f;
+                                    for (int q = 0; q < 32; q++) a37 = fmaf((dt_smem + 0)[l33 * 2048 + l34 * 2048 + l35 * 32 + q * 1], (dt_smem + 4096)[l33 * 2048 + l34 * 2048 + l36 * 32 + q * 1], a37);
+                                    v5[r] = a37;
                                 }
                             }
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                                 (void)e; {
-                                    acc7[r] = acc7[r] + v40[r];
+                                    acc1[r] = acc1[r] + v5[r];
                                 }
                             }
                         }
-                        float v41[16];
+                        float v6[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                v41[r] = acc7[r];
+                                v6[r] = acc1[r];
                             }
                         }
-                        float v44[16];
+                        float v9[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                v44[r] = (v41[r] * v43[0]);
+                                v9[r] = (v6[r] * v8[0]);
                             }
                         }
-                        float v47[16];
+                        float v12[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                v47[r] = v37[r] != 0.0f ? v44[r] : v46[0];
+                                v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                            }
+                        }
+                        float v13[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            (void)e; {
+                                const int l57 = (int)((unsigned)e / 1u % 64u);
+                                v13[r] = ((unsigned)(o15 + l57) < (unsigned)s3) ? v12[r] : (-INFINITY);
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v15[r]; }
+                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v13[r]; }
                         __syncthreads();
-                        float v49[16];
+                        float v14[1];
+                        /* cooperative reduction: 4 threads per result */
+                        {
+                            const int j = tid / 4;
+                            const int q = tid % 4;
+                            float p = (-INFINITY);
+                            if (j < 64) {
+                                const int l58 = (j / 64) % 1;
+                                const int l59 = (j / 64) % 1;
+                                const int l60 = (j / 1) % 64;
+                                for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l58 * 4096 + l59 * 4096 + l60 * 64 + i * 1]);
+                            }
+                            for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
+                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                        }
+                        __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l196 = (int)((unsigned)e / 4096u % 1u);
-                                const int l197 = (int)((unsigned)e / 4096u % 1u);
-                                const int l198 = (int)((unsigned)e / 64u % 64u);
-                                v49[r] = (v47[r] - (dt_smem + 0)[l196 * 64 + l197 * 64 + l198]);
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v14[r] = (dt_smem + 4096)[e];
                             }
                         }
-                        float v50[16];
+                        float v57[1];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v50[r] = expf(v49[r]);
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v57[r] = acc0[r];
                             }
                         }
-                        float v51[16];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                acc0[r] = fmaxf(acc0[r], v14[r]);
+                            }
+                        }
+                        float v58[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v58[r] = acc0[r];
+                            }
+                        }
+                        float v61[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                            }
+                        }
+                        float v62[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                            }
+                        }
+                        float v63[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v63[r] = (v57[r] - v62[r]);
+                            }
+                        }
+                        float v64[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v64[r] = expf(v63[r]);
+                            }
+                        }
+                        float v65[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v65[r] = acc3[r];
+                            }
+                        }
+                        float v66[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v66[r] = (v65[r] * v64[r]);
+                            }
+                        }
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                acc3[r] = v66[r];
+                            }
+                        }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v62[r]; }
+                        __syncthreads();
+                        float v30[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l207 = (int)((unsigned)e / 1u % 64u);
-                                v51[r] = ((unsigned)(o157 + l207) < (unsigned)s3) ? v50[r] : 0e0f;
+                                const int l94 = (int)((unsigned)e / 4096u % 1u);
+                                const int l95 = (int)((unsigned)e / 4096u % 1u);
+                                const int l96 = (int)((unsigned)e / 64u % 64u);
+                                v30[r] = (v12[r] - (dt_smem + 0)[l94 * 64 + l95 * 64 + l96]);
+                            }
+                        }
+                        float v31[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            (void)e; {
+                                v31[r] = expf(v30[r]);
+                            }
+                        }
+                        float v32[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            (void)e; {
+                                const int l105 = (int)((unsigned)e / 1u % 64u);
+                                v32[r] = ((unsigned)(o15 + l105) < (unsigned)s3) ? v31[r] : 0e0f;
+                            }
+                        }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v32[r]; }
+                        __syncthreads();
+                        float v33[1];
+                        /* cooperative reduction: 4 threads per result */
+                        {
+                            const int j = tid / 4;
+                            const int q = tid % 4;
+                            float p = 0e0f;
+                            if (j < 64) {
+                                const int l106 = (j / 64) % 1;
+                                const int l107 = (j / 64) % 1;
+                                const int l108 = (j / 1) % 64;
+                                for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l106 * 4096 + l107 * 4096 + l108 * 64 + i * 1];
+                            }
+                            for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
+                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                        }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v33[r] = (dt_smem + 4096)[e];
+                            }
+                        }
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                acc3[r] = acc3[r] + v33[r];
+                            }
+                        }
+                        float v67[32];
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            (void)e; {
+                                v67[r] = acc6[r];
+                            }
+                        }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v64[r]; }
+                        __syncthreads();
+                        float v68[32];
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            (void)e; {
+                                const int l119 = (int)((unsigned)e / 8192u % 1u);
+                                const int l120 = (int)((unsigned)e / 8192u % 1u);
+                                const int l121 = (int)((unsigned)e / 128u % 64u);
+                                v68[r] = (v67[r] * (dt_smem + 0)[l119 * 64 + l120 * 64 + l121]);
+                            }
+                        }
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            (void)e; {
+                                acc6[r] = v68[r];
                             }
                         }
                         float v52[32];
@@ -8708,16 +4105,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l208 = (int)((unsigned)e / 8192u % 1u);
-                                const int l209 = (int)((unsigned)e / 8192u % 1u);
-                                const int l210 = (int)((unsigned)e / 64u % 128u);
-                                const int l211 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = ((unsigned)(o157 + l211) < (unsigned)s3 && (unsigned)(o152 + l210) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l208) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l209) * (unsigned)args.input_strides[2][1] + (unsigned)(o157 + l211) * (unsigned)args.input_strides[2][2] + (unsigned)(o152 + l210) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                                const int l127 = (int)((unsigned)e / 8192u % 1u);
+                                const int l128 = (int)((unsigned)e / 8192u % 1u);
+                                const int l129 = (int)((unsigned)e / 64u % 128u);
+                                const int l130 = (int)((unsigned)e / 1u % 64u);
+                                v52[r] = ((unsigned)(o15 + l130) < (unsigned)s3 && (unsigned)(o4 + l129) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l127) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l128) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l130) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + l129) * (unsigned)args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v51[r]; }
+                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v32[r]; }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll
@@ -8728,13 +4125,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l212 = (int)((unsigned)e / 8192u % 1u);
-                                const int l213 = (int)((unsigned)e / 8192u % 1u);
-                                const int l214 = (int)((unsigned)e / 128u % 64u);
-                                const int l215 = (int)((unsigned)e / 1u % 128u);
-                                float a216 = 0.0f;
-                                for (int q = 0; q < 64; q++) a216 = fmaf((dt_smem + 0)[l212 * 4096 + l213 * 4096 + l214 * 64 + q * 1], (dt_smem + 4096)[l212 * 8192 + l213 * 8192 + l215 * 64 + q * 1], a216);
-                                v53[r] = a216;
+                                const int l131 = (int)((unsigned)e / 8192u % 1u);
+                                const int l132 = (int)((unsigned)e / 8192u % 1u);
+                                const int l133 = (int)((unsigned)e / 128u % 64u);
+                                const int l134 = (int)((unsigned)e / 1u % 128u);
+                                float a135 = 0.0f;
+                                for (int q = 0; q < 64; q++) a135 = fmaf((dt_smem + 0)[l131 * 4096 + l132 * 4096 + l133 * 64 + q * 1], (dt_smem + 4096)[l131 * 8192 + l132 * 8192 + l134 * 64 + q * 1], a135);
+                                v53[r] = a135;
                             }
                         }
                         #pragma unroll
@@ -8743,6 +4140,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
                             (void)e; {
                                 acc6[r] = acc6[r] + v53[r];
                             }
+                        }
+                    }
+                    float v34[1];
+                    #pragma unroll
+                    for (int r = 0; r < 1; r++) {
+                        const int e = tid + r * 256;
+                        if (e < 64) {
+                            v34[r] = acc3[r];
                         }
                     }
                     float v54[32];
@@ -8762,27 +4167,27 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l225 = (int)((unsigned)e / 8192u % 1u);
-                            const int l226 = (int)((unsigned)e / 8192u % 1u);
-                            const int l227 = (int)((unsigned)e / 128u % 64u);
-                            v56[r] = (v54[r] / (dt_smem + 0)[l225 * 64 + l226 * 64 + l227]);
+                            const int l147 = (int)((unsigned)e / 8192u % 1u);
+                            const int l148 = (int)((unsigned)e / 8192u % 1u);
+                            const int l149 = (int)((unsigned)e / 128u % 64u);
+                            v56[r] = (v54[r] / (dt_smem + 0)[l147 * 64 + l148 * 64 + l149]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 8; c++) {
                         const int e = (c * 256 + tid) * 4;
-                        const int l229 = (int)((unsigned)e / 8192u % 1u);
-                        const int l230 = (int)((unsigned)e / 8192u % 1u);
-                        const int l231 = (int)((unsigned)e / 128u % 64u);
-                        const int l232 = (int)((unsigned)e / 1u % 128u);
-                        const unsigned a = (unsigned)(o1 + l229) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l230) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l231) * (unsigned)args.output_strides[2] + (unsigned)(o152 + l232) * (unsigned)args.output_strides[3];
-                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o3 + l231) < (unsigned)s2 && (unsigned)(o152 + (l232 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l151 = (int)((unsigned)e / 8192u % 1u);
+                        const int l152 = (int)((unsigned)e / 8192u % 1u);
+                        const int l153 = (int)((unsigned)e / 128u % 64u);
+                        const int l154 = (int)((unsigned)e / 1u % 128u);
+                        const unsigned a = (unsigned)(o1 + l151) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l152) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l153) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l154) * (unsigned)args.output_strides[3];
+                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o3 + l153) < (unsigned)s2 && (unsigned)(o4 + (l154 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(__float_as_uint(v56[c * 4 + 0]), __float_as_uint(v56[c * 4 + 1]), __float_as_uint(v56[c * 4 + 2]), __float_as_uint(v56[c * 4 + 3]));
                         } else {
-                            if ((unsigned)(o3 + l231) < (unsigned)s2 && (unsigned)(o152 + l232) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 0]);
-                            if ((unsigned)(o3 + l231) < (unsigned)s2 && (unsigned)(o152 + (l232 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 1]);
-                            if ((unsigned)(o3 + l231) < (unsigned)s2 && (unsigned)(o152 + (l232 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 2]);
-                            if ((unsigned)(o3 + l231) < (unsigned)s2 && (unsigned)(o152 + (l232 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 3]);
+                            if ((unsigned)(o3 + l153) < (unsigned)s2 && (unsigned)(o4 + l154) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 0]);
+                            if ((unsigned)(o3 + l153) < (unsigned)s2 && (unsigned)(o4 + (l154 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 1]);
+                            if ((unsigned)(o3 + l153) < (unsigned)s2 && (unsigned)(o4 + (l154 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 2]);
+                            if ((unsigned)(o3 + l153) < (unsigned)s2 && (unsigned)(o4 + (l154 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 3]);
                         }
                     }
                 }
@@ -8849,53 +4254,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
         (void)r; (void)e;
         v11[r] = (-v10[0]);
     }
-    float v23[1];
+    float v59[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v23[r] = (float)s5;
+        v59[r] = (-INFINITY);
     }
-    float v24[1];
+    float v60[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v24[r] = dt_rsqrt(v23[0]);
-    }
-    float v26[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v26[r] = INFINITY;
-    }
-    float v27[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v27[r] = (-v26[0]);
-    }
-    float v42[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v42[r] = (float)s5;
-    }
-    float v43[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v43[r] = dt_rsqrt(v42[0]);
-    }
-    float v45[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v45[r] = INFINITY;
-    }
-    float v46[1];
-    {
-        const int r = 0, e = 0;
-        (void)r; (void)e;
-        v46[r] = (-v45[0]);
+        v60[r] = 0e0f;
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -8903,495 +4272,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
             /* block(i:64) attention_causal.tensorize(i:0) */
             for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
-                /* rmax identity */
-                float acc0[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc0[r] = (-INFINITY);
-                    }
-                }
-                /* partial rmax over j, lane by lane */
-                float acc8[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                    (void)e; {
-                        acc8[r] = (-INFINITY);
-                    }
-                }
-                /* rmax attention_causal.tensorize(j:64) */
-                for (long long o11 = 0; o11 < s3; o11 += 64) {
-                    float v0[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            const int l12 = (int)((unsigned)e / 1u % 64u);
-                            v0[r] = (float)(o11 + l12);
-                        }
-                    }
-                    float v1[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            const int l13 = (int)((unsigned)e / 1u % 64u);
-                            v1[r] = (float)(o3 + l13);
-                        }
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v0[r]; }
-                    __syncthreads();
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 4096)[e] = v1[r]; }
-                    __syncthreads();
-                    float v2[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            const int l14 = (int)((unsigned)e / 64u % 64u);
-                            const int l15 = (int)((unsigned)e / 1u % 64u);
-                            v2[r] = (((dt_smem + 0)[l15]) <= ((dt_smem + 4096)[l14]) ? 1.0f : 0.0f);
-                        }
-                    }
-                    /* rdot accumulator */
-                    float acc1[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            acc1[r] = 0e0f;
-                        }
-                    }
-                    /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o20 = 0; o20 < s5; o20 += 32) {
-                        float v3[8];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 256 + tid) * 4;
-                            const int l21 = (int)((unsigned)e / 2048u % 1u);
-                            const int l22 = (int)((unsigned)e / 2048u % 1u);
-                            const int l23 = (int)((unsigned)e / 32u % 64u);
-                            const int l24 = (int)((unsigned)e / 1u % 32u);
-                            const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l22) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l23) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + l24) * (unsigned)args.input_strides[0][3];
-                            if ((unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + l24) < (unsigned)s5) {
-                                const uint4 q = *(const uint4*)(in0 + a);
-                                v3[c * 4 + 0] = __uint_as_float(q.x);
-                                v3[c * 4 + 1] = __uint_as_float(q.y);
-                                v3[c * 4 + 2] = __uint_as_float(q.z);
-                                v3[c * 4 + 3] = __uint_as_float(q.w);
-                            } else {
-                                v3[c * 4 + 0] = 0e0f;
-                                v3[c * 4 + 1] = 0e0f;
-                                v3[c * 4 + 2] = 0e0f;
-                                v3[c * 4 + 3] = 0e0f;
-                            }
-                        }
-                        float v4[8];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 256 + tid) * 4;
-                            const int l25 = (int)((unsigned)e / 2048u % 1u);
-                            const int l26 = (int)((unsigned)e / 2048u % 1u);
-                            const int l27 = (int)((unsigned)e / 32u % 64u);
-                            const int l28 = (int)((unsigned)e / 1u % 32u);
-                            const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l26) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l27) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + l28) * (unsigned)args.input_strides[1][3];
-                            if ((unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o20 + l28) < (unsigned)s5) {
-                                const uint4 q = *(const uint4*)(in1 + a);
-                                v4[c * 4 + 0] = __uint_as_float(q.x);
-                                v4[c * 4 + 1] = __uint_as_float(q.y);
-                                v4[c * 4 + 2] = __uint_as_float(q.z);
-                                v4[c * 4 + 3] = __uint_as_float(q.w);
-                            } else {
-                                v4[c * 4 + 0] = 0e0f;
-                                v4[c * 4 + 1] = 0e0f;
-                                v4[c * 4 + 2] = 0e0f;
-                                v4[c * 4 + 3] = 0e0f;
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v3[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v4[r]; }
-                        __syncthreads();
-                        float v5[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l29 = (int)((unsigned)e / 4096u % 1u);
-                                const int l30 = (int)((unsigned)e / 4096u % 1u);
-                                const int l31 = (int)((unsigned)e / 64u % 64u);
-                                const int l32 = (int)((unsigned)e / 1u % 64u);
-                                float a33 = 0.0f;
-                                for (int q = 0; q < 32; q++) a33 = fmaf((dt_smem + 0)[l29 * 2048 + l30 * 2048 + l31 * 32 + q * 1], (dt_smem + 4096)[l29 * 2048 + l30 * 2048 + l32 * 32 + q * 1], a33);
-                                v5[r] = a33;
-                            }
-                        }
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc1[r] = acc1[r] + v5[r];
-                            }
-                        }
-                    }
-                    float v6[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v6[r] = acc1[r];
-                        }
-                    }
-                    float v9[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v9[r] = (v6[r] * v8[0]);
-                        }
-                    }
-                    float v12[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
-                        }
-                    }
-                    float v13[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            const int l53 = (int)((unsigned)e / 1u % 64u);
-                            v13[r] = ((unsigned)(o11 + l53) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                        }
-                    }
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            acc8[r] = fmaxf(acc8[r], v13[r]);
-                        }
-                    }
-                }
-                float v57[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                    (void)e; {
-                        v57[r] = acc8[r];
-                    }
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v57[r]; }
-                __syncthreads();
-                float v14[1];
-                /* cooperative reduction: 4 threads per result */
-                {
-                    const int j = tid / 4;
-                    const int q = tid % 4;
-                    float p = (-INFINITY);
-                    if (j < 64) {
-                        const int l62 = (j / 64) % 1;
-                        const int l63 = (j / 64) % 1;
-                        const int l64 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l62 * 4096 + l63 * 4096 + l64 * 64 + i * 1]);
-                    }
-                    for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
-                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v14[r] = (dt_smem + 4096)[e];
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc0[r] = fmaxf(acc0[r], v14[r]);
-                    }
-                }
-                float v15[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v15[r] = acc0[r];
-                    }
-                }
-                /* rsum identity */
-                float acc3[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc3[r] = 0e0f;
-                    }
-                }
-                /* partial rsum over j, lane by lane */
-                float acc9[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                    (void)e; {
-                        acc9[r] = 0e0f;
-                    }
-                }
-                /* rsum attention_causal.tensorize(j:64) */
-                for (long long o81 = 0; o81 < s3; o81 += 64) {
-                    float v16[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            const int l82 = (int)((unsigned)e / 1u % 64u);
-                            v16[r] = (float)(o81 + l82);
-                        }
-                    }
-                    float v17[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            const int l83 = (int)((unsigned)e / 1u % 64u);
-                            v17[r] = (float)(o3 + l83);
-                        }
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v16[r]; }
-                    __syncthreads();
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 4096)[e] = v17[r]; }
-                    __syncthreads();
-                    float v18[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            const int l84 = (int)((unsigned)e / 64u % 64u);
-                            const int l85 = (int)((unsigned)e / 1u % 64u);
-                            v18[r] = (((dt_smem + 0)[l85]) <= ((dt_smem + 4096)[l84]) ? 1.0f : 0.0f);
-                        }
-                    }
-                    /* rdot accumulator */
-                    float acc4[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            acc4[r] = 0e0f;
-                        }
-                    }
-                    /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o90 = 0; o90 < s5; o90 += 32) {
-                        float v19[8];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 256 + tid) * 4;
-                            const int l91 = (int)((unsigned)e / 2048u % 1u);
-                            const int l92 = (int)((unsigned)e / 2048u % 1u);
-                            const int l93 = (int)((unsigned)e / 32u % 64u);
-                            const int l94 = (int)((unsigned)e / 1u % 32u);
-                            const unsigned a = (unsigned)(o1 + l91) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l92) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l93) * (unsigned)args.input_strides[0][2] + (unsigned)(o90 + l94) * (unsigned)args.input_strides[0][3];
-                            if ((unsigned)(o3 + l93) < (unsigned)s2 && (unsigned)(o90 + l94) < (unsigned)s5) {
-                                const uint4 q = *(const uint4*)(in0 + a);
-                                v19[c * 4 + 0] = __uint_as_float(q.x);
-                                v19[c * 4 + 1] = __uint_as_float(q.y);
-                                v19[c * 4 + 2] = __uint_as_float(q.z);
-                                v19[c * 4 + 3] = __uint_as_float(q.w);
-                            } else {
-                                v19[c * 4 + 0] = 0e0f;
-                                v19[c * 4 + 1] = 0e0f;
-                                v19[c * 4 + 2] = 0e0f;
-                                v19[c * 4 + 3] = 0e0f;
-                            }
-                        }
-                        float v20[8];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 256 + tid) * 4;
-                            const int l95 = (int)((unsigned)e / 2048u % 1u);
-                            const int l96 = (int)((unsigned)e / 2048u % 1u);
-                            const int l97 = (int)((unsigned)e / 32u % 64u);
-                            const int l98 = (int)((unsigned)e / 1u % 32u);
-                            const unsigned a = (unsigned)(o1 + l95) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l96) * (unsigned)args.input_strides[1][1] + (unsigned)(o81 + l97) * (unsigned)args.input_strides[1][2] + (unsigned)(o90 + l98) * (unsigned)args.input_strides[1][3];
-                            if ((unsigned)(o81 + l97) < (unsigned)s3 && (unsigned)(o90 + l98) < (unsigned)s5) {
-                                const uint4 q = *(const uint4*)(in1 + a);
-                                v20[c * 4 + 0] = __uint_as_float(q.x);
-                                v20[c * 4 + 1] = __uint_as_float(q.y);
-                                v20[c * 4 + 2] = __uint_as_float(q.z);
-                                v20[c * 4 + 3] = __uint_as_float(q.w);
-                            } else {
-                                v20[c * 4 + 0] = 0e0f;
-                                v20[c * 4 + 1] = 0e0f;
-                                v20[c * 4 + 2] = 0e0f;
-                                v20[c * 4 + 3] = 0e0f;
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v19[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v20[r]; }
-                        __syncthreads();
-                        float v21[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l99 = (int)((unsigned)e / 4096u % 1u);
-                                const int l100 = (int)((unsigned)e / 4096u % 1u);
-                                const int l101 = (int)((unsigned)e / 64u % 64u);
-                                const int l102 = (int)((unsigned)e / 1u % 64u);
-                                float a103 = 0.0f;
-                                for (int q = 0; q < 32; q++) a103 = fmaf((dt_smem + 0)[l99 * 2048 + l100 * 2048 + l101 * 32 + q * 1], (dt_smem + 4096)[l99 * 2048 + l100 * 2048 + l102 * 32 + q * 1], a103);
-                                v21[r] = a103;
-                            }
-                        }
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc4[r] = acc4[r] + v21[r];
-                            }
-                        }
-                    }
-                    float v22[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v22[r] = acc4[r];
-                        }
-                    }
-                    float v25[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v25[r] = (v22[r] * v24[0]);
-                        }
-                    }
-                    float v28[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v28[r] = v18[r] != 0.0f ? v25[r] : v27[0];
-                        }
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v15[r]; }
-                    __syncthreads();
-                    float v30[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            const int l120 = (int)((unsigned)e / 4096u % 1u);
-                            const int l121 = (int)((unsigned)e / 4096u % 1u);
-                            const int l122 = (int)((unsigned)e / 64u % 64u);
-                            v30[r] = (v28[r] - (dt_smem + 0)[l120 * 64 + l121 * 64 + l122]);
-                        }
-                    }
-                    float v31[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v31[r] = expf(v30[r]);
-                        }
-                    }
-                    float v32[16];
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            const int l131 = (int)((unsigned)e / 1u % 64u);
-                            v32[r] = ((unsigned)(o81 + l131) < (unsigned)s3) ? v31[r] : 0e0f;
-                        }
-                    }
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            acc9[r] = acc9[r] + v32[r];
-                        }
-                    }
-                }
-                float v58[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                    (void)e; {
-                        v58[r] = acc9[r];
-                    }
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v58[r]; }
-                __syncthreads();
-                float v33[1];
-                /* cooperative reduction: 4 threads per result */
-                {
-                    const int j = tid / 4;
-                    const int q = tid % 4;
-                    float p = 0e0f;
-                    if (j < 64) {
-                        const int l140 = (j / 64) % 1;
-                        const int l141 = (j / 64) % 1;
-                        const int l142 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l140 * 4096 + l141 * 4096 + l142 * 64 + i * 1];
-                    }
-                    for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
-                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v33[r] = (dt_smem + 4096)[e];
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc3[r] = acc3[r] + v33[r];
-                    }
-                }
-                float v34[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        v34[r] = acc3[r];
-                    }
-                }
                 /* block(e:128) attention_causal.tensorize(e:0) */
-                for (long long o152 = b4 * 128; o152 < dt_min_ll(b4 * 128 + 128, s4); o152 += 128) {
+                for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                     /* rdot accumulator */
                     float acc6[32];
                     #pragma unroll
@@ -9401,183 +4283,379 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                             acc6[r] = 0e0f;
                         }
                     }
-                    /* rdot attention_causal.tensorize(j:64) */
-                    for (long long o157 = 0; o157 < s3; o157 += 64) {
-                        float v35[1];
+                    /* rsum identity */
+                    float acc3[1];
+                    #pragma unroll
+                    for (int r = 0; r < 1; r++) {
+                        const int e = tid + r * 256;
+                        if (e < 64) {
+                            acc3[r] = 0e0f;
+                        }
+                    }
+                    /* rmax identity */
+                    float acc0[1];
+                    #pragma unroll
+                    for (int r = 0; r < 1; r++) {
+                        const int e = tid + r * 256;
+                        if (e < 64) {
+                            acc0[r] = (-INFINITY);
+                        }
+                    }
+                    /* rmax attention_causal.tensorize(j:64) + rsum attention_causal.tensorize(j:64) + rdot attention_causal.tensorize(j:64), online */
+                    for (long long o15 = 0; o15 < s3; o15 += 64) {
+                        float v0[1];
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                const int l158 = (int)((unsigned)e / 1u % 64u);
-                                v35[r] = (float)(o157 + l158);
+                                const int l16 = (int)((unsigned)e / 1u % 64u);
+                                v0[r] = (float)(o15 + l16);
                             }
                         }
-                        float v36[1];
+                        float v1[1];
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                const int l159 = (int)((unsigned)e / 1u % 64u);
-                                v36[r] = (float)(o3 + l159);
+                                const int l17 = (int)((unsigned)e / 1u % 64u);
+                                v1[r] = (float)(o3 + l17);
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v35[r]; }
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v0[r]; }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 4096)[e] = v36[r]; }
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 4096)[e] = v1[r]; }
                         __syncthreads();
-                        float v37[16];
+                        float v2[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l160 = (int)((unsigned)e / 64u % 64u);
-                                const int l161 = (int)((unsigned)e / 1u % 64u);
-                                v37[r] = (((dt_smem + 0)[l161]) <= ((dt_smem + 4096)[l160]) ? 1.0f : 0.0f);
+                                const int l18 = (int)((unsigned)e / 64u % 64u);
+                                const int l19 = (int)((unsigned)e / 1u % 64u);
+                                v2[r] = (((dt_smem + 0)[l19]) <= ((dt_smem + 4096)[l18]) ? 1.0f : 0.0f);
                             }
                         }
                         /* rdot accumulator */
-                        float acc7[16];
+                        float acc1[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                acc7[r] = 0e0f;
+                                acc1[r] = 0e0f;
                             }
                         }
                         /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o166 = 0; o166 < s5; o166 += 32) {
-                            float v38[8];
+                        for (long long o24 = 0; o24 < s5; o24 += 32) {
+                            float v3[8];
                             #pragma unroll
                             for (int c = 0; c < 2; c++) {
                                 const int e = (c * 256 + tid) * 4;
-                                const int l167 = (int)((unsigned)e / 2048u % 1u);
-                                const int l168 = (int)((unsigned)e / 2048u % 1u);
-                                const int l169 = (int)((unsigned)e / 32u % 64u);
-                                const int l170 = (int)((unsigned)e / 1u % 32u);
-                                const unsigned a = (unsigned)(o1 + l167) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l169) * (unsigned)args.input_strides[0][2] + (unsigned)(o166 + l170) * (unsigned)args.input_strides[0][3];
-                                if ((unsigned)(o3 + l169) < (unsigned)s2 && (unsigned)(o166 + l170) < (unsigned)s5) {
+                                const int l25 = (int)((unsigned)e / 2048u % 1u);
+                                const int l26 = (int)((unsigned)e / 2048u % 1u);
+                                const int l27 = (int)((unsigned)e / 32u % 64u);
+                                const int l28 = (int)((unsigned)e / 1u % 32u);
+                                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l26) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l27) * (unsigned)args.input_strides[0][2] + (unsigned)(o24 + l28) * (unsigned)args.input_strides[0][3];
+                                if ((unsigned)(o3 + l27) < (unsigned)s2 && (unsigned)(o24 + l28) < (unsigned)s5) {
                                     const uint4 q = *(const uint4*)(in0 + a);
-                                    v38[c * 4 + 0] = __uint_as_float(q.x);
-                                    v38[c * 4 + 1] = __uint_as_float(q.y);
-                                    v38[c * 4 + 2] = __uint_as_float(q.z);
-                                    v38[c * 4 + 3] = __uint_as_float(q.w);
+                                    v3[c * 4 + 0] = __uint_as_float(q.x);
+                                    v3[c * 4 + 1] = __uint_as_float(q.y);
+                                    v3[c * 4 + 2] = __uint_as_float(q.z);
+                                    v3[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v38[c * 4 + 0] = 0e0f;
-                                    v38[c * 4 + 1] = 0e0f;
-                                    v38[c * 4 + 2] = 0e0f;
-                                    v38[c * 4 + 3] = 0e0f;
+                                    v3[c * 4 + 0] = 0e0f;
+                                    v3[c * 4 + 1] = 0e0f;
+                                    v3[c * 4 + 2] = 0e0f;
+                                    v3[c * 4 + 3] = 0e0f;
                                 }
                             }
-                            float v39[8];
+                            float v4[8];
                             #pragma unroll
                             for (int c = 0; c < 2; c++) {
                                 const int e = (c * 256 + tid) * 4;
-                                const int l171 = (int)((unsigned)e / 2048u % 1u);
-                                const int l172 = (int)((unsigned)e / 2048u % 1u);
-                                const int l173 = (int)((unsigned)e / 32u % 64u);
-                                const int l174 = (int)((unsigned)e / 1u % 32u);
-                                const unsigned a = (unsigned)(o1 + l171) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l172) * (unsigned)args.input_strides[1][1] + (unsigned)(o157 + l173) * (unsigned)args.input_strides[1][2] + (unsigned)(o166 + l174) * (unsigned)args.input_strides[1][3];
-                                if ((unsigned)(o157 + l173) < (unsigned)s3 && (unsigned)(o166 + l174) < (unsigned)s5) {
+                                const int l29 = (int)((unsigned)e / 2048u % 1u);
+                                const int l30 = (int)((unsigned)e / 2048u % 1u);
+                                const int l31 = (int)((unsigned)e / 32u % 64u);
+                                const int l32 = (int)((unsigned)e / 1u % 32u);
+                                const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[1][2] + (unsigned)(o24 + l32) * (unsigned)args.input_strides[1][3];
+                                if ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o24 + l32) < (unsigned)s5) {
                                     const uint4 q = *(const uint4*)(in1 + a);
-                                    v39[c * 4 + 0] = __uint_as_float(q.x);
-                                    v39[c * 4 + 1] = __uint_as_float(q.y);
-                                    v39[c * 4 + 2] = __uint_as_float(q.z);
-                                    v39[c * 4 + 3] = __uint_as_float(q.w);
+                                    v4[c * 4 + 0] = __uint_as_float(q.x);
+                                    v4[c * 4 + 1] = __uint_as_float(q.y);
+                                    v4[c * 4 + 2] = __uint_as_float(q.z);
+                                    v4[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v39[c * 4 + 0] = 0e0f;
-                                    v39[c * 4 + 1] = 0e0f;
-                                    v39[c * 4 + 2] = 0e0f;
-                                    v39[c * 4 + 3] = 0e0f;
+                                    v4[c * 4 + 0] = 0e0f;
+                                    v4[c * 4 + 1] = 0e0f;
+                                    v4[c * 4 + 2] = 0e0f;
+                                    v4[c * 4 + 3] = 0e0f;
                                 }
                             }
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v38[r]; }
+                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v3[r]; }
                             __syncthreads();
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v39[r]; }
+                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v4[r]; }
                             __syncthreads();
-                            float v40[16];
+                            float v5[16];
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                                 (void)e; {
-                                    const int l175 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l176 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l177 = (int)((unsigned)e / 64u % 64u);
-                                    const int l178 = (int)((unsigned)e / 1u % 64u);
-                                    float a179 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a179 = fmaf((dt_smem + 0)[l175 * 2048 + l176 * 2048 + l177 * 32 + q * 1], (dt_smem + 4096)[l175 * 2048 + l176 * 2048 + l178 * 32 + q * 1], a179);
-                                    v40[r] = a179;
+                                    const int l33 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l34 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l35 = (int)((unsigned)e / 64u % 64u);
+                                    const int l36 = (int)((unsigned)e / 1u % 64u);
+                                    float a37 = 0.0f;
+                                    for (int q = 0; q < 32; q++) a37 = fmaf((dt_smem + 0)[l33 * 2048 + l34 * 2048 + l35 * 32 + q * 1], (dt_smem + 4096)[l33 * 2048 + l34 * 2048 + l36 * 32 + q * 1], a37);
+                                    v5[r] = a37;
                                 }
                             }
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                                 (void)e; {
-                                    acc7[r] = acc7[r] + v40[r];
+                                    acc1[r] = acc1[r] + v5[r];
                                 }
                             }
                         }
-                        float v41[16];
+                        float v6[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                v41[r] = acc7[r];
+                                v6[r] = acc1[r];
                             }
                         }
-                        float v44[16];
+                        float v9[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                v44[r] = (v41[r] * v43[0]);
+                                v9[r] = (v6[r] * v8[0]);
                             }
                         }
-                        float v47[16];
+                        float v12[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                v47[r] = v37[r] != 0.0f ? v44[r] : v46[0];
+                                v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                            }
+                        }
+                        float v13[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            (void)e; {
+                                const int l57 = (int)((unsigned)e / 1u % 64u);
+                                v13[r] = ((unsigned)(o15 + l57) < (unsigned)s3) ? v12[r] : (-INFINITY);
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v15[r]; }
+                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v13[r]; }
                         __syncthreads();
-                        float v49[16];
+                        float v14[1];
+                        /* cooperative reduction: 4 threads per result */
+                        {
+                            const int j = tid / 4;
+                            const int q = tid % 4;
+                            float p = (-INFINITY);
+                            if (j < 64) {
+                                const int l58 = (j / 64) % 1;
+                                const int l59 = (j / 64) % 1;
+                                const int l60 = (j / 1) % 64;
+                                for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l58 * 4096 + l59 * 4096 + l60 * 64 + i * 1]);
+                            }
+                            for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
+                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                        }
+                        __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l196 = (int)((unsigned)e / 4096u % 1u);
-                                const int l197 = (int)((unsigned)e / 4096u % 1u);
-                                const int l198 = (int)((unsigned)e / 64u % 64u);
-                                v49[r] = (v47[r] - (dt_smem + 0)[l196 * 64 + l197 * 64 + l198]);
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v14[r] = (dt_smem + 4096)[e];
                             }
                         }
-                        float v50[16];
+                        float v57[1];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v50[r] = expf(v49[r]);
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v57[r] = acc0[r];
                             }
                         }
-                        float v51[16];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                acc0[r] = fmaxf(acc0[r], v14[r]);
+                            }
+                        }
+                        float v58[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v58[r] = acc0[r];
+                            }
+                        }
+                        float v61[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                            }
+                        }
+                        float v62[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                            }
+                        }
+                        float v63[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v63[r] = (v57[r] - v62[r]);
+                            }
+                        }
+                        float v64[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v64[r] = expf(v63[r]);
+                            }
+                        }
+                        float v65[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v65[r] = acc3[r];
+                            }
+                        }
+                        float v66[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v66[r] = (v65[r] * v64[r]);
+                            }
+                        }
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                acc3[r] = v66[r];
+                            }
+                        }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v62[r]; }
+                        __syncthreads();
+                        float v30[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l207 = (int)((unsigned)e / 1u % 64u);
-                                v51[r] = ((unsigned)(o157 + l207) < (unsigned)s3) ? v50[r] : 0e0f;
+                                const int l94 = (int)((unsigned)e / 4096u % 1u);
+                                const int l95 = (int)((unsigned)e / 4096u % 1u);
+                                const int l96 = (int)((unsigned)e / 64u % 64u);
+                                v30[r] = (v12[r] - (dt_smem + 0)[l94 * 64 + l95 * 64 + l96]);
+                            }
+                        }
+                        float v31[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            (void)e; {
+                                v31[r] = expf(v30[r]);
+                            }
+                        }
+                        float v32[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            (void)e; {
+                                const int l105 = (int)((unsigned)e / 1u % 64u);
+                                v32[r] = ((unsigned)(o15 + l105) < (unsigned)s3) ? v31[r] : 0e0f;
+                            }
+                        }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v32[r]; }
+                        __syncthreads();
+                        float v33[1];
+                        /* cooperative reduction: 4 threads per result */
+                        {
+                            const int j = tid / 4;
+                            const int q = tid % 4;
+                            float p = 0e0f;
+                            if (j < 64) {
+                                const int l106 = (j / 64) % 1;
+                                const int l107 = (j / 64) % 1;
+                                const int l108 = (j / 1) % 64;
+                                for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l106 * 4096 + l107 * 4096 + l108 * 64 + i * 1];
+                            }
+                            for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
+                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                        }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v33[r] = (dt_smem + 4096)[e];
+                            }
+                        }
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                acc3[r] = acc3[r] + v33[r];
+                            }
+                        }
+                        float v67[32];
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            (void)e; {
+                                v67[r] = acc6[r];
+                            }
+                        }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v64[r]; }
+                        __syncthreads();
+                        float v68[32];
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            (void)e; {
+                                const int l119 = (int)((unsigned)e / 8192u % 1u);
+                                const int l120 = (int)((unsigned)e / 8192u % 1u);
+                                const int l121 = (int)((unsigned)e / 128u % 64u);
+                                v68[r] = (v67[r] * (dt_smem + 0)[l119 * 64 + l120 * 64 + l121]);
+                            }
+                        }
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            (void)e; {
+                                acc6[r] = v68[r];
                             }
                         }
                         float v52[32];
@@ -9585,16 +4663,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l208 = (int)((unsigned)e / 8192u % 1u);
-                                const int l209 = (int)((unsigned)e / 8192u % 1u);
-                                const int l210 = (int)((unsigned)e / 64u % 128u);
-                                const int l211 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = ((unsigned)(o157 + l211) < (unsigned)s3 && (unsigned)(o152 + l210) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l208) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l209) * (unsigned)args.input_strides[2][1] + (unsigned)(o157 + l211) * (unsigned)args.input_strides[2][2] + (unsigned)(o152 + l210) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                                const int l127 = (int)((unsigned)e / 8192u % 1u);
+                                const int l128 = (int)((unsigned)e / 8192u % 1u);
+                                const int l129 = (int)((unsigned)e / 64u % 128u);
+                                const int l130 = (int)((unsigned)e / 1u % 64u);
+                                v52[r] = ((unsigned)(o15 + l130) < (unsigned)s3 && (unsigned)(o4 + l129) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l127) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l128) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l130) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + l129) * (unsigned)args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v51[r]; }
+                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v32[r]; }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll
@@ -9605,13 +4683,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l212 = (int)((unsigned)e / 8192u % 1u);
-                                const int l213 = (int)((unsigned)e / 8192u % 1u);
-                                const int l214 = (int)((unsigned)e / 128u % 64u);
-                                const int l215 = (int)((unsigned)e / 1u % 128u);
-                                float a216 = 0.0f;
-                                for (int q = 0; q < 64; q++) a216 = fmaf((dt_smem + 0)[l212 * 4096 + l213 * 4096 + l214 * 64 + q * 1], (dt_smem + 4096)[l212 * 8192 + l213 * 8192 + l215 * 64 + q * 1], a216);
-                                v53[r] = a216;
+                                const int l131 = (int)((unsigned)e / 8192u % 1u);
+                                const int l132 = (int)((unsigned)e / 8192u % 1u);
+                                const int l133 = (int)((unsigned)e / 128u % 64u);
+                                const int l134 = (int)((unsigned)e / 1u % 128u);
+                                float a135 = 0.0f;
+                                for (int q = 0; q < 64; q++) a135 = fmaf((dt_smem + 0)[l131 * 4096 + l132 * 4096 + l133 * 64 + q * 1], (dt_smem + 4096)[l131 * 8192 + l132 * 8192 + l134 * 64 + q * 1], a135);
+                                v53[r] = a135;
                             }
                         }
                         #pragma unroll
@@ -9620,6 +4698,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                             (void)e; {
                                 acc6[r] = acc6[r] + v53[r];
                             }
+                        }
+                    }
+                    float v34[1];
+                    #pragma unroll
+                    for (int r = 0; r < 1; r++) {
+                        const int e = tid + r * 256;
+                        if (e < 64) {
+                            v34[r] = acc3[r];
                         }
                     }
                     float v54[32];
@@ -9639,21 +4725,21 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l225 = (int)((unsigned)e / 8192u % 1u);
-                            const int l226 = (int)((unsigned)e / 8192u % 1u);
-                            const int l227 = (int)((unsigned)e / 128u % 64u);
-                            v56[r] = (v54[r] / (dt_smem + 0)[l225 * 64 + l226 * 64 + l227]);
+                            const int l147 = (int)((unsigned)e / 8192u % 1u);
+                            const int l148 = (int)((unsigned)e / 8192u % 1u);
+                            const int l149 = (int)((unsigned)e / 128u % 64u);
+                            v56[r] = (v54[r] / (dt_smem + 0)[l147 * 64 + l148 * 64 + l149]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 8; c++) {
                         const int e = (c * 256 + tid) * 4;
-                        const int l229 = (int)((unsigned)e / 8192u % 1u);
-                        const int l230 = (int)((unsigned)e / 8192u % 1u);
-                        const int l231 = (int)((unsigned)e / 128u % 64u);
-                        const int l232 = (int)((unsigned)e / 1u % 128u);
-                        const unsigned a = (unsigned)(o1 + l229) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l230) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l231) * (unsigned)args.output_strides[2] + (unsigned)(o152 + l232) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + l231) < (unsigned)s2 && (unsigned)(o152 + l232) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(__float_as_uint(v56[c * 4 + 0]), __float_as_uint(v56[c * 4 + 1]), __float_as_uint(v56[c * 4 + 2]), __float_as_uint(v56[c * 4 + 3]));
+                        const int l151 = (int)((unsigned)e / 8192u % 1u);
+                        const int l152 = (int)((unsigned)e / 8192u % 1u);
+                        const int l153 = (int)((unsigned)e / 128u % 64u);
+                        const int l154 = (int)((unsigned)e / 1u % 128u);
+                        const unsigned a = (unsigned)(o1 + l151) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l152) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l153) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l154) * (unsigned)args.output_strides[3];
+                        if ((unsigned)(o3 + l153) < (unsigned)s2 && (unsigned)(o4 + l154) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(__float_as_uint(v56[c * 4 + 0]), __float_as_uint(v56[c * 4 + 1]), __float_as_uint(v56[c * 4 + 2]), __float_as_uint(v56[c * 4 + 3]));
                     }
                 }
             }

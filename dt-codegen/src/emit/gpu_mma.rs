@@ -20,11 +20,11 @@
 //! fragments (with `ldmatrix` on CUDA; on HIP each lane reads its four consecutive elements along
 //! K, 8 bytes at a time from [rows][K] lines) and accumulating in f32 (`mma.sync`,
 //! `__builtin_amdgcn_mfma_f32_16x16x16f16` / `..bf16_1k`), into the registers of the accumulator
-//! the dot is summed into. This applies only where it changes no result beyond the order of f32
-//! additions: for f16 and bf16 kernels whose operands are exact in that type (loads, possibly
-//! masked with a representable fill; a value computed in the kernel is f32 and is left to the
-//! scalar path, such as the probabilities of attention), and for tiles the warps divide into
-//! whole fragments. The CUDA helpers need sm_80; the HIP helpers use MFMA where the architecture
+//! the dot is summed into. This applies to f16 and bf16 kernels, for tiles the warps divide into
+//! whole fragments. Operands loaded from the inputs (possibly masked with a fill the type
+//! represents) are exact in that type, so the result changes only by the order of f32
+//! additions; an operand computed in the kernel (attention's probabilities) is rounded to the
+//! kernel's type when staged, as FlashAttention and cuDNN do. The CUDA helpers need sm_80; the HIP helpers use MFMA where the architecture
 //! has it (gfx908 for f16, gfx90a and the gfx94x for both) and an exchange of the operands by
 //! shuffles within the wavefront elsewhere, which computes the same result.
 //!
@@ -273,7 +273,7 @@ pub(super) fn plan(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate
                     p.dots.push((*id, d));
                     continue;
                 }
-                if exact(dtype, *a, &def) && exact(dtype, *b, &def) {
+                if stageable(dtype, *a, &def) && stageable(dtype, *b, &def) {
                     if let Some(d) = geometry(k, dialect, *id, *a, *b, *dim) {
                         p.values[id.0 as usize] = RegLayout::Mma(d.tile);
                         p.dots.push((*id, d));
@@ -312,7 +312,7 @@ pub(super) fn plan(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate
             let shape = &k.vars[var];
             let from: Vec<RegLayout> = updates
                 .iter()
-                .filter(|(x, _)| x.0 as usize == var)
+                .filter(|(x, v)| x.0 as usize == var && !rescales(k, *v, *x, &def))
                 .map(|(_, v)| if k.value(*v).shape == *shape { p.values[v.0 as usize] } else { RegLayout::Blocked })
                 .collect();
             let want = common(&from);
@@ -428,12 +428,30 @@ fn find_fusable(stmts: &[Stmt], fused: &mut Vec<(ValueId, VarId)>, direct: &mut 
     }
 }
 
-/// Whether every element of `v` is exactly representable in `dtype`, so staging it as 16-bit
-/// values loses nothing: loads (of `dtype` data), and those masked with a representable fill.
-fn exact<'a>(dtype: DType, v: ValueId, def: &impl Fn(ValueId) -> Option<&'a Op>) -> bool {
+/// Whether operand `v` may be staged as 16-bit `dtype` values. A load of `dtype` data loses
+/// nothing (masked with a fill `dtype` represents); a value computed in the kernel (attention's
+/// probabilities) is rounded to `dtype`, as FlashAttention and cuDNN round theirs before their
+/// second dot (docs/language.md, "Precision of dots").
+fn stageable<'a>(dtype: DType, v: ValueId, def: &impl Fn(ValueId) -> Option<&'a Op>) -> bool {
     match def(v) {
         Some(Op::Load { fill, .. }) => dtype.round(*fill) == *fill,
-        Some(Op::MaskFill { value, fill, .. }) => dtype.round(*fill) == *fill && exact(dtype, *value, def),
+        Some(Op::MaskFill { value, fill, .. }) => dtype.round(*fill) == *fill && stageable(dtype, *value, def),
+        Some(_) => true,
+        None => false,
+    }
+}
+
+/// Whether `v` is computed element-wise from reads of accumulator `var` alone (operands of
+/// other shapes, broadcast, aside): an update by it only rescales `var` (the online form's
+/// `$o = $o * scale`), so it follows `var`'s layout rather than deciding it.
+fn rescales<'a>(k: &Kernel, v: ValueId, var: VarId, def: &impl Fn(ValueId) -> Option<&'a Op>) -> bool {
+    match def(v) {
+        Some(Op::Var(x)) => *x == var,
+        Some(op @ (Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::MaskFill { .. })) => {
+            let shape = &k.value(v).shape;
+            let same: Vec<ValueId> = op.operands().into_iter().filter(|o| k.value(*o).shape == *shape).collect();
+            !same.is_empty() && same.iter().all(|o| rescales(k, *o, var, def))
+        }
         _ => false,
     }
 }

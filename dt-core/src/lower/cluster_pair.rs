@@ -1,4 +1,4 @@
-//! Part of pass 8 ([`super::online`]): a row split over a cluster meets once for both statistics.
+//! Part of pass 9 ([`super::online`]): a row split over a cluster meets once for both statistics.
 //!
 //! After the merged loop of a row split over a cluster, each program combines its lanes into its
 //! partial of the first statistic (softmax's maximum, layernorm's sum), the cluster combines the

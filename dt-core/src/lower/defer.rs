@@ -1,4 +1,4 @@
-//! Pass 7: reductions across lanes move out of the loops that feed them.
+//! Pass 8: reductions across lanes move out of the loops that feed them.
 //!
 //! A reduction loop that runs more than once (a row longer than its tile) reduces each chunk
 //! across the lanes of the tile and combines that into its accumulator. On a GPU that is a round

@@ -9,19 +9,22 @@
 //!    included) are computed once.
 //! 5. [`masks::drop_redundant_masks`]: a mask whose work the load under it can do goes.
 //! 6. [`dead::drop_dead_code`]: values and accumulators nothing reads are dropped.
-//! 7. [`defer::defer_lane_reductions`]: a reduction loop that runs more than once combines its
+//! 7. [`flash::run_dots_online`]: attention's loops over the keys (the row maximum, the sum
+//!    and the dot of `exp(s - max)`) become one, the sum and the dot rescaled as the maximum
+//!    grows and the scores computed once; [`cse`] and [`dead`] then run again.
+//! 8. [`defer::defer_lane_reductions`]: a reduction loop that runs more than once combines its
 //!    chunks lane by lane and reduces across lanes once, after the loop.
-//! 8. [`online::merge_statistic_loops`]: a statistic that needs another one first (softmax's
+//! 9. [`online::merge_statistic_loops`]: a statistic that needs another one first (softmax's
 //!    sum, layernorm's variance) is computed in the other's loop, both kept per run of lanes
 //!    where the reads after the loop allow, and a row split over a cluster combines both over the
 //!    cluster at one meeting ([`cluster_pair::meet_once`]); [`cse`] and [`dead`] then run again
 //!    over the merged loops.
-//! 9. [`layout::assign_layouts`]: tensor-core layouts for `rdot` operands and accumulators.
-//! 10. [`reverse::reverse_second_passes`]: a `whole` loop that reads again what a `reduce` loop
+//! 10. [`layout::assign_layouts`]: tensor-core layouts for `rdot` operands and accumulators.
+//! 11. [`reverse::reverse_second_passes`]: a `whole` loop that reads again what a `reduce` loop
 //!     before it read runs backward, starting with the chunks still in the L2 cache.
-//! 11. [`hoist::hoist_loop_invariants`]: what does not change from one step of a loop to the
+//! 12. [`hoist::hoist_loop_invariants`]: what does not change from one step of a loop to the
 //!     next (layernorm's `rsqrt(variance + eps)` in its output loop) is computed before it.
-//! 12. [`full_steps::split_full_steps`]: a `whole` or `reduce` loop runs its full steps without
+//! 13. [`full_steps::split_full_steps`]: a `whole` or `reduce` loop runs its full steps without
 //!     masks or lane tests, and its partial last step, if any, with them; [`dead`] then runs
 //!     again.
 //!
@@ -31,6 +34,7 @@ mod cluster_pair;
 mod cse;
 mod dead;
 mod defer;
+mod flash;
 mod full_steps;
 mod grid;
 mod hoist;
@@ -100,6 +104,10 @@ pub fn lower(p: &Program, k: FuncId) -> Result<Kernel, LowerError> {
     log("masks", &kernel);
     dead::drop_dead_code(&mut kernel);
     log("dead", &kernel);
+    flash::run_dots_online(&mut kernel);
+    cse::merge_common_subexpressions(&mut kernel);
+    dead::drop_dead_code(&mut kernel);
+    log("flash", &kernel);
     defer::defer_lane_reductions(&mut kernel);
     log("defer", &kernel);
     online::merge_statistic_loops(&mut kernel);

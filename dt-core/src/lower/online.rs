@@ -1,4 +1,4 @@
-//! Pass 8: a statistic that needs another one first is carried along with it, in one loop.
+//! Pass 9: a statistic that needs another one first is carried along with it, in one loop.
 //!
 //! Softmax's sum of `exp(a - max)` needs the row maximum, layernorm's sum of `(x - mean)^2` needs
 //! the mean: each lowers to two reduction loops over the row, the second reading the first's

@@ -72,6 +72,15 @@ fn ulp(dtype: DType) -> f64 {
     }
 }
 
+/// The relative error of attention's weights: in f16 and bf16 kernels they are rounded to the
+/// element type before the dot with V (docs/language.md, "Precision of dots"), half an ulp.
+fn weights(dtype: DType) -> f64 {
+    match dtype {
+        DType::F32 => 0.0,
+        DType::F16 | DType::BF16 => ulp(dtype) / 2.0,
+    }
+}
+
 fn atol(dtype: DType) -> f64 {
     match dtype {
         DType::F16 => 2f64.powi(-24),
@@ -118,6 +127,8 @@ pub struct Case {
     pub want: Vec<f32>,
     pub scale: Vec<f64>,
     pub c: f64,
+    /// An absolute error the kernel may add besides (attention's weights as f16 subnormals).
+    pub abs: f64,
 }
 
 impl std::fmt::Debug for Case {
@@ -137,7 +148,7 @@ impl Case {
     pub fn check(&self, who: &str, got: &[f32]) -> Result<(), TestCaseError> {
         let (op, dtype, want) = (self.op, self.dtype, &self.want);
         prop_assert_eq!(got.len(), want.len(), "{}: output sizes differ", op);
-        let tol_at = |i: usize| ulp(dtype) * (want[i] as f64).abs() + self.c * self.scale[i] + atol(dtype);
+        let tol_at = |i: usize| ulp(dtype) * (want[i] as f64).abs() + self.c * self.scale[i] + atol(dtype) + self.abs;
         // NaN on either side fails.
         let bad = (0..want.len()).find(|&i| {
             let diff = (got[i] as f64 - want[i] as f64).abs();
@@ -191,7 +202,17 @@ pub fn matmul(m: usize, n: usize, k: usize, dtype: DType, std: f32, seed: u64) -
     let (a, b) = mm_inputs(m, n, k, dtype, std, seed);
     let want = reference::matmul(&a, &b, m, n, k);
     let scale = widen(&reference::matmul(&abs(&a), &abs(&b), m, n, k));
-    Case { op: "matmul", dtype, inputs: mm_inputs_of(a, b, m, n, k), scalars: vec![], out_shape: vec![m, n], want, scale, c: c_f32(k) }
+    Case {
+        op: "matmul",
+        dtype,
+        inputs: mm_inputs_of(a, b, m, n, k),
+        scalars: vec![],
+        out_shape: vec![m, n],
+        want,
+        scale,
+        c: c_f32(k),
+        abs: 0.0,
+    }
 }
 
 pub fn mm_leaky_relu(m: usize, n: usize, k: usize, dtype: DType, std: f32, seed: u64) -> Case {
@@ -209,6 +230,7 @@ pub fn mm_leaky_relu(m: usize, n: usize, k: usize, dtype: DType, std: f32, seed:
         want,
         scale,
         c: c_f32(k),
+        abs: 0.0,
     }
 }
 
@@ -219,7 +241,7 @@ pub fn softmax(rows: usize, cols: usize, dtype: DType, std: f32, seed: u64) -> C
     let maxes: Vec<f32> = x.chunks(cols.max(1)).map(|row| row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v))).collect();
     let scale: Vec<f64> = (0..rows * cols).map(|i| want[i] as f64 * (1.0 + (maxes[i / cols] - x[i]) as f64)).collect();
     let inputs = vec![Input { name: "A", shape: vec![rows, cols], values: x }];
-    Case { op: "softmax", dtype, inputs, scalars: vec![], out_shape: vec![rows, cols], want, scale, c: c_f32(cols) }
+    Case { op: "softmax", dtype, inputs, scalars: vec![], out_shape: vec![rows, cols], want, scale, c: c_f32(cols), abs: 0.0 }
 }
 
 fn row_inputs(x: Vec<f32>, w: Vec<f32>, b: Vec<f32>, rows: usize, cols: usize) -> Vec<Input> {
@@ -265,6 +287,7 @@ pub fn layernorm(rows: usize, cols: usize, dtype: DType, std: f32, offset: f32, 
         want,
         scale,
         c: c_f32(2 * cols),
+        abs: 0.0,
     }
 }
 
@@ -285,6 +308,7 @@ pub fn dyt(rows: usize, cols: usize, dtype: DType, std: f32, alpha: f32, seed: u
         want,
         scale,
         c: c_f32(0) + approx(dtype),
+        abs: 0.0,
     }
 }
 
@@ -301,7 +325,8 @@ pub fn attention(shape: AttentionShape, causal: bool, dtype: DType, std: f32, se
     // The output is a weighted mean of V, so its error is relative to the same mean of |V|. The
     // weights err relatively by the absolute error of the scores, which is EPS * d times
     // S = max sum |q||k| / sqrt(d) (and the spread of the scores, at most 2 S), plus EPS * seq_k
-    // from the normalizing sum.
+    // from the normalizing sum; in f16 and bf16, plus half an ulp of the type for the weights,
+    // rounded to it before the dot with V.
     let scale = widen(&reference::attention(&q, &k, &abs(&v), batch, heads, sq, sk, d, e, causal));
     let mut s_max = 0.0f64;
     for bh in 0..batch * heads {
@@ -312,14 +337,18 @@ pub fn attention(shape: AttentionShape, causal: bool, dtype: DType, std: f32, se
             }
         }
     }
-    let c = c_f32(sk + d) + 2.0 * s_max * (d as f64 + 4.0) * EPS32;
+    let c = c_f32(sk + d) + 2.0 * s_max * (d as f64 + 4.0) * EPS32 + weights(dtype);
+    // An f16 weight below 2^-14 is subnormal there: absolute error 2^-25, each times |v|,
+    // over at most sk of them, divided by the sum of weights (at least 1).
+    let v_max = v.iter().fold(0.0f64, |m, x| m.max((*x as f64).abs()));
+    let abs = if dtype == DType::F16 { sk as f64 * 2f64.powi(-25) * v_max } else { 0.0 };
     let inputs = vec![
         Input { name: "Q", shape: vec![batch, heads, sq, d], values: q },
         Input { name: "K", shape: vec![batch, heads, sk, d], values: k },
         Input { name: "V", shape: vec![batch, heads, sk, e], values: v },
     ];
     let op = if causal { "attention_causal" } else { "attention" };
-    Case { op, dtype, inputs, scalars: vec![], out_shape: vec![batch, heads, sq, e], want, scale, c }
+    Case { op, dtype, inputs, scalars: vec![], out_shape: vec![batch, heads, sq, e], want, scale, c, abs }
 }
 
 /// How a tensor lies in memory: its axes stored in the order `order` (storage axis `i` is

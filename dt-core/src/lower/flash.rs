@@ -1,0 +1,502 @@
+//! Pass 7: a dot of softmax's numerator runs in the loop that finds the maximum, rescaled as the
+//! maximum grows (the online or "flash" form).
+//!
+//! Attention as written reduces over the keys `j` three times: the row maximum `m` of the
+//! scores, the sum of `exp(s - m)`, and the dot of `exp(s - m)` with `V`; each loop computes the
+//! scores again, and the second and third need the first's result. Every sum or dot over `j` that
+//! reads `m` only through factors `exp(z - m)` satisfies `t(m') = t(m) exp(m - m')`, so it can be
+//! accumulated at the running maximum of the keys seen so far and rescaled by `exp(old - new)`
+//! each time that grows. The three loops then become one:
+//!
+//! ```text
+//! $m = -inf                               $m = -inf ; $l = 0 ; $o = 0
+//! for j: $m = max($m, rmax s over j)      for j:
+//! $l = 0                                    %r = rmax s over j           (s computed once)
+//! for j: $l += rsum exp(s - m) over j       %old = read $m ; $m = max($m, %r) ; %new = read $m
+//! $o = 0                           =>       %scale = exp(%old - %new)
+//! for j: $o += dot(exp(s - m), V) over j    $l = $l * %scale ; $l += rsum exp(s - %new) over j
+//! out = $o / $l                             $o = $o * %scale ; $o += dot(exp(s - %new), V) over j
+//!                                         out = $o / $l
+//! ```
+//!
+//! A maximum of -inf (a row that has seen only masked keys) is read as 0 where it is subtracted,
+//! so that `exp(-inf - -inf)` makes no NaN; the scale is then 0 and the accumulators are still 0.
+//! The statistic is a row's (one per query, combined across the tile's keys in each step), since
+//! a dot's accumulator mixes the keys of a step. What the loops computed alike (the scores: an
+//! accumulator set, summed over an inner loop and read) is computed once, the later copies
+//! reading the first's.
+//!
+//! It applies to a reduction loop whose only update is a maximum over its dimension into an
+//! accumulator read nowhere inside it (its read after the loop being the statistic), followed by
+//! reduction loops over the same dimension, step and stages (or the last of them alone inside a
+//! `block` loop, as attention's loop over its block of `e`), each with one sum update of a value
+//! scaled as above, at least one of them a dot. Statements between that do not depend on the
+//! loops move before the merged loop; reads of the accumulators move after it. The merged loop
+//! sits where the last one was (inside its `block` loop, which recomputes the statistics in each
+//! of its steps, as it would in each step of a tiled head dimension). Softmax and layernorm,
+//! which have no dot, are left to [`super::online`].
+
+use crate::algo::{BinOp, DimId, RedOp, UnOp};
+use crate::kir::{reads_var, written_vars, Combine, Kernel, Layout, Loop, LoopKind, Op, Shape, Stmt, Value, ValueId, VarId};
+use std::collections::{HashMap, HashSet};
+
+pub fn run_dots_online(k: &mut Kernel) {
+    let body = std::mem::take(&mut k.body);
+    k.body = rewrite(k, body);
+}
+
+fn rewrite(k: &mut Kernel, stmts: Vec<Stmt>) -> Vec<Stmt> {
+    let mut stmts: Vec<Stmt> = stmts
+        .into_iter()
+        .map(|s| match s {
+            Stmt::Loop(mut l) => {
+                l.body = rewrite(k, std::mem::take(&mut l.body));
+                Stmt::Loop(l)
+            }
+            s => s,
+        })
+        .collect();
+    let mut from = 0;
+    while let Some(m) = find(k, &stmts, from) {
+        from = m.first + 1;
+        stmts = merge(k, stmts, m);
+    }
+    stmts
+}
+
+/// A loop that sums a scaled value into an accumulator.
+struct Consumer {
+    /// Index of the loop in its statement list (the top level, or the `block` loop's body).
+    index: usize,
+    acc: VarId,
+}
+
+/// The loops to merge.
+struct Match {
+    /// The maximum's loop, its accumulator and its reduction value inside it.
+    first: usize,
+    max_acc: VarId,
+    /// The statistic: the read of `max_acc` after the first loop.
+    stat: ValueId,
+    /// Sum loops at the top level.
+    top: Vec<Consumer>,
+    /// The `block` loop holding the last consumer, and that consumer (indexed in its body).
+    block: Option<(usize, Consumer)>,
+    /// Index of the last top-level statement the match covers.
+    last: usize,
+}
+
+/// Whether `l` is a reduction loop over the dimension of `like`, in its steps and stages.
+fn same_reduction(l: &Loop, like: &Loop) -> bool {
+    l.kind == LoopKind::Reduction && l.dim == like.dim && l.step == like.step && l.stages == like.stages
+}
+
+/// The updates of loop body `body` (top level).
+fn updates(body: &[Stmt]) -> Vec<(VarId, Combine, ValueId)> {
+    body.iter()
+        .filter_map(|s| match s {
+            Stmt::Update { var, combine, value } => Some((*var, *combine, *value)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn defs(stmts: &[Stmt]) -> HashMap<ValueId, &Op> {
+    stmts
+        .iter()
+        .filter_map(|s| match s {
+            Stmt::Let { value, op } => Some((*value, op)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether loop `l` is a maximum over its dimension into an accumulator it reads nowhere:
+/// that accumulator.
+fn max_loop(k: &Kernel, l: &Loop) -> Option<VarId> {
+    if l.kind != LoopKind::Reduction {
+        return None;
+    }
+    let [(acc, Combine::Reduce(RedOp::Max), r)] = updates(&l.body)[..] else { return None };
+    let Some(Op::Reduce { op: RedOp::Max, dim, run: 1, .. }) = defs(&l.body).get(&r).copied() else { return None };
+    let once = written_vars(&l.body).iter().filter(|v| **v == acc).count() == 1;
+    (*dim == l.dim && once && !reads_var(&l.body, acc) && k.var(acc).extent(l.dim).is_none()).then_some(acc)
+}
+
+/// Whether loop `l` sums, in one update into an accumulator it does not read, a value scaled
+/// by the statistic `stat` (see the module docs): its accumulator, and whether the value is a dot.
+fn consumer(k: &Kernel, l: &Loop, stat: ValueId, dim: DimId) -> Option<(VarId, bool)> {
+    let [(acc, Combine::Reduce(RedOp::Sum), t)] = updates(&l.body)[..] else { return None };
+    if reads_var(&l.body, acc) || written_vars(&l.body).iter().filter(|v| **v == acc).count() != 1 {
+        return None;
+    }
+    // The scale, of the statistic's shape, must broadcast to the accumulator.
+    let stat_shape = &k.value(stat).shape;
+    if stat_shape.dims().any(|d| k.var(acc).extent(d).is_none()) {
+        return None;
+    }
+    // Nested loops must not read the statistic.
+    let nested_reads = l.body.iter().any(|s| matches!(s, Stmt::Loop(inner) if reads_value(&inner.body, stat)));
+    if nested_reads {
+        return None;
+    }
+    let dot = scaled(&l.body, t, stat, stat_shape, dim)?;
+    Some((acc, dot))
+}
+
+fn reads_value(stmts: &[Stmt], v: ValueId) -> bool {
+    stmts.iter().any(|s| match s {
+        Stmt::Let { op, .. } => op.operands().contains(&v),
+        Stmt::Update { value, .. } | Stmt::Store { value, .. } => *value == v,
+        Stmt::Loop(l) => reads_value(&l.body, v),
+        Stmt::Init { .. } => false,
+    })
+}
+
+/// Whether `t` reads `m` only through factors `exp(z - m)`, reductions and dots over dimensions
+/// `m` does not have: `t(m') = t(m) exp(m - m')`. Returns whether a dot is on the way.
+fn scaled(body: &[Stmt], t: ValueId, m: ValueId, m_shape: &Shape, dim: DimId) -> Option<bool> {
+    // Values reading m, in order: whether each is scaled (else a difference z - m).
+    let mut reading: HashMap<ValueId, bool> = HashMap::new();
+    let mut uses: HashMap<ValueId, usize> = HashMap::new();
+    let mut dot = false;
+    let defs = defs(body);
+    for s in body {
+        let Stmt::Let { value, op } = s else { continue };
+        for o in op.operands() {
+            *uses.entry(o).or_default() += 1;
+        }
+        let reads = |v: &ValueId| *v == m || reading.contains_key(v);
+        if !op.operands().iter().any(reads) {
+            continue;
+        }
+        let is_scaled = |v: &ValueId| reading.get(v) == Some(&true);
+        let over_free_dim = |d: &DimId| *d == dim && m_shape.extent(*d).is_none();
+        let ok = match op {
+            Op::Binary(BinOp::Sub, z, b) if *b == m && !reads(z) => Some(false),
+            Op::Unary(UnOp::Exp, a) => matches!(defs.get(a), Some(Op::Binary(BinOp::Sub, z, b)) if *b == m && !reads(z)).then_some(true),
+            Op::Binary(BinOp::Mul, a, b) if (is_scaled(a) && !reads(b)) || (is_scaled(b) && !reads(a)) => Some(true),
+            Op::Binary(BinOp::Div, a, b) if is_scaled(a) && !reads(b) => Some(true),
+            Op::MaskFill { value, fill, .. } if is_scaled(value) && *fill == 0.0 => Some(true),
+            Op::Reduce { op: RedOp::Sum, value, dim: d, run: 1 } if is_scaled(value) && over_free_dim(d) => Some(true),
+            Op::Dot { a, b, dim: d } if is_scaled(a) && !reads(b) && over_free_dim(d) => {
+                dot = true;
+                Some(true)
+            }
+            _ => None,
+        };
+        reading.insert(*value, ok?);
+    }
+    // A difference z - m feeds only its exp.
+    let shifts_ok = reading.iter().filter(|(_, s)| !**s).all(|(v, _)| uses.get(v) == Some(&1));
+    (reading.get(&t) == Some(&true) && shifts_ok).then_some(dot)
+}
+
+fn find(k: &Kernel, stmts: &[Stmt], from: usize) -> Option<Match> {
+    (from..stmts.len()).find_map(|i| match_at(k, stmts, i))
+}
+
+fn match_at(k: &Kernel, stmts: &[Stmt], first: usize) -> Option<Match> {
+    let Stmt::Loop(l1) = &stmts[first] else { return None };
+    let max_acc = max_loop(k, l1)?;
+    let stat = stmts[first + 1..].iter().find_map(|s| match s {
+        Stmt::Let { value, op: Op::Var(v) } if *v == max_acc => Some(*value),
+        _ => None,
+    })?;
+    let mut top = Vec::new();
+    let mut block = None;
+    let mut any_dot = false;
+    let mut last = first;
+    for (i, s) in stmts.iter().enumerate().skip(first + 1) {
+        match s {
+            Stmt::Loop(l) if l.kind == LoopKind::Block => {
+                // The last consumer, alone inside a block loop.
+                let inner: Vec<(usize, &Loop)> = l
+                    .body
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(j, s)| match s {
+                        Stmt::Loop(x) => Some((j, x)),
+                        _ => None,
+                    })
+                    .collect();
+                let [(j, c)] = inner[..] else { break };
+                let Some((acc, dot)) = same_reduction(c, l1).then(|| consumer(k, c, stat, l1.dim)).flatten() else { break };
+                any_dot |= dot;
+                block = Some((i, Consumer { index: j, acc }));
+                last = i;
+                break;
+            }
+            Stmt::Loop(l) => {
+                let Some((acc, dot)) = same_reduction(l, l1).then(|| consumer(k, l, stat, l1.dim)).flatten() else { break };
+                any_dot |= dot;
+                top.push(Consumer { index: i, acc });
+                last = i;
+            }
+            Stmt::Store { .. } => break,
+            _ => {}
+        }
+    }
+    if !any_dot {
+        return None;
+    }
+    // With the merged loop inside a block loop, what follows that must not read what the loops
+    // compute (it is computed inside the block loop now).
+    let accs: HashSet<VarId> = top.iter().map(|c| c.acc).chain(block.iter().map(|(_, c)| c.acc)).chain([max_acc]).collect();
+    let dependent = dependent_values(&stmts[first + 1..=last], &accs);
+    let read_after = stmts[last + 1..].iter().any(|s| {
+        dependent.iter().any(|v| reads_value(std::slice::from_ref(s), *v)) || accs.iter().any(|a| reads_var(std::slice::from_ref(s), *a))
+    });
+    if block.is_some() && read_after {
+        return None;
+    }
+    // Between the loops (top level), what depends on them is reads of their accumulators.
+    for s in &stmts[first + 1..=last] {
+        if let Stmt::Let { value, op } = s {
+            if dependent.contains(value) && !matches!(op, Op::Var(_)) {
+                return None;
+            }
+        }
+        if let Stmt::Update { var, .. } = s {
+            if accs.contains(var) {
+                return None;
+            }
+        }
+    }
+    Some(Match { first, max_acc, stat, top, block, last })
+}
+
+/// The values of `stmts` (top level) that read accumulators `accs`, directly or through others.
+fn dependent_values(stmts: &[Stmt], accs: &HashSet<VarId>) -> HashSet<ValueId> {
+    let mut out = HashSet::new();
+    for s in stmts {
+        if let Stmt::Let { value, op } = s {
+            let reads = matches!(op, Op::Var(v) if accs.contains(v)) || op.operands().iter().any(|o| out.contains(o));
+            if reads {
+                out.insert(*value);
+            }
+        }
+    }
+    out
+}
+
+fn push(k: &mut Kernel, out: &mut Vec<Stmt>, shape: Shape, op: Op) -> ValueId {
+    let value = k.push_value(Value { shape, layout: Layout::Blocked });
+    out.push(Stmt::Let { value, op });
+    value
+}
+
+fn merge(k: &mut Kernel, mut stmts: Vec<Stmt>, m: Match) -> Vec<Stmt> {
+    let after = stmts.split_off(m.last + 1);
+    let covered = stmts.split_off(m.first);
+    let mut out = stmts;
+    let mut covered: Vec<Option<Stmt>> = covered.into_iter().map(Some).collect();
+    let Some(Stmt::Loop(l1)) = covered[0].take() else { unreachable!("the maximum's loop") };
+    let accs: HashSet<VarId> = m.top.iter().map(|c| c.acc).chain(m.block.iter().map(|(_, c)| c.acc)).chain([m.max_acc]).collect();
+
+    // The block loop holding the last consumer, taken apart.
+    let mut block = m.block.map(|(i, c)| {
+        let Some(Stmt::Loop(b)) = covered[i - m.first].take() else { unreachable!("the block loop") };
+        (b, c)
+    });
+    let mut consumers: Vec<Loop> = m
+        .top
+        .iter()
+        .map(|c| match covered[c.index - m.first].take() {
+            Some(Stmt::Loop(l)) => l,
+            _ => unreachable!("a consumer loop"),
+        })
+        .collect();
+    let mut sums: Vec<VarId> = m.top.iter().map(|c| c.acc).collect();
+    let (mut block_before, mut block_after) = (Vec::new(), Vec::new());
+    let mut block_loop = None;
+    if let Some((b, c)) = block.as_mut() {
+        let mut body = std::mem::take(&mut b.body);
+        block_after = body.split_off(c.index + 1);
+        let Some(Stmt::Loop(l)) = body.pop() else { unreachable!("the block's consumer") };
+        block_before = body;
+        consumers.push(l);
+        sums.push(c.acc);
+        block_loop = Some(std::mem::replace(b, Loop { body: Vec::new(), ..b.clone() }));
+    }
+
+    // The statements between: independent ones move before, accumulator initializations to
+    // just before the merged loop, reads of the accumulators after it.
+    let dependent = dependent_values(&covered.iter().flatten().cloned().collect::<Vec<_>>(), &accs);
+    let (mut before, mut inits, mut reads) = (Vec::new(), Vec::new(), Vec::new());
+    for s in covered.into_iter().flatten() {
+        match &s {
+            Stmt::Init { var, .. } if accs.contains(var) => inits.push(s),
+            Stmt::Let { value, .. } if dependent.contains(value) => reads.push(s),
+            _ => before.push(s),
+        }
+    }
+    // The initializations of the accumulators before the first loop move too.
+    let mut kept = Vec::with_capacity(out.len());
+    for s in out {
+        match &s {
+            Stmt::Init { var, .. } if accs.contains(var) => inits.push(s),
+            _ => kept.push(s),
+        }
+    }
+    out = kept;
+    out.extend(before);
+
+    // The merged loop.
+    let dim = l1.dim;
+    let origin = std::iter::once(l1.origin.clone()).chain(consumers.iter().map(|l| l.origin.clone())).collect::<Vec<_>>().join(" + ");
+    let stat_shape = k.value(m.stat).shape.clone();
+    let mut body = Vec::new();
+    let mut first_body = l1.body.clone();
+    let max_update =
+        first_body.iter().position(|s| matches!(s, Stmt::Update { var, .. } if *var == m.max_acc)).expect("the maximum's update");
+    let update = first_body.remove(max_update);
+    body.extend(first_body);
+    let old = push(k, &mut body, stat_shape.clone(), Op::Var(m.max_acc));
+    body.push(update);
+    let new = push(k, &mut body, stat_shape.clone(), Op::Var(m.max_acc));
+    let new0 = finite_or_zero(k, &mut body, new);
+    let shift = push(k, &mut body, stat_shape.clone(), Op::Binary(BinOp::Sub, old, new0));
+    let scale = push(k, &mut body, stat_shape.clone(), Op::Unary(UnOp::Exp, shift));
+    for (l, acc) in consumers.into_iter().zip(sums) {
+        // The accumulator moves to the new maximum first; the step's sum then adds to it as
+        // before (so that a dot still accumulates straight into it).
+        let shape = k.var(acc).clone();
+        let sum = push(k, &mut body, shape.clone(), Op::Var(acc));
+        let rescaled = push(k, &mut body, shape, Op::Binary(BinOp::Mul, sum, scale));
+        body.push(Stmt::Update { var: acc, combine: Combine::Set, value: rescaled });
+        let (stmts, mut rename) = drop_repeats(k, &l1.body, l.body);
+        rename.insert(m.stat, new0);
+        body.extend(stmts.into_iter().map(|s| rename_stmt(s, &rename)));
+    }
+    let merged = Stmt::Loop(Loop {
+        dim,
+        kind: l1.kind,
+        step: l1.step,
+        stages: l1.stages,
+        backward: false,
+        steps: l1.steps,
+        origin: format!("{origin}, online"),
+        body,
+    });
+    match block_loop {
+        Some(mut b) => {
+            b.body = block_before;
+            b.body.extend(inits);
+            b.body.push(merged);
+            b.body.extend(reads);
+            b.body.extend(block_after);
+            out.push(Stmt::Loop(b));
+        }
+        None => {
+            out.extend(inits);
+            out.push(merged);
+            out.extend(reads);
+        }
+    }
+    out.extend(after);
+    out
+}
+
+/// Statement `s` reading `rename[v]` for each value `v` it reads (nested loops included).
+fn rename_stmt(s: Stmt, rename: &HashMap<ValueId, ValueId>) -> Stmt {
+    let name = |v: ValueId| rename.get(&v).copied().unwrap_or(v);
+    match s {
+        Stmt::Let { value, op } => Stmt::Let { value, op: op.renamed(name) },
+        Stmt::Update { var, combine, value } => Stmt::Update { var, combine, value: name(value) },
+        Stmt::Store { value, tile } => Stmt::Store { value: name(value), tile },
+        Stmt::Loop(mut l) => {
+            l.body = l.body.into_iter().map(|s| rename_stmt(s, rename)).collect();
+            Stmt::Loop(l)
+        }
+        s @ Stmt::Init { .. } => s,
+    }
+}
+
+/// `v`, with -inf read as 0 (a running maximum that has seen nothing finite yet).
+fn finite_or_zero(k: &mut Kernel, out: &mut Vec<Stmt>, v: ValueId) -> ValueId {
+    let shape = k.value(v).shape.clone();
+    let ninf = push(k, out, Shape::default(), Op::Const(f32::NEG_INFINITY));
+    let zero = push(k, out, Shape::default(), Op::Const(0.0));
+    let is_ninf = push(k, out, shape.clone(), Op::Binary(BinOp::Eq, v, ninf));
+    push(k, out, shape, Op::Select(is_ninf, zero, v))
+}
+
+/// `body` without the computations it repeats from `first` (an accumulator initialized, a loop
+/// that updates it, its read: the scores of attention), and the renaming of the values read
+/// from those to `first`'s.
+fn drop_repeats(k: &Kernel, first: &[Stmt], body: Vec<Stmt>) -> (Vec<Stmt>, HashMap<ValueId, ValueId>) {
+    let mut rename = HashMap::new();
+    let mut out = Vec::with_capacity(body.len());
+    let mut i = 0;
+    while i < body.len() {
+        let repeated = (i + 3 <= body.len())
+            .then(|| (0..first.len().saturating_sub(2)).find_map(|q| same_run(k, &first[q..q + 3], &body[i..i + 3])))
+            .flatten();
+        match repeated {
+            Some((read_first, read_body)) => {
+                rename.insert(read_body, read_first);
+                i += 3;
+            }
+            None => {
+                out.push(body[i].clone());
+                i += 1;
+            }
+        }
+    }
+    (out, rename)
+}
+
+/// Whether `a` and `b` are each an accumulator's initialization, a loop updating it and its
+/// read, computed alike: the two reads.
+fn same_run(k: &Kernel, a: &[Stmt], b: &[Stmt]) -> Option<(ValueId, ValueId)> {
+    let (Stmt::Init { var: va, value: xa, .. }, Stmt::Init { var: vb, value: xb, .. }) = (&a[0], &b[0]) else { return None };
+    let (Stmt::Let { value: ra, op: Op::Var(qa) }, Stmt::Let { value: rb, op: Op::Var(qb) }) = (&a[2], &b[2]) else { return None };
+    if xa.to_bits() != xb.to_bits() || qa != va || qb != vb || k.var(*va) != k.var(*vb) {
+        return None;
+    }
+    let mut vals = HashMap::new();
+    let mut vars = HashMap::from([(*vb, *va)]);
+    same_stmts(k, std::slice::from_ref(&a[1]), std::slice::from_ref(&b[1]), &mut vals, &mut vars).then_some((*ra, *rb))
+}
+
+/// Whether statements `b` compute what `a` computes, `b`'s values and accumulators named as
+/// `vals` and `vars` map them to `a`'s (extended as `b` defines more).
+fn same_stmts(k: &Kernel, a: &[Stmt], b: &[Stmt], vals: &mut HashMap<ValueId, ValueId>, vars: &mut HashMap<VarId, VarId>) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).all(|(sa, sb)| match (sa, sb) {
+        (Stmt::Let { value: va, op: oa }, Stmt::Let { value: vb, op: ob }) => {
+            let ob = match ob {
+                Op::Var(v) => Op::Var(vars.get(v).copied().unwrap_or(*v)),
+                o => o.clone().renamed(|v| vals.get(&v).copied().unwrap_or(v)),
+            };
+            let same = ob == *oa && k.value(*va).shape == k.value(*vb).shape;
+            if same {
+                vals.insert(*vb, *va);
+            }
+            same
+        }
+        (Stmt::Init { var: va, value: xa, .. }, Stmt::Init { var: vb, value: xb, .. }) => {
+            let same = xa.to_bits() == xb.to_bits() && k.var(*va) == k.var(*vb);
+            if same {
+                vars.insert(*vb, *va);
+            }
+            same
+        }
+        (Stmt::Update { var: va, combine: ca, value: xa }, Stmt::Update { var: vb, combine: cb, value: xb }) => {
+            vars.get(vb) == Some(va) && ca == cb && vals.get(xb).copied().unwrap_or(*xb) == *xa
+        }
+        (Stmt::Loop(la), Stmt::Loop(lb)) => {
+            la.dim == lb.dim
+                && la.kind == lb.kind
+                && la.step == lb.step
+                && la.stages == lb.stages
+                && la.backward == lb.backward
+                && la.steps == lb.steps
+                && same_stmts(k, &la.body, &lb.body, vals, vars)
+        }
+        _ => false,
+    })
+}
