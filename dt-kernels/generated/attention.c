@@ -98,7 +98,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* V */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention */
-    float* arena = (float*)malloc(sizeof(float) * 148680);
+    float* arena = (float*)malloc(sizeof(float) * 160968);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -120,10 +120,10 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
         if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
-        (arena + 12288)[0] = (float)s5;
-        (arena + 12289)[0] = dt_rsqrt((arena + 12288)[0]);
-        (arena + 111174)[0] = (-INFINITY);
-        (arena + 111175)[0] = 0e0f;
+        (arena + 16384)[0] = (float)s5;
+        (arena + 16385)[0] = dt_rsqrt((arena + 16384)[0]);
+        (arena + 123462)[0] = (-INFINITY);
+        (arena + 123463)[0] = 0e0f;
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -137,7 +137,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 64; l7++) {
                                     for (long long l8 = 0; l8 < 128; l8++) {
-                                        (arena + 136392)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
+                                        (arena + 148680)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -146,7 +146,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 64; l11++) {
-                                    (arena + 132168)[l9 * 64 + l10 * 64 + l11] = 0e0f;
+                                    (arena + 144456)[l9 * 64 + l10 * 64 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -154,7 +154,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 64; l14++) {
-                                    (arena + 127944)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
+                                    (arena + 140232)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -165,18 +165,18 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l17 = 0; l17 < 1; l17++) {
                                     for (long long l18 = 0; l18 < 64; l18++) {
                                         for (long long l19 = 0; l19 < 64; l19++) {
-                                            (arena + 128008)[l16 * 4096 + l17 * 4096 + l18 * 64 + l19] = 0e0f;
+                                            (arena + 140296)[l16 * 4096 + l17 * 4096 + l18 * 64 + l19] = 0e0f;
                                         }
                                     }
                                 }
                             }
-                            /* rdot attention.tensorize(d:32) */
-                            for (long long o20 = 0; o20 < s5; o20 += 32) {
+                            /* rdot attention.tensorize(d:64) */
+                            for (long long o20 = 0; o20 < s5; o20 += 64) {
                                 for (long long l21 = 0; l21 < 1; l21++) {
                                     for (long long l22 = 0; l22 < 1; l22++) {
                                         for (long long l23 = 0; l23 < 64; l23++) {
-                                            for (long long l24 = 0; l24 < 32; l24++) {
-                                                (arena + 0)[l21 * 2048 + l22 * 2048 + l23 * 32 + l24] = (o1 + l21 < s0 && o2 + l22 < s1 && o3 + l23 < s2 && o20 + l24 < s5) ? dt_load_f16(in0[(o1 + l21) * args->input_strides[0][0] + (o2 + l22) * args->input_strides[0][1] + (o3 + l23) * args->input_strides[0][2] + (o20 + l24) * args->input_strides[0][3]]) : 0e0f;
+                                            for (long long l24 = 0; l24 < 64; l24++) {
+                                                (arena + 0)[l21 * 4096 + l22 * 4096 + l23 * 64 + l24] = (o1 + l21 < s0 && o2 + l22 < s1 && o3 + l23 < s2 && o20 + l24 < s5) ? dt_load_f16(in0[(o1 + l21) * args->input_strides[0][0] + (o2 + l22) * args->input_strides[0][1] + (o3 + l23) * args->input_strides[0][2] + (o20 + l24) * args->input_strides[0][3]]) : 0e0f;
                                             }
                                         }
                                     }
@@ -184,8 +184,8 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l25 = 0; l25 < 1; l25++) {
                                     for (long long l26 = 0; l26 < 1; l26++) {
                                         for (long long l27 = 0; l27 < 64; l27++) {
-                                            for (long long l28 = 0; l28 < 32; l28++) {
-                                                (arena + 2048)[l25 * 2048 + l26 * 2048 + l27 * 32 + l28] = (o1 + l25 < s0 && o2 + l26 < s1 && o15 + l27 < s3 && o20 + l28 < s5) ? dt_load_f16(in1[(o1 + l25) * args->input_strides[1][0] + (o2 + l26) * args->input_strides[1][1] + (o15 + l27) * args->input_strides[1][2] + (o20 + l28) * args->input_strides[1][3]]) : 0e0f;
+                                            for (long long l28 = 0; l28 < 64; l28++) {
+                                                (arena + 4096)[l25 * 4096 + l26 * 4096 + l27 * 64 + l28] = (o1 + l25 < s0 && o2 + l26 < s1 && o15 + l27 < s3 && o20 + l28 < s5) ? dt_load_f16(in1[(o1 + l25) * args->input_strides[1][0] + (o2 + l26) * args->input_strides[1][1] + (o15 + l27) * args->input_strides[1][2] + (o20 + l28) * args->input_strides[1][3]]) : 0e0f;
                                             }
                                         }
                                     }
@@ -195,8 +195,8 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                         for (long long l31 = 0; l31 < 64; l31++) {
                                             for (long long l32 = 0; l32 < 64; l32++) {
                                                 float a34 = 0.0f;
-                                                for (long long r33 = 0; r33 < 32; r33++) a34 += (arena + 0)[l29 * 2048 + l30 * 2048 + l31 * 32 + r33 * 1] * (arena + 2048)[l29 * 2048 + l30 * 2048 + l32 * 32 + r33 * 1];
-                                                (arena + 4096)[l29 * 4096 + l30 * 4096 + l31 * 64 + l32] = a34;
+                                                for (long long r33 = 0; r33 < 64; r33++) a34 += (arena + 0)[l29 * 4096 + l30 * 4096 + l31 * 64 + r33 * 1] * (arena + 4096)[l29 * 4096 + l30 * 4096 + l32 * 64 + r33 * 1];
+                                                (arena + 8192)[l29 * 4096 + l30 * 4096 + l31 * 64 + l32] = a34;
                                             }
                                         }
                                     }
@@ -205,7 +205,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                     for (long long l36 = 0; l36 < 1; l36++) {
                                         for (long long l37 = 0; l37 < 64; l37++) {
                                             for (long long l38 = 0; l38 < 64; l38++) {
-                                                (arena + 128008)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] = (arena + 128008)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] + (arena + 4096)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38];
+                                                (arena + 140296)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] = (arena + 140296)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] + (arena + 8192)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38];
                                             }
                                         }
                                     }
@@ -215,7 +215,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l40 = 0; l40 < 1; l40++) {
                                     for (long long l41 = 0; l41 < 64; l41++) {
                                         for (long long l42 = 0; l42 < 64; l42++) {
-                                            (arena + 8192)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 128008)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
+                                            (arena + 12288)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 140296)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
                                         }
                                     }
                                 }
@@ -224,7 +224,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l44 = 0; l44 < 1; l44++) {
                                     for (long long l45 = 0; l45 < 64; l45++) {
                                         for (long long l46 = 0; l46 < 64; l46++) {
-                                            (arena + 12290)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = ((arena + 8192)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] * (arena + 12289)[0]);
+                                            (arena + 16386)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = ((arena + 12288)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] * (arena + 16385)[0]);
                                         }
                                     }
                                 }
@@ -233,7 +233,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l48 = 0; l48 < 1; l48++) {
                                     for (long long l49 = 0; l49 < 64; l49++) {
                                         for (long long l50 = 0; l50 < 64; l50++) {
-                                            (arena + 16386)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = (o15 + l50 < s3) ? (arena + 12290)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] : (-INFINITY);
+                                            (arena + 20482)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = (o15 + l50 < s3) ? (arena + 16386)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] : (-INFINITY);
                                         }
                                     }
                                 }
@@ -242,78 +242,78 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l52 = 0; l52 < 1; l52++) {
                                     for (long long l53 = 0; l53 < 64; l53++) {
                                         float a55 = (-INFINITY);
-                                        for (long long r54 = 0; r54 < 64; r54 += 1) a55 = fmaxf(a55, (arena + 16386)[l51 * 4096 + l52 * 4096 + l53 * 64 + r54 * 1]);
-                                        (arena + 20482)[l51 * 64 + l52 * 64 + l53] = a55;
+                                        for (long long r54 = 0; r54 < 64; r54 += 1) a55 = fmaxf(a55, (arena + 20482)[l51 * 4096 + l52 * 4096 + l53 * 64 + r54 * 1]);
+                                        (arena + 24578)[l51 * 64 + l52 * 64 + l53] = a55;
                                     }
                                 }
                             }
                             for (long long l56 = 0; l56 < 1; l56++) {
                                 for (long long l57 = 0; l57 < 1; l57++) {
                                     for (long long l58 = 0; l58 < 64; l58++) {
-                                        (arena + 111046)[l56 * 64 + l57 * 64 + l58] = (arena + 127944)[l56 * 64 + l57 * 64 + l58];
+                                        (arena + 123334)[l56 * 64 + l57 * 64 + l58] = (arena + 140232)[l56 * 64 + l57 * 64 + l58];
                                     }
                                 }
                             }
                             for (long long l59 = 0; l59 < 1; l59++) {
                                 for (long long l60 = 0; l60 < 1; l60++) {
                                     for (long long l61 = 0; l61 < 64; l61++) {
-                                        (arena + 127944)[l59 * 64 + l60 * 64 + l61] = fmaxf((arena + 127944)[l59 * 64 + l60 * 64 + l61], (arena + 20482)[l59 * 64 + l60 * 64 + l61]);
+                                        (arena + 140232)[l59 * 64 + l60 * 64 + l61] = fmaxf((arena + 140232)[l59 * 64 + l60 * 64 + l61], (arena + 24578)[l59 * 64 + l60 * 64 + l61]);
                                     }
                                 }
                             }
                             for (long long l62 = 0; l62 < 1; l62++) {
                                 for (long long l63 = 0; l63 < 1; l63++) {
                                     for (long long l64 = 0; l64 < 64; l64++) {
-                                        (arena + 111110)[l62 * 64 + l63 * 64 + l64] = (arena + 127944)[l62 * 64 + l63 * 64 + l64];
+                                        (arena + 123398)[l62 * 64 + l63 * 64 + l64] = (arena + 140232)[l62 * 64 + l63 * 64 + l64];
                                     }
                                 }
                             }
                             for (long long l65 = 0; l65 < 1; l65++) {
                                 for (long long l66 = 0; l66 < 1; l66++) {
                                     for (long long l67 = 0; l67 < 64; l67++) {
-                                        (arena + 111176)[l65 * 64 + l66 * 64 + l67] = (((arena + 111110)[l65 * 64 + l66 * 64 + l67]) == ((arena + 111174)[0]) ? 1.0f : 0.0f);
+                                        (arena + 123464)[l65 * 64 + l66 * 64 + l67] = (((arena + 123398)[l65 * 64 + l66 * 64 + l67]) == ((arena + 123462)[0]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l68 = 0; l68 < 1; l68++) {
                                 for (long long l69 = 0; l69 < 1; l69++) {
                                     for (long long l70 = 0; l70 < 64; l70++) {
-                                        (arena + 111240)[l68 * 64 + l69 * 64 + l70] = (arena + 111176)[l68 * 64 + l69 * 64 + l70] != 0.0f ? (arena + 111175)[0] : (arena + 111110)[l68 * 64 + l69 * 64 + l70];
+                                        (arena + 123528)[l68 * 64 + l69 * 64 + l70] = (arena + 123464)[l68 * 64 + l69 * 64 + l70] != 0.0f ? (arena + 123463)[0] : (arena + 123398)[l68 * 64 + l69 * 64 + l70];
                                     }
                                 }
                             }
                             for (long long l71 = 0; l71 < 1; l71++) {
                                 for (long long l72 = 0; l72 < 1; l72++) {
                                     for (long long l73 = 0; l73 < 64; l73++) {
-                                        (arena + 111304)[l71 * 64 + l72 * 64 + l73] = ((arena + 111046)[l71 * 64 + l72 * 64 + l73] - (arena + 111240)[l71 * 64 + l72 * 64 + l73]);
+                                        (arena + 123592)[l71 * 64 + l72 * 64 + l73] = ((arena + 123334)[l71 * 64 + l72 * 64 + l73] - (arena + 123528)[l71 * 64 + l72 * 64 + l73]);
                                     }
                                 }
                             }
                             for (long long l74 = 0; l74 < 1; l74++) {
                                 for (long long l75 = 0; l75 < 1; l75++) {
                                     for (long long l76 = 0; l76 < 64; l76++) {
-                                        (arena + 111368)[l74 * 64 + l75 * 64 + l76] = expf((arena + 111304)[l74 * 64 + l75 * 64 + l76]);
+                                        (arena + 123656)[l74 * 64 + l75 * 64 + l76] = expf((arena + 123592)[l74 * 64 + l75 * 64 + l76]);
                                     }
                                 }
                             }
                             for (long long l77 = 0; l77 < 1; l77++) {
                                 for (long long l78 = 0; l78 < 1; l78++) {
                                     for (long long l79 = 0; l79 < 64; l79++) {
-                                        (arena + 111432)[l77 * 64 + l78 * 64 + l79] = (arena + 132168)[l77 * 64 + l78 * 64 + l79];
+                                        (arena + 123720)[l77 * 64 + l78 * 64 + l79] = (arena + 144456)[l77 * 64 + l78 * 64 + l79];
                                     }
                                 }
                             }
                             for (long long l80 = 0; l80 < 1; l80++) {
                                 for (long long l81 = 0; l81 < 1; l81++) {
                                     for (long long l82 = 0; l82 < 64; l82++) {
-                                        (arena + 111496)[l80 * 64 + l81 * 64 + l82] = ((arena + 111432)[l80 * 64 + l81 * 64 + l82] * (arena + 111368)[l80 * 64 + l81 * 64 + l82]);
+                                        (arena + 123784)[l80 * 64 + l81 * 64 + l82] = ((arena + 123720)[l80 * 64 + l81 * 64 + l82] * (arena + 123656)[l80 * 64 + l81 * 64 + l82]);
                                     }
                                 }
                             }
                             for (long long l83 = 0; l83 < 1; l83++) {
                                 for (long long l84 = 0; l84 < 1; l84++) {
                                     for (long long l85 = 0; l85 < 64; l85++) {
-                                        (arena + 132168)[l83 * 64 + l84 * 64 + l85] = (arena + 111496)[l83 * 64 + l84 * 64 + l85];
+                                        (arena + 144456)[l83 * 64 + l84 * 64 + l85] = (arena + 123784)[l83 * 64 + l84 * 64 + l85];
                                     }
                                 }
                             }
@@ -321,7 +321,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l87 = 0; l87 < 1; l87++) {
                                     for (long long l88 = 0; l88 < 64; l88++) {
                                         for (long long l89 = 0; l89 < 64; l89++) {
-                                            (arena + 37060)[l86 * 4096 + l87 * 4096 + l88 * 64 + l89] = ((arena + 12290)[l86 * 4096 + l87 * 4096 + l88 * 64 + l89] - (arena + 111240)[l86 * 64 + l87 * 64 + l88]);
+                                            (arena + 45252)[l86 * 4096 + l87 * 4096 + l88 * 64 + l89] = ((arena + 16386)[l86 * 4096 + l87 * 4096 + l88 * 64 + l89] - (arena + 123528)[l86 * 64 + l87 * 64 + l88]);
                                         }
                                     }
                                 }
@@ -330,7 +330,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l91 = 0; l91 < 1; l91++) {
                                     for (long long l92 = 0; l92 < 64; l92++) {
                                         for (long long l93 = 0; l93 < 64; l93++) {
-                                            (arena + 41156)[l90 * 4096 + l91 * 4096 + l92 * 64 + l93] = expf((arena + 37060)[l90 * 4096 + l91 * 4096 + l92 * 64 + l93]);
+                                            (arena + 49348)[l90 * 4096 + l91 * 4096 + l92 * 64 + l93] = expf((arena + 45252)[l90 * 4096 + l91 * 4096 + l92 * 64 + l93]);
                                         }
                                     }
                                 }
@@ -339,7 +339,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l95 = 0; l95 < 1; l95++) {
                                     for (long long l96 = 0; l96 < 64; l96++) {
                                         for (long long l97 = 0; l97 < 64; l97++) {
-                                            (arena + 45252)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] = (o15 + l97 < s3) ? (arena + 41156)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] : 0e0f;
+                                            (arena + 53444)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] = (o15 + l97 < s3) ? (arena + 49348)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] : 0e0f;
                                         }
                                     }
                                 }
@@ -348,15 +348,15 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l99 = 0; l99 < 1; l99++) {
                                     for (long long l100 = 0; l100 < 64; l100++) {
                                         float a102 = 0e0f;
-                                        for (long long r101 = 0; r101 < 64; r101 += 1) a102 = a102 + (arena + 45252)[l98 * 4096 + l99 * 4096 + l100 * 64 + r101 * 1];
-                                        (arena + 49348)[l98 * 64 + l99 * 64 + l100] = a102;
+                                        for (long long r101 = 0; r101 < 64; r101 += 1) a102 = a102 + (arena + 53444)[l98 * 4096 + l99 * 4096 + l100 * 64 + r101 * 1];
+                                        (arena + 57540)[l98 * 64 + l99 * 64 + l100] = a102;
                                     }
                                 }
                             }
                             for (long long l103 = 0; l103 < 1; l103++) {
                                 for (long long l104 = 0; l104 < 1; l104++) {
                                     for (long long l105 = 0; l105 < 64; l105++) {
-                                        (arena + 132168)[l103 * 64 + l104 * 64 + l105] = (arena + 132168)[l103 * 64 + l104 * 64 + l105] + (arena + 49348)[l103 * 64 + l104 * 64 + l105];
+                                        (arena + 144456)[l103 * 64 + l104 * 64 + l105] = (arena + 144456)[l103 * 64 + l104 * 64 + l105] + (arena + 57540)[l103 * 64 + l104 * 64 + l105];
                                     }
                                 }
                             }
@@ -364,7 +364,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l107 = 0; l107 < 1; l107++) {
                                     for (long long l108 = 0; l108 < 64; l108++) {
                                         for (long long l109 = 0; l109 < 128; l109++) {
-                                            (arena + 111560)[l106 * 8192 + l107 * 8192 + l108 * 128 + l109] = (arena + 136392)[l106 * 8192 + l107 * 8192 + l108 * 128 + l109];
+                                            (arena + 123848)[l106 * 8192 + l107 * 8192 + l108 * 128 + l109] = (arena + 148680)[l106 * 8192 + l107 * 8192 + l108 * 128 + l109];
                                         }
                                     }
                                 }
@@ -373,7 +373,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l111 = 0; l111 < 1; l111++) {
                                     for (long long l112 = 0; l112 < 64; l112++) {
                                         for (long long l113 = 0; l113 < 128; l113++) {
-                                            (arena + 119752)[l110 * 8192 + l111 * 8192 + l112 * 128 + l113] = ((arena + 111560)[l110 * 8192 + l111 * 8192 + l112 * 128 + l113] * (arena + 111368)[l110 * 64 + l111 * 64 + l112]);
+                                            (arena + 132040)[l110 * 8192 + l111 * 8192 + l112 * 128 + l113] = ((arena + 123848)[l110 * 8192 + l111 * 8192 + l112 * 128 + l113] * (arena + 123656)[l110 * 64 + l111 * 64 + l112]);
                                         }
                                     }
                                 }
@@ -382,7 +382,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l115 = 0; l115 < 1; l115++) {
                                     for (long long l116 = 0; l116 < 64; l116++) {
                                         for (long long l117 = 0; l117 < 128; l117++) {
-                                            (arena + 136392)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117] = (arena + 119752)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117];
+                                            (arena + 148680)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117] = (arena + 132040)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117];
                                         }
                                     }
                                 }
@@ -391,7 +391,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l119 = 0; l119 < 1; l119++) {
                                     for (long long l120 = 0; l120 < 128; l120++) {
                                         for (long long l121 = 0; l121 < 64; l121++) {
-                                            (arena + 78214)[l118 * 8192 + l119 * 8192 + l120 * 64 + l121] = (o1 + l118 < s0 && o2 + l119 < s1 && o15 + l121 < s3 && o4 + l120 < s4) ? dt_load_f16(in2[(o1 + l118) * args->input_strides[2][0] + (o2 + l119) * args->input_strides[2][1] + (o15 + l121) * args->input_strides[2][2] + (o4 + l120) * args->input_strides[2][3]]) : 0e0f;
+                                            (arena + 90502)[l118 * 8192 + l119 * 8192 + l120 * 64 + l121] = (o1 + l118 < s0 && o2 + l119 < s1 && o15 + l121 < s3 && o4 + l120 < s4) ? dt_load_f16(in2[(o1 + l118) * args->input_strides[2][0] + (o2 + l119) * args->input_strides[2][1] + (o15 + l121) * args->input_strides[2][2] + (o4 + l120) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -401,8 +401,8 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                     for (long long l124 = 0; l124 < 64; l124++) {
                                         for (long long l125 = 0; l125 < 128; l125++) {
                                             float a127 = 0.0f;
-                                            for (long long r126 = 0; r126 < 64; r126++) a127 += (arena + 45252)[l122 * 4096 + l123 * 4096 + l124 * 64 + r126 * 1] * (arena + 78214)[l122 * 8192 + l123 * 8192 + l125 * 64 + r126 * 1];
-                                            (arena + 86406)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125] = a127;
+                                            for (long long r126 = 0; r126 < 64; r126++) a127 += (arena + 53444)[l122 * 4096 + l123 * 4096 + l124 * 64 + r126 * 1] * (arena + 90502)[l122 * 8192 + l123 * 8192 + l125 * 64 + r126 * 1];
+                                            (arena + 98694)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125] = a127;
                                         }
                                     }
                                 }
@@ -411,7 +411,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l129 = 0; l129 < 1; l129++) {
                                     for (long long l130 = 0; l130 < 64; l130++) {
                                         for (long long l131 = 0; l131 < 128; l131++) {
-                                            (arena + 136392)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131] = (arena + 136392)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131] + (arena + 86406)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131];
+                                            (arena + 148680)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131] = (arena + 148680)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131] + (arena + 98694)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131];
                                         }
                                     }
                                 }
@@ -420,7 +420,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                         for (long long l132 = 0; l132 < 1; l132++) {
                             for (long long l133 = 0; l133 < 1; l133++) {
                                 for (long long l134 = 0; l134 < 64; l134++) {
-                                    (arena + 49412)[l132 * 64 + l133 * 64 + l134] = (arena + 132168)[l132 * 64 + l133 * 64 + l134];
+                                    (arena + 57604)[l132 * 64 + l133 * 64 + l134] = (arena + 144456)[l132 * 64 + l133 * 64 + l134];
                                 }
                             }
                         }
@@ -428,7 +428,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                             for (long long l136 = 0; l136 < 1; l136++) {
                                 for (long long l137 = 0; l137 < 64; l137++) {
                                     for (long long l138 = 0; l138 < 128; l138++) {
-                                        (arena + 94598)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138] = (arena + 136392)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138];
+                                        (arena + 106886)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138] = (arena + 148680)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138];
                                     }
                                 }
                             }
@@ -437,7 +437,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                             for (long long l140 = 0; l140 < 1; l140++) {
                                 for (long long l141 = 0; l141 < 64; l141++) {
                                     for (long long l142 = 0; l142 < 128; l142++) {
-                                        (arena + 102854)[l139 * 8192 + l140 * 8192 + l141 * 128 + l142] = ((arena + 94598)[l139 * 8192 + l140 * 8192 + l141 * 128 + l142] / (arena + 49412)[l139 * 64 + l140 * 64 + l141]);
+                                        (arena + 115142)[l139 * 8192 + l140 * 8192 + l141 * 128 + l142] = ((arena + 106886)[l139 * 8192 + l140 * 8192 + l141 * 128 + l142] / (arena + 57604)[l139 * 64 + l140 * 64 + l141]);
                                     }
                                 }
                             }
@@ -446,7 +446,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                             for (long long l144 = 0; l144 < 1; l144++) {
                                 for (long long l145 = 0; l145 < 64; l145++) {
                                     for (long long l146 = 0; l146 < 128; l146++) {
-                                        if (o1 + l143 < s0 && o2 + l144 < s1 && o3 + l145 < s2 && o4 + l146 < s4) out[(o1 + l143) * args->output_strides[0] + (o2 + l144) * args->output_strides[1] + (o3 + l145) * args->output_strides[2] + (o4 + l146) * args->output_strides[3]] = dt_store_f16((arena + 102854)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146]);
+                                        if (o1 + l143 < s0 && o2 + l144 < s1 && o3 + l145 < s2 && o4 + l146 < s4) out[(o1 + l143) * args->output_strides[0] + (o2 + l144) * args->output_strides[1] + (o3 + l145) * args->output_strides[2] + (o4 + l146) * args->output_strides[3]] = dt_store_f16((arena + 115142)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146]);
                                     }
                                 }
                             }
@@ -471,7 +471,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* V */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention */
-    float* arena = (float*)malloc(sizeof(float) * 148680);
+    float* arena = (float*)malloc(sizeof(float) * 160968);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -493,10 +493,10 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
         if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
-        (arena + 12288)[0] = (float)s5;
-        (arena + 12289)[0] = dt_rsqrt((arena + 12288)[0]);
-        (arena + 111174)[0] = (-INFINITY);
-        (arena + 111175)[0] = 0e0f;
+        (arena + 16384)[0] = (float)s5;
+        (arena + 16385)[0] = dt_rsqrt((arena + 16384)[0]);
+        (arena + 123462)[0] = (-INFINITY);
+        (arena + 123463)[0] = 0e0f;
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -510,7 +510,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 64; l7++) {
                                     for (long long l8 = 0; l8 < 128; l8++) {
-                                        (arena + 136392)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
+                                        (arena + 148680)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -519,7 +519,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 64; l11++) {
-                                    (arena + 132168)[l9 * 64 + l10 * 64 + l11] = 0e0f;
+                                    (arena + 144456)[l9 * 64 + l10 * 64 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -527,7 +527,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 64; l14++) {
-                                    (arena + 127944)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
+                                    (arena + 140232)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -538,18 +538,18 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l17 = 0; l17 < 1; l17++) {
                                     for (long long l18 = 0; l18 < 64; l18++) {
                                         for (long long l19 = 0; l19 < 64; l19++) {
-                                            (arena + 128008)[l16 * 4096 + l17 * 4096 + l18 * 64 + l19] = 0e0f;
+                                            (arena + 140296)[l16 * 4096 + l17 * 4096 + l18 * 64 + l19] = 0e0f;
                                         }
                                     }
                                 }
                             }
-                            /* rdot attention.tensorize(d:32) */
-                            for (long long o20 = 0; o20 < s5; o20 += 32) {
+                            /* rdot attention.tensorize(d:64) */
+                            for (long long o20 = 0; o20 < s5; o20 += 64) {
                                 for (long long l21 = 0; l21 < 1; l21++) {
                                     for (long long l22 = 0; l22 < 1; l22++) {
                                         for (long long l23 = 0; l23 < 64; l23++) {
-                                            for (long long l24 = 0; l24 < 32; l24++) {
-                                                (arena + 0)[l21 * 2048 + l22 * 2048 + l23 * 32 + l24] = (o1 + l21 < s0 && o2 + l22 < s1 && o3 + l23 < s2 && o20 + l24 < s5) ? dt_load_bf16(in0[(o1 + l21) * args->input_strides[0][0] + (o2 + l22) * args->input_strides[0][1] + (o3 + l23) * args->input_strides[0][2] + (o20 + l24) * args->input_strides[0][3]]) : 0e0f;
+                                            for (long long l24 = 0; l24 < 64; l24++) {
+                                                (arena + 0)[l21 * 4096 + l22 * 4096 + l23 * 64 + l24] = (o1 + l21 < s0 && o2 + l22 < s1 && o3 + l23 < s2 && o20 + l24 < s5) ? dt_load_bf16(in0[(o1 + l21) * args->input_strides[0][0] + (o2 + l22) * args->input_strides[0][1] + (o3 + l23) * args->input_strides[0][2] + (o20 + l24) * args->input_strides[0][3]]) : 0e0f;
                                             }
                                         }
                                     }
@@ -557,8 +557,8 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l25 = 0; l25 < 1; l25++) {
                                     for (long long l26 = 0; l26 < 1; l26++) {
                                         for (long long l27 = 0; l27 < 64; l27++) {
-                                            for (long long l28 = 0; l28 < 32; l28++) {
-                                                (arena + 2048)[l25 * 2048 + l26 * 2048 + l27 * 32 + l28] = (o1 + l25 < s0 && o2 + l26 < s1 && o15 + l27 < s3 && o20 + l28 < s5) ? dt_load_bf16(in1[(o1 + l25) * args->input_strides[1][0] + (o2 + l26) * args->input_strides[1][1] + (o15 + l27) * args->input_strides[1][2] + (o20 + l28) * args->input_strides[1][3]]) : 0e0f;
+                                            for (long long l28 = 0; l28 < 64; l28++) {
+                                                (arena + 4096)[l25 * 4096 + l26 * 4096 + l27 * 64 + l28] = (o1 + l25 < s0 && o2 + l26 < s1 && o15 + l27 < s3 && o20 + l28 < s5) ? dt_load_bf16(in1[(o1 + l25) * args->input_strides[1][0] + (o2 + l26) * args->input_strides[1][1] + (o15 + l27) * args->input_strides[1][2] + (o20 + l28) * args->input_strides[1][3]]) : 0e0f;
                                             }
                                         }
                                     }
@@ -568,8 +568,8 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                         for (long long l31 = 0; l31 < 64; l31++) {
                                             for (long long l32 = 0; l32 < 64; l32++) {
                                                 float a34 = 0.0f;
-                                                for (long long r33 = 0; r33 < 32; r33++) a34 += (arena + 0)[l29 * 2048 + l30 * 2048 + l31 * 32 + r33 * 1] * (arena + 2048)[l29 * 2048 + l30 * 2048 + l32 * 32 + r33 * 1];
-                                                (arena + 4096)[l29 * 4096 + l30 * 4096 + l31 * 64 + l32] = a34;
+                                                for (long long r33 = 0; r33 < 64; r33++) a34 += (arena + 0)[l29 * 4096 + l30 * 4096 + l31 * 64 + r33 * 1] * (arena + 4096)[l29 * 4096 + l30 * 4096 + l32 * 64 + r33 * 1];
+                                                (arena + 8192)[l29 * 4096 + l30 * 4096 + l31 * 64 + l32] = a34;
                                             }
                                         }
                                     }
@@ -578,7 +578,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                     for (long long l36 = 0; l36 < 1; l36++) {
                                         for (long long l37 = 0; l37 < 64; l37++) {
                                             for (long long l38 = 0; l38 < 64; l38++) {
-                                                (arena + 128008)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] = (arena + 128008)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] + (arena + 4096)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38];
+                                                (arena + 140296)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] = (arena + 140296)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] + (arena + 8192)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38];
                                             }
                                         }
                                     }
@@ -588,7 +588,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l40 = 0; l40 < 1; l40++) {
                                     for (long long l41 = 0; l41 < 64; l41++) {
                                         for (long long l42 = 0; l42 < 64; l42++) {
-                                            (arena + 8192)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 128008)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
+                                            (arena + 12288)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 140296)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
                                         }
                                     }
                                 }
@@ -597,7 +597,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l44 = 0; l44 < 1; l44++) {
                                     for (long long l45 = 0; l45 < 64; l45++) {
                                         for (long long l46 = 0; l46 < 64; l46++) {
-                                            (arena + 12290)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = ((arena + 8192)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] * (arena + 12289)[0]);
+                                            (arena + 16386)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = ((arena + 12288)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] * (arena + 16385)[0]);
                                         }
                                     }
                                 }
@@ -606,7 +606,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l48 = 0; l48 < 1; l48++) {
                                     for (long long l49 = 0; l49 < 64; l49++) {
                                         for (long long l50 = 0; l50 < 64; l50++) {
-                                            (arena + 16386)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = (o15 + l50 < s3) ? (arena + 12290)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] : (-INFINITY);
+                                            (arena + 20482)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = (o15 + l50 < s3) ? (arena + 16386)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] : (-INFINITY);
                                         }
                                     }
                                 }
@@ -615,78 +615,78 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l52 = 0; l52 < 1; l52++) {
                                     for (long long l53 = 0; l53 < 64; l53++) {
                                         float a55 = (-INFINITY);
-                                        for (long long r54 = 0; r54 < 64; r54 += 1) a55 = fmaxf(a55, (arena + 16386)[l51 * 4096 + l52 * 4096 + l53 * 64 + r54 * 1]);
-                                        (arena + 20482)[l51 * 64 + l52 * 64 + l53] = a55;
+                                        for (long long r54 = 0; r54 < 64; r54 += 1) a55 = fmaxf(a55, (arena + 20482)[l51 * 4096 + l52 * 4096 + l53 * 64 + r54 * 1]);
+                                        (arena + 24578)[l51 * 64 + l52 * 64 + l53] = a55;
                                     }
                                 }
                             }
                             for (long long l56 = 0; l56 < 1; l56++) {
                                 for (long long l57 = 0; l57 < 1; l57++) {
                                     for (long long l58 = 0; l58 < 64; l58++) {
-                                        (arena + 111046)[l56 * 64 + l57 * 64 + l58] = (arena + 127944)[l56 * 64 + l57 * 64 + l58];
+                                        (arena + 123334)[l56 * 64 + l57 * 64 + l58] = (arena + 140232)[l56 * 64 + l57 * 64 + l58];
                                     }
                                 }
                             }
                             for (long long l59 = 0; l59 < 1; l59++) {
                                 for (long long l60 = 0; l60 < 1; l60++) {
                                     for (long long l61 = 0; l61 < 64; l61++) {
-                                        (arena + 127944)[l59 * 64 + l60 * 64 + l61] = fmaxf((arena + 127944)[l59 * 64 + l60 * 64 + l61], (arena + 20482)[l59 * 64 + l60 * 64 + l61]);
+                                        (arena + 140232)[l59 * 64 + l60 * 64 + l61] = fmaxf((arena + 140232)[l59 * 64 + l60 * 64 + l61], (arena + 24578)[l59 * 64 + l60 * 64 + l61]);
                                     }
                                 }
                             }
                             for (long long l62 = 0; l62 < 1; l62++) {
                                 for (long long l63 = 0; l63 < 1; l63++) {
                                     for (long long l64 = 0; l64 < 64; l64++) {
-                                        (arena + 111110)[l62 * 64 + l63 * 64 + l64] = (arena + 127944)[l62 * 64 + l63 * 64 + l64];
+                                        (arena + 123398)[l62 * 64 + l63 * 64 + l64] = (arena + 140232)[l62 * 64 + l63 * 64 + l64];
                                     }
                                 }
                             }
                             for (long long l65 = 0; l65 < 1; l65++) {
                                 for (long long l66 = 0; l66 < 1; l66++) {
                                     for (long long l67 = 0; l67 < 64; l67++) {
-                                        (arena + 111176)[l65 * 64 + l66 * 64 + l67] = (((arena + 111110)[l65 * 64 + l66 * 64 + l67]) == ((arena + 111174)[0]) ? 1.0f : 0.0f);
+                                        (arena + 123464)[l65 * 64 + l66 * 64 + l67] = (((arena + 123398)[l65 * 64 + l66 * 64 + l67]) == ((arena + 123462)[0]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l68 = 0; l68 < 1; l68++) {
                                 for (long long l69 = 0; l69 < 1; l69++) {
                                     for (long long l70 = 0; l70 < 64; l70++) {
-                                        (arena + 111240)[l68 * 64 + l69 * 64 + l70] = (arena + 111176)[l68 * 64 + l69 * 64 + l70] != 0.0f ? (arena + 111175)[0] : (arena + 111110)[l68 * 64 + l69 * 64 + l70];
+                                        (arena + 123528)[l68 * 64 + l69 * 64 + l70] = (arena + 123464)[l68 * 64 + l69 * 64 + l70] != 0.0f ? (arena + 123463)[0] : (arena + 123398)[l68 * 64 + l69 * 64 + l70];
                                     }
                                 }
                             }
                             for (long long l71 = 0; l71 < 1; l71++) {
                                 for (long long l72 = 0; l72 < 1; l72++) {
                                     for (long long l73 = 0; l73 < 64; l73++) {
-                                        (arena + 111304)[l71 * 64 + l72 * 64 + l73] = ((arena + 111046)[l71 * 64 + l72 * 64 + l73] - (arena + 111240)[l71 * 64 + l72 * 64 + l73]);
+                                        (arena + 123592)[l71 * 64 + l72 * 64 + l73] = ((arena + 123334)[l71 * 64 + l72 * 64 + l73] - (arena + 123528)[l71 * 64 + l72 * 64 + l73]);
                                     }
                                 }
                             }
                             for (long long l74 = 0; l74 < 1; l74++) {
                                 for (long long l75 = 0; l75 < 1; l75++) {
                                     for (long long l76 = 0; l76 < 64; l76++) {
-                                        (arena + 111368)[l74 * 64 + l75 * 64 + l76] = expf((arena + 111304)[l74 * 64 + l75 * 64 + l76]);
+                                        (arena + 123656)[l74 * 64 + l75 * 64 + l76] = expf((arena + 123592)[l74 * 64 + l75 * 64 + l76]);
                                     }
                                 }
                             }
                             for (long long l77 = 0; l77 < 1; l77++) {
                                 for (long long l78 = 0; l78 < 1; l78++) {
                                     for (long long l79 = 0; l79 < 64; l79++) {
-                                        (arena + 111432)[l77 * 64 + l78 * 64 + l79] = (arena + 132168)[l77 * 64 + l78 * 64 + l79];
+                                        (arena + 123720)[l77 * 64 + l78 * 64 + l79] = (arena + 144456)[l77 * 64 + l78 * 64 + l79];
                                     }
                                 }
                             }
                             for (long long l80 = 0; l80 < 1; l80++) {
                                 for (long long l81 = 0; l81 < 1; l81++) {
                                     for (long long l82 = 0; l82 < 64; l82++) {
-                                        (arena + 111496)[l80 * 64 + l81 * 64 + l82] = ((arena + 111432)[l80 * 64 + l81 * 64 + l82] * (arena + 111368)[l80 * 64 + l81 * 64 + l82]);
+                                        (arena + 123784)[l80 * 64 + l81 * 64 + l82] = ((arena + 123720)[l80 * 64 + l81 * 64 + l82] * (arena + 123656)[l80 * 64 + l81 * 64 + l82]);
                                     }
                                 }
                             }
                             for (long long l83 = 0; l83 < 1; l83++) {
                                 for (long long l84 = 0; l84 < 1; l84++) {
                                     for (long long l85 = 0; l85 < 64; l85++) {
-                                        (arena + 132168)[l83 * 64 + l84 * 64 + l85] = (arena + 111496)[l83 * 64 + l84 * 64 + l85];
+                                        (arena + 144456)[l83 * 64 + l84 * 64 + l85] = (arena + 123784)[l83 * 64 + l84 * 64 + l85];
                                     }
                                 }
                             }
@@ -694,7 +694,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l87 = 0; l87 < 1; l87++) {
                                     for (long long l88 = 0; l88 < 64; l88++) {
                                         for (long long l89 = 0; l89 < 64; l89++) {
-                                            (arena + 37060)[l86 * 4096 + l87 * 4096 + l88 * 64 + l89] = ((arena + 12290)[l86 * 4096 + l87 * 4096 + l88 * 64 + l89] - (arena + 111240)[l86 * 64 + l87 * 64 + l88]);
+                                            (arena + 45252)[l86 * 4096 + l87 * 4096 + l88 * 64 + l89] = ((arena + 16386)[l86 * 4096 + l87 * 4096 + l88 * 64 + l89] - (arena + 123528)[l86 * 64 + l87 * 64 + l88]);
                                         }
                                     }
                                 }
@@ -703,7 +703,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l91 = 0; l91 < 1; l91++) {
                                     for (long long l92 = 0; l92 < 64; l92++) {
                                         for (long long l93 = 0; l93 < 64; l93++) {
-                                            (arena + 41156)[l90 * 4096 + l91 * 4096 + l92 * 64 + l93] = expf((arena + 37060)[l90 * 4096 + l91 * 4096 + l92 * 64 + l93]);
+                                            (arena + 49348)[l90 * 4096 + l91 * 4096 + l92 * 64 + l93] = expf((arena + 45252)[l90 * 4096 + l91 * 4096 + l92 * 64 + l93]);
                                         }
                                     }
                                 }
@@ -712,7 +712,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l95 = 0; l95 < 1; l95++) {
                                     for (long long l96 = 0; l96 < 64; l96++) {
                                         for (long long l97 = 0; l97 < 64; l97++) {
-                                            (arena + 45252)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] = (o15 + l97 < s3) ? (arena + 41156)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] : 0e0f;
+                                            (arena + 53444)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] = (o15 + l97 < s3) ? (arena + 49348)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] : 0e0f;
                                         }
                                     }
                                 }
@@ -721,15 +721,15 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l99 = 0; l99 < 1; l99++) {
                                     for (long long l100 = 0; l100 < 64; l100++) {
                                         float a102 = 0e0f;
-                                        for (long long r101 = 0; r101 < 64; r101 += 1) a102 = a102 + (arena + 45252)[l98 * 4096 + l99 * 4096 + l100 * 64 + r101 * 1];
-                                        (arena + 49348)[l98 * 64 + l99 * 64 + l100] = a102;
+                                        for (long long r101 = 0; r101 < 64; r101 += 1) a102 = a102 + (arena + 53444)[l98 * 4096 + l99 * 4096 + l100 * 64 + r101 * 1];
+                                        (arena + 57540)[l98 * 64 + l99 * 64 + l100] = a102;
                                     }
                                 }
                             }
                             for (long long l103 = 0; l103 < 1; l103++) {
                                 for (long long l104 = 0; l104 < 1; l104++) {
                                     for (long long l105 = 0; l105 < 64; l105++) {
-                                        (arena + 132168)[l103 * 64 + l104 * 64 + l105] = (arena + 132168)[l103 * 64 + l104 * 64 + l105] + (arena + 49348)[l103 * 64 + l104 * 64 + l105];
+                                        (arena + 144456)[l103 * 64 + l104 * 64 + l105] = (arena + 144456)[l103 * 64 + l104 * 64 + l105] + (arena + 57540)[l103 * 64 + l104 * 64 + l105];
                                     }
                                 }
                             }
@@ -737,7 +737,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l107 = 0; l107 < 1; l107++) {
                                     for (long long l108 = 0; l108 < 64; l108++) {
                                         for (long long l109 = 0; l109 < 128; l109++) {
-                                            (arena + 111560)[l106 * 8192 + l107 * 8192 + l108 * 128 + l109] = (arena + 136392)[l106 * 8192 + l107 * 8192 + l108 * 128 + l109];
+                                            (arena + 123848)[l106 * 8192 + l107 * 8192 + l108 * 128 + l109] = (arena + 148680)[l106 * 8192 + l107 * 8192 + l108 * 128 + l109];
                                         }
                                     }
                                 }
@@ -746,7 +746,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l111 = 0; l111 < 1; l111++) {
                                     for (long long l112 = 0; l112 < 64; l112++) {
                                         for (long long l113 = 0; l113 < 128; l113++) {
-                                            (arena + 119752)[l110 * 8192 + l111 * 8192 + l112 * 128 + l113] = ((arena + 111560)[l110 * 8192 + l111 * 8192 + l112 * 128 + l113] * (arena + 111368)[l110 * 64 + l111 * 64 + l112]);
+                                            (arena + 132040)[l110 * 8192 + l111 * 8192 + l112 * 128 + l113] = ((arena + 123848)[l110 * 8192 + l111 * 8192 + l112 * 128 + l113] * (arena + 123656)[l110 * 64 + l111 * 64 + l112]);
                                         }
                                     }
                                 }
@@ -755,7 +755,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l115 = 0; l115 < 1; l115++) {
                                     for (long long l116 = 0; l116 < 64; l116++) {
                                         for (long long l117 = 0; l117 < 128; l117++) {
-                                            (arena + 136392)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117] = (arena + 119752)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117];
+                                            (arena + 148680)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117] = (arena + 132040)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117];
                                         }
                                     }
                                 }
@@ -764,7 +764,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l119 = 0; l119 < 1; l119++) {
                                     for (long long l120 = 0; l120 < 128; l120++) {
                                         for (long long l121 = 0; l121 < 64; l121++) {
-                                            (arena + 78214)[l118 * 8192 + l119 * 8192 + l120 * 64 + l121] = (o1 + l118 < s0 && o2 + l119 < s1 && o15 + l121 < s3 && o4 + l120 < s4) ? dt_load_bf16(in2[(o1 + l118) * args->input_strides[2][0] + (o2 + l119) * args->input_strides[2][1] + (o15 + l121) * args->input_strides[2][2] + (o4 + l120) * args->input_strides[2][3]]) : 0e0f;
+                                            (arena + 90502)[l118 * 8192 + l119 * 8192 + l120 * 64 + l121] = (o1 + l118 < s0 && o2 + l119 < s1 && o15 + l121 < s3 && o4 + l120 < s4) ? dt_load_bf16(in2[(o1 + l118) * args->input_strides[2][0] + (o2 + l119) * args->input_strides[2][1] + (o15 + l121) * args->input_strides[2][2] + (o4 + l120) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -774,8 +774,8 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                     for (long long l124 = 0; l124 < 64; l124++) {
                                         for (long long l125 = 0; l125 < 128; l125++) {
                                             float a127 = 0.0f;
-                                            for (long long r126 = 0; r126 < 64; r126++) a127 += (arena + 45252)[l122 * 4096 + l123 * 4096 + l124 * 64 + r126 * 1] * (arena + 78214)[l122 * 8192 + l123 * 8192 + l125 * 64 + r126 * 1];
-                                            (arena + 86406)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125] = a127;
+                                            for (long long r126 = 0; r126 < 64; r126++) a127 += (arena + 53444)[l122 * 4096 + l123 * 4096 + l124 * 64 + r126 * 1] * (arena + 90502)[l122 * 8192 + l123 * 8192 + l125 * 64 + r126 * 1];
+                                            (arena + 98694)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125] = a127;
                                         }
                                     }
                                 }
@@ -784,7 +784,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l129 = 0; l129 < 1; l129++) {
                                     for (long long l130 = 0; l130 < 64; l130++) {
                                         for (long long l131 = 0; l131 < 128; l131++) {
-                                            (arena + 136392)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131] = (arena + 136392)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131] + (arena + 86406)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131];
+                                            (arena + 148680)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131] = (arena + 148680)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131] + (arena + 98694)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131];
                                         }
                                     }
                                 }
@@ -793,7 +793,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                         for (long long l132 = 0; l132 < 1; l132++) {
                             for (long long l133 = 0; l133 < 1; l133++) {
                                 for (long long l134 = 0; l134 < 64; l134++) {
-                                    (arena + 49412)[l132 * 64 + l133 * 64 + l134] = (arena + 132168)[l132 * 64 + l133 * 64 + l134];
+                                    (arena + 57604)[l132 * 64 + l133 * 64 + l134] = (arena + 144456)[l132 * 64 + l133 * 64 + l134];
                                 }
                             }
                         }
@@ -801,7 +801,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                             for (long long l136 = 0; l136 < 1; l136++) {
                                 for (long long l137 = 0; l137 < 64; l137++) {
                                     for (long long l138 = 0; l138 < 128; l138++) {
-                                        (arena + 94598)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138] = (arena + 136392)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138];
+                                        (arena + 106886)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138] = (arena + 148680)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138];
                                     }
                                 }
                             }
@@ -810,7 +810,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                             for (long long l140 = 0; l140 < 1; l140++) {
                                 for (long long l141 = 0; l141 < 64; l141++) {
                                     for (long long l142 = 0; l142 < 128; l142++) {
-                                        (arena + 102854)[l139 * 8192 + l140 * 8192 + l141 * 128 + l142] = ((arena + 94598)[l139 * 8192 + l140 * 8192 + l141 * 128 + l142] / (arena + 49412)[l139 * 64 + l140 * 64 + l141]);
+                                        (arena + 115142)[l139 * 8192 + l140 * 8192 + l141 * 128 + l142] = ((arena + 106886)[l139 * 8192 + l140 * 8192 + l141 * 128 + l142] / (arena + 57604)[l139 * 64 + l140 * 64 + l141]);
                                     }
                                 }
                             }
@@ -819,7 +819,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                             for (long long l144 = 0; l144 < 1; l144++) {
                                 for (long long l145 = 0; l145 < 64; l145++) {
                                     for (long long l146 = 0; l146 < 128; l146++) {
-                                        if (o1 + l143 < s0 && o2 + l144 < s1 && o3 + l145 < s2 && o4 + l146 < s4) out[(o1 + l143) * args->output_strides[0] + (o2 + l144) * args->output_strides[1] + (o3 + l145) * args->output_strides[2] + (o4 + l146) * args->output_strides[3]] = dt_store_bf16((arena + 102854)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146]);
+                                        if (o1 + l143 < s0 && o2 + l144 < s1 && o3 + l145 < s2 && o4 + l146 < s4) out[(o1 + l143) * args->output_strides[0] + (o2 + l144) * args->output_strides[1] + (o3 + l145) * args->output_strides[2] + (o4 + l146) * args->output_strides[3]] = dt_store_bf16((arena + 115142)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146]);
                                     }
                                 }
                             }
@@ -844,7 +844,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
     const float* in1 = (const float*)(uintptr_t)args->inputs[1]; /* K */
     const float* in2 = (const float*)(uintptr_t)args->inputs[2]; /* V */
     float* out = (float*)(uintptr_t)args->output; /* attention */
-    float* arena = (float*)malloc(sizeof(float) * 148680);
+    float* arena = (float*)malloc(sizeof(float) * 160968);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -866,10 +866,10 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
         if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
-        (arena + 12288)[0] = (float)s5;
-        (arena + 12289)[0] = dt_rsqrt((arena + 12288)[0]);
-        (arena + 111174)[0] = (-INFINITY);
-        (arena + 111175)[0] = 0e0f;
+        (arena + 16384)[0] = (float)s5;
+        (arena + 16385)[0] = dt_rsqrt((arena + 16384)[0]);
+        (arena + 123462)[0] = (-INFINITY);
+        (arena + 123463)[0] = 0e0f;
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -883,7 +883,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 64; l7++) {
                                     for (long long l8 = 0; l8 < 128; l8++) {
-                                        (arena + 136392)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
+                                        (arena + 148680)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -892,7 +892,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 64; l11++) {
-                                    (arena + 132168)[l9 * 64 + l10 * 64 + l11] = 0e0f;
+                                    (arena + 144456)[l9 * 64 + l10 * 64 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -900,7 +900,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 64; l14++) {
-                                    (arena + 127944)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
+                                    (arena + 140232)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -911,18 +911,18 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                 for (long long l17 = 0; l17 < 1; l17++) {
                                     for (long long l18 = 0; l18 < 64; l18++) {
                                         for (long long l19 = 0; l19 < 64; l19++) {
-                                            (arena + 128008)[l16 * 4096 + l17 * 4096 + l18 * 64 + l19] = 0e0f;
+                                            (arena + 140296)[l16 * 4096 + l17 * 4096 + l18 * 64 + l19] = 0e0f;
                                         }
                                     }
                                 }
                             }
-                            /* rdot attention.tensorize(d:32) */
-                            for (long long o20 = 0; o20 < s5; o20 += 32) {
+                            /* rdot attention.tensorize(d:64) */
+                            for (long long o20 = 0; o20 < s5; o20 += 64) {
                                 for (long long l21 = 0; l21 < 1; l21++) {
                                     for (long long l22 = 0; l22 < 1; l22++) {
                                         for (long long l23 = 0; l23 < 64; l23++) {
-                                            for (long long l24 = 0; l24 < 32; l24++) {
-                                                (arena + 0)[l21 * 2048 + l22 * 2048 + l23 * 32 + l24] = (o1 + l21 < s0 && o2 + l22 < s1 && o3 + l23 < s2 && o20 + l24 < s5) ? dt_load_f32(in0[(o1 + l21) * args->input_strides[0][0] + (o2 + l22) * args->input_strides[0][1] + (o3 + l23) * args->input_strides[0][2] + (o20 + l24) * args->input_strides[0][3]]) : 0e0f;
+                                            for (long long l24 = 0; l24 < 64; l24++) {
+                                                (arena + 0)[l21 * 4096 + l22 * 4096 + l23 * 64 + l24] = (o1 + l21 < s0 && o2 + l22 < s1 && o3 + l23 < s2 && o20 + l24 < s5) ? dt_load_f32(in0[(o1 + l21) * args->input_strides[0][0] + (o2 + l22) * args->input_strides[0][1] + (o3 + l23) * args->input_strides[0][2] + (o20 + l24) * args->input_strides[0][3]]) : 0e0f;
                                             }
                                         }
                                     }
@@ -930,8 +930,8 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                 for (long long l25 = 0; l25 < 1; l25++) {
                                     for (long long l26 = 0; l26 < 1; l26++) {
                                         for (long long l27 = 0; l27 < 64; l27++) {
-                                            for (long long l28 = 0; l28 < 32; l28++) {
-                                                (arena + 2048)[l25 * 2048 + l26 * 2048 + l27 * 32 + l28] = (o1 + l25 < s0 && o2 + l26 < s1 && o15 + l27 < s3 && o20 + l28 < s5) ? dt_load_f32(in1[(o1 + l25) * args->input_strides[1][0] + (o2 + l26) * args->input_strides[1][1] + (o15 + l27) * args->input_strides[1][2] + (o20 + l28) * args->input_strides[1][3]]) : 0e0f;
+                                            for (long long l28 = 0; l28 < 64; l28++) {
+                                                (arena + 4096)[l25 * 4096 + l26 * 4096 + l27 * 64 + l28] = (o1 + l25 < s0 && o2 + l26 < s1 && o15 + l27 < s3 && o20 + l28 < s5) ? dt_load_f32(in1[(o1 + l25) * args->input_strides[1][0] + (o2 + l26) * args->input_strides[1][1] + (o15 + l27) * args->input_strides[1][2] + (o20 + l28) * args->input_strides[1][3]]) : 0e0f;
                                             }
                                         }
                                     }
@@ -941,8 +941,8 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                         for (long long l31 = 0; l31 < 64; l31++) {
                                             for (long long l32 = 0; l32 < 64; l32++) {
                                                 float a34 = 0.0f;
-                                                for (long long r33 = 0; r33 < 32; r33++) a34 += (arena + 0)[l29 * 2048 + l30 * 2048 + l31 * 32 + r33 * 1] * (arena + 2048)[l29 * 2048 + l30 * 2048 + l32 * 32 + r33 * 1];
-                                                (arena + 4096)[l29 * 4096 + l30 * 4096 + l31 * 64 + l32] = a34;
+                                                for (long long r33 = 0; r33 < 64; r33++) a34 += (arena + 0)[l29 * 4096 + l30 * 4096 + l31 * 64 + r33 * 1] * (arena + 4096)[l29 * 4096 + l30 * 4096 + l32 * 64 + r33 * 1];
+                                                (arena + 8192)[l29 * 4096 + l30 * 4096 + l31 * 64 + l32] = a34;
                                             }
                                         }
                                     }
@@ -951,7 +951,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                     for (long long l36 = 0; l36 < 1; l36++) {
                                         for (long long l37 = 0; l37 < 64; l37++) {
                                             for (long long l38 = 0; l38 < 64; l38++) {
-                                                (arena + 128008)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] = (arena + 128008)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] + (arena + 4096)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38];
+                                                (arena + 140296)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] = (arena + 140296)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] + (arena + 8192)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38];
                                             }
                                         }
                                     }
@@ -961,7 +961,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                 for (long long l40 = 0; l40 < 1; l40++) {
                                     for (long long l41 = 0; l41 < 64; l41++) {
                                         for (long long l42 = 0; l42 < 64; l42++) {
-                                            (arena + 8192)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 128008)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
+                                            (arena + 12288)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 140296)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
                                         }
                                     }
                                 }
@@ -970,7 +970,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                 for (long long l44 = 0; l44 < 1; l44++) {
                                     for (long long l45 = 0; l45 < 64; l45++) {
                                         for (long long l46 = 0; l46 < 64; l46++) {
-                                            (arena + 12290)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = ((arena + 8192)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] * (arena + 12289)[0]);
+                                            (arena + 16386)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = ((arena + 12288)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] * (arena + 16385)[0]);
                                         }
                                     }
                                 }
@@ -979,7 +979,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                 for (long long l48 = 0; l48 < 1; l48++) {
                                     for (long long l49 = 0; l49 < 64; l49++) {
                                         for (long long l50 = 0; l50 < 64; l50++) {
-                                            (arena + 16386)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = (o15 + l50 < s3) ? (arena + 12290)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] : (-INFINITY);
+                                            (arena + 20482)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = (o15 + l50 < s3) ? (arena + 16386)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] : (-INFINITY);
                                         }
                                     }
                                 }
@@ -988,78 +988,78 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                 for (long long l52 = 0; l52 < 1; l52++) {
                                     for (long long l53 = 0; l53 < 64; l53++) {
                                         float a55 = (-INFINITY);
-                                        for (long long r54 = 0; r54 < 64; r54 += 1) a55 = fmaxf(a55, (arena + 16386)[l51 * 4096 + l52 * 4096 + l53 * 64 + r54 * 1]);
-                                        (arena + 20482)[l51 * 64 + l52 * 64 + l53] = a55;
+                                        for (long long r54 = 0; r54 < 64; r54 += 1) a55 = fmaxf(a55, (arena + 20482)[l51 * 4096 + l52 * 4096 + l53 * 64 + r54 * 1]);
+                                        (arena + 24578)[l51 * 64 + l52 * 64 + l53] = a55;
                                     }
                                 }
                             }
                             for (long long l56 = 0; l56 < 1; l56++) {
                                 for (long long l57 = 0; l57 < 1; l57++) {
                                     for (long long l58 = 0; l58 < 64; l58++) {
-                                        (arena + 111046)[l56 * 64 + l57 * 64 + l58] = (arena + 127944)[l56 * 64 + l57 * 64 + l58];
+                                        (arena + 123334)[l56 * 64 + l57 * 64 + l58] = (arena + 140232)[l56 * 64 + l57 * 64 + l58];
                                     }
                                 }
                             }
                             for (long long l59 = 0; l59 < 1; l59++) {
                                 for (long long l60 = 0; l60 < 1; l60++) {
                                     for (long long l61 = 0; l61 < 64; l61++) {
-                                        (arena + 127944)[l59 * 64 + l60 * 64 + l61] = fmaxf((arena + 127944)[l59 * 64 + l60 * 64 + l61], (arena + 20482)[l59 * 64 + l60 * 64 + l61]);
+                                        (arena + 140232)[l59 * 64 + l60 * 64 + l61] = fmaxf((arena + 140232)[l59 * 64 + l60 * 64 + l61], (arena + 24578)[l59 * 64 + l60 * 64 + l61]);
                                     }
                                 }
                             }
                             for (long long l62 = 0; l62 < 1; l62++) {
                                 for (long long l63 = 0; l63 < 1; l63++) {
                                     for (long long l64 = 0; l64 < 64; l64++) {
-                                        (arena + 111110)[l62 * 64 + l63 * 64 + l64] = (arena + 127944)[l62 * 64 + l63 * 64 + l64];
+                                        (arena + 123398)[l62 * 64 + l63 * 64 + l64] = (arena + 140232)[l62 * 64 + l63 * 64 + l64];
                                     }
                                 }
                             }
                             for (long long l65 = 0; l65 < 1; l65++) {
                                 for (long long l66 = 0; l66 < 1; l66++) {
                                     for (long long l67 = 0; l67 < 64; l67++) {
-                                        (arena + 111176)[l65 * 64 + l66 * 64 + l67] = (((arena + 111110)[l65 * 64 + l66 * 64 + l67]) == ((arena + 111174)[0]) ? 1.0f : 0.0f);
+                                        (arena + 123464)[l65 * 64 + l66 * 64 + l67] = (((arena + 123398)[l65 * 64 + l66 * 64 + l67]) == ((arena + 123462)[0]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l68 = 0; l68 < 1; l68++) {
                                 for (long long l69 = 0; l69 < 1; l69++) {
                                     for (long long l70 = 0; l70 < 64; l70++) {
-                                        (arena + 111240)[l68 * 64 + l69 * 64 + l70] = (arena + 111176)[l68 * 64 + l69 * 64 + l70] != 0.0f ? (arena + 111175)[0] : (arena + 111110)[l68 * 64 + l69 * 64 + l70];
+                                        (arena + 123528)[l68 * 64 + l69 * 64 + l70] = (arena + 123464)[l68 * 64 + l69 * 64 + l70] != 0.0f ? (arena + 123463)[0] : (arena + 123398)[l68 * 64 + l69 * 64 + l70];
                                     }
                                 }
                             }
                             for (long long l71 = 0; l71 < 1; l71++) {
                                 for (long long l72 = 0; l72 < 1; l72++) {
                                     for (long long l73 = 0; l73 < 64; l73++) {
-                                        (arena + 111304)[l71 * 64 + l72 * 64 + l73] = ((arena + 111046)[l71 * 64 + l72 * 64 + l73] - (arena + 111240)[l71 * 64 + l72 * 64 + l73]);
+                                        (arena + 123592)[l71 * 64 + l72 * 64 + l73] = ((arena + 123334)[l71 * 64 + l72 * 64 + l73] - (arena + 123528)[l71 * 64 + l72 * 64 + l73]);
                                     }
                                 }
                             }
                             for (long long l74 = 0; l74 < 1; l74++) {
                                 for (long long l75 = 0; l75 < 1; l75++) {
                                     for (long long l76 = 0; l76 < 64; l76++) {
-                                        (arena + 111368)[l74 * 64 + l75 * 64 + l76] = expf((arena + 111304)[l74 * 64 + l75 * 64 + l76]);
+                                        (arena + 123656)[l74 * 64 + l75 * 64 + l76] = expf((arena + 123592)[l74 * 64 + l75 * 64 + l76]);
                                     }
                                 }
                             }
                             for (long long l77 = 0; l77 < 1; l77++) {
                                 for (long long l78 = 0; l78 < 1; l78++) {
                                     for (long long l79 = 0; l79 < 64; l79++) {
-                                        (arena + 111432)[l77 * 64 + l78 * 64 + l79] = (arena + 132168)[l77 * 64 + l78 * 64 + l79];
+                                        (arena + 123720)[l77 * 64 + l78 * 64 + l79] = (arena + 144456)[l77 * 64 + l78 * 64 + l79];
                                     }
                                 }
                             }
                             for (long long l80 = 0; l80 < 1; l80++) {
                                 for (long long l81 = 0; l81 < 1; l81++) {
                                     for (long long l82 = 0; l82 < 64; l82++) {
-                                        (arena + 111496)[l80 * 64 + l81 * 64 + l82] = ((arena + 111432)[l80 * 64 + l81 * 64 + l82] * (arena + 111368)[l80 * 64 + l81 * 64 + l82]);
+                                        (arena + 123784)[l80 * 64 + l81 * 64 + l82] = ((arena + 123720)[l80 * 64 + l81 * 64 + l82] * (arena + 123656)[l80 * 64 + l81 * 64 + l82]);
                                     }
                                 }
                             }
                             for (long long l83 = 0; l83 < 1; l83++) {
                                 for (long long l84 = 0; l84 < 1; l84++) {
                                     for (long long l85 = 0; l85 < 64; l85++) {
-                                        (arena + 132168)[l83 * 64 + l84 * 64 + l85] = (arena + 111496)[l83 * 64 + l84 * 64 + l85];
+                                        (arena + 144456)[l83 * 64 + l84 * 64 + l85] = (arena + 123784)[l83 * 64 + l84 * 64 + l85];
                                     }
                                 }
                             }
@@ -1067,7 +1067,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                 for (long long l87 = 0; l87 < 1; l87++) {
                                     for (long long l88 = 0; l88 < 64; l88++) {
                                         for (long long l89 = 0; l89 < 64; l89++) {
-                                            (arena + 37060)[l86 * 4096 + l87 * 4096 + l88 * 64 + l89] = ((arena + 12290)[l86 * 4096 + l87 * 4096 + l88 * 64 + l89] - (arena + 111240)[l86 * 64 + l87 * 64 + l88]);
+                                            (arena + 45252)[l86 * 4096 + l87 * 4096 + l88 * 64 + l89] = ((arena + 16386)[l86 * 4096 + l87 * 4096 + l88 * 64 + l89] - (arena + 123528)[l86 * 64 + l87 * 64 + l88]);
                                         }
                                     }
                                 }
@@ -1076,7 +1076,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                 for (long long l91 = 0; l91 < 1; l91++) {
                                     for (long long l92 = 0; l92 < 64; l92++) {
                                         for (long long l93 = 0; l93 < 64; l93++) {
-                                            (arena + 41156)[l90 * 4096 + l91 * 4096 + l92 * 64 + l93] = expf((arena + 37060)[l90 * 4096 + l91 * 4096 + l92 * 64 + l93]);
+                                            (arena + 49348)[l90 * 4096 + l91 * 4096 + l92 * 64 + l93] = expf((arena + 45252)[l90 * 4096 + l91 * 4096 + l92 * 64 + l93]);
                                         }
                                     }
                                 }
@@ -1085,7 +1085,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                 for (long long l95 = 0; l95 < 1; l95++) {
                                     for (long long l96 = 0; l96 < 64; l96++) {
                                         for (long long l97 = 0; l97 < 64; l97++) {
-                                            (arena + 45252)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] = (o15 + l97 < s3) ? (arena + 41156)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] : 0e0f;
+                                            (arena + 53444)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] = (o15 + l97 < s3) ? (arena + 49348)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] : 0e0f;
                                         }
                                     }
                                 }
@@ -1094,15 +1094,15 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                 for (long long l99 = 0; l99 < 1; l99++) {
                                     for (long long l100 = 0; l100 < 64; l100++) {
                                         float a102 = 0e0f;
-                                        for (long long r101 = 0; r101 < 64; r101 += 1) a102 = a102 + (arena + 45252)[l98 * 4096 + l99 * 4096 + l100 * 64 + r101 * 1];
-                                        (arena + 49348)[l98 * 64 + l99 * 64 + l100] = a102;
+                                        for (long long r101 = 0; r101 < 64; r101 += 1) a102 = a102 + (arena + 53444)[l98 * 4096 + l99 * 4096 + l100 * 64 + r101 * 1];
+                                        (arena + 57540)[l98 * 64 + l99 * 64 + l100] = a102;
                                     }
                                 }
                             }
                             for (long long l103 = 0; l103 < 1; l103++) {
                                 for (long long l104 = 0; l104 < 1; l104++) {
                                     for (long long l105 = 0; l105 < 64; l105++) {
-                                        (arena + 132168)[l103 * 64 + l104 * 64 + l105] = (arena + 132168)[l103 * 64 + l104 * 64 + l105] + (arena + 49348)[l103 * 64 + l104 * 64 + l105];
+                                        (arena + 144456)[l103 * 64 + l104 * 64 + l105] = (arena + 144456)[l103 * 64 + l104 * 64 + l105] + (arena + 57540)[l103 * 64 + l104 * 64 + l105];
                                     }
                                 }
                             }
@@ -1110,7 +1110,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                 for (long long l107 = 0; l107 < 1; l107++) {
                                     for (long long l108 = 0; l108 < 64; l108++) {
                                         for (long long l109 = 0; l109 < 128; l109++) {
-                                            (arena + 111560)[l106 * 8192 + l107 * 8192 + l108 * 128 + l109] = (arena + 136392)[l106 * 8192 + l107 * 8192 + l108 * 128 + l109];
+                                            (arena + 123848)[l106 * 8192 + l107 * 8192 + l108 * 128 + l109] = (arena + 148680)[l106 * 8192 + l107 * 8192 + l108 * 128 + l109];
                                         }
                                     }
                                 }
@@ -1119,7 +1119,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                 for (long long l111 = 0; l111 < 1; l111++) {
                                     for (long long l112 = 0; l112 < 64; l112++) {
                                         for (long long l113 = 0; l113 < 128; l113++) {
-                                            (arena + 119752)[l110 * 8192 + l111 * 8192 + l112 * 128 + l113] = ((arena + 111560)[l110 * 8192 + l111 * 8192 + l112 * 128 + l113] * (arena + 111368)[l110 * 64 + l111 * 64 + l112]);
+                                            (arena + 132040)[l110 * 8192 + l111 * 8192 + l112 * 128 + l113] = ((arena + 123848)[l110 * 8192 + l111 * 8192 + l112 * 128 + l113] * (arena + 123656)[l110 * 64 + l111 * 64 + l112]);
                                         }
                                     }
                                 }
@@ -1128,7 +1128,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                 for (long long l115 = 0; l115 < 1; l115++) {
                                     for (long long l116 = 0; l116 < 64; l116++) {
                                         for (long long l117 = 0; l117 < 128; l117++) {
-                                            (arena + 136392)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117] = (arena + 119752)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117];
+                                            (arena + 148680)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117] = (arena + 132040)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117];
                                         }
                                     }
                                 }
@@ -1137,7 +1137,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                 for (long long l119 = 0; l119 < 1; l119++) {
                                     for (long long l120 = 0; l120 < 128; l120++) {
                                         for (long long l121 = 0; l121 < 64; l121++) {
-                                            (arena + 78214)[l118 * 8192 + l119 * 8192 + l120 * 64 + l121] = (o1 + l118 < s0 && o2 + l119 < s1 && o15 + l121 < s3 && o4 + l120 < s4) ? dt_load_f32(in2[(o1 + l118) * args->input_strides[2][0] + (o2 + l119) * args->input_strides[2][1] + (o15 + l121) * args->input_strides[2][2] + (o4 + l120) * args->input_strides[2][3]]) : 0e0f;
+                                            (arena + 90502)[l118 * 8192 + l119 * 8192 + l120 * 64 + l121] = (o1 + l118 < s0 && o2 + l119 < s1 && o15 + l121 < s3 && o4 + l120 < s4) ? dt_load_f32(in2[(o1 + l118) * args->input_strides[2][0] + (o2 + l119) * args->input_strides[2][1] + (o15 + l121) * args->input_strides[2][2] + (o4 + l120) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -1147,8 +1147,8 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                     for (long long l124 = 0; l124 < 64; l124++) {
                                         for (long long l125 = 0; l125 < 128; l125++) {
                                             float a127 = 0.0f;
-                                            for (long long r126 = 0; r126 < 64; r126++) a127 += (arena + 45252)[l122 * 4096 + l123 * 4096 + l124 * 64 + r126 * 1] * (arena + 78214)[l122 * 8192 + l123 * 8192 + l125 * 64 + r126 * 1];
-                                            (arena + 86406)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125] = a127;
+                                            for (long long r126 = 0; r126 < 64; r126++) a127 += (arena + 53444)[l122 * 4096 + l123 * 4096 + l124 * 64 + r126 * 1] * (arena + 90502)[l122 * 8192 + l123 * 8192 + l125 * 64 + r126 * 1];
+                                            (arena + 98694)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125] = a127;
                                         }
                                     }
                                 }
@@ -1157,7 +1157,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                 for (long long l129 = 0; l129 < 1; l129++) {
                                     for (long long l130 = 0; l130 < 64; l130++) {
                                         for (long long l131 = 0; l131 < 128; l131++) {
-                                            (arena + 136392)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131] = (arena + 136392)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131] + (arena + 86406)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131];
+                                            (arena + 148680)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131] = (arena + 148680)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131] + (arena + 98694)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131];
                                         }
                                     }
                                 }
@@ -1166,7 +1166,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                         for (long long l132 = 0; l132 < 1; l132++) {
                             for (long long l133 = 0; l133 < 1; l133++) {
                                 for (long long l134 = 0; l134 < 64; l134++) {
-                                    (arena + 49412)[l132 * 64 + l133 * 64 + l134] = (arena + 132168)[l132 * 64 + l133 * 64 + l134];
+                                    (arena + 57604)[l132 * 64 + l133 * 64 + l134] = (arena + 144456)[l132 * 64 + l133 * 64 + l134];
                                 }
                             }
                         }
@@ -1174,7 +1174,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                             for (long long l136 = 0; l136 < 1; l136++) {
                                 for (long long l137 = 0; l137 < 64; l137++) {
                                     for (long long l138 = 0; l138 < 128; l138++) {
-                                        (arena + 94598)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138] = (arena + 136392)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138];
+                                        (arena + 106886)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138] = (arena + 148680)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138];
                                     }
                                 }
                             }
@@ -1183,7 +1183,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                             for (long long l140 = 0; l140 < 1; l140++) {
                                 for (long long l141 = 0; l141 < 64; l141++) {
                                     for (long long l142 = 0; l142 < 128; l142++) {
-                                        (arena + 102854)[l139 * 8192 + l140 * 8192 + l141 * 128 + l142] = ((arena + 94598)[l139 * 8192 + l140 * 8192 + l141 * 128 + l142] / (arena + 49412)[l139 * 64 + l140 * 64 + l141]);
+                                        (arena + 115142)[l139 * 8192 + l140 * 8192 + l141 * 128 + l142] = ((arena + 106886)[l139 * 8192 + l140 * 8192 + l141 * 128 + l142] / (arena + 57604)[l139 * 64 + l140 * 64 + l141]);
                                     }
                                 }
                             }
@@ -1192,7 +1192,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                             for (long long l144 = 0; l144 < 1; l144++) {
                                 for (long long l145 = 0; l145 < 64; l145++) {
                                     for (long long l146 = 0; l146 < 128; l146++) {
-                                        if (o1 + l143 < s0 && o2 + l144 < s1 && o3 + l145 < s2 && o4 + l146 < s4) out[(o1 + l143) * args->output_strides[0] + (o2 + l144) * args->output_strides[1] + (o3 + l145) * args->output_strides[2] + (o4 + l146) * args->output_strides[3]] = dt_store_f32((arena + 102854)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146]);
+                                        if (o1 + l143 < s0 && o2 + l144 < s1 && o3 + l145 < s2 && o4 + l146 < s4) out[(o1 + l143) * args->output_strides[0] + (o2 + l144) * args->output_strides[1] + (o3 + l145) * args->output_strides[2] + (o4 + l146) * args->output_strides[3]] = dt_store_f32((arena + 115142)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146]);
                                     }
                                 }
                             }
@@ -1217,7 +1217,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* V */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention_causal */
-    float* arena = (float*)malloc(sizeof(float) * 173646);
+    float* arena = (float*)malloc(sizeof(float) * 185934);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1239,12 +1239,12 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
         if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
-        (arena + 16512)[0] = (float)s5;
-        (arena + 16513)[0] = dt_rsqrt((arena + 16512)[0]);
-        (arena + 20610)[0] = INFINITY;
-        (arena + 20611)[0] = (-(arena + 20610)[0]);
-        (arena + 136140)[0] = (-INFINITY);
-        (arena + 136141)[0] = 0e0f;
+        (arena + 20608)[0] = (float)s5;
+        (arena + 20609)[0] = dt_rsqrt((arena + 20608)[0]);
+        (arena + 24706)[0] = INFINITY;
+        (arena + 24707)[0] = (-(arena + 24706)[0]);
+        (arena + 148428)[0] = (-INFINITY);
+        (arena + 148429)[0] = 0e0f;
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -1258,7 +1258,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 64; l7++) {
                                     for (long long l8 = 0; l8 < 128; l8++) {
-                                        (arena + 161358)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
+                                        (arena + 173646)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -1267,7 +1267,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 64; l11++) {
-                                    (arena + 157134)[l9 * 64 + l10 * 64 + l11] = 0e0f;
+                                    (arena + 169422)[l9 * 64 + l10 * 64 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -1275,7 +1275,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 64; l14++) {
-                                    (arena + 152910)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
+                                    (arena + 165198)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -1297,18 +1297,18 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 for (long long l21 = 0; l21 < 1; l21++) {
                                     for (long long l22 = 0; l22 < 64; l22++) {
                                         for (long long l23 = 0; l23 < 64; l23++) {
-                                            (arena + 152974)[l20 * 4096 + l21 * 4096 + l22 * 64 + l23] = 0e0f;
+                                            (arena + 165262)[l20 * 4096 + l21 * 4096 + l22 * 64 + l23] = 0e0f;
                                         }
                                     }
                                 }
                             }
-                            /* rdot attention_causal.tensorize(d:32) */
-                            for (long long o24 = 0; o24 < s5; o24 += 32) {
+                            /* rdot attention_causal.tensorize(d:64) */
+                            for (long long o24 = 0; o24 < s5; o24 += 64) {
                                 for (long long l25 = 0; l25 < 1; l25++) {
                                     for (long long l26 = 0; l26 < 1; l26++) {
                                         for (long long l27 = 0; l27 < 64; l27++) {
-                                            for (long long l28 = 0; l28 < 32; l28++) {
-                                                (arena + 4224)[l25 * 2048 + l26 * 2048 + l27 * 32 + l28] = (o1 + l25 < s0 && o2 + l26 < s1 && o3 + l27 < s2 && o24 + l28 < s5) ? dt_load_f16(in0[(o1 + l25) * args->input_strides[0][0] + (o2 + l26) * args->input_strides[0][1] + (o3 + l27) * args->input_strides[0][2] + (o24 + l28) * args->input_strides[0][3]]) : 0e0f;
+                                            for (long long l28 = 0; l28 < 64; l28++) {
+                                                (arena + 4224)[l25 * 4096 + l26 * 4096 + l27 * 64 + l28] = (o1 + l25 < s0 && o2 + l26 < s1 && o3 + l27 < s2 && o24 + l28 < s5) ? dt_load_f16(in0[(o1 + l25) * args->input_strides[0][0] + (o2 + l26) * args->input_strides[0][1] + (o3 + l27) * args->input_strides[0][2] + (o24 + l28) * args->input_strides[0][3]]) : 0e0f;
                                             }
                                         }
                                     }
@@ -1316,8 +1316,8 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 for (long long l29 = 0; l29 < 1; l29++) {
                                     for (long long l30 = 0; l30 < 1; l30++) {
                                         for (long long l31 = 0; l31 < 64; l31++) {
-                                            for (long long l32 = 0; l32 < 32; l32++) {
-                                                (arena + 6272)[l29 * 2048 + l30 * 2048 + l31 * 32 + l32] = (o1 + l29 < s0 && o2 + l30 < s1 && o15 + l31 < s3 && o24 + l32 < s5) ? dt_load_f16(in1[(o1 + l29) * args->input_strides[1][0] + (o2 + l30) * args->input_strides[1][1] + (o15 + l31) * args->input_strides[1][2] + (o24 + l32) * args->input_strides[1][3]]) : 0e0f;
+                                            for (long long l32 = 0; l32 < 64; l32++) {
+                                                (arena + 8320)[l29 * 4096 + l30 * 4096 + l31 * 64 + l32] = (o1 + l29 < s0 && o2 + l30 < s1 && o15 + l31 < s3 && o24 + l32 < s5) ? dt_load_f16(in1[(o1 + l29) * args->input_strides[1][0] + (o2 + l30) * args->input_strides[1][1] + (o15 + l31) * args->input_strides[1][2] + (o24 + l32) * args->input_strides[1][3]]) : 0e0f;
                                             }
                                         }
                                     }
@@ -1327,8 +1327,8 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                         for (long long l35 = 0; l35 < 64; l35++) {
                                             for (long long l36 = 0; l36 < 64; l36++) {
                                                 float a38 = 0.0f;
-                                                for (long long r37 = 0; r37 < 32; r37++) a38 += (arena + 4224)[l33 * 2048 + l34 * 2048 + l35 * 32 + r37 * 1] * (arena + 6272)[l33 * 2048 + l34 * 2048 + l36 * 32 + r37 * 1];
-                                                (arena + 8320)[l33 * 4096 + l34 * 4096 + l35 * 64 + l36] = a38;
+                                                for (long long r37 = 0; r37 < 64; r37++) a38 += (arena + 4224)[l33 * 4096 + l34 * 4096 + l35 * 64 + r37 * 1] * (arena + 8320)[l33 * 4096 + l34 * 4096 + l36 * 64 + r37 * 1];
+                                                (arena + 12416)[l33 * 4096 + l34 * 4096 + l35 * 64 + l36] = a38;
                                             }
                                         }
                                     }
@@ -1337,7 +1337,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                     for (long long l40 = 0; l40 < 1; l40++) {
                                         for (long long l41 = 0; l41 < 64; l41++) {
                                             for (long long l42 = 0; l42 < 64; l42++) {
-                                                (arena + 152974)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 152974)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] + (arena + 8320)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
+                                                (arena + 165262)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 165262)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] + (arena + 12416)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
                                             }
                                         }
                                     }
@@ -1347,7 +1347,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 for (long long l44 = 0; l44 < 1; l44++) {
                                     for (long long l45 = 0; l45 < 64; l45++) {
                                         for (long long l46 = 0; l46 < 64; l46++) {
-                                            (arena + 12416)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = (arena + 152974)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46];
+                                            (arena + 16512)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = (arena + 165262)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46];
                                         }
                                     }
                                 }
@@ -1356,7 +1356,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 for (long long l48 = 0; l48 < 1; l48++) {
                                     for (long long l49 = 0; l49 < 64; l49++) {
                                         for (long long l50 = 0; l50 < 64; l50++) {
-                                            (arena + 16514)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = ((arena + 12416)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] * (arena + 16513)[0]);
+                                            (arena + 20610)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = ((arena + 16512)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] * (arena + 20609)[0]);
                                         }
                                     }
                                 }
@@ -1365,7 +1365,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 for (long long l52 = 0; l52 < 1; l52++) {
                                     for (long long l53 = 0; l53 < 64; l53++) {
                                         for (long long l54 = 0; l54 < 64; l54++) {
-                                            (arena + 20612)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54] = (arena + 128)[l53 * 64 + l54] != 0.0f ? (arena + 16514)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54] : (arena + 20611)[0];
+                                            (arena + 24708)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54] = (arena + 128)[l53 * 64 + l54] != 0.0f ? (arena + 20610)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54] : (arena + 24707)[0];
                                         }
                                     }
                                 }
@@ -1374,7 +1374,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 for (long long l56 = 0; l56 < 1; l56++) {
                                     for (long long l57 = 0; l57 < 64; l57++) {
                                         for (long long l58 = 0; l58 < 64; l58++) {
-                                            (arena + 24708)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] = (o15 + l58 < s3) ? (arena + 20612)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] : (-INFINITY);
+                                            (arena + 28804)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] = (o15 + l58 < s3) ? (arena + 24708)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] : (-INFINITY);
                                         }
                                     }
                                 }
@@ -1383,78 +1383,78 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 for (long long l60 = 0; l60 < 1; l60++) {
                                     for (long long l61 = 0; l61 < 64; l61++) {
                                         float a63 = (-INFINITY);
-                                        for (long long r62 = 0; r62 < 64; r62 += 1) a63 = fmaxf(a63, (arena + 24708)[l59 * 4096 + l60 * 4096 + l61 * 64 + r62 * 1]);
-                                        (arena + 28804)[l59 * 64 + l60 * 64 + l61] = a63;
+                                        for (long long r62 = 0; r62 < 64; r62 += 1) a63 = fmaxf(a63, (arena + 28804)[l59 * 4096 + l60 * 4096 + l61 * 64 + r62 * 1]);
+                                        (arena + 32900)[l59 * 64 + l60 * 64 + l61] = a63;
                                     }
                                 }
                             }
                             for (long long l64 = 0; l64 < 1; l64++) {
                                 for (long long l65 = 0; l65 < 1; l65++) {
                                     for (long long l66 = 0; l66 < 64; l66++) {
-                                        (arena + 136012)[l64 * 64 + l65 * 64 + l66] = (arena + 152910)[l64 * 64 + l65 * 64 + l66];
+                                        (arena + 148300)[l64 * 64 + l65 * 64 + l66] = (arena + 165198)[l64 * 64 + l65 * 64 + l66];
                                     }
                                 }
                             }
                             for (long long l67 = 0; l67 < 1; l67++) {
                                 for (long long l68 = 0; l68 < 1; l68++) {
                                     for (long long l69 = 0; l69 < 64; l69++) {
-                                        (arena + 152910)[l67 * 64 + l68 * 64 + l69] = fmaxf((arena + 152910)[l67 * 64 + l68 * 64 + l69], (arena + 28804)[l67 * 64 + l68 * 64 + l69]);
+                                        (arena + 165198)[l67 * 64 + l68 * 64 + l69] = fmaxf((arena + 165198)[l67 * 64 + l68 * 64 + l69], (arena + 32900)[l67 * 64 + l68 * 64 + l69]);
                                     }
                                 }
                             }
                             for (long long l70 = 0; l70 < 1; l70++) {
                                 for (long long l71 = 0; l71 < 1; l71++) {
                                     for (long long l72 = 0; l72 < 64; l72++) {
-                                        (arena + 136076)[l70 * 64 + l71 * 64 + l72] = (arena + 152910)[l70 * 64 + l71 * 64 + l72];
+                                        (arena + 148364)[l70 * 64 + l71 * 64 + l72] = (arena + 165198)[l70 * 64 + l71 * 64 + l72];
                                     }
                                 }
                             }
                             for (long long l73 = 0; l73 < 1; l73++) {
                                 for (long long l74 = 0; l74 < 1; l74++) {
                                     for (long long l75 = 0; l75 < 64; l75++) {
-                                        (arena + 136142)[l73 * 64 + l74 * 64 + l75] = (((arena + 136076)[l73 * 64 + l74 * 64 + l75]) == ((arena + 136140)[0]) ? 1.0f : 0.0f);
+                                        (arena + 148430)[l73 * 64 + l74 * 64 + l75] = (((arena + 148364)[l73 * 64 + l74 * 64 + l75]) == ((arena + 148428)[0]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l76 = 0; l76 < 1; l76++) {
                                 for (long long l77 = 0; l77 < 1; l77++) {
                                     for (long long l78 = 0; l78 < 64; l78++) {
-                                        (arena + 136206)[l76 * 64 + l77 * 64 + l78] = (arena + 136142)[l76 * 64 + l77 * 64 + l78] != 0.0f ? (arena + 136141)[0] : (arena + 136076)[l76 * 64 + l77 * 64 + l78];
+                                        (arena + 148494)[l76 * 64 + l77 * 64 + l78] = (arena + 148430)[l76 * 64 + l77 * 64 + l78] != 0.0f ? (arena + 148429)[0] : (arena + 148364)[l76 * 64 + l77 * 64 + l78];
                                     }
                                 }
                             }
                             for (long long l79 = 0; l79 < 1; l79++) {
                                 for (long long l80 = 0; l80 < 1; l80++) {
                                     for (long long l81 = 0; l81 < 64; l81++) {
-                                        (arena + 136270)[l79 * 64 + l80 * 64 + l81] = ((arena + 136012)[l79 * 64 + l80 * 64 + l81] - (arena + 136206)[l79 * 64 + l80 * 64 + l81]);
+                                        (arena + 148558)[l79 * 64 + l80 * 64 + l81] = ((arena + 148300)[l79 * 64 + l80 * 64 + l81] - (arena + 148494)[l79 * 64 + l80 * 64 + l81]);
                                     }
                                 }
                             }
                             for (long long l82 = 0; l82 < 1; l82++) {
                                 for (long long l83 = 0; l83 < 1; l83++) {
                                     for (long long l84 = 0; l84 < 64; l84++) {
-                                        (arena + 136334)[l82 * 64 + l83 * 64 + l84] = expf((arena + 136270)[l82 * 64 + l83 * 64 + l84]);
+                                        (arena + 148622)[l82 * 64 + l83 * 64 + l84] = expf((arena + 148558)[l82 * 64 + l83 * 64 + l84]);
                                     }
                                 }
                             }
                             for (long long l85 = 0; l85 < 1; l85++) {
                                 for (long long l86 = 0; l86 < 1; l86++) {
                                     for (long long l87 = 0; l87 < 64; l87++) {
-                                        (arena + 136398)[l85 * 64 + l86 * 64 + l87] = (arena + 157134)[l85 * 64 + l86 * 64 + l87];
+                                        (arena + 148686)[l85 * 64 + l86 * 64 + l87] = (arena + 169422)[l85 * 64 + l86 * 64 + l87];
                                     }
                                 }
                             }
                             for (long long l88 = 0; l88 < 1; l88++) {
                                 for (long long l89 = 0; l89 < 1; l89++) {
                                     for (long long l90 = 0; l90 < 64; l90++) {
-                                        (arena + 136462)[l88 * 64 + l89 * 64 + l90] = ((arena + 136398)[l88 * 64 + l89 * 64 + l90] * (arena + 136334)[l88 * 64 + l89 * 64 + l90]);
+                                        (arena + 148750)[l88 * 64 + l89 * 64 + l90] = ((arena + 148686)[l88 * 64 + l89 * 64 + l90] * (arena + 148622)[l88 * 64 + l89 * 64 + l90]);
                                     }
                                 }
                             }
                             for (long long l91 = 0; l91 < 1; l91++) {
                                 for (long long l92 = 0; l92 < 1; l92++) {
                                     for (long long l93 = 0; l93 < 64; l93++) {
-                                        (arena + 157134)[l91 * 64 + l92 * 64 + l93] = (arena + 136462)[l91 * 64 + l92 * 64 + l93];
+                                        (arena + 169422)[l91 * 64 + l92 * 64 + l93] = (arena + 148750)[l91 * 64 + l92 * 64 + l93];
                                     }
                                 }
                             }
@@ -1462,7 +1462,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 for (long long l95 = 0; l95 < 1; l95++) {
                                     for (long long l96 = 0; l96 < 64; l96++) {
                                         for (long long l97 = 0; l97 < 64; l97++) {
-                                            (arena + 53704)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] = ((arena + 20612)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] - (arena + 136206)[l94 * 64 + l95 * 64 + l96]);
+                                            (arena + 61896)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] = ((arena + 24708)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] - (arena + 148494)[l94 * 64 + l95 * 64 + l96]);
                                         }
                                     }
                                 }
@@ -1471,7 +1471,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 for (long long l99 = 0; l99 < 1; l99++) {
                                     for (long long l100 = 0; l100 < 64; l100++) {
                                         for (long long l101 = 0; l101 < 64; l101++) {
-                                            (arena + 57800)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101] = expf((arena + 53704)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101]);
+                                            (arena + 65992)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101] = expf((arena + 61896)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101]);
                                         }
                                     }
                                 }
@@ -1480,7 +1480,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 for (long long l103 = 0; l103 < 1; l103++) {
                                     for (long long l104 = 0; l104 < 64; l104++) {
                                         for (long long l105 = 0; l105 < 64; l105++) {
-                                            (arena + 61896)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105] = (o15 + l105 < s3) ? (arena + 57800)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105] : 0e0f;
+                                            (arena + 70088)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105] = (o15 + l105 < s3) ? (arena + 65992)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105] : 0e0f;
                                         }
                                     }
                                 }
@@ -1489,15 +1489,15 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 for (long long l107 = 0; l107 < 1; l107++) {
                                     for (long long l108 = 0; l108 < 64; l108++) {
                                         float a110 = 0e0f;
-                                        for (long long r109 = 0; r109 < 64; r109 += 1) a110 = a110 + (arena + 61896)[l106 * 4096 + l107 * 4096 + l108 * 64 + r109 * 1];
-                                        (arena + 65992)[l106 * 64 + l107 * 64 + l108] = a110;
+                                        for (long long r109 = 0; r109 < 64; r109 += 1) a110 = a110 + (arena + 70088)[l106 * 4096 + l107 * 4096 + l108 * 64 + r109 * 1];
+                                        (arena + 74184)[l106 * 64 + l107 * 64 + l108] = a110;
                                     }
                                 }
                             }
                             for (long long l111 = 0; l111 < 1; l111++) {
                                 for (long long l112 = 0; l112 < 1; l112++) {
                                     for (long long l113 = 0; l113 < 64; l113++) {
-                                        (arena + 157134)[l111 * 64 + l112 * 64 + l113] = (arena + 157134)[l111 * 64 + l112 * 64 + l113] + (arena + 65992)[l111 * 64 + l112 * 64 + l113];
+                                        (arena + 169422)[l111 * 64 + l112 * 64 + l113] = (arena + 169422)[l111 * 64 + l112 * 64 + l113] + (arena + 74184)[l111 * 64 + l112 * 64 + l113];
                                     }
                                 }
                             }
@@ -1505,7 +1505,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 for (long long l115 = 0; l115 < 1; l115++) {
                                     for (long long l116 = 0; l116 < 64; l116++) {
                                         for (long long l117 = 0; l117 < 128; l117++) {
-                                            (arena + 136526)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117] = (arena + 161358)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117];
+                                            (arena + 148814)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117] = (arena + 173646)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117];
                                         }
                                     }
                                 }
@@ -1514,7 +1514,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 for (long long l119 = 0; l119 < 1; l119++) {
                                     for (long long l120 = 0; l120 < 64; l120++) {
                                         for (long long l121 = 0; l121 < 128; l121++) {
-                                            (arena + 144718)[l118 * 8192 + l119 * 8192 + l120 * 128 + l121] = ((arena + 136526)[l118 * 8192 + l119 * 8192 + l120 * 128 + l121] * (arena + 136334)[l118 * 64 + l119 * 64 + l120]);
+                                            (arena + 157006)[l118 * 8192 + l119 * 8192 + l120 * 128 + l121] = ((arena + 148814)[l118 * 8192 + l119 * 8192 + l120 * 128 + l121] * (arena + 148622)[l118 * 64 + l119 * 64 + l120]);
                                         }
                                     }
                                 }
@@ -1523,7 +1523,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 for (long long l123 = 0; l123 < 1; l123++) {
                                     for (long long l124 = 0; l124 < 64; l124++) {
                                         for (long long l125 = 0; l125 < 128; l125++) {
-                                            (arena + 161358)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125] = (arena + 144718)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125];
+                                            (arena + 173646)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125] = (arena + 157006)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125];
                                         }
                                     }
                                 }
@@ -1532,7 +1532,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 for (long long l127 = 0; l127 < 1; l127++) {
                                     for (long long l128 = 0; l128 < 128; l128++) {
                                         for (long long l129 = 0; l129 < 64; l129++) {
-                                            (arena + 103180)[l126 * 8192 + l127 * 8192 + l128 * 64 + l129] = (o1 + l126 < s0 && o2 + l127 < s1 && o15 + l129 < s3 && o4 + l128 < s4) ? dt_load_f16(in2[(o1 + l126) * args->input_strides[2][0] + (o2 + l127) * args->input_strides[2][1] + (o15 + l129) * args->input_strides[2][2] + (o4 + l128) * args->input_strides[2][3]]) : 0e0f;
+                                            (arena + 115468)[l126 * 8192 + l127 * 8192 + l128 * 64 + l129] = (o1 + l126 < s0 && o2 + l127 < s1 && o15 + l129 < s3 && o4 + l128 < s4) ? dt_load_f16(in2[(o1 + l126) * args->input_strides[2][0] + (o2 + l127) * args->input_strides[2][1] + (o15 + l129) * args->input_strides[2][2] + (o4 + l128) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -1542,8 +1542,8 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                     for (long long l132 = 0; l132 < 64; l132++) {
                                         for (long long l133 = 0; l133 < 128; l133++) {
                                             float a135 = 0.0f;
-                                            for (long long r134 = 0; r134 < 64; r134++) a135 += (arena + 61896)[l130 * 4096 + l131 * 4096 + l132 * 64 + r134 * 1] * (arena + 103180)[l130 * 8192 + l131 * 8192 + l133 * 64 + r134 * 1];
-                                            (arena + 111372)[l130 * 8192 + l131 * 8192 + l132 * 128 + l133] = a135;
+                                            for (long long r134 = 0; r134 < 64; r134++) a135 += (arena + 70088)[l130 * 4096 + l131 * 4096 + l132 * 64 + r134 * 1] * (arena + 115468)[l130 * 8192 + l131 * 8192 + l133 * 64 + r134 * 1];
+                                            (arena + 123660)[l130 * 8192 + l131 * 8192 + l132 * 128 + l133] = a135;
                                         }
                                     }
                                 }
@@ -1552,7 +1552,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 for (long long l137 = 0; l137 < 1; l137++) {
                                     for (long long l138 = 0; l138 < 64; l138++) {
                                         for (long long l139 = 0; l139 < 128; l139++) {
-                                            (arena + 161358)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139] = (arena + 161358)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139] + (arena + 111372)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139];
+                                            (arena + 173646)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139] = (arena + 173646)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139] + (arena + 123660)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139];
                                         }
                                     }
                                 }
@@ -1561,7 +1561,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                         for (long long l140 = 0; l140 < 1; l140++) {
                             for (long long l141 = 0; l141 < 1; l141++) {
                                 for (long long l142 = 0; l142 < 64; l142++) {
-                                    (arena + 66056)[l140 * 64 + l141 * 64 + l142] = (arena + 157134)[l140 * 64 + l141 * 64 + l142];
+                                    (arena + 74248)[l140 * 64 + l141 * 64 + l142] = (arena + 169422)[l140 * 64 + l141 * 64 + l142];
                                 }
                             }
                         }
@@ -1569,7 +1569,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                             for (long long l144 = 0; l144 < 1; l144++) {
                                 for (long long l145 = 0; l145 < 64; l145++) {
                                     for (long long l146 = 0; l146 < 128; l146++) {
-                                        (arena + 119564)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146] = (arena + 161358)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146];
+                                        (arena + 131852)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146] = (arena + 173646)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146];
                                     }
                                 }
                             }
@@ -1578,7 +1578,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                             for (long long l148 = 0; l148 < 1; l148++) {
                                 for (long long l149 = 0; l149 < 64; l149++) {
                                     for (long long l150 = 0; l150 < 128; l150++) {
-                                        (arena + 127820)[l147 * 8192 + l148 * 8192 + l149 * 128 + l150] = ((arena + 119564)[l147 * 8192 + l148 * 8192 + l149 * 128 + l150] / (arena + 66056)[l147 * 64 + l148 * 64 + l149]);
+                                        (arena + 140108)[l147 * 8192 + l148 * 8192 + l149 * 128 + l150] = ((arena + 131852)[l147 * 8192 + l148 * 8192 + l149 * 128 + l150] / (arena + 74248)[l147 * 64 + l148 * 64 + l149]);
                                     }
                                 }
                             }
@@ -1587,7 +1587,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                             for (long long l152 = 0; l152 < 1; l152++) {
                                 for (long long l153 = 0; l153 < 64; l153++) {
                                     for (long long l154 = 0; l154 < 128; l154++) {
-                                        if (o1 + l151 < s0 && o2 + l152 < s1 && o3 + l153 < s2 && o4 + l154 < s4) out[(o1 + l151) * args->output_strides[0] + (o2 + l152) * args->output_strides[1] + (o3 + l153) * args->output_strides[2] + (o4 + l154) * args->output_strides[3]] = dt_store_f16((arena + 127820)[l151 * 8192 + l152 * 8192 + l153 * 128 + l154]);
+                                        if (o1 + l151 < s0 && o2 + l152 < s1 && o3 + l153 < s2 && o4 + l154 < s4) out[(o1 + l151) * args->output_strides[0] + (o2 + l152) * args->output_strides[1] + (o3 + l153) * args->output_strides[2] + (o4 + l154) * args->output_strides[3]] = dt_store_f16((arena + 140108)[l151 * 8192 + l152 * 8192 + l153 * 128 + l154]);
                                     }
                                 }
                             }
@@ -1612,7 +1612,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* V */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention_causal */
-    float* arena = (float*)malloc(sizeof(float) * 173646);
+    float* arena = (float*)malloc(sizeof(float) * 185934);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1634,12 +1634,12 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
         if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
-        (arena + 16512)[0] = (float)s5;
-        (arena + 16513)[0] = dt_rsqrt((arena + 16512)[0]);
-        (arena + 20610)[0] = INFINITY;
-        (arena + 20611)[0] = (-(arena + 20610)[0]);
-        (arena + 136140)[0] = (-INFINITY);
-        (arena + 136141)[0] = 0e0f;
+        (arena + 20608)[0] = (float)s5;
+        (arena + 20609)[0] = dt_rsqrt((arena + 20608)[0]);
+        (arena + 24706)[0] = INFINITY;
+        (arena + 24707)[0] = (-(arena + 24706)[0]);
+        (arena + 148428)[0] = (-INFINITY);
+        (arena + 148429)[0] = 0e0f;
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -1653,7 +1653,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 64; l7++) {
                                     for (long long l8 = 0; l8 < 128; l8++) {
-                                        (arena + 161358)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
+                                        (arena + 173646)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -1662,7 +1662,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 64; l11++) {
-                                    (arena + 157134)[l9 * 64 + l10 * 64 + l11] = 0e0f;
+                                    (arena + 169422)[l9 * 64 + l10 * 64 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -1670,7 +1670,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 64; l14++) {
-                                    (arena + 152910)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
+                                    (arena + 165198)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -1692,18 +1692,18 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 for (long long l21 = 0; l21 < 1; l21++) {
                                     for (long long l22 = 0; l22 < 64; l22++) {
                                         for (long long l23 = 0; l23 < 64; l23++) {
-                                            (arena + 152974)[l20 * 4096 + l21 * 4096 + l22 * 64 + l23] = 0e0f;
+                                            (arena + 165262)[l20 * 4096 + l21 * 4096 + l22 * 64 + l23] = 0e0f;
                                         }
                                     }
                                 }
                             }
-                            /* rdot attention_causal.tensorize(d:32) */
-                            for (long long o24 = 0; o24 < s5; o24 += 32) {
+                            /* rdot attention_causal.tensorize(d:64) */
+                            for (long long o24 = 0; o24 < s5; o24 += 64) {
                                 for (long long l25 = 0; l25 < 1; l25++) {
                                     for (long long l26 = 0; l26 < 1; l26++) {
                                         for (long long l27 = 0; l27 < 64; l27++) {
-                                            for (long long l28 = 0; l28 < 32; l28++) {
-                                                (arena + 4224)[l25 * 2048 + l26 * 2048 + l27 * 32 + l28] = (o1 + l25 < s0 && o2 + l26 < s1 && o3 + l27 < s2 && o24 + l28 < s5) ? dt_load_bf16(in0[(o1 + l25) * args->input_strides[0][0] + (o2 + l26) * args->input_strides[0][1] + (o3 + l27) * args->input_strides[0][2] + (o24 + l28) * args->input_strides[0][3]]) : 0e0f;
+                                            for (long long l28 = 0; l28 < 64; l28++) {
+                                                (arena + 4224)[l25 * 4096 + l26 * 4096 + l27 * 64 + l28] = (o1 + l25 < s0 && o2 + l26 < s1 && o3 + l27 < s2 && o24 + l28 < s5) ? dt_load_bf16(in0[(o1 + l25) * args->input_strides[0][0] + (o2 + l26) * args->input_strides[0][1] + (o3 + l27) * args->input_strides[0][2] + (o24 + l28) * args->input_strides[0][3]]) : 0e0f;
                                             }
                                         }
                                     }
@@ -1711,8 +1711,8 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 for (long long l29 = 0; l29 < 1; l29++) {
                                     for (long long l30 = 0; l30 < 1; l30++) {
                                         for (long long l31 = 0; l31 < 64; l31++) {
-                                            for (long long l32 = 0; l32 < 32; l32++) {
-                                                (arena + 6272)[l29 * 2048 + l30 * 2048 + l31 * 32 + l32] = (o1 + l29 < s0 && o2 + l30 < s1 && o15 + l31 < s3 && o24 + l32 < s5) ? dt_load_bf16(in1[(o1 + l29) * args->input_strides[1][0] + (o2 + l30) * args->input_strides[1][1] + (o15 + l31) * args->input_strides[1][2] + (o24 + l32) * args->input_strides[1][3]]) : 0e0f;
+                                            for (long long l32 = 0; l32 < 64; l32++) {
+                                                (arena + 8320)[l29 * 4096 + l30 * 4096 + l31 * 64 + l32] = (o1 + l29 < s0 && o2 + l30 < s1 && o15 + l31 < s3 && o24 + l32 < s5) ? dt_load_bf16(in1[(o1 + l29) * args->input_strides[1][0] + (o2 + l30) * args->input_strides[1][1] + (o15 + l31) * args->input_strides[1][2] + (o24 + l32) * args->input_strides[1][3]]) : 0e0f;
                                             }
                                         }
                                     }
@@ -1722,8 +1722,8 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                         for (long long l35 = 0; l35 < 64; l35++) {
                                             for (long long l36 = 0; l36 < 64; l36++) {
                                                 float a38 = 0.0f;
-                                                for (long long r37 = 0; r37 < 32; r37++) a38 += (arena + 4224)[l33 * 2048 + l34 * 2048 + l35 * 32 + r37 * 1] * (arena + 6272)[l33 * 2048 + l34 * 2048 + l36 * 32 + r37 * 1];
-                                                (arena + 8320)[l33 * 4096 + l34 * 4096 + l35 * 64 + l36] = a38;
+                                                for (long long r37 = 0; r37 < 64; r37++) a38 += (arena + 4224)[l33 * 4096 + l34 * 4096 + l35 * 64 + r37 * 1] * (arena + 8320)[l33 * 4096 + l34 * 4096 + l36 * 64 + r37 * 1];
+                                                (arena + 12416)[l33 * 4096 + l34 * 4096 + l35 * 64 + l36] = a38;
                                             }
                                         }
                                     }
@@ -1732,7 +1732,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                     for (long long l40 = 0; l40 < 1; l40++) {
                                         for (long long l41 = 0; l41 < 64; l41++) {
                                             for (long long l42 = 0; l42 < 64; l42++) {
-                                                (arena + 152974)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 152974)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] + (arena + 8320)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
+                                                (arena + 165262)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 165262)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] + (arena + 12416)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
                                             }
                                         }
                                     }
@@ -1742,7 +1742,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 for (long long l44 = 0; l44 < 1; l44++) {
                                     for (long long l45 = 0; l45 < 64; l45++) {
                                         for (long long l46 = 0; l46 < 64; l46++) {
-                                            (arena + 12416)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = (arena + 152974)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46];
+                                            (arena + 16512)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = (arena + 165262)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46];
                                         }
                                     }
                                 }
@@ -1751,7 +1751,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 for (long long l48 = 0; l48 < 1; l48++) {
                                     for (long long l49 = 0; l49 < 64; l49++) {
                                         for (long long l50 = 0; l50 < 64; l50++) {
-                                            (arena + 16514)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = ((arena + 12416)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] * (arena + 16513)[0]);
+                                            (arena + 20610)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = ((arena + 16512)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] * (arena + 20609)[0]);
                                         }
                                     }
                                 }
@@ -1760,7 +1760,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 for (long long l52 = 0; l52 < 1; l52++) {
                                     for (long long l53 = 0; l53 < 64; l53++) {
                                         for (long long l54 = 0; l54 < 64; l54++) {
-                                            (arena + 20612)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54] = (arena + 128)[l53 * 64 + l54] != 0.0f ? (arena + 16514)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54] : (arena + 20611)[0];
+                                            (arena + 24708)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54] = (arena + 128)[l53 * 64 + l54] != 0.0f ? (arena + 20610)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54] : (arena + 24707)[0];
                                         }
                                     }
                                 }
@@ -1769,7 +1769,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 for (long long l56 = 0; l56 < 1; l56++) {
                                     for (long long l57 = 0; l57 < 64; l57++) {
                                         for (long long l58 = 0; l58 < 64; l58++) {
-                                            (arena + 24708)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] = (o15 + l58 < s3) ? (arena + 20612)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] : (-INFINITY);
+                                            (arena + 28804)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] = (o15 + l58 < s3) ? (arena + 24708)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] : (-INFINITY);
                                         }
                                     }
                                 }
@@ -1778,78 +1778,78 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 for (long long l60 = 0; l60 < 1; l60++) {
                                     for (long long l61 = 0; l61 < 64; l61++) {
                                         float a63 = (-INFINITY);
-                                        for (long long r62 = 0; r62 < 64; r62 += 1) a63 = fmaxf(a63, (arena + 24708)[l59 * 4096 + l60 * 4096 + l61 * 64 + r62 * 1]);
-                                        (arena + 28804)[l59 * 64 + l60 * 64 + l61] = a63;
+                                        for (long long r62 = 0; r62 < 64; r62 += 1) a63 = fmaxf(a63, (arena + 28804)[l59 * 4096 + l60 * 4096 + l61 * 64 + r62 * 1]);
+                                        (arena + 32900)[l59 * 64 + l60 * 64 + l61] = a63;
                                     }
                                 }
                             }
                             for (long long l64 = 0; l64 < 1; l64++) {
                                 for (long long l65 = 0; l65 < 1; l65++) {
                                     for (long long l66 = 0; l66 < 64; l66++) {
-                                        (arena + 136012)[l64 * 64 + l65 * 64 + l66] = (arena + 152910)[l64 * 64 + l65 * 64 + l66];
+                                        (arena + 148300)[l64 * 64 + l65 * 64 + l66] = (arena + 165198)[l64 * 64 + l65 * 64 + l66];
                                     }
                                 }
                             }
                             for (long long l67 = 0; l67 < 1; l67++) {
                                 for (long long l68 = 0; l68 < 1; l68++) {
                                     for (long long l69 = 0; l69 < 64; l69++) {
-                                        (arena + 152910)[l67 * 64 + l68 * 64 + l69] = fmaxf((arena + 152910)[l67 * 64 + l68 * 64 + l69], (arena + 28804)[l67 * 64 + l68 * 64 + l69]);
+                                        (arena + 165198)[l67 * 64 + l68 * 64 + l69] = fmaxf((arena + 165198)[l67 * 64 + l68 * 64 + l69], (arena + 32900)[l67 * 64 + l68 * 64 + l69]);
                                     }
                                 }
                             }
                             for (long long l70 = 0; l70 < 1; l70++) {
                                 for (long long l71 = 0; l71 < 1; l71++) {
                                     for (long long l72 = 0; l72 < 64; l72++) {
-                                        (arena + 136076)[l70 * 64 + l71 * 64 + l72] = (arena + 152910)[l70 * 64 + l71 * 64 + l72];
+                                        (arena + 148364)[l70 * 64 + l71 * 64 + l72] = (arena + 165198)[l70 * 64 + l71 * 64 + l72];
                                     }
                                 }
                             }
                             for (long long l73 = 0; l73 < 1; l73++) {
                                 for (long long l74 = 0; l74 < 1; l74++) {
                                     for (long long l75 = 0; l75 < 64; l75++) {
-                                        (arena + 136142)[l73 * 64 + l74 * 64 + l75] = (((arena + 136076)[l73 * 64 + l74 * 64 + l75]) == ((arena + 136140)[0]) ? 1.0f : 0.0f);
+                                        (arena + 148430)[l73 * 64 + l74 * 64 + l75] = (((arena + 148364)[l73 * 64 + l74 * 64 + l75]) == ((arena + 148428)[0]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l76 = 0; l76 < 1; l76++) {
                                 for (long long l77 = 0; l77 < 1; l77++) {
                                     for (long long l78 = 0; l78 < 64; l78++) {
-                                        (arena + 136206)[l76 * 64 + l77 * 64 + l78] = (arena + 136142)[l76 * 64 + l77 * 64 + l78] != 0.0f ? (arena + 136141)[0] : (arena + 136076)[l76 * 64 + l77 * 64 + l78];
+                                        (arena + 148494)[l76 * 64 + l77 * 64 + l78] = (arena + 148430)[l76 * 64 + l77 * 64 + l78] != 0.0f ? (arena + 148429)[0] : (arena + 148364)[l76 * 64 + l77 * 64 + l78];
                                     }
                                 }
                             }
                             for (long long l79 = 0; l79 < 1; l79++) {
                                 for (long long l80 = 0; l80 < 1; l80++) {
                                     for (long long l81 = 0; l81 < 64; l81++) {
-                                        (arena + 136270)[l79 * 64 + l80 * 64 + l81] = ((arena + 136012)[l79 * 64 + l80 * 64 + l81] - (arena + 136206)[l79 * 64 + l80 * 64 + l81]);
+                                        (arena + 148558)[l79 * 64 + l80 * 64 + l81] = ((arena + 148300)[l79 * 64 + l80 * 64 + l81] - (arena + 148494)[l79 * 64 + l80 * 64 + l81]);
                                     }
                                 }
                             }
                             for (long long l82 = 0; l82 < 1; l82++) {
                                 for (long long l83 = 0; l83 < 1; l83++) {
                                     for (long long l84 = 0; l84 < 64; l84++) {
-                                        (arena + 136334)[l82 * 64 + l83 * 64 + l84] = expf((arena + 136270)[l82 * 64 + l83 * 64 + l84]);
+                                        (arena + 148622)[l82 * 64 + l83 * 64 + l84] = expf((arena + 148558)[l82 * 64 + l83 * 64 + l84]);
                                     }
                                 }
                             }
                             for (long long l85 = 0; l85 < 1; l85++) {
                                 for (long long l86 = 0; l86 < 1; l86++) {
                                     for (long long l87 = 0; l87 < 64; l87++) {
-                                        (arena + 136398)[l85 * 64 + l86 * 64 + l87] = (arena + 157134)[l85 * 64 + l86 * 64 + l87];
+                                        (arena + 148686)[l85 * 64 + l86 * 64 + l87] = (arena + 169422)[l85 * 64 + l86 * 64 + l87];
                                     }
                                 }
                             }
                             for (long long l88 = 0; l88 < 1; l88++) {
                                 for (long long l89 = 0; l89 < 1; l89++) {
                                     for (long long l90 = 0; l90 < 64; l90++) {
-                                        (arena + 136462)[l88 * 64 + l89 * 64 + l90] = ((arena + 136398)[l88 * 64 + l89 * 64 + l90] * (arena + 136334)[l88 * 64 + l89 * 64 + l90]);
+                                        (arena + 148750)[l88 * 64 + l89 * 64 + l90] = ((arena + 148686)[l88 * 64 + l89 * 64 + l90] * (arena + 148622)[l88 * 64 + l89 * 64 + l90]);
                                     }
                                 }
                             }
                             for (long long l91 = 0; l91 < 1; l91++) {
                                 for (long long l92 = 0; l92 < 1; l92++) {
                                     for (long long l93 = 0; l93 < 64; l93++) {
-                                        (arena + 157134)[l91 * 64 + l92 * 64 + l93] = (arena + 136462)[l91 * 64 + l92 * 64 + l93];
+                                        (arena + 169422)[l91 * 64 + l92 * 64 + l93] = (arena + 148750)[l91 * 64 + l92 * 64 + l93];
                                     }
                                 }
                             }
@@ -1857,7 +1857,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 for (long long l95 = 0; l95 < 1; l95++) {
                                     for (long long l96 = 0; l96 < 64; l96++) {
                                         for (long long l97 = 0; l97 < 64; l97++) {
-                                            (arena + 53704)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] = ((arena + 20612)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] - (arena + 136206)[l94 * 64 + l95 * 64 + l96]);
+                                            (arena + 61896)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] = ((arena + 24708)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] - (arena + 148494)[l94 * 64 + l95 * 64 + l96]);
                                         }
                                     }
                                 }
@@ -1866,7 +1866,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 for (long long l99 = 0; l99 < 1; l99++) {
                                     for (long long l100 = 0; l100 < 64; l100++) {
                                         for (long long l101 = 0; l101 < 64; l101++) {
-                                            (arena + 57800)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101] = expf((arena + 53704)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101]);
+                                            (arena + 65992)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101] = expf((arena + 61896)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101]);
                                         }
                                     }
                                 }
@@ -1875,7 +1875,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 for (long long l103 = 0; l103 < 1; l103++) {
                                     for (long long l104 = 0; l104 < 64; l104++) {
                                         for (long long l105 = 0; l105 < 64; l105++) {
-                                            (arena + 61896)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105] = (o15 + l105 < s3) ? (arena + 57800)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105] : 0e0f;
+                                            (arena + 70088)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105] = (o15 + l105 < s3) ? (arena + 65992)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105] : 0e0f;
                                         }
                                     }
                                 }
@@ -1884,15 +1884,15 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 for (long long l107 = 0; l107 < 1; l107++) {
                                     for (long long l108 = 0; l108 < 64; l108++) {
                                         float a110 = 0e0f;
-                                        for (long long r109 = 0; r109 < 64; r109 += 1) a110 = a110 + (arena + 61896)[l106 * 4096 + l107 * 4096 + l108 * 64 + r109 * 1];
-                                        (arena + 65992)[l106 * 64 + l107 * 64 + l108] = a110;
+                                        for (long long r109 = 0; r109 < 64; r109 += 1) a110 = a110 + (arena + 70088)[l106 * 4096 + l107 * 4096 + l108 * 64 + r109 * 1];
+                                        (arena + 74184)[l106 * 64 + l107 * 64 + l108] = a110;
                                     }
                                 }
                             }
                             for (long long l111 = 0; l111 < 1; l111++) {
                                 for (long long l112 = 0; l112 < 1; l112++) {
                                     for (long long l113 = 0; l113 < 64; l113++) {
-                                        (arena + 157134)[l111 * 64 + l112 * 64 + l113] = (arena + 157134)[l111 * 64 + l112 * 64 + l113] + (arena + 65992)[l111 * 64 + l112 * 64 + l113];
+                                        (arena + 169422)[l111 * 64 + l112 * 64 + l113] = (arena + 169422)[l111 * 64 + l112 * 64 + l113] + (arena + 74184)[l111 * 64 + l112 * 64 + l113];
                                     }
                                 }
                             }
@@ -1900,7 +1900,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 for (long long l115 = 0; l115 < 1; l115++) {
                                     for (long long l116 = 0; l116 < 64; l116++) {
                                         for (long long l117 = 0; l117 < 128; l117++) {
-                                            (arena + 136526)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117] = (arena + 161358)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117];
+                                            (arena + 148814)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117] = (arena + 173646)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117];
                                         }
                                     }
                                 }
@@ -1909,7 +1909,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 for (long long l119 = 0; l119 < 1; l119++) {
                                     for (long long l120 = 0; l120 < 64; l120++) {
                                         for (long long l121 = 0; l121 < 128; l121++) {
-                                            (arena + 144718)[l118 * 8192 + l119 * 8192 + l120 * 128 + l121] = ((arena + 136526)[l118 * 8192 + l119 * 8192 + l120 * 128 + l121] * (arena + 136334)[l118 * 64 + l119 * 64 + l120]);
+                                            (arena + 157006)[l118 * 8192 + l119 * 8192 + l120 * 128 + l121] = ((arena + 148814)[l118 * 8192 + l119 * 8192 + l120 * 128 + l121] * (arena + 148622)[l118 * 64 + l119 * 64 + l120]);
                                         }
                                     }
                                 }
@@ -1918,7 +1918,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 for (long long l123 = 0; l123 < 1; l123++) {
                                     for (long long l124 = 0; l124 < 64; l124++) {
                                         for (long long l125 = 0; l125 < 128; l125++) {
-                                            (arena + 161358)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125] = (arena + 144718)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125];
+                                            (arena + 173646)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125] = (arena + 157006)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125];
                                         }
                                     }
                                 }
@@ -1927,7 +1927,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 for (long long l127 = 0; l127 < 1; l127++) {
                                     for (long long l128 = 0; l128 < 128; l128++) {
                                         for (long long l129 = 0; l129 < 64; l129++) {
-                                            (arena + 103180)[l126 * 8192 + l127 * 8192 + l128 * 64 + l129] = (o1 + l126 < s0 && o2 + l127 < s1 && o15 + l129 < s3 && o4 + l128 < s4) ? dt_load_bf16(in2[(o1 + l126) * args->input_strides[2][0] + (o2 + l127) * args->input_strides[2][1] + (o15 + l129) * args->input_strides[2][2] + (o4 + l128) * args->input_strides[2][3]]) : 0e0f;
+                                            (arena + 115468)[l126 * 8192 + l127 * 8192 + l128 * 64 + l129] = (o1 + l126 < s0 && o2 + l127 < s1 && o15 + l129 < s3 && o4 + l128 < s4) ? dt_load_bf16(in2[(o1 + l126) * args->input_strides[2][0] + (o2 + l127) * args->input_strides[2][1] + (o15 + l129) * args->input_strides[2][2] + (o4 + l128) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -1937,8 +1937,8 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                     for (long long l132 = 0; l132 < 64; l132++) {
                                         for (long long l133 = 0; l133 < 128; l133++) {
                                             float a135 = 0.0f;
-                                            for (long long r134 = 0; r134 < 64; r134++) a135 += (arena + 61896)[l130 * 4096 + l131 * 4096 + l132 * 64 + r134 * 1] * (arena + 103180)[l130 * 8192 + l131 * 8192 + l133 * 64 + r134 * 1];
-                                            (arena + 111372)[l130 * 8192 + l131 * 8192 + l132 * 128 + l133] = a135;
+                                            for (long long r134 = 0; r134 < 64; r134++) a135 += (arena + 70088)[l130 * 4096 + l131 * 4096 + l132 * 64 + r134 * 1] * (arena + 115468)[l130 * 8192 + l131 * 8192 + l133 * 64 + r134 * 1];
+                                            (arena + 123660)[l130 * 8192 + l131 * 8192 + l132 * 128 + l133] = a135;
                                         }
                                     }
                                 }
@@ -1947,7 +1947,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 for (long long l137 = 0; l137 < 1; l137++) {
                                     for (long long l138 = 0; l138 < 64; l138++) {
                                         for (long long l139 = 0; l139 < 128; l139++) {
-                                            (arena + 161358)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139] = (arena + 161358)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139] + (arena + 111372)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139];
+                                            (arena + 173646)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139] = (arena + 173646)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139] + (arena + 123660)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139];
                                         }
                                     }
                                 }
@@ -1956,7 +1956,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                         for (long long l140 = 0; l140 < 1; l140++) {
                             for (long long l141 = 0; l141 < 1; l141++) {
                                 for (long long l142 = 0; l142 < 64; l142++) {
-                                    (arena + 66056)[l140 * 64 + l141 * 64 + l142] = (arena + 157134)[l140 * 64 + l141 * 64 + l142];
+                                    (arena + 74248)[l140 * 64 + l141 * 64 + l142] = (arena + 169422)[l140 * 64 + l141 * 64 + l142];
                                 }
                             }
                         }
@@ -1964,7 +1964,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                             for (long long l144 = 0; l144 < 1; l144++) {
                                 for (long long l145 = 0; l145 < 64; l145++) {
                                     for (long long l146 = 0; l146 < 128; l146++) {
-                                        (arena + 119564)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146] = (arena + 161358)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146];
+                                        (arena + 131852)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146] = (arena + 173646)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146];
                                     }
                                 }
                             }
@@ -1973,7 +1973,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                             for (long long l148 = 0; l148 < 1; l148++) {
                                 for (long long l149 = 0; l149 < 64; l149++) {
                                     for (long long l150 = 0; l150 < 128; l150++) {
-                                        (arena + 127820)[l147 * 8192 + l148 * 8192 + l149 * 128 + l150] = ((arena + 119564)[l147 * 8192 + l148 * 8192 + l149 * 128 + l150] / (arena + 66056)[l147 * 64 + l148 * 64 + l149]);
+                                        (arena + 140108)[l147 * 8192 + l148 * 8192 + l149 * 128 + l150] = ((arena + 131852)[l147 * 8192 + l148 * 8192 + l149 * 128 + l150] / (arena + 74248)[l147 * 64 + l148 * 64 + l149]);
                                     }
                                 }
                             }
@@ -1982,7 +1982,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                             for (long long l152 = 0; l152 < 1; l152++) {
                                 for (long long l153 = 0; l153 < 64; l153++) {
                                     for (long long l154 = 0; l154 < 128; l154++) {
-                                        if (o1 + l151 < s0 && o2 + l152 < s1 && o3 + l153 < s2 && o4 + l154 < s4) out[(o1 + l151) * args->output_strides[0] + (o2 + l152) * args->output_strides[1] + (o3 + l153) * args->output_strides[2] + (o4 + l154) * args->output_strides[3]] = dt_store_bf16((arena + 127820)[l151 * 8192 + l152 * 8192 + l153 * 128 + l154]);
+                                        if (o1 + l151 < s0 && o2 + l152 < s1 && o3 + l153 < s2 && o4 + l154 < s4) out[(o1 + l151) * args->output_strides[0] + (o2 + l152) * args->output_strides[1] + (o3 + l153) * args->output_strides[2] + (o4 + l154) * args->output_strides[3]] = dt_store_bf16((arena + 140108)[l151 * 8192 + l152 * 8192 + l153 * 128 + l154]);
                                     }
                                 }
                             }
@@ -2007,7 +2007,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
     const float* in1 = (const float*)(uintptr_t)args->inputs[1]; /* K */
     const float* in2 = (const float*)(uintptr_t)args->inputs[2]; /* V */
     float* out = (float*)(uintptr_t)args->output; /* attention_causal */
-    float* arena = (float*)malloc(sizeof(float) * 173646);
+    float* arena = (float*)malloc(sizeof(float) * 185934);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -2029,12 +2029,12 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
         if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
-        (arena + 16512)[0] = (float)s5;
-        (arena + 16513)[0] = dt_rsqrt((arena + 16512)[0]);
-        (arena + 20610)[0] = INFINITY;
-        (arena + 20611)[0] = (-(arena + 20610)[0]);
-        (arena + 136140)[0] = (-INFINITY);
-        (arena + 136141)[0] = 0e0f;
+        (arena + 20608)[0] = (float)s5;
+        (arena + 20609)[0] = dt_rsqrt((arena + 20608)[0]);
+        (arena + 24706)[0] = INFINITY;
+        (arena + 24707)[0] = (-(arena + 24706)[0]);
+        (arena + 148428)[0] = (-INFINITY);
+        (arena + 148429)[0] = 0e0f;
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -2048,7 +2048,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 64; l7++) {
                                     for (long long l8 = 0; l8 < 128; l8++) {
-                                        (arena + 161358)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
+                                        (arena + 173646)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -2057,7 +2057,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 64; l11++) {
-                                    (arena + 157134)[l9 * 64 + l10 * 64 + l11] = 0e0f;
+                                    (arena + 169422)[l9 * 64 + l10 * 64 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -2065,7 +2065,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 64; l14++) {
-                                    (arena + 152910)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
+                                    (arena + 165198)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -2087,18 +2087,18 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 for (long long l21 = 0; l21 < 1; l21++) {
                                     for (long long l22 = 0; l22 < 64; l22++) {
                                         for (long long l23 = 0; l23 < 64; l23++) {
-                                            (arena + 152974)[l20 * 4096 + l21 * 4096 + l22 * 64 + l23] = 0e0f;
+                                            (arena + 165262)[l20 * 4096 + l21 * 4096 + l22 * 64 + l23] = 0e0f;
                                         }
                                     }
                                 }
                             }
-                            /* rdot attention_causal.tensorize(d:32) */
-                            for (long long o24 = 0; o24 < s5; o24 += 32) {
+                            /* rdot attention_causal.tensorize(d:64) */
+                            for (long long o24 = 0; o24 < s5; o24 += 64) {
                                 for (long long l25 = 0; l25 < 1; l25++) {
                                     for (long long l26 = 0; l26 < 1; l26++) {
                                         for (long long l27 = 0; l27 < 64; l27++) {
-                                            for (long long l28 = 0; l28 < 32; l28++) {
-                                                (arena + 4224)[l25 * 2048 + l26 * 2048 + l27 * 32 + l28] = (o1 + l25 < s0 && o2 + l26 < s1 && o3 + l27 < s2 && o24 + l28 < s5) ? dt_load_f32(in0[(o1 + l25) * args->input_strides[0][0] + (o2 + l26) * args->input_strides[0][1] + (o3 + l27) * args->input_strides[0][2] + (o24 + l28) * args->input_strides[0][3]]) : 0e0f;
+                                            for (long long l28 = 0; l28 < 64; l28++) {
+                                                (arena + 4224)[l25 * 4096 + l26 * 4096 + l27 * 64 + l28] = (o1 + l25 < s0 && o2 + l26 < s1 && o3 + l27 < s2 && o24 + l28 < s5) ? dt_load_f32(in0[(o1 + l25) * args->input_strides[0][0] + (o2 + l26) * args->input_strides[0][1] + (o3 + l27) * args->input_strides[0][2] + (o24 + l28) * args->input_strides[0][3]]) : 0e0f;
                                             }
                                         }
                                     }
@@ -2106,8 +2106,8 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 for (long long l29 = 0; l29 < 1; l29++) {
                                     for (long long l30 = 0; l30 < 1; l30++) {
                                         for (long long l31 = 0; l31 < 64; l31++) {
-                                            for (long long l32 = 0; l32 < 32; l32++) {
-                                                (arena + 6272)[l29 * 2048 + l30 * 2048 + l31 * 32 + l32] = (o1 + l29 < s0 && o2 + l30 < s1 && o15 + l31 < s3 && o24 + l32 < s5) ? dt_load_f32(in1[(o1 + l29) * args->input_strides[1][0] + (o2 + l30) * args->input_strides[1][1] + (o15 + l31) * args->input_strides[1][2] + (o24 + l32) * args->input_strides[1][3]]) : 0e0f;
+                                            for (long long l32 = 0; l32 < 64; l32++) {
+                                                (arena + 8320)[l29 * 4096 + l30 * 4096 + l31 * 64 + l32] = (o1 + l29 < s0 && o2 + l30 < s1 && o15 + l31 < s3 && o24 + l32 < s5) ? dt_load_f32(in1[(o1 + l29) * args->input_strides[1][0] + (o2 + l30) * args->input_strides[1][1] + (o15 + l31) * args->input_strides[1][2] + (o24 + l32) * args->input_strides[1][3]]) : 0e0f;
                                             }
                                         }
                                     }
@@ -2117,8 +2117,8 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                         for (long long l35 = 0; l35 < 64; l35++) {
                                             for (long long l36 = 0; l36 < 64; l36++) {
                                                 float a38 = 0.0f;
-                                                for (long long r37 = 0; r37 < 32; r37++) a38 += (arena + 4224)[l33 * 2048 + l34 * 2048 + l35 * 32 + r37 * 1] * (arena + 6272)[l33 * 2048 + l34 * 2048 + l36 * 32 + r37 * 1];
-                                                (arena + 8320)[l33 * 4096 + l34 * 4096 + l35 * 64 + l36] = a38;
+                                                for (long long r37 = 0; r37 < 64; r37++) a38 += (arena + 4224)[l33 * 4096 + l34 * 4096 + l35 * 64 + r37 * 1] * (arena + 8320)[l33 * 4096 + l34 * 4096 + l36 * 64 + r37 * 1];
+                                                (arena + 12416)[l33 * 4096 + l34 * 4096 + l35 * 64 + l36] = a38;
                                             }
                                         }
                                     }
@@ -2127,7 +2127,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                     for (long long l40 = 0; l40 < 1; l40++) {
                                         for (long long l41 = 0; l41 < 64; l41++) {
                                             for (long long l42 = 0; l42 < 64; l42++) {
-                                                (arena + 152974)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 152974)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] + (arena + 8320)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
+                                                (arena + 165262)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 165262)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] + (arena + 12416)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
                                             }
                                         }
                                     }
@@ -2137,7 +2137,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 for (long long l44 = 0; l44 < 1; l44++) {
                                     for (long long l45 = 0; l45 < 64; l45++) {
                                         for (long long l46 = 0; l46 < 64; l46++) {
-                                            (arena + 12416)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = (arena + 152974)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46];
+                                            (arena + 16512)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = (arena + 165262)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46];
                                         }
                                     }
                                 }
@@ -2146,7 +2146,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 for (long long l48 = 0; l48 < 1; l48++) {
                                     for (long long l49 = 0; l49 < 64; l49++) {
                                         for (long long l50 = 0; l50 < 64; l50++) {
-                                            (arena + 16514)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = ((arena + 12416)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] * (arena + 16513)[0]);
+                                            (arena + 20610)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = ((arena + 16512)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] * (arena + 20609)[0]);
                                         }
                                     }
                                 }
@@ -2155,7 +2155,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 for (long long l52 = 0; l52 < 1; l52++) {
                                     for (long long l53 = 0; l53 < 64; l53++) {
                                         for (long long l54 = 0; l54 < 64; l54++) {
-                                            (arena + 20612)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54] = (arena + 128)[l53 * 64 + l54] != 0.0f ? (arena + 16514)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54] : (arena + 20611)[0];
+                                            (arena + 24708)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54] = (arena + 128)[l53 * 64 + l54] != 0.0f ? (arena + 20610)[l51 * 4096 + l52 * 4096 + l53 * 64 + l54] : (arena + 24707)[0];
                                         }
                                     }
                                 }
@@ -2164,7 +2164,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 for (long long l56 = 0; l56 < 1; l56++) {
                                     for (long long l57 = 0; l57 < 64; l57++) {
                                         for (long long l58 = 0; l58 < 64; l58++) {
-                                            (arena + 24708)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] = (o15 + l58 < s3) ? (arena + 20612)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] : (-INFINITY);
+                                            (arena + 28804)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] = (o15 + l58 < s3) ? (arena + 24708)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] : (-INFINITY);
                                         }
                                     }
                                 }
@@ -2173,78 +2173,78 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 for (long long l60 = 0; l60 < 1; l60++) {
                                     for (long long l61 = 0; l61 < 64; l61++) {
                                         float a63 = (-INFINITY);
-                                        for (long long r62 = 0; r62 < 64; r62 += 1) a63 = fmaxf(a63, (arena + 24708)[l59 * 4096 + l60 * 4096 + l61 * 64 + r62 * 1]);
-                                        (arena + 28804)[l59 * 64 + l60 * 64 + l61] = a63;
+                                        for (long long r62 = 0; r62 < 64; r62 += 1) a63 = fmaxf(a63, (arena + 28804)[l59 * 4096 + l60 * 4096 + l61 * 64 + r62 * 1]);
+                                        (arena + 32900)[l59 * 64 + l60 * 64 + l61] = a63;
                                     }
                                 }
                             }
                             for (long long l64 = 0; l64 < 1; l64++) {
                                 for (long long l65 = 0; l65 < 1; l65++) {
                                     for (long long l66 = 0; l66 < 64; l66++) {
-                                        (arena + 136012)[l64 * 64 + l65 * 64 + l66] = (arena + 152910)[l64 * 64 + l65 * 64 + l66];
+                                        (arena + 148300)[l64 * 64 + l65 * 64 + l66] = (arena + 165198)[l64 * 64 + l65 * 64 + l66];
                                     }
                                 }
                             }
                             for (long long l67 = 0; l67 < 1; l67++) {
                                 for (long long l68 = 0; l68 < 1; l68++) {
                                     for (long long l69 = 0; l69 < 64; l69++) {
-                                        (arena + 152910)[l67 * 64 + l68 * 64 + l69] = fmaxf((arena + 152910)[l67 * 64 + l68 * 64 + l69], (arena + 28804)[l67 * 64 + l68 * 64 + l69]);
+                                        (arena + 165198)[l67 * 64 + l68 * 64 + l69] = fmaxf((arena + 165198)[l67 * 64 + l68 * 64 + l69], (arena + 32900)[l67 * 64 + l68 * 64 + l69]);
                                     }
                                 }
                             }
                             for (long long l70 = 0; l70 < 1; l70++) {
                                 for (long long l71 = 0; l71 < 1; l71++) {
                                     for (long long l72 = 0; l72 < 64; l72++) {
-                                        (arena + 136076)[l70 * 64 + l71 * 64 + l72] = (arena + 152910)[l70 * 64 + l71 * 64 + l72];
+                                        (arena + 148364)[l70 * 64 + l71 * 64 + l72] = (arena + 165198)[l70 * 64 + l71 * 64 + l72];
                                     }
                                 }
                             }
                             for (long long l73 = 0; l73 < 1; l73++) {
                                 for (long long l74 = 0; l74 < 1; l74++) {
                                     for (long long l75 = 0; l75 < 64; l75++) {
-                                        (arena + 136142)[l73 * 64 + l74 * 64 + l75] = (((arena + 136076)[l73 * 64 + l74 * 64 + l75]) == ((arena + 136140)[0]) ? 1.0f : 0.0f);
+                                        (arena + 148430)[l73 * 64 + l74 * 64 + l75] = (((arena + 148364)[l73 * 64 + l74 * 64 + l75]) == ((arena + 148428)[0]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l76 = 0; l76 < 1; l76++) {
                                 for (long long l77 = 0; l77 < 1; l77++) {
                                     for (long long l78 = 0; l78 < 64; l78++) {
-                                        (arena + 136206)[l76 * 64 + l77 * 64 + l78] = (arena + 136142)[l76 * 64 + l77 * 64 + l78] != 0.0f ? (arena + 136141)[0] : (arena + 136076)[l76 * 64 + l77 * 64 + l78];
+                                        (arena + 148494)[l76 * 64 + l77 * 64 + l78] = (arena + 148430)[l76 * 64 + l77 * 64 + l78] != 0.0f ? (arena + 148429)[0] : (arena + 148364)[l76 * 64 + l77 * 64 + l78];
                                     }
                                 }
                             }
                             for (long long l79 = 0; l79 < 1; l79++) {
                                 for (long long l80 = 0; l80 < 1; l80++) {
                                     for (long long l81 = 0; l81 < 64; l81++) {
-                                        (arena + 136270)[l79 * 64 + l80 * 64 + l81] = ((arena + 136012)[l79 * 64 + l80 * 64 + l81] - (arena + 136206)[l79 * 64 + l80 * 64 + l81]);
+                                        (arena + 148558)[l79 * 64 + l80 * 64 + l81] = ((arena + 148300)[l79 * 64 + l80 * 64 + l81] - (arena + 148494)[l79 * 64 + l80 * 64 + l81]);
                                     }
                                 }
                             }
                             for (long long l82 = 0; l82 < 1; l82++) {
                                 for (long long l83 = 0; l83 < 1; l83++) {
                                     for (long long l84 = 0; l84 < 64; l84++) {
-                                        (arena + 136334)[l82 * 64 + l83 * 64 + l84] = expf((arena + 136270)[l82 * 64 + l83 * 64 + l84]);
+                                        (arena + 148622)[l82 * 64 + l83 * 64 + l84] = expf((arena + 148558)[l82 * 64 + l83 * 64 + l84]);
                                     }
                                 }
                             }
                             for (long long l85 = 0; l85 < 1; l85++) {
                                 for (long long l86 = 0; l86 < 1; l86++) {
                                     for (long long l87 = 0; l87 < 64; l87++) {
-                                        (arena + 136398)[l85 * 64 + l86 * 64 + l87] = (arena + 157134)[l85 * 64 + l86 * 64 + l87];
+                                        (arena + 148686)[l85 * 64 + l86 * 64 + l87] = (arena + 169422)[l85 * 64 + l86 * 64 + l87];
                                     }
                                 }
                             }
                             for (long long l88 = 0; l88 < 1; l88++) {
                                 for (long long l89 = 0; l89 < 1; l89++) {
                                     for (long long l90 = 0; l90 < 64; l90++) {
-                                        (arena + 136462)[l88 * 64 + l89 * 64 + l90] = ((arena + 136398)[l88 * 64 + l89 * 64 + l90] * (arena + 136334)[l88 * 64 + l89 * 64 + l90]);
+                                        (arena + 148750)[l88 * 64 + l89 * 64 + l90] = ((arena + 148686)[l88 * 64 + l89 * 64 + l90] * (arena + 148622)[l88 * 64 + l89 * 64 + l90]);
                                     }
                                 }
                             }
                             for (long long l91 = 0; l91 < 1; l91++) {
                                 for (long long l92 = 0; l92 < 1; l92++) {
                                     for (long long l93 = 0; l93 < 64; l93++) {
-                                        (arena + 157134)[l91 * 64 + l92 * 64 + l93] = (arena + 136462)[l91 * 64 + l92 * 64 + l93];
+                                        (arena + 169422)[l91 * 64 + l92 * 64 + l93] = (arena + 148750)[l91 * 64 + l92 * 64 + l93];
                                     }
                                 }
                             }
@@ -2252,7 +2252,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 for (long long l95 = 0; l95 < 1; l95++) {
                                     for (long long l96 = 0; l96 < 64; l96++) {
                                         for (long long l97 = 0; l97 < 64; l97++) {
-                                            (arena + 53704)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] = ((arena + 20612)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] - (arena + 136206)[l94 * 64 + l95 * 64 + l96]);
+                                            (arena + 61896)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] = ((arena + 24708)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] - (arena + 148494)[l94 * 64 + l95 * 64 + l96]);
                                         }
                                     }
                                 }
@@ -2261,7 +2261,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 for (long long l99 = 0; l99 < 1; l99++) {
                                     for (long long l100 = 0; l100 < 64; l100++) {
                                         for (long long l101 = 0; l101 < 64; l101++) {
-                                            (arena + 57800)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101] = expf((arena + 53704)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101]);
+                                            (arena + 65992)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101] = expf((arena + 61896)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101]);
                                         }
                                     }
                                 }
@@ -2270,7 +2270,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 for (long long l103 = 0; l103 < 1; l103++) {
                                     for (long long l104 = 0; l104 < 64; l104++) {
                                         for (long long l105 = 0; l105 < 64; l105++) {
-                                            (arena + 61896)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105] = (o15 + l105 < s3) ? (arena + 57800)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105] : 0e0f;
+                                            (arena + 70088)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105] = (o15 + l105 < s3) ? (arena + 65992)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105] : 0e0f;
                                         }
                                     }
                                 }
@@ -2279,15 +2279,15 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 for (long long l107 = 0; l107 < 1; l107++) {
                                     for (long long l108 = 0; l108 < 64; l108++) {
                                         float a110 = 0e0f;
-                                        for (long long r109 = 0; r109 < 64; r109 += 1) a110 = a110 + (arena + 61896)[l106 * 4096 + l107 * 4096 + l108 * 64 + r109 * 1];
-                                        (arena + 65992)[l106 * 64 + l107 * 64 + l108] = a110;
+                                        for (long long r109 = 0; r109 < 64; r109 += 1) a110 = a110 + (arena + 70088)[l106 * 4096 + l107 * 4096 + l108 * 64 + r109 * 1];
+                                        (arena + 74184)[l106 * 64 + l107 * 64 + l108] = a110;
                                     }
                                 }
                             }
                             for (long long l111 = 0; l111 < 1; l111++) {
                                 for (long long l112 = 0; l112 < 1; l112++) {
                                     for (long long l113 = 0; l113 < 64; l113++) {
-                                        (arena + 157134)[l111 * 64 + l112 * 64 + l113] = (arena + 157134)[l111 * 64 + l112 * 64 + l113] + (arena + 65992)[l111 * 64 + l112 * 64 + l113];
+                                        (arena + 169422)[l111 * 64 + l112 * 64 + l113] = (arena + 169422)[l111 * 64 + l112 * 64 + l113] + (arena + 74184)[l111 * 64 + l112 * 64 + l113];
                                     }
                                 }
                             }
@@ -2295,7 +2295,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 for (long long l115 = 0; l115 < 1; l115++) {
                                     for (long long l116 = 0; l116 < 64; l116++) {
                                         for (long long l117 = 0; l117 < 128; l117++) {
-                                            (arena + 136526)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117] = (arena + 161358)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117];
+                                            (arena + 148814)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117] = (arena + 173646)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117];
                                         }
                                     }
                                 }
@@ -2304,7 +2304,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 for (long long l119 = 0; l119 < 1; l119++) {
                                     for (long long l120 = 0; l120 < 64; l120++) {
                                         for (long long l121 = 0; l121 < 128; l121++) {
-                                            (arena + 144718)[l118 * 8192 + l119 * 8192 + l120 * 128 + l121] = ((arena + 136526)[l118 * 8192 + l119 * 8192 + l120 * 128 + l121] * (arena + 136334)[l118 * 64 + l119 * 64 + l120]);
+                                            (arena + 157006)[l118 * 8192 + l119 * 8192 + l120 * 128 + l121] = ((arena + 148814)[l118 * 8192 + l119 * 8192 + l120 * 128 + l121] * (arena + 148622)[l118 * 64 + l119 * 64 + l120]);
                                         }
                                     }
                                 }
@@ -2313,7 +2313,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 for (long long l123 = 0; l123 < 1; l123++) {
                                     for (long long l124 = 0; l124 < 64; l124++) {
                                         for (long long l125 = 0; l125 < 128; l125++) {
-                                            (arena + 161358)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125] = (arena + 144718)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125];
+                                            (arena + 173646)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125] = (arena + 157006)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125];
                                         }
                                     }
                                 }
@@ -2322,7 +2322,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 for (long long l127 = 0; l127 < 1; l127++) {
                                     for (long long l128 = 0; l128 < 128; l128++) {
                                         for (long long l129 = 0; l129 < 64; l129++) {
-                                            (arena + 103180)[l126 * 8192 + l127 * 8192 + l128 * 64 + l129] = (o1 + l126 < s0 && o2 + l127 < s1 && o15 + l129 < s3 && o4 + l128 < s4) ? dt_load_f32(in2[(o1 + l126) * args->input_strides[2][0] + (o2 + l127) * args->input_strides[2][1] + (o15 + l129) * args->input_strides[2][2] + (o4 + l128) * args->input_strides[2][3]]) : 0e0f;
+                                            (arena + 115468)[l126 * 8192 + l127 * 8192 + l128 * 64 + l129] = (o1 + l126 < s0 && o2 + l127 < s1 && o15 + l129 < s3 && o4 + l128 < s4) ? dt_load_f32(in2[(o1 + l126) * args->input_strides[2][0] + (o2 + l127) * args->input_strides[2][1] + (o15 + l129) * args->input_strides[2][2] + (o4 + l128) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -2332,8 +2332,8 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                     for (long long l132 = 0; l132 < 64; l132++) {
                                         for (long long l133 = 0; l133 < 128; l133++) {
                                             float a135 = 0.0f;
-                                            for (long long r134 = 0; r134 < 64; r134++) a135 += (arena + 61896)[l130 * 4096 + l131 * 4096 + l132 * 64 + r134 * 1] * (arena + 103180)[l130 * 8192 + l131 * 8192 + l133 * 64 + r134 * 1];
-                                            (arena + 111372)[l130 * 8192 + l131 * 8192 + l132 * 128 + l133] = a135;
+                                            for (long long r134 = 0; r134 < 64; r134++) a135 += (arena + 70088)[l130 * 4096 + l131 * 4096 + l132 * 64 + r134 * 1] * (arena + 115468)[l130 * 8192 + l131 * 8192 + l133 * 64 + r134 * 1];
+                                            (arena + 123660)[l130 * 8192 + l131 * 8192 + l132 * 128 + l133] = a135;
                                         }
                                     }
                                 }
@@ -2342,7 +2342,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 for (long long l137 = 0; l137 < 1; l137++) {
                                     for (long long l138 = 0; l138 < 64; l138++) {
                                         for (long long l139 = 0; l139 < 128; l139++) {
-                                            (arena + 161358)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139] = (arena + 161358)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139] + (arena + 111372)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139];
+                                            (arena + 173646)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139] = (arena + 173646)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139] + (arena + 123660)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139];
                                         }
                                     }
                                 }
@@ -2351,7 +2351,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                         for (long long l140 = 0; l140 < 1; l140++) {
                             for (long long l141 = 0; l141 < 1; l141++) {
                                 for (long long l142 = 0; l142 < 64; l142++) {
-                                    (arena + 66056)[l140 * 64 + l141 * 64 + l142] = (arena + 157134)[l140 * 64 + l141 * 64 + l142];
+                                    (arena + 74248)[l140 * 64 + l141 * 64 + l142] = (arena + 169422)[l140 * 64 + l141 * 64 + l142];
                                 }
                             }
                         }
@@ -2359,7 +2359,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                             for (long long l144 = 0; l144 < 1; l144++) {
                                 for (long long l145 = 0; l145 < 64; l145++) {
                                     for (long long l146 = 0; l146 < 128; l146++) {
-                                        (arena + 119564)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146] = (arena + 161358)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146];
+                                        (arena + 131852)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146] = (arena + 173646)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146];
                                     }
                                 }
                             }
@@ -2368,7 +2368,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                             for (long long l148 = 0; l148 < 1; l148++) {
                                 for (long long l149 = 0; l149 < 64; l149++) {
                                     for (long long l150 = 0; l150 < 128; l150++) {
-                                        (arena + 127820)[l147 * 8192 + l148 * 8192 + l149 * 128 + l150] = ((arena + 119564)[l147 * 8192 + l148 * 8192 + l149 * 128 + l150] / (arena + 66056)[l147 * 64 + l148 * 64 + l149]);
+                                        (arena + 140108)[l147 * 8192 + l148 * 8192 + l149 * 128 + l150] = ((arena + 131852)[l147 * 8192 + l148 * 8192 + l149 * 128 + l150] / (arena + 74248)[l147 * 64 + l148 * 64 + l149]);
                                     }
                                 }
                             }
@@ -2377,7 +2377,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                             for (long long l152 = 0; l152 < 1; l152++) {
                                 for (long long l153 = 0; l153 < 64; l153++) {
                                     for (long long l154 = 0; l154 < 128; l154++) {
-                                        if (o1 + l151 < s0 && o2 + l152 < s1 && o3 + l153 < s2 && o4 + l154 < s4) out[(o1 + l151) * args->output_strides[0] + (o2 + l152) * args->output_strides[1] + (o3 + l153) * args->output_strides[2] + (o4 + l154) * args->output_strides[3]] = dt_store_f32((arena + 127820)[l151 * 8192 + l152 * 8192 + l153 * 128 + l154]);
+                                        if (o1 + l151 < s0 && o2 + l152 < s1 && o3 + l153 < s2 && o4 + l154 < s4) out[(o1 + l151) * args->output_strides[0] + (o2 + l152) * args->output_strides[1] + (o3 + l153) * args->output_strides[2] + (o4 + l154) * args->output_strides[3]] = dt_store_f32((arena + 140108)[l151 * 8192 + l152 * 8192 + l153 * 128 + l154]);
                                     }
                                 }
                             }

@@ -615,7 +615,7 @@ struct dt_args_t {
     float scalars[C];
 };
 
-/* kernel attention for f16: grid block(b:1, h:1, i:64, e:128); 256 threads, 33792 bytes of shared memory */
+/* kernel attention for f16: grid block(b:1, h:1, i:64, e:128); 256 threads, 26624 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -713,8 +713,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                         for (int r = 0; r < 16; r++) {
                             acc1[r] = 0e0f;
                         }
-                        /* rdot attention.tensorize(d:32) */
-                        for (long long o20 = 0; o20 < s5; o20 += 32) {
+                        /* rdot attention.tensorize(d:64) */
+                        for (long long o20 = 0; o20 < s5; o20 += 64) {
                             /* v0: loaded by the tensor-core dot that reads it */
                             /* v1: loaded by the tensor-core dot that reads it */
                             __syncthreads();
@@ -722,19 +722,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                             {
                                 const bool vec21 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                                 #pragma unroll
-                                for (int r = 0; r < 1; r++) {
+                                for (int r = 0; r < 2; r++) {
                                     const int e = tid + r * 256;
                                     (void)e; {
-                                        const int l22 = (int)((unsigned)e / 256u % 1u);
-                                        const int l23 = (int)((unsigned)e / 256u % 1u);
-                                        const int l24 = (int)((unsigned)e / 4u % 64u);
-                                        const int l25 = (int)((unsigned)e / 1u % 4u);
+                                        const int l22 = (int)((unsigned)e / 512u % 1u);
+                                        const int l23 = (int)((unsigned)e / 512u % 1u);
+                                        const int l24 = (int)((unsigned)e / 8u % 64u);
+                                        const int l25 = (int)((unsigned)e / 1u % 8u);
                                         if (vec21 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8)], &in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l24 * 72 + (l25 * 8)], &in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8)) * (unsigned)args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8 + q)] = ((unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l24 * 72 + (l25 * 8 + q)] = ((unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -744,37 +744,37 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                             {
                                 const bool vec26 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                 #pragma unroll
-                                for (int r = 0; r < 1; r++) {
+                                for (int r = 0; r < 2; r++) {
                                     const int e = tid + r * 256;
                                     (void)e; {
-                                        const int l27 = (int)((unsigned)e / 256u % 1u);
-                                        const int l28 = (int)((unsigned)e / 256u % 1u);
-                                        const int l29 = (int)((unsigned)e / 4u % 64u);
-                                        const int l30 = (int)((unsigned)e / 1u % 4u);
+                                        const int l27 = (int)((unsigned)e / 512u % 1u);
+                                        const int l28 = (int)((unsigned)e / 512u % 1u);
+                                        const int l29 = (int)((unsigned)e / 8u % 64u);
+                                        const int l30 = (int)((unsigned)e / 1u % 8u);
                                         if (vec26 && (unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8)], &in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l29 * 72 + (l30 * 8)], &in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8)) * (unsigned)args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8 + q)] = ((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 2304))[l29 * 72 + (l30 * 8 + q)] = ((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
                                 }
                             }
                             __syncthreads();
-                            /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
+                            /* rdot on matrix cores: [i:64, j:64] over d:64 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
                             {
                                 const int lane = tid & 63;
-                                const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                                const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                                const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                                const unsigned short* fb0 = (const unsigned short*)(dt_smem + 2304) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
                                 #pragma unroll
-                                for (int kk = 0; kk < 32; kk += 16) {
+                                for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][2], fb[2][2];
                                     #pragma unroll
-                                    for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                    for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                     #pragma unroll
-                                    for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
+                                    for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 1152 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -800,38 +800,32 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                             const int l42 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
                             v7[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v6[r] : (-INFINITY);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l43 = 0;
-                            const int l44 = 0;
-                            const int l45 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l46 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            const int e = l43 * 4096 + l44 * 4096 + l45 * 64 + l46;
-                            (dt_smem + 0)[e] = v7[r];
-                        }
-                        __syncthreads();
                         float v8[1];
-                        /* cooperative reduction: 4 threads per result */
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 2 warps per row */
                         {
-                            const int j = tid / 4;
-                            const int q = tid % 4;
-                            float p = (-INFINITY);
-                            if (j < 64) {
-                                const int l47 = (j / 64) % 1;
-                                const int l48 = (j / 64) % 1;
-                                const int l49 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l47 * 4096 + l48 * 4096 + l49 * 64 + i * 1]);
+                            float p[8];
+                            #pragma unroll
+                            for (int s = 0; s < 8; s++) p[s] = (-INFINITY);
+                            #pragma unroll
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = fmaxf(p[s], v7[r]); }
+                            #pragma unroll
+                            for (int s = 0; s < 8; s++) {
+                                #pragma unroll
+                                for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
-                            for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
-                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                            __syncthreads();
+                            if ((tid & 15) == 0) {
+                                #pragma unroll
+                                for (int s = 0; s < 8; s++) (dt_smem + 2304)[(tid >> 6) % 2 * 64 + (tid >> 6) / 2 * 32 + (s >> 2) * 16 + ((tid & 63) >> 4) * 4 + (s & 3)] = p[s];
+                            }
                         }
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                v8[r] = (dt_smem + 4096)[e];
+                                const int l45 = (int)((unsigned)e / 1u % 64u);
+                                v8[r] = fmaxf((dt_smem + 2304)[0 + l45], (dt_smem + 2304)[64 + l45]);
                             }
                         }
                         float v39[1];
@@ -919,10 +913,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                         float v18[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l83 = 0;
-                            const int l84 = 0;
-                            const int l85 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            v18[r] = (v6[r] - (dt_smem + 0)[l83 * 64 + l84 * 64 + l85]);
+                            const int l76 = 0;
+                            const int l77 = 0;
+                            const int l78 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            v18[r] = (v6[r] - (dt_smem + 0)[l76 * 64 + l77 * 64 + l78]);
                         }
                         float v19[16];
                         #pragma unroll
@@ -932,41 +926,35 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                         float v20[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l94 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v20[r] = ((unsigned)(o15 + l94) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l87 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            v20[r] = ((unsigned)(o15 + l87) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l95 = 0;
-                            const int l96 = 0;
-                            const int l97 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l98 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            const int e = l95 * 4096 + l96 * 4096 + l97 * 64 + l98;
-                            (dt_smem + 0)[e] = v20[r];
-                        }
-                        __syncthreads();
                         float v21[1];
-                        /* cooperative reduction: 4 threads per result */
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 2 warps per row */
                         {
-                            const int j = tid / 4;
-                            const int q = tid % 4;
-                            float p = 0e0f;
-                            if (j < 64) {
-                                const int l99 = (j / 64) % 1;
-                                const int l100 = (j / 64) % 1;
-                                const int l101 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l99 * 4096 + l100 * 4096 + l101 * 64 + i * 1];
+                            float p[8];
+                            #pragma unroll
+                            for (int s = 0; s < 8; s++) p[s] = 0e0f;
+                            #pragma unroll
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = p[s] + v20[r]; }
+                            #pragma unroll
+                            for (int s = 0; s < 8; s++) {
+                                #pragma unroll
+                                for (int m = 1; m < 16; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 16);
                             }
-                            for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
-                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                            __syncthreads();
+                            if ((tid & 15) == 0) {
+                                #pragma unroll
+                                for (int s = 0; s < 8; s++) (dt_smem + 2304)[(tid >> 6) % 2 * 64 + (tid >> 6) / 2 * 32 + (s >> 2) * 16 + ((tid & 63) >> 4) * 4 + (s & 3)] = p[s];
+                            }
                         }
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                v21[r] = (dt_smem + 4096)[e];
+                                const int l90 = (int)((unsigned)e / 1u % 64u);
+                                v21[r] = (dt_smem + 2304)[0 + l90] + (dt_smem + 2304)[64 + l90];
                             }
                         }
                         #pragma unroll
@@ -988,10 +976,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                         float v50[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l112 = 0;
-                            const int l113 = 0;
-                            const int l114 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            v50[r] = (v49[r] * (dt_smem + 0)[l112 * 64 + l113 * 64 + l114]);
+                            const int l98 = 0;
+                            const int l99 = 0;
+                            const int l100 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            v50[r] = (v49[r] * (dt_smem + 0)[l98 * 64 + l99 * 64 + l100]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
@@ -1001,27 +989,27 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l122 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l123 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l122 * 72 + l123] = dt_f32_to_f16(v20[r]);
+                            const int l108 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l109 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l108 * 72 + l109] = dt_f32_to_f16(v20[r]);
                         }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec124 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec110 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l125 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l126 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l127 = (int)((unsigned)e / 16u % 64u);
-                                    const int l128 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec124 && (unsigned)(o15 + l127) < (unsigned)s3 && (unsigned)(o4 + (l128 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l127 * 136 + (l128 * 8)], &in2[(unsigned)(o1 + l125) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l126) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l127) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l128 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    const int l111 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l112 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l113 = (int)((unsigned)e / 16u % 64u);
+                                    const int l114 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec110 && (unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l113 * 136 + (l114 * 8)], &in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 8)) * (unsigned)args.input_strides[2][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l127 * 136 + (l128 * 8 + q)] = ((unsigned)(o15 + l127) < (unsigned)s3 && (unsigned)(o4 + (l128 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l125) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l126) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l127) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l128 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l113 * 136 + (l114 * 8 + q)] = ((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1032,7 +1020,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                         {
                             const int lane = tid & 63;
                             const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 2 * 64 + (lane & 15);
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 2304) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 2 * 64 + (lane & 15);
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
                                 unsigned fa[2][2], fb[4][2];
@@ -1073,18 +1061,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                     float v38[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l136 = 0;
-                        const int l137 = 0;
-                        const int l138 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l136 * 64 + l137 * 64 + l138]);
+                        const int l122 = 0;
+                        const int l123 = 0;
+                        const int l124 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l122 * 64 + l123 * 64 + l124]);
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l140 = 0;
-                        const int l141 = 0;
-                        const int l142 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l143 = (tid >> 6) % 2 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l142) < (unsigned)s2 && (unsigned)(o4 + l143) < (unsigned)s4) out[(unsigned)(o1 + l140) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l141) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l142) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l143) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
+                        const int l126 = 0;
+                        const int l127 = 0;
+                        const int l128 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l129 = (tid >> 6) % 2 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l128) < (unsigned)s2 && (unsigned)(o4 + l129) < (unsigned)s4) out[(unsigned)(o1 + l126) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l127) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l128) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l129) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
                     }
                 }
             }
@@ -1092,7 +1080,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
     }
 }
 
-/* kernel attention for bf16: grid block(b:1, h:1, i:64, e:128); 256 threads, 33792 bytes of shared memory */
+/* kernel attention for bf16: grid block(b:1, h:1, i:64, e:128); 256 threads, 26624 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1190,8 +1178,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                         for (int r = 0; r < 16; r++) {
                             acc1[r] = 0e0f;
                         }
-                        /* rdot attention.tensorize(d:32) */
-                        for (long long o20 = 0; o20 < s5; o20 += 32) {
+                        /* rdot attention.tensorize(d:64) */
+                        for (long long o20 = 0; o20 < s5; o20 += 64) {
                             /* v0: loaded by the tensor-core dot that reads it */
                             /* v1: loaded by the tensor-core dot that reads it */
                             __syncthreads();
@@ -1199,19 +1187,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                             {
                                 const bool vec21 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                                 #pragma unroll
-                                for (int r = 0; r < 1; r++) {
+                                for (int r = 0; r < 2; r++) {
                                     const int e = tid + r * 256;
                                     (void)e; {
-                                        const int l22 = (int)((unsigned)e / 256u % 1u);
-                                        const int l23 = (int)((unsigned)e / 256u % 1u);
-                                        const int l24 = (int)((unsigned)e / 4u % 64u);
-                                        const int l25 = (int)((unsigned)e / 1u % 4u);
+                                        const int l22 = (int)((unsigned)e / 512u % 1u);
+                                        const int l23 = (int)((unsigned)e / 512u % 1u);
+                                        const int l24 = (int)((unsigned)e / 8u % 64u);
+                                        const int l25 = (int)((unsigned)e / 1u % 8u);
                                         if (vec21 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8)], &in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l24 * 72 + (l25 * 8)], &in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8)) * (unsigned)args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8 + q)] = ((unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l24 * 72 + (l25 * 8 + q)] = ((unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -1221,37 +1209,37 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                             {
                                 const bool vec26 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                 #pragma unroll
-                                for (int r = 0; r < 1; r++) {
+                                for (int r = 0; r < 2; r++) {
                                     const int e = tid + r * 256;
                                     (void)e; {
-                                        const int l27 = (int)((unsigned)e / 256u % 1u);
-                                        const int l28 = (int)((unsigned)e / 256u % 1u);
-                                        const int l29 = (int)((unsigned)e / 4u % 64u);
-                                        const int l30 = (int)((unsigned)e / 1u % 4u);
+                                        const int l27 = (int)((unsigned)e / 512u % 1u);
+                                        const int l28 = (int)((unsigned)e / 512u % 1u);
+                                        const int l29 = (int)((unsigned)e / 8u % 64u);
+                                        const int l30 = (int)((unsigned)e / 1u % 8u);
                                         if (vec26 && (unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8)], &in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l29 * 72 + (l30 * 8)], &in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8)) * (unsigned)args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8 + q)] = ((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 2304))[l29 * 72 + (l30 * 8 + q)] = ((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
                                 }
                             }
                             __syncthreads();
-                            /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
+                            /* rdot on matrix cores: [i:64, j:64] over d:64 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
                             {
                                 const int lane = tid & 63;
-                                const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                                const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                                const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                                const unsigned short* fb0 = (const unsigned short*)(dt_smem + 2304) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
                                 #pragma unroll
-                                for (int kk = 0; kk < 32; kk += 16) {
+                                for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][2], fb[2][2];
                                     #pragma unroll
-                                    for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                    for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                     #pragma unroll
-                                    for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
+                                    for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 1152 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -1277,38 +1265,32 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                             const int l42 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
                             v7[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v6[r] : (-INFINITY);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l43 = 0;
-                            const int l44 = 0;
-                            const int l45 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l46 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            const int e = l43 * 4096 + l44 * 4096 + l45 * 64 + l46;
-                            (dt_smem + 0)[e] = v7[r];
-                        }
-                        __syncthreads();
                         float v8[1];
-                        /* cooperative reduction: 4 threads per result */
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 2 warps per row */
                         {
-                            const int j = tid / 4;
-                            const int q = tid % 4;
-                            float p = (-INFINITY);
-                            if (j < 64) {
-                                const int l47 = (j / 64) % 1;
-                                const int l48 = (j / 64) % 1;
-                                const int l49 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l47 * 4096 + l48 * 4096 + l49 * 64 + i * 1]);
+                            float p[8];
+                            #pragma unroll
+                            for (int s = 0; s < 8; s++) p[s] = (-INFINITY);
+                            #pragma unroll
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = fmaxf(p[s], v7[r]); }
+                            #pragma unroll
+                            for (int s = 0; s < 8; s++) {
+                                #pragma unroll
+                                for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
-                            for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
-                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                            __syncthreads();
+                            if ((tid & 15) == 0) {
+                                #pragma unroll
+                                for (int s = 0; s < 8; s++) (dt_smem + 2304)[(tid >> 6) % 2 * 64 + (tid >> 6) / 2 * 32 + (s >> 2) * 16 + ((tid & 63) >> 4) * 4 + (s & 3)] = p[s];
+                            }
                         }
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                v8[r] = (dt_smem + 4096)[e];
+                                const int l45 = (int)((unsigned)e / 1u % 64u);
+                                v8[r] = fmaxf((dt_smem + 2304)[0 + l45], (dt_smem + 2304)[64 + l45]);
                             }
                         }
                         float v39[1];
@@ -1396,10 +1378,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                         float v18[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l83 = 0;
-                            const int l84 = 0;
-                            const int l85 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            v18[r] = (v6[r] - (dt_smem + 0)[l83 * 64 + l84 * 64 + l85]);
+                            const int l76 = 0;
+                            const int l77 = 0;
+                            const int l78 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            v18[r] = (v6[r] - (dt_smem + 0)[l76 * 64 + l77 * 64 + l78]);
                         }
                         float v19[16];
                         #pragma unroll
@@ -1409,41 +1391,35 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                         float v20[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l94 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v20[r] = ((unsigned)(o15 + l94) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l87 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            v20[r] = ((unsigned)(o15 + l87) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l95 = 0;
-                            const int l96 = 0;
-                            const int l97 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l98 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            const int e = l95 * 4096 + l96 * 4096 + l97 * 64 + l98;
-                            (dt_smem + 0)[e] = v20[r];
-                        }
-                        __syncthreads();
                         float v21[1];
-                        /* cooperative reduction: 4 threads per result */
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 2 warps per row */
                         {
-                            const int j = tid / 4;
-                            const int q = tid % 4;
-                            float p = 0e0f;
-                            if (j < 64) {
-                                const int l99 = (j / 64) % 1;
-                                const int l100 = (j / 64) % 1;
-                                const int l101 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l99 * 4096 + l100 * 4096 + l101 * 64 + i * 1];
+                            float p[8];
+                            #pragma unroll
+                            for (int s = 0; s < 8; s++) p[s] = 0e0f;
+                            #pragma unroll
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = p[s] + v20[r]; }
+                            #pragma unroll
+                            for (int s = 0; s < 8; s++) {
+                                #pragma unroll
+                                for (int m = 1; m < 16; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 16);
                             }
-                            for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
-                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                            __syncthreads();
+                            if ((tid & 15) == 0) {
+                                #pragma unroll
+                                for (int s = 0; s < 8; s++) (dt_smem + 2304)[(tid >> 6) % 2 * 64 + (tid >> 6) / 2 * 32 + (s >> 2) * 16 + ((tid & 63) >> 4) * 4 + (s & 3)] = p[s];
+                            }
                         }
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                v21[r] = (dt_smem + 4096)[e];
+                                const int l90 = (int)((unsigned)e / 1u % 64u);
+                                v21[r] = (dt_smem + 2304)[0 + l90] + (dt_smem + 2304)[64 + l90];
                             }
                         }
                         #pragma unroll
@@ -1465,10 +1441,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                         float v50[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l112 = 0;
-                            const int l113 = 0;
-                            const int l114 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            v50[r] = (v49[r] * (dt_smem + 0)[l112 * 64 + l113 * 64 + l114]);
+                            const int l98 = 0;
+                            const int l99 = 0;
+                            const int l100 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            v50[r] = (v49[r] * (dt_smem + 0)[l98 * 64 + l99 * 64 + l100]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
@@ -1478,27 +1454,27 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l122 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l123 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l122 * 72 + l123] = dt_f32_to_bf16(v20[r]);
+                            const int l108 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l109 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l108 * 72 + l109] = dt_f32_to_bf16(v20[r]);
                         }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec124 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec110 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l125 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l126 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l127 = (int)((unsigned)e / 16u % 64u);
-                                    const int l128 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec124 && (unsigned)(o15 + l127) < (unsigned)s3 && (unsigned)(o4 + (l128 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l127 * 136 + (l128 * 8)], &in2[(unsigned)(o1 + l125) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l126) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l127) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l128 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    const int l111 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l112 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l113 = (int)((unsigned)e / 16u % 64u);
+                                    const int l114 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec110 && (unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l113 * 136 + (l114 * 8)], &in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 8)) * (unsigned)args.input_strides[2][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l127 * 136 + (l128 * 8 + q)] = ((unsigned)(o15 + l127) < (unsigned)s3 && (unsigned)(o4 + (l128 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l125) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l126) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l127) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l128 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l113 * 136 + (l114 * 8 + q)] = ((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1509,7 +1485,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                         {
                             const int lane = tid & 63;
                             const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 2 * 64 + (lane & 15);
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 2304) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 2 * 64 + (lane & 15);
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
                                 unsigned fa[2][2], fb[4][2];
@@ -1550,18 +1526,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                     float v38[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l136 = 0;
-                        const int l137 = 0;
-                        const int l138 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l136 * 64 + l137 * 64 + l138]);
+                        const int l122 = 0;
+                        const int l123 = 0;
+                        const int l124 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l122 * 64 + l123 * 64 + l124]);
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l140 = 0;
-                        const int l141 = 0;
-                        const int l142 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l143 = (tid >> 6) % 2 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l142) < (unsigned)s2 && (unsigned)(o4 + l143) < (unsigned)s4) out[(unsigned)(o1 + l140) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l141) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l142) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l143) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
+                        const int l126 = 0;
+                        const int l127 = 0;
+                        const int l128 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l129 = (tid >> 6) % 2 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l128) < (unsigned)s2 && (unsigned)(o4 + l129) < (unsigned)s4) out[(unsigned)(o1 + l126) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l127) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l128) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l129) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
                     }
                 }
             }
@@ -1673,16 +1649,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
                                 acc1[r] = 0e0f;
                             }
                         }
-                        /* rdot attention.tensorize(d:32) */
-                        for (long long o20 = 0; o20 < s5; o20 += 32) {
-                            float v0[8];
+                        /* rdot attention.tensorize(d:64) */
+                        for (long long o20 = 0; o20 < s5; o20 += 64) {
+                            float v0[16];
                             #pragma unroll
-                            for (int c = 0; c < 2; c++) {
+                            for (int c = 0; c < 4; c++) {
                                 const int e = (c * 256 + tid) * 4;
-                                const int l21 = (int)((unsigned)e / 2048u % 1u);
-                                const int l22 = (int)((unsigned)e / 2048u % 1u);
-                                const int l23 = (int)((unsigned)e / 32u % 64u);
-                                const int l24 = (int)((unsigned)e / 1u % 32u);
+                                const int l21 = (int)((unsigned)e / 4096u % 1u);
+                                const int l22 = (int)((unsigned)e / 4096u % 1u);
+                                const int l23 = (int)((unsigned)e / 64u % 64u);
+                                const int l24 = (int)((unsigned)e / 1u % 64u);
                                 const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l22) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l23) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + l24) * (unsigned)args.input_strides[0][3];
                                 if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in0 + a);
@@ -1697,14 +1673,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
                                     v0[c * 4 + 3] = ((unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
                                 }
                             }
-                            float v1[8];
+                            float v1[16];
                             #pragma unroll
-                            for (int c = 0; c < 2; c++) {
+                            for (int c = 0; c < 4; c++) {
                                 const int e = (c * 256 + tid) * 4;
-                                const int l25 = (int)((unsigned)e / 2048u % 1u);
-                                const int l26 = (int)((unsigned)e / 2048u % 1u);
-                                const int l27 = (int)((unsigned)e / 32u % 64u);
-                                const int l28 = (int)((unsigned)e / 1u % 32u);
+                                const int l25 = (int)((unsigned)e / 4096u % 1u);
+                                const int l26 = (int)((unsigned)e / 4096u % 1u);
+                                const int l27 = (int)((unsigned)e / 64u % 64u);
+                                const int l28 = (int)((unsigned)e / 1u % 64u);
                                 const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l26) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l27) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + l28) * (unsigned)args.input_strides[1][3];
                                 if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o15 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in1 + a);
@@ -1721,11 +1697,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
                             }
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v0[r]; }
+                            for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v0[r]; }
                             __syncthreads();
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v1[r]; }
+                            for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v1[r]; }
                             __syncthreads();
                             float v2[16];
                             #pragma unroll
@@ -1737,7 +1713,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
                                     const int l31 = (int)((unsigned)e / 64u % 64u);
                                     const int l32 = (int)((unsigned)e / 1u % 64u);
                                     float a33 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a33 = fmaf((dt_smem + 0)[l29 * 2048 + l30 * 2048 + l31 * 32 + q * 1], (dt_smem + 4096)[l29 * 2048 + l30 * 2048 + l32 * 32 + q * 1], a33);
+                                    for (int q = 0; q < 64; q++) a33 = fmaf((dt_smem + 0)[l29 * 4096 + l30 * 4096 + l31 * 64 + q * 1], (dt_smem + 4096)[l29 * 4096 + l30 * 4096 + l32 * 64 + q * 1], a33);
                                     v2[r] = a33;
                                 }
                             }
@@ -2175,16 +2151,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
                                 acc1[r] = 0e0f;
                             }
                         }
-                        /* rdot attention.tensorize(d:32) */
-                        for (long long o20 = 0; o20 < s5; o20 += 32) {
-                            float v0[8];
+                        /* rdot attention.tensorize(d:64) */
+                        for (long long o20 = 0; o20 < s5; o20 += 64) {
+                            float v0[16];
                             #pragma unroll
-                            for (int c = 0; c < 2; c++) {
+                            for (int c = 0; c < 4; c++) {
                                 const int e = (c * 256 + tid) * 4;
-                                const int l21 = (int)((unsigned)e / 2048u % 1u);
-                                const int l22 = (int)((unsigned)e / 2048u % 1u);
-                                const int l23 = (int)((unsigned)e / 32u % 64u);
-                                const int l24 = (int)((unsigned)e / 1u % 32u);
+                                const int l21 = (int)((unsigned)e / 4096u % 1u);
+                                const int l22 = (int)((unsigned)e / 4096u % 1u);
+                                const int l23 = (int)((unsigned)e / 64u % 64u);
+                                const int l24 = (int)((unsigned)e / 1u % 64u);
                                 const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l22) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l23) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + l24) * (unsigned)args.input_strides[0][3];
                                 if ((unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + l24) < (unsigned)s5) {
                                     const uint4 q = *(const uint4*)(in0 + a);
@@ -2199,14 +2175,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
                                     v0[c * 4 + 3] = 0e0f;
                                 }
                             }
-                            float v1[8];
+                            float v1[16];
                             #pragma unroll
-                            for (int c = 0; c < 2; c++) {
+                            for (int c = 0; c < 4; c++) {
                                 const int e = (c * 256 + tid) * 4;
-                                const int l25 = (int)((unsigned)e / 2048u % 1u);
-                                const int l26 = (int)((unsigned)e / 2048u % 1u);
-                                const int l27 = (int)((unsigned)e / 32u % 64u);
-                                const int l28 = (int)((unsigned)e / 1u % 32u);
+                                const int l25 = (int)((unsigned)e / 4096u % 1u);
+                                const int l26 = (int)((unsigned)e / 4096u % 1u);
+                                const int l27 = (int)((unsigned)e / 64u % 64u);
+                                const int l28 = (int)((unsigned)e / 1u % 64u);
                                 const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l26) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l27) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + l28) * (unsigned)args.input_strides[1][3];
                                 if ((unsigned)(o15 + l27) < (unsigned)s3 && (unsigned)(o20 + l28) < (unsigned)s5) {
                                     const uint4 q = *(const uint4*)(in1 + a);
@@ -2223,11 +2199,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
                             }
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v0[r]; }
+                            for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v0[r]; }
                             __syncthreads();
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v1[r]; }
+                            for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v1[r]; }
                             __syncthreads();
                             float v2[16];
                             #pragma unroll
@@ -2239,7 +2215,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
                                     const int l31 = (int)((unsigned)e / 64u % 64u);
                                     const int l32 = (int)((unsigned)e / 1u % 64u);
                                     float a33 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a33 = fmaf((dt_smem + 0)[l29 * 2048 + l30 * 2048 + l31 * 32 + q * 1], (dt_smem + 4096)[l29 * 2048 + l30 * 2048 + l32 * 32 + q * 1], a33);
+                                    for (int q = 0; q < 64; q++) a33 = fmaf((dt_smem + 0)[l29 * 4096 + l30 * 4096 + l31 * 64 + q * 1], (dt_smem + 4096)[l29 * 4096 + l30 * 4096 + l32 * 64 + q * 1], a33);
                                     v2[r] = a33;
                                 }
                             }
@@ -2712,8 +2688,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                         for (int r = 0; r < 16; r++) {
                             acc1[r] = 0e0f;
                         }
-                        /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o24 = 0; o24 < s5; o24 += 32) {
+                        /* rdot attention_causal.tensorize(d:64) */
+                        for (long long o24 = 0; o24 < s5; o24 += 64) {
                             /* v3: loaded by the tensor-core dot that reads it */
                             /* v4: loaded by the tensor-core dot that reads it */
                             __syncthreads();
@@ -2721,19 +2697,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                             {
                                 const bool vec25 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                                 #pragma unroll
-                                for (int r = 0; r < 1; r++) {
+                                for (int r = 0; r < 2; r++) {
                                     const int e = tid + r * 256;
                                     (void)e; {
-                                        const int l26 = (int)((unsigned)e / 256u % 1u);
-                                        const int l27 = (int)((unsigned)e / 256u % 1u);
-                                        const int l28 = (int)((unsigned)e / 4u % 64u);
-                                        const int l29 = (int)((unsigned)e / 1u % 4u);
+                                        const int l26 = (int)((unsigned)e / 512u % 1u);
+                                        const int l27 = (int)((unsigned)e / 512u % 1u);
+                                        const int l28 = (int)((unsigned)e / 8u % 64u);
+                                        const int l29 = (int)((unsigned)e / 1u % 8u);
                                         if (vec25 && (unsigned)(o3 + l28) < (unsigned)s2 && (unsigned)(o24 + (l29 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l28 * 40 + (l29 * 8)], &in0[(unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l28) * (unsigned)args.input_strides[0][2] + (unsigned)(o24 + (l29 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l28 * 72 + (l29 * 8)], &in0[(unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l28) * (unsigned)args.input_strides[0][2] + (unsigned)(o24 + (l29 * 8)) * (unsigned)args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l28 * 40 + (l29 * 8 + q)] = ((unsigned)(o3 + l28) < (unsigned)s2 && (unsigned)(o24 + (l29 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l28) * (unsigned)args.input_strides[0][2] + (unsigned)(o24 + (l29 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l28 * 72 + (l29 * 8 + q)] = ((unsigned)(o3 + l28) < (unsigned)s2 && (unsigned)(o24 + (l29 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l28) * (unsigned)args.input_strides[0][2] + (unsigned)(o24 + (l29 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -2743,37 +2719,37 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                             {
                                 const bool vec30 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                 #pragma unroll
-                                for (int r = 0; r < 1; r++) {
+                                for (int r = 0; r < 2; r++) {
                                     const int e = tid + r * 256;
                                     (void)e; {
-                                        const int l31 = (int)((unsigned)e / 256u % 1u);
-                                        const int l32 = (int)((unsigned)e / 256u % 1u);
-                                        const int l33 = (int)((unsigned)e / 4u % 64u);
-                                        const int l34 = (int)((unsigned)e / 1u % 4u);
+                                        const int l31 = (int)((unsigned)e / 512u % 1u);
+                                        const int l32 = (int)((unsigned)e / 512u % 1u);
+                                        const int l33 = (int)((unsigned)e / 8u % 64u);
+                                        const int l34 = (int)((unsigned)e / 1u % 8u);
                                         if (vec30 && (unsigned)(o15 + l33) < (unsigned)s3 && (unsigned)(o24 + (l34 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l33 * 40 + (l34 * 8)], &in1[(unsigned)(o1 + l31) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l32) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l33) * (unsigned)args.input_strides[1][2] + (unsigned)(o24 + (l34 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l33 * 72 + (l34 * 8)], &in1[(unsigned)(o1 + l31) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l32) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l33) * (unsigned)args.input_strides[1][2] + (unsigned)(o24 + (l34 * 8)) * (unsigned)args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l33 * 40 + (l34 * 8 + q)] = ((unsigned)(o15 + l33) < (unsigned)s3 && (unsigned)(o24 + (l34 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l31) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l32) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l33) * (unsigned)args.input_strides[1][2] + (unsigned)(o24 + (l34 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l33 * 72 + (l34 * 8 + q)] = ((unsigned)(o15 + l33) < (unsigned)s3 && (unsigned)(o24 + (l34 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l31) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l32) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l33) * (unsigned)args.input_strides[1][2] + (unsigned)(o24 + (l34 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
                                 }
                             }
                             __syncthreads();
-                            /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
+                            /* rdot on matrix cores: [i:64, j:64] over d:64 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
                             {
                                 const int lane = tid & 63;
-                                const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                                const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                                const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                                const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
                                 #pragma unroll
-                                for (int kk = 0; kk < 32; kk += 16) {
+                                for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][2], fb[2][2];
                                     #pragma unroll
-                                    for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                    for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                     #pragma unroll
-                                    for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
+                                    for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 1152 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -2810,38 +2786,32 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                             const int l50 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
                             v13[r] = ((unsigned)(o15 + l50) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l51 = 0;
-                            const int l52 = 0;
-                            const int l53 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l54 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            const int e = l51 * 4096 + l52 * 4096 + l53 * 64 + l54;
-                            (dt_smem + 0)[e] = v13[r];
-                        }
-                        __syncthreads();
                         float v14[1];
-                        /* cooperative reduction: 4 threads per result */
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 2 warps per row */
                         {
-                            const int j = tid / 4;
-                            const int q = tid % 4;
-                            float p = (-INFINITY);
-                            if (j < 64) {
-                                const int l55 = (j / 64) % 1;
-                                const int l56 = (j / 64) % 1;
-                                const int l57 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l55 * 4096 + l56 * 4096 + l57 * 64 + i * 1]);
+                            float p[8];
+                            #pragma unroll
+                            for (int s = 0; s < 8; s++) p[s] = (-INFINITY);
+                            #pragma unroll
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = fmaxf(p[s], v13[r]); }
+                            #pragma unroll
+                            for (int s = 0; s < 8; s++) {
+                                #pragma unroll
+                                for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
-                            for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
-                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                            __syncthreads();
+                            if ((tid & 15) == 0) {
+                                #pragma unroll
+                                for (int s = 0; s < 8; s++) (dt_smem + 4096)[(tid >> 6) % 2 * 64 + (tid >> 6) / 2 * 32 + (s >> 2) * 16 + ((tid & 63) >> 4) * 4 + (s & 3)] = p[s];
+                            }
                         }
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                v14[r] = (dt_smem + 4096)[e];
+                                const int l53 = (int)((unsigned)e / 1u % 64u);
+                                v14[r] = fmaxf((dt_smem + 4096)[0 + l53], (dt_smem + 4096)[64 + l53]);
                             }
                         }
                         float v57[1];
@@ -2929,10 +2899,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                         float v30[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l91 = 0;
-                            const int l92 = 0;
-                            const int l93 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            v30[r] = (v12[r] - (dt_smem + 0)[l91 * 64 + l92 * 64 + l93]);
+                            const int l84 = 0;
+                            const int l85 = 0;
+                            const int l86 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            v30[r] = (v12[r] - (dt_smem + 0)[l84 * 64 + l85 * 64 + l86]);
                         }
                         float v31[16];
                         #pragma unroll
@@ -2942,41 +2912,35 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                         float v32[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l102 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v32[r] = ((unsigned)(o15 + l102) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l95 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            v32[r] = ((unsigned)(o15 + l95) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l103 = 0;
-                            const int l104 = 0;
-                            const int l105 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l106 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            const int e = l103 * 4096 + l104 * 4096 + l105 * 64 + l106;
-                            (dt_smem + 0)[e] = v32[r];
-                        }
-                        __syncthreads();
                         float v33[1];
-                        /* cooperative reduction: 4 threads per result */
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 2 warps per row */
                         {
-                            const int j = tid / 4;
-                            const int q = tid % 4;
-                            float p = 0e0f;
-                            if (j < 64) {
-                                const int l107 = (j / 64) % 1;
-                                const int l108 = (j / 64) % 1;
-                                const int l109 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l107 * 4096 + l108 * 4096 + l109 * 64 + i * 1];
+                            float p[8];
+                            #pragma unroll
+                            for (int s = 0; s < 8; s++) p[s] = 0e0f;
+                            #pragma unroll
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = p[s] + v32[r]; }
+                            #pragma unroll
+                            for (int s = 0; s < 8; s++) {
+                                #pragma unroll
+                                for (int m = 1; m < 16; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 16);
                             }
-                            for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
-                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                            __syncthreads();
+                            if ((tid & 15) == 0) {
+                                #pragma unroll
+                                for (int s = 0; s < 8; s++) (dt_smem + 4096)[(tid >> 6) % 2 * 64 + (tid >> 6) / 2 * 32 + (s >> 2) * 16 + ((tid & 63) >> 4) * 4 + (s & 3)] = p[s];
+                            }
                         }
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                v33[r] = (dt_smem + 4096)[e];
+                                const int l98 = (int)((unsigned)e / 1u % 64u);
+                                v33[r] = (dt_smem + 4096)[0 + l98] + (dt_smem + 4096)[64 + l98];
                             }
                         }
                         #pragma unroll
@@ -2998,10 +2962,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                         float v68[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l120 = 0;
-                            const int l121 = 0;
-                            const int l122 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            v68[r] = (v67[r] * (dt_smem + 0)[l120 * 64 + l121 * 64 + l122]);
+                            const int l106 = 0;
+                            const int l107 = 0;
+                            const int l108 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            v68[r] = (v67[r] * (dt_smem + 0)[l106 * 64 + l107 * 64 + l108]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
@@ -3011,27 +2975,27 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l130 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l131 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l130 * 72 + l131] = dt_f32_to_f16(v32[r]);
+                            const int l116 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l117 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l116 * 72 + l117] = dt_f32_to_f16(v32[r]);
                         }
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec132 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec118 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l133 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l134 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l135 = (int)((unsigned)e / 16u % 64u);
-                                    const int l136 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec132 && (unsigned)(o15 + l135) < (unsigned)s3 && (unsigned)(o4 + (l136 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l135 * 136 + (l136 * 8)], &in2[(unsigned)(o1 + l133) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l134) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l135) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l136 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    const int l119 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l120 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l121 = (int)((unsigned)e / 16u % 64u);
+                                    const int l122 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec118 && (unsigned)(o15 + l121) < (unsigned)s3 && (unsigned)(o4 + (l122 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l121 * 136 + (l122 * 8)], &in2[(unsigned)(o1 + l119) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l120) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l121) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l122 * 8)) * (unsigned)args.input_strides[2][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l135 * 136 + (l136 * 8 + q)] = ((unsigned)(o15 + l135) < (unsigned)s3 && (unsigned)(o4 + (l136 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l133) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l134) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l135) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l136 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l121 * 136 + (l122 * 8 + q)] = ((unsigned)(o15 + l121) < (unsigned)s3 && (unsigned)(o4 + (l122 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l119) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l120) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l121) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l122 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -3083,18 +3047,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                     float v56[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l144 = 0;
-                        const int l145 = 0;
-                        const int l146 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l144 * 64 + l145 * 64 + l146]);
+                        const int l130 = 0;
+                        const int l131 = 0;
+                        const int l132 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l130 * 64 + l131 * 64 + l132]);
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l148 = 0;
-                        const int l149 = 0;
-                        const int l150 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l151 = (tid >> 6) % 2 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l150) < (unsigned)s2 && (unsigned)(o4 + l151) < (unsigned)s4) out[(unsigned)(o1 + l148) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l149) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l150) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l151) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
+                        const int l134 = 0;
+                        const int l135 = 0;
+                        const int l136 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l137 = (tid >> 6) % 2 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l136) < (unsigned)s2 && (unsigned)(o4 + l137) < (unsigned)s4) out[(unsigned)(o1 + l134) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l135) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l136) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l137) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
                     }
                 }
             }
@@ -3248,8 +3212,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                         for (int r = 0; r < 16; r++) {
                             acc1[r] = 0e0f;
                         }
-                        /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o24 = 0; o24 < s5; o24 += 32) {
+                        /* rdot attention_causal.tensorize(d:64) */
+                        for (long long o24 = 0; o24 < s5; o24 += 64) {
                             /* v3: loaded by the tensor-core dot that reads it */
                             /* v4: loaded by the tensor-core dot that reads it */
                             __syncthreads();
@@ -3257,19 +3221,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                             {
                                 const bool vec25 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                                 #pragma unroll
-                                for (int r = 0; r < 1; r++) {
+                                for (int r = 0; r < 2; r++) {
                                     const int e = tid + r * 256;
                                     (void)e; {
-                                        const int l26 = (int)((unsigned)e / 256u % 1u);
-                                        const int l27 = (int)((unsigned)e / 256u % 1u);
-                                        const int l28 = (int)((unsigned)e / 4u % 64u);
-                                        const int l29 = (int)((unsigned)e / 1u % 4u);
+                                        const int l26 = (int)((unsigned)e / 512u % 1u);
+                                        const int l27 = (int)((unsigned)e / 512u % 1u);
+                                        const int l28 = (int)((unsigned)e / 8u % 64u);
+                                        const int l29 = (int)((unsigned)e / 1u % 8u);
                                         if (vec25 && (unsigned)(o3 + l28) < (unsigned)s2 && (unsigned)(o24 + (l29 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l28 * 40 + (l29 * 8)], &in0[(unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l28) * (unsigned)args.input_strides[0][2] + (unsigned)(o24 + (l29 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l28 * 72 + (l29 * 8)], &in0[(unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l28) * (unsigned)args.input_strides[0][2] + (unsigned)(o24 + (l29 * 8)) * (unsigned)args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l28 * 40 + (l29 * 8 + q)] = ((unsigned)(o3 + l28) < (unsigned)s2 && (unsigned)(o24 + (l29 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l28) * (unsigned)args.input_strides[0][2] + (unsigned)(o24 + (l29 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l28 * 72 + (l29 * 8 + q)] = ((unsigned)(o3 + l28) < (unsigned)s2 && (unsigned)(o24 + (l29 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l28) * (unsigned)args.input_strides[0][2] + (unsigned)(o24 + (l29 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -3279,37 +3243,37 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                             {
                                 const bool vec30 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                 #pragma unroll
-                                for (int r = 0; r < 1; r++) {
+                                for (int r = 0; r < 2; r++) {
                                     const int e = tid + r * 256;
                                     (void)e; {
-                                        const int l31 = (int)((unsigned)e / 256u % 1u);
-                                        const int l32 = (int)((unsigned)e / 256u % 1u);
-                                        const int l33 = (int)((unsigned)e / 4u % 64u);
-                                        const int l34 = (int)((unsigned)e / 1u % 4u);
+                                        const int l31 = (int)((unsigned)e / 512u % 1u);
+                                        const int l32 = (int)((unsigned)e / 512u % 1u);
+                                        const int l33 = (int)((unsigned)e / 8u % 64u);
+                                        const int l34 = (int)((unsigned)e / 1u % 8u);
                                         if (vec30 && (unsigned)(o15 + l33) < (unsigned)s3 && (unsigned)(o24 + (l34 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l33 * 40 + (l34 * 8)], &in1[(unsigned)(o1 + l31) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l32) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l33) * (unsigned)args.input_strides[1][2] + (unsigned)(o24 + (l34 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l33 * 72 + (l34 * 8)], &in1[(unsigned)(o1 + l31) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l32) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l33) * (unsigned)args.input_strides[1][2] + (unsigned)(o24 + (l34 * 8)) * (unsigned)args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l33 * 40 + (l34 * 8 + q)] = ((unsigned)(o15 + l33) < (unsigned)s3 && (unsigned)(o24 + (l34 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l31) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l32) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l33) * (unsigned)args.input_strides[1][2] + (unsigned)(o24 + (l34 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l33 * 72 + (l34 * 8 + q)] = ((unsigned)(o15 + l33) < (unsigned)s3 && (unsigned)(o24 + (l34 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l31) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l32) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l33) * (unsigned)args.input_strides[1][2] + (unsigned)(o24 + (l34 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
                                 }
                             }
                             __syncthreads();
-                            /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
+                            /* rdot on matrix cores: [i:64, j:64] over d:64 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
                             {
                                 const int lane = tid & 63;
-                                const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
-                                const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                                const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                                const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
                                 #pragma unroll
-                                for (int kk = 0; kk < 32; kk += 16) {
+                                for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][2], fb[2][2];
                                     #pragma unroll
-                                    for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                    for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                     #pragma unroll
-                                    for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
+                                    for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 1152 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -3346,38 +3310,32 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                             const int l50 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
                             v13[r] = ((unsigned)(o15 + l50) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l51 = 0;
-                            const int l52 = 0;
-                            const int l53 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l54 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            const int e = l51 * 4096 + l52 * 4096 + l53 * 64 + l54;
-                            (dt_smem + 0)[e] = v13[r];
-                        }
-                        __syncthreads();
                         float v14[1];
-                        /* cooperative reduction: 4 threads per result */
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 2 warps per row */
                         {
-                            const int j = tid / 4;
-                            const int q = tid % 4;
-                            float p = (-INFINITY);
-                            if (j < 64) {
-                                const int l55 = (j / 64) % 1;
-                                const int l56 = (j / 64) % 1;
-                                const int l57 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l55 * 4096 + l56 * 4096 + l57 * 64 + i * 1]);
+                            float p[8];
+                            #pragma unroll
+                            for (int s = 0; s < 8; s++) p[s] = (-INFINITY);
+                            #pragma unroll
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = fmaxf(p[s], v13[r]); }
+                            #pragma unroll
+                            for (int s = 0; s < 8; s++) {
+                                #pragma unroll
+                                for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
-                            for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
-                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                            __syncthreads();
+                            if ((tid & 15) == 0) {
+                                #pragma unroll
+                                for (int s = 0; s < 8; s++) (dt_smem + 4096)[(tid >> 6) % 2 * 64 + (tid >> 6) / 2 * 32 + (s >> 2) * 16 + ((tid & 63) >> 4) * 4 + (s & 3)] = p[s];
+                            }
                         }
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                v14[r] = (dt_smem + 4096)[e];
+                                const int l53 = (int)((unsigned)e / 1u % 64u);
+                                v14[r] = fmaxf((dt_smem + 4096)[0 + l53], (dt_smem + 4096)[64 + l53]);
                             }
                         }
                         float v57[1];
@@ -3465,10 +3423,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                         float v30[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l91 = 0;
-                            const int l92 = 0;
-                            const int l93 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            v30[r] = (v12[r] - (dt_smem + 0)[l91 * 64 + l92 * 64 + l93]);
+                            const int l84 = 0;
+                            const int l85 = 0;
+                            const int l86 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            v30[r] = (v12[r] - (dt_smem + 0)[l84 * 64 + l85 * 64 + l86]);
                         }
                         float v31[16];
                         #pragma unroll
@@ -3478,41 +3436,35 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                         float v32[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l102 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v32[r] = ((unsigned)(o15 + l102) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l95 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            v32[r] = ((unsigned)(o15 + l95) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l103 = 0;
-                            const int l104 = 0;
-                            const int l105 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l106 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            const int e = l103 * 4096 + l104 * 4096 + l105 * 64 + l106;
-                            (dt_smem + 0)[e] = v32[r];
-                        }
-                        __syncthreads();
                         float v33[1];
-                        /* cooperative reduction: 4 threads per result */
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 2 warps per row */
                         {
-                            const int j = tid / 4;
-                            const int q = tid % 4;
-                            float p = 0e0f;
-                            if (j < 64) {
-                                const int l107 = (j / 64) % 1;
-                                const int l108 = (j / 64) % 1;
-                                const int l109 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l107 * 4096 + l108 * 4096 + l109 * 64 + i * 1];
+                            float p[8];
+                            #pragma unroll
+                            for (int s = 0; s < 8; s++) p[s] = 0e0f;
+                            #pragma unroll
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = p[s] + v32[r]; }
+                            #pragma unroll
+                            for (int s = 0; s < 8; s++) {
+                                #pragma unroll
+                                for (int m = 1; m < 16; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 16);
                             }
-                            for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
-                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                            __syncthreads();
+                            if ((tid & 15) == 0) {
+                                #pragma unroll
+                                for (int s = 0; s < 8; s++) (dt_smem + 4096)[(tid >> 6) % 2 * 64 + (tid >> 6) / 2 * 32 + (s >> 2) * 16 + ((tid & 63) >> 4) * 4 + (s & 3)] = p[s];
+                            }
                         }
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                v33[r] = (dt_smem + 4096)[e];
+                                const int l98 = (int)((unsigned)e / 1u % 64u);
+                                v33[r] = (dt_smem + 4096)[0 + l98] + (dt_smem + 4096)[64 + l98];
                             }
                         }
                         #pragma unroll
@@ -3534,10 +3486,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                         float v68[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l120 = 0;
-                            const int l121 = 0;
-                            const int l122 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            v68[r] = (v67[r] * (dt_smem + 0)[l120 * 64 + l121 * 64 + l122]);
+                            const int l106 = 0;
+                            const int l107 = 0;
+                            const int l108 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            v68[r] = (v67[r] * (dt_smem + 0)[l106 * 64 + l107 * 64 + l108]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
@@ -3547,27 +3499,27 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l130 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l131 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l130 * 72 + l131] = dt_f32_to_bf16(v32[r]);
+                            const int l116 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l117 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l116 * 72 + l117] = dt_f32_to_bf16(v32[r]);
                         }
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec132 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec118 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l133 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l134 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l135 = (int)((unsigned)e / 16u % 64u);
-                                    const int l136 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec132 && (unsigned)(o15 + l135) < (unsigned)s3 && (unsigned)(o4 + (l136 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l135 * 136 + (l136 * 8)], &in2[(unsigned)(o1 + l133) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l134) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l135) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l136 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    const int l119 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l120 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l121 = (int)((unsigned)e / 16u % 64u);
+                                    const int l122 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec118 && (unsigned)(o15 + l121) < (unsigned)s3 && (unsigned)(o4 + (l122 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l121 * 136 + (l122 * 8)], &in2[(unsigned)(o1 + l119) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l120) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l121) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l122 * 8)) * (unsigned)args.input_strides[2][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l135 * 136 + (l136 * 8 + q)] = ((unsigned)(o15 + l135) < (unsigned)s3 && (unsigned)(o4 + (l136 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l133) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l134) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l135) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l136 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l121 * 136 + (l122 * 8 + q)] = ((unsigned)(o15 + l121) < (unsigned)s3 && (unsigned)(o4 + (l122 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l119) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l120) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l121) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l122 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -3619,18 +3571,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                     float v56[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l144 = 0;
-                        const int l145 = 0;
-                        const int l146 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l144 * 64 + l145 * 64 + l146]);
+                        const int l130 = 0;
+                        const int l131 = 0;
+                        const int l132 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l130 * 64 + l131 * 64 + l132]);
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l148 = 0;
-                        const int l149 = 0;
-                        const int l150 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l151 = (tid >> 6) % 2 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l150) < (unsigned)s2 && (unsigned)(o4 + l151) < (unsigned)s4) out[(unsigned)(o1 + l148) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l149) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l150) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l151) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
+                        const int l134 = 0;
+                        const int l135 = 0;
+                        const int l136 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l137 = (tid >> 6) % 2 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l136) < (unsigned)s2 && (unsigned)(o4 + l137) < (unsigned)s4) out[(unsigned)(o1 + l134) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l135) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l136) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l137) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
                     }
                 }
             }
@@ -3790,16 +3742,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
                                 acc1[r] = 0e0f;
                             }
                         }
-                        /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o24 = 0; o24 < s5; o24 += 32) {
-                            float v3[8];
+                        /* rdot attention_causal.tensorize(d:64) */
+                        for (long long o24 = 0; o24 < s5; o24 += 64) {
+                            float v3[16];
                             #pragma unroll
-                            for (int c = 0; c < 2; c++) {
+                            for (int c = 0; c < 4; c++) {
                                 const int e = (c * 256 + tid) * 4;
-                                const int l25 = (int)((unsigned)e / 2048u % 1u);
-                                const int l26 = (int)((unsigned)e / 2048u % 1u);
-                                const int l27 = (int)((unsigned)e / 32u % 64u);
-                                const int l28 = (int)((unsigned)e / 1u % 32u);
+                                const int l25 = (int)((unsigned)e / 4096u % 1u);
+                                const int l26 = (int)((unsigned)e / 4096u % 1u);
+                                const int l27 = (int)((unsigned)e / 64u % 64u);
+                                const int l28 = (int)((unsigned)e / 1u % 64u);
                                 const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l26) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l27) * (unsigned)args.input_strides[0][2] + (unsigned)(o24 + l28) * (unsigned)args.input_strides[0][3];
                                 if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o3 + l27) < (unsigned)s2 && (unsigned)(o24 + (l28 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in0 + a);
@@ -3814,14 +3766,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
                                     v3[c * 4 + 3] = ((unsigned)(o3 + l27) < (unsigned)s2 && (unsigned)(o24 + (l28 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
                                 }
                             }
-                            float v4[8];
+                            float v4[16];
                             #pragma unroll
-                            for (int c = 0; c < 2; c++) {
+                            for (int c = 0; c < 4; c++) {
                                 const int e = (c * 256 + tid) * 4;
-                                const int l29 = (int)((unsigned)e / 2048u % 1u);
-                                const int l30 = (int)((unsigned)e / 2048u % 1u);
-                                const int l31 = (int)((unsigned)e / 32u % 64u);
-                                const int l32 = (int)((unsigned)e / 1u % 32u);
+                                const int l29 = (int)((unsigned)e / 4096u % 1u);
+                                const int l30 = (int)((unsigned)e / 4096u % 1u);
+                                const int l31 = (int)((unsigned)e / 64u % 64u);
+                                const int l32 = (int)((unsigned)e / 1u % 64u);
                                 const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[1][2] + (unsigned)(o24 + l32) * (unsigned)args.input_strides[1][3];
                                 if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o24 + (l32 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in1 + a);
@@ -3838,11 +3790,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
                             }
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v3[r]; }
+                            for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v3[r]; }
                             __syncthreads();
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v4[r]; }
+                            for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v4[r]; }
                             __syncthreads();
                             float v5[16];
                             #pragma unroll
@@ -3854,7 +3806,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
                                     const int l35 = (int)((unsigned)e / 64u % 64u);
                                     const int l36 = (int)((unsigned)e / 1u % 64u);
                                     float a37 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a37 = fmaf((dt_smem + 0)[l33 * 2048 + l34 * 2048 + l35 * 32 + q * 1], (dt_smem + 4096)[l33 * 2048 + l34 * 2048 + l36 * 32 + q * 1], a37);
+                                    for (int q = 0; q < 64; q++) a37 = fmaf((dt_smem + 0)[l33 * 4096 + l34 * 4096 + l35 * 64 + q * 1], (dt_smem + 4096)[l33 * 4096 + l34 * 4096 + l36 * 64 + q * 1], a37);
                                     v5[r] = a37;
                                 }
                             }
@@ -4348,16 +4300,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                                 acc1[r] = 0e0f;
                             }
                         }
-                        /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o24 = 0; o24 < s5; o24 += 32) {
-                            float v3[8];
+                        /* rdot attention_causal.tensorize(d:64) */
+                        for (long long o24 = 0; o24 < s5; o24 += 64) {
+                            float v3[16];
                             #pragma unroll
-                            for (int c = 0; c < 2; c++) {
+                            for (int c = 0; c < 4; c++) {
                                 const int e = (c * 256 + tid) * 4;
-                                const int l25 = (int)((unsigned)e / 2048u % 1u);
-                                const int l26 = (int)((unsigned)e / 2048u % 1u);
-                                const int l27 = (int)((unsigned)e / 32u % 64u);
-                                const int l28 = (int)((unsigned)e / 1u % 32u);
+                                const int l25 = (int)((unsigned)e / 4096u % 1u);
+                                const int l26 = (int)((unsigned)e / 4096u % 1u);
+                                const int l27 = (int)((unsigned)e / 64u % 64u);
+                                const int l28 = (int)((unsigned)e / 1u % 64u);
                                 const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l26) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l27) * (unsigned)args.input_strides[0][2] + (unsigned)(o24 + l28) * (unsigned)args.input_strides[0][3];
                                 if ((unsigned)(o3 + l27) < (unsigned)s2 && (unsigned)(o24 + l28) < (unsigned)s5) {
                                     const uint4 q = *(const uint4*)(in0 + a);
@@ -4372,14 +4324,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                                     v3[c * 4 + 3] = 0e0f;
                                 }
                             }
-                            float v4[8];
+                            float v4[16];
                             #pragma unroll
-                            for (int c = 0; c < 2; c++) {
+                            for (int c = 0; c < 4; c++) {
                                 const int e = (c * 256 + tid) * 4;
-                                const int l29 = (int)((unsigned)e / 2048u % 1u);
-                                const int l30 = (int)((unsigned)e / 2048u % 1u);
-                                const int l31 = (int)((unsigned)e / 32u % 64u);
-                                const int l32 = (int)((unsigned)e / 1u % 32u);
+                                const int l29 = (int)((unsigned)e / 4096u % 1u);
+                                const int l30 = (int)((unsigned)e / 4096u % 1u);
+                                const int l31 = (int)((unsigned)e / 64u % 64u);
+                                const int l32 = (int)((unsigned)e / 1u % 64u);
                                 const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[1][2] + (unsigned)(o24 + l32) * (unsigned)args.input_strides[1][3];
                                 if ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o24 + l32) < (unsigned)s5) {
                                     const uint4 q = *(const uint4*)(in1 + a);
@@ -4396,11 +4348,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                             }
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v3[r]; }
+                            for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v3[r]; }
                             __syncthreads();
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v4[r]; }
+                            for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v4[r]; }
                             __syncthreads();
                             float v5[16];
                             #pragma unroll
@@ -4412,7 +4364,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                                     const int l35 = (int)((unsigned)e / 64u % 64u);
                                     const int l36 = (int)((unsigned)e / 1u % 64u);
                                     float a37 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a37 = fmaf((dt_smem + 0)[l33 * 2048 + l34 * 2048 + l35 * 32 + q * 1], (dt_smem + 4096)[l33 * 2048 + l34 * 2048 + l36 * 32 + q * 1], a37);
+                                    for (int q = 0; q < 64; q++) a37 = fmaf((dt_smem + 0)[l33 * 4096 + l34 * 4096 + l35 * 64 + q * 1], (dt_smem + 4096)[l33 * 4096 + l34 * 4096 + l36 * 64 + q * 1], a37);
                                     v5[r] = a37;
                                 }
                             }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The bench of the library's ops (attention aside: its kernels are the unfused ones, 170-500x
-# behind) with every baseline, kept as it goes: JSON and results page under $OUT (`cargo xtask plot` draws the JSON).
+# The bench of the library's ops (attention aside: scripts/device/attention.sh has its page) with
+# every baseline, kept as it goes: JSON and results page under $OUT (`cargo xtask plot` draws the JSON).
 # A run stopped by its time limit is finished by running this again with RESUME=path/to/json.
 set -uo pipefail
 OUT=${OUT:-out}

@@ -349,6 +349,10 @@ fn plan_publishing(k: &Kernel, plan: &Plan, mapping: Mapping) -> Publishing {
                             // Slot 1 receives the partial results of the threads (in registers)
                             // or of the cooperative groups (through slot 0).
                             let sv = &k.value(*operand).shape;
+                            if let Some(t) = mma::row_reduced_tile(k, plan, *operand, *dim, *value) {
+                                grow(p, 1, (t.wn * t.rows) as usize);
+                                continue;
+                            }
                             let in_registers = matches!(layout(*operand), RegLayout::Blocked | RegLayout::Runs(_));
                             let partials = match mapping.register_reduce(sv, *dim).filter(|_| in_registers) {
                                 Some(rows) => {
@@ -2252,6 +2256,11 @@ impl Emitter<'_> {
                     let v = e.read(&src[0], l);
                     e.line(&format!("{dst}[r] = ({cond}) ? {v} : {fill};"));
                 });
+            }
+            Op::Reduce { op, value, dim, .. } if mma::row_reduced_tile(self.k, &self.plan, *value, *dim, id).is_some() => {
+                let t = mma::row_reduced_tile(self.k, &self.plan, *value, *dim, id).expect("checked");
+                self.declare(&dst, &shape);
+                self.mma_row_reduce(*op, &format!("v{}", value.0), t, &dst, &shape, layout);
             }
             Op::Reduce { op, value, dim, .. }
                 if matches!(self.layout(*value), RegLayout::Blocked | RegLayout::Runs(_))

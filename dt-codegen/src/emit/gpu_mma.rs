@@ -95,6 +95,15 @@ impl MatrixIsa {
             MatrixIsa::Mfma => 6,
         }
     }
+
+    /// Rows of a fragment that one lane holds, and how many consecutive lanes share each of
+    /// those rows (holding its other columns).
+    fn rows_per_lane(self) -> (u32, u32) {
+        match self {
+            MatrixIsa::MmaSync => (2, 4),
+            MatrixIsa::Mfma => (4, 16),
+        }
+    }
 }
 
 /// A [rows, cols] tile spread over `wm` x `wn` warps, each covering a (rows / wm) x (cols / wn)
@@ -132,6 +141,31 @@ impl MmaTile {
         let row = format!("(tid >> {bits}) / {} * {wr} + ({r} >> 2) / {fn_} * {fr} + {in_row}", self.wn);
         let col = format!("(tid >> {bits}) % {} * {wc} + ({r} >> 2) % {fn_} * {fc} + {in_col}", self.wn);
         (row, col)
+    }
+}
+
+impl MmaTile {
+    /// Which of this thread's rows (0 .. fragments along the rows x [`MatrixIsa::rows_per_lane`])
+    /// register `r` (a C expression) holds.
+    fn row_slot(&self, r: &str) -> String {
+        let (_, fn_) = self.frags();
+        match self.isa {
+            MatrixIsa::MmaSync => format!("({r} >> 2) / {fn_} * 2 + (({r} >> 1) & 1)"),
+            MatrixIsa::Mfma => format!("({r} >> 2) / {fn_} * 4 + ({r} & 3)"),
+        }
+    }
+
+    /// The tile row of this thread's row slot `s` (a C expression), and the warp's position
+    /// along the columns.
+    fn slot_row(&self, s: &str) -> (String, String) {
+        let bits = self.isa.lane_bits();
+        let lane = format!("(tid & {})", (1 << bits) - 1);
+        let base = format!("(tid >> {bits}) / {} * {}", self.wn, self.rows / self.wm);
+        let row = match self.isa {
+            MatrixIsa::MmaSync => format!("{base} + ({s} >> 1) * 16 + ({lane} >> 2) + ({s} & 1) * 8"),
+            MatrixIsa::Mfma => format!("{base} + ({s} >> 2) * 16 + ({lane} >> 4) * 4 + ({s} & 3)"),
+        };
+        (row, format!("(tid >> {bits}) % {}", self.wn))
     }
 }
 
@@ -426,6 +460,14 @@ fn find_fusable(stmts: &[Stmt], fused: &mut Vec<(ValueId, VarId)>, direct: &mut 
             _ => {}
         }
     }
+}
+
+/// The accumulator tile whose columns reduction `Reduce { value, dim }` combines, when it
+/// reduces a tile of that layout over its columns to its rows ([`Emitter::mma_row_reduce`]).
+pub(super) fn row_reduced_tile(k: &Kernel, plan: &Plan, value: ValueId, dim: DimId, result: ValueId) -> Option<MmaTile> {
+    let RegLayout::Mma(t) = plan.values[value.0 as usize] else { return None };
+    let big: Vec<DimId> = k.value(result).shape.0.iter().filter(|(_, n)| *n > 1).map(|(d, _)| *d).collect();
+    (dim == t.n && big == [t.m] && k.value(result).shape.extent(t.m) == Some(t.rows)).then_some(t)
 }
 
 /// Whether operand `v` may be staged as 16-bit `dtype` values. A load of `dtype` data loses
@@ -759,6 +801,65 @@ impl Emitter<'_> {
         self.line("}");
         self.depth -= 1;
         self.line("}");
+    }
+
+    /// `dst` = the reduction by `op` of `src`, an accumulator-layout tile `t`, over its columns:
+    /// each thread combines its registers of each of its rows, the lanes sharing a row combine
+    /// with shuffles, and the warps along the columns meet in slot 1 (`t.wn` partials per row),
+    /// where the thread holding each result under `layout` combines them. The tile never goes
+    /// through shared memory (softmax's row maximum and sum in attention's key loop).
+    pub(super) fn mma_row_reduce(&mut self, op: dt_core::algo::RedOp, src: &str, t: MmaTile, dst: &str, result: &Shape, layout: RegLayout) {
+        let (fm, fn_) = t.frags();
+        let (per_lane, sharing) = t.isa.rows_per_lane();
+        let slots = fm * per_lane;
+        let regs = fm * fn_ * 4;
+        let ident = crate::emit::expr::float_lit(op.identity());
+        let red = self.slot(1);
+        self.line(&format!(
+            "/* row reduction of an accumulator tile: registers, shuffles in groups of {sharing} lanes, {} warps per row */",
+            t.wn
+        ));
+        self.line("{");
+        self.depth += 1;
+        self.line(&format!("float p[{slots}];"));
+        self.line("#pragma unroll");
+        self.line(&format!("for (int s = 0; s < {slots}; s++) p[s] = {ident};"));
+        self.line("#pragma unroll");
+        self.line(&format!(
+            "for (int r = 0; r < {regs}; r++) {{ const int s = {}; p[s] = {}; }}",
+            t.row_slot("r"),
+            crate::emit::expr::combine(op, "p[s]", &format!("{src}[r]"))
+        ));
+        self.line("#pragma unroll");
+        self.line(&format!("for (int s = 0; s < {slots}; s++) {{"));
+        self.depth += 1;
+        self.line("#pragma unroll");
+        self.line(&format!(
+            "for (int m = 1; m < {sharing}; m <<= 1) p[s] = {};",
+            crate::emit::expr::combine(op, "p[s]", &format!("dt_shfl_xor(p[s], m, {sharing})"))
+        ));
+        self.depth -= 1;
+        self.line("}");
+        self.barrier();
+        let (row, warp_col) = t.slot_row("s");
+        self.line(&format!("if ((tid & {}) == 0) {{", sharing - 1));
+        self.depth += 1;
+        self.line("#pragma unroll");
+        self.line(&format!("for (int s = 0; s < {slots}; s++) {red}[{warp_col} * {} + {row}] = p[s];", t.rows));
+        self.depth -= 1;
+        self.line("}");
+        self.depth -= 1;
+        self.line("}");
+        self.barrier();
+        let m = t.m;
+        self.for_owned(result, layout, |e, l| {
+            let parts: Vec<String> = (0..t.wn).map(|w| format!("{red}[{} + {}]", w * t.rows, l.lane(m))).collect();
+            let mut acc = parts[0].clone();
+            for p in &parts[1..] {
+                acc = crate::emit::expr::combine(op, &acc, p);
+            }
+            e.line(&format!("{dst}[r] = {acc};"));
+        });
     }
 
     /// Writes operand `i` of `d` to shared-memory slot `i` as 16-bit values, in lines of
