@@ -152,4 +152,5 @@ mod schedule_preserves_semantics {
     spec_test!(matmul_grouped, "dt-codegen/tests/specs/matmul_grouped.dt");
     spec_test!(swish, "dt-codegen/tests/specs/swish.dt");
     spec_test!(row_stats, "dt-codegen/tests/specs/row_stats.dt");
+    spec_test!(talk_2mm, "dt-codegen/tests/specs/talk_2mm.dt");
 }

@@ -67,6 +67,10 @@ struct Def<'a> {
     span: Span,
 }
 
+/// The bound a whole tile (`d:0`) of a dimension neither blocked nor bounded takes: a launch
+/// with more is refused, naming it (docs/language.md, `tensorize`).
+pub const DEFAULT_WHOLE_BOUND: u64 = 128;
+
 /// Where each schedule primitive of a Func was written, for errors found after all are read.
 #[derive(Default, Clone)]
 struct SchedSpans {
@@ -77,6 +81,10 @@ struct SchedSpans {
     fuse_at: Option<Span>,
     tensorize: Vec<(DimId, u32, Span)>,
     dtypes: Option<Span>,
+    /// A `fuse_at` whose producer is read inside reductions of the consumer (these dimensions):
+    /// valid when each of them is one whole tile there, which is known once every primitive is
+    /// (`check_schedules`); the span of the level named.
+    inner_reads: Option<(Vec<DimId>, Span)>,
 }
 
 struct Checker<'a, 'd> {
@@ -1113,17 +1121,25 @@ impl<'a, 'd> Checker<'a, 'd> {
             }
             if let Some(bad) = labels.iter().find(|l| !outer.contains(l)) {
                 let bad_name = self.prog.dim_name(*bad).to_string();
-                let label = if labels.iter().all(|l| cdims.contains(l)) {
+                if labels.iter().all(|l| cdims.contains(l)) {
                     let level = innermost_read_level(&self.prog, c, p).map_or(bad_name.clone(), |d| self.prog.dim_name(d).to_string());
-                    format!("`{pname}` is read at [{}]: write `{pname}.fuse_at({}, {level});`", self.dims_named(&labels), cid.name)
-                } else {
-                    format!(
-                        "`{pname}` is read inside the reduction over `{bad_name}`, where it is computed per chunk: remove this `fuse_at`"
-                    )
-                };
-                let msg = format!("`{pname}` cannot be computed at `{}`: it is read at `{bad_name}`, an inner loop", did.name);
-                self.err(did.span, msg, label);
-                return;
+                    let label =
+                        format!("`{pname}` is read at [{}]: write `{pname}.fuse_at({}, {level});`", self.dims_named(&labels), cid.name);
+                    let msg = format!("`{pname}` cannot be computed at `{}`: it is read at `{bad_name}`, an inner loop", did.name);
+                    self.err(did.span, msg, label);
+                    return;
+                }
+                // Read inside reductions of the consumer: computed at this level for all of
+                // them, where each is one whole tile (checked with the other primitives).
+                let mut inner: Vec<DimId> = labels.iter().copied().filter(|l| !outer.contains(l) && !cdims.contains(l)).collect();
+                if let Some((before, _)) = &self.sched_spans[p.index()].inner_reads {
+                    for d in before {
+                        if !inner.contains(d) {
+                            inner.push(*d);
+                        }
+                    }
+                }
+                self.sched_spans[p.index()].inner_reads = Some((inner, did.span));
             }
         }
         self.prog.funcs[p.index()].schedule.fuse_at = Some((c, d));
@@ -1185,17 +1201,33 @@ impl<'a, 'd> Checker<'a, 'd> {
                             format!("a block extent must be a multiple of its tile extent; try {}", largest_pow2_divisor(b).min(n)),
                         );
                     }
+                    // A whole tile of a dimension neither blocked nor bounded: the default bound.
                     (None, 0) if self.complete && self.bound_of(f, *d).is_none() => {
-                        let dn = self.prog.dim_name(*d).to_string();
-                        let kname = self.prog.funcs[self.kernel_of(f).index()].name.clone();
-                        self.err(
-                            *s,
-                            format!("`{dn}:0` needs an extent: `{dn}` is not blocked"),
-                            format!("add a bound such as `{kname}.bound({dn}:4096)`, or block `{dn}`"),
-                        );
+                        let kernel = self.kernel_of(f);
+                        self.prog.funcs[kernel.index()].schedule.bounds.push((*d, DEFAULT_WHOLE_BOUND));
                     }
                     _ => {}
                 }
+            }
+        }
+        // Producers read inside reductions of their consumer: each of those is one whole tile.
+        for i in 0..self.prog.funcs.len() {
+            let Some((inner, span)) = self.sched_spans[i].inner_reads.clone() else { continue };
+            let Some((c, _)) = self.prog.funcs[i].schedule.fuse_at else { continue };
+            let kernel = self.kernel_of(c);
+            for d in inner {
+                let tile = self.prog.func(c).schedule.tile_extent(d).or_else(|| self.prog.func(kernel).schedule.tile_extent(d));
+                if tile == Some(0) && self.prog.func(kernel).schedule.block_extent(d).is_none() {
+                    continue;
+                }
+                let (pname, cname, kname) =
+                    (self.prog.funcs[i].name.clone(), self.prog.func(c).name.clone(), self.prog.func(kernel).name.clone());
+                let dn = self.prog.dim_name(d).to_string();
+                self.err(
+                    span,
+                    format!("`{pname}` cannot be computed here for all of `{dn}`: `{cname}` reduces over `{dn}` in several steps"),
+                    format!("`{pname}` is read inside the reduction over `{dn}`: make it one whole tile (`{kname}.tensorize({dn}:0)`), or remove this `fuse_at`"),
+                );
             }
         }
         // Reductions read by a kernel must be placed in that kernel; kernels do not read kernels.

@@ -141,7 +141,16 @@ fn draw(p: &Program, k: FuncId, rng: &mut Rng, opts: &Options) -> String {
     let mut bounds = Vec::new();
     let mut dims: Vec<DimId> = f.dims.clone();
     dims.extend(p.kernel_dims(k).into_iter().filter(|d| !f.dims.contains(d)));
+    let whole = whole_dims(p, k);
     for d in dims {
+        if whole.contains(&d) {
+            // Computed for all of it by a placed producer: one whole tile, a random bound.
+            let n = rng.pick(WHOLE_BOUNDS);
+            budget = (budget / n as u64).max(1);
+            tiles.push(format!("{}:0", name(p, d)));
+            lines.push(format!("{kname}.bound({}:{n});", name(p, d)));
+            continue;
+        }
         let block = blocked.iter().find(|(x, _)| *x == d).map(|(_, b)| *b);
         let choice = match block {
             Some(b) => {
@@ -172,7 +181,7 @@ fn draw(p: &Program, k: FuncId, rng: &mut Rng, opts: &Options) -> String {
     if !tiles.is_empty() {
         lines.push(format!("{kname}.tensorize({});", tiles.join(", ")));
     }
-    bounds.retain(|d| tiles.iter().any(|t| t == &format!("{}:0", name(p, *d))));
+    bounds.retain(|d| !whole.contains(d) && tiles.iter().any(|t| t == &format!("{}:0", name(p, *d))));
     if !bounds.is_empty() {
         lines.push(format!(
             "{kname}.bound({});",
@@ -251,8 +260,37 @@ fn placements(p: &Program, k: FuncId, rng: &mut Rng) -> Vec<String> {
     out
 }
 
+/// Bounds drawn for a whole tile that a placed producer is computed over.
+const WHOLE_BOUNDS: &[u32] = &[16, 33, 64, 100];
+
+/// The dimensions over which kernel `k` reduces while reading a producer it places: the producer
+/// is computed for all of each at its level, so each must be one whole tile (`d:0`).
+fn whole_dims(p: &Program, k: FuncId) -> Vec<DimId> {
+    let kdims = &p.func(k).dims;
+    let mut out = Vec::new();
+    for (g, labels) in expanded_reads(p, k) {
+        if p.func(g).schedule.fuse_at.is_none() {
+            continue;
+        }
+        for l in labels {
+            if !kdims.contains(&l) && !out.contains(&l) {
+                out.push(l);
+            }
+        }
+    }
+    out
+}
+
 fn draw_minimal(p: &Program, k: FuncId, rng: &mut Rng) -> String {
-    let mut lines = placements(p, k, rng);
+    let whole = whole_dims(p, k);
+    let mut lines = Vec::new();
+    if !whole.is_empty() {
+        let kname = &p.func(k).name;
+        let tiles: Vec<String> = whole.iter().map(|d| format!("{}:0", name(p, *d))).collect();
+        lines.push(format!("{kname}.tensorize({});", tiles.join(", ")));
+        lines.push(format!("{kname}.bound({});", whole.iter().map(|d| format!("{}:64", name(p, *d))).collect::<Vec<_>>().join(", ")));
+    }
+    lines.extend(placements(p, k, rng));
     lines.extend(kernel_marks(p, k));
     lines.join("\n") + "\n"
 }

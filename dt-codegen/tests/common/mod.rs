@@ -22,6 +22,8 @@ pub const SPECS: &[&str] = &[
     "dt-codegen/tests/specs/swish.dt",
     "dt-codegen/tests/specs/matmul_mma.dt",
     "dt-codegen/tests/specs/row_stats.dt",
+    // The talk's two-matmul listing as the talk gives it: `mm` computed for all of `l` at `m`.
+    "dt-codegen/tests/specs/talk_2mm.dt",
 ];
 
 /// The workspace root: where this test was built, or, when the binary runs elsewhere (copied

@@ -185,12 +185,36 @@ impl Builder<'_> {
             )));
         }
         let body = self.p.renamed_body(g, &labels);
-        let v = self.expr(&body, g)?;
-        let var = self.var(self.shape(v));
         let (c, d) = self.p.func(g).schedule.fuse_at.expect("placed");
         let origin = format!("{}.fuse_at({}, {})", self.p.func(g).name, self.p.func(c).name, self.p.dim_name(d));
-        self.emit(Stmt::Init { var, value: 0.0, origin });
+        // Read inside reductions of the consumer (over dimensions no loop is open for yet):
+        // computed here for all of each, one whole tile (the checker saw to it), in a loop of one
+        // step whose tile is the one the consumer's reduction reads.
+        let mut inner = Vec::new();
+        for x in labels.iter().copied().filter(|x| !self.active.iter().any(|(a, _)| a == x)) {
+            let (step, by) = self.tile_extent(c, x)?;
+            inner.push((x, step, by));
+        }
+        let shape = Shape(
+            self.order
+                .iter()
+                .filter(|x| labels.contains(x))
+                .map(|x| (*x, inner.iter().find(|(y, _, _)| y == x).map_or_else(|| self.active_extent(*x), |(_, n, _)| *n)))
+                .collect(),
+        );
+        // The accumulator is set up before those loops (the statement goes in once it exists).
+        let init_at = self.stmts.last().map_or(0, Vec::len);
+        for (x, step, _) in &inner {
+            self.open_loop(*x, *step);
+        }
+        let v = self.expr(&body, g)?;
+        let var = self.var(shape);
         self.emit(Stmt::Update { var, combine: Combine::Set, value: v });
+        for (x, step, by) in inner.into_iter().rev() {
+            let origin = format!("{} for all of {}, {by}", self.p.func(g).name, self.p.dim_name(x));
+            self.close_loop(x, LoopKind::Whole, step, 1, origin);
+        }
+        self.stmts.last_mut().expect("a statement list is open").insert(init_at, Stmt::Init { var, value: 0.0, origin });
         self.placed.push((g, labels, var));
         Ok(())
     }

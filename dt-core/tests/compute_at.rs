@@ -1,0 +1,70 @@
+//! `fuse_at` as compute-at: a producer read inside the consumer's reduction over `l` is computed
+//! at its level for all of `l` (one whole tile), kept in an accumulator, and read by every step
+//! of the consumer's loops after it: the talk's two-matmul listing, as the talk gives it.
+
+mod common;
+
+use common::all_loops;
+use dt_core::kir::{Kernel, LoopKind, Op, Stmt};
+use dt_core::tensor::{bind, Args, Tensor};
+use dt_core::DType;
+
+const TALK_2MM: &str = include_str!("../../dt-codegen/tests/specs/talk_2mm.dt");
+
+fn dim(k: &Kernel, name: &str) -> dt_core::algo::DimId {
+    k.dims.iter().find(|(_, n)| n == name).map(|(d, _)| *d).expect("dimension")
+}
+
+#[test]
+fn the_talks_two_matmuls_compute_mm_once_per_block_of_m() {
+    let p = dt_core::compile_spec(TALK_2MM).expect("the talk's listing checks");
+    let k = dt_core::lower::lower(&p, p.kernels[0]).expect("lowers");
+    let text = dt_core::kir::print(&k);
+    let (l, n) = (dim(&k, "l"), dim(&k, "n"));
+    // `l:0` on a dimension neither blocked nor bounded: the default bound.
+    assert_eq!(k.bounds, vec![(l, dt_core::check::DEFAULT_WHOLE_BOUND)], "{text}");
+    // mm's accumulator holds all of l, set before the loop over n, which only reads it.
+    let Some(Stmt::Loop(m_loop)) = k.body.first() else { panic!("a loop over m:\n{text}") };
+    let n_at = m_loop.body.iter().position(|s| matches!(s, Stmt::Loop(x) if x.dim == n)).expect("the loop over n");
+    let mm_read = m_loop.body[..n_at].iter().find_map(|s| match s {
+        Stmt::Let { value, op: Op::Var(_) } if k.value(*value).shape.extent(l) == Some(dt_core::check::DEFAULT_WHOLE_BOUND as u32) => {
+            Some(*value)
+        }
+        _ => None,
+    });
+    assert!(mm_read.is_some(), "mm computed for all of l before the loop over n:\n{text}");
+    let Stmt::Loop(n_loop) = &m_loop.body[n_at] else { unreachable!() };
+    assert!(all_loops(&n_loop.body).iter().all(|x| x.dim != dim(&k, "k")), "mm is not computed again inside n:\n{text}");
+    assert!(all_loops(&k.body).iter().all(|x| !(x.dim == l && x.kind == LoopKind::Reduction)), "l is one tile:\n{text}");
+}
+
+#[test]
+fn a_tiled_reduction_cannot_hold_its_producer() {
+    let spec = TALK_2MM.replace("_2mm.tensorize(l:0);", "_2mm.tensorize(l:32);");
+    let errs = dt_core::compile_spec(&spec).expect_err("l in steps of 32");
+    let e = errs.iter().find(|d| d.message.contains("for all of `l`")).unwrap_or_else(|| panic!("{errs:?}"));
+    assert!(e.label.contains("_2mm.tensorize(l:0)"), "{}", e.label);
+}
+
+fn values(n: usize, seed: usize) -> Vec<f32> {
+    (0..n).map(|i| ((i * 7919 + seed * 104_729) % 1009) as f32 / 1009.0 * 2.0 - 1.0).collect()
+}
+
+/// Sizes that are multiples of no tile, l from 1 to the default bound: the interpreter, running
+/// the lowered kernel, agrees with the evaluator.
+#[test]
+fn compute_at_preserves_semantics() {
+    let p = dt_core::compile_spec(TALK_2MM).expect("checks");
+    let k = dt_core::lower::lower(&p, p.kernels[0]).expect("lowers");
+    for (m, n, kk, l) in [(1, 1, 1, 1), (17, 65, 45, 33), (16, 64, 32, 32), (40, 130, 33, 128), (33, 7, 70, 100)] {
+        let args = Args::default()
+            .input("A", Tensor::new(vec![m, kk], values(m * kk, 1)))
+            .input("B", Tensor::new(vec![kk, l], values(kk * l, 2)))
+            .input("C", Tensor::new(vec![l, n], values(l * n, 3)));
+        let want = dt_core::eval::evaluate(&p, p.kernels[0], &args, DType::F32).expect("evaluates");
+        let got = dt_core::interp::run(&k, &bind(&p, p.kernels[0], &args).expect("binds"), DType::F32);
+        for (i, (g, w)) in got.data.iter().zip(&want.data).enumerate() {
+            assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{m}x{n}x{kk}x{l}, element {i}: got {g}, want {w}");
+        }
+    }
+}
