@@ -264,6 +264,7 @@ mod hip_c_on_cpu_matches_reference_evaluator {
     spec_test!(matmul_mma, "dt-codegen/tests/specs/matmul_mma.dt");
     spec_test!(row_stats, "dt-codegen/tests/specs/row_stats.dt");
     spec_test!(talk_2mm, "dt-codegen/tests/specs/talk_2mm.dt");
+    spec_test!(talk_attention, "dt-codegen/tests/specs/talk_attention.dt");
 
     /// Every spec under tests/specs and dt-kernels/specs is in [`SPECS`] and has a test above.
     #[test]

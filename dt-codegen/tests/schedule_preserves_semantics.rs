@@ -153,4 +153,5 @@ mod schedule_preserves_semantics {
     spec_test!(swish, "dt-codegen/tests/specs/swish.dt");
     spec_test!(row_stats, "dt-codegen/tests/specs/row_stats.dt");
     spec_test!(talk_2mm, "dt-codegen/tests/specs/talk_2mm.dt");
+    spec_test!(talk_attention, "dt-codegen/tests/specs/talk_attention.dt");
 }

@@ -1173,15 +1173,23 @@ impl<'a, 'd> Checker<'a, 'd> {
                     self.err(s, format!("`{name}` is a kernel and cannot be fused"), "a Func is either compiled or placed inside another");
                 }
             }
+            // A producer is placed in a kernel, or in a Func placed in turn (a chain that ends
+            // in a kernel: `mm.fuse_at(e, l); e.fuse_at(attention, m);`).
             if let Some((c, _)) = sched.fuse_at {
-                if !self.prog.func(c).schedule.kernel && kernels_known {
+                let end = self.kernel_of(c);
+                if !self.prog.func(end).schedule.kernel && kernels_known {
                     if let Some(s) = spans.fuse_at {
                         let cname = self.prog.func(c).name.clone();
-                        self.err(
-                            s,
-                            format!("`{cname}` is not a kernel"),
-                            format!("fuse producers into a kernel: add `{cname}.compile();`"),
-                        );
+                        let (msg, label) = if end == c {
+                            (format!("`{cname}` is not a kernel"), format!("fuse producers into a kernel, or into a Func placed in one: add `{cname}.compile();` or place `{cname}`"))
+                        } else {
+                            let ename = self.prog.func(end).name.clone();
+                            (
+                                format!("`{cname}` is placed in `{ename}`, which is not a kernel"),
+                                format!("a chain of `fuse_at` ends in a kernel: add `{ename}.compile();`"),
+                            )
+                        };
+                        self.err(s, msg, label);
                     }
                 }
             }

@@ -227,15 +227,18 @@ fn draw(p: &Program, k: FuncId, rng: &mut Rng, opts: &Options) -> String {
 }
 
 /// `fuse_at` for every producer the kernel places, at a random valid level: at or inside the
-/// innermost loop it is read at, and at or inside the levels of the placed Funcs it reads.
+/// innermost loop it is read at, and at or inside the levels of the placed Funcs it reads; a
+/// producer placed in another placed Func stays where the spec puts it.
 fn placements(p: &Program, k: FuncId, rng: &mut Rng) -> Vec<String> {
     let kdims = &p.func(k).dims;
     let reads = expanded_reads(p, k);
     let mut levels: Vec<(FuncId, usize)> = Vec::new();
     let mut out = Vec::new();
     for g in p.producers(k) {
-        let Some((c, _)) = p.func(g).schedule.fuse_at else { continue };
+        let Some((c, d)) = p.func(g).schedule.fuse_at else { continue };
         if c != k {
+            // Placed in a Func placed in turn (a chain): kept as written.
+            out.push(format!("{}.fuse_at({}, {});", p.func(g).name, p.func(c).name, p.dim_name(d)));
             continue;
         }
         let mut lo = 0;

@@ -68,3 +68,31 @@ fn compute_at_preserves_semantics() {
         }
     }
 }
+
+const TALK_ATTENTION: &str = include_str!("../../dt-codegen/tests/specs/talk_attention.dt");
+
+/// The talk's attention listing chains its placements (`mm` in `e`, `dvsr` in `sm`, both of
+/// those in `attention`): everything but the last dot is computed once per block of `m`, for
+/// all of `l`, before the loop over `n`.
+#[test]
+fn the_talks_attention_chains_its_placements() {
+    let p = dt_core::compile_spec(TALK_ATTENTION).expect("the talk's listing checks");
+    let k = dt_core::lower::lower(&p, p.kernels[0]).expect("lowers");
+    let text = dt_core::kir::print(&k);
+    let (l, n, kd) = (dim(&k, "l"), dim(&k, "n"), dim(&k, "k"));
+    let loops = all_loops(&k.body);
+    assert!(loops.iter().all(|x| x.dim != l), "l is one whole tile:\n{text}");
+    let Some(n_loop) = loops.iter().find(|x| x.dim == n) else { panic!("a loop over n:\n{text}") };
+    assert!(all_loops(&n_loop.body).iter().all(|x| x.dim != kd), "the scores are not computed again inside n:\n{text}");
+    for (m, nn, kk, ll) in [(1, 1, 1, 1), (17, 65, 20, 33), (16, 64, 16, 128), (5, 3, 7, 100)] {
+        let args = Args::default()
+            .input("A", Tensor::new(vec![m, kk], values(m * kk, 4)))
+            .input("B", Tensor::new(vec![kk, ll], values(kk * ll, 5)))
+            .input("C", Tensor::new(vec![ll, nn], values(ll * nn, 6)));
+        let want = dt_core::eval::evaluate(&p, p.kernels[0], &args, DType::F32).expect("evaluates");
+        let got = dt_core::interp::run(&k, &bind(&p, p.kernels[0], &args).expect("binds"), DType::F32);
+        for (i, (g, w)) in got.data.iter().zip(&want.data).enumerate() {
+            assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{m}x{nn}x{kk}x{ll}, element {i}: got {g}, want {w}");
+        }
+    }
+}

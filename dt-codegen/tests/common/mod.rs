@@ -24,6 +24,8 @@ pub const SPECS: &[&str] = &[
     "dt-codegen/tests/specs/row_stats.dt",
     // The talk's two-matmul listing as the talk gives it: `mm` computed for all of `l` at `m`.
     "dt-codegen/tests/specs/talk_2mm.dt",
+    // The talk's attention listing: a chain of `fuse_at` (`mm` in `e`, `e` in `attention`).
+    "dt-codegen/tests/specs/talk_attention.dt",
 ];
 
 /// The workspace root: where this test was built, or, when the binary runs elsewhere (copied

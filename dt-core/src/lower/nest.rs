@@ -202,10 +202,32 @@ impl Builder<'_> {
                 .map(|x| (*x, inner.iter().find(|(y, _, _)| y == x).map_or_else(|| self.active_extent(*x), |(_, n, _)| *n)))
                 .collect(),
         );
+        // Producers placed in `g` (a chain of `fuse_at`) are computed with it: those placed at a
+        // dimension whose loop is open before its own loops, the others inside them. `g`'s
+        // dimensions are named here by the labels it is read under.
+        let chained: Vec<(FuncId, DimId)> = self
+            .p
+            .producers(self.k)
+            .into_iter()
+            .filter_map(|h| match self.p.func(h).schedule.fuse_at {
+                Some((c, d)) if c == g => {
+                    let at = self.p.func(g).dims.iter().position(|x| *x == d).and_then(|i| labels.get(i)).copied().unwrap_or(d);
+                    Some((h, at))
+                }
+                _ => None,
+            })
+            .collect();
+        let opened = |x: &DimId| inner.iter().any(|(y, _, _)| y == x);
+        for (h, _) in chained.iter().filter(|(_, at)| !opened(at)) {
+            self.compute_placed(*h)?;
+        }
         // The accumulator is set up before those loops (the statement goes in once it exists).
         let init_at = self.stmts.last().map_or(0, Vec::len);
         for (x, step, _) in &inner {
             self.open_loop(*x, *step);
+        }
+        for (h, _) in chained.iter().filter(|(_, at)| opened(at)) {
+            self.compute_placed(*h)?;
         }
         let v = self.expr(&body, g)?;
         let var = self.var(shape);
