@@ -50,6 +50,16 @@ fn values(n: usize, seed: usize) -> Vec<f32> {
     (0..n).map(|i| ((i * 7919 + seed * 104_729) % 1009) as f32 / 1009.0 * 2.0 - 1.0).collect()
 }
 
+/// The interpreter, running lowered kernel `k` of `p` on `args`, agrees with the evaluator
+/// within 1e-4, relative.
+fn interpreter_matches_evaluator(p: &dt_core::algo::Program, k: &Kernel, args: &Args, case: &str) {
+    let want = dt_core::eval::evaluate(p, p.kernels[0], args, DType::F32).expect("evaluates");
+    let got = dt_core::interp::run(k, &bind(p, p.kernels[0], args).expect("binds"), DType::F32);
+    for (i, (g, w)) in got.data.iter().zip(&want.data).enumerate() {
+        assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{case}, element {i}: got {g}, want {w}");
+    }
+}
+
 /// Sizes that are multiples of no tile, l from 1 to the default bound: the interpreter, running
 /// the lowered kernel, agrees with the evaluator.
 #[test]
@@ -61,11 +71,7 @@ fn compute_at_preserves_semantics() {
             .input("A", Tensor::new(vec![m, kk], values(m * kk, 1)))
             .input("B", Tensor::new(vec![kk, l], values(kk * l, 2)))
             .input("C", Tensor::new(vec![l, n], values(l * n, 3)));
-        let want = dt_core::eval::evaluate(&p, p.kernels[0], &args, DType::F32).expect("evaluates");
-        let got = dt_core::interp::run(&k, &bind(&p, p.kernels[0], &args).expect("binds"), DType::F32);
-        for (i, (g, w)) in got.data.iter().zip(&want.data).enumerate() {
-            assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{m}x{n}x{kk}x{l}, element {i}: got {g}, want {w}");
-        }
+        interpreter_matches_evaluator(&p, &k, &args, &format!("{m}x{n}x{kk}x{l}"));
     }
 }
 
@@ -89,10 +95,6 @@ fn the_talks_attention_chains_its_placements() {
             .input("A", Tensor::new(vec![m, kk], values(m * kk, 4)))
             .input("B", Tensor::new(vec![kk, ll], values(kk * ll, 5)))
             .input("C", Tensor::new(vec![ll, nn], values(ll * nn, 6)));
-        let want = dt_core::eval::evaluate(&p, p.kernels[0], &args, DType::F32).expect("evaluates");
-        let got = dt_core::interp::run(&k, &bind(&p, p.kernels[0], &args).expect("binds"), DType::F32);
-        for (i, (g, w)) in got.data.iter().zip(&want.data).enumerate() {
-            assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{m}x{nn}x{kk}x{ll}, element {i}: got {g}, want {w}");
-        }
+        interpreter_matches_evaluator(&p, &k, &args, &format!("{m}x{nn}x{kk}x{ll}"));
     }
 }

@@ -36,32 +36,14 @@
 //! of its steps, as it would in each step of a tiled head dimension). Softmax and layernorm,
 //! which have no dot, are left to [`super::online`].
 
+use super::edit::{defs, finite_or_zero, merge_loops, push, renamed};
 use crate::algo::{BinOp, DimId, RedOp, UnOp};
-use crate::kir::{reads_var, written_vars, Combine, Kernel, Layout, Loop, LoopKind, Op, Shape, Stmt, Value, ValueId, VarId};
+use crate::kir::{reads_var, written_vars, Combine, Kernel, Loop, LoopKind, Op, Shape, Stmt, ValueId, VarId};
 use std::collections::{HashMap, HashSet};
 
 pub fn run_dots_online(k: &mut Kernel) {
     let body = std::mem::take(&mut k.body);
-    k.body = rewrite(k, body);
-}
-
-fn rewrite(k: &mut Kernel, stmts: Vec<Stmt>) -> Vec<Stmt> {
-    let mut stmts: Vec<Stmt> = stmts
-        .into_iter()
-        .map(|s| match s {
-            Stmt::Loop(mut l) => {
-                l.body = rewrite(k, std::mem::take(&mut l.body));
-                Stmt::Loop(l)
-            }
-            s => s,
-        })
-        .collect();
-    let mut from = 0;
-    while let Some(m) = find(k, &stmts, from) {
-        from = m.first + 1;
-        stmts = merge(k, stmts, m);
-    }
-    stmts
+    k.body = merge_loops(k, body, &|k, stmts, from| find(k, stmts, from).map(|m| (m.first, m)), &merge);
 }
 
 /// A loop that sums a scaled value into an accumulator.
@@ -96,16 +78,6 @@ fn updates(body: &[Stmt]) -> Vec<(VarId, Combine, ValueId)> {
     body.iter()
         .filter_map(|s| match s {
             Stmt::Update { var, combine, value } => Some((*var, *combine, *value)),
-            _ => None,
-        })
-        .collect()
-}
-
-fn defs(stmts: &[Stmt]) -> HashMap<ValueId, &Op> {
-    stmts
-        .iter()
-        .filter_map(|s| match s {
-            Stmt::Let { value, op } => Some((*value, op)),
             _ => None,
         })
         .collect()
@@ -280,12 +252,6 @@ fn dependent_values(stmts: &[Stmt], accs: &HashSet<VarId>) -> HashSet<ValueId> {
     out
 }
 
-fn push(k: &mut Kernel, out: &mut Vec<Stmt>, shape: Shape, op: Op) -> ValueId {
-    let value = k.push_value(Value { shape, layout: Layout::Blocked });
-    out.push(Stmt::Let { value, op });
-    value
-}
-
 fn merge(k: &mut Kernel, mut stmts: Vec<Stmt>, m: Match) -> Vec<Stmt> {
     let after = stmts.split_off(m.last + 1);
     let covered = stmts.split_off(m.first);
@@ -367,7 +333,7 @@ fn merge(k: &mut Kernel, mut stmts: Vec<Stmt>, m: Match) -> Vec<Stmt> {
         body.push(Stmt::Update { var: acc, combine: Combine::Set, value: rescaled });
         let (stmts, mut rename) = drop_repeats(k, &l1.body, l.body);
         rename.insert(m.stat, new0);
-        body.extend(stmts.into_iter().map(|s| rename_stmt(s, &rename)));
+        body.extend(stmts.into_iter().map(|s| renamed(s, &rename)));
     }
     let merged = Stmt::Loop(Loop {
         dim,
@@ -396,30 +362,6 @@ fn merge(k: &mut Kernel, mut stmts: Vec<Stmt>, m: Match) -> Vec<Stmt> {
     }
     out.extend(after);
     out
-}
-
-/// Statement `s` reading `rename[v]` for each value `v` it reads (nested loops included).
-fn rename_stmt(s: Stmt, rename: &HashMap<ValueId, ValueId>) -> Stmt {
-    let name = |v: ValueId| rename.get(&v).copied().unwrap_or(v);
-    match s {
-        Stmt::Let { value, op } => Stmt::Let { value, op: op.renamed(name) },
-        Stmt::Update { var, combine, value } => Stmt::Update { var, combine, value: name(value) },
-        Stmt::Store { value, tile } => Stmt::Store { value: name(value), tile },
-        Stmt::Loop(mut l) => {
-            l.body = l.body.into_iter().map(|s| rename_stmt(s, rename)).collect();
-            Stmt::Loop(l)
-        }
-        s @ Stmt::Init { .. } => s,
-    }
-}
-
-/// `v`, with -inf read as 0 (a running maximum that has seen nothing finite yet).
-fn finite_or_zero(k: &mut Kernel, out: &mut Vec<Stmt>, v: ValueId) -> ValueId {
-    let shape = k.value(v).shape.clone();
-    let ninf = push(k, out, Shape::default(), Op::Const(f32::NEG_INFINITY));
-    let zero = push(k, out, Shape::default(), Op::Const(0.0));
-    let is_ninf = push(k, out, shape.clone(), Op::Binary(BinOp::Eq, v, ninf));
-    push(k, out, shape, Op::Select(is_ninf, zero, v))
 }
 
 /// `body` without the computations it repeats from `first` (an accumulator initialized, a loop

@@ -34,6 +34,7 @@ mod cluster_pair;
 mod cse;
 mod dead;
 mod defer;
+mod edit;
 mod flash;
 mod full_steps;
 mod grid;

@@ -41,34 +41,14 @@
 //! shape) and reads nothing computed from the first loop but the statistic. Statements between
 //! the two loops that do not depend on the first move before the merged loop.
 
+use super::edit::{defs, finite_or_zero, merge_loops, push, renamed};
 use crate::algo::{BinOp, DimId, RedOp, UnOp};
-use crate::kir::{reads_var, written_vars, Combine, Kernel, Layout, Loop, LoopKind, Op, PairRule, Shape, Stmt, Value, ValueId, VarId};
+use crate::kir::{reads_var, written_vars, Combine, Kernel, Loop, LoopKind, Op, PairRule, Shape, Stmt, ValueId, VarId};
 use std::collections::{HashMap, HashSet};
 
 pub fn merge_statistic_loops(k: &mut Kernel) {
     let body = std::mem::take(&mut k.body);
-    k.body = rewrite(k, body);
-}
-
-fn rewrite(k: &mut Kernel, stmts: Vec<Stmt>) -> Vec<Stmt> {
-    let mut stmts: Vec<Stmt> = stmts
-        .into_iter()
-        .map(|s| match s {
-            Stmt::Loop(mut l) => {
-                l.body = rewrite(k, std::mem::take(&mut l.body));
-                Stmt::Loop(l)
-            }
-            s => s,
-        })
-        .collect();
-    let mut from = 0;
-    while let Some(m) = find(k, &stmts, from) {
-        let first = m.first;
-        stmts = merge(k, stmts, m);
-        // The merged loop may carry a third statistic along too.
-        from = first;
-    }
-    stmts
+    k.body = merge_loops(k, body, &|k, stmts, from| find(k, stmts, from).map(|m| (m.first, m)), &merge);
 }
 
 /// Two loops to merge: the indices of both in their statement list, and how.
@@ -116,17 +96,6 @@ fn find(k: &Kernel, stmts: &[Stmt], from: usize) -> Option<Match> {
         }
     }
     None
-}
-
-/// The definitions of the values of `stmts` (top level).
-fn defs(stmts: &[Stmt]) -> HashMap<ValueId, &Op> {
-    stmts
-        .iter()
-        .filter_map(|s| match s {
-            Stmt::Let { value, op } => Some((*value, op)),
-            _ => None,
-        })
-        .collect()
 }
 
 /// The values of the statements between the loops (top level) that depend on what the first
@@ -306,22 +275,6 @@ fn same(da: &HashMap<ValueId, &Op>, a: ValueId, db: &HashMap<ValueId, &Op>, b: V
     let (xa, xb) = (oa.operands(), ob.operands());
     let strip = |o: &Op| (*o).clone().renamed(|_| ValueId(0));
     strip(oa) == strip(ob) && xa.len() == xb.len() && xa.iter().zip(&xb).all(|(x, y)| same(da, *x, db, *y))
-}
-
-/// Appends `let v = op` to `out` and returns `v`.
-fn push(k: &mut Kernel, out: &mut Vec<Stmt>, shape: Shape, op: Op) -> ValueId {
-    let value = k.push_value(Value { shape, layout: Layout::Blocked });
-    out.push(Stmt::Let { value, op });
-    value
-}
-
-/// `v`, with -inf read as 0 (a running maximum that has seen nothing finite yet).
-fn finite_or_zero(k: &mut Kernel, out: &mut Vec<Stmt>, v: ValueId) -> ValueId {
-    let shape = k.value(v).shape.clone();
-    let ninf = push(k, out, Shape::default(), Op::Const(f32::NEG_INFINITY));
-    let zero = push(k, out, Shape::default(), Op::Const(0.0));
-    let is_ninf = push(k, out, shape.clone(), Op::Binary(BinOp::Eq, v, ninf));
-    push(k, out, shape, Op::Select(is_ninf, zero, v))
 }
 
 fn new_var(k: &mut Kernel, shape: Shape) -> VarId {
@@ -656,21 +609,6 @@ fn rescale_reads(
         }
     }
     out
-}
-
-/// Statement `s` (and its nested loops) with operands renamed by `rename`.
-fn renamed(s: Stmt, rename: &HashMap<ValueId, ValueId>) -> Stmt {
-    let r = |v: ValueId| rename.get(&v).copied().unwrap_or(v);
-    match s {
-        Stmt::Let { value, op } => Stmt::Let { value, op: op.renamed(r) },
-        Stmt::Update { var, combine, value } => Stmt::Update { var, combine, value: r(value) },
-        Stmt::Store { value, tile } => Stmt::Store { value: r(value), tile },
-        Stmt::Loop(mut l) => {
-            l.body = l.body.into_iter().map(|s| renamed(s, rename)).collect();
-            Stmt::Loop(l)
-        }
-        s @ Stmt::Init { .. } => s,
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,75 @@
+//! What the passes that merge loops share: rewriting every statement list inside out, the
+//! definitions of a list, and new values.
+
+use crate::algo::BinOp;
+use crate::kir::{Kernel, Layout, Op, Shape, Stmt, Value, ValueId};
+use std::collections::HashMap;
+
+/// Rewrites every statement list of `stmts`, inner lists first: `find(k, list, from)` locates a
+/// match at or after index `from` (with the index of its first statement), `merge` rewrites the
+/// list with it, and the search goes on from that index (a merged loop may take another along).
+pub(super) fn merge_loops<M>(
+    k: &mut Kernel,
+    stmts: Vec<Stmt>,
+    find: &impl Fn(&Kernel, &[Stmt], usize) -> Option<(usize, M)>,
+    merge: &impl Fn(&mut Kernel, Vec<Stmt>, M) -> Vec<Stmt>,
+) -> Vec<Stmt> {
+    let mut stmts: Vec<Stmt> = stmts
+        .into_iter()
+        .map(|s| match s {
+            Stmt::Loop(mut l) => {
+                l.body = merge_loops(k, std::mem::take(&mut l.body), find, merge);
+                Stmt::Loop(l)
+            }
+            s => s,
+        })
+        .collect();
+    let mut from = 0;
+    while let Some((first, m)) = find(k, &stmts, from) {
+        stmts = merge(k, stmts, m);
+        from = first;
+    }
+    stmts
+}
+
+/// The definitions of the values of `stmts` (top level).
+pub(super) fn defs(stmts: &[Stmt]) -> HashMap<ValueId, &Op> {
+    stmts
+        .iter()
+        .filter_map(|s| match s {
+            Stmt::Let { value, op } => Some((*value, op)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Appends `let v = op` to `out` and returns `v`.
+pub(super) fn push(k: &mut Kernel, out: &mut Vec<Stmt>, shape: Shape, op: Op) -> ValueId {
+    let value = k.push_value(Value { shape, layout: Layout::Blocked });
+    out.push(Stmt::Let { value, op });
+    value
+}
+
+/// `v`, with -inf read as 0 (a running maximum that has seen nothing finite yet).
+pub(super) fn finite_or_zero(k: &mut Kernel, out: &mut Vec<Stmt>, v: ValueId) -> ValueId {
+    let shape = k.value(v).shape.clone();
+    let ninf = push(k, out, Shape::default(), Op::Const(f32::NEG_INFINITY));
+    let zero = push(k, out, Shape::default(), Op::Const(0.0));
+    let is_ninf = push(k, out, shape.clone(), Op::Binary(BinOp::Eq, v, ninf));
+    push(k, out, shape, Op::Select(is_ninf, zero, v))
+}
+
+/// Statement `s` (and its nested loops) with operands renamed by `rename`.
+pub(super) fn renamed(s: Stmt, rename: &HashMap<ValueId, ValueId>) -> Stmt {
+    let r = |v: ValueId| rename.get(&v).copied().unwrap_or(v);
+    match s {
+        Stmt::Let { value, op } => Stmt::Let { value, op: op.renamed(r) },
+        Stmt::Update { var, combine, value } => Stmt::Update { var, combine, value: r(value) },
+        Stmt::Store { value, tile } => Stmt::Store { value: r(value), tile },
+        Stmt::Loop(mut l) => {
+            l.body = l.body.into_iter().map(|s| renamed(s, rename)).collect();
+            Stmt::Loop(l)
+        }
+        s @ Stmt::Init { .. } => s,
+    }
+}
