@@ -222,6 +222,24 @@ fn match_at(k: &Kernel, stmts: &[Stmt], first: usize) -> Option<Match> {
     if block.is_some() && read_after {
         return None;
     }
+    // The reads of the accumulators move after the merged loop: the consumers read none of them
+    // but the statistic, nor does what precedes the last consumer in its block loop.
+    let reads_dependent = |stmts: &[Stmt], but: Option<ValueId>| dependent.iter().any(|v| Some(*v) != but && reads_value(stmts, *v));
+    let loop_body = |i: usize| match &stmts[i] {
+        Stmt::Loop(l) => l.body.as_slice(),
+        _ => &[],
+    };
+    let reads_acc = |stmts: &[Stmt]| accs.iter().any(|a| reads_var(stmts, *a));
+    if top.iter().any(|c| reads_dependent(loop_body(c.index), Some(stat)) || reads_acc(loop_body(c.index))) {
+        return None;
+    }
+    if let Some((i, c)) = &block {
+        let body = loop_body(*i);
+        let consumer = &body[c.index..=c.index];
+        if reads_dependent(&body[..c.index], None) || reads_dependent(consumer, Some(stat)) || reads_acc(&body[..=c.index]) {
+            return None;
+        }
+    }
     // Between the loops (top level), what depends on them is reads of their accumulators.
     for s in &stmts[first + 1..=last] {
         if let Stmt::Let { value, op } = s {
