@@ -1,6 +1,8 @@
 //! Scaled dot-product attention (spec `specs/attention.dt`, kernels `attention` and
 //! `attention_causal`): one program per 64 queries of one (batch, head), keys in steps of 64,
-//! the softmax statistics computed on the fly.
+//! in the online form the compiler derives from the spec's algorithm (pass `flash`: the row
+//! maximum, sum and output in one loop over the keys). In f16 and bf16 both dots run on tensor
+//! cores, the weights rounded to the element type first (docs/language.md, "Precision of dots").
 
 use crate::gpu::{self, DeviceTensor, Gpu};
 use crate::plan::{InputDesc, OpDesc};
