@@ -2,7 +2,8 @@
 //! every `emit` target (kernel IR, C, CUDA, HIP, GPU plan), `run --backend interp` and, for
 //! every eighth case, `run --backend cpu` (the C compiler and the compiled kernel). Each run is a
 //! process with a time limit; what holds for every case: it exits 0, or 1 with an error on stderr
-//! and no panic; never a signal (a crash, a stack overflow), never past its time. A spec that
+//! and no panic or internal error (`dtc` runs with `DT_VERIFY_KIR`, so the kernel IR's verifier
+//! checks every lowering pass); never a signal (a crash, a stack overflow), never past its time. A spec that
 //! `check` refuses gets a diagnostic at `file:line:col`; any other refusal is located too or
 //! names what it refuses (`DT_FUZZ_SHOW=1` prints those); a bad data file's error names the file
 //! or the input.
@@ -91,7 +92,7 @@ const VOCABULARY: &[&str] = &[
 
 fn dtc() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_dtc"));
-    c.current_dir(workspace());
+    c.current_dir(workspace()).env("DT_VERIFY_KIR", "1");
     c
 }
 
@@ -117,7 +118,9 @@ fn run(args: &[String]) -> Result<Ended, String> {
                 }
                 return match status.code() {
                     Some(0) => Ok(Ended::Ok),
-                    Some(1) if !err.trim().is_empty() && !err.contains("panicked") => Ok(Ended::Refused(err)),
+                    Some(1) if !err.trim().is_empty() && !err.contains("panicked") && !err.contains("internal error") => {
+                        Ok(Ended::Refused(err))
+                    }
                     Some(code) => Err(format!("exit {code}: {err}")),
                     None => Err(format!("killed by a signal ({status}): {err}")),
                 };

@@ -28,7 +28,9 @@
 //!     masks or lane tests, and its partial last step, if any, with them; [`dead`] then runs
 //!     again.
 //!
-//! Set `DT_PRINT_KIR=1` to print the kernel IR after each pass (on stderr).
+//! Set `DT_PRINT_KIR=1` to print the kernel IR after each pass (on stderr). The verifier
+//! ([`verify::verify`]) checks it after each pass in debug builds and tests, and wherever
+//! `DT_VERIFY_KIR` is set.
 
 mod cluster_pair;
 mod cse;
@@ -45,6 +47,7 @@ mod nest;
 mod online;
 mod reverse;
 mod single_pass;
+pub mod verify;
 
 use crate::algo::{FuncId, Program};
 use crate::kir::{self, Kernel, TensorParam};
@@ -94,36 +97,36 @@ pub fn lower(p: &Program, k: FuncId) -> Result<Kernel, LowerError> {
         vars: Vec::new(),
         body: Vec::new(),
     };
-    log("grid", &kernel);
+    after_pass("grid", &kernel)?;
     nest::build_body(p, k, &mut kernel)?;
-    log("nest", &kernel);
+    after_pass("nest", &kernel)?;
     single_pass::inline_single_iteration_loops(&mut kernel);
-    log("single_pass", &kernel);
+    after_pass("single_pass", &kernel)?;
     cse::merge_common_subexpressions(&mut kernel);
-    log("cse", &kernel);
+    after_pass("cse", &kernel)?;
     masks::drop_redundant_masks(&mut kernel);
-    log("masks", &kernel);
+    after_pass("masks", &kernel)?;
     dead::drop_dead_code(&mut kernel);
-    log("dead", &kernel);
+    after_pass("dead", &kernel)?;
     flash::run_dots_online(&mut kernel);
     cse::merge_common_subexpressions(&mut kernel);
     dead::drop_dead_code(&mut kernel);
-    log("flash", &kernel);
+    after_pass("flash", &kernel)?;
     defer::defer_lane_reductions(&mut kernel);
-    log("defer", &kernel);
+    after_pass("defer", &kernel)?;
     online::merge_statistic_loops(&mut kernel);
     cse::merge_common_subexpressions(&mut kernel);
     dead::drop_dead_code(&mut kernel);
-    log("online", &kernel);
+    after_pass("online", &kernel)?;
     layout::assign_layouts(&mut kernel);
-    log("layout", &kernel);
+    after_pass("layout", &kernel)?;
     reverse::reverse_second_passes(&mut kernel);
-    log("reverse", &kernel);
+    after_pass("reverse", &kernel)?;
     hoist::hoist_loop_invariants(&mut kernel);
-    log("hoist", &kernel);
+    after_pass("hoist", &kernel)?;
     full_steps::split_full_steps(&mut kernel);
     dead::drop_dead_code(&mut kernel);
-    log("full_steps", &kernel);
+    after_pass("full_steps", &kernel)?;
     if kernel.max_tile_elements() > MAX_TILE_ELEMENTS {
         return Err(LowerError(format!(
             "kernel `{}` has a tile of {} elements; at most {MAX_TILE_ELEMENTS} are supported",
@@ -158,8 +161,16 @@ fn bounds(p: &Program, k: FuncId) -> Vec<(crate::algo::DimId, u64)> {
     out
 }
 
-fn log(pass: &str, k: &Kernel) {
+/// Prints the kernel IR after `pass` where `DT_PRINT_KIR` asks for it, and checks it
+/// ([`verify::verify`]) in debug builds and tests, or where `DT_VERIFY_KIR` is set.
+fn after_pass(pass: &str, k: &Kernel) -> Result<(), LowerError> {
     if std::env::var_os("DT_PRINT_KIR").is_some() {
         eprintln!("---- kernel IR after {pass} ----\n{}", kir::print(k));
     }
+    if cfg!(debug_assertions) || std::env::var_os("DT_VERIFY_KIR").is_some() {
+        verify::verify(k).map_err(|e| {
+            LowerError(format!("internal error: the kernel IR of `{}` is invalid after pass {pass}: {e}\n{}", k.name, kir::print(k)))
+        })?;
+    }
+    Ok(())
 }
