@@ -30,7 +30,8 @@
 //! accumulator read nowhere inside it (its read after the loop being the statistic), followed by
 //! reduction loops over the same dimension, step and stages (or the last of them alone inside a
 //! `block` loop, as attention's loop over its block of `e`), each with one sum update of a value
-//! scaled as above, at least one of them a dot. Statements between that do not depend on the
+//! scaled as above, at least one of them a dot, and none reading the other statistics (a dot
+//! of `exp(s - m) / l` needs the whole sum first). Statements between that do not depend on the
 //! loops move before the merged loop; reads of the accumulators move after it. The merged loop
 //! sits where the last one was (inside its `block` loop, which recomputes the statistics in each
 //! of its steps, as it would in each step of a tiled head dimension). Softmax and layernorm,
