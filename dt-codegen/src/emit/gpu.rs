@@ -1,7 +1,7 @@
 //! The GPU emitter, for CUDA C and HIP C (one emitter, a [`Dialect`]).
 //!
 //! A program is one thread block of `num_warps` warps (wavefronts on AMD). Every value has a
-//! register layout, decided per kernel instance before printing ([`mma::plan`]). Most tiles
+//! register layout, decided per kernel instance before printing ([`crate::plan::register_layouts`]). Most tiles
 //! follow the blocked layout in its simplest form: element `e` of a tile of `N` elements
 //! (row-major) lives in register slot `e / T` of thread `e % T`, `T` being the block's thread
 //! count, so element-wise work between tiles of one shape needs no communication and loads and
@@ -18,18 +18,15 @@ mod hopper;
 mod mma;
 #[path = "gpu_output_runs.rs"]
 mod output_runs;
-#[path = "gpu_replicate.rs"]
-mod replicate;
-#[path = "gpu_runs.rs"]
-mod runs;
 
 use super::expr::{binary_in, combine, float_lit, unary_in, Math};
 use super::{check_abi, program_coords, EmitError, Lanes};
 use crate::abi;
+use crate::plan::layouts::{self, same_layout, Mapping, Plan, RegLayout};
+use crate::plan::publishing::{plan_publishing, store_layout, Publishing, Reader};
 use dt_core::algo::DimId;
 use dt_core::kir::*;
 use dt_core::DType;
-use mma::{Plan, RegLayout};
 use std::fmt::Write;
 
 /// The device runtime every generated GPU file starts with.
@@ -182,17 +179,6 @@ fn c_type(d: DType) -> &'static str {
     }
 }
 
-/// Which operands of which statements go through shared memory, and the slots they use.
-struct Publishing {
-    /// (value, slot) pairs, by the statement that reads them.
-    reads: Vec<(Reader, Vec<(ValueId, usize)>)>,
-    /// Elements of each slot.
-    slot_elements: Vec<usize>,
-    /// Elements of each of the two regions of slot 1 that reductions in registers alternate
-    /// between for their partials (see [`Emitter::register_reduce`]).
-    partials: usize,
-}
-
 pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, layouts: Layouts) -> Result<(String, LaunchInfo), EmitError> {
     check_abi(k)?;
     if dialect == Dialect::Hip {
@@ -211,9 +197,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
     let threads = dialect.warps(k.num_warps) * dialect.warp_size();
     let vector = VECTOR_BYTES / dtype.size_bytes();
     let mapping = Mapping { threads: threads as usize, vector };
-    let mut plan = mma::plan(k, dtype, dialect, ws.as_ref());
-    replicate::replicate(k, mapping, &mut plan);
-    runs::runs(k, mapping, &mut plan);
+    let plan = crate::plan::register_layouts(k, dtype, dialect, ws.as_ref(), mapping);
     let publishing = plan_publishing(k, &plan, mapping);
     let mut offsets = Vec::new();
     // A warp-specialized kernel's ring comes first, its slots after it.
@@ -331,197 +315,8 @@ fn reduces_over_the_cluster(stmts: &[Stmt]) -> bool {
     })
 }
 
-/// Assigns a shared-memory slot to every operand read under a shape or a layout other than its
-/// own.
-fn plan_publishing(k: &Kernel, plan: &Plan, mapping: Mapping) -> Publishing {
-    let mut p = Publishing { reads: Vec::new(), slot_elements: Vec::new(), partials: 0 };
-    fn walk(k: &Kernel, plan: &Plan, mapping: Mapping, stmts: &[Stmt], p: &mut Publishing) {
-        let layout = |v: ValueId| plan.values[v.0 as usize];
-        for s in stmts {
-            // What the statement iterates over, and which operands it reads element-wise.
-            let (reader, shape, iter_layout, operands): (Reader, Shape, RegLayout, Vec<ValueId>) = match s {
-                Stmt::Let { value, op } => {
-                    let shape = k.value(*value).shape.clone();
-                    let ops = match op {
-                        Op::Unary(..) | Op::MaskFill { .. } | Op::Binary(..) | Op::Select(..) => op.operands(),
-                        // Reductions and dots read across threads: always published.
-                        Op::Reduce { value: operand, dim, .. } => {
-                            // Slot 1 receives the partial results of the threads (in registers)
-                            // or of the cooperative groups (through slot 0).
-                            let sv = &k.value(*operand).shape;
-                            if let Some(t) = mma::row_reduced_tile(k, plan, *operand, *dim, *value) {
-                                grow(p, 1, (t.wn * t.rows) as usize);
-                                continue;
-                            }
-                            let in_registers = matches!(layout(*operand), RegLayout::Blocked | RegLayout::Runs(_));
-                            let partials = match mapping.register_reduce(sv, *dim).filter(|_| in_registers) {
-                                Some(rows) => {
-                                    p.partials = p.partials.max(rows * (mapping.threads / 32));
-                                    2 * p.partials
-                                }
-                                None => {
-                                    add(p, Reader::Let(*value), k, vec![*operand]);
-                                    shape.elements()
-                                }
-                            };
-                            while p.slot_elements.len() < 2 {
-                                p.slot_elements.push(0);
-                            }
-                            p.slot_elements[1] = p.slot_elements[1].max(partials);
-                            continue;
-                        }
-                        Op::Dot { a, b, .. } => {
-                            match plan.dot(*value) {
-                                // Read by wgmma from the ring of a warp-specialized loop.
-                                Some(d) if d.wgmma => {}
-                                // Staged as padded 16-bit rows by the tensor-core dot itself.
-                                Some(d) => {
-                                    for (slot, words) in [d.slot_words(0), d.slot_words(1)].into_iter().enumerate() {
-                                        grow(p, slot, words);
-                                    }
-                                }
-                                None => add(p, Reader::Let(*value), k, vec![*a, *b]),
-                            }
-                            continue;
-                        }
-                        _ => vec![],
-                    };
-                    (Reader::Let(*value), shape, layout(*value), ops)
-                }
-                Stmt::Update { var, value, .. } => {
-                    (Reader::Update(*var, *value), k.var(*var).clone(), plan.vars[var.0 as usize], vec![*value])
-                }
-                Stmt::Store { value, tile } => {
-                    let l = store_layout(layout(*value), &k.value(*value).shape, tile);
-                    (Reader::Store(*value), tile.clone(), l, vec![*value])
-                }
-                Stmt::Loop(l) => {
-                    walk(k, plan, mapping, &l.body, p);
-                    continue;
-                }
-                Stmt::Init { .. } => continue,
-            };
-            let cross: Vec<ValueId> = operands
-                .into_iter()
-                .filter(|o| {
-                    let (ol, os) = (layout(*o), &k.value(*o).shape);
-                    // A replicated value is in every thread's registers, whoever reads it; a
-                    // value in runs, in the registers of every reader of its shape.
-                    let own_runs = matches!(ol, RegLayout::Runs(_))
-                        && matches!(iter_layout, RegLayout::Blocked | RegLayout::Runs(_))
-                        && same_layout(os, &shape);
-                    ol != RegLayout::Replicated
-                        && !own_runs
-                        && (ol != iter_layout || if ol == RegLayout::Blocked { !same_layout(os, &shape) } else { *os != shape })
-                })
-                .collect();
-            if !cross.is_empty() {
-                add(p, reader, k, cross);
-            }
-        }
-    }
-    fn grow(p: &mut Publishing, slot: usize, n: usize) {
-        if p.slot_elements.len() <= slot {
-            p.slot_elements.resize(slot + 1, 0);
-        }
-        p.slot_elements[slot] = p.slot_elements[slot].max(n);
-    }
-    fn add(p: &mut Publishing, reader: Reader, k: &Kernel, ops: Vec<ValueId>) {
-        let mut list = Vec::new();
-        for (slot, o) in ops.into_iter().enumerate() {
-            grow(p, slot, k.value(o).shape.elements());
-            list.push((o, slot));
-        }
-        p.reads.push((reader, list));
-    }
-    walk(k, plan, mapping, &k.body, &mut p);
-    p
-}
-
-/// The layout a store of a tile of `shape` in `layout` to output tile `tile` runs in: the
-/// tile's own where it is the whole tile, else blocked; a tile in runs is stored lane by lane.
-fn store_layout(layout: RegLayout, shape: &Shape, tile: &Shape) -> RegLayout {
-    match layout {
-        RegLayout::Runs(_) => RegLayout::Blocked,
-        l if shape == tile => l,
-        _ => RegLayout::Blocked,
-    }
-}
-
-/// Whether tiles of shapes `a` and `b` put each element in the same register of the same thread:
-/// the same dimensions and extents once dimensions of extent 1 (which do not change the
-/// row-major index) are left out. Such an operand is read from the reader's own registers.
-fn same_layout(a: &Shape, b: &Shape) -> bool {
-    let wide = |s: &Shape| s.0.iter().filter(|(_, n)| *n > 1).copied().collect::<Vec<_>>();
-    wide(a) == wide(b)
-}
-
 /// Bytes a thread moves per vector load or store.
 const VECTOR_BYTES: usize = 16;
-
-/// Which thread holds which element of a tile. A tile of `n` elements whose count is a multiple
-/// of `threads * vector` is dealt in runs of `vector` consecutive elements, so that a thread's run
-/// along the last dimension is one 16-byte load or store: register `r` of thread `tid` holds
-/// element `((r / vector) * threads + tid) * vector + r % vector`. Any other tile is dealt one
-/// element at a time: element `tid + r * threads`. Either way consecutive threads hold
-/// consecutive elements (coalesced), and two tiles of one size share the mapping, so element-wise
-/// work between them needs no communication.
-#[derive(Clone, Copy, Debug)]
-struct Mapping {
-    threads: usize,
-    vector: usize,
-}
-
-impl Mapping {
-    /// Consecutive elements per run for a tile of `n` elements.
-    fn width(&self, n: usize) -> usize {
-        if self.vector > 1 && n.is_multiple_of(self.threads * self.vector) {
-            self.vector
-        } else {
-            1
-        }
-    }
-
-    /// The element register `r` of thread `tid` holds, as a C expression.
-    fn element(&self, n: usize, r: &str) -> String {
-        match self.width(n) {
-            1 => self.run_start(n, r),
-            v => format!("{} + {r} % {v}", self.run_start(n, r)),
-        }
-    }
-
-    /// The first element of the run that register `r` of thread `tid` holds an element of, as a
-    /// C expression that is the same for every register of the run (a run of one element where
-    /// the tile is dealt one element at a time).
-    fn run_start(&self, n: usize, r: &str) -> String {
-        let (t, v) = (self.threads, self.width(n));
-        if v == 1 {
-            format!("tid + {r} * {t}")
-        } else {
-            format!("(({r} / {v}) * {t} + tid) * {v}")
-        }
-    }
-
-    /// Whether a reduction of `shape` over `dim` can combine each thread's own registers first:
-    /// `dim` is the last dimension and each of its rows is dealt evenly over all threads, so that
-    /// registers `i * n / threads ..` of every thread hold row `i`. Returns the number of rows
-    /// (at most 32, each kept in a register of every thread).
-    fn register_reduce(&self, shape: &Shape, dim: DimId) -> Option<usize> {
-        let n = shape.extent(dim)? as usize;
-        let last = shape.0.last().map(|(d, _)| *d);
-        let rows = shape.elements() / n.max(1);
-        let ok = last == Some(dim) && n.is_multiple_of(self.threads * self.width(shape.elements())) && rows <= 32;
-        ok.then_some(rows)
-    }
-}
-
-/// A statement that reads operands element-wise.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Reader {
-    Let(ValueId),
-    Update(VarId, ValueId),
-    Store(ValueId),
-}
 
 struct Emitter<'a> {
     k: &'a Kernel,
@@ -900,7 +695,7 @@ impl Emitter<'_> {
     /// [`Self::for_owned`] for the mma accumulator layout: always unrolled, so that the fragment
     /// registers stay registers (`mma.sync` needs them so), lanes computed from the thread and
     /// the register slot.
-    fn for_owned_mma(&mut self, shape: &Shape, t: mma::MmaTile, body: impl FnOnce(&mut Self, &Lanes)) {
+    fn for_owned_mma(&mut self, shape: &Shape, t: layouts::MmaTile, body: impl FnOnce(&mut Self, &Lanes)) {
         let r = self.regs(shape.elements());
         self.line("#pragma unroll");
         self.line(&format!("for (int r = 0; r < {r}; r++) {{"));
@@ -2052,7 +1847,7 @@ impl Emitter<'_> {
         let RegLayout::Mma(t) = self.layout(value) else { return false };
         let contiguous = self.whole_runs || self.ws.is_some();
         contiguous
-            && t.isa == mma::MatrixIsa::MmaSync
+            && t.isa == layouts::MatrixIsa::MmaSync
             && self.k.value(value).shape == *tile
             && self.k.output.dims.last() == Some(&t.n)
             && self.sources_plan(Reader::Store(value)).is_none()
@@ -2066,7 +1861,7 @@ impl Emitter<'_> {
     /// The store of fragments `src` (layout `t`) to output tile `tile` two adjacent columns at a
     /// time: one 4-byte (16-bit types) or 8-byte (f32) store where both columns lie inside the
     /// output, the first alone where only it does.
-    fn store_pairs(&mut self, src: &str, t: mma::MmaTile, tile: &Shape) {
+    fn store_pairs(&mut self, src: &str, t: layouts::MmaTile, tile: &Shape) {
         let dims = self.k.output.dims.clone();
         let strides = self.output_strides();
         let stride = |a: usize| strides[a].clone();
@@ -2257,8 +2052,8 @@ impl Emitter<'_> {
                     e.line(&format!("{dst}[r] = ({cond}) ? {v} : {fill};"));
                 });
             }
-            Op::Reduce { op, value, dim, .. } if mma::row_reduced_tile(self.k, &self.plan, *value, *dim, id).is_some() => {
-                let t = mma::row_reduced_tile(self.k, &self.plan, *value, *dim, id).expect("checked");
+            Op::Reduce { op, value, dim, .. } if layouts::row_reduced_tile(self.k, &self.plan, *value, *dim, id).is_some() => {
+                let t = layouts::row_reduced_tile(self.k, &self.plan, *value, *dim, id).expect("checked");
                 self.declare(&dst, &shape);
                 self.mma_row_reduce(*op, &format!("v{}", value.0), t, &dst, &shape, layout);
             }

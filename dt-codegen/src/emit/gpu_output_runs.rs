@@ -21,8 +21,9 @@
 //! and the looped f32 layernorm ran slower with its output run by run (its weight loads no
 //! longer went out together; docs/decisions/0008-register-caps.md).
 
-use super::mma::RegLayout;
-use super::{same_layout, Emitter, Reader};
+use super::{Emitter, Reader};
+use crate::plan::layouts::same_layout;
+use crate::plan::layouts::RegLayout;
 use dt_core::kir::*;
 
 /// Statements `start..=store` of a list, printed run by run: `runs` runs of `vector` registers.

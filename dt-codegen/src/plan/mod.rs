@@ -23,6 +23,10 @@
 //! printer still makes itself (`emit/gpu_mma.rs`: register layouts, `mma.sync` dots, their
 //! `cp.async` pipelines); their plan holds the target alone.
 
+pub mod layouts;
+pub(crate) mod publishing;
+mod replicate;
+mod runs;
 pub mod target;
 pub mod verify;
 pub mod warp_specialize;
@@ -52,6 +56,23 @@ pub struct GpuPlan {
     pub dtype: DType,
     /// The warp-specialized `rdot` loop, for a kernel scheduled with `warp_specialize()`.
     pub warp_specialized: Option<WarpSpecialized>,
+}
+
+/// The register layouts of kernel `k` built for `dtype` in `dialect` (the older path's plan, the
+/// warp-specialized loop `ws` aside), in the order of its passes: tensor-core layouts, dots and
+/// pipelines ([`layouts::plan`]), then replicated scalars ([`replicate::replicate`]), then runs
+/// ([`runs::runs`]). `mapping` is how the program's threads hold a blocked tile.
+pub(crate) fn register_layouts(
+    k: &Kernel,
+    dtype: DType,
+    dialect: crate::emit::gpu::Dialect,
+    ws: Option<&WarpSpecialized>,
+    mapping: layouts::Mapping,
+) -> layouts::Plan {
+    let mut p = layouts::plan(k, dtype, dialect, ws);
+    replicate::replicate(k, mapping, &mut p);
+    runs::runs(k, mapping, &mut p);
+    p
 }
 
 /// The target a kernel's CUDA build is planned for: sm_90a for what only Hopper runs, none (the

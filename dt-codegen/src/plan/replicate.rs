@@ -10,13 +10,13 @@
 //! barriers fewer per statistic. The partials are read by every thread at the same addresses
 //! (one broadcast transaction per warp).
 
-use super::mma::{collect, Plan, RegLayout};
-use super::Mapping;
+use super::layouts::{collect, Mapping, Plan, RegLayout};
+
 use dt_core::kir::*;
 
 /// Turns the layout of every value and accumulator that can be replicated (see the module docs)
 /// to [`RegLayout::Replicated`]. Runs after the tensor-core plan; touches only blocked ones.
-pub(super) fn replicate(k: &Kernel, mapping: Mapping, p: &mut Plan) {
+pub(crate) fn replicate(k: &Kernel, mapping: Mapping, p: &mut Plan) {
     let mut lets = Vec::new();
     let mut updates = Vec::new();
     collect(&k.body, &mut lets, &mut updates);

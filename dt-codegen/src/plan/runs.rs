@@ -16,15 +16,15 @@
 //! own layout (a blocked reader reads register `r / n`), by updates of an accumulator of their
 //! shape, by stores and by reductions that read one lane per run.
 
-use super::mma::{collect, Plan, RegLayout};
-use super::{same_layout, Mapping};
+use super::layouts::same_layout;
+use super::layouts::{collect, Mapping, Plan, RegLayout};
 use dt_core::algo::DimId;
 use dt_core::kir::*;
 use std::collections::HashSet;
 
 /// Gives the values and accumulators that are uniform in runs [`RegLayout::Runs`] (see the
 /// module docs). Runs after the tensor-core and replication plans; touches only blocked ones.
-pub(super) fn runs(k: &Kernel, mapping: Mapping, p: &mut Plan) {
+pub(crate) fn runs(k: &Kernel, mapping: Mapping, p: &mut Plan) {
     let mut lets = Vec::new();
     let mut updates = Vec::new();
     collect(&k.body, &mut lets, &mut updates);

@@ -1,0 +1,575 @@
+//! Register layouts of the GPU emitter's older path, decided per kernel instance before printing:
+//! where each element of each tile lives (which thread, which register), which `rdot`s run on
+//! the matrix units (`mma.sync` on CUDA, MFMA on HIP) and with which operands staged how, and
+//! which loops pipeline them. [`plan`] decides the tensor-core layouts; [`super::replicate`] and
+//! [`super::runs`] then turn what they can to replicated scalars and runs. The emitter
+//! (`emit/gpu.rs`, `emit/gpu_mma.rs`) prints what this decides; the rules are in the module docs
+//! of `emit/gpu_mma.rs`.
+
+use crate::emit::gpu::Dialect;
+use dt_core::algo::DimId;
+use dt_core::kir::*;
+use dt_core::DType;
+
+/// Where the elements of a tile live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RegLayout {
+    /// Element `e` (row-major) in register slot `e / T` of thread `e % T`.
+    Blocked,
+    /// The `mma.sync.m16n8k16` accumulator layout over a [rows, cols] tile.
+    Mma(MmaTile),
+    /// A one-element tile every thread holds in its register slot 0 (see `gpu_replicate.rs`).
+    Replicated,
+    /// A blocked tile whose lanes are equal in runs of `n` along the last dimension: register
+    /// `q` holds the run of blocked register `q * n` (see `gpu_runs.rs`).
+    Runs(u32),
+}
+
+/// The matrix instruction a tensor-core dot is built on: its fragment shape and which lane holds
+/// which element.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MatrixIsa {
+    /// NVIDIA `mma.sync.m16n8k16` (sm_80 and newer), 32-lane warps: fragments of 16 x 8.
+    /// Lane `l` holds rows `l / 4` and `l / 4 + 8`, columns `(l % 4) * 2` and `+ 1`; register
+    /// `r` of a thread holds fragment `r / 4`, row `+ 8` when `r & 2`, column `+ 1` when `r & 1`.
+    MmaSync,
+    /// AMD `v_mfma_f32_16x16x16` (f16 on gfx908 and newer, bf16 on gfx90a and newer; a shuffle
+    /// fallback elsewhere), 64-lane wavefronts: fragments of 16 x 16. Lane `l` holds column
+    /// `l % 16`, rows `(l / 16) * 4 + q` for `q` in 0..4; register `r` holds fragment `r / 4`,
+    /// `q = r % 4`. Its operands: lane `l` holds `A[l % 16][(l / 16) * 4 + q]` and
+    /// `B[(l / 16) * 4 + q][l % 16]`.
+    Mfma,
+}
+
+impl MatrixIsa {
+    /// The ISA of a dialect's tensor-core dots.
+    pub fn of(dialect: Dialect) -> MatrixIsa {
+        match dialect {
+            Dialect::Cuda => MatrixIsa::MmaSync,
+            Dialect::Hip => MatrixIsa::Mfma,
+        }
+    }
+
+    /// Rows and columns of one accumulator fragment.
+    pub(crate) fn fragment(self) -> (u32, u32) {
+        match self {
+            MatrixIsa::MmaSync => (16, 8),
+            MatrixIsa::Mfma => (16, 16),
+        }
+    }
+
+    /// log2 of the lanes of a warp or wavefront.
+    pub(crate) fn lane_bits(self) -> u32 {
+        match self {
+            MatrixIsa::MmaSync => 5,
+            MatrixIsa::Mfma => 6,
+        }
+    }
+
+    /// Rows of a fragment that one lane holds, and how many consecutive lanes share each of
+    /// those rows (holding its other columns).
+    pub(crate) fn rows_per_lane(self) -> (u32, u32) {
+        match self {
+            MatrixIsa::MmaSync => (2, 4),
+            MatrixIsa::Mfma => (4, 16),
+        }
+    }
+}
+
+/// A [rows, cols] tile spread over `wm` x `wn` warps, each covering a (rows / wm) x (cols / wn)
+/// sub-tile with fragments of `isa`, fragments of one warp row-major. Every other dimension of
+/// the tile has extent 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MmaTile {
+    pub isa: MatrixIsa,
+    pub m: DimId,
+    pub n: DimId,
+    pub rows: u32,
+    pub cols: u32,
+    pub wm: u32,
+    pub wn: u32,
+}
+
+impl MmaTile {
+    /// Fragments per warp along the rows and the columns.
+    pub(crate) fn frags(&self) -> (u32, u32) {
+        let (fr, fc) = self.isa.fragment();
+        (self.rows / self.wm / fr, self.cols / self.wn / fc)
+    }
+
+    /// C expressions of the row and the column of register `r` (a C expression) of thread `tid`.
+    pub(crate) fn row_col(&self, r: &str) -> (String, String) {
+        let (_, fn_) = self.frags();
+        let (wr, wc) = (self.rows / self.wm, self.cols / self.wn);
+        let (fr, fc) = self.isa.fragment();
+        let bits = self.isa.lane_bits();
+        let lane = format!("(tid & {})", (1 << bits) - 1);
+        let (in_row, in_col) = match self.isa {
+            MatrixIsa::MmaSync => (format!("({lane} >> 2) + (({r} >> 1) & 1) * 8"), format!("(tid & 3) * 2 + ({r} & 1)")),
+            MatrixIsa::Mfma => (format!("({lane} >> 4) * 4 + ({r} & 3)"), "(tid & 15)".to_string()),
+        };
+        let row = format!("(tid >> {bits}) / {} * {wr} + ({r} >> 2) / {fn_} * {fr} + {in_row}", self.wn);
+        let col = format!("(tid >> {bits}) % {} * {wc} + ({r} >> 2) % {fn_} * {fc} + {in_col}", self.wn);
+        (row, col)
+    }
+}
+
+impl MmaTile {
+    /// Which of this thread's rows (0 .. fragments along the rows x [`MatrixIsa::rows_per_lane`])
+    /// register `r` (a C expression) holds.
+    pub(crate) fn row_slot(&self, r: &str) -> String {
+        let (_, fn_) = self.frags();
+        match self.isa {
+            MatrixIsa::MmaSync => format!("({r} >> 2) / {fn_} * 2 + (({r} >> 1) & 1)"),
+            MatrixIsa::Mfma => format!("({r} >> 2) / {fn_} * 4 + ({r} & 3)"),
+        }
+    }
+
+    /// The tile row of this thread's row slot `s` (a C expression), and the warp's position
+    /// along the columns.
+    pub(crate) fn slot_row(&self, s: &str) -> (String, String) {
+        let bits = self.isa.lane_bits();
+        let lane = format!("(tid & {})", (1 << bits) - 1);
+        let base = format!("(tid >> {bits}) / {} * {}", self.wn, self.rows / self.wm);
+        let row = match self.isa {
+            MatrixIsa::MmaSync => format!("{base} + ({s} >> 1) * 16 + ({lane} >> 2) + ({s} & 1) * 8"),
+            MatrixIsa::Mfma => format!("{base} + ({s} >> 2) * 16 + ({lane} >> 4) * 4 + ({s} & 3)"),
+        };
+        (row, format!("(tid >> {bits}) % {}", self.wn))
+    }
+}
+
+/// A dot computed on tensor cores: `a` holds the rows (dimension `tile.m`) and `b` the columns
+/// (`tile.n`), both over the contraction `k` of extent `depth`.
+#[derive(Clone, Debug)]
+pub(crate) struct MmaDot {
+    pub tile: MmaTile,
+    pub a: ValueId,
+    pub b: ValueId,
+    pub k: DimId,
+    pub depth: u32,
+    /// The accumulator the dot is summed into right away: `mma.sync` accumulates into its
+    /// registers directly and the [`Stmt::Update`] prints nothing.
+    pub into: Option<VarId>,
+    /// For `a` and `b`: the load that defines the operand, when the dot is its only reader and
+    /// sits in the same statement list (so at the same tile offsets). The dot then copies it
+    /// from global to shared memory itself, 16 bits as they are, threads along the input's
+    /// last axis, and the load prints nothing. Inputs are read-only, so the later read sees
+    /// the same data.
+    pub direct: [Option<DirectLoad>; 2],
+    /// Shared-memory buffers per operand: above 1 when the dot's reduction loop is pipelined
+    /// (`num_stages`), see the module docs.
+    pub stages: u32,
+    /// Computed by `wgmma` in a warp-specialized loop (`gpu_hopper.rs`), from the ring its
+    /// plan stages: the dot stages nothing itself and prints nothing where it stands.
+    pub wgmma: bool,
+}
+
+/// A load of input `input`, axis `i` along `axes[i]`.
+#[derive(Clone, Debug)]
+pub(crate) struct DirectLoad {
+    pub input: usize,
+    pub axes: Vec<DimId>,
+}
+
+impl MmaDot {
+    /// The dimension along the rows of operand `i` (0: `a`, 1: `b`), and their number.
+    pub(crate) fn rows(&self, i: usize) -> (DimId, u32) {
+        if i == 0 {
+            (self.tile.m, self.tile.rows)
+        } else {
+            (self.tile.n, self.tile.cols)
+        }
+    }
+
+    /// Whether operand `i` is staged contraction-major, [K][rows], and read with
+    /// `ldmatrix.trans`: when the dot loads it and its row dimension is the input's last axis
+    /// (the contiguous one of a row-major input, as B of a plain matmul). Otherwise it is
+    /// staged [rows][K], read with `ldmatrix`.
+    pub fn trans(&self, i: usize) -> bool {
+        self.direct[i].as_ref().is_some_and(|l| l.axes.last() == Some(&self.rows(i).0))
+    }
+
+    /// Elements per staged line of operand `i`: the line's length plus padding that makes the
+    /// pitch an odd number of 16-byte units, so that the eight lines an `ldmatrix` reads at once
+    /// fall in distinct banks (and every line starts 16-byte aligned, as `ldmatrix` needs).
+    pub fn pitch(&self, i: usize) -> u32 {
+        let len = if self.trans(i) { self.rows(i).1 } else { self.depth };
+        if (len / 8) % 2 == 0 {
+            len + 8
+        } else {
+            len + 16
+        }
+    }
+
+    /// Shared memory (in 4-byte words) that one buffer of operand `i` takes: a multiple of 4,
+    /// so that every buffer starts 16-byte aligned.
+    pub fn buffer_words(&self, i: usize) -> usize {
+        let lines = if self.trans(i) { self.depth } else { self.rows(i).1 };
+        ((lines * self.pitch(i)).div_ceil(2) as usize).next_multiple_of(4)
+    }
+
+    /// Shared memory (in 4-byte words) that staging operand `i` takes: all its buffers.
+    pub fn slot_words(&self, i: usize) -> usize {
+        self.buffer_words(i) * self.stages as usize
+    }
+}
+
+/// The layouts of one kernel instance.
+pub(crate) struct Plan {
+    pub values: Vec<RegLayout>,
+    pub vars: Vec<RegLayout>,
+    pub dots: Vec<(ValueId, MmaDot)>,
+}
+
+impl Plan {
+    pub fn dot(&self, v: ValueId) -> Option<&MmaDot> {
+        self.dots.iter().find(|(x, _)| *x == v).map(|(_, d)| d)
+    }
+
+    /// Whether the update of `var` by `value` is done by the tensor-core dot itself.
+    pub fn fused_update(&self, var: VarId, value: ValueId) -> bool {
+        self.dot(value).is_some_and(|d| d.into == Some(var))
+    }
+
+    /// The tensor-core dot that loop `l` is pipelined around (see the module docs).
+    pub fn pipelined(&self, l: &Loop) -> Option<(ValueId, &MmaDot)> {
+        l.body.iter().find_map(|s| match s {
+            Stmt::Let { value, op: Op::Dot { .. } } => self.dot(*value).filter(|d| d.stages > 1).map(|d| (*value, d)),
+            _ => None,
+        })
+    }
+
+    /// Whether load `v` is made by the tensor-core dot that reads it.
+    pub fn direct_load(&self, v: ValueId) -> bool {
+        self.dots.iter().any(|(_, d)| (d.direct[0].is_some() && d.a == v) || (d.direct[1].is_some() && d.b == v))
+    }
+}
+
+/// Decides the layout of every value and accumulator of `k` instantiated for `dtype`. The dot
+/// of a warp-specialized loop (`ws`) takes the layout of `wgmma`'s accumulator: a warp per 16
+/// rows, all the columns, which is `mma.sync`'s fragments with one warp across.
+pub(crate) fn plan(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan::WarpSpecialized>) -> Plan {
+    let mut p = Plan { values: vec![RegLayout::Blocked; k.values.len()], vars: vec![RegLayout::Blocked; k.vars.len()], dots: Vec::new() };
+    let mut lets = Vec::new();
+    let mut updates = Vec::new();
+    collect(&k.body, &mut lets, &mut updates);
+    let def = |v: ValueId| lets.iter().find(|(x, _)| *x == v).map(|(_, op)| *op);
+    if matches!(dtype, DType::F16 | DType::BF16) {
+        for (id, op) in &lets {
+            if let Op::Dot { a, b, dim } = op {
+                if let Some(w) = ws.filter(|w| w.dot == *id) {
+                    let tile =
+                        MmaTile { isa: MatrixIsa::MmaSync, m: w.m, n: w.n, rows: w.rows, cols: w.cols, wm: 4 * w.roles.consumers, wn: 1 };
+                    let (ra, rb) = (w.operands[0].value, w.operands[1].value);
+                    let d = MmaDot {
+                        tile,
+                        a: ra,
+                        b: rb,
+                        k: w.k,
+                        depth: w.step,
+                        into: Some(w.acc),
+                        direct: [None, None],
+                        stages: 1,
+                        wgmma: true,
+                    };
+                    p.values[id.0 as usize] = RegLayout::Mma(tile);
+                    p.dots.push((*id, d));
+                    continue;
+                }
+                if stageable(dtype, *a, &def) && stageable(dtype, *b, &def) {
+                    if let Some(d) = geometry(k, dialect, *id, *a, *b, *dim) {
+                        p.values[id.0 as usize] = RegLayout::Mma(d.tile);
+                        p.dots.push((*id, d));
+                    }
+                }
+            }
+        }
+    }
+    if p.dots.is_empty() {
+        return p;
+    }
+    // Spread the accumulator layout forward until nothing changes. Layouts only ever turn from
+    // blocked to mma, and each rule holds again once its inputs have turned, so this ends with
+    // every rule satisfied.
+    loop {
+        let mut changed = false;
+        for (id, op) in &lets {
+            let shape = &k.value(*id).shape;
+            let want = match op {
+                Op::Var(var) => p.vars[var.0 as usize],
+                Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::MaskFill { .. } => {
+                    // Operands of another shape are broadcast through shared memory whatever the
+                    // layouts; the ones of the same shape must all be in one mma layout.
+                    let same: Vec<RegLayout> =
+                        op.operands().into_iter().filter(|o| k.value(*o).shape == *shape).map(|o| p.values[o.0 as usize]).collect();
+                    common(&same)
+                }
+                _ => continue,
+            };
+            if want != RegLayout::Blocked && p.values[id.0 as usize] != want {
+                p.values[id.0 as usize] = want;
+                changed = true;
+            }
+        }
+        for var in 0..k.vars.len() {
+            let shape = &k.vars[var];
+            let from: Vec<RegLayout> = updates
+                .iter()
+                .filter(|(x, v)| x.0 as usize == var && !rescales(k, *v, *x, &def))
+                .map(|(_, v)| if k.value(*v).shape == *shape { p.values[v.0 as usize] } else { RegLayout::Blocked })
+                .collect();
+            let want = common(&from);
+            if want != RegLayout::Blocked && p.vars[var] != want {
+                p.vars[var] = want;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    // A dot whose only use is the sum into an accumulator of its layout, right after it,
+    // accumulates into that accumulator's registers; a load only the dot reads is made by it.
+    let mut fused = Vec::new();
+    let mut direct = Vec::new();
+    find_fusable(&k.body, &mut fused, &mut direct);
+    let uses = k.use_counts();
+    for (dot, var) in fused {
+        let Some(i) = p.dots.iter().position(|(x, _)| *x == dot) else { continue };
+        if uses[dot.0 as usize] == 1 && p.vars[var.0 as usize] == p.values[dot.0 as usize] && k.var(var) == &k.value(dot).shape {
+            p.dots[i].1.into = Some(var);
+        }
+    }
+    for (dot, operand, load) in direct {
+        let Some((_, d)) = p.dots.iter_mut().find(|(x, _)| *x == dot) else { continue };
+        if uses[operand.0 as usize] == 1 && !d.wgmma {
+            let role = if d.a == operand { 0 } else { 1 };
+            d.direct[role] = Some(load);
+        }
+    }
+    pipeline(&k.body, &mut p);
+    p
+}
+
+/// Gives every dot that is all its `num_stages` loop does (see the module docs) that many
+/// buffers per operand, as many as fit in shared memory.
+fn pipeline(stmts: &[Stmt], p: &mut Plan) {
+    for s in stmts {
+        let Stmt::Loop(l) = s else { continue };
+        pipeline(&l.body, p);
+        if l.stages < 2 || l.kind == LoopKind::Block {
+            continue;
+        }
+        let dots: Vec<ValueId> =
+            l.body.iter().filter_map(|s| if let Stmt::Let { value, op: Op::Dot { .. } } = s { Some(*value) } else { None }).collect();
+        let [dot] = dots[..] else { continue };
+        let Some((_, d)) = p.dots.iter_mut().find(|(x, _)| *x == dot) else { continue };
+        if d.wgmma {
+            continue;
+        }
+        let loaded_by_dot = |v: &ValueId| (d.direct[0].is_some() && d.a == *v) || (d.direct[1].is_some() && d.b == *v);
+        let only_the_dot = l.body.iter().all(|s| match s {
+            Stmt::Let { value, op: Op::Load { .. } } => loaded_by_dot(value),
+            Stmt::Let { value, .. } => *value == dot,
+            Stmt::Update { var, value, .. } => *value == dot && d.into == Some(*var),
+            _ => false,
+        });
+        let sync = d.tile.isa == MatrixIsa::MmaSync;
+        if !sync || !only_the_dot || d.direct.iter().any(Option::is_none) || d.k != l.dim || d.depth != l.step {
+            continue;
+        }
+        let words = d.buffer_words(0) + d.buffer_words(1);
+        let fit = (crate::emit::gpu::MAX_SHARED_BYTES as usize / 4 / words) as u32;
+        d.stages = l.stages.min(fit).max(1);
+    }
+}
+
+/// The one mma layout all of `ls` share, or blocked (also when `ls` is empty).
+fn common(ls: &[RegLayout]) -> RegLayout {
+    match ls.first() {
+        Some(l @ RegLayout::Mma(_)) if ls.iter().all(|x| x == l) => *l,
+        _ => RegLayout::Blocked,
+    }
+}
+
+pub(crate) fn collect<'a>(stmts: &'a [Stmt], lets: &mut Vec<(ValueId, &'a Op)>, updates: &mut Vec<(VarId, ValueId)>) {
+    for s in stmts {
+        match s {
+            Stmt::Let { value, op } => lets.push((*value, op)),
+            Stmt::Update { var, value, .. } => updates.push((*var, *value)),
+            Stmt::Loop(l) => collect(&l.body, lets, updates),
+            Stmt::Init { .. } | Stmt::Store { .. } => {}
+        }
+    }
+}
+
+/// (dot, accumulator) pairs where a dot is immediately summed into the accumulator, and
+/// (dot, operand, load) where an operand is a load earlier in the dot's statement list.
+fn find_fusable(stmts: &[Stmt], fused: &mut Vec<(ValueId, VarId)>, direct: &mut Vec<(ValueId, ValueId, DirectLoad)>) {
+    for (i, s) in stmts.iter().enumerate() {
+        match s {
+            Stmt::Let { value, op: Op::Dot { a, b, .. } } => {
+                if let Some(Stmt::Update { var, combine: Combine::Reduce(dt_core::algo::RedOp::Sum), value: v }) = stmts.get(i + 1) {
+                    if v == value {
+                        fused.push((*value, *var));
+                    }
+                }
+                for o in [a, b] {
+                    for earlier in &stmts[..i] {
+                        // Staged straight from global memory, where invalid lanes read 0.
+                        if let Stmt::Let { value: l, op: Op::Load { input, axes, fill } } = earlier {
+                            if l == o && *fill == 0.0 {
+                                direct.push((*value, *o, DirectLoad { input: *input, axes: axes.clone() }));
+                            }
+                        }
+                    }
+                }
+            }
+            Stmt::Loop(l) => find_fusable(&l.body, fused, direct),
+            _ => {}
+        }
+    }
+}
+
+/// The accumulator tile whose columns reduction `Reduce { value, dim }` combines, when it
+/// reduces a tile of that layout over its columns to its rows (printed by the GPU emitter, `mma_row_reduce`).
+pub(crate) fn row_reduced_tile(k: &Kernel, plan: &Plan, value: ValueId, dim: DimId, result: ValueId) -> Option<MmaTile> {
+    let RegLayout::Mma(t) = plan.values[value.0 as usize] else { return None };
+    let big: Vec<DimId> = k.value(result).shape.0.iter().filter(|(_, n)| *n > 1).map(|(d, _)| *d).collect();
+    (dim == t.n && big == [t.m] && k.value(result).shape.extent(t.m) == Some(t.rows)).then_some(t)
+}
+
+/// Whether operand `v` may be staged as 16-bit `dtype` values. A load of `dtype` data loses
+/// nothing (masked with a fill `dtype` represents); a value computed in the kernel (attention's
+/// probabilities) is rounded to `dtype`, as FlashAttention and cuDNN round theirs before their
+/// second dot (docs/language.md, "Precision of dots").
+fn stageable<'a>(dtype: DType, v: ValueId, def: &impl Fn(ValueId) -> Option<&'a Op>) -> bool {
+    match def(v) {
+        Some(Op::Load { fill, .. }) => dtype.round(*fill) == *fill,
+        Some(Op::MaskFill { value, fill, .. }) => dtype.round(*fill) == *fill && stageable(dtype, *value, def),
+        Some(_) => true,
+        None => false,
+    }
+}
+
+/// Whether `v` is computed element-wise from reads of accumulator `var` alone (operands of
+/// other shapes, broadcast, aside): an update by it only rescales `var` (the online form's
+/// `$o = $o * scale`), so it follows `var`'s layout rather than deciding it.
+fn rescales<'a>(k: &Kernel, v: ValueId, var: VarId, def: &impl Fn(ValueId) -> Option<&'a Op>) -> bool {
+    match def(v) {
+        Some(Op::Var(x)) => *x == var,
+        Some(op @ (Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::MaskFill { .. })) => {
+            let shape = &k.value(v).shape;
+            let same: Vec<ValueId> = op.operands().into_iter().filter(|o| k.value(*o).shape == *shape).collect();
+            !same.is_empty() && same.iter().all(|o| rescales(k, *o, var, def))
+        }
+        _ => false,
+    }
+}
+
+/// The tensor-core form of `id = dot a, b over k`, when the tiles allow it: the result has two
+/// dimensions of extent above 1, [M, N]; one operand spans exactly [M, K] and the other [N, K]
+/// (dimensions of extent 1 aside); K is a multiple of 16; and some arrangement of the warps
+/// gives each one whole m16n8 fragments. Among those arrangements, the one whose warps load
+/// the fewest operand rows per step.
+fn geometry(k: &Kernel, dialect: Dialect, id: ValueId, a: ValueId, b: ValueId, dim: DimId) -> Option<MmaDot> {
+    let isa = MatrixIsa::of(dialect);
+    let big = |v: ValueId| -> Vec<DimId> {
+        let mut d: Vec<DimId> = k.value(v).shape.0.iter().filter(|(_, n)| *n > 1).map(|(d, _)| *d).collect();
+        d.sort();
+        d
+    };
+    let result = &k.value(id).shape;
+    let free: Vec<(DimId, u32)> = result.0.iter().filter(|(_, n)| *n > 1).copied().collect();
+    let [(m, rows), (n, cols)] = free[..] else { return None };
+    let pair = |x: DimId, y: DimId| {
+        let mut v = vec![x, y];
+        v.sort();
+        v
+    };
+    let (ra, rb) = if big(a) == pair(m, dim) && big(b) == pair(n, dim) {
+        (a, b)
+    } else if big(b) == pair(m, dim) && big(a) == pair(n, dim) {
+        (b, a)
+    } else {
+        return None;
+    };
+    let depth = k.value(a).shape.extent(dim)?;
+    if depth % 16 != 0 {
+        return None;
+    }
+    let warps = dialect.warps(k.num_warps);
+    let (fr, fc) = isa.fragment();
+    let (wm, wn) = (1..=warps)
+        .filter(|wm| warps.is_multiple_of(*wm))
+        .map(|wm| (wm, warps / wm))
+        .filter(|(wm, wn)| rows % (fr * wm) == 0 && cols % (fc * wn) == 0)
+        .min_by_key(|(wm, wn)| (rows / wm + cols / wn, *wn))?;
+    let tile = MmaTile { isa, m, n, rows, cols, wm, wn };
+    Some(MmaDot { tile, a: ra, b: rb, k: dim, depth, into: None, direct: [None, None], stages: 1, wgmma: false })
+}
+
+/// Whether tiles of shapes `a` and `b` put each element in the same register of the same thread:
+/// the same dimensions and extents once dimensions of extent 1 (which do not change the
+/// row-major index) are left out. Such an operand is read from the reader's own registers.
+pub(crate) fn same_layout(a: &Shape, b: &Shape) -> bool {
+    let wide = |s: &Shape| s.0.iter().filter(|(_, n)| *n > 1).copied().collect::<Vec<_>>();
+    wide(a) == wide(b)
+}
+
+/// Which thread holds which element of a tile. A tile of `n` elements whose count is a multiple
+/// of `threads * vector` is dealt in runs of `vector` consecutive elements, so that a thread's run
+/// along the last dimension is one 16-byte load or store: register `r` of thread `tid` holds
+/// element `((r / vector) * threads + tid) * vector + r % vector`. Any other tile is dealt one
+/// element at a time: element `tid + r * threads`. Either way consecutive threads hold
+/// consecutive elements (coalesced), and two tiles of one size share the mapping, so element-wise
+/// work between them needs no communication.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Mapping {
+    pub threads: usize,
+    pub vector: usize,
+}
+
+impl Mapping {
+    /// Consecutive elements per run for a tile of `n` elements.
+    pub(crate) fn width(&self, n: usize) -> usize {
+        if self.vector > 1 && n.is_multiple_of(self.threads * self.vector) {
+            self.vector
+        } else {
+            1
+        }
+    }
+
+    /// The element register `r` of thread `tid` holds, as a C expression.
+    pub(crate) fn element(&self, n: usize, r: &str) -> String {
+        match self.width(n) {
+            1 => self.run_start(n, r),
+            v => format!("{} + {r} % {v}", self.run_start(n, r)),
+        }
+    }
+
+    /// The first element of the run that register `r` of thread `tid` holds an element of, as a
+    /// C expression that is the same for every register of the run (a run of one element where
+    /// the tile is dealt one element at a time).
+    pub(crate) fn run_start(&self, n: usize, r: &str) -> String {
+        let (t, v) = (self.threads, self.width(n));
+        if v == 1 {
+            format!("tid + {r} * {t}")
+        } else {
+            format!("(({r} / {v}) * {t} + tid) * {v}")
+        }
+    }
+
+    /// Whether a reduction of `shape` over `dim` can combine each thread's own registers first:
+    /// `dim` is the last dimension and each of its rows is dealt evenly over all threads, so that
+    /// registers `i * n / threads ..` of every thread hold row `i`. Returns the number of rows
+    /// (at most 32, each kept in a register of every thread).
+    pub(crate) fn register_reduce(&self, shape: &Shape, dim: DimId) -> Option<usize> {
+        let n = shape.extent(dim)? as usize;
+        let last = shape.0.last().map(|(d, _)| *d);
+        let rows = shape.elements() / n.max(1);
+        let ok = last == Some(dim) && n.is_multiple_of(self.threads * self.width(shape.elements())) && rows <= 32;
+        ok.then_some(rows)
+    }
+}

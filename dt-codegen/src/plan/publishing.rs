@@ -1,0 +1,143 @@
+//! Shared-memory publishing, decided per kernel instance before printing: which operands of which
+//! statements the GPU emitter writes to a shared-memory slot and reads back under another shape
+//! or layout (a broadcast, the input of a reduction, a dot operand), and how large each slot
+//! is. The emitter's module docs (`emit/gpu.rs`) say why.
+
+use super::layouts::{row_reduced_tile, same_layout, Mapping, Plan, RegLayout};
+use dt_core::kir::*;
+
+/// Which operands of which statements go through shared memory, and the slots they use.
+pub(crate) struct Publishing {
+    /// (value, slot) pairs, by the statement that reads them.
+    pub reads: Vec<(Reader, Vec<(ValueId, usize)>)>,
+    /// Elements of each slot.
+    pub slot_elements: Vec<usize>,
+    /// Elements of each of the two regions of slot 1 that reductions in registers alternate
+    /// between for their partials (see [`Emitter::register_reduce`]).
+    pub partials: usize,
+}
+
+/// A statement that reads operands element-wise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reader {
+    Let(ValueId),
+    Update(VarId, ValueId),
+    Store(ValueId),
+}
+
+/// Assigns a shared-memory slot to every operand read under a shape or a layout other than its
+/// own.
+pub(crate) fn plan_publishing(k: &Kernel, plan: &Plan, mapping: Mapping) -> Publishing {
+    let mut p = Publishing { reads: Vec::new(), slot_elements: Vec::new(), partials: 0 };
+    fn walk(k: &Kernel, plan: &Plan, mapping: Mapping, stmts: &[Stmt], p: &mut Publishing) {
+        let layout = |v: ValueId| plan.values[v.0 as usize];
+        for s in stmts {
+            // What the statement iterates over, and which operands it reads element-wise.
+            let (reader, shape, iter_layout, operands): (Reader, Shape, RegLayout, Vec<ValueId>) = match s {
+                Stmt::Let { value, op } => {
+                    let shape = k.value(*value).shape.clone();
+                    let ops = match op {
+                        Op::Unary(..) | Op::MaskFill { .. } | Op::Binary(..) | Op::Select(..) => op.operands(),
+                        // Reductions and dots read across threads: always published.
+                        Op::Reduce { value: operand, dim, .. } => {
+                            // Slot 1 receives the partial results of the threads (in registers)
+                            // or of the cooperative groups (through slot 0).
+                            let sv = &k.value(*operand).shape;
+                            if let Some(t) = row_reduced_tile(k, plan, *operand, *dim, *value) {
+                                grow(p, 1, (t.wn * t.rows) as usize);
+                                continue;
+                            }
+                            let in_registers = matches!(layout(*operand), RegLayout::Blocked | RegLayout::Runs(_));
+                            let partials = match mapping.register_reduce(sv, *dim).filter(|_| in_registers) {
+                                Some(rows) => {
+                                    p.partials = p.partials.max(rows * (mapping.threads / 32));
+                                    2 * p.partials
+                                }
+                                None => {
+                                    add(p, Reader::Let(*value), k, vec![*operand]);
+                                    shape.elements()
+                                }
+                            };
+                            while p.slot_elements.len() < 2 {
+                                p.slot_elements.push(0);
+                            }
+                            p.slot_elements[1] = p.slot_elements[1].max(partials);
+                            continue;
+                        }
+                        Op::Dot { a, b, .. } => {
+                            match plan.dot(*value) {
+                                // Read by wgmma from the ring of a warp-specialized loop.
+                                Some(d) if d.wgmma => {}
+                                // Staged as padded 16-bit rows by the tensor-core dot itself.
+                                Some(d) => {
+                                    for (slot, words) in [d.slot_words(0), d.slot_words(1)].into_iter().enumerate() {
+                                        grow(p, slot, words);
+                                    }
+                                }
+                                None => add(p, Reader::Let(*value), k, vec![*a, *b]),
+                            }
+                            continue;
+                        }
+                        _ => vec![],
+                    };
+                    (Reader::Let(*value), shape, layout(*value), ops)
+                }
+                Stmt::Update { var, value, .. } => {
+                    (Reader::Update(*var, *value), k.var(*var).clone(), plan.vars[var.0 as usize], vec![*value])
+                }
+                Stmt::Store { value, tile } => {
+                    let l = store_layout(layout(*value), &k.value(*value).shape, tile);
+                    (Reader::Store(*value), tile.clone(), l, vec![*value])
+                }
+                Stmt::Loop(l) => {
+                    walk(k, plan, mapping, &l.body, p);
+                    continue;
+                }
+                Stmt::Init { .. } => continue,
+            };
+            let cross: Vec<ValueId> = operands
+                .into_iter()
+                .filter(|o| {
+                    let (ol, os) = (layout(*o), &k.value(*o).shape);
+                    // A replicated value is in every thread's registers, whoever reads it; a
+                    // value in runs, in the registers of every reader of its shape.
+                    let own_runs = matches!(ol, RegLayout::Runs(_))
+                        && matches!(iter_layout, RegLayout::Blocked | RegLayout::Runs(_))
+                        && same_layout(os, &shape);
+                    ol != RegLayout::Replicated
+                        && !own_runs
+                        && (ol != iter_layout || if ol == RegLayout::Blocked { !same_layout(os, &shape) } else { *os != shape })
+                })
+                .collect();
+            if !cross.is_empty() {
+                add(p, reader, k, cross);
+            }
+        }
+    }
+    fn grow(p: &mut Publishing, slot: usize, n: usize) {
+        if p.slot_elements.len() <= slot {
+            p.slot_elements.resize(slot + 1, 0);
+        }
+        p.slot_elements[slot] = p.slot_elements[slot].max(n);
+    }
+    fn add(p: &mut Publishing, reader: Reader, k: &Kernel, ops: Vec<ValueId>) {
+        let mut list = Vec::new();
+        for (slot, o) in ops.into_iter().enumerate() {
+            grow(p, slot, k.value(o).shape.elements());
+            list.push((o, slot));
+        }
+        p.reads.push((reader, list));
+    }
+    walk(k, plan, mapping, &k.body, &mut p);
+    p
+}
+
+/// The layout a store of a tile of `shape` in `layout` to output tile `tile` runs in: the
+/// tile's own where it is the whole tile, else blocked; a tile in runs is stored lane by lane.
+pub(crate) fn store_layout(layout: RegLayout, shape: &Shape, tile: &Shape) -> RegLayout {
+    match layout {
+        RegLayout::Runs(_) => RegLayout::Blocked,
+        l if shape == tile => l,
+        _ => RegLayout::Blocked,
+    }
+}
