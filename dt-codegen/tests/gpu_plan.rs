@@ -1,4 +1,5 @@
-//! The GPU plan (`dt_codegen::plan`) as text: the plan of every library spec must match its
+//! The GPU plan (`dt_codegen::plan`) as text: the plan of every library spec (every kernel and
+//! element type, the older path's register layouts and dots included) must match its
 //! golden file `tests/plan/<spec>.plan` (what `dtc emit --target gpu-plan` prints), and the
 //! schedules the plan cannot serve fail with errors that say why.
 //!
@@ -22,7 +23,7 @@ fn library_plans_match_golden_files() {
     let bless = std::env::var_os("DT_BLESS").is_some_and(|v| v != "0" && !v.is_empty());
     let dir = workspace().join("dt-codegen/tests/plan");
     let mut failures = Vec::new();
-    for spec in ["matmul", "mm_leaky_relu"] {
+    for spec in ["matmul", "mm_leaky_relu", "softmax", "layernorm", "dyt", "attention"] {
         let src = std::fs::read_to_string(workspace().join(format!("dt-kernels/specs/{spec}.dt"))).expect("spec");
         let text = plan_text(&src).unwrap_or_else(|e| panic!("{spec}: {e}"));
         let golden = dir.join(format!("{spec}.plan"));

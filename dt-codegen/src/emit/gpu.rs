@@ -195,8 +195,8 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
     // The threads that run the kernel's statements: all of them, or a warp-specialized
     // kernel's consumers (its producer warpgroup comes after them).
     let threads = dialect.warps(k.num_warps) * dialect.warp_size();
-    let vector = VECTOR_BYTES / dtype.size_bytes();
-    let mapping = Mapping { threads: threads as usize, vector };
+    let mapping = Mapping::of(k, dtype, dialect);
+    let vector = mapping.vector;
     let plan = crate::plan::register_layouts(k, dtype, dialect, ws.as_ref(), mapping);
     let publishing = plan_publishing(k, &plan, mapping);
     let mut offsets = Vec::new();
@@ -316,7 +316,7 @@ fn reduces_over_the_cluster(stmts: &[Stmt]) -> bool {
 }
 
 /// Bytes a thread moves per vector load or store.
-const VECTOR_BYTES: usize = 16;
+pub(crate) const VECTOR_BYTES: usize = 16;
 
 struct Emitter<'a> {
     k: &'a Kernel,

@@ -532,6 +532,13 @@ pub(crate) struct Mapping {
 }
 
 impl Mapping {
+    /// The mapping of kernel `k`'s program built for `dtype` in `dialect`: all its threads,
+    /// 16-byte runs.
+    pub(crate) fn of(k: &Kernel, dtype: DType, dialect: Dialect) -> Mapping {
+        let threads = dialect.warps(k.num_warps) * dialect.warp_size();
+        Mapping { threads: threads as usize, vector: crate::emit::gpu::VECTOR_BYTES / dtype.size_bytes() }
+    }
+
     /// Consecutive elements per run for a tile of `n` elements.
     pub(crate) fn width(&self, n: usize) -> usize {
         if self.vector > 1 && n.is_multiple_of(self.threads * self.vector) {
@@ -572,4 +579,64 @@ impl Mapping {
         let ok = last == Some(dim) && n.is_multiple_of(self.threads * self.width(shape.elements())) && rows <= 32;
         ok.then_some(rows)
     }
+}
+
+/// The register plan `p` of kernel `k` in its readable form (`dtc emit --target gpu-plan`): the
+/// tensor-core dots with their geometry, staging and pipelines, and how many values and
+/// accumulators each layout holds.
+pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
+    use std::fmt::Write;
+    let dim = |d: DimId| k.dim_name(d).to_string();
+    for (id, d) in &p.dots {
+        let t = d.tile;
+        let (fm, fn_) = t.frags();
+        let (fr, fc) = t.isa.fragment();
+        let isa = match t.isa {
+            MatrixIsa::MmaSync => "mma.sync",
+            MatrixIsa::Mfma => "mfma",
+        };
+        let unit = if d.wgmma { "wgmma (the warp-specialized loop)".to_string() } else { format!("{isa} m{fr}n{fc}k16") };
+        let _ = writeln!(
+            out,
+            "  dot       %{} [{}:{}, {}:{}] over {}:{}: {unit}, {} x {} warps of {fm} x {fn_} fragments{}",
+            id.0,
+            dim(t.m),
+            t.rows,
+            dim(t.n),
+            t.cols,
+            dim(d.k),
+            d.depth,
+            t.wm,
+            t.wn,
+            d.into.map_or(String::new(), |v| format!(", into $acc{}", v.0))
+        );
+        if d.wgmma {
+            continue;
+        }
+        for (i, (name, v)) in [("A", d.a), ("B", d.b)].into_iter().enumerate() {
+            let lines = if d.trans(i) { "[K][rows], ldmatrix.trans" } else { "[rows][K], ldmatrix" };
+            let from = match &d.direct[i] {
+                Some(l) => format!("{} copied from global memory", k.inputs[l.input].name),
+                None => format!("computed, from registers (rounded to {})", dtype.name()),
+            };
+            let _ = writeln!(out, "    {name}      %{}: {from}, staged {lines}, lines of {} elements", v.0, d.pitch(i));
+        }
+        if d.stages > 1 {
+            let _ = writeln!(out, "    pipeline  {} buffers per operand, cp.async (num_stages)", d.stages);
+        }
+    }
+    let count = |ls: &[RegLayout]| {
+        let mut n = [0usize; 4];
+        for l in ls {
+            match l {
+                RegLayout::Blocked => n[0] += 1,
+                RegLayout::Mma(_) => n[1] += 1,
+                RegLayout::Replicated => n[2] += 1,
+                RegLayout::Runs(_) => n[3] += 1,
+            }
+        }
+        format!("{} blocked, {} in accumulator layout, {} replicated, {} in runs", n[0], n[1], n[2], n[3])
+    };
+    let _ = writeln!(out, "  values    {}", count(&p.values));
+    let _ = writeln!(out, "  accs      {}", count(&p.vars));
 }

@@ -19,9 +19,14 @@
 //! request the target cannot meet is a [`PlanError`] that names the kernel and the primitive,
 //! never a silent change.
 //!
-//! Kernels without `warp_specialize()` keep the decisions of the older path, which the GPU
-//! printer still makes itself (`emit/gpu_mma.rs`: register layouts, `mma.sync` dots, their
-//! `cp.async` pipelines); their plan holds the target alone.
+//! The older path (every kernel on sm_80 and HIP, and the parts of a warp-specialized kernel
+//! outside its loop) is planned by [`register_layouts`], in order: [`layouts::plan`] (register
+//! layouts, tensor-core dots with their staging, `cp.async` pipelines), [`replicate`] and
+//! [`runs`]; then [`publishing`] (which operands go through shared memory). The GPU printer
+//! runs them and prints what they decide; `dtc emit --target gpu-plan` prints them too. Still
+//! decided while printing: the order of copies, barriers and loads within a statement, the
+//! element-wise code of each layout, and the 64 KiB shared-memory cap of that path
+//! (`emit::gpu::MAX_SHARED_BYTES`), not yet the target's.
 
 pub mod layouts;
 pub(crate) mod publishing;
@@ -106,11 +111,19 @@ pub fn print_cuda(k: &Kernel) -> Result<String, PlanError> {
         match cuda_target(k) {
             Some(t) => out += &print(k, &plan(k, *dtype, &t)?),
             None => {
+                let dialect = crate::emit::gpu::Dialect::Cuda;
+                let mapping = layouts::Mapping::of(k, *dtype, dialect);
+                let registers = register_layouts(k, *dtype, dialect, None, mapping);
+                let _ = writeln!(out, "plan {} for {} on sm_80 and newer", k.name, dtype.name());
+                let _ = writeln!(out, "  threads   {}", mapping.threads);
+                layouts::print(k, *dtype, &registers, &mut out);
+                let shared = publishing::plan_publishing(k, &registers, mapping);
+                let slots: Vec<String> = shared.slot_elements.iter().map(|n| format!("{} bytes", n.next_multiple_of(4) * 4)).collect();
                 let _ = writeln!(
                     out,
-                    "plan {} for {} on sm_80 and newer\n  (no plan decisions: the GPU printer's older path decides its layouts, mma.sync dots and cp.async pipelines)",
-                    k.name,
-                    dtype.name()
+                    "  shared    {} statements read operands through shared memory; slots: {}",
+                    shared.reads.len(),
+                    if slots.is_empty() { "none".to_string() } else { slots.join(", ") }
                 );
             }
         }
