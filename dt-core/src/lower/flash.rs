@@ -42,6 +42,7 @@ use crate::algo::{BinOp, DimId, RedOp, UnOp};
 use crate::kir::{reads_var, written_vars, Combine, Kernel, Loop, LoopKind, Op, Shape, Stmt, ValueId, VarId};
 use std::collections::{HashMap, HashSet};
 
+/// Runs pass `flash` over kernel `k` (see the module docs).
 pub fn run_dots_online(k: &mut Kernel) {
     let body = std::mem::take(&mut k.body);
     k.body = merge_loops(k, body, &|k, stmts, from| find(k, stmts, from).map(|m| (m.first, m)), &merge);
@@ -56,7 +57,7 @@ struct Consumer {
 
 /// The loops to merge.
 struct Match {
-    /// The maximum's loop, its accumulator and its reduction value inside it.
+    /// Index of the maximum's loop, and the accumulator it updates.
     first: usize,
     max_acc: VarId,
     /// The statistic: the read of `max_acc` after the first loop.
@@ -117,6 +118,7 @@ fn consumer(k: &Kernel, l: &Loop, stat: ValueId, dim: DimId) -> Option<(VarId, b
     Some((acc, dot))
 }
 
+/// Whether anything in `stmts`, nested loops included, reads value `v`.
 fn reads_value(stmts: &[Stmt], v: ValueId) -> bool {
     stmts.iter().any(|s| match s {
         Stmt::Let { op, .. } => op.operands().contains(&v),
@@ -271,6 +273,7 @@ fn dependent_values(stmts: &[Stmt], accs: &HashSet<VarId>) -> HashSet<ValueId> {
     out
 }
 
+/// Statement list `stmts` with the loops of match `m` merged into one (see the module docs).
 fn merge(k: &mut Kernel, mut stmts: Vec<Stmt>, m: Match) -> Vec<Stmt> {
     let after = stmts.split_off(m.last + 1);
     let covered = stmts.split_off(m.first);
