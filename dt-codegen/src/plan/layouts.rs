@@ -216,6 +216,7 @@ impl MmaDot {
 }
 
 /// The layouts of one kernel instance.
+#[derive(Clone, Debug)]
 pub(crate) struct Plan {
     pub values: Vec<RegLayout>,
     pub vars: Vec<RegLayout>,

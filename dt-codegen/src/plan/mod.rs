@@ -22,7 +22,8 @@
 //! The older path (every kernel on sm_80 and HIP, and the parts of a warp-specialized kernel
 //! outside its loop) is planned by [`register_layouts`], in order: [`layouts::plan`] (register
 //! layouts, tensor-core dots with their staging, `cp.async` pipelines), [`replicate`] and
-//! [`runs`]; then [`publishing`] (which operands go through shared memory). The GPU printer
+//! [`runs`], [`verify::verify_registers`] after each in debug builds and tests; then
+//! [`publishing`] (which operands go through shared memory). The GPU printer
 //! runs them and prints what they decide; `dtc emit --target gpu-plan` prints them too. Still
 //! decided while printing: the order of copies, barriers and loads within a statement, the
 //! element-wise code of each layout, and the 64 KiB shared-memory cap of that path
@@ -75,9 +76,22 @@ pub(crate) fn register_layouts(
     mapping: layouts::Mapping,
 ) -> layouts::Plan {
     let mut p = layouts::plan(k, dtype, dialect, ws);
+    check_registers("layouts", k, &p);
     replicate::replicate(k, mapping, &mut p);
+    check_registers("replicate", k, &p);
     runs::runs(k, mapping, &mut p);
+    check_registers("runs", k, &p);
     p
+}
+
+/// The register plan's verifier after pass `pass`, in debug builds and tests: a broken rule is
+/// a bug of the pass, reported with the kernel.
+fn check_registers(pass: &str, k: &Kernel, p: &layouts::Plan) {
+    if cfg!(debug_assertions) {
+        if let Err(e) = verify::verify_registers(k, p) {
+            panic!("the register plan of kernel `{}` after pass {pass} is invalid: {e}\n{}", k.name, dt_core::kir::print(k));
+        }
+    }
 }
 
 /// The target a kernel's CUDA build is planned for: sm_90a for what only Hopper runs, none (the

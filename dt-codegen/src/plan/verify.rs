@@ -106,3 +106,95 @@ fn collect<'a>(stmts: &'a [Stmt], out: &mut Vec<(dt_core::kir::ValueId, &'a Op)>
         }
     }
 }
+
+/// Checks the older path's register plan `p` of kernel `k` (see [`super::register_layouts`]):
+/// every accumulator-layout tile is its dot's [rows, cols] (other dimensions of one lane) and the
+/// warps divide it into whole fragments; a dot accumulates only into an accumulator of its own
+/// layout, and stages directly only loads; its pipeline buffers fit the older path's shared
+/// memory; a replicated tile has one element.
+pub(crate) fn verify_registers(k: &Kernel, p: &super::layouts::Plan) -> Result<(), String> {
+    use super::layouts::RegLayout;
+    let check = |what: String, shape: &dt_core::kir::Shape, layout: RegLayout| -> Result<(), String> {
+        match layout {
+            RegLayout::Blocked => Ok(()),
+            RegLayout::Mma(t) => {
+                let wide: Vec<_> = shape.0.iter().filter(|(_, n)| *n > 1).copied().collect();
+                let (fr, fc) = t.isa.fragment();
+                let whole = t.rows % (t.wm * fr) == 0 && t.cols % (t.wn * fc) == 0;
+                if wide != [(t.m, t.rows), (t.n, t.cols)] || !whole {
+                    return Err(format!("{what} {:?} is not the accumulator tile [{} x {}] it is laid out as", shape.0, t.rows, t.cols));
+                }
+                Ok(())
+            }
+            RegLayout::Replicated if shape.elements() != 1 => Err(format!("{what} is replicated but has {} elements", shape.elements())),
+            RegLayout::Replicated => Ok(()),
+            RegLayout::Runs(n) if n == 0 => Err(format!("{what} is in runs of no lanes")),
+            // A tile in runs may be narrower than a run (a statistic per row that only reads
+            // from runs); what `runs` allows is its own business.
+            RegLayout::Runs(_) => Ok(()),
+        }
+    };
+    for (i, v) in k.values.iter().enumerate() {
+        check(format!("%{i}"), &v.shape, p.values[i])?;
+    }
+    for (i, s) in k.vars.iter().enumerate() {
+        check(format!("$acc{i}"), s, p.vars[i])?;
+    }
+    let mut lets = Vec::new();
+    let mut updates = Vec::new();
+    super::layouts::collect(&k.body, &mut lets, &mut updates);
+    for (id, d) in &p.dots {
+        if let Some(var) = d.into {
+            if p.vars[var.0 as usize] != p.values[id.0 as usize] {
+                return Err(format!("dot %{} accumulates into $acc{} of another layout", id.0, var.0));
+            }
+        }
+        for (operand, direct) in [(d.a, &d.direct[0]), (d.b, &d.direct[1])] {
+            let is_load = lets.iter().any(|(v, op)| *v == operand && matches!(op, Op::Load { .. }));
+            if direct.is_some() && !is_load {
+                return Err(format!("dot %{} copies operand %{} from global memory, but it is no load", id.0, operand.0));
+            }
+        }
+        let words = (d.buffer_words(0) + d.buffer_words(1)) * d.stages as usize;
+        if d.stages > 1 && words * 4 > crate::emit::gpu::MAX_SHARED_BYTES as usize {
+            return Err(format!("dot %{}'s {} pipeline buffers take {} bytes of shared memory", id.0, d.stages, words * 4));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::verify_registers;
+    use crate::emit::gpu::Dialect;
+    use crate::plan::layouts::{Mapping, RegLayout};
+    use dt_core::DType;
+
+    fn matmul() -> dt_core::kir::Kernel {
+        let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../dt-kernels/specs/matmul.dt")).expect("spec");
+        let p = dt_core::compile_spec(&src).expect("checks");
+        let kernels = dt_core::lower::lower_all(&p).expect("lowers");
+        kernels.into_iter().find(|k| k.name == "mm").expect("the sm_80 class")
+    }
+
+    #[test]
+    fn a_register_plan_verifies_and_breaking_it_is_caught() {
+        let k = matmul();
+        let mapping = Mapping::of(&k, DType::F16, Dialect::Cuda);
+        let plan = crate::plan::register_layouts(&k, DType::F16, Dialect::Cuda, None, mapping);
+        verify_registers(&k, &plan).unwrap();
+        assert!(!plan.dots.is_empty(), "the matmul's dot runs on tensor cores");
+
+        // A tile of many elements said to be in every thread's one register.
+        let mut broken = plan.clone();
+        let wide = k.values.iter().position(|v| v.shape.elements() > 1).expect("a tile");
+        broken.values[wide] = RegLayout::Replicated;
+        assert!(verify_registers(&k, &broken).unwrap_err().contains("replicated"));
+
+        // A dot accumulating into an accumulator of another layout.
+        let mut broken = plan.clone();
+        let into = broken.dots[0].1.into.expect("the dot accumulates in place");
+        broken.vars[into.0 as usize] = RegLayout::Blocked;
+        assert!(verify_registers(&k, &broken).unwrap_err().contains("another layout"));
+    }
+}
