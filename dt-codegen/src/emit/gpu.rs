@@ -1,7 +1,7 @@
 //! The GPU emitter, for CUDA C and HIP C (one emitter, a [`Dialect`]).
 //!
 //! A program is one thread block of `num_warps` warps (wavefronts on AMD). Every value has a
-//! register layout, decided per kernel instance before printing ([`crate::plan::register_layouts`]). Most tiles
+//! register layout, decided per kernel instance before printing (`crate::plan::register_layouts`). Most tiles
 //! follow the blocked layout in its simplest form: element `e` of a tile of `N` elements
 //! (row-major) lives in register slot `e / T` of thread `e % T`, `T` being the block's thread
 //! count, so element-wise work between tiles of one shape needs no communication and loads and

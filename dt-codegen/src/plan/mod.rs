@@ -20,10 +20,10 @@
 //! never a silent change.
 //!
 //! The older path (every kernel on sm_80 and HIP, and the parts of a warp-specialized kernel
-//! outside its loop) is planned by [`register_layouts`], in order: [`layouts::plan`] (register
-//! layouts, tensor-core dots with their staging, `cp.async` pipelines), [`replicate`] and
-//! [`runs`], [`verify::verify_registers`] after each in debug builds and tests; then
-//! [`publishing`] (which operands go through shared memory). The GPU printer
+//! outside its loop) is planned by `register_layouts`, in order: `layouts::plan` (register
+//! layouts, tensor-core dots with their staging, `cp.async` pipelines), `replicate` and
+//! `runs`, `verify::verify_registers` after each in debug builds and tests; then
+//! `publishing` (which operands go through shared memory). The GPU printer
 //! runs them and prints what they decide; `dtc emit --target gpu-plan` prints them too. Still
 //! decided while printing: the order of copies, barriers and loads within a statement, the
 //! element-wise code of each layout, and the 64 KiB shared-memory cap of that path

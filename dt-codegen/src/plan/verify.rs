@@ -128,7 +128,7 @@ pub(crate) fn verify_registers(k: &Kernel, p: &super::layouts::Plan) -> Result<(
             }
             RegLayout::Replicated if shape.elements() != 1 => Err(format!("{what} is replicated but has {} elements", shape.elements())),
             RegLayout::Replicated => Ok(()),
-            RegLayout::Runs(n) if n == 0 => Err(format!("{what} is in runs of no lanes")),
+            RegLayout::Runs(0) => Err(format!("{what} is in runs of no lanes")),
             // A tile in runs may be narrower than a run (a statistic per row that only reads
             // from runs); what `runs` allows is its own business.
             RegLayout::Runs(_) => Ok(()),
