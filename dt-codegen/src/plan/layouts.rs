@@ -1,8 +1,8 @@
 //! Register layouts of the GPU emitter's older path, decided per kernel instance before printing:
 //! where each element of each tile lives (which thread, which register), which `rdot`s run on
 //! the matrix units (`mma.sync` on CUDA, MFMA on HIP) and with which operands staged how, and
-//! which loops pipeline them. [`plan`] decides the tensor-core layouts; [`super::replicate`] and
-//! [`super::runs`] then turn what they can to replicated scalars and runs. The emitter
+//! which loops pipeline them. `plan` decides the tensor-core layouts; `super::replicate` and
+//! `super::runs` then turn what they can to replicated scalars and runs. The emitter
 //! (`emit/gpu.rs`, `emit/gpu_mma.rs`) prints what this decides; the rules are in the module docs
 //! of `emit/gpu_mma.rs`.
 
