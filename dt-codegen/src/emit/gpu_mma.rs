@@ -38,8 +38,10 @@
 
 use super::{Emitter, Lanes};
 use crate::plan::layouts::{MatrixIsa, MmaDot, MmaTile, RegLayout};
+use crate::plan::publishing::Reader;
 use dt_core::algo::DimId;
 use dt_core::kir::*;
+use dt_core::DType;
 
 impl Emitter<'_> {
     /// `id = dot` on tensor cores (see the module docs), into the accumulator it is fused with
@@ -449,6 +451,67 @@ impl Emitter<'_> {
             e.depth -= 1;
             e.line("}");
         });
+        self.depth -= 1;
+        self.line("}");
+    }
+}
+
+impl Emitter<'_> {
+    /// Whether a store of `value` to output tile `tile` writes pairs of adjacent elements: a whole
+    /// tile in tensor-core fragments, whose pairs of registers hold adjacent columns along the
+    /// output's contiguous last axis (a kernel for whole runs, or a warp-specialized one, whose
+    /// tensors keep stride 1 there and 16-byte aligned rows).
+    pub(super) fn stores_in_pairs(&self, value: ValueId, tile: &Shape) -> bool {
+        let RegLayout::Mma(t) = self.layout(value) else { return false };
+        let contiguous = self.whole_runs || self.ws.is_some();
+        contiguous
+            && t.isa == MatrixIsa::MmaSync
+            && self.k.value(value).shape == *tile
+            && self.k.output.dims.last() == Some(&t.n)
+            && self.sources_plan(Reader::Store(value)).is_none()
+    }
+
+    /// The store of fragments `src` (layout `t`) to output tile `tile` two adjacent columns at a
+    /// time: one 4-byte (16-bit types) or 8-byte (f32) store where both columns lie inside the
+    /// output, the first alone where only it does.
+    pub(super) fn store_pairs(&mut self, src: &str, t: MmaTile, tile: &Shape) {
+        let dims = self.k.output.dims.clone();
+        let strides = self.output_strides();
+        let stride = |a: usize| strides[a].clone();
+        let (store, pair) = match self.dtype {
+            DType::F32 => ("dt_store_f32", format!("*(float2*)(out + a) = make_float2({src}[r], {src}[r + 1]);")),
+            d => ("", format!("*(unsigned*)(out + a) = dt_pack2_{}({src}[r], {src}[r + 1]);", d.name())),
+        };
+        let store = if store.is_empty() { format!("dt_store_{}", self.dtype.name()) } else { store.to_string() };
+        let (row, col) = t.row_col("r");
+        self.line("/* the fragments two adjacent columns at a time */");
+        self.line("#pragma unroll");
+        self.line(&format!("for (int r = 0; r < {}; r += 2) {{", self.regs(tile.elements())));
+        self.depth += 1;
+        self.line(&format!("const int lr = {row}, lc = {col};"));
+        let lanes = Lanes(
+            tile.0
+                .iter()
+                .map(|(d, _)| {
+                    (
+                        *d,
+                        if *d == t.m {
+                            "lr"
+                        } else if *d == t.n {
+                            "lc"
+                        } else {
+                            "0"
+                        }
+                        .to_string(),
+                    )
+                })
+                .collect(),
+        );
+        let (inside, addr) = self.address(&dims, &lanes, stride);
+        let (both, _) = self.address(&dims, &lanes.shifted(t.n, 1), stride);
+        self.line(&format!("const {} a = {addr};", crate::emit::GPU_INDEX));
+        self.line(&format!("if ({both}) {pair}"));
+        self.line(&format!("else if ({inside}) out[a] = {store}({src}[r]);"));
         self.depth -= 1;
         self.line("}");
     }

@@ -1,0 +1,188 @@
+//! Reductions over the programs of a thread-block cluster (`cluster(y:N)`): each program's
+//! partial exchanged through distributed shared memory, one meeting for a pair of statistics,
+//! and the cluster barriers that order them.
+
+use super::*;
+use crate::emit::expr::{combine, float_lit};
+use crate::plan::layouts::RegLayout;
+use dt_core::algo::DimId;
+
+impl Emitter<'_> {
+    /// [`Op::ClusterReduce`]: each program writes its partial to a shared-memory buffer; after a
+    /// cluster barrier every program reads the buffers of all of them through distributed shared
+    /// memory and combines them in one order, so that all get the same result. A one-element
+    /// partial is read by the first lanes of every warp, one program each, and combined by
+    /// shuffles; a larger one by each thread for its elements, program after program. Each
+    /// program then arrives at a second barrier, which it waits on only before it writes a
+    /// buffer again or exits ([`Self::settle_cluster`]): no program overwrites a buffer, or
+    /// leaves, before every program has read it, and none waits for that in between.
+    pub(super) fn cluster_reduce(&mut self, op: dt_core::algo::RedOp, value: ValueId, dim: DimId, id: ValueId) {
+        let shape = self.k.value(id).shape.clone();
+        let (dst, src, buf) = (format!("v{}", id.0), format!("v{}", value.0), self.fresh("cl"));
+        let ranks = self.k.grid.cluster_size(dim).unwrap_or(1);
+        let ident = float_lit(op.identity());
+        self.declare(&dst, &shape);
+        self.line(&format!("/* {} over the {ranks} programs of the cluster along {} */", op.name(), self.k.dim_name(dim)));
+        self.line(&format!("__shared__ float {buf}[{}];", shape.elements()));
+        self.settle_cluster();
+        let replicated = self.layout(value) == RegLayout::Replicated && self.layout(id) == RegLayout::Replicated;
+        match self.layout(value) {
+            RegLayout::Replicated => self.line(&format!("if (tid == 0) {buf}[0] = {src}[0];")),
+            layout => self.for_owned(&shape, layout, |e, _| e.line(&format!("{buf}[e] = {src}[r];"))),
+        }
+        self.line("dt_cluster_sync();");
+        if replicated {
+            self.line("{");
+            self.line(&format!("    float p = (tid % 32) < {ranks} ? dt_cluster_load(&{buf}[0], (unsigned)(tid % 32)) : {ident};"));
+            self.line(&format!("    for (int m = 16; m > 0; m >>= 1) p = {};", combine(op, "p", "dt_shfl_xor(p, m, 32)")));
+            self.line(&format!("    {dst}[0] = p;"));
+            self.line("}");
+        } else {
+            self.for_owned(&shape, self.layout(id), |e, _| {
+                let acc = e.fresh("a");
+                e.line(&format!("float {acc} = {ident};"));
+                e.line(&format!(
+                    "for (unsigned q = 0; q < {ranks}u; q++) {acc} = {};",
+                    combine(op, &acc, &format!("dt_cluster_load(&{buf}[e], q)"))
+                ));
+                e.line(&format!("{dst}[r] = {acc};"));
+            });
+        }
+        self.line("dt_cluster_arrive();");
+        self.cluster_arrived = true;
+    }
+
+    /// The pair whose second statistic follows cluster reduction `met` in its statement list.
+    pub(super) fn paired_after(&self, met: ValueId) -> Option<(ValueId, PairRule, ValueId, Option<ValueId>)> {
+        self.pairs.iter().find(|p| p.0 == met).map(|p| (p.1, p.2, p.3, p.4))
+    }
+
+    /// [`Op::ClusterPaired`]: one meeting for a row's two statistics. Each program writes its
+    /// `first` statistic, its share `second` of the second one (about its own first) and, for
+    /// layernorm, its `count` of lanes to a buffer; after a cluster barrier every program reads
+    /// every program's and combines them ([`PairRule`]) into the second statistic `id` and, where
+    /// the meeting stands for the first statistic's cluster reduction too (`first_met`), into
+    /// that one's value. Values every thread holds are read by the first lanes of every warp, one
+    /// program each, and combined by shuffles; others by the thread that holds them, program
+    /// after program. The closing barrier is as [`Self::cluster_reduce`]'s.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn paired_meeting(
+        &mut self,
+        rule: PairRule,
+        first: ValueId,
+        first_met: Option<ValueId>,
+        second: ValueId,
+        count: Option<ValueId>,
+        dim: DimId,
+        id: ValueId,
+    ) {
+        let shape = self.k.value(id).shape.clone();
+        let ranks = self.k.grid.cluster_size(dim).unwrap_or(1);
+        let buf = self.fresh("cl");
+        let dst = format!("v{}", id.0);
+        self.declare(&dst, &shape);
+        if let Some(met) = first_met {
+            self.declare(&format!("v{}", met.0), &shape);
+        }
+        self.line(&format!(
+            "/* {} over the {ranks} programs of the cluster along {}, at one meeting */",
+            rule.name(),
+            self.k.dim_name(dim)
+        ));
+        self.line(&format!("__shared__ float {buf}[{}];", 3 * shape.elements()));
+        self.settle_cluster();
+        let parts: Vec<(usize, ValueId)> = [Some((0, first)), Some((1, second)), count.map(|c| (2, c))].into_iter().flatten().collect();
+        for &(slot, v) in &parts {
+            match self.layout(v) {
+                RegLayout::Replicated => self.line(&format!("if (tid == 0) {buf}[{slot}] = v{}[0];", v.0)),
+                layout => self.for_owned(&shape, layout, |e, _| e.line(&format!("{buf}[3 * e + {slot}] = v{}[r];", v.0))),
+            }
+        }
+        self.line("dt_cluster_sync();");
+        let math = self.math;
+        let exp = move |a: &str| unary_in(math, dt_core::algo::UnOp::Exp, a);
+        let mut all = parts.iter().map(|p| p.1).chain([id]).chain(first_met);
+        if all.all(|v| self.layout(v) == RegLayout::Replicated) {
+            // Lane q < ranks reads program q's shares; the warp combines them.
+            let shuffle = |e: &mut Self, v: &str, max: bool| {
+                let c = if max { format!("fmaxf({v}, dt_shfl_xor({v}, m, 32))") } else { format!("{v} + dt_shfl_xor({v}, m, 32)") };
+                e.line(&format!("    for (int m = 16; m > 0; m >>= 1) {v} = {c};"));
+            };
+            let none = if rule == PairRule::ExpScaled { "(-INFINITY)" } else { "0e0f" };
+            self.line("{");
+            self.line("    const unsigned q = (unsigned)(tid % 32);");
+            self.line(&format!("    const float f = q < {ranks}u ? dt_cluster_load(&{buf}[0], q) : {none};"));
+            self.line(&format!("    const float s = q < {ranks}u ? dt_cluster_load(&{buf}[1], q) : 0e0f;"));
+            let met_value = match rule {
+                PairRule::ExpScaled => {
+                    self.line("    float top = f;");
+                    shuffle(self, "top", true);
+                    self.line(&format!("    float t = f == (-INFINITY) ? 0e0f : s * {};", exp("f - top")));
+                    "top"
+                }
+                PairRule::SquaredDeviation => {
+                    self.line(&format!("    const float n = q < {ranks}u ? dt_cluster_load(&{buf}[2], q) : 0e0f;"));
+                    self.line("    float total = f, lanes = n;");
+                    shuffle(self, "total", false);
+                    shuffle(self, "lanes", false);
+                    self.line("    const float d = n > 0e0f ? f / n - total / fmaxf(lanes, 1e0f) : 0e0f;");
+                    self.line("    float t = n > 0e0f ? s + n * d * d : 0e0f;");
+                    "total"
+                }
+            };
+            shuffle(self, "t", false);
+            if let Some(met) = first_met {
+                self.line(&format!("    v{}[0] = {met_value};", met.0));
+            }
+            self.line(&format!("    {dst}[0] = t;"));
+            self.line("}");
+        } else {
+            let load = |slot: usize| format!("dt_cluster_load(&{buf}[3 * e + {slot}], q)");
+            let each = |body: String| format!("    for (unsigned q = 0; q < {ranks}u; q++) {{ {body} }}");
+            let combined = |e: &mut Self, target: ValueId, met: bool| {
+                let layout = e.layout(target);
+                e.for_owned(&shape, layout, |e, _| {
+                    e.line("{");
+                    let result = match rule {
+                        PairRule::ExpScaled => {
+                            e.line("    float top = (-INFINITY), t = 0e0f;");
+                            e.line(&each(format!("top = fmaxf(top, {});", load(0))));
+                            e.line(&each(format!("const float f = {}; t += f == (-INFINITY) ? 0e0f : {} * {};", load(0), load(1), exp("f - top"))));
+                            if met { "top" } else { "t" }
+                        }
+                        PairRule::SquaredDeviation => {
+                            e.line("    float total = 0e0f, lanes = 0e0f, t = 0e0f;");
+                            e.line(&each(format!("total += {}; lanes += {};", load(0), load(2))));
+                            e.line(&each(format!(
+                                "const float n = {}; const float d = n > 0e0f ? {} / n - total / fmaxf(lanes, 1e0f) : 0e0f; t += n > 0e0f ? {} + n * d * d : 0e0f;",
+                                load(2),
+                                load(0),
+                                load(1)
+                            )));
+                            if met { "total" } else { "t" }
+                        }
+                    };
+                    e.line(&format!("    v{}[r] = {result};", target.0));
+                    e.line("}");
+                });
+            };
+            combined(self, id, false);
+            if let Some(met) = first_met {
+                combined(self, met, true);
+            }
+        }
+        self.line("dt_cluster_arrive();");
+        self.cluster_arrived = true;
+    }
+
+    /// Waits on the cluster barrier arrived at after the last cluster reduction, if any: before
+    /// a buffer of the cluster's is written again (the next reduction), before a loop that makes
+    /// cluster reductions of its own and after any other loop ([`Self::loop_stmt`]), at the end
+    /// of a loop's body (so that an arrival and its wait are in one iteration of one loop), and
+    /// before the program exits.
+    pub(super) fn settle_cluster(&mut self) {
+        if std::mem::take(&mut self.cluster_arrived) {
+            self.line("dt_cluster_wait();");
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! Reductions across the threads of a program: by cooperative groups reading a tile published
+//! in shared memory, or in registers first (each thread its share, then shuffles, then the warps'
+//! partials).
+
+use super::*;
+use crate::emit::expr::{combine, float_lit};
+use crate::emit::Lanes;
+use crate::plan::layouts::RegLayout;
+use dt_core::algo::DimId;
+
+impl Emitter<'_> {
+    /// A reduction by groups of `group` consecutive threads per result element: each thread
+    /// combines a strided share of the reduced lanes (read from slot 0), the group combines
+    /// through shuffles within `group` lanes, and its first thread writes the result to slot 1.
+    pub(super) fn cooperative_reduce(
+        &mut self,
+        op: dt_core::algo::RedOp,
+        result: &Shape,
+        input: &Shape,
+        n: usize,
+        st: usize,
+        group: usize,
+    ) {
+        let (src, res, nres) = (self.slot(0), self.slot(1), result.elements());
+        let ident = float_lit(op.identity());
+        self.line(&format!("/* cooperative reduction: {group} threads per result */"));
+        self.line("{");
+        self.depth += 1;
+        self.line(&format!("const int j = tid / {group};"));
+        self.line(&format!("const int q = tid % {group};"));
+        self.line(&format!("float p = {ident};"));
+        self.line(&format!("if (j < {nres}) {{"));
+        self.depth += 1;
+        let lanes = Lanes(result.0.iter().map(|(d, _)| (*d, self.fresh("l"))).collect());
+        let base = lanes.index(input);
+        for ((d, ext), (_, l)) in result.0.iter().zip(&lanes.0) {
+            if mentions(&base, l) {
+                self.line(&format!("const int {l} = (j / {}) % {ext};", result.stride(*d)));
+            }
+        }
+        self.line(&format!("for (int i = q; i < {n}; i += {group}) p = {};", combine(op, "p", &format!("{src}[{base} + i * {st}]"))));
+        self.depth -= 1;
+        self.line("}");
+        self.line(&format!(
+            "for (int m = {}; m > 0; m >>= 1) p = {};",
+            group / 2,
+            combine(op, "p", &format!("dt_shfl_xor(p, m, {group})"))
+        ));
+        self.line(&format!("if (q == 0 && j < {nres}) {res}[j] = p;"));
+        self.depth -= 1;
+        self.line("}");
+        self.barrier();
+    }
+
+    /// A reduction whose rows each thread holds a share of in its own registers (see
+    /// [`Mapping::register_reduce`]): each thread combines its share of every row, each warp
+    /// combines its threads' partials with shuffles (in groups of 32 lanes, which is all of a
+    /// warp on NVIDIA and half a wavefront on AMD), and the groups' partials meet in slot 1,
+    /// where the thread holding each result (under `layout`: every thread when it is
+    /// replicated) combines them. The tile never goes through shared memory.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn register_reduce(
+        &mut self,
+        op: dt_core::algo::RedOp,
+        src: &str,
+        input: &Shape,
+        dim: DimId,
+        rows: usize,
+        lanes_per_register: usize,
+        dst: &str,
+        result: &Shape,
+        layout: RegLayout,
+    ) {
+        let per_row = input.extent(dim).unwrap_or(1) as usize / self.threads as usize / lanes_per_register;
+        let groups = self.threads as usize / 32;
+        let (ident, red) = (float_lit(op.identity()), self.slot(1));
+        if groups == 1 {
+            // One warp: after the shuffles every lane holds each row's result; no shared memory,
+            // no barrier.
+            self.line(&format!("/* reduction in registers: {per_row} per thread and row, then shuffles */"));
+        } else {
+            self.line(&format!("/* reduction in registers: {per_row} per thread and row, then shuffles, then {groups} groups of 32 */"));
+        }
+        self.line("{");
+        self.depth += 1;
+        self.line(&format!("float p[{rows}];"));
+        self.line("#pragma unroll");
+        self.line(&format!("for (int i = 0; i < {rows}; i++) {{"));
+        self.depth += 1;
+        self.line(&format!("p[i] = {ident};"));
+        self.line("#pragma unroll");
+        self.line(&format!("for (int q = 0; q < {per_row}; q++) p[i] = {};", combine(op, "p[i]", &format!("{src}[i * {per_row} + q]"))));
+        self.line(&format!("for (int m = 16; m > 0; m >>= 1) p[i] = {};", combine(op, "p[i]", "dt_shfl_xor(p[i], m, 32)")));
+        self.depth -= 1;
+        self.line("}");
+        if groups == 1 {
+            self.for_owned(result, layout, |e, _| e.line(&format!("{dst}[r] = p[e];")));
+            self.depth -= 1;
+            self.line("}");
+            return;
+        }
+        // The partials alternate between two regions: a region still being read by the last
+        // reduction that used it needs a barrier first; otherwise the one between them served.
+        let region = self.partials.next;
+        if self.partials.dirty[region] {
+            self.barrier();
+        }
+        let red = format!("({red} + {})", region * self.publishing.partials);
+        self.line(&format!("if (tid % 32 == 0) {{ for (int i = 0; i < {rows}; i++) {red}[(tid / 32) * {rows} + i] = p[i]; }}"));
+        self.barrier();
+        self.partials = Partials { next: 1 - region, dirty: [false, false] };
+        self.partials.dirty[region] = true;
+        self.depth -= 1;
+        self.line("}");
+        self.for_owned(result, layout, |e, _| {
+            let acc = e.fresh("a");
+            e.line(&format!("float {acc} = {ident};"));
+            e.line(&format!("for (int g = 0; g < {groups}; g++) {acc} = {};", combine(op, &acc, &format!("{red}[g * {rows} + e]"))));
+            e.line(&format!("{dst}[r] = {acc};"));
+        });
+    }
+}
