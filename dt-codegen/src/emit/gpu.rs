@@ -204,8 +204,8 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
     let ws = gpu_plan.as_ref().and_then(|p| p.warp_specialized.clone());
     // The threads that run the kernel's statements: all of them, or a warp-specialized
     // kernel's consumers (its producer warpgroup comes after them).
-    let threads = dialect.warps(k.num_warps) * dialect.warp_size();
     let mapping = Mapping::of(k, dtype, dialect);
+    let threads = mapping.threads as u32;
     let vector = mapping.vector;
     let plan = crate::plan::register_layouts(k, dtype, dialect, ws.as_ref(), mapping);
     let publishing = plan_publishing(k, &plan, mapping);

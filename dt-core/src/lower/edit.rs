@@ -5,29 +5,40 @@ use crate::algo::BinOp;
 use crate::kir::{Kernel, Layout, Op, Shape, Stmt, Value, ValueId};
 use std::collections::HashMap;
 
-/// Rewrites every statement list of `stmts`, inner lists first: `find(k, list, from)` locates a
-/// match at or after index `from` (with the index of its first statement), `merge` rewrites the
-/// list with it, and the search goes on from that index (a merged loop may take another along).
+/// Rewrites every statement list of kernel `k`'s body, inner lists first: `find(k, list, from)`
+/// locates a match at or after index `from`, `merge` rewrites the list with it, and the search
+/// goes on from the match's first statement (`first`; a merged loop may take another along).
 pub(super) fn merge_loops<M>(
     k: &mut Kernel,
+    find: &impl Fn(&Kernel, &[Stmt], usize) -> Option<M>,
+    first: &impl Fn(&M) -> usize,
+    merge: &impl Fn(&mut Kernel, Vec<Stmt>, M) -> Vec<Stmt>,
+) {
+    let body = std::mem::take(&mut k.body);
+    k.body = merge_in(k, body, find, first, merge);
+}
+
+fn merge_in<M>(
+    k: &mut Kernel,
     stmts: Vec<Stmt>,
-    find: &impl Fn(&Kernel, &[Stmt], usize) -> Option<(usize, M)>,
+    find: &impl Fn(&Kernel, &[Stmt], usize) -> Option<M>,
+    first: &impl Fn(&M) -> usize,
     merge: &impl Fn(&mut Kernel, Vec<Stmt>, M) -> Vec<Stmt>,
 ) -> Vec<Stmt> {
     let mut stmts: Vec<Stmt> = stmts
         .into_iter()
         .map(|s| match s {
             Stmt::Loop(mut l) => {
-                l.body = merge_loops(k, std::mem::take(&mut l.body), find, merge);
+                l.body = merge_in(k, std::mem::take(&mut l.body), find, first, merge);
                 Stmt::Loop(l)
             }
             s => s,
         })
         .collect();
     let mut from = 0;
-    while let Some((first, m)) = find(k, &stmts, from) {
+    while let Some(m) = find(k, &stmts, from) {
+        from = first(&m);
         stmts = merge(k, stmts, m);
-        from = first;
     }
     stmts
 }

@@ -44,8 +44,7 @@ use std::collections::{HashMap, HashSet};
 
 /// Runs pass `flash` over kernel `k` (see the module docs).
 pub fn run_dots_online(k: &mut Kernel) {
-    let body = std::mem::take(&mut k.body);
-    k.body = merge_loops(k, body, &|k, stmts, from| find(k, stmts, from).map(|m| (m.first, m)), &merge);
+    merge_loops(k, &find, &|m: &Match| m.first, &merge);
 }
 
 /// A loop that sums a scaled value into an accumulator.

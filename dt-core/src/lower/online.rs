@@ -46,9 +46,9 @@ use crate::algo::{BinOp, DimId, RedOp, UnOp};
 use crate::kir::{reads_var, written_vars, Combine, Kernel, Loop, LoopKind, Op, PairRule, Shape, Stmt, ValueId, VarId};
 use std::collections::{HashMap, HashSet};
 
+/// Runs pass `online` over kernel `k` (see the module docs).
 pub fn merge_statistic_loops(k: &mut Kernel) {
-    let body = std::mem::take(&mut k.body);
-    k.body = merge_loops(k, body, &|k, stmts, from| find(k, stmts, from).map(|m| (m.first, m)), &merge);
+    merge_loops(k, &find, &|m: &Match| m.first, &merge);
 }
 
 /// Two loops to merge: the indices of both in their statement list, and how.
