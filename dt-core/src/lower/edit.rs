@@ -1,7 +1,7 @@
 //! What the passes that merge loops share: rewriting every statement list inside out, the
 //! definitions of a list, and new values.
 
-use crate::algo::BinOp;
+use crate::algo::{BinOp, DimId, RedOp, UnOp};
 use crate::kir::{Kernel, Layout, Op, Shape, Stmt, Value, ValueId};
 use std::collections::HashMap;
 
@@ -83,4 +83,57 @@ pub(super) fn renamed(s: Stmt, rename: &HashMap<ValueId, ValueId>) -> Stmt {
         }
         s @ Stmt::Init { .. } => s,
     }
+}
+
+/// What else a value scaled by a running maximum may be, in [`exp_scaled`].
+pub(super) enum Scaled<'a> {
+    /// Every value reading the maximum has this shape (the lane-by-lane partials of `online`).
+    Shaped(&'a Shape),
+    /// Sums and dots of scaled values over this dimension, which the maximum does not have, stay
+    /// scaled (the row statistics of `flash`).
+    SumsOver(DimId),
+}
+
+/// Whether `t`, computed in loop body `body`, reads the maximum `m` only through factors
+/// `exp(z - m)` (times, divided by, or masked to 0 as anything that does not read `m`, or as
+/// `rule` allows): then `t(m') = t(m) exp(m - m')`. Every value of `body` that reads `m` must lie
+/// on such a path, and a difference `z - m` must feed its `exp` alone. Returns whether a dot is
+/// on the way.
+pub(super) fn exp_scaled(k: &Kernel, body: &[Stmt], t: ValueId, m: ValueId, rule: Scaled<'_>) -> Option<bool> {
+    let defs = defs(body);
+    // Values reading m, in order: whether each is scaled (else a difference z - m).
+    let mut reading: HashMap<ValueId, bool> = HashMap::new();
+    let mut uses: HashMap<ValueId, usize> = HashMap::new();
+    let mut dot = false;
+    for s in body {
+        let Stmt::Let { value, op } = s else { continue };
+        for o in op.operands() {
+            *uses.entry(o).or_default() += 1;
+        }
+        let reads = |v: &ValueId| *v == m || reading.contains_key(v);
+        if !op.operands().iter().any(reads) {
+            continue;
+        }
+        let scaled = |v: &ValueId| reading.get(v) == Some(&true);
+        let sums_over = |d: &DimId| matches!(rule, Scaled::SumsOver(x) if x == *d && k.value(m).shape.extent(x).is_none());
+        let ok = match op {
+            Op::Binary(BinOp::Sub, z, b) if *b == m && !reads(z) => Some(false),
+            Op::Unary(UnOp::Exp, a) => matches!(defs.get(a), Some(Op::Binary(BinOp::Sub, z, b)) if *b == m && !reads(z)).then_some(true),
+            Op::Binary(BinOp::Mul, a, b) if (scaled(a) && !reads(b)) || (scaled(b) && !reads(a)) => Some(true),
+            Op::Binary(BinOp::Div, a, b) if scaled(a) && !reads(b) => Some(true),
+            Op::MaskFill { value, fill, .. } if scaled(value) && *fill == 0.0 => Some(true),
+            Op::Reduce { op: RedOp::Sum, value, dim, run: 1 } if scaled(value) && sums_over(dim) => Some(true),
+            Op::Dot { a, b, dim } if scaled(a) && !reads(b) && sums_over(dim) => {
+                dot = true;
+                Some(true)
+            }
+            _ => None,
+        };
+        if matches!(rule, Scaled::Shaped(shape) if k.value(*value).shape != *shape) {
+            return None;
+        }
+        reading.insert(*value, ok?);
+    }
+    let shifts_ok = reading.iter().filter(|(_, s)| !**s).all(|(v, _)| uses.get(v) == Some(&1));
+    (reading.get(&t) == Some(&true) && shifts_ok).then_some(dot)
 }

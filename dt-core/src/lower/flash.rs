@@ -37,9 +37,9 @@
 //! of its steps, as it would in each step of a tiled head dimension). Softmax and layernorm,
 //! which have no dot, are left to [`super::online`].
 
-use super::edit::{defs, finite_or_zero, merge_loops, push, renamed};
+use super::edit::{defs, exp_scaled, finite_or_zero, merge_loops, push, renamed, Scaled};
 use crate::algo::{BinOp, DimId, RedOp, UnOp};
-use crate::kir::{reads_var, written_vars, Combine, Kernel, Loop, LoopKind, Op, Shape, Stmt, ValueId, VarId};
+use crate::kir::{reads_var, written_vars, Combine, Kernel, Loop, LoopKind, Op, Stmt, ValueId, VarId};
 use std::collections::{HashMap, HashSet};
 
 /// Runs pass `flash` over kernel `k` (see the module docs).
@@ -113,7 +113,7 @@ fn consumer(k: &Kernel, l: &Loop, stat: ValueId, dim: DimId) -> Option<(VarId, b
     if nested_reads {
         return None;
     }
-    let dot = scaled(&l.body, t, stat, stat_shape, dim)?;
+    let dot = exp_scaled(k, &l.body, t, stat, Scaled::SumsOver(dim))?;
     Some((acc, dot))
 }
 
@@ -125,45 +125,6 @@ fn reads_value(stmts: &[Stmt], v: ValueId) -> bool {
         Stmt::Loop(l) => reads_value(&l.body, v),
         Stmt::Init { .. } => false,
     })
-}
-
-/// Whether `t` reads `m` only through factors `exp(z - m)`, reductions and dots over dimensions
-/// `m` does not have: `t(m') = t(m) exp(m - m')`. Returns whether a dot is on the way.
-fn scaled(body: &[Stmt], t: ValueId, m: ValueId, m_shape: &Shape, dim: DimId) -> Option<bool> {
-    // Values reading m, in order: whether each is scaled (else a difference z - m).
-    let mut reading: HashMap<ValueId, bool> = HashMap::new();
-    let mut uses: HashMap<ValueId, usize> = HashMap::new();
-    let mut dot = false;
-    let defs = defs(body);
-    for s in body {
-        let Stmt::Let { value, op } = s else { continue };
-        for o in op.operands() {
-            *uses.entry(o).or_default() += 1;
-        }
-        let reads = |v: &ValueId| *v == m || reading.contains_key(v);
-        if !op.operands().iter().any(reads) {
-            continue;
-        }
-        let is_scaled = |v: &ValueId| reading.get(v) == Some(&true);
-        let over_free_dim = |d: &DimId| *d == dim && m_shape.extent(*d).is_none();
-        let ok = match op {
-            Op::Binary(BinOp::Sub, z, b) if *b == m && !reads(z) => Some(false),
-            Op::Unary(UnOp::Exp, a) => matches!(defs.get(a), Some(Op::Binary(BinOp::Sub, z, b)) if *b == m && !reads(z)).then_some(true),
-            Op::Binary(BinOp::Mul, a, b) if (is_scaled(a) && !reads(b)) || (is_scaled(b) && !reads(a)) => Some(true),
-            Op::Binary(BinOp::Div, a, b) if is_scaled(a) && !reads(b) => Some(true),
-            Op::MaskFill { value, fill, .. } if is_scaled(value) && *fill == 0.0 => Some(true),
-            Op::Reduce { op: RedOp::Sum, value, dim: d, run: 1 } if is_scaled(value) && over_free_dim(d) => Some(true),
-            Op::Dot { a, b, dim: d } if is_scaled(a) && !reads(b) && over_free_dim(d) => {
-                dot = true;
-                Some(true)
-            }
-            _ => None,
-        };
-        reading.insert(*value, ok?);
-    }
-    // A difference z - m feeds only its exp.
-    let shifts_ok = reading.iter().filter(|(_, s)| !**s).all(|(v, _)| uses.get(v) == Some(&1));
-    (reading.get(&t) == Some(&true) && shifts_ok).then_some(dot)
 }
 
 fn find(k: &Kernel, stmts: &[Stmt], from: usize) -> Option<Match> {

@@ -41,7 +41,7 @@
 //! shape) and reads nothing computed from the first loop but the statistic. Statements between
 //! the two loops that do not depend on the first move before the merged loop.
 
-use super::edit::{defs, finite_or_zero, merge_loops, push, renamed};
+use super::edit::{defs, exp_scaled, finite_or_zero, merge_loops, push, renamed, Scaled};
 use crate::algo::{BinOp, DimId, RedOp, UnOp};
 use crate::kir::{reads_var, written_vars, Combine, Kernel, Loop, LoopKind, Op, PairRule, Shape, Stmt, ValueId, VarId};
 use std::collections::{HashMap, HashSet};
@@ -196,7 +196,7 @@ fn match_loops(k: &Kernel, stmts: &[Stmt], i: usize, j: usize) -> Option<Match> 
         return None;
     }
     let rule = match rule_op {
-        RedOp::Max if exp_scaled(k, &l2.body, t, stat, &pshape) => Rule::ExpScaled,
+        RedOp::Max if exp_scaled(k, &l2.body, t, stat, Scaled::Shaped(&pshape)).is_some() => Rule::ExpScaled,
         RedOp::Sum if squared_deviation(&l1.body, &l2.body, t, stat, z, l1.dim) => Rule::SquaredDeviation { z },
         _ => return None,
     };
@@ -216,43 +216,6 @@ fn len_of(between: &HashMap<ValueId, &Op>, stmts: &[Stmt], first: usize, v: Valu
 /// Whether a nested loop of `stmts` reads accumulator `v`.
 fn reads_nested(stmts: &[Stmt], v: VarId) -> bool {
     stmts.iter().any(|s| matches!(s, Stmt::Loop(l) if reads_var(&l.body, v)))
-}
-
-/// Whether `t` reads `m` only through factors `exp(z - m)`: `t(m') = t(m) exp(m - m')`. Every
-/// value of `body` that reads `m` must have the partial's shape and lie on such a path.
-fn exp_scaled(k: &Kernel, body: &[Stmt], t: ValueId, m: ValueId, pshape: &Shape) -> bool {
-    let defs = defs(body);
-    // Values reading m, in order, and whether each is "scaled" (t(m') = t(m) exp(m - m')).
-    let mut reading: HashMap<ValueId, bool> = HashMap::new();
-    let mut uses: HashMap<ValueId, usize> = HashMap::new();
-    for s in body {
-        let Stmt::Let { value, op } = s else { continue };
-        for o in op.operands() {
-            *uses.entry(o).or_default() += 1;
-        }
-        let reads = |v: &ValueId| *v == m || reading.contains_key(v);
-        if !op.operands().iter().any(reads) {
-            continue;
-        }
-        let scaled = |v: &ValueId| reading.get(v) == Some(&true);
-        let ok = match op {
-            Op::Binary(BinOp::Sub, _, b) if *b == m && !reads(&op.operands()[0]) => Some(false),
-            Op::Unary(UnOp::Exp, a) => matches!(defs.get(a), Some(Op::Binary(BinOp::Sub, z, b)) if *b == m && !reads(z)).then_some(true),
-            Op::Binary(BinOp::Mul, a, b) if (scaled(a) && !reads(b)) || (scaled(b) && !reads(a)) => Some(true),
-            Op::Binary(BinOp::Div, a, b) if scaled(a) && !reads(b) => Some(true),
-            Op::MaskFill { value, fill, .. } if scaled(value) && *fill == 0.0 => Some(true),
-            _ => None,
-        };
-        match ok {
-            Some(scaled) if k.value(*value).shape == *pshape => {
-                reading.insert(*value, scaled);
-            }
-            _ => return false,
-        }
-    }
-    // A difference z - m feeds only its exp; everything else reading m ends in t.
-    let sub_ok = reading.iter().filter(|(_, s)| !**s).all(|(v, _)| uses.get(v) == Some(&1));
-    reading.get(&t) == Some(&true) && sub_ok
 }
 
 /// Whether `t` is `(z' - mean)^2`, masked to 0 past the end of `dim`, with `z'` computed as the
