@@ -688,22 +688,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(DT_GRID_CONST
                         acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[1];
+                    float acc3[2];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc3[r] = 0e0f;
-                        }
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[1];
+                    float acc0[2];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc0[r] = (-INFINITY);
-                        }
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
                     }
                     /* rmax attention.tensorize(j:64) + rsum attention.tensorize(j:64) + rdot attention.tensorize(j:64), online */
                     for (long long o15 = 0; o15 < s3; o15 += 64) {
@@ -763,22 +757,22 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(DT_GRID_CONST
                                 }
                             }
                             __syncthreads();
-                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 2 * 32 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[2][4], fb[4][2];
+                                    unsigned fa[1][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) {
+                                    for (int i = 0; i < 1; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 4; j++) dt_mma_m16n8k16_f16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
@@ -797,126 +791,77 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(DT_GRID_CONST
                         float v7[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l42 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            const int l42 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                             v7[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v6[r] : (-INFINITY);
                         }
-                        float v8[1];
-                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 2 warps per row */
+                        float v8[2];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[4];
+                            float p[2];
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                            for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) {
+                            for (int s = 0; s < 2; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                             }
-                            __syncthreads();
-                            if ((tid & 3) == 0) {
-                                #pragma unroll
-                                for (int s = 0; s < 4; s++) (dt_smem + 2304)[(tid >> 5) % 2 * 64 + (tid >> 5) / 2 * 32 + (s >> 1) * 16 + ((tid & 31) >> 2) + (s & 1) * 8] = p[s];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 2; s++) v8[s] = p[s];
                         }
-                        __syncthreads();
+                        float v39[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l45 = (int)((unsigned)e / 1u % 64u);
-                                v8[r] = fmaxf((dt_smem + 2304)[0 + l45], (dt_smem + 2304)[64 + l45]);
-                            }
-                        }
-                        float v39[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v39[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v39[r] = acc0[r];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc0[r] = fmaxf(acc0[r], v8[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            acc0[r] = fmaxf(acc0[r], v8[r]);
                         }
-                        float v40[1];
+                        float v40[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v40[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v40[r] = acc0[r];
                         }
-                        float v43[1];
+                        float v43[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
                         }
-                        float v44[1];
+                        float v44[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
                         }
-                        float v45[1];
+                        float v45[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v45[r] = (v39[r] - v44[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v45[r] = (v39[r] - v44[r]);
                         }
-                        float v46[1];
+                        float v46[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v46[r] = dt_fast_exp(v45[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v46[r] = dt_fast_exp(v45[r]);
                         }
-                        float v47[1];
+                        float v47[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v47[r] = acc3[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v47[r] = acc3[r];
                         }
-                        float v48[1];
+                        float v48[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v48[r] = (v47[r] * v46[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v48[r] = (v47[r] * v46[r]);
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc3[r] = v48[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            acc3[r] = v48[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v44[r]; }
-                        __syncthreads();
                         float v18[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l76 = 0;
-                            const int l77 = 0;
-                            const int l78 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            v18[r] = (v6[r] - (dt_smem + 0)[l76 * 64 + l77 * 64 + l78]);
+                            v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                         }
                         float v19[32];
                         #pragma unroll
@@ -926,60 +871,38 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(DT_GRID_CONST
                         float v20[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l87 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            v20[r] = ((unsigned)(o15 + l87) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l84 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v20[r] = ((unsigned)(o15 + l84) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
-                        float v21[1];
-                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 2 warps per row */
+                        float v21[2];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[4];
+                            float p[2];
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                            for (int s = 0; s < 2; s++) p[s] = 0e0f;
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) {
+                            for (int s = 0; s < 2; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
                             }
-                            __syncthreads();
-                            if ((tid & 3) == 0) {
-                                #pragma unroll
-                                for (int s = 0; s < 4; s++) (dt_smem + 2304)[(tid >> 5) % 2 * 64 + (tid >> 5) / 2 * 32 + (s >> 1) * 16 + ((tid & 31) >> 2) + (s & 1) * 8] = p[s];
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l90 = (int)((unsigned)e / 1u % 64u);
-                                v21[r] = (dt_smem + 2304)[0 + l90] + (dt_smem + 2304)[64 + l90];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 2; s++) v21[s] = p[s];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc3[r] = acc3[r] + v21[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            acc3[r] = acc3[r] + v21[r];
                         }
                         float v49[64];
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
                             v49[r] = acc6[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v46[r]; }
-                        __syncthreads();
                         float v50[64];
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            const int l98 = 0;
-                            const int l99 = 0;
-                            const int l100 = (tid >> 5) / 2 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            v50[r] = (v49[r] * (dt_smem + 0)[l98 * 64 + l99 * 64 + l100]);
+                            v50[r] = (v49[r] * v46[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
@@ -987,88 +910,77 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(DT_GRID_CONST
                         }
                         /* v34: loaded by the tensor-core dot that reads it */
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int l108 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l109 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            ((unsigned short*)(dt_smem + 0))[l108 * 72 + l109] = dt_f32_to_f16(v20[r]);
-                        }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec110 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec100 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
                                 const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l111 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l112 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l113 = (int)((unsigned)e / 16u % 64u);
-                                    const int l114 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec110 && (unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l113 * 136 + (l114 * 8)], &in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    const int l101 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l102 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l103 = (int)((unsigned)e / 16u % 64u);
+                                    const int l104 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec100 && (unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8)], &in2[(unsigned)(o1 + l101) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l102) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l103) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l104 * 8)) * (unsigned)args.input_strides[2][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l113 * 136 + (l114 * 8 + q)] = ((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8 + q)] = ((unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l101) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l102) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l103) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l104 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on tensor cores: [i:64, e:128] over j:64 by 2 x 2 warps of 2 x 8 m16n8k16 fragments */
+                        /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + ((lane & 15) * 136 + (tid >> 5) % 2 * 64 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
-                                unsigned fa[2][4], fb[8][2];
+                                unsigned fa[1][4], fb[16][2];
                                 #pragma unroll
-                                for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                for (int i = 0; i < 1; i++) {
+                                    const int f = (i * 8 + kk / 8) * 4;
+                                    fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
+                                    fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
+                                    fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
+                                    fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
+                                }
                                 #pragma unroll
-                                for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
                                 #pragma unroll
-                                for (int i = 0; i < 2; i++) {
+                                for (int i = 0; i < 1; i++) {
                                     #pragma unroll
-                                    for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    for (int j = 0; j < 16; j++) dt_mma_m16n8k16_f16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
                                 }
                             }
                         }
                         /* acc6 += v35: accumulated by the tensor-core dot above */
                     }
-                    float v22[1];
+                    float v22[2];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v22[r] = acc3[r];
-                        }
+                    for (int r = 0; r < 2; r++) {
+                        v22[r] = acc3[r];
                     }
                     float v36[64];
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
                         v36[r] = acc6[r];
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v22[r]; }
-                    __syncthreads();
                     float v38[64];
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l122 = 0;
-                        const int l123 = 0;
-                        const int l124 = (tid >> 5) / 2 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l122 * 64 + l123 * 64 + l124]);
+                        v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l126 = 0;
-                        const int l127 = 0;
-                        const int l128 = (tid >> 5) / 2 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l129 = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l128) < (unsigned)s2 && (unsigned)(o4 + l129) < (unsigned)s4) out[(unsigned)(o1 + l126) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l127) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l128) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l129) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
+                        const int l116 = 0;
+                        const int l117 = 0;
+                        const int l118 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l119 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l118) < (unsigned)s2 && (unsigned)(o4 + l119) < (unsigned)s4) out[(unsigned)(o1 + l116) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l117) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l118) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l119) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
                     }
                 }
             }
@@ -1149,22 +1061,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(DT_GRID
                         acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[1];
+                    float acc3[2];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc3[r] = 0e0f;
-                        }
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[1];
+                    float acc0[2];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc0[r] = (-INFINITY);
-                        }
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
                     }
                     /* rmax attention.tensorize(j:64) + rsum attention.tensorize(j:64) + rdot attention.tensorize(j:64), online */
                     for (long long o15 = 0; o15 < s3; o15 += 64) {
@@ -1224,22 +1130,22 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(DT_GRID
                                 }
                             }
                             __syncthreads();
-                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 2 * 32 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[2][4], fb[4][2];
+                                    unsigned fa[1][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) {
+                                    for (int i = 0; i < 1; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 4; j++) dt_mma_m16n8k16_f16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
@@ -1258,126 +1164,77 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(DT_GRID
                         float v7[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l42 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            const int l42 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                             v7[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v6[r] : (-INFINITY);
                         }
-                        float v8[1];
-                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 2 warps per row */
+                        float v8[2];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[4];
+                            float p[2];
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                            for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) {
+                            for (int s = 0; s < 2; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                             }
-                            __syncthreads();
-                            if ((tid & 3) == 0) {
-                                #pragma unroll
-                                for (int s = 0; s < 4; s++) (dt_smem + 2304)[(tid >> 5) % 2 * 64 + (tid >> 5) / 2 * 32 + (s >> 1) * 16 + ((tid & 31) >> 2) + (s & 1) * 8] = p[s];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 2; s++) v8[s] = p[s];
                         }
-                        __syncthreads();
+                        float v39[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l45 = (int)((unsigned)e / 1u % 64u);
-                                v8[r] = fmaxf((dt_smem + 2304)[0 + l45], (dt_smem + 2304)[64 + l45]);
-                            }
-                        }
-                        float v39[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v39[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v39[r] = acc0[r];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc0[r] = fmaxf(acc0[r], v8[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            acc0[r] = fmaxf(acc0[r], v8[r]);
                         }
-                        float v40[1];
+                        float v40[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v40[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v40[r] = acc0[r];
                         }
-                        float v43[1];
+                        float v43[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
                         }
-                        float v44[1];
+                        float v44[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
                         }
-                        float v45[1];
+                        float v45[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v45[r] = (v39[r] - v44[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v45[r] = (v39[r] - v44[r]);
                         }
-                        float v46[1];
+                        float v46[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v46[r] = dt_fast_exp(v45[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v46[r] = dt_fast_exp(v45[r]);
                         }
-                        float v47[1];
+                        float v47[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v47[r] = acc3[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v47[r] = acc3[r];
                         }
-                        float v48[1];
+                        float v48[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v48[r] = (v47[r] * v46[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v48[r] = (v47[r] * v46[r]);
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc3[r] = v48[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            acc3[r] = v48[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v44[r]; }
-                        __syncthreads();
                         float v18[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l76 = 0;
-                            const int l77 = 0;
-                            const int l78 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            v18[r] = (v6[r] - (dt_smem + 0)[l76 * 64 + l77 * 64 + l78]);
+                            v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                         }
                         float v19[32];
                         #pragma unroll
@@ -1387,60 +1244,38 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(DT_GRID
                         float v20[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l87 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            v20[r] = ((unsigned)(o15 + l87) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l84 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v20[r] = ((unsigned)(o15 + l84) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
-                        float v21[1];
-                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 2 warps per row */
+                        float v21[2];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[4];
+                            float p[2];
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                            for (int s = 0; s < 2; s++) p[s] = 0e0f;
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) {
+                            for (int s = 0; s < 2; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
                             }
-                            __syncthreads();
-                            if ((tid & 3) == 0) {
-                                #pragma unroll
-                                for (int s = 0; s < 4; s++) (dt_smem + 2304)[(tid >> 5) % 2 * 64 + (tid >> 5) / 2 * 32 + (s >> 1) * 16 + ((tid & 31) >> 2) + (s & 1) * 8] = p[s];
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l90 = (int)((unsigned)e / 1u % 64u);
-                                v21[r] = (dt_smem + 2304)[0 + l90] + (dt_smem + 2304)[64 + l90];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 2; s++) v21[s] = p[s];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc3[r] = acc3[r] + v21[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            acc3[r] = acc3[r] + v21[r];
                         }
                         float v49[64];
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
                             v49[r] = acc6[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v46[r]; }
-                        __syncthreads();
                         float v50[64];
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            const int l98 = 0;
-                            const int l99 = 0;
-                            const int l100 = (tid >> 5) / 2 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            v50[r] = (v49[r] * (dt_smem + 0)[l98 * 64 + l99 * 64 + l100]);
+                            v50[r] = (v49[r] * v46[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
@@ -1448,85 +1283,74 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(DT_GRID
                         }
                         /* v34: loaded by the tensor-core dot that reads it */
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int l108 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l109 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            ((unsigned short*)(dt_smem + 0))[l108 * 72 + l109] = dt_f32_to_f16(v20[r]);
-                        }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec110 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec100 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
                                 const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l111 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l112 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l113 = (int)((unsigned)e / 16u % 64u);
-                                    const int l114 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec110 && (unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l113 * 136 + (l114 * 8)], &in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    const int l101 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l102 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l103 = (int)((unsigned)e / 16u % 64u);
+                                    const int l104 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec100 && (unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8)], &in2[(unsigned)(o1 + l101) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l102) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l103) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l104 * 8)) * (unsigned)args.input_strides[2][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l113 * 136 + (l114 * 8 + q)] = ((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8 + q)] = ((unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l101) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l102) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l103) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l104 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on tensor cores: [i:64, e:128] over j:64 by 2 x 2 warps of 2 x 8 m16n8k16 fragments */
+                        /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + ((lane & 15) * 136 + (tid >> 5) % 2 * 64 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
-                                unsigned fa[2][4], fb[8][2];
+                                unsigned fa[1][4], fb[16][2];
                                 #pragma unroll
-                                for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                for (int i = 0; i < 1; i++) {
+                                    const int f = (i * 8 + kk / 8) * 4;
+                                    fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
+                                    fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
+                                    fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
+                                    fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
+                                }
                                 #pragma unroll
-                                for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
                                 #pragma unroll
-                                for (int i = 0; i < 2; i++) {
+                                for (int i = 0; i < 1; i++) {
                                     #pragma unroll
-                                    for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    for (int j = 0; j < 16; j++) dt_mma_m16n8k16_f16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
                                 }
                             }
                         }
                         /* acc6 += v35: accumulated by the tensor-core dot above */
                     }
-                    float v22[1];
+                    float v22[2];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v22[r] = acc3[r];
-                        }
+                    for (int r = 0; r < 2; r++) {
+                        v22[r] = acc3[r];
                     }
                     float v36[64];
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
                         v36[r] = acc6[r];
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v22[r]; }
-                    __syncthreads();
                     float v38[64];
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l122 = 0;
-                        const int l123 = 0;
-                        const int l124 = (tid >> 5) / 2 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l122 * 64 + l123 * 64 + l124]);
+                        v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                     }
                     /* the fragments two adjacent columns at a time */
                     #pragma unroll
                     for (int r = 0; r < 64; r += 2) {
-                        const int lr = (tid >> 5) / 2 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                         const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                         if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_f16(v38[r], v38[r + 1]);
                         else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f16(v38[r]);
@@ -1610,22 +1434,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(DT_GRID_CONS
                         acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[1];
+                    float acc3[2];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc3[r] = 0e0f;
-                        }
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[1];
+                    float acc0[2];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc0[r] = (-INFINITY);
-                        }
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
                     }
                     /* rmax attention.tensorize(j:64) + rsum attention.tensorize(j:64) + rdot attention.tensorize(j:64), online */
                     for (long long o15 = 0; o15 < s3; o15 += 64) {
@@ -1685,22 +1503,22 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(DT_GRID_CONS
                                 }
                             }
                             __syncthreads();
-                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 2 * 32 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[2][4], fb[4][2];
+                                    unsigned fa[1][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) {
+                                    for (int i = 0; i < 1; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 4; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
@@ -1719,126 +1537,77 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(DT_GRID_CONS
                         float v7[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l42 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            const int l42 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                             v7[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v6[r] : (-INFINITY);
                         }
-                        float v8[1];
-                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 2 warps per row */
+                        float v8[2];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[4];
+                            float p[2];
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                            for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) {
+                            for (int s = 0; s < 2; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                             }
-                            __syncthreads();
-                            if ((tid & 3) == 0) {
-                                #pragma unroll
-                                for (int s = 0; s < 4; s++) (dt_smem + 2304)[(tid >> 5) % 2 * 64 + (tid >> 5) / 2 * 32 + (s >> 1) * 16 + ((tid & 31) >> 2) + (s & 1) * 8] = p[s];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 2; s++) v8[s] = p[s];
                         }
-                        __syncthreads();
+                        float v39[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l45 = (int)((unsigned)e / 1u % 64u);
-                                v8[r] = fmaxf((dt_smem + 2304)[0 + l45], (dt_smem + 2304)[64 + l45]);
-                            }
-                        }
-                        float v39[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v39[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v39[r] = acc0[r];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc0[r] = fmaxf(acc0[r], v8[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            acc0[r] = fmaxf(acc0[r], v8[r]);
                         }
-                        float v40[1];
+                        float v40[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v40[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v40[r] = acc0[r];
                         }
-                        float v43[1];
+                        float v43[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
                         }
-                        float v44[1];
+                        float v44[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
                         }
-                        float v45[1];
+                        float v45[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v45[r] = (v39[r] - v44[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v45[r] = (v39[r] - v44[r]);
                         }
-                        float v46[1];
+                        float v46[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v46[r] = dt_fast_exp(v45[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v46[r] = dt_fast_exp(v45[r]);
                         }
-                        float v47[1];
+                        float v47[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v47[r] = acc3[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v47[r] = acc3[r];
                         }
-                        float v48[1];
+                        float v48[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v48[r] = (v47[r] * v46[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v48[r] = (v47[r] * v46[r]);
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc3[r] = v48[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            acc3[r] = v48[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v44[r]; }
-                        __syncthreads();
                         float v18[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l76 = 0;
-                            const int l77 = 0;
-                            const int l78 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            v18[r] = (v6[r] - (dt_smem + 0)[l76 * 64 + l77 * 64 + l78]);
+                            v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                         }
                         float v19[32];
                         #pragma unroll
@@ -1848,60 +1617,38 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(DT_GRID_CONS
                         float v20[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l87 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            v20[r] = ((unsigned)(o15 + l87) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l84 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v20[r] = ((unsigned)(o15 + l84) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
-                        float v21[1];
-                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 2 warps per row */
+                        float v21[2];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[4];
+                            float p[2];
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                            for (int s = 0; s < 2; s++) p[s] = 0e0f;
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) {
+                            for (int s = 0; s < 2; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
                             }
-                            __syncthreads();
-                            if ((tid & 3) == 0) {
-                                #pragma unroll
-                                for (int s = 0; s < 4; s++) (dt_smem + 2304)[(tid >> 5) % 2 * 64 + (tid >> 5) / 2 * 32 + (s >> 1) * 16 + ((tid & 31) >> 2) + (s & 1) * 8] = p[s];
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l90 = (int)((unsigned)e / 1u % 64u);
-                                v21[r] = (dt_smem + 2304)[0 + l90] + (dt_smem + 2304)[64 + l90];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 2; s++) v21[s] = p[s];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc3[r] = acc3[r] + v21[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            acc3[r] = acc3[r] + v21[r];
                         }
                         float v49[64];
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
                             v49[r] = acc6[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v46[r]; }
-                        __syncthreads();
                         float v50[64];
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            const int l98 = 0;
-                            const int l99 = 0;
-                            const int l100 = (tid >> 5) / 2 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            v50[r] = (v49[r] * (dt_smem + 0)[l98 * 64 + l99 * 64 + l100]);
+                            v50[r] = (v49[r] * v46[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
@@ -1909,88 +1656,77 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(DT_GRID_CONS
                         }
                         /* v34: loaded by the tensor-core dot that reads it */
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int l108 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l109 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            ((unsigned short*)(dt_smem + 0))[l108 * 72 + l109] = dt_f32_to_bf16(v20[r]);
-                        }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec110 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec100 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
                                 const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l111 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l112 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l113 = (int)((unsigned)e / 16u % 64u);
-                                    const int l114 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec110 && (unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l113 * 136 + (l114 * 8)], &in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    const int l101 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l102 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l103 = (int)((unsigned)e / 16u % 64u);
+                                    const int l104 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec100 && (unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8)], &in2[(unsigned)(o1 + l101) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l102) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l103) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l104 * 8)) * (unsigned)args.input_strides[2][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l113 * 136 + (l114 * 8 + q)] = ((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8 + q)] = ((unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l101) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l102) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l103) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l104 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on tensor cores: [i:64, e:128] over j:64 by 2 x 2 warps of 2 x 8 m16n8k16 fragments */
+                        /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + ((lane & 15) * 136 + (tid >> 5) % 2 * 64 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
-                                unsigned fa[2][4], fb[8][2];
+                                unsigned fa[1][4], fb[16][2];
                                 #pragma unroll
-                                for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                for (int i = 0; i < 1; i++) {
+                                    const int f = (i * 8 + kk / 8) * 4;
+                                    fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
+                                    fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
+                                    fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
+                                    fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
+                                }
                                 #pragma unroll
-                                for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
                                 #pragma unroll
-                                for (int i = 0; i < 2; i++) {
+                                for (int i = 0; i < 1; i++) {
                                     #pragma unroll
-                                    for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    for (int j = 0; j < 16; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
                                 }
                             }
                         }
                         /* acc6 += v35: accumulated by the tensor-core dot above */
                     }
-                    float v22[1];
+                    float v22[2];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v22[r] = acc3[r];
-                        }
+                    for (int r = 0; r < 2; r++) {
+                        v22[r] = acc3[r];
                     }
                     float v36[64];
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
                         v36[r] = acc6[r];
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v22[r]; }
-                    __syncthreads();
                     float v38[64];
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l122 = 0;
-                        const int l123 = 0;
-                        const int l124 = (tid >> 5) / 2 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l122 * 64 + l123 * 64 + l124]);
+                        v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l126 = 0;
-                        const int l127 = 0;
-                        const int l128 = (tid >> 5) / 2 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l129 = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l128) < (unsigned)s2 && (unsigned)(o4 + l129) < (unsigned)s4) out[(unsigned)(o1 + l126) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l127) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l128) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l129) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
+                        const int l116 = 0;
+                        const int l117 = 0;
+                        const int l118 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l119 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l118) < (unsigned)s2 && (unsigned)(o4 + l119) < (unsigned)s4) out[(unsigned)(o1 + l116) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l117) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l118) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l119) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
                     }
                 }
             }
@@ -2071,22 +1807,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(DT_GRI
                         acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[1];
+                    float acc3[2];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc3[r] = 0e0f;
-                        }
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[1];
+                    float acc0[2];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc0[r] = (-INFINITY);
-                        }
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
                     }
                     /* rmax attention.tensorize(j:64) + rsum attention.tensorize(j:64) + rdot attention.tensorize(j:64), online */
                     for (long long o15 = 0; o15 < s3; o15 += 64) {
@@ -2146,22 +1876,22 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(DT_GRI
                                 }
                             }
                             __syncthreads();
-                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 2 * 32 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[2][4], fb[4][2];
+                                    unsigned fa[1][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) {
+                                    for (int i = 0; i < 1; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 4; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
@@ -2180,126 +1910,77 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(DT_GRI
                         float v7[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l42 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            const int l42 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                             v7[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v6[r] : (-INFINITY);
                         }
-                        float v8[1];
-                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 2 warps per row */
+                        float v8[2];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[4];
+                            float p[2];
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                            for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) {
+                            for (int s = 0; s < 2; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                             }
-                            __syncthreads();
-                            if ((tid & 3) == 0) {
-                                #pragma unroll
-                                for (int s = 0; s < 4; s++) (dt_smem + 2304)[(tid >> 5) % 2 * 64 + (tid >> 5) / 2 * 32 + (s >> 1) * 16 + ((tid & 31) >> 2) + (s & 1) * 8] = p[s];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 2; s++) v8[s] = p[s];
                         }
-                        __syncthreads();
+                        float v39[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l45 = (int)((unsigned)e / 1u % 64u);
-                                v8[r] = fmaxf((dt_smem + 2304)[0 + l45], (dt_smem + 2304)[64 + l45]);
-                            }
-                        }
-                        float v39[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v39[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v39[r] = acc0[r];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc0[r] = fmaxf(acc0[r], v8[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            acc0[r] = fmaxf(acc0[r], v8[r]);
                         }
-                        float v40[1];
+                        float v40[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v40[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v40[r] = acc0[r];
                         }
-                        float v43[1];
+                        float v43[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
                         }
-                        float v44[1];
+                        float v44[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
                         }
-                        float v45[1];
+                        float v45[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v45[r] = (v39[r] - v44[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v45[r] = (v39[r] - v44[r]);
                         }
-                        float v46[1];
+                        float v46[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v46[r] = dt_fast_exp(v45[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v46[r] = dt_fast_exp(v45[r]);
                         }
-                        float v47[1];
+                        float v47[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v47[r] = acc3[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v47[r] = acc3[r];
                         }
-                        float v48[1];
+                        float v48[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v48[r] = (v47[r] * v46[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v48[r] = (v47[r] * v46[r]);
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc3[r] = v48[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            acc3[r] = v48[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v44[r]; }
-                        __syncthreads();
                         float v18[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l76 = 0;
-                            const int l77 = 0;
-                            const int l78 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            v18[r] = (v6[r] - (dt_smem + 0)[l76 * 64 + l77 * 64 + l78]);
+                            v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                         }
                         float v19[32];
                         #pragma unroll
@@ -2309,60 +1990,38 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(DT_GRI
                         float v20[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l87 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            v20[r] = ((unsigned)(o15 + l87) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l84 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v20[r] = ((unsigned)(o15 + l84) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
-                        float v21[1];
-                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 2 warps per row */
+                        float v21[2];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[4];
+                            float p[2];
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                            for (int s = 0; s < 2; s++) p[s] = 0e0f;
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) {
+                            for (int s = 0; s < 2; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
                             }
-                            __syncthreads();
-                            if ((tid & 3) == 0) {
-                                #pragma unroll
-                                for (int s = 0; s < 4; s++) (dt_smem + 2304)[(tid >> 5) % 2 * 64 + (tid >> 5) / 2 * 32 + (s >> 1) * 16 + ((tid & 31) >> 2) + (s & 1) * 8] = p[s];
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l90 = (int)((unsigned)e / 1u % 64u);
-                                v21[r] = (dt_smem + 2304)[0 + l90] + (dt_smem + 2304)[64 + l90];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 2; s++) v21[s] = p[s];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc3[r] = acc3[r] + v21[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            acc3[r] = acc3[r] + v21[r];
                         }
                         float v49[64];
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
                             v49[r] = acc6[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v46[r]; }
-                        __syncthreads();
                         float v50[64];
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            const int l98 = 0;
-                            const int l99 = 0;
-                            const int l100 = (tid >> 5) / 2 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            v50[r] = (v49[r] * (dt_smem + 0)[l98 * 64 + l99 * 64 + l100]);
+                            v50[r] = (v49[r] * v46[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
@@ -2370,85 +2029,74 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(DT_GRI
                         }
                         /* v34: loaded by the tensor-core dot that reads it */
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int l108 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l109 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            ((unsigned short*)(dt_smem + 0))[l108 * 72 + l109] = dt_f32_to_bf16(v20[r]);
-                        }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec110 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec100 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
                                 const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l111 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l112 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l113 = (int)((unsigned)e / 16u % 64u);
-                                    const int l114 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec110 && (unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l113 * 136 + (l114 * 8)], &in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    const int l101 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l102 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l103 = (int)((unsigned)e / 16u % 64u);
+                                    const int l104 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec100 && (unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8)], &in2[(unsigned)(o1 + l101) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l102) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l103) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l104 * 8)) * (unsigned)args.input_strides[2][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l113 * 136 + (l114 * 8 + q)] = ((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8 + q)] = ((unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l101) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l102) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l103) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l104 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on tensor cores: [i:64, e:128] over j:64 by 2 x 2 warps of 2 x 8 m16n8k16 fragments */
+                        /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + ((lane & 15) * 136 + (tid >> 5) % 2 * 64 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
-                                unsigned fa[2][4], fb[8][2];
+                                unsigned fa[1][4], fb[16][2];
                                 #pragma unroll
-                                for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                for (int i = 0; i < 1; i++) {
+                                    const int f = (i * 8 + kk / 8) * 4;
+                                    fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
+                                    fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
+                                    fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
+                                    fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
+                                }
                                 #pragma unroll
-                                for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
                                 #pragma unroll
-                                for (int i = 0; i < 2; i++) {
+                                for (int i = 0; i < 1; i++) {
                                     #pragma unroll
-                                    for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    for (int j = 0; j < 16; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
                                 }
                             }
                         }
                         /* acc6 += v35: accumulated by the tensor-core dot above */
                     }
-                    float v22[1];
+                    float v22[2];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v22[r] = acc3[r];
-                        }
+                    for (int r = 0; r < 2; r++) {
+                        v22[r] = acc3[r];
                     }
                     float v36[64];
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
                         v36[r] = acc6[r];
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v22[r]; }
-                    __syncthreads();
                     float v38[64];
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l122 = 0;
-                        const int l123 = 0;
-                        const int l124 = (tid >> 5) / 2 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l122 * 64 + l123 * 64 + l124]);
+                        v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                     }
                     /* the fragments two adjacent columns at a time */
                     #pragma unroll
                     for (int r = 0; r < 64; r += 2) {
-                        const int lr = (tid >> 5) / 2 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                         const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                         if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_bf16(v38[r], v38[r + 1]);
                         else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_bf16(v38[r]);
@@ -3541,22 +3189,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                         acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[1];
+                    float acc3[2];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc3[r] = 0e0f;
-                        }
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[1];
+                    float acc0[2];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc0[r] = (-INFINITY);
-                        }
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal.tensorize(j:64) + rsum attention_causal.tensorize(j:64) + rdot attention_causal.tensorize(j:64), online */
                     for (long long o15 = 0; o15 < s3; o15 += 64) {
@@ -3652,22 +3294,22 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                                 }
                             }
                             __syncthreads();
-                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + (((tid >> 5) % 2 * 32 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[2][4], fb[4][2];
+                                    unsigned fa[1][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) {
+                                    for (int i = 0; i < 1; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 4; j++) dt_mma_m16n8k16_f16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
@@ -3690,133 +3332,84 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                         float v12[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l45 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l46 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            const int l45 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            const int l46 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                             v12[r] = (dt_smem + 0)[l45 * 64 + l46] != 0.0f ? v9[r] : v11[0];
                         }
                         float v13[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l50 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            const int l50 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                             v13[r] = ((unsigned)(o15 + l50) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
-                        float v14[1];
-                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 2 warps per row */
+                        float v14[2];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[4];
+                            float p[2];
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                            for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) {
+                            for (int s = 0; s < 2; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                             }
-                            __syncthreads();
-                            if ((tid & 3) == 0) {
-                                #pragma unroll
-                                for (int s = 0; s < 4; s++) (dt_smem + 4096)[(tid >> 5) % 2 * 64 + (tid >> 5) / 2 * 32 + (s >> 1) * 16 + ((tid & 31) >> 2) + (s & 1) * 8] = p[s];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 2; s++) v14[s] = p[s];
                         }
-                        __syncthreads();
+                        float v57[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l53 = (int)((unsigned)e / 1u % 64u);
-                                v14[r] = fmaxf((dt_smem + 4096)[0 + l53], (dt_smem + 4096)[64 + l53]);
-                            }
-                        }
-                        float v57[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v57[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v57[r] = acc0[r];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc0[r] = fmaxf(acc0[r], v14[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            acc0[r] = fmaxf(acc0[r], v14[r]);
                         }
-                        float v58[1];
+                        float v58[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v58[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v58[r] = acc0[r];
                         }
-                        float v61[1];
+                        float v61[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
                         }
-                        float v62[1];
+                        float v62[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
                         }
-                        float v63[1];
+                        float v63[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v63[r] = (v57[r] - v62[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v63[r] = (v57[r] - v62[r]);
                         }
-                        float v64[1];
+                        float v64[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v64[r] = dt_fast_exp(v63[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v64[r] = dt_fast_exp(v63[r]);
                         }
-                        float v65[1];
+                        float v65[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v65[r] = acc3[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v65[r] = acc3[r];
                         }
-                        float v66[1];
+                        float v66[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v66[r] = (v65[r] * v64[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v66[r] = (v65[r] * v64[r]);
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc3[r] = v66[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            acc3[r] = v66[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v62[r]; }
-                        __syncthreads();
                         float v30[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l84 = 0;
-                            const int l85 = 0;
-                            const int l86 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            v30[r] = (v12[r] - (dt_smem + 0)[l84 * 64 + l85 * 64 + l86]);
+                            v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                         }
                         float v31[32];
                         #pragma unroll
@@ -3826,60 +3419,38 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                         float v32[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l95 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            v32[r] = ((unsigned)(o15 + l95) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l92 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v32[r] = ((unsigned)(o15 + l92) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
-                        float v33[1];
-                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 2 warps per row */
+                        float v33[2];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[4];
+                            float p[2];
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                            for (int s = 0; s < 2; s++) p[s] = 0e0f;
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) {
+                            for (int s = 0; s < 2; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
                             }
-                            __syncthreads();
-                            if ((tid & 3) == 0) {
-                                #pragma unroll
-                                for (int s = 0; s < 4; s++) (dt_smem + 4096)[(tid >> 5) % 2 * 64 + (tid >> 5) / 2 * 32 + (s >> 1) * 16 + ((tid & 31) >> 2) + (s & 1) * 8] = p[s];
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l98 = (int)((unsigned)e / 1u % 64u);
-                                v33[r] = (dt_smem + 4096)[0 + l98] + (dt_smem + 4096)[64 + l98];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 2; s++) v33[s] = p[s];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc3[r] = acc3[r] + v33[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            acc3[r] = acc3[r] + v33[r];
                         }
                         float v67[64];
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
                             v67[r] = acc6[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v64[r]; }
-                        __syncthreads();
                         float v68[64];
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            const int l106 = 0;
-                            const int l107 = 0;
-                            const int l108 = (tid >> 5) / 2 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            v68[r] = (v67[r] * (dt_smem + 0)[l106 * 64 + l107 * 64 + l108]);
+                            v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
@@ -3887,88 +3458,77 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                         }
                         /* v52: loaded by the tensor-core dot that reads it */
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int l116 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l117 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            ((unsigned short*)(dt_smem + 0))[l116 * 72 + l117] = dt_f32_to_f16(v32[r]);
-                        }
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec118 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec108 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
                                 const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l119 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l120 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l121 = (int)((unsigned)e / 16u % 64u);
-                                    const int l122 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec118 && (unsigned)(o15 + l121) < (unsigned)s3 && (unsigned)(o4 + (l122 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l121 * 136 + (l122 * 8)], &in2[(unsigned)(o1 + l119) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l120) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l121) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l122 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    const int l109 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l110 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l111 = (int)((unsigned)e / 16u % 64u);
+                                    const int l112 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec108 && (unsigned)(o15 + l111) < (unsigned)s3 && (unsigned)(o4 + (l112 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l111 * 136 + (l112 * 8)], &in2[(unsigned)(o1 + l109) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l110) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l111) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l112 * 8)) * (unsigned)args.input_strides[2][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l121 * 136 + (l122 * 8 + q)] = ((unsigned)(o15 + l121) < (unsigned)s3 && (unsigned)(o4 + (l122 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l119) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l120) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l121) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l122 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l111 * 136 + (l112 * 8 + q)] = ((unsigned)(o15 + l111) < (unsigned)s3 && (unsigned)(o4 + (l112 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l109) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l110) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l111) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l112 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on tensor cores: [i:64, e:128] over j:64 by 2 x 2 warps of 2 x 8 m16n8k16 fragments */
+                        /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + ((lane & 15) * 136 + (tid >> 5) % 2 * 64 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
-                                unsigned fa[2][4], fb[8][2];
+                                unsigned fa[1][4], fb[16][2];
                                 #pragma unroll
-                                for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                for (int i = 0; i < 1; i++) {
+                                    const int f = (i * 8 + kk / 8) * 4;
+                                    fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                    fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                    fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                    fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                }
                                 #pragma unroll
-                                for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
                                 #pragma unroll
-                                for (int i = 0; i < 2; i++) {
+                                for (int i = 0; i < 1; i++) {
                                     #pragma unroll
-                                    for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    for (int j = 0; j < 16; j++) dt_mma_m16n8k16_f16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
                                 }
                             }
                         }
                         /* acc6 += v53: accumulated by the tensor-core dot above */
                     }
-                    float v34[1];
+                    float v34[2];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v34[r] = acc3[r];
-                        }
+                    for (int r = 0; r < 2; r++) {
+                        v34[r] = acc3[r];
                     }
                     float v54[64];
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
                         v54[r] = acc6[r];
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v34[r]; }
-                    __syncthreads();
                     float v56[64];
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l130 = 0;
-                        const int l131 = 0;
-                        const int l132 = (tid >> 5) / 2 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l130 * 64 + l131 * 64 + l132]);
+                        v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l134 = 0;
-                        const int l135 = 0;
-                        const int l136 = (tid >> 5) / 2 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l137 = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l136) < (unsigned)s2 && (unsigned)(o4 + l137) < (unsigned)s4) out[(unsigned)(o1 + l134) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l135) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l136) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l137) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
+                        const int l124 = 0;
+                        const int l125 = 0;
+                        const int l126 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l127 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l126) < (unsigned)s2 && (unsigned)(o4 + l127) < (unsigned)s4) out[(unsigned)(o1 + l124) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l125) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l126) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l127) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
                     }
                 }
             }
@@ -4061,22 +3621,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                         acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[1];
+                    float acc3[2];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc3[r] = 0e0f;
-                        }
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[1];
+                    float acc0[2];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc0[r] = (-INFINITY);
-                        }
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal.tensorize(j:64) + rsum attention_causal.tensorize(j:64) + rdot attention_causal.tensorize(j:64), online */
                     for (long long o15 = 0; o15 < s3; o15 += 64) {
@@ -4172,22 +3726,22 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                                 }
                             }
                             __syncthreads();
-                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + (((tid >> 5) % 2 * 32 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[2][4], fb[4][2];
+                                    unsigned fa[1][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) {
+                                    for (int i = 0; i < 1; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 4; j++) dt_mma_m16n8k16_f16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
@@ -4210,133 +3764,84 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                         float v12[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l45 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l46 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            const int l45 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            const int l46 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                             v12[r] = (dt_smem + 0)[l45 * 64 + l46] != 0.0f ? v9[r] : v11[0];
                         }
                         float v13[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l50 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            const int l50 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                             v13[r] = ((unsigned)(o15 + l50) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
-                        float v14[1];
-                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 2 warps per row */
+                        float v14[2];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[4];
+                            float p[2];
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                            for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) {
+                            for (int s = 0; s < 2; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                             }
-                            __syncthreads();
-                            if ((tid & 3) == 0) {
-                                #pragma unroll
-                                for (int s = 0; s < 4; s++) (dt_smem + 4096)[(tid >> 5) % 2 * 64 + (tid >> 5) / 2 * 32 + (s >> 1) * 16 + ((tid & 31) >> 2) + (s & 1) * 8] = p[s];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 2; s++) v14[s] = p[s];
                         }
-                        __syncthreads();
+                        float v57[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l53 = (int)((unsigned)e / 1u % 64u);
-                                v14[r] = fmaxf((dt_smem + 4096)[0 + l53], (dt_smem + 4096)[64 + l53]);
-                            }
-                        }
-                        float v57[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v57[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v57[r] = acc0[r];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc0[r] = fmaxf(acc0[r], v14[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            acc0[r] = fmaxf(acc0[r], v14[r]);
                         }
-                        float v58[1];
+                        float v58[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v58[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v58[r] = acc0[r];
                         }
-                        float v61[1];
+                        float v61[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
                         }
-                        float v62[1];
+                        float v62[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
                         }
-                        float v63[1];
+                        float v63[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v63[r] = (v57[r] - v62[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v63[r] = (v57[r] - v62[r]);
                         }
-                        float v64[1];
+                        float v64[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v64[r] = dt_fast_exp(v63[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v64[r] = dt_fast_exp(v63[r]);
                         }
-                        float v65[1];
+                        float v65[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v65[r] = acc3[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v65[r] = acc3[r];
                         }
-                        float v66[1];
+                        float v66[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v66[r] = (v65[r] * v64[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v66[r] = (v65[r] * v64[r]);
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc3[r] = v66[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            acc3[r] = v66[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v62[r]; }
-                        __syncthreads();
                         float v30[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l84 = 0;
-                            const int l85 = 0;
-                            const int l86 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            v30[r] = (v12[r] - (dt_smem + 0)[l84 * 64 + l85 * 64 + l86]);
+                            v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                         }
                         float v31[32];
                         #pragma unroll
@@ -4346,60 +3851,38 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                         float v32[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l95 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            v32[r] = ((unsigned)(o15 + l95) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l92 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v32[r] = ((unsigned)(o15 + l92) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
-                        float v33[1];
-                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 2 warps per row */
+                        float v33[2];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[4];
+                            float p[2];
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                            for (int s = 0; s < 2; s++) p[s] = 0e0f;
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) {
+                            for (int s = 0; s < 2; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
                             }
-                            __syncthreads();
-                            if ((tid & 3) == 0) {
-                                #pragma unroll
-                                for (int s = 0; s < 4; s++) (dt_smem + 4096)[(tid >> 5) % 2 * 64 + (tid >> 5) / 2 * 32 + (s >> 1) * 16 + ((tid & 31) >> 2) + (s & 1) * 8] = p[s];
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l98 = (int)((unsigned)e / 1u % 64u);
-                                v33[r] = (dt_smem + 4096)[0 + l98] + (dt_smem + 4096)[64 + l98];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 2; s++) v33[s] = p[s];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc3[r] = acc3[r] + v33[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            acc3[r] = acc3[r] + v33[r];
                         }
                         float v67[64];
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
                             v67[r] = acc6[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v64[r]; }
-                        __syncthreads();
                         float v68[64];
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            const int l106 = 0;
-                            const int l107 = 0;
-                            const int l108 = (tid >> 5) / 2 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            v68[r] = (v67[r] * (dt_smem + 0)[l106 * 64 + l107 * 64 + l108]);
+                            v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
@@ -4407,85 +3890,74 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                         }
                         /* v52: loaded by the tensor-core dot that reads it */
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int l116 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l117 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            ((unsigned short*)(dt_smem + 0))[l116 * 72 + l117] = dt_f32_to_f16(v32[r]);
-                        }
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec118 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec108 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
                                 const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l119 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l120 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l121 = (int)((unsigned)e / 16u % 64u);
-                                    const int l122 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec118 && (unsigned)(o15 + l121) < (unsigned)s3 && (unsigned)(o4 + (l122 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l121 * 136 + (l122 * 8)], &in2[(unsigned)(o1 + l119) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l120) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l121) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l122 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    const int l109 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l110 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l111 = (int)((unsigned)e / 16u % 64u);
+                                    const int l112 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec108 && (unsigned)(o15 + l111) < (unsigned)s3 && (unsigned)(o4 + (l112 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l111 * 136 + (l112 * 8)], &in2[(unsigned)(o1 + l109) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l110) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l111) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l112 * 8)) * (unsigned)args.input_strides[2][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l121 * 136 + (l122 * 8 + q)] = ((unsigned)(o15 + l121) < (unsigned)s3 && (unsigned)(o4 + (l122 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l119) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l120) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l121) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l122 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l111 * 136 + (l112 * 8 + q)] = ((unsigned)(o15 + l111) < (unsigned)s3 && (unsigned)(o4 + (l112 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l109) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l110) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l111) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l112 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on tensor cores: [i:64, e:128] over j:64 by 2 x 2 warps of 2 x 8 m16n8k16 fragments */
+                        /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + ((lane & 15) * 136 + (tid >> 5) % 2 * 64 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
-                                unsigned fa[2][4], fb[8][2];
+                                unsigned fa[1][4], fb[16][2];
                                 #pragma unroll
-                                for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                for (int i = 0; i < 1; i++) {
+                                    const int f = (i * 8 + kk / 8) * 4;
+                                    fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                    fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                    fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                    fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                }
                                 #pragma unroll
-                                for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
                                 #pragma unroll
-                                for (int i = 0; i < 2; i++) {
+                                for (int i = 0; i < 1; i++) {
                                     #pragma unroll
-                                    for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    for (int j = 0; j < 16; j++) dt_mma_m16n8k16_f16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
                                 }
                             }
                         }
                         /* acc6 += v53: accumulated by the tensor-core dot above */
                     }
-                    float v34[1];
+                    float v34[2];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v34[r] = acc3[r];
-                        }
+                    for (int r = 0; r < 2; r++) {
+                        v34[r] = acc3[r];
                     }
                     float v54[64];
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
                         v54[r] = acc6[r];
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v34[r]; }
-                    __syncthreads();
                     float v56[64];
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l130 = 0;
-                        const int l131 = 0;
-                        const int l132 = (tid >> 5) / 2 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l130 * 64 + l131 * 64 + l132]);
+                        v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                     }
                     /* the fragments two adjacent columns at a time */
                     #pragma unroll
                     for (int r = 0; r < 64; r += 2) {
-                        const int lr = (tid >> 5) / 2 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                         const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                         if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_f16(v56[r], v56[r + 1]);
                         else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f16(v56[r]);
@@ -4581,22 +4053,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                         acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[1];
+                    float acc3[2];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc3[r] = 0e0f;
-                        }
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[1];
+                    float acc0[2];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc0[r] = (-INFINITY);
-                        }
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal.tensorize(j:64) + rsum attention_causal.tensorize(j:64) + rdot attention_causal.tensorize(j:64), online */
                     for (long long o15 = 0; o15 < s3; o15 += 64) {
@@ -4692,22 +4158,22 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                                 }
                             }
                             __syncthreads();
-                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + (((tid >> 5) % 2 * 32 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[2][4], fb[4][2];
+                                    unsigned fa[1][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) {
+                                    for (int i = 0; i < 1; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 4; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
@@ -4730,133 +4196,84 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                         float v12[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l45 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l46 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            const int l45 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            const int l46 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                             v12[r] = (dt_smem + 0)[l45 * 64 + l46] != 0.0f ? v9[r] : v11[0];
                         }
                         float v13[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l50 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            const int l50 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                             v13[r] = ((unsigned)(o15 + l50) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
-                        float v14[1];
-                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 2 warps per row */
+                        float v14[2];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[4];
+                            float p[2];
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                            for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) {
+                            for (int s = 0; s < 2; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                             }
-                            __syncthreads();
-                            if ((tid & 3) == 0) {
-                                #pragma unroll
-                                for (int s = 0; s < 4; s++) (dt_smem + 4096)[(tid >> 5) % 2 * 64 + (tid >> 5) / 2 * 32 + (s >> 1) * 16 + ((tid & 31) >> 2) + (s & 1) * 8] = p[s];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 2; s++) v14[s] = p[s];
                         }
-                        __syncthreads();
+                        float v57[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l53 = (int)((unsigned)e / 1u % 64u);
-                                v14[r] = fmaxf((dt_smem + 4096)[0 + l53], (dt_smem + 4096)[64 + l53]);
-                            }
-                        }
-                        float v57[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v57[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v57[r] = acc0[r];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc0[r] = fmaxf(acc0[r], v14[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            acc0[r] = fmaxf(acc0[r], v14[r]);
                         }
-                        float v58[1];
+                        float v58[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v58[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v58[r] = acc0[r];
                         }
-                        float v61[1];
+                        float v61[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
                         }
-                        float v62[1];
+                        float v62[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
                         }
-                        float v63[1];
+                        float v63[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v63[r] = (v57[r] - v62[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v63[r] = (v57[r] - v62[r]);
                         }
-                        float v64[1];
+                        float v64[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v64[r] = dt_fast_exp(v63[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v64[r] = dt_fast_exp(v63[r]);
                         }
-                        float v65[1];
+                        float v65[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v65[r] = acc3[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v65[r] = acc3[r];
                         }
-                        float v66[1];
+                        float v66[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v66[r] = (v65[r] * v64[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v66[r] = (v65[r] * v64[r]);
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc3[r] = v66[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            acc3[r] = v66[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v62[r]; }
-                        __syncthreads();
                         float v30[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l84 = 0;
-                            const int l85 = 0;
-                            const int l86 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            v30[r] = (v12[r] - (dt_smem + 0)[l84 * 64 + l85 * 64 + l86]);
+                            v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                         }
                         float v31[32];
                         #pragma unroll
@@ -4866,60 +4283,38 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                         float v32[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l95 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            v32[r] = ((unsigned)(o15 + l95) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l92 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v32[r] = ((unsigned)(o15 + l92) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
-                        float v33[1];
-                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 2 warps per row */
+                        float v33[2];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[4];
+                            float p[2];
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                            for (int s = 0; s < 2; s++) p[s] = 0e0f;
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) {
+                            for (int s = 0; s < 2; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
                             }
-                            __syncthreads();
-                            if ((tid & 3) == 0) {
-                                #pragma unroll
-                                for (int s = 0; s < 4; s++) (dt_smem + 4096)[(tid >> 5) % 2 * 64 + (tid >> 5) / 2 * 32 + (s >> 1) * 16 + ((tid & 31) >> 2) + (s & 1) * 8] = p[s];
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l98 = (int)((unsigned)e / 1u % 64u);
-                                v33[r] = (dt_smem + 4096)[0 + l98] + (dt_smem + 4096)[64 + l98];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 2; s++) v33[s] = p[s];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc3[r] = acc3[r] + v33[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            acc3[r] = acc3[r] + v33[r];
                         }
                         float v67[64];
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
                             v67[r] = acc6[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v64[r]; }
-                        __syncthreads();
                         float v68[64];
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            const int l106 = 0;
-                            const int l107 = 0;
-                            const int l108 = (tid >> 5) / 2 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            v68[r] = (v67[r] * (dt_smem + 0)[l106 * 64 + l107 * 64 + l108]);
+                            v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
@@ -4927,88 +4322,77 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                         }
                         /* v52: loaded by the tensor-core dot that reads it */
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int l116 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l117 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            ((unsigned short*)(dt_smem + 0))[l116 * 72 + l117] = dt_f32_to_bf16(v32[r]);
-                        }
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec118 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec108 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
                                 const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l119 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l120 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l121 = (int)((unsigned)e / 16u % 64u);
-                                    const int l122 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec118 && (unsigned)(o15 + l121) < (unsigned)s3 && (unsigned)(o4 + (l122 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l121 * 136 + (l122 * 8)], &in2[(unsigned)(o1 + l119) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l120) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l121) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l122 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    const int l109 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l110 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l111 = (int)((unsigned)e / 16u % 64u);
+                                    const int l112 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec108 && (unsigned)(o15 + l111) < (unsigned)s3 && (unsigned)(o4 + (l112 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l111 * 136 + (l112 * 8)], &in2[(unsigned)(o1 + l109) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l110) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l111) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l112 * 8)) * (unsigned)args.input_strides[2][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l121 * 136 + (l122 * 8 + q)] = ((unsigned)(o15 + l121) < (unsigned)s3 && (unsigned)(o4 + (l122 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l119) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l120) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l121) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l122 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l111 * 136 + (l112 * 8 + q)] = ((unsigned)(o15 + l111) < (unsigned)s3 && (unsigned)(o4 + (l112 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l109) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l110) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l111) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l112 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on tensor cores: [i:64, e:128] over j:64 by 2 x 2 warps of 2 x 8 m16n8k16 fragments */
+                        /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + ((lane & 15) * 136 + (tid >> 5) % 2 * 64 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
-                                unsigned fa[2][4], fb[8][2];
+                                unsigned fa[1][4], fb[16][2];
                                 #pragma unroll
-                                for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                for (int i = 0; i < 1; i++) {
+                                    const int f = (i * 8 + kk / 8) * 4;
+                                    fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                    fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                    fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                    fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                }
                                 #pragma unroll
-                                for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
                                 #pragma unroll
-                                for (int i = 0; i < 2; i++) {
+                                for (int i = 0; i < 1; i++) {
                                     #pragma unroll
-                                    for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    for (int j = 0; j < 16; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
                                 }
                             }
                         }
                         /* acc6 += v53: accumulated by the tensor-core dot above */
                     }
-                    float v34[1];
+                    float v34[2];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v34[r] = acc3[r];
-                        }
+                    for (int r = 0; r < 2; r++) {
+                        v34[r] = acc3[r];
                     }
                     float v54[64];
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
                         v54[r] = acc6[r];
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v34[r]; }
-                    __syncthreads();
                     float v56[64];
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l130 = 0;
-                        const int l131 = 0;
-                        const int l132 = (tid >> 5) / 2 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l130 * 64 + l131 * 64 + l132]);
+                        v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l134 = 0;
-                        const int l135 = 0;
-                        const int l136 = (tid >> 5) / 2 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l137 = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l136) < (unsigned)s2 && (unsigned)(o4 + l137) < (unsigned)s4) out[(unsigned)(o1 + l134) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l135) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l136) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l137) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
+                        const int l124 = 0;
+                        const int l125 = 0;
+                        const int l126 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l127 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l126) < (unsigned)s2 && (unsigned)(o4 + l127) < (unsigned)s4) out[(unsigned)(o1 + l124) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l125) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l126) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l127) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
                     }
                 }
             }
@@ -5101,22 +4485,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                         acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[1];
+                    float acc3[2];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc3[r] = 0e0f;
-                        }
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[1];
+                    float acc0[2];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc0[r] = (-INFINITY);
-                        }
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal.tensorize(j:64) + rsum attention_causal.tensorize(j:64) + rdot attention_causal.tensorize(j:64), online */
                     for (long long o15 = 0; o15 < s3; o15 += 64) {
@@ -5212,22 +4590,22 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                                 }
                             }
                             __syncthreads();
-                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + (((tid >> 5) % 2 * 32 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[2][4], fb[4][2];
+                                    unsigned fa[1][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) {
+                                    for (int i = 0; i < 1; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 4; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
@@ -5250,133 +4628,84 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                         float v12[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l45 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l46 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            const int l45 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            const int l46 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                             v12[r] = (dt_smem + 0)[l45 * 64 + l46] != 0.0f ? v9[r] : v11[0];
                         }
                         float v13[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l50 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            const int l50 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                             v13[r] = ((unsigned)(o15 + l50) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
-                        float v14[1];
-                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 2 warps per row */
+                        float v14[2];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[4];
+                            float p[2];
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                            for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) {
+                            for (int s = 0; s < 2; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                             }
-                            __syncthreads();
-                            if ((tid & 3) == 0) {
-                                #pragma unroll
-                                for (int s = 0; s < 4; s++) (dt_smem + 4096)[(tid >> 5) % 2 * 64 + (tid >> 5) / 2 * 32 + (s >> 1) * 16 + ((tid & 31) >> 2) + (s & 1) * 8] = p[s];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 2; s++) v14[s] = p[s];
                         }
-                        __syncthreads();
+                        float v57[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l53 = (int)((unsigned)e / 1u % 64u);
-                                v14[r] = fmaxf((dt_smem + 4096)[0 + l53], (dt_smem + 4096)[64 + l53]);
-                            }
-                        }
-                        float v57[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v57[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v57[r] = acc0[r];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc0[r] = fmaxf(acc0[r], v14[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            acc0[r] = fmaxf(acc0[r], v14[r]);
                         }
-                        float v58[1];
+                        float v58[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v58[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v58[r] = acc0[r];
                         }
-                        float v61[1];
+                        float v61[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
                         }
-                        float v62[1];
+                        float v62[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
                         }
-                        float v63[1];
+                        float v63[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v63[r] = (v57[r] - v62[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v63[r] = (v57[r] - v62[r]);
                         }
-                        float v64[1];
+                        float v64[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v64[r] = dt_fast_exp(v63[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v64[r] = dt_fast_exp(v63[r]);
                         }
-                        float v65[1];
+                        float v65[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v65[r] = acc3[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v65[r] = acc3[r];
                         }
-                        float v66[1];
+                        float v66[2];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v66[r] = (v65[r] * v64[r]);
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            v66[r] = (v65[r] * v64[r]);
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc3[r] = v66[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            acc3[r] = v66[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v62[r]; }
-                        __syncthreads();
                         float v30[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l84 = 0;
-                            const int l85 = 0;
-                            const int l86 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            v30[r] = (v12[r] - (dt_smem + 0)[l84 * 64 + l85 * 64 + l86]);
+                            v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                         }
                         float v31[32];
                         #pragma unroll
@@ -5386,60 +4715,38 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                         float v32[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l95 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            v32[r] = ((unsigned)(o15 + l95) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l92 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v32[r] = ((unsigned)(o15 + l92) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
-                        float v33[1];
-                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 2 warps per row */
+                        float v33[2];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[4];
+                            float p[2];
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                            for (int s = 0; s < 2; s++) p[s] = 0e0f;
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) {
+                            for (int s = 0; s < 2; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
                             }
-                            __syncthreads();
-                            if ((tid & 3) == 0) {
-                                #pragma unroll
-                                for (int s = 0; s < 4; s++) (dt_smem + 4096)[(tid >> 5) % 2 * 64 + (tid >> 5) / 2 * 32 + (s >> 1) * 16 + ((tid & 31) >> 2) + (s & 1) * 8] = p[s];
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l98 = (int)((unsigned)e / 1u % 64u);
-                                v33[r] = (dt_smem + 4096)[0 + l98] + (dt_smem + 4096)[64 + l98];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 2; s++) v33[s] = p[s];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc3[r] = acc3[r] + v33[r];
-                            }
+                        for (int r = 0; r < 2; r++) {
+                            acc3[r] = acc3[r] + v33[r];
                         }
                         float v67[64];
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
                             v67[r] = acc6[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v64[r]; }
-                        __syncthreads();
                         float v68[64];
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            const int l106 = 0;
-                            const int l107 = 0;
-                            const int l108 = (tid >> 5) / 2 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            v68[r] = (v67[r] * (dt_smem + 0)[l106 * 64 + l107 * 64 + l108]);
+                            v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
@@ -5447,85 +4754,74 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                         }
                         /* v52: loaded by the tensor-core dot that reads it */
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int l116 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l117 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            ((unsigned short*)(dt_smem + 0))[l116 * 72 + l117] = dt_f32_to_bf16(v32[r]);
-                        }
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec118 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec108 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
                                 const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l119 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l120 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l121 = (int)((unsigned)e / 16u % 64u);
-                                    const int l122 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec118 && (unsigned)(o15 + l121) < (unsigned)s3 && (unsigned)(o4 + (l122 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l121 * 136 + (l122 * 8)], &in2[(unsigned)(o1 + l119) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l120) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l121) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l122 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    const int l109 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l110 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l111 = (int)((unsigned)e / 16u % 64u);
+                                    const int l112 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec108 && (unsigned)(o15 + l111) < (unsigned)s3 && (unsigned)(o4 + (l112 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l111 * 136 + (l112 * 8)], &in2[(unsigned)(o1 + l109) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l110) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l111) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l112 * 8)) * (unsigned)args.input_strides[2][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l121 * 136 + (l122 * 8 + q)] = ((unsigned)(o15 + l121) < (unsigned)s3 && (unsigned)(o4 + (l122 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l119) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l120) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l121) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l122 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l111 * 136 + (l112 * 8 + q)] = ((unsigned)(o15 + l111) < (unsigned)s3 && (unsigned)(o4 + (l112 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l109) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l110) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l111) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l112 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on tensor cores: [i:64, e:128] over j:64 by 2 x 2 warps of 2 x 8 m16n8k16 fragments */
+                        /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + ((lane & 15) * 136 + (tid >> 5) % 2 * 64 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
-                                unsigned fa[2][4], fb[8][2];
+                                unsigned fa[1][4], fb[16][2];
                                 #pragma unroll
-                                for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                for (int i = 0; i < 1; i++) {
+                                    const int f = (i * 8 + kk / 8) * 4;
+                                    fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                    fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                    fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                    fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                }
                                 #pragma unroll
-                                for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
                                 #pragma unroll
-                                for (int i = 0; i < 2; i++) {
+                                for (int i = 0; i < 1; i++) {
                                     #pragma unroll
-                                    for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    for (int j = 0; j < 16; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
                                 }
                             }
                         }
                         /* acc6 += v53: accumulated by the tensor-core dot above */
                     }
-                    float v34[1];
+                    float v34[2];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v34[r] = acc3[r];
-                        }
+                    for (int r = 0; r < 2; r++) {
+                        v34[r] = acc3[r];
                     }
                     float v54[64];
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
                         v54[r] = acc6[r];
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v34[r]; }
-                    __syncthreads();
                     float v56[64];
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l130 = 0;
-                        const int l131 = 0;
-                        const int l132 = (tid >> 5) / 2 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l130 * 64 + l131 * 64 + l132]);
+                        v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                     }
                     /* the fragments two adjacent columns at a time */
                     #pragma unroll
                     for (int r = 0; r < 64; r += 2) {
-                        const int lr = (tid >> 5) / 2 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                         const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                         if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_bf16(v56[r], v56[r + 1]);
                         else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_bf16(v56[r]);

@@ -688,22 +688,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                         acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[1];
+                    float acc3[4];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            acc3[r] = 0e0f;
-                        }
+                    for (int r = 0; r < 4; r++) {
+                        acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[1];
+                    float acc0[4];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            acc0[r] = (-INFINITY);
-                        }
+                    for (int r = 0; r < 4; r++) {
+                        acc0[r] = (-INFINITY);
                     }
                     /* rmax attention.tensorize(j:64) + rsum attention.tensorize(j:64) + rdot attention.tensorize(j:64), online */
                     for (long long o15 = 0; o15 < s3; o15 += 64) {
@@ -763,22 +757,22 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                                 }
                             }
                             __syncthreads();
-                            /* rdot on matrix cores: [i:64, j:64] over d:64 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
+                            /* rdot on matrix cores: [i:64, j:64] over d:64 by 4 x 1 wavefronts of 1 x 4 m16n16k16 fragments */
                             {
                                 const int lane = tid & 63;
-                                const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
-                                const unsigned short* fb0 = (const unsigned short*)(dt_smem + 2304) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                                const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                                const unsigned short* fb0 = (const unsigned short*)(dt_smem + 2304) + ((tid >> 6) % 1 * 64 + (lane & 15)) * 72 + (lane >> 4) * 4;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[2][2], fb[2][2];
+                                    unsigned fa[1][2], fb[4][2];
                                     #pragma unroll
-                                    for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                    for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                     #pragma unroll
-                                    for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 1152 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
+                                    for (int fbi = 0; fbi < 4; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 1152 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) {
+                                    for (int i = 0; i < 1; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 2; j++) dt_mfma_16x16x16_f16(&acc1[(i * 2 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 4; j++) dt_mfma_16x16x16_f16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
@@ -797,126 +791,77 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                         float v7[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l42 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            const int l42 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                             v7[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v6[r] : (-INFINITY);
                         }
-                        float v8[1];
-                        /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 2 warps per row */
+                        float v8[4];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[8];
+                            float p[4];
                             #pragma unroll
-                            for (int s = 0; s < 8; s++) p[s] = (-INFINITY);
+                            for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = fmaxf(p[s], v7[r]); }
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v7[r]); }
                             #pragma unroll
-                            for (int s = 0; s < 8; s++) {
+                            for (int s = 0; s < 4; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
-                            __syncthreads();
-                            if ((tid & 15) == 0) {
-                                #pragma unroll
-                                for (int s = 0; s < 8; s++) (dt_smem + 2304)[(tid >> 6) % 2 * 64 + (tid >> 6) / 2 * 32 + (s >> 2) * 16 + ((tid & 63) >> 4) * 4 + (s & 3)] = p[s];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) v8[s] = p[s];
                         }
-                        __syncthreads();
+                        float v39[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                const int l45 = (int)((unsigned)e / 1u % 64u);
-                                v8[r] = fmaxf((dt_smem + 2304)[0 + l45], (dt_smem + 2304)[64 + l45]);
-                            }
-                        }
-                        float v39[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v39[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v39[r] = acc0[r];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                acc0[r] = fmaxf(acc0[r], v8[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            acc0[r] = fmaxf(acc0[r], v8[r]);
                         }
-                        float v40[1];
+                        float v40[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v40[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v40[r] = acc0[r];
                         }
-                        float v43[1];
+                        float v43[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
                         }
-                        float v44[1];
+                        float v44[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
                         }
-                        float v45[1];
+                        float v45[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v45[r] = (v39[r] - v44[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v45[r] = (v39[r] - v44[r]);
                         }
-                        float v46[1];
+                        float v46[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v46[r] = dt_fast_exp(v45[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v46[r] = dt_fast_exp(v45[r]);
                         }
-                        float v47[1];
+                        float v47[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v47[r] = acc3[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v47[r] = acc3[r];
                         }
-                        float v48[1];
+                        float v48[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v48[r] = (v47[r] * v46[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v48[r] = (v47[r] * v46[r]);
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                acc3[r] = v48[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            acc3[r] = v48[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v44[r]; }
-                        __syncthreads();
                         float v18[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l76 = 0;
-                            const int l77 = 0;
-                            const int l78 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            v18[r] = (v6[r] - (dt_smem + 0)[l76 * 64 + l77 * 64 + l78]);
+                            v18[r] = (v6[r] - v44[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
                         float v19[16];
                         #pragma unroll
@@ -926,60 +871,38 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                         float v20[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l87 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v20[r] = ((unsigned)(o15 + l87) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l84 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v20[r] = ((unsigned)(o15 + l84) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
-                        float v21[1];
-                        /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 2 warps per row */
+                        float v21[4];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[8];
+                            float p[4];
                             #pragma unroll
-                            for (int s = 0; s < 8; s++) p[s] = 0e0f;
+                            for (int s = 0; s < 4; s++) p[s] = 0e0f;
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = p[s] + v20[r]; }
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = p[s] + v20[r]; }
                             #pragma unroll
-                            for (int s = 0; s < 8; s++) {
+                            for (int s = 0; s < 4; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 16);
                             }
-                            __syncthreads();
-                            if ((tid & 15) == 0) {
-                                #pragma unroll
-                                for (int s = 0; s < 8; s++) (dt_smem + 2304)[(tid >> 6) % 2 * 64 + (tid >> 6) / 2 * 32 + (s >> 2) * 16 + ((tid & 63) >> 4) * 4 + (s & 3)] = p[s];
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                const int l90 = (int)((unsigned)e / 1u % 64u);
-                                v21[r] = (dt_smem + 2304)[0 + l90] + (dt_smem + 2304)[64 + l90];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) v21[s] = p[s];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                acc3[r] = acc3[r] + v21[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            acc3[r] = acc3[r] + v21[r];
                         }
                         float v49[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             v49[r] = acc6[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v46[r]; }
-                        __syncthreads();
                         float v50[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l98 = 0;
-                            const int l99 = 0;
-                            const int l100 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            v50[r] = (v49[r] * (dt_smem + 0)[l98 * 64 + l99 * 64 + l100]);
+                            v50[r] = (v49[r] * v46[(r >> 2) / 8 * 4 + (r & 3)]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
@@ -989,90 +912,80 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l108 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l109 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l108 * 72 + l109] = dt_f32_to_f16(v20[r]);
+                            const int l102 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l103 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l102 * 72 + l103] = dt_f32_to_f16(v20[r]);
                         }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec110 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec104 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l111 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l112 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l113 = (int)((unsigned)e / 16u % 64u);
-                                    const int l114 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec110 && (unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l113 * 136 + (l114 * 8)], &in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    const int l105 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l106 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l107 = (int)((unsigned)e / 16u % 64u);
+                                    const int l108 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec104 && (unsigned)(o15 + l107) < (unsigned)s3 && (unsigned)(o4 + (l108 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l107 * 136 + (l108 * 8)], &in2[(unsigned)(o1 + l105) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l106) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l107) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l108 * 8)) * (unsigned)args.input_strides[2][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l113 * 136 + (l114 * 8 + q)] = ((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l107 * 136 + (l108 * 8 + q)] = ((unsigned)(o15 + l107) < (unsigned)s3 && (unsigned)(o4 + (l108 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l105) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l106) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l107) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l108 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on matrix cores: [i:64, e:128] over j:64 by 2 x 2 wavefronts of 2 x 4 m16n16k16 fragments */
+                        /* rdot on matrix cores: [i:64, e:128] over j:64 by 4 x 1 wavefronts of 1 x 8 m16n16k16 fragments */
                         {
                             const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 2304) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 2 * 64 + (lane & 15);
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 2304) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 1 * 128 + (lane & 15);
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
-                                unsigned fa[2][2], fb[4][2];
+                                unsigned fa[1][2], fb[8][2];
                                 #pragma unroll
-                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                 #pragma unroll
-                                for (int fbi = 0; fbi < 4; fbi++) {
+                                for (int fbi = 0; fbi < 8; fbi++) {
                                     const unsigned short* q = fb0 + fbi * 16 + kk * 136;
                                     fb[fbi][0] = (unsigned)q[0] | ((unsigned)q[136] << 16);
                                     fb[fbi][1] = (unsigned)q[272] | ((unsigned)q[408] << 16);
                                 }
                                 #pragma unroll
-                                for (int i = 0; i < 2; i++) {
+                                for (int i = 0; i < 1; i++) {
                                     #pragma unroll
-                                    for (int j = 0; j < 4; j++) dt_mfma_16x16x16_f16(&acc6[(i * 4 + j) * 4], fa[i], fb[j]);
+                                    for (int j = 0; j < 8; j++) dt_mfma_16x16x16_f16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
                                 }
                             }
                         }
                         /* acc6 += v35: accumulated by the tensor-core dot above */
                     }
-                    float v22[1];
+                    float v22[4];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            v22[r] = acc3[r];
-                        }
+                    for (int r = 0; r < 4; r++) {
+                        v22[r] = acc3[r];
                     }
                     float v36[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         v36[r] = acc6[r];
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v22[r]; }
-                    __syncthreads();
                     float v38[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l122 = 0;
-                        const int l123 = 0;
-                        const int l124 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l122 * 64 + l123 * 64 + l124]);
+                        v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 8 * 4 + (r & 3)]);
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l126 = 0;
-                        const int l127 = 0;
-                        const int l128 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l129 = (tid >> 6) % 2 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l128) < (unsigned)s2 && (unsigned)(o4 + l129) < (unsigned)s4) out[(unsigned)(o1 + l126) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l127) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l128) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l129) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
+                        const int l120 = 0;
+                        const int l121 = 0;
+                        const int l122 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l123 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l122) < (unsigned)s2 && (unsigned)(o4 + l123) < (unsigned)s4) out[(unsigned)(o1 + l120) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l121) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l122) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l123) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
                     }
                 }
             }
@@ -1153,22 +1066,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                         acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[1];
+                    float acc3[4];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            acc3[r] = 0e0f;
-                        }
+                    for (int r = 0; r < 4; r++) {
+                        acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[1];
+                    float acc0[4];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            acc0[r] = (-INFINITY);
-                        }
+                    for (int r = 0; r < 4; r++) {
+                        acc0[r] = (-INFINITY);
                     }
                     /* rmax attention.tensorize(j:64) + rsum attention.tensorize(j:64) + rdot attention.tensorize(j:64), online */
                     for (long long o15 = 0; o15 < s3; o15 += 64) {
@@ -1228,22 +1135,22 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                                 }
                             }
                             __syncthreads();
-                            /* rdot on matrix cores: [i:64, j:64] over d:64 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
+                            /* rdot on matrix cores: [i:64, j:64] over d:64 by 4 x 1 wavefronts of 1 x 4 m16n16k16 fragments */
                             {
                                 const int lane = tid & 63;
-                                const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
-                                const unsigned short* fb0 = (const unsigned short*)(dt_smem + 2304) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                                const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                                const unsigned short* fb0 = (const unsigned short*)(dt_smem + 2304) + ((tid >> 6) % 1 * 64 + (lane & 15)) * 72 + (lane >> 4) * 4;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[2][2], fb[2][2];
+                                    unsigned fa[1][2], fb[4][2];
                                     #pragma unroll
-                                    for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                    for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                     #pragma unroll
-                                    for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 1152 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
+                                    for (int fbi = 0; fbi < 4; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 1152 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) {
+                                    for (int i = 0; i < 1; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 2; j++) dt_mfma_16x16x16_bf16(&acc1[(i * 2 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 4; j++) dt_mfma_16x16x16_bf16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
@@ -1262,126 +1169,77 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                         float v7[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l42 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            const int l42 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                             v7[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v6[r] : (-INFINITY);
                         }
-                        float v8[1];
-                        /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 2 warps per row */
+                        float v8[4];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[8];
+                            float p[4];
                             #pragma unroll
-                            for (int s = 0; s < 8; s++) p[s] = (-INFINITY);
+                            for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = fmaxf(p[s], v7[r]); }
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v7[r]); }
                             #pragma unroll
-                            for (int s = 0; s < 8; s++) {
+                            for (int s = 0; s < 4; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
-                            __syncthreads();
-                            if ((tid & 15) == 0) {
-                                #pragma unroll
-                                for (int s = 0; s < 8; s++) (dt_smem + 2304)[(tid >> 6) % 2 * 64 + (tid >> 6) / 2 * 32 + (s >> 2) * 16 + ((tid & 63) >> 4) * 4 + (s & 3)] = p[s];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) v8[s] = p[s];
                         }
-                        __syncthreads();
+                        float v39[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                const int l45 = (int)((unsigned)e / 1u % 64u);
-                                v8[r] = fmaxf((dt_smem + 2304)[0 + l45], (dt_smem + 2304)[64 + l45]);
-                            }
-                        }
-                        float v39[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v39[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v39[r] = acc0[r];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                acc0[r] = fmaxf(acc0[r], v8[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            acc0[r] = fmaxf(acc0[r], v8[r]);
                         }
-                        float v40[1];
+                        float v40[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v40[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v40[r] = acc0[r];
                         }
-                        float v43[1];
+                        float v43[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
                         }
-                        float v44[1];
+                        float v44[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
                         }
-                        float v45[1];
+                        float v45[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v45[r] = (v39[r] - v44[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v45[r] = (v39[r] - v44[r]);
                         }
-                        float v46[1];
+                        float v46[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v46[r] = dt_fast_exp(v45[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v46[r] = dt_fast_exp(v45[r]);
                         }
-                        float v47[1];
+                        float v47[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v47[r] = acc3[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v47[r] = acc3[r];
                         }
-                        float v48[1];
+                        float v48[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v48[r] = (v47[r] * v46[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v48[r] = (v47[r] * v46[r]);
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                acc3[r] = v48[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            acc3[r] = v48[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v44[r]; }
-                        __syncthreads();
                         float v18[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l76 = 0;
-                            const int l77 = 0;
-                            const int l78 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            v18[r] = (v6[r] - (dt_smem + 0)[l76 * 64 + l77 * 64 + l78]);
+                            v18[r] = (v6[r] - v44[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
                         float v19[16];
                         #pragma unroll
@@ -1391,60 +1249,38 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                         float v20[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l87 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v20[r] = ((unsigned)(o15 + l87) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l84 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v20[r] = ((unsigned)(o15 + l84) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
-                        float v21[1];
-                        /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 2 warps per row */
+                        float v21[4];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[8];
+                            float p[4];
                             #pragma unroll
-                            for (int s = 0; s < 8; s++) p[s] = 0e0f;
+                            for (int s = 0; s < 4; s++) p[s] = 0e0f;
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = p[s] + v20[r]; }
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = p[s] + v20[r]; }
                             #pragma unroll
-                            for (int s = 0; s < 8; s++) {
+                            for (int s = 0; s < 4; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 16);
                             }
-                            __syncthreads();
-                            if ((tid & 15) == 0) {
-                                #pragma unroll
-                                for (int s = 0; s < 8; s++) (dt_smem + 2304)[(tid >> 6) % 2 * 64 + (tid >> 6) / 2 * 32 + (s >> 2) * 16 + ((tid & 63) >> 4) * 4 + (s & 3)] = p[s];
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                const int l90 = (int)((unsigned)e / 1u % 64u);
-                                v21[r] = (dt_smem + 2304)[0 + l90] + (dt_smem + 2304)[64 + l90];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) v21[s] = p[s];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                acc3[r] = acc3[r] + v21[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            acc3[r] = acc3[r] + v21[r];
                         }
                         float v49[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             v49[r] = acc6[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v46[r]; }
-                        __syncthreads();
                         float v50[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l98 = 0;
-                            const int l99 = 0;
-                            const int l100 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            v50[r] = (v49[r] * (dt_smem + 0)[l98 * 64 + l99 * 64 + l100]);
+                            v50[r] = (v49[r] * v46[(r >> 2) / 8 * 4 + (r & 3)]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
@@ -1454,90 +1290,80 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l108 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l109 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l108 * 72 + l109] = dt_f32_to_bf16(v20[r]);
+                            const int l102 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l103 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l102 * 72 + l103] = dt_f32_to_bf16(v20[r]);
                         }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec110 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec104 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l111 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l112 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l113 = (int)((unsigned)e / 16u % 64u);
-                                    const int l114 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec110 && (unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l113 * 136 + (l114 * 8)], &in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    const int l105 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l106 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l107 = (int)((unsigned)e / 16u % 64u);
+                                    const int l108 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec104 && (unsigned)(o15 + l107) < (unsigned)s3 && (unsigned)(o4 + (l108 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l107 * 136 + (l108 * 8)], &in2[(unsigned)(o1 + l105) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l106) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l107) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l108 * 8)) * (unsigned)args.input_strides[2][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l113 * 136 + (l114 * 8 + q)] = ((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l107 * 136 + (l108 * 8 + q)] = ((unsigned)(o15 + l107) < (unsigned)s3 && (unsigned)(o4 + (l108 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l105) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l106) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l107) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l108 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on matrix cores: [i:64, e:128] over j:64 by 2 x 2 wavefronts of 2 x 4 m16n16k16 fragments */
+                        /* rdot on matrix cores: [i:64, e:128] over j:64 by 4 x 1 wavefronts of 1 x 8 m16n16k16 fragments */
                         {
                             const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 2304) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 2 * 64 + (lane & 15);
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 2304) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 1 * 128 + (lane & 15);
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
-                                unsigned fa[2][2], fb[4][2];
+                                unsigned fa[1][2], fb[8][2];
                                 #pragma unroll
-                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                 #pragma unroll
-                                for (int fbi = 0; fbi < 4; fbi++) {
+                                for (int fbi = 0; fbi < 8; fbi++) {
                                     const unsigned short* q = fb0 + fbi * 16 + kk * 136;
                                     fb[fbi][0] = (unsigned)q[0] | ((unsigned)q[136] << 16);
                                     fb[fbi][1] = (unsigned)q[272] | ((unsigned)q[408] << 16);
                                 }
                                 #pragma unroll
-                                for (int i = 0; i < 2; i++) {
+                                for (int i = 0; i < 1; i++) {
                                     #pragma unroll
-                                    for (int j = 0; j < 4; j++) dt_mfma_16x16x16_bf16(&acc6[(i * 4 + j) * 4], fa[i], fb[j]);
+                                    for (int j = 0; j < 8; j++) dt_mfma_16x16x16_bf16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
                                 }
                             }
                         }
                         /* acc6 += v35: accumulated by the tensor-core dot above */
                     }
-                    float v22[1];
+                    float v22[4];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            v22[r] = acc3[r];
-                        }
+                    for (int r = 0; r < 4; r++) {
+                        v22[r] = acc3[r];
                     }
                     float v36[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         v36[r] = acc6[r];
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v22[r]; }
-                    __syncthreads();
                     float v38[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l122 = 0;
-                        const int l123 = 0;
-                        const int l124 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l122 * 64 + l123 * 64 + l124]);
+                        v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 8 * 4 + (r & 3)]);
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l126 = 0;
-                        const int l127 = 0;
-                        const int l128 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l129 = (tid >> 6) % 2 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l128) < (unsigned)s2 && (unsigned)(o4 + l129) < (unsigned)s4) out[(unsigned)(o1 + l126) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l127) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l128) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l129) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
+                        const int l120 = 0;
+                        const int l121 = 0;
+                        const int l122 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l123 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l122) < (unsigned)s2 && (unsigned)(o4 + l123) < (unsigned)s4) out[(unsigned)(o1 + l120) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l121) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l122) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l123) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
                     }
                 }
             }
@@ -2627,22 +2453,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                         acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[1];
+                    float acc3[4];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            acc3[r] = 0e0f;
-                        }
+                    for (int r = 0; r < 4; r++) {
+                        acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[1];
+                    float acc0[4];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            acc0[r] = (-INFINITY);
-                        }
+                    for (int r = 0; r < 4; r++) {
+                        acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal.tensorize(j:64) + rsum attention_causal.tensorize(j:64) + rdot attention_causal.tensorize(j:64), online */
                     for (long long o15 = 0; o15 < s3; o15 += 64) {
@@ -2738,22 +2558,22 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                                 }
                             }
                             __syncthreads();
-                            /* rdot on matrix cores: [i:64, j:64] over d:64 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
+                            /* rdot on matrix cores: [i:64, j:64] over d:64 by 4 x 1 wavefronts of 1 x 4 m16n16k16 fragments */
                             {
                                 const int lane = tid & 63;
-                                const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
-                                const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                                const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                                const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 1 * 64 + (lane & 15)) * 72 + (lane >> 4) * 4;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[2][2], fb[2][2];
+                                    unsigned fa[1][2], fb[4][2];
                                     #pragma unroll
-                                    for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                    for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                     #pragma unroll
-                                    for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 1152 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
+                                    for (int fbi = 0; fbi < 4; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 1152 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) {
+                                    for (int i = 0; i < 1; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 2; j++) dt_mfma_16x16x16_f16(&acc1[(i * 2 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 4; j++) dt_mfma_16x16x16_f16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
@@ -2776,133 +2596,84 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                         float v12[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l45 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l46 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            const int l45 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l46 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                             v12[r] = (dt_smem + 0)[l45 * 64 + l46] != 0.0f ? v9[r] : v11[0];
                         }
                         float v13[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l50 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            const int l50 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                             v13[r] = ((unsigned)(o15 + l50) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
-                        float v14[1];
-                        /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 2 warps per row */
+                        float v14[4];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[8];
+                            float p[4];
                             #pragma unroll
-                            for (int s = 0; s < 8; s++) p[s] = (-INFINITY);
+                            for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = fmaxf(p[s], v13[r]); }
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v13[r]); }
                             #pragma unroll
-                            for (int s = 0; s < 8; s++) {
+                            for (int s = 0; s < 4; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
-                            __syncthreads();
-                            if ((tid & 15) == 0) {
-                                #pragma unroll
-                                for (int s = 0; s < 8; s++) (dt_smem + 4096)[(tid >> 6) % 2 * 64 + (tid >> 6) / 2 * 32 + (s >> 2) * 16 + ((tid & 63) >> 4) * 4 + (s & 3)] = p[s];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) v14[s] = p[s];
                         }
-                        __syncthreads();
+                        float v57[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                const int l53 = (int)((unsigned)e / 1u % 64u);
-                                v14[r] = fmaxf((dt_smem + 4096)[0 + l53], (dt_smem + 4096)[64 + l53]);
-                            }
-                        }
-                        float v57[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v57[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v57[r] = acc0[r];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                acc0[r] = fmaxf(acc0[r], v14[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            acc0[r] = fmaxf(acc0[r], v14[r]);
                         }
-                        float v58[1];
+                        float v58[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v58[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v58[r] = acc0[r];
                         }
-                        float v61[1];
+                        float v61[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
                         }
-                        float v62[1];
+                        float v62[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
                         }
-                        float v63[1];
+                        float v63[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v63[r] = (v57[r] - v62[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v63[r] = (v57[r] - v62[r]);
                         }
-                        float v64[1];
+                        float v64[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v64[r] = dt_fast_exp(v63[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v64[r] = dt_fast_exp(v63[r]);
                         }
-                        float v65[1];
+                        float v65[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v65[r] = acc3[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v65[r] = acc3[r];
                         }
-                        float v66[1];
+                        float v66[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v66[r] = (v65[r] * v64[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v66[r] = (v65[r] * v64[r]);
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                acc3[r] = v66[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            acc3[r] = v66[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v62[r]; }
-                        __syncthreads();
                         float v30[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l84 = 0;
-                            const int l85 = 0;
-                            const int l86 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            v30[r] = (v12[r] - (dt_smem + 0)[l84 * 64 + l85 * 64 + l86]);
+                            v30[r] = (v12[r] - v62[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
                         float v31[16];
                         #pragma unroll
@@ -2912,60 +2683,38 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                         float v32[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l95 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v32[r] = ((unsigned)(o15 + l95) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l92 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v32[r] = ((unsigned)(o15 + l92) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
-                        float v33[1];
-                        /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 2 warps per row */
+                        float v33[4];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[8];
+                            float p[4];
                             #pragma unroll
-                            for (int s = 0; s < 8; s++) p[s] = 0e0f;
+                            for (int s = 0; s < 4; s++) p[s] = 0e0f;
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = p[s] + v32[r]; }
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = p[s] + v32[r]; }
                             #pragma unroll
-                            for (int s = 0; s < 8; s++) {
+                            for (int s = 0; s < 4; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 16);
                             }
-                            __syncthreads();
-                            if ((tid & 15) == 0) {
-                                #pragma unroll
-                                for (int s = 0; s < 8; s++) (dt_smem + 4096)[(tid >> 6) % 2 * 64 + (tid >> 6) / 2 * 32 + (s >> 2) * 16 + ((tid & 63) >> 4) * 4 + (s & 3)] = p[s];
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                const int l98 = (int)((unsigned)e / 1u % 64u);
-                                v33[r] = (dt_smem + 4096)[0 + l98] + (dt_smem + 4096)[64 + l98];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) v33[s] = p[s];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                acc3[r] = acc3[r] + v33[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            acc3[r] = acc3[r] + v33[r];
                         }
                         float v67[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             v67[r] = acc6[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v64[r]; }
-                        __syncthreads();
                         float v68[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l106 = 0;
-                            const int l107 = 0;
-                            const int l108 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            v68[r] = (v67[r] * (dt_smem + 0)[l106 * 64 + l107 * 64 + l108]);
+                            v68[r] = (v67[r] * v64[(r >> 2) / 8 * 4 + (r & 3)]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
@@ -2975,90 +2724,80 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l116 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l117 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l116 * 72 + l117] = dt_f32_to_f16(v32[r]);
+                            const int l110 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l111 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l110 * 72 + l111] = dt_f32_to_f16(v32[r]);
                         }
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec118 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec112 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l119 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l120 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l121 = (int)((unsigned)e / 16u % 64u);
-                                    const int l122 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec118 && (unsigned)(o15 + l121) < (unsigned)s3 && (unsigned)(o4 + (l122 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l121 * 136 + (l122 * 8)], &in2[(unsigned)(o1 + l119) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l120) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l121) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l122 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    const int l113 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l114 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l115 = (int)((unsigned)e / 16u % 64u);
+                                    const int l116 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec112 && (unsigned)(o15 + l115) < (unsigned)s3 && (unsigned)(o4 + (l116 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l115 * 136 + (l116 * 8)], &in2[(unsigned)(o1 + l113) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l114) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l115) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l116 * 8)) * (unsigned)args.input_strides[2][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l121 * 136 + (l122 * 8 + q)] = ((unsigned)(o15 + l121) < (unsigned)s3 && (unsigned)(o4 + (l122 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l119) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l120) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l121) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l122 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l115 * 136 + (l116 * 8 + q)] = ((unsigned)(o15 + l115) < (unsigned)s3 && (unsigned)(o4 + (l116 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l113) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l114) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l115) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l116 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on matrix cores: [i:64, e:128] over j:64 by 2 x 2 wavefronts of 2 x 4 m16n16k16 fragments */
+                        /* rdot on matrix cores: [i:64, e:128] over j:64 by 4 x 1 wavefronts of 1 x 8 m16n16k16 fragments */
                         {
                             const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 2 * 64 + (lane & 15);
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 1 * 128 + (lane & 15);
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
-                                unsigned fa[2][2], fb[4][2];
+                                unsigned fa[1][2], fb[8][2];
                                 #pragma unroll
-                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                 #pragma unroll
-                                for (int fbi = 0; fbi < 4; fbi++) {
+                                for (int fbi = 0; fbi < 8; fbi++) {
                                     const unsigned short* q = fb0 + fbi * 16 + kk * 136;
                                     fb[fbi][0] = (unsigned)q[0] | ((unsigned)q[136] << 16);
                                     fb[fbi][1] = (unsigned)q[272] | ((unsigned)q[408] << 16);
                                 }
                                 #pragma unroll
-                                for (int i = 0; i < 2; i++) {
+                                for (int i = 0; i < 1; i++) {
                                     #pragma unroll
-                                    for (int j = 0; j < 4; j++) dt_mfma_16x16x16_f16(&acc6[(i * 4 + j) * 4], fa[i], fb[j]);
+                                    for (int j = 0; j < 8; j++) dt_mfma_16x16x16_f16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
                                 }
                             }
                         }
                         /* acc6 += v53: accumulated by the tensor-core dot above */
                     }
-                    float v34[1];
+                    float v34[4];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            v34[r] = acc3[r];
-                        }
+                    for (int r = 0; r < 4; r++) {
+                        v34[r] = acc3[r];
                     }
                     float v54[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         v54[r] = acc6[r];
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v34[r]; }
-                    __syncthreads();
                     float v56[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l130 = 0;
-                        const int l131 = 0;
-                        const int l132 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l130 * 64 + l131 * 64 + l132]);
+                        v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 8 * 4 + (r & 3)]);
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l134 = 0;
-                        const int l135 = 0;
-                        const int l136 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l137 = (tid >> 6) % 2 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l136) < (unsigned)s2 && (unsigned)(o4 + l137) < (unsigned)s4) out[(unsigned)(o1 + l134) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l135) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l136) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l137) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
+                        const int l128 = 0;
+                        const int l129 = 0;
+                        const int l130 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l131 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l130) < (unsigned)s2 && (unsigned)(o4 + l131) < (unsigned)s4) out[(unsigned)(o1 + l128) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l129) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l130) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l131) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
                     }
                 }
             }
@@ -3151,22 +2890,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                         acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[1];
+                    float acc3[4];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            acc3[r] = 0e0f;
-                        }
+                    for (int r = 0; r < 4; r++) {
+                        acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[1];
+                    float acc0[4];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            acc0[r] = (-INFINITY);
-                        }
+                    for (int r = 0; r < 4; r++) {
+                        acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal.tensorize(j:64) + rsum attention_causal.tensorize(j:64) + rdot attention_causal.tensorize(j:64), online */
                     for (long long o15 = 0; o15 < s3; o15 += 64) {
@@ -3262,22 +2995,22 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                                 }
                             }
                             __syncthreads();
-                            /* rdot on matrix cores: [i:64, j:64] over d:64 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
+                            /* rdot on matrix cores: [i:64, j:64] over d:64 by 4 x 1 wavefronts of 1 x 4 m16n16k16 fragments */
                             {
                                 const int lane = tid & 63;
-                                const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
-                                const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                                const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                                const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 1 * 64 + (lane & 15)) * 72 + (lane >> 4) * 4;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[2][2], fb[2][2];
+                                    unsigned fa[1][2], fb[4][2];
                                     #pragma unroll
-                                    for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                    for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                     #pragma unroll
-                                    for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 1152 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
+                                    for (int fbi = 0; fbi < 4; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 1152 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) {
+                                    for (int i = 0; i < 1; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 2; j++) dt_mfma_16x16x16_bf16(&acc1[(i * 2 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 4; j++) dt_mfma_16x16x16_bf16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
@@ -3300,133 +3033,84 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                         float v12[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l45 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l46 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            const int l45 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l46 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                             v12[r] = (dt_smem + 0)[l45 * 64 + l46] != 0.0f ? v9[r] : v11[0];
                         }
                         float v13[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l50 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            const int l50 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                             v13[r] = ((unsigned)(o15 + l50) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
-                        float v14[1];
-                        /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 2 warps per row */
+                        float v14[4];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[8];
+                            float p[4];
                             #pragma unroll
-                            for (int s = 0; s < 8; s++) p[s] = (-INFINITY);
+                            for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = fmaxf(p[s], v13[r]); }
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v13[r]); }
                             #pragma unroll
-                            for (int s = 0; s < 8; s++) {
+                            for (int s = 0; s < 4; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
-                            __syncthreads();
-                            if ((tid & 15) == 0) {
-                                #pragma unroll
-                                for (int s = 0; s < 8; s++) (dt_smem + 4096)[(tid >> 6) % 2 * 64 + (tid >> 6) / 2 * 32 + (s >> 2) * 16 + ((tid & 63) >> 4) * 4 + (s & 3)] = p[s];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) v14[s] = p[s];
                         }
-                        __syncthreads();
+                        float v57[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                const int l53 = (int)((unsigned)e / 1u % 64u);
-                                v14[r] = fmaxf((dt_smem + 4096)[0 + l53], (dt_smem + 4096)[64 + l53]);
-                            }
-                        }
-                        float v57[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v57[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v57[r] = acc0[r];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                acc0[r] = fmaxf(acc0[r], v14[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            acc0[r] = fmaxf(acc0[r], v14[r]);
                         }
-                        float v58[1];
+                        float v58[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v58[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v58[r] = acc0[r];
                         }
-                        float v61[1];
+                        float v61[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
                         }
-                        float v62[1];
+                        float v62[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
                         }
-                        float v63[1];
+                        float v63[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v63[r] = (v57[r] - v62[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v63[r] = (v57[r] - v62[r]);
                         }
-                        float v64[1];
+                        float v64[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v64[r] = dt_fast_exp(v63[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v64[r] = dt_fast_exp(v63[r]);
                         }
-                        float v65[1];
+                        float v65[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v65[r] = acc3[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v65[r] = acc3[r];
                         }
-                        float v66[1];
+                        float v66[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v66[r] = (v65[r] * v64[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v66[r] = (v65[r] * v64[r]);
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                acc3[r] = v66[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            acc3[r] = v66[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v62[r]; }
-                        __syncthreads();
                         float v30[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l84 = 0;
-                            const int l85 = 0;
-                            const int l86 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            v30[r] = (v12[r] - (dt_smem + 0)[l84 * 64 + l85 * 64 + l86]);
+                            v30[r] = (v12[r] - v62[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
                         float v31[16];
                         #pragma unroll
@@ -3436,60 +3120,38 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                         float v32[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l95 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v32[r] = ((unsigned)(o15 + l95) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l92 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v32[r] = ((unsigned)(o15 + l92) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
-                        float v33[1];
-                        /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 2 warps per row */
+                        float v33[4];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[8];
+                            float p[4];
                             #pragma unroll
-                            for (int s = 0; s < 8; s++) p[s] = 0e0f;
+                            for (int s = 0; s < 4; s++) p[s] = 0e0f;
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = p[s] + v32[r]; }
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = p[s] + v32[r]; }
                             #pragma unroll
-                            for (int s = 0; s < 8; s++) {
+                            for (int s = 0; s < 4; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 16);
                             }
-                            __syncthreads();
-                            if ((tid & 15) == 0) {
-                                #pragma unroll
-                                for (int s = 0; s < 8; s++) (dt_smem + 4096)[(tid >> 6) % 2 * 64 + (tid >> 6) / 2 * 32 + (s >> 2) * 16 + ((tid & 63) >> 4) * 4 + (s & 3)] = p[s];
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                const int l98 = (int)((unsigned)e / 1u % 64u);
-                                v33[r] = (dt_smem + 4096)[0 + l98] + (dt_smem + 4096)[64 + l98];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) v33[s] = p[s];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                acc3[r] = acc3[r] + v33[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            acc3[r] = acc3[r] + v33[r];
                         }
                         float v67[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             v67[r] = acc6[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v64[r]; }
-                        __syncthreads();
                         float v68[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l106 = 0;
-                            const int l107 = 0;
-                            const int l108 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            v68[r] = (v67[r] * (dt_smem + 0)[l106 * 64 + l107 * 64 + l108]);
+                            v68[r] = (v67[r] * v64[(r >> 2) / 8 * 4 + (r & 3)]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
@@ -3499,90 +3161,80 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l116 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l117 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l116 * 72 + l117] = dt_f32_to_bf16(v32[r]);
+                            const int l110 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l111 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l110 * 72 + l111] = dt_f32_to_bf16(v32[r]);
                         }
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec118 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec112 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l119 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l120 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l121 = (int)((unsigned)e / 16u % 64u);
-                                    const int l122 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec118 && (unsigned)(o15 + l121) < (unsigned)s3 && (unsigned)(o4 + (l122 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l121 * 136 + (l122 * 8)], &in2[(unsigned)(o1 + l119) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l120) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l121) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l122 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    const int l113 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l114 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l115 = (int)((unsigned)e / 16u % 64u);
+                                    const int l116 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec112 && (unsigned)(o15 + l115) < (unsigned)s3 && (unsigned)(o4 + (l116 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l115 * 136 + (l116 * 8)], &in2[(unsigned)(o1 + l113) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l114) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l115) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l116 * 8)) * (unsigned)args.input_strides[2][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l121 * 136 + (l122 * 8 + q)] = ((unsigned)(o15 + l121) < (unsigned)s3 && (unsigned)(o4 + (l122 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l119) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l120) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l121) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l122 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l115 * 136 + (l116 * 8 + q)] = ((unsigned)(o15 + l115) < (unsigned)s3 && (unsigned)(o4 + (l116 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l113) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l114) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l115) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l116 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on matrix cores: [i:64, e:128] over j:64 by 2 x 2 wavefronts of 2 x 4 m16n16k16 fragments */
+                        /* rdot on matrix cores: [i:64, e:128] over j:64 by 4 x 1 wavefronts of 1 x 8 m16n16k16 fragments */
                         {
                             const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 2 * 64 + (lane & 15);
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 1 * 128 + (lane & 15);
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
-                                unsigned fa[2][2], fb[4][2];
+                                unsigned fa[1][2], fb[8][2];
                                 #pragma unroll
-                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                 #pragma unroll
-                                for (int fbi = 0; fbi < 4; fbi++) {
+                                for (int fbi = 0; fbi < 8; fbi++) {
                                     const unsigned short* q = fb0 + fbi * 16 + kk * 136;
                                     fb[fbi][0] = (unsigned)q[0] | ((unsigned)q[136] << 16);
                                     fb[fbi][1] = (unsigned)q[272] | ((unsigned)q[408] << 16);
                                 }
                                 #pragma unroll
-                                for (int i = 0; i < 2; i++) {
+                                for (int i = 0; i < 1; i++) {
                                     #pragma unroll
-                                    for (int j = 0; j < 4; j++) dt_mfma_16x16x16_bf16(&acc6[(i * 4 + j) * 4], fa[i], fb[j]);
+                                    for (int j = 0; j < 8; j++) dt_mfma_16x16x16_bf16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
                                 }
                             }
                         }
                         /* acc6 += v53: accumulated by the tensor-core dot above */
                     }
-                    float v34[1];
+                    float v34[4];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            v34[r] = acc3[r];
-                        }
+                    for (int r = 0; r < 4; r++) {
+                        v34[r] = acc3[r];
                     }
                     float v54[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         v54[r] = acc6[r];
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v34[r]; }
-                    __syncthreads();
                     float v56[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l130 = 0;
-                        const int l131 = 0;
-                        const int l132 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l130 * 64 + l131 * 64 + l132]);
+                        v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 8 * 4 + (r & 3)]);
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l134 = 0;
-                        const int l135 = 0;
-                        const int l136 = (tid >> 6) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l137 = (tid >> 6) % 2 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l136) < (unsigned)s2 && (unsigned)(o4 + l137) < (unsigned)s4) out[(unsigned)(o1 + l134) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l135) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l136) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l137) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
+                        const int l128 = 0;
+                        const int l129 = 0;
+                        const int l130 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l131 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l130) < (unsigned)s2 && (unsigned)(o4 + l131) < (unsigned)s4) out[(unsigned)(o1 + l128) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l129) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l130) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l131) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
                     }
                 }
             }

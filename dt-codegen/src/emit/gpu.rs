@@ -452,6 +452,9 @@ enum Source {
     Replicated(String),
     /// A shared-memory slot holding the whole tile, indexed by the lanes.
     Shared(usize, Shape),
+    /// A vector in accumulator rows read along the columns by a tile `t` of its rows: the
+    /// register of the reader's row, `name[t.row_slot(r)]`.
+    Rows(String, layouts::MmaTile),
 }
 
 impl Emitter<'_> {
@@ -578,6 +581,14 @@ impl Emitter<'_> {
     fn declare(&mut self, name: &str, shape: &Shape) {
         let r = self.regs(shape.elements());
         self.line(&format!("float {name}[{r}];"));
+    }
+
+    /// Declares the registers of a tile of `shape` held in `layout`.
+    fn declare_in(&mut self, name: &str, shape: &Shape, layout: RegLayout) {
+        match layout {
+            RegLayout::MmaRows(r) => self.line(&format!("float {name}[{}];", r.slots())),
+            _ => self.declare(name, shape),
+        }
     }
 
     fn stmts(&mut self, stmts: &[Stmt]) -> Result<(), EmitError> {
@@ -732,9 +743,9 @@ impl Emitter<'_> {
                     self.line(&format!("/* {origin} */"));
                 }
                 let name = format!("acc{}", var.0);
-                self.declare(&name, &shape);
-                let v = float_lit(*value);
                 let layout = self.plan.vars[var.0 as usize];
+                self.declare_in(&name, &shape, layout);
+                let v = float_lit(*value);
                 self.for_owned(&shape, layout, |e, _| e.line(&format!("{name}[r] = {v};")));
             }
             Stmt::Update { var, value, .. } if self.plan.fused_update(*var, *value) => {
@@ -834,26 +845,26 @@ impl Emitter<'_> {
         let layout = self.layout(id);
         match op {
             Op::Const(c) => {
-                self.declare(&dst, &shape);
+                self.declare_in(&dst, &shape, layout);
                 let c = float_lit(*c);
                 self.for_owned(&shape, layout, |e, _| e.line(&format!("{dst}[r] = {c};")));
             }
             Op::Scalar(i) => {
-                self.declare(&dst, &shape);
+                self.declare_in(&dst, &shape, layout);
                 self.for_owned(&shape, layout, |e, _| e.line(&format!("{dst}[r] = args.scalars[{i}];")));
             }
             Op::Len(d) => {
-                self.declare(&dst, &shape);
+                self.declare_in(&dst, &shape, layout);
                 let s = self.size(*d);
                 self.for_owned(&shape, layout, |e, _| e.line(&format!("{dst}[r] = (float){s};")));
             }
             Op::BlockLanes(d) => {
-                self.declare(&dst, &shape);
+                self.declare_in(&dst, &shape, layout);
                 let n = super::block_lanes(self.k, *d);
                 self.for_owned(&shape, layout, |e, _| e.line(&format!("{dst}[r] = {n};")));
             }
             Op::Index(d) => {
-                self.declare(&dst, &shape);
+                self.declare_in(&dst, &shape, layout);
                 let o = self.offset(*d);
                 self.for_owned(&shape, layout, |e, l| e.line(&format!("{dst}[r] = (float)({o} + {});", l.lane(*d))));
             }
@@ -862,7 +873,7 @@ impl Emitter<'_> {
             }
             Op::Load { input, axes, fill } if self.packed(id) => self.packed_load(id, *input, axes, *fill),
             Op::Load { input, axes, fill } if layout == RegLayout::Blocked && self.vector_run(&shape, axes).is_some() => {
-                self.declare(&dst, &shape);
+                self.declare_in(&dst, &shape, layout);
                 let fill = float_lit(*fill);
                 let v = self.vector_run(&shape, axes).unwrap_or(1);
                 let strides = self.input_strides(*input);
@@ -925,7 +936,7 @@ impl Emitter<'_> {
                 });
             }
             Op::Load { input, axes, fill } => {
-                self.declare(&dst, &shape);
+                self.declare_in(&dst, &shape, layout);
                 let load = format!("dt_load_{}", self.dtype.name());
                 let fill = float_lit(*fill);
                 self.for_owned(&shape, layout, |e, l| {
@@ -935,7 +946,7 @@ impl Emitter<'_> {
             }
             Op::Unary(u, a) => {
                 let src = self.sources(Reader::Let(id), &[*a]);
-                self.declare(&dst, &shape);
+                self.declare_in(&dst, &shape, layout);
                 self.for_owned(&shape, layout, |e, l| {
                     let v = e.read(&src[0], l);
                     e.line(&format!("{dst}[r] = {};", unary_in(e.math, *u, &v)));
@@ -943,7 +954,7 @@ impl Emitter<'_> {
             }
             Op::Binary(b, x, y) => {
                 let src = self.sources(Reader::Let(id), &[*x, *y]);
-                self.declare(&dst, &shape);
+                self.declare_in(&dst, &shape, layout);
                 self.for_owned(&shape, layout, |e, l| {
                     let (vx, vy) = (e.read(&src[0], l), e.read(&src[1], l));
                     e.line(&format!("{dst}[r] = {};", binary_in(e.math, *b, &vx, &vy)));
@@ -951,7 +962,7 @@ impl Emitter<'_> {
             }
             Op::Select(c, x, y) => {
                 let src = self.sources(Reader::Let(id), &[*c, *x, *y]);
-                self.declare(&dst, &shape);
+                self.declare_in(&dst, &shape, layout);
                 self.for_owned(&shape, layout, |e, l| {
                     let (vc, vx, vy) = (e.read(&src[0], l), e.read(&src[1], l), e.read(&src[2], l));
                     e.line(&format!("{dst}[r] = {vc} != 0.0f ? {vx} : {vy};"));
@@ -959,7 +970,7 @@ impl Emitter<'_> {
             }
             Op::MaskFill { value, dim, fill } => {
                 let src = self.sources(Reader::Let(id), &[*value]);
-                self.declare(&dst, &shape);
+                self.declare_in(&dst, &shape, layout);
                 let fill = float_lit(*fill);
                 let by_run = self.masks_by_run(&shape, layout, *dim);
                 self.for_owned(&shape, layout, |e, l| {
@@ -979,7 +990,7 @@ impl Emitter<'_> {
             }
             Op::Reduce { op, value, dim, .. } if layouts::row_reduced_tile(self.k, &self.plan, *value, *dim, id).is_some() => {
                 let t = layouts::row_reduced_tile(self.k, &self.plan, *value, *dim, id).expect("checked");
-                self.declare(&dst, &shape);
+                self.declare_in(&dst, &shape, layout);
                 self.mma_row_reduce(*op, &format!("v{}", value.0), t, &dst, &shape, layout);
             }
             Op::Reduce { op, value, dim, .. }
@@ -993,14 +1004,14 @@ impl Emitter<'_> {
                     RegLayout::Runs(n) => n as usize,
                     _ => 1,
                 };
-                self.declare(&dst, &shape);
+                self.declare_in(&dst, &shape, layout);
                 let src = format!("v{}", value.0);
                 self.register_reduce(*op, &src, &sv, *dim, rows, lanes_per_register, &dst, &shape, layout);
             }
             // Where runs are split into single lanes (see `gpu_runs.rs`), every lane is a run.
             Op::RunReduce { op, value, .. } => {
                 let src = format!("v{}", value.0);
-                self.declare(&dst, &shape);
+                self.declare_in(&dst, &shape, layout);
                 match layout {
                     RegLayout::Runs(n) => self.for_owned(&shape, layout, |e, _| {
                         let lanes: Vec<String> = (0..n).map(|j| format!("{src}[r * {n} + {j}]")).collect();
@@ -1013,7 +1024,7 @@ impl Emitter<'_> {
                 let sv = self.k.value(*value).shape.clone();
                 self.sources(Reader::Let(id), &[*value]);
                 let slot = self.slot(0);
-                self.declare(&dst, &shape);
+                self.declare_in(&dst, &shape, layout);
                 let (n, st) = (sv.extent(*dim).unwrap_or(1) as usize, sv.stride(*dim));
                 let ident = float_lit(op.identity());
                 let group = reduce_group(self.threads as usize, shape.elements(), n);
@@ -1050,7 +1061,7 @@ impl Emitter<'_> {
                 let (sa, sb) = (self.k.value(*a).shape.clone(), self.k.value(*b).shape.clone());
                 self.sources(Reader::Let(id), &[*a, *b]);
                 let (s0, s1) = (self.slot(0), self.slot(1));
-                self.declare(&dst, &shape);
+                self.declare_in(&dst, &shape, layout);
                 let (n, ta, tb) = (sa.extent(*dim).unwrap_or(1), sa.stride(*dim), sb.stride(*dim));
                 self.for_owned(&shape, layout, |e, l| {
                     let acc = e.fresh("a");
@@ -1064,7 +1075,7 @@ impl Emitter<'_> {
                 });
             }
             Op::Var(v) => {
-                self.declare(&dst, &shape);
+                self.declare_in(&dst, &shape, layout);
                 let src = format!("acc{}", v.0);
                 self.for_owned(&shape, layout, |e, _| e.line(&format!("{dst}[r] = {src}[r];")));
             }

@@ -48,7 +48,9 @@ impl Emitter<'_> {
     /// or into a fresh zeroed tile.
     pub(super) fn mma_dot(&mut self, id: ValueId, d: &MmaDot) {
         self.barrier();
-        self.stage(d, 0, None);
+        if !d.a_in_fragments {
+            self.stage(d, 0, None);
+        }
         self.stage(d, 1, None);
         self.barrier();
         self.mma_compute(id, d, None);
@@ -197,7 +199,9 @@ impl Emitter<'_> {
             (format!("({wcol} + (lane & 7) + (lane >> 4) * 8) * {pb} + ((lane >> 3) & 1) * 8"), (8 * pb, 1), "")
         };
         let (sa, sb) = (self.buffer(d, 0, buf), self.buffer(d, 1, buf));
-        self.line(&format!("const unsigned fa0 = dt_smem_u32({sa}) + ({fa0}) * 2;"));
+        if !d.a_in_fragments {
+            self.line(&format!("const unsigned fa0 = dt_smem_u32({sa}) + ({fa0}) * 2;"));
+        }
         self.line(&format!("const unsigned fb0 = dt_smem_u32({sb}) + ({fb0}) * 2;"));
         let step = |f: &str, (fs, ks): (u32, u32)| {
             let k = if ks == 1 { "kk".to_string() } else { format!("kk * {ks}") };
@@ -212,10 +216,14 @@ impl Emitter<'_> {
         self.depth += 1;
         self.line(&format!("unsigned fa[{fm}][4], fb[{fn_}][2];"));
         self.line("#pragma unroll");
-        self.line(&format!(
-            "for (int i = 0; i < {fm}; i++) dt_ldmatrix_x4{a_trans}(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + {});",
-            step("i", a_steps)
-        ));
+        if d.a_in_fragments {
+            self.a_from_fragments(d, fm);
+        } else {
+            self.line(&format!(
+                "for (int i = 0; i < {fm}; i++) dt_ldmatrix_x4{a_trans}(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + {});",
+                step("i", a_steps)
+            ));
+        }
         if fn_ >= 2 {
             self.line("#pragma unroll");
             self.line(&format!(
@@ -231,6 +239,23 @@ impl Emitter<'_> {
         self.fragment_products(&format!("dt_mma_m16n8k16_{suffix}"), acc, fm, fn_);
         self.depth -= 1;
         self.line("}");
+        self.depth -= 1;
+        self.line("}");
+    }
+
+    /// The A fragments `fa[i]` of step `kk` repacked from the accumulator fragments of operand
+    /// `a` (see [`MmaDot::a_in_fragments`]): the A fragment of rows block `i` and k16 step `kk`
+    /// is accumulator fragments `kk / 8` and `kk / 8 + 1` of that rows block, each register pair
+    /// (columns `2t`, `2t + 1` of row `g`, then of row `g + 8`) rounded and packed in one word.
+    fn a_from_fragments(&mut self, d: &MmaDot, fm: u32) {
+        let per_row = d.depth / MatrixIsa::MmaSync.fragment().1;
+        let (a, pack) = (format!("v{}", d.a.0), format!("dt_pack2_{}", self.dtype.name()));
+        self.line(&format!("for (int i = 0; i < {fm}; i++) {{"));
+        self.depth += 1;
+        self.line(&format!("const int f = (i * {per_row} + kk / 8) * 4;"));
+        for (w, r) in [(0, 0), (1, 2), (2, 4), (3, 6)] {
+            self.line(&format!("fa[i][{w}] = {pack}({a}[f + {r}], {a}[f + {}]);", r + 1));
+        }
         self.depth -= 1;
         self.line("}");
     }
@@ -309,8 +334,9 @@ impl Emitter<'_> {
     /// `dst` = the reduction by `op` of `src`, an accumulator-layout tile `t`, over its columns:
     /// each thread combines its registers of each of its rows, the lanes sharing a row combine
     /// with shuffles, and the warps along the columns meet in slot 1 (`t.wn` partials per row),
-    /// where the thread holding each result under `layout` combines them. The tile never goes
-    /// through shared memory (softmax's row maximum and sum in attention's key loop).
+    /// where the thread holding each result under `layout` combines them; a result in
+    /// accumulator rows (one warp along the columns) is what the shuffles leave. The tile never
+    /// goes through shared memory (softmax's row maximum and sum in attention's key loop).
     pub(super) fn mma_row_reduce(&mut self, op: dt_core::algo::RedOp, src: &str, t: MmaTile, dst: &str, result: &Shape, layout: RegLayout) {
         let (fm, fn_) = t.frags();
         let (per_lane, sharing) = t.isa.rows_per_lane();
@@ -318,8 +344,10 @@ impl Emitter<'_> {
         let regs = fm * fn_ * 4;
         let ident = crate::emit::expr::float_lit(op.identity());
         let red = self.slot(1);
+        let in_rows = matches!(layout, RegLayout::MmaRows(_));
+        let meet = if in_rows { "the result stays in the rows' registers" } else { "the warps along the columns meet in shared memory" };
         self.line(&format!(
-            "/* row reduction of an accumulator tile: registers, shuffles in groups of {sharing} lanes, {} warps per row */",
+            "/* row reduction of an accumulator tile: registers, shuffles in groups of {sharing} lanes, {} warps per row; {meet} */",
             t.wn
         ));
         self.line("{");
@@ -343,6 +371,14 @@ impl Emitter<'_> {
         ));
         self.depth -= 1;
         self.line("}");
+        if in_rows {
+            // Every lane of a row holds its result: the slots are the result's registers.
+            self.line("#pragma unroll");
+            self.line(&format!("for (int s = 0; s < {slots}; s++) {dst}[s] = p[s];"));
+            self.depth -= 1;
+            self.line("}");
+            return;
+        }
         self.barrier();
         let (row, warp_col) = t.slot_row("s");
         self.line(&format!("if ((tid & {}) == 0) {{", sharing - 1));

@@ -24,6 +24,11 @@ impl Emitter<'_> {
                 self.line(&format!("for (int r = 0; r < {r}; r++) {{ const int e = {e}; {guarded} }}"));
             }
             RegLayout::Replicated => self.line(&format!("if (tid == 0) {slot}[0] = v{}[0];", v.0)),
+            // The lanes that share a row hold the same value: the first of them writes it.
+            layout @ RegLayout::MmaRows(rows) => {
+                let sharing = rows.isa.rows_per_lane().1;
+                self.for_owned(&shape, layout, |e, _| e.line(&format!("if ((tid & {}) == 0) {slot}[e] = v{}[r];", sharing - 1, v.0)))
+            }
             layout => self.for_owned(&shape, layout, |e, _| e.line(&format!("{slot}[e] = v{}[r];", v.0))),
         }
         self.barrier();
@@ -47,6 +52,10 @@ impl Emitter<'_> {
                 (Some((_, s)), _) => Source::Shared(*s, self.k.value(*o).shape.clone()),
                 (None, RegLayout::Replicated) => Source::Replicated(format!("v{}", o.0)),
                 (None, RegLayout::Runs(n)) if iter_layout != RegLayout::Runs(n) => Source::Run(format!("v{}", o.0), n),
+                (None, RegLayout::MmaRows(_)) => match iter_layout {
+                    RegLayout::Mma(t) => Source::Rows(format!("v{}", o.0), t),
+                    _ => Source::Own(format!("v{}", o.0)),
+                },
                 (None, _) => Source::Own(format!("v{}", o.0)),
             })
             .collect()
@@ -58,6 +67,7 @@ impl Emitter<'_> {
             Source::Run(name, n) => format!("{name}[r / {n}]"),
             Source::Replicated(name) => format!("{name}[0]"),
             Source::Shared(s, shape) => format!("{}[{}]", self.slot(*s), lanes.index(shape)),
+            Source::Rows(name, t) => format!("{name}[{}]", t.row_slot("r")),
         }
     }
 
@@ -67,6 +77,7 @@ impl Emitter<'_> {
     pub(super) fn for_owned(&mut self, shape: &Shape, layout: RegLayout, body: impl FnOnce(&mut Self, &Lanes)) {
         match layout {
             RegLayout::Mma(t) => self.for_owned_mma(shape, t, body),
+            RegLayout::MmaRows(rows) => self.for_owned_rows(shape, rows, body),
             RegLayout::Blocked => self.for_blocked(shape, unroll(self.regs(shape.elements())), body),
             RegLayout::Runs(n) => {
                 let n = n as usize;
@@ -139,25 +150,31 @@ impl Emitter<'_> {
     /// registers stay registers (`mma.sync` needs them so), lanes computed from the thread and
     /// the register slot.
     pub(super) fn for_owned_mma(&mut self, shape: &Shape, t: layouts::MmaTile, body: impl FnOnce(&mut Self, &Lanes)) {
+        let (row, col) = t.row_col("r");
         let r = self.regs(shape.elements());
+        self.for_slots(shape, r, &[(t.m, row), (t.n, col)], body);
+    }
+
+    /// [`Self::for_owned`] for a vector in accumulator rows: each of the thread's row slots.
+    pub(super) fn for_owned_rows(&mut self, shape: &Shape, rows: layouts::RowTile, body: impl FnOnce(&mut Self, &Lanes)) {
+        let row = rows.slot_row("r");
+        self.for_slots(shape, rows.slots() as usize, &[(rows.m, row)], body);
+    }
+
+    /// An unrolled loop over `count` register slots `r` whose lane along each dimension of
+    /// `lanes_of` is the C expression given (0 along any other), with `e` the row-major index.
+    fn for_slots(&mut self, shape: &Shape, count: usize, lanes_of: &[(DimId, String)], body: impl FnOnce(&mut Self, &Lanes)) {
         self.line("#pragma unroll");
-        self.line(&format!("for (int r = 0; r < {r}; r++) {{"));
+        self.line(&format!("for (int r = 0; r < {count}; r++) {{"));
         self.depth += 1;
         let lanes = Lanes(shape.0.iter().map(|(d, _)| (*d, self.fresh("l"))).collect());
         let before = std::mem::take(&mut self.out);
         body(self, &lanes);
         let inner = std::mem::replace(&mut self.out, before);
-        let (row, col) = t.row_col("r");
         let e = if mentions(&inner, "e") { format!("const int e = {};", lanes.index(shape)) } else { String::new() };
         for (d, l) in &lanes.0 {
             if mentions(&inner, l) || mentions(&e, l) {
-                let v = if *d == t.m {
-                    row.as_str()
-                } else if *d == t.n {
-                    col.as_str()
-                } else {
-                    "0"
-                };
+                let v = lanes_of.iter().find(|(x, _)| x == d).map_or("0", |(_, v)| v.as_str());
                 self.line(&format!("const int {l} = {v};"));
             }
         }

@@ -18,6 +18,11 @@ pub(crate) enum RegLayout {
     Blocked,
     /// The `mma.sync.m16n8k16` accumulator layout over a [rows, cols] tile.
     Mma(MmaTile),
+    /// A vector along the rows of an accumulator tile whose warps each hold whole rows: each
+    /// thread holds the elements of its own rows of the tile, one register per row slot (see
+    /// [`RowTile`]). A row statistic of the tile (attention's running maximum and sum) stays
+    /// where the tile's elements are, and element-wise work between them needs no shared memory.
+    MmaRows(RowTile),
     /// A one-element tile every thread holds in its register slot 0 (see `gpu_replicate.rs`).
     Replicated,
     /// A blocked tile whose lanes are equal in runs of `n` along the last dimension: register
@@ -139,6 +144,38 @@ impl MmaTile {
     }
 }
 
+impl MmaTile {
+    /// The rows of this tile as a [`RowTile`], when each warp holds whole rows (`wn` = 1).
+    pub(crate) fn row_tile(&self) -> Option<RowTile> {
+        (self.wn == 1).then_some(RowTile { isa: self.isa, m: self.m, rows: self.rows, wm: self.wm })
+    }
+}
+
+/// The rows of accumulator tiles over `rows` of dimension `m` spread over `wm` warps along the
+/// rows and one along the columns (whatever the columns): thread `tid` holds the rows
+/// [`MmaTile::slot_row`] gives, in register slots `0 .. slots()`; the lanes that share a row
+/// (see [`MatrixIsa::rows_per_lane`]) hold the same value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RowTile {
+    pub isa: MatrixIsa,
+    pub m: DimId,
+    pub rows: u32,
+    pub wm: u32,
+}
+
+impl RowTile {
+    /// Row slots per thread.
+    pub(crate) fn slots(&self) -> u32 {
+        self.rows / self.wm / self.isa.fragment().0 * self.isa.rows_per_lane().0
+    }
+
+    /// The tile row of this thread's row slot `s` (a C expression).
+    pub(crate) fn slot_row(&self, s: &str) -> String {
+        let one_column = MmaTile { isa: self.isa, m: self.m, n: self.m, rows: self.rows, cols: self.isa.fragment().1, wm: self.wm, wn: 1 };
+        one_column.slot_row(s).0
+    }
+}
+
 /// A dot computed on tensor cores: `a` holds the rows (dimension `tile.m`) and `b` the columns
 /// (`tile.n`), both over the contraction `k` of extent `depth`.
 #[derive(Clone, Debug)]
@@ -163,6 +200,12 @@ pub(crate) struct MmaDot {
     /// Computed by `wgmma` in a warp-specialized loop (`gpu_hopper.rs`), from the ring its
     /// plan stages: the dot stages nothing itself and prints nothing where it stands.
     pub wgmma: bool,
+    /// Operand `a` is an accumulator-layout tile whose warps hold exactly the rows and the
+    /// contraction this dot's warps need (attention's probabilities before `P V`): its
+    /// registers are repacked as `mma.sync` A fragments (rounded to the element type), and it
+    /// is not staged in shared memory. The accumulator of `m16n8k16` holds, for two fragments
+    /// side by side, the elements the A fragment of one k16 step wants in the same lanes.
+    pub a_in_fragments: bool,
 }
 
 /// A load of input `input`, axis `i` along `axes[i]`.
@@ -250,7 +293,39 @@ impl Plan {
 /// Decides the layout of every value and accumulator of `k` instantiated for `dtype`. The dot
 /// of a warp-specialized loop (`ws`) takes the layout of `wgmma`'s accumulator: a warp per 16
 /// rows, all the columns, which is `mma.sync`'s fragments with one warp across.
+///
+/// Where the kernel reduces a dot's tile over its columns (a row maximum or sum, as attention's
+/// softmax does), every dot gets warps that hold whole rows, when the tiles allow it: the row
+/// statistics then combine within warps and stay in the rows' registers (`super::rows`), and
+/// the weights can feed the next dot from registers ([`MmaDot::a_in_fragments`]).
 pub(crate) fn plan(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan::WarpSpecialized>) -> Plan {
+    let p = plan_with(k, dtype, dialect, ws, false);
+    let split_rows = |p: &Plan| row_reductions(k, p).iter().any(|t| t.wn > 1);
+    if !split_rows(&p) {
+        return p;
+    }
+    let whole = plan_with(k, dtype, dialect, ws, true);
+    if whole.dots.len() == p.dots.len() && !split_rows(&whole) {
+        whole
+    } else {
+        p
+    }
+}
+
+/// The accumulator tiles that `k` reduces over their columns under plan `p`.
+fn row_reductions(k: &Kernel, p: &Plan) -> Vec<MmaTile> {
+    let mut lets = Vec::new();
+    collect(&k.body, &mut lets, &mut Vec::new());
+    lets.iter()
+        .filter_map(|(id, op)| match op {
+            Op::Reduce { value, dim, .. } => row_reduced_tile(k, p, *value, *dim, *id),
+            _ => None,
+        })
+        .collect()
+}
+
+/// [`plan`], with every tensor-core dot's warps holding whole rows when `whole_rows`.
+fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan::WarpSpecialized>, whole_rows: bool) -> Plan {
     let mut p = Plan { values: vec![RegLayout::Blocked; k.values.len()], vars: vec![RegLayout::Blocked; k.vars.len()], dots: Vec::new() };
     let mut lets = Vec::new();
     let mut updates = Vec::new();
@@ -273,13 +348,14 @@ pub(crate) fn plan(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate
                         direct: [None, None],
                         stages: 1,
                         wgmma: true,
+                        a_in_fragments: false,
                     };
                     p.values[id.0 as usize] = RegLayout::Mma(tile);
                     p.dots.push((*id, d));
                     continue;
                 }
                 if stageable(dtype, *a, &def) && stageable(dtype, *b, &def) {
-                    if let Some(d) = geometry(k, dialect, *id, *a, *b, *dim) {
+                    if let Some(d) = geometry(k, dialect, *id, *a, *b, *dim, whole_rows) {
                         p.values[id.0 as usize] = RegLayout::Mma(d.tile);
                         p.dots.push((*id, d));
                     }
@@ -349,8 +425,27 @@ pub(crate) fn plan(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate
             d.direct[role] = Some(load);
         }
     }
+    let values = p.values.clone();
+    for (_, d) in &mut p.dots {
+        d.a_in_fragments = fragments_fit(d, values[d.a.0 as usize]);
+    }
     pipeline(&k.body, &mut p);
     p
+}
+
+/// Whether operand `a` of dot `d`, in `layout`, is held as `d`'s warps want their A fragments
+/// (see [`MmaDot::a_in_fragments`]): `mma.sync` accumulator fragments over the dot's rows and
+/// its whole contraction, the warps of both along the rows alone and alike.
+fn fragments_fit(d: &MmaDot, layout: RegLayout) -> bool {
+    let RegLayout::Mma(s) = layout else { return false };
+    let t = d.tile;
+    t.isa == MatrixIsa::MmaSync
+        && s.isa == MatrixIsa::MmaSync
+        && !d.wgmma
+        && d.direct[0].is_none()
+        && (t.wn, s.wn) == (1, 1)
+        && (s.m, s.rows, s.wm) == (t.m, t.rows, t.wm)
+        && (s.n, s.cols) == (d.k, d.depth)
 }
 
 /// Gives every dot that is all its `num_stages` loop does (see the module docs) that many
@@ -472,9 +567,9 @@ fn rescales<'a>(k: &Kernel, v: ValueId, var: VarId, def: &impl Fn(ValueId) -> Op
 /// The tensor-core form of `id = dot a, b over k`, when the tiles allow it: the result has two
 /// dimensions of extent above 1, [M, N]; one operand spans exactly [M, K] and the other [N, K]
 /// (dimensions of extent 1 aside); K is a multiple of 16; and some arrangement of the warps
-/// gives each one whole m16n8 fragments. Among those arrangements, the one whose warps load
-/// the fewest operand rows per step.
-fn geometry(k: &Kernel, dialect: Dialect, id: ValueId, a: ValueId, b: ValueId, dim: DimId) -> Option<MmaDot> {
+/// gives each one whole m16n8 fragments. Among those arrangements (with `whole_rows`, those
+/// with one warp along the columns), the one whose warps load the fewest operand rows per step.
+fn geometry(k: &Kernel, dialect: Dialect, id: ValueId, a: ValueId, b: ValueId, dim: DimId, whole_rows: bool) -> Option<MmaDot> {
     let isa = MatrixIsa::of(dialect);
     let big = |v: ValueId| -> Vec<DimId> {
         let mut d: Vec<DimId> = k.value(v).shape.0.iter().filter(|(_, n)| *n > 1).map(|(d, _)| *d).collect();
@@ -505,10 +600,10 @@ fn geometry(k: &Kernel, dialect: Dialect, id: ValueId, a: ValueId, b: ValueId, d
     let (wm, wn) = (1..=warps)
         .filter(|wm| warps.is_multiple_of(*wm))
         .map(|wm| (wm, warps / wm))
-        .filter(|(wm, wn)| rows % (fr * wm) == 0 && cols % (fc * wn) == 0)
+        .filter(|(wm, wn)| rows % (fr * wm) == 0 && cols % (fc * wn) == 0 && (!whole_rows || *wn == 1))
         .min_by_key(|(wm, wn)| (rows / wm + cols / wn, *wn))?;
     let tile = MmaTile { isa, m, n, rows, cols, wm, wn };
-    Some(MmaDot { tile, a: ra, b: rb, k: dim, depth, into: None, direct: [None, None], stages: 1, wgmma: false })
+    Some(MmaDot { tile, a: ra, b: rb, k: dim, depth, into: None, direct: [None, None], stages: 1, wgmma: false, a_in_fragments: false })
 }
 
 /// Whether tiles of shapes `a` and `b` put each element in the same register of the same thread:
@@ -616,6 +711,11 @@ pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
         }
         for (i, (name, v)) in [("A", d.a), ("B", d.b)].into_iter().enumerate() {
             let lines = if d.trans(i) { "[K][rows], ldmatrix.trans" } else { "[rows][K], ldmatrix" };
+            if i == 0 && d.a_in_fragments {
+                let _ =
+                    writeln!(out, "    {name}      %{}: accumulator fragments repacked in registers (rounded to {})", v.0, dtype.name());
+                continue;
+            }
             let from = match &d.direct[i] {
                 Some(l) => format!("{} copied from global memory", k.inputs[l.input].name),
                 None => format!("computed, from registers (rounded to {})", dtype.name()),
@@ -627,16 +727,18 @@ pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
         }
     }
     let count = |ls: &[RegLayout]| {
-        let mut n = [0usize; 4];
+        let mut n = [0usize; 5];
         for l in ls {
             match l {
                 RegLayout::Blocked => n[0] += 1,
                 RegLayout::Mma(_) => n[1] += 1,
                 RegLayout::Replicated => n[2] += 1,
                 RegLayout::Runs(_) => n[3] += 1,
+                RegLayout::MmaRows(_) => n[4] += 1,
             }
         }
-        format!("{} blocked, {} in accumulator layout, {} replicated, {} in runs", n[0], n[1], n[2], n[3])
+        let rows = if n[4] > 0 { format!(", {} in accumulator rows", n[4]) } else { String::new() };
+        format!("{} blocked, {} in accumulator layout, {} replicated, {} in runs{rows}", n[0], n[1], n[2], n[3])
     };
     let _ = writeln!(out, "  values    {}", count(&p.values));
     let _ = writeln!(out, "  accs      {}", count(&p.vars));

@@ -21,8 +21,8 @@
 //!
 //! The older path (every kernel on sm_80 and HIP, and the parts of a warp-specialized kernel
 //! outside its loop) is planned by `register_layouts`, in order: `layouts::plan` (register
-//! layouts, tensor-core dots with their staging, `cp.async` pipelines), `replicate` and
-//! `runs`, `verify::verify_registers` after each in debug builds and tests; then
+//! layouts, tensor-core dots with their staging, `cp.async` pipelines), `rows` (row statistics
+//! in the accumulator's rows), `replicate` and `runs`, `verify::verify_registers` after each in debug builds and tests; then
 //! `publishing` (which operands go through shared memory). The GPU printer
 //! runs them and prints what they decide; `dtc emit --target gpu-plan` prints them too. Still
 //! decided while printing: the order of copies, barriers and loads within a statement, the
@@ -32,6 +32,7 @@
 pub mod layouts;
 pub(crate) mod publishing;
 mod replicate;
+mod rows;
 mod runs;
 pub mod target;
 pub mod verify;
@@ -66,7 +67,8 @@ pub struct GpuPlan {
 
 /// The register layouts of kernel `k` built for `dtype` in `dialect` (the older path's plan, the
 /// warp-specialized loop `ws` aside), in the order of its passes: tensor-core layouts, dots and
-/// pipelines ([`layouts::plan`]), then replicated scalars ([`replicate::replicate`]), then runs
+/// pipelines ([`layouts::plan`]), then row statistics in the accumulator's rows
+/// ([`rows::rows`]), then replicated scalars ([`replicate::replicate`]), then runs
 /// ([`runs::runs`]). `mapping` is how the program's threads hold a blocked tile.
 pub(crate) fn register_layouts(
     k: &Kernel,
@@ -77,6 +79,8 @@ pub(crate) fn register_layouts(
 ) -> layouts::Plan {
     let mut p = layouts::plan(k, dtype, dialect, ws);
     check_registers("layouts", k, &p);
+    rows::rows(k, &mut p);
+    check_registers("rows", k, &p);
     replicate::replicate(k, mapping, &mut p);
     check_registers("replicate", k, &p);
     runs::runs(k, mapping, &mut p);

@@ -44,7 +44,11 @@ pub(crate) fn plan_publishing(k: &Kernel, plan: &Plan, mapping: Mapping) -> Publ
                             // or of the cooperative groups (through slot 0).
                             let sv = &k.value(*operand).shape;
                             if let Some(t) = row_reduced_tile(k, plan, *operand, *dim, *value) {
-                                grow(p, 1, (t.wn * t.rows) as usize);
+                                // The warps along the columns meet in slot 1, unless the result
+                                // stays in the rows' registers.
+                                if !matches!(layout(*value), RegLayout::MmaRows(_)) {
+                                    grow(p, 1, (t.wn * t.rows) as usize);
+                                }
                                 continue;
                             }
                             let in_registers = matches!(layout(*operand), RegLayout::Blocked | RegLayout::Runs(_));
@@ -71,7 +75,9 @@ pub(crate) fn plan_publishing(k: &Kernel, plan: &Plan, mapping: Mapping) -> Publ
                                 // Staged as padded 16-bit rows by the tensor-core dot itself.
                                 Some(d) => {
                                     for (slot, words) in [d.slot_words(0), d.slot_words(1)].into_iter().enumerate() {
-                                        grow(p, slot, words);
+                                        if slot > 0 || !d.a_in_fragments {
+                                            grow(p, slot, words);
+                                        }
                                     }
                                 }
                                 None => add(p, Reader::Let(*value), k, vec![*a, *b]),
@@ -104,8 +110,16 @@ pub(crate) fn plan_publishing(k: &Kernel, plan: &Plan, mapping: Mapping) -> Publ
                     let own_runs = matches!(ol, RegLayout::Runs(_))
                         && matches!(iter_layout, RegLayout::Blocked | RegLayout::Runs(_))
                         && same_layout(os, &shape);
+                    // A vector in accumulator rows, in the registers of every reader of its
+                    // rows: itself, and a tile of those rows that reads it along its columns.
+                    let own_rows = match (ol, iter_layout) {
+                        (RegLayout::MmaRows(r), RegLayout::MmaRows(i)) => r == i && same_layout(os, &shape),
+                        (RegLayout::MmaRows(r), RegLayout::Mma(t)) => t.row_tile() == Some(r),
+                        _ => false,
+                    };
                     ol != RegLayout::Replicated
                         && !own_runs
+                        && !own_rows
                         && (ol != iter_layout || if ol == RegLayout::Blocked { !same_layout(os, &shape) } else { *os != shape })
                 })
                 .collect();
@@ -133,10 +147,12 @@ pub(crate) fn plan_publishing(k: &Kernel, plan: &Plan, mapping: Mapping) -> Publ
 }
 
 /// The layout a store of a tile of `shape` in `layout` to output tile `tile` runs in: the
-/// tile's own where it is the whole tile, else blocked; a tile in runs is stored lane by lane.
+/// tile's own where it is the whole tile, else blocked; a tile in runs is stored lane by lane,
+/// one in accumulator rows once per row.
 pub(crate) fn store_layout(layout: RegLayout, shape: &Shape, tile: &Shape) -> RegLayout {
     match layout {
-        RegLayout::Runs(_) => RegLayout::Blocked,
+        // Lanes that share a row hold the same value: stored once, blocked.
+        RegLayout::Runs(_) | RegLayout::MmaRows(_) => RegLayout::Blocked,
         l if shape == tile => l,
         _ => RegLayout::Blocked,
     }

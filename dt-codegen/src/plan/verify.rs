@@ -110,8 +110,9 @@ fn collect<'a>(stmts: &'a [Stmt], out: &mut Vec<(dt_core::kir::ValueId, &'a Op)>
 /// Checks the older path's register plan `p` of kernel `k` (see [`super::register_layouts`]):
 /// every accumulator-layout tile is its dot's [rows, cols] (other dimensions of one lane) and the
 /// warps divide it into whole fragments; a dot accumulates only into an accumulator of its own
-/// layout, and stages directly only loads; its pipeline buffers fit the older path's shared
-/// memory; a replicated tile has one element.
+/// layout, and stages directly only loads; an operand it reads from fragments is held as its A
+/// fragments; its pipeline buffers fit the older path's shared memory; a replicated tile has
+/// one element, a tile in accumulator rows is those rows.
 pub(crate) fn verify_registers(k: &Kernel, p: &super::layouts::Plan) -> Result<(), String> {
     use super::layouts::RegLayout;
     let check = |what: String, shape: &dt_core::kir::Shape, layout: RegLayout| -> Result<(), String> {
@@ -123,6 +124,13 @@ pub(crate) fn verify_registers(k: &Kernel, p: &super::layouts::Plan) -> Result<(
                 let whole = t.rows % (t.wm * fr) == 0 && t.cols % (t.wn * fc) == 0;
                 if wide != [(t.m, t.rows), (t.n, t.cols)] || !whole {
                     return Err(format!("{what} {:?} is not the accumulator tile [{} x {}] it is laid out as", shape.0, t.rows, t.cols));
+                }
+                Ok(())
+            }
+            RegLayout::MmaRows(r) => {
+                let wide: Vec<_> = shape.0.iter().filter(|(_, n)| *n > 1).copied().collect();
+                if wide != [(r.m, r.rows)] || r.rows % (r.wm * r.isa.fragment().0) != 0 {
+                    return Err(format!("{what} {:?} is not the {} rows it is laid out as", shape.0, r.rows));
                 }
                 Ok(())
             }
@@ -147,6 +155,14 @@ pub(crate) fn verify_registers(k: &Kernel, p: &super::layouts::Plan) -> Result<(
         if let Some(var) = d.into {
             if p.vars[var.0 as usize] != p.values[id.0 as usize] {
                 return Err(format!("dot %{} accumulates into $acc{} of another layout", id.0, var.0));
+            }
+        }
+        if d.a_in_fragments {
+            let RegLayout::Mma(s) = p.values[d.a.0 as usize] else {
+                return Err(format!("dot %{} reads operand %{} from accumulator fragments it is not in", id.0, d.a.0));
+            };
+            if (s.wn, d.tile.wn, s.wm, s.rows, s.cols) != (1, 1, d.tile.wm, d.tile.rows, d.depth) {
+                return Err(format!("dot %{}'s operand %{} is not held as its A fragments", id.0, d.a.0));
             }
         }
         for (operand, direct) in [(d.a, &d.direct[0]), (d.b, &d.direct[1])] {
@@ -175,6 +191,31 @@ mod tests {
         let p = dt_core::compile_spec(&src).expect("checks");
         let kernels = dt_core::lower::lower_all(&p).expect("lowers");
         kernels.into_iter().find(|k| k.name == "mm").expect("the sm_80 class")
+    }
+
+    #[test]
+    fn attention_keeps_its_row_statistics_in_the_rows_and_breaking_them_is_caught() {
+        let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../dt-kernels/specs/attention.dt")).expect("spec");
+        let p = dt_core::compile_spec(&src).expect("checks");
+        let k = dt_core::lower::lower_all(&p).expect("lowers").into_iter().find(|k| k.name == "attention").expect("attention");
+        let mapping = Mapping::of(&k, DType::F16, Dialect::Cuda);
+        let plan = crate::plan::register_layouts(&k, DType::F16, Dialect::Cuda, None, mapping);
+        verify_registers(&k, &plan).unwrap();
+        let rows: Vec<usize> = (0..k.vars.len()).filter(|v| matches!(plan.vars[*v], RegLayout::MmaRows(_))).collect();
+        assert_eq!(rows.len(), 2, "the running maximum and sum are held in the rows");
+        let pv = plan.dots.iter().find(|(_, d)| d.a_in_fragments).expect("P V reads P from the scores' fragments");
+
+        // A row vector said to be a tile's rows when it is a whole tile.
+        let mut broken = plan.clone();
+        let tile = k.values.iter().position(|v| v.shape.0.iter().filter(|(_, n)| *n > 1).count() == 2).expect("a tile");
+        let RegLayout::MmaRows(r) = plan.vars[rows[0]] else { unreachable!() };
+        broken.values[tile] = RegLayout::MmaRows(r);
+        assert!(verify_registers(&k, &broken).unwrap_err().contains("rows"));
+
+        // Fragments read from an operand that is not in the accumulator layout.
+        let mut broken = plan.clone();
+        broken.values[pv.1.a.0 as usize] = RegLayout::Blocked;
+        assert!(verify_registers(&k, &broken).unwrap_err().contains("fragments"));
     }
 
     #[test]
