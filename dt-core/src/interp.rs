@@ -159,6 +159,11 @@ impl Machine<'_> {
                         }
                         LoopKind::Whole | LoopKind::Reduction => {
                             let full = size - size % l.step as usize;
+                            // Up to the end of a block, where the loop says its later steps change nothing.
+                            let size = match l.until {
+                                Some(d) => size.min(self.block_start(d) + self.k.grid.block_extent(d).unwrap_or(1) as usize),
+                                None => size,
+                            };
                             match l.steps {
                                 Steps::All => (0, size),
                                 Steps::Full => (0, full),

@@ -269,6 +269,10 @@ pub struct Loop {
     pub backward: bool,
     /// Which of its steps the loop runs (pass `full_steps`).
     pub steps: Steps,
+    /// A loop over the whole dimension that stops at the end of this program's block of the
+    /// given (blocked) dimension: its later steps are known to change nothing (pass `flash`: keys
+    /// past the last query of a causal block). The interpreter and the emitters all stop there.
+    pub until: Option<DimId>,
     /// The schedule primitives that made this loop.
     pub origin: String,
     pub body: Vec<Stmt>,
@@ -648,9 +652,10 @@ fn print_stmts(k: &Kernel, stmts: &[Stmt], depth: usize, out: &mut String) {
                     Steps::Full => ", full steps",
                     Steps::Partial => ", partial step",
                 };
+                let until = l.until.map_or(String::new(), |d| format!(", until the end of the block of {}", k.dim_name(d)));
                 let _ = writeln!(
                     out,
-                    "{pad}for {} step {} ({kind}{stages}{backward}{steps}):{}",
+                    "{pad}for {} step {} ({kind}{stages}{backward}{steps}{until}):{}",
                     k.dim_name(l.dim),
                     l.step,
                     comment(&l.origin)

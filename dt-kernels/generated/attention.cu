@@ -615,6 +615,7286 @@ struct dt_args_t {
     float scalars[C];
 };
 
+/* kernel attention_64 for f16: grid block(b:1, h:1, i:64, e:64); 128 threads, 64512 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of b */
+    const long long s1 = args.sizes[1]; /* size of h */
+    const long long s2 = args.sizes[2]; /* size of i */
+    const long long s3 = args.sizes[3]; /* size of j */
+    const long long s4 = args.sizes[4]; /* size of e */
+    const long long s5 = args.sizes[5]; /* size of d */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
+    const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_64 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along b */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along h */
+    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
+    const long long b2 = g2; /* block index along i */
+    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b4 = g3; /* block index along e */
+    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s5;
+    }
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = dt_fast_rsqrt(v4[0]);
+    }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = (-INFINITY);
+    }
+    float v42[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v42[r] = 0e0f;
+    }
+    /* block(b:1) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(h:1) */
+        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
+            /* block(i:64) attention_64.tensorize(i:0) */
+            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+                /* block(e:64) attention_64.tensorize(e:0) */
+                for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
+                    /* rdot accumulator */
+                    float acc6[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
+                    }
+                    /* rmax identity */
+                    float acc0[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
+                    }
+                    /* rmax attention_64.tensorize(j:64) num_stages(3) + rsum attention_64.tensorize(j:64) num_stages(3) + rdot attention_64.tensorize(j:64) num_stages(3), online */
+                    /* num_stages(3): the operands of its dots for the next 2 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    {
+                        __syncthreads();
+                        int rd16 = 0, wr17 = 2;
+                        /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l19 = (int)((unsigned)e / 512u % 1u);
+                                    const int l20 = (int)((unsigned)e / 512u % 1u);
+                                    const int l21 = (int)((unsigned)e / 8u % 64u);
+                                    const int l22 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
+                                        dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                    } else if (!((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8)) < (unsigned)s5)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8 + q)] = ((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        for (int st = 0; st < 2; st++) {
+                            const long long o15 = (long long)st * 64;
+                            if (o15 < s3) {
+                                /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l24 = (int)((unsigned)e / 512u % 1u);
+                                            const int l25 = (int)((unsigned)e / 512u % 1u);
+                                            const int l26 = (int)((unsigned)e / 8u % 64u);
+                                            const int l27 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l29 = (int)((unsigned)e / 512u % 1u);
+                                            const int l30 = (int)((unsigned)e / 512u % 1u);
+                                            const int l31 = (int)((unsigned)e / 8u % 64u);
+                                            const int l32 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                        }
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<1>();
+                            __syncthreads();
+                            const long long o33 = o15 + 128;
+                            if (o33 < s3) {
+                                /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l35 = (int)((unsigned)e / 512u % 1u);
+                                            const int l36 = (int)((unsigned)e / 512u % 1u);
+                                            const int l37 = (int)((unsigned)e / 8u % 64u);
+                                            const int l38 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l40 = (int)((unsigned)e / 512u % 1u);
+                                            const int l41 = (int)((unsigned)e / 512u % 1u);
+                                            const int l42 = (int)((unsigned)e / 8u % 64u);
+                                            const int l43 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                            /* rdot accumulator */
+                            float acc1[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                acc1[r] = 0e0f;
+                            }
+                            /* v0: loaded by the tensor-core dot that reads it */
+                            /* v1: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 16) {
+                                    unsigned fa[1][4], fb[8][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc1 += v2: accumulated by the tensor-core dot above */
+                            float v3[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v3[r] = acc1[r];
+                            }
+                            float v6[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v6[r] = (v3[r] * v5[0]);
+                            }
+                            float v7[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l59 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v7[r] = ((unsigned)(o15 + l59) < (unsigned)s3) ? v6[r] : (-INFINITY);
+                            }
+                            float v8[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v8[s] = p[s];
+                            }
+                            float v39[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v39[r] = acc0[r];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc0[r] = fmaxf(acc0[r], v8[r]);
+                            }
+                            float v40[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v40[r] = acc0[r];
+                            }
+                            float v43[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
+                            }
+                            float v44[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
+                            }
+                            float v45[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v45[r] = (v39[r] - v44[r]);
+                            }
+                            float v46[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v46[r] = dt_fast_exp(v45[r]);
+                            }
+                            float v47[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v47[r] = acc3[r];
+                            }
+                            float v48[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v48[r] = (v47[r] * v46[r]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = v48[r];
+                            }
+                            float v18[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            }
+                            float v19[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v19[r] = dt_fast_exp(v18[r]);
+                            }
+                            float v20[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l101 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v20[r] = ((unsigned)(o15 + l101) < (unsigned)s3) ? v19[r] : 0e0f;
+                            }
+                            float v21[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v21[s] = p[s];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = acc3[r] + v21[r];
+                            }
+                            float v49[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v49[r] = acc6[r];
+                            }
+                            float v50[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v50[r] = (v49[r] * v46[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                acc6[r] = v50[r];
+                            }
+                            /* v34: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 9216 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 16) {
+                                    unsigned fa[1][4], fb[8][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        const int f = (i * 8 + kk / 8) * 4;
+                                        fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
+                                        fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
+                                        fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
+                                        fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
+                                    }
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 72) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc6 += v35: accumulated by the tensor-core dot above */
+                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                        }
+                        dt_cp_async_wait<0>();
+                        __syncthreads();
+                    }
+                    float v22[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        v22[r] = acc3[r];
+                    }
+                    float v36[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        v36[r] = acc6[r];
+                    }
+                    float v38[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                    }
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        const int l128 = 0;
+                        const int l129 = 0;
+                        const int l130 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l131 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l130) < (unsigned)s2 && (unsigned)(o4 + l131) < (unsigned)s4) out[(unsigned)(o1 + l128) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l129) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l130) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l131) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* kernel attention_64 for f16: grid block(b:1, h:1, i:64, e:64); 128 threads, 64512 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of b */
+    const long long s1 = args.sizes[1]; /* size of h */
+    const long long s2 = args.sizes[2]; /* size of i */
+    const long long s3 = args.sizes[3]; /* size of j */
+    const long long s4 = args.sizes[4]; /* size of e */
+    const long long s5 = args.sizes[5]; /* size of d */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
+    const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_64 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along b */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along h */
+    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
+    const long long b2 = g2; /* block index along i */
+    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b4 = g3; /* block index along e */
+    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s5;
+    }
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = dt_fast_rsqrt(v4[0]);
+    }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = (-INFINITY);
+    }
+    float v42[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v42[r] = 0e0f;
+    }
+    /* block(b:1) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(h:1) */
+        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
+            /* block(i:64) attention_64.tensorize(i:0) */
+            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+                /* block(e:64) attention_64.tensorize(e:0) */
+                for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
+                    /* rdot accumulator */
+                    float acc6[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
+                    }
+                    /* rmax identity */
+                    float acc0[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
+                    }
+                    /* rmax attention_64.tensorize(j:64) num_stages(3) + rsum attention_64.tensorize(j:64) num_stages(3) + rdot attention_64.tensorize(j:64) num_stages(3), online */
+                    /* num_stages(3): the operands of its dots for the next 2 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    {
+                        __syncthreads();
+                        int rd16 = 0, wr17 = 2;
+                        /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l19 = (int)((unsigned)e / 512u % 1u);
+                                    const int l20 = (int)((unsigned)e / 512u % 1u);
+                                    const int l21 = (int)((unsigned)e / 8u % 64u);
+                                    const int l22 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
+                                        dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                    } else if (!((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8)) < (unsigned)s5)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8 + q)] = ((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        for (int st = 0; st < 2; st++) {
+                            const long long o15 = (long long)st * 64;
+                            if (o15 < s3) {
+                                /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l24 = (int)((unsigned)e / 512u % 1u);
+                                            const int l25 = (int)((unsigned)e / 512u % 1u);
+                                            const int l26 = (int)((unsigned)e / 8u % 64u);
+                                            const int l27 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l29 = (int)((unsigned)e / 512u % 1u);
+                                            const int l30 = (int)((unsigned)e / 512u % 1u);
+                                            const int l31 = (int)((unsigned)e / 8u % 64u);
+                                            const int l32 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                        }
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<1>();
+                            __syncthreads();
+                            const long long o33 = o15 + 128;
+                            if (o33 < s3) {
+                                /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l35 = (int)((unsigned)e / 512u % 1u);
+                                            const int l36 = (int)((unsigned)e / 512u % 1u);
+                                            const int l37 = (int)((unsigned)e / 8u % 64u);
+                                            const int l38 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l40 = (int)((unsigned)e / 512u % 1u);
+                                            const int l41 = (int)((unsigned)e / 512u % 1u);
+                                            const int l42 = (int)((unsigned)e / 8u % 64u);
+                                            const int l43 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                            /* rdot accumulator */
+                            float acc1[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                acc1[r] = 0e0f;
+                            }
+                            /* v0: loaded by the tensor-core dot that reads it */
+                            /* v1: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 16) {
+                                    unsigned fa[1][4], fb[8][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc1 += v2: accumulated by the tensor-core dot above */
+                            float v3[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v3[r] = acc1[r];
+                            }
+                            float v6[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v6[r] = (v3[r] * v5[0]);
+                            }
+                            float v7[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l59 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v7[r] = ((unsigned)(o15 + l59) < (unsigned)s3) ? v6[r] : (-INFINITY);
+                            }
+                            float v8[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v8[s] = p[s];
+                            }
+                            float v39[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v39[r] = acc0[r];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc0[r] = fmaxf(acc0[r], v8[r]);
+                            }
+                            float v40[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v40[r] = acc0[r];
+                            }
+                            float v43[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
+                            }
+                            float v44[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
+                            }
+                            float v45[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v45[r] = (v39[r] - v44[r]);
+                            }
+                            float v46[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v46[r] = dt_fast_exp(v45[r]);
+                            }
+                            float v47[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v47[r] = acc3[r];
+                            }
+                            float v48[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v48[r] = (v47[r] * v46[r]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = v48[r];
+                            }
+                            float v18[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            }
+                            float v19[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v19[r] = dt_fast_exp(v18[r]);
+                            }
+                            float v20[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l101 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v20[r] = ((unsigned)(o15 + l101) < (unsigned)s3) ? v19[r] : 0e0f;
+                            }
+                            float v21[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v21[s] = p[s];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = acc3[r] + v21[r];
+                            }
+                            float v49[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v49[r] = acc6[r];
+                            }
+                            float v50[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v50[r] = (v49[r] * v46[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                acc6[r] = v50[r];
+                            }
+                            /* v34: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 9216 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 16) {
+                                    unsigned fa[1][4], fb[8][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        const int f = (i * 8 + kk / 8) * 4;
+                                        fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
+                                        fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
+                                        fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
+                                        fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
+                                    }
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 72) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc6 += v35: accumulated by the tensor-core dot above */
+                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                        }
+                        dt_cp_async_wait<0>();
+                        __syncthreads();
+                    }
+                    float v22[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        v22[r] = acc3[r];
+                    }
+                    float v36[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        v36[r] = acc6[r];
+                    }
+                    float v38[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                    }
+                    /* the fragments two adjacent columns at a time */
+                    #pragma unroll
+                    for (int r = 0; r < 32; r += 2) {
+                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_f16(v38[r], v38[r + 1]);
+                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f16(v38[r]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* kernel attention_64 for bf16: grid block(b:1, h:1, i:64, e:64); 128 threads, 64512 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of b */
+    const long long s1 = args.sizes[1]; /* size of h */
+    const long long s2 = args.sizes[2]; /* size of i */
+    const long long s3 = args.sizes[3]; /* size of j */
+    const long long s4 = args.sizes[4]; /* size of e */
+    const long long s5 = args.sizes[5]; /* size of d */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
+    const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_64 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along b */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along h */
+    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
+    const long long b2 = g2; /* block index along i */
+    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b4 = g3; /* block index along e */
+    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s5;
+    }
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = dt_fast_rsqrt(v4[0]);
+    }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = (-INFINITY);
+    }
+    float v42[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v42[r] = 0e0f;
+    }
+    /* block(b:1) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(h:1) */
+        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
+            /* block(i:64) attention_64.tensorize(i:0) */
+            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+                /* block(e:64) attention_64.tensorize(e:0) */
+                for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
+                    /* rdot accumulator */
+                    float acc6[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
+                    }
+                    /* rmax identity */
+                    float acc0[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
+                    }
+                    /* rmax attention_64.tensorize(j:64) num_stages(3) + rsum attention_64.tensorize(j:64) num_stages(3) + rdot attention_64.tensorize(j:64) num_stages(3), online */
+                    /* num_stages(3): the operands of its dots for the next 2 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    {
+                        __syncthreads();
+                        int rd16 = 0, wr17 = 2;
+                        /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l19 = (int)((unsigned)e / 512u % 1u);
+                                    const int l20 = (int)((unsigned)e / 512u % 1u);
+                                    const int l21 = (int)((unsigned)e / 8u % 64u);
+                                    const int l22 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
+                                        dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                    } else if (!((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8)) < (unsigned)s5)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8 + q)] = ((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        for (int st = 0; st < 2; st++) {
+                            const long long o15 = (long long)st * 64;
+                            if (o15 < s3) {
+                                /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l24 = (int)((unsigned)e / 512u % 1u);
+                                            const int l25 = (int)((unsigned)e / 512u % 1u);
+                                            const int l26 = (int)((unsigned)e / 8u % 64u);
+                                            const int l27 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l29 = (int)((unsigned)e / 512u % 1u);
+                                            const int l30 = (int)((unsigned)e / 512u % 1u);
+                                            const int l31 = (int)((unsigned)e / 8u % 64u);
+                                            const int l32 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                        }
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<1>();
+                            __syncthreads();
+                            const long long o33 = o15 + 128;
+                            if (o33 < s3) {
+                                /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l35 = (int)((unsigned)e / 512u % 1u);
+                                            const int l36 = (int)((unsigned)e / 512u % 1u);
+                                            const int l37 = (int)((unsigned)e / 8u % 64u);
+                                            const int l38 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l40 = (int)((unsigned)e / 512u % 1u);
+                                            const int l41 = (int)((unsigned)e / 512u % 1u);
+                                            const int l42 = (int)((unsigned)e / 8u % 64u);
+                                            const int l43 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                            /* rdot accumulator */
+                            float acc1[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                acc1[r] = 0e0f;
+                            }
+                            /* v0: loaded by the tensor-core dot that reads it */
+                            /* v1: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 16) {
+                                    unsigned fa[1][4], fb[8][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc1 += v2: accumulated by the tensor-core dot above */
+                            float v3[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v3[r] = acc1[r];
+                            }
+                            float v6[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v6[r] = (v3[r] * v5[0]);
+                            }
+                            float v7[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l59 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v7[r] = ((unsigned)(o15 + l59) < (unsigned)s3) ? v6[r] : (-INFINITY);
+                            }
+                            float v8[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v8[s] = p[s];
+                            }
+                            float v39[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v39[r] = acc0[r];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc0[r] = fmaxf(acc0[r], v8[r]);
+                            }
+                            float v40[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v40[r] = acc0[r];
+                            }
+                            float v43[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
+                            }
+                            float v44[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
+                            }
+                            float v45[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v45[r] = (v39[r] - v44[r]);
+                            }
+                            float v46[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v46[r] = dt_fast_exp(v45[r]);
+                            }
+                            float v47[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v47[r] = acc3[r];
+                            }
+                            float v48[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v48[r] = (v47[r] * v46[r]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = v48[r];
+                            }
+                            float v18[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            }
+                            float v19[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v19[r] = dt_fast_exp(v18[r]);
+                            }
+                            float v20[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l101 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v20[r] = ((unsigned)(o15 + l101) < (unsigned)s3) ? v19[r] : 0e0f;
+                            }
+                            float v21[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v21[s] = p[s];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = acc3[r] + v21[r];
+                            }
+                            float v49[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v49[r] = acc6[r];
+                            }
+                            float v50[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v50[r] = (v49[r] * v46[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                acc6[r] = v50[r];
+                            }
+                            /* v34: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 9216 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 16) {
+                                    unsigned fa[1][4], fb[8][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        const int f = (i * 8 + kk / 8) * 4;
+                                        fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
+                                        fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
+                                        fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
+                                        fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
+                                    }
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 72) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc6 += v35: accumulated by the tensor-core dot above */
+                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                        }
+                        dt_cp_async_wait<0>();
+                        __syncthreads();
+                    }
+                    float v22[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        v22[r] = acc3[r];
+                    }
+                    float v36[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        v36[r] = acc6[r];
+                    }
+                    float v38[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                    }
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        const int l128 = 0;
+                        const int l129 = 0;
+                        const int l130 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l131 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l130) < (unsigned)s2 && (unsigned)(o4 + l131) < (unsigned)s4) out[(unsigned)(o1 + l128) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l129) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l130) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l131) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* kernel attention_64 for bf16: grid block(b:1, h:1, i:64, e:64); 128 threads, 64512 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of b */
+    const long long s1 = args.sizes[1]; /* size of h */
+    const long long s2 = args.sizes[2]; /* size of i */
+    const long long s3 = args.sizes[3]; /* size of j */
+    const long long s4 = args.sizes[4]; /* size of e */
+    const long long s5 = args.sizes[5]; /* size of d */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
+    const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_64 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along b */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along h */
+    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
+    const long long b2 = g2; /* block index along i */
+    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b4 = g3; /* block index along e */
+    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s5;
+    }
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = dt_fast_rsqrt(v4[0]);
+    }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = (-INFINITY);
+    }
+    float v42[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v42[r] = 0e0f;
+    }
+    /* block(b:1) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(h:1) */
+        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
+            /* block(i:64) attention_64.tensorize(i:0) */
+            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+                /* block(e:64) attention_64.tensorize(e:0) */
+                for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
+                    /* rdot accumulator */
+                    float acc6[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
+                    }
+                    /* rmax identity */
+                    float acc0[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
+                    }
+                    /* rmax attention_64.tensorize(j:64) num_stages(3) + rsum attention_64.tensorize(j:64) num_stages(3) + rdot attention_64.tensorize(j:64) num_stages(3), online */
+                    /* num_stages(3): the operands of its dots for the next 2 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    {
+                        __syncthreads();
+                        int rd16 = 0, wr17 = 2;
+                        /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l19 = (int)((unsigned)e / 512u % 1u);
+                                    const int l20 = (int)((unsigned)e / 512u % 1u);
+                                    const int l21 = (int)((unsigned)e / 8u % 64u);
+                                    const int l22 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
+                                        dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                    } else if (!((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8)) < (unsigned)s5)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8 + q)] = ((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        for (int st = 0; st < 2; st++) {
+                            const long long o15 = (long long)st * 64;
+                            if (o15 < s3) {
+                                /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l24 = (int)((unsigned)e / 512u % 1u);
+                                            const int l25 = (int)((unsigned)e / 512u % 1u);
+                                            const int l26 = (int)((unsigned)e / 8u % 64u);
+                                            const int l27 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l29 = (int)((unsigned)e / 512u % 1u);
+                                            const int l30 = (int)((unsigned)e / 512u % 1u);
+                                            const int l31 = (int)((unsigned)e / 8u % 64u);
+                                            const int l32 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                        }
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<1>();
+                            __syncthreads();
+                            const long long o33 = o15 + 128;
+                            if (o33 < s3) {
+                                /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l35 = (int)((unsigned)e / 512u % 1u);
+                                            const int l36 = (int)((unsigned)e / 512u % 1u);
+                                            const int l37 = (int)((unsigned)e / 8u % 64u);
+                                            const int l38 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l40 = (int)((unsigned)e / 512u % 1u);
+                                            const int l41 = (int)((unsigned)e / 512u % 1u);
+                                            const int l42 = (int)((unsigned)e / 8u % 64u);
+                                            const int l43 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                            /* rdot accumulator */
+                            float acc1[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                acc1[r] = 0e0f;
+                            }
+                            /* v0: loaded by the tensor-core dot that reads it */
+                            /* v1: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 16) {
+                                    unsigned fa[1][4], fb[8][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc1 += v2: accumulated by the tensor-core dot above */
+                            float v3[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v3[r] = acc1[r];
+                            }
+                            float v6[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v6[r] = (v3[r] * v5[0]);
+                            }
+                            float v7[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l59 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v7[r] = ((unsigned)(o15 + l59) < (unsigned)s3) ? v6[r] : (-INFINITY);
+                            }
+                            float v8[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v8[s] = p[s];
+                            }
+                            float v39[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v39[r] = acc0[r];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc0[r] = fmaxf(acc0[r], v8[r]);
+                            }
+                            float v40[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v40[r] = acc0[r];
+                            }
+                            float v43[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
+                            }
+                            float v44[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
+                            }
+                            float v45[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v45[r] = (v39[r] - v44[r]);
+                            }
+                            float v46[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v46[r] = dt_fast_exp(v45[r]);
+                            }
+                            float v47[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v47[r] = acc3[r];
+                            }
+                            float v48[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v48[r] = (v47[r] * v46[r]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = v48[r];
+                            }
+                            float v18[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            }
+                            float v19[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v19[r] = dt_fast_exp(v18[r]);
+                            }
+                            float v20[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l101 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v20[r] = ((unsigned)(o15 + l101) < (unsigned)s3) ? v19[r] : 0e0f;
+                            }
+                            float v21[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v21[s] = p[s];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = acc3[r] + v21[r];
+                            }
+                            float v49[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v49[r] = acc6[r];
+                            }
+                            float v50[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v50[r] = (v49[r] * v46[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                acc6[r] = v50[r];
+                            }
+                            /* v34: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 9216 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 16) {
+                                    unsigned fa[1][4], fb[8][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        const int f = (i * 8 + kk / 8) * 4;
+                                        fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
+                                        fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
+                                        fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
+                                        fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
+                                    }
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 72) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc6 += v35: accumulated by the tensor-core dot above */
+                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                        }
+                        dt_cp_async_wait<0>();
+                        __syncthreads();
+                    }
+                    float v22[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        v22[r] = acc3[r];
+                    }
+                    float v36[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        v36[r] = acc6[r];
+                    }
+                    float v38[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                    }
+                    /* the fragments two adjacent columns at a time */
+                    #pragma unroll
+                    for (int r = 0; r < 32; r += 2) {
+                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_bf16(v38[r], v38[r + 1]);
+                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_bf16(v38[r]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* kernel attention_causal_64 for f16: grid block(b:1, h:1, i:64, e:64); 128 threads, 64512 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of b */
+    const long long s1 = args.sizes[1]; /* size of h */
+    const long long s2 = args.sizes[2]; /* size of i */
+    const long long s3 = args.sizes[3]; /* size of j */
+    const long long s4 = args.sizes[4]; /* size of e */
+    const long long s5 = args.sizes[5]; /* size of d */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
+    const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_causal_64 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along b */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along h */
+    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
+    const long long b2 = g2; /* block index along i */
+    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b4 = g3; /* block index along e */
+    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
+    float v7[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v7[r] = (float)s5;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = dt_fast_rsqrt(v7[0]);
+    }
+    float v10[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v10[r] = INFINITY;
+    }
+    float v11[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v11[r] = (-v10[0]);
+    }
+    float v59[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v59[r] = (-INFINITY);
+    }
+    float v60[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v60[r] = 0e0f;
+    }
+    /* block(b:1) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(h:1) */
+        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
+            /* block(i:64) attention_causal_64.tensorize(i:0) */
+            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+                /* block(e:64) attention_causal_64.tensorize(e:0) */
+                for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
+                    /* rdot accumulator */
+                    float acc6[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
+                    }
+                    /* rmax identity */
+                    float acc0[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
+                    }
+                    /* rmax attention_causal_64.tensorize(j:64) num_stages(3) + rsum attention_causal_64.tensorize(j:64) num_stages(3) + rdot attention_causal_64.tensorize(j:64) num_stages(3), online */
+                    /* num_stages(3): the operands of its dots for the next 2 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    {
+                        __syncthreads();
+                        int rd16 = 0, wr17 = 2;
+                        /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l19 = (int)((unsigned)e / 512u % 1u);
+                                    const int l20 = (int)((unsigned)e / 512u % 1u);
+                                    const int l21 = (int)((unsigned)e / 8u % 64u);
+                                    const int l22 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
+                                        dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                    } else if (!((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8)) < (unsigned)s5)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8 + q)] = ((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        for (int st = 0; st < 2; st++) {
+                            const long long o15 = (long long)st * 64;
+                            if (o15 < dt_min_ll(s3, b2 * 64 + 64)) {
+                                /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l24 = (int)((unsigned)e / 512u % 1u);
+                                            const int l25 = (int)((unsigned)e / 512u % 1u);
+                                            const int l26 = (int)((unsigned)e / 8u % 64u);
+                                            const int l27 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l29 = (int)((unsigned)e / 512u % 1u);
+                                            const int l30 = (int)((unsigned)e / 512u % 1u);
+                                            const int l31 = (int)((unsigned)e / 8u % 64u);
+                                            const int l32 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                        }
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<1>();
+                            __syncthreads();
+                            const long long o33 = o15 + 128;
+                            if (o33 < dt_min_ll(s3, b2 * 64 + 64)) {
+                                /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l35 = (int)((unsigned)e / 512u % 1u);
+                                            const int l36 = (int)((unsigned)e / 512u % 1u);
+                                            const int l37 = (int)((unsigned)e / 8u % 64u);
+                                            const int l38 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l40 = (int)((unsigned)e / 512u % 1u);
+                                            const int l41 = (int)((unsigned)e / 512u % 1u);
+                                            const int l42 = (int)((unsigned)e / 8u % 64u);
+                                            const int l43 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                            /* v0: the index along j, computed where it is read */
+                            /* v1: the index along i, computed where it is read */
+                            float v2[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l44 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                const int l45 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v2[r] = (((float)(o15 + l45)) <= ((float)(o3 + l44)) ? 1.0f : 0.0f);
+                            }
+                            /* rdot accumulator */
+                            float acc1[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                acc1[r] = 0e0f;
+                            }
+                            /* v3: loaded by the tensor-core dot that reads it */
+                            /* v4: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 16) {
+                                    unsigned fa[1][4], fb[8][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc1 += v5: accumulated by the tensor-core dot above */
+                            float v6[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v6[r] = acc1[r];
+                            }
+                            float v9[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v9[r] = (v6[r] * v8[0]);
+                            }
+                            float v12[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                            }
+                            float v13[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l65 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v13[r] = ((unsigned)(o15 + l65) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                            }
+                            float v14[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v14[s] = p[s];
+                            }
+                            float v57[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v57[r] = acc0[r];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc0[r] = fmaxf(acc0[r], v14[r]);
+                            }
+                            float v58[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v58[r] = acc0[r];
+                            }
+                            float v61[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                            }
+                            float v62[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                            }
+                            float v63[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v63[r] = (v57[r] - v62[r]);
+                            }
+                            float v64[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v64[r] = dt_fast_exp(v63[r]);
+                            }
+                            float v65[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v65[r] = acc3[r];
+                            }
+                            float v66[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v66[r] = (v65[r] * v64[r]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = v66[r];
+                            }
+                            float v30[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            }
+                            float v31[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v31[r] = dt_fast_exp(v30[r]);
+                            }
+                            float v32[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l107 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v32[r] = ((unsigned)(o15 + l107) < (unsigned)s3) ? v31[r] : 0e0f;
+                            }
+                            float v33[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v33[s] = p[s];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = acc3[r] + v33[r];
+                            }
+                            float v67[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v67[r] = acc6[r];
+                            }
+                            float v68[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                acc6[r] = v68[r];
+                            }
+                            /* v52: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 9216 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 16) {
+                                    unsigned fa[1][4], fb[8][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        const int f = (i * 8 + kk / 8) * 4;
+                                        fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                        fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                        fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                        fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                    }
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 72) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc6 += v53: accumulated by the tensor-core dot above */
+                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                        }
+                        dt_cp_async_wait<0>();
+                        __syncthreads();
+                    }
+                    float v34[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        v34[r] = acc3[r];
+                    }
+                    float v54[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        v54[r] = acc6[r];
+                    }
+                    float v56[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                    }
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        const int l134 = 0;
+                        const int l135 = 0;
+                        const int l136 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l137 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l136) < (unsigned)s2 && (unsigned)(o4 + l137) < (unsigned)s4) out[(unsigned)(o1 + l134) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l135) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l136) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l137) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* kernel attention_causal_64 for f16: grid block(b:1, h:1, i:64, e:64); 128 threads, 64512 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of b */
+    const long long s1 = args.sizes[1]; /* size of h */
+    const long long s2 = args.sizes[2]; /* size of i */
+    const long long s3 = args.sizes[3]; /* size of j */
+    const long long s4 = args.sizes[4]; /* size of e */
+    const long long s5 = args.sizes[5]; /* size of d */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
+    const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_causal_64 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along b */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along h */
+    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
+    const long long b2 = g2; /* block index along i */
+    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b4 = g3; /* block index along e */
+    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
+    float v7[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v7[r] = (float)s5;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = dt_fast_rsqrt(v7[0]);
+    }
+    float v10[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v10[r] = INFINITY;
+    }
+    float v11[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v11[r] = (-v10[0]);
+    }
+    float v59[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v59[r] = (-INFINITY);
+    }
+    float v60[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v60[r] = 0e0f;
+    }
+    /* block(b:1) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(h:1) */
+        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
+            /* block(i:64) attention_causal_64.tensorize(i:0) */
+            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+                /* block(e:64) attention_causal_64.tensorize(e:0) */
+                for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
+                    /* rdot accumulator */
+                    float acc6[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
+                    }
+                    /* rmax identity */
+                    float acc0[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
+                    }
+                    /* rmax attention_causal_64.tensorize(j:64) num_stages(3) + rsum attention_causal_64.tensorize(j:64) num_stages(3) + rdot attention_causal_64.tensorize(j:64) num_stages(3), online */
+                    /* num_stages(3): the operands of its dots for the next 2 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    {
+                        __syncthreads();
+                        int rd16 = 0, wr17 = 2;
+                        /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l19 = (int)((unsigned)e / 512u % 1u);
+                                    const int l20 = (int)((unsigned)e / 512u % 1u);
+                                    const int l21 = (int)((unsigned)e / 8u % 64u);
+                                    const int l22 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
+                                        dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                    } else if (!((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8)) < (unsigned)s5)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8 + q)] = ((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        for (int st = 0; st < 2; st++) {
+                            const long long o15 = (long long)st * 64;
+                            if (o15 < dt_min_ll(s3, b2 * 64 + 64)) {
+                                /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l24 = (int)((unsigned)e / 512u % 1u);
+                                            const int l25 = (int)((unsigned)e / 512u % 1u);
+                                            const int l26 = (int)((unsigned)e / 8u % 64u);
+                                            const int l27 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l29 = (int)((unsigned)e / 512u % 1u);
+                                            const int l30 = (int)((unsigned)e / 512u % 1u);
+                                            const int l31 = (int)((unsigned)e / 8u % 64u);
+                                            const int l32 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                        }
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<1>();
+                            __syncthreads();
+                            const long long o33 = o15 + 128;
+                            if (o33 < dt_min_ll(s3, b2 * 64 + 64)) {
+                                /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l35 = (int)((unsigned)e / 512u % 1u);
+                                            const int l36 = (int)((unsigned)e / 512u % 1u);
+                                            const int l37 = (int)((unsigned)e / 8u % 64u);
+                                            const int l38 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l40 = (int)((unsigned)e / 512u % 1u);
+                                            const int l41 = (int)((unsigned)e / 512u % 1u);
+                                            const int l42 = (int)((unsigned)e / 8u % 64u);
+                                            const int l43 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                            /* v0: the index along j, computed where it is read */
+                            /* v1: the index along i, computed where it is read */
+                            float v2[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l44 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                const int l45 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v2[r] = (((float)(o15 + l45)) <= ((float)(o3 + l44)) ? 1.0f : 0.0f);
+                            }
+                            /* rdot accumulator */
+                            float acc1[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                acc1[r] = 0e0f;
+                            }
+                            /* v3: loaded by the tensor-core dot that reads it */
+                            /* v4: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 16) {
+                                    unsigned fa[1][4], fb[8][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc1 += v5: accumulated by the tensor-core dot above */
+                            float v6[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v6[r] = acc1[r];
+                            }
+                            float v9[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v9[r] = (v6[r] * v8[0]);
+                            }
+                            float v12[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                            }
+                            float v13[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l65 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v13[r] = ((unsigned)(o15 + l65) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                            }
+                            float v14[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v14[s] = p[s];
+                            }
+                            float v57[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v57[r] = acc0[r];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc0[r] = fmaxf(acc0[r], v14[r]);
+                            }
+                            float v58[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v58[r] = acc0[r];
+                            }
+                            float v61[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                            }
+                            float v62[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                            }
+                            float v63[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v63[r] = (v57[r] - v62[r]);
+                            }
+                            float v64[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v64[r] = dt_fast_exp(v63[r]);
+                            }
+                            float v65[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v65[r] = acc3[r];
+                            }
+                            float v66[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v66[r] = (v65[r] * v64[r]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = v66[r];
+                            }
+                            float v30[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            }
+                            float v31[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v31[r] = dt_fast_exp(v30[r]);
+                            }
+                            float v32[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l107 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v32[r] = ((unsigned)(o15 + l107) < (unsigned)s3) ? v31[r] : 0e0f;
+                            }
+                            float v33[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v33[s] = p[s];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = acc3[r] + v33[r];
+                            }
+                            float v67[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v67[r] = acc6[r];
+                            }
+                            float v68[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                acc6[r] = v68[r];
+                            }
+                            /* v52: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 9216 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 16) {
+                                    unsigned fa[1][4], fb[8][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        const int f = (i * 8 + kk / 8) * 4;
+                                        fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                        fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                        fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                        fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                    }
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 72) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc6 += v53: accumulated by the tensor-core dot above */
+                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                        }
+                        dt_cp_async_wait<0>();
+                        __syncthreads();
+                    }
+                    float v34[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        v34[r] = acc3[r];
+                    }
+                    float v54[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        v54[r] = acc6[r];
+                    }
+                    float v56[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                    }
+                    /* the fragments two adjacent columns at a time */
+                    #pragma unroll
+                    for (int r = 0; r < 32; r += 2) {
+                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_f16(v56[r], v56[r + 1]);
+                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f16(v56[r]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* kernel attention_causal_64 for bf16: grid block(b:1, h:1, i:64, e:64); 128 threads, 64512 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of b */
+    const long long s1 = args.sizes[1]; /* size of h */
+    const long long s2 = args.sizes[2]; /* size of i */
+    const long long s3 = args.sizes[3]; /* size of j */
+    const long long s4 = args.sizes[4]; /* size of e */
+    const long long s5 = args.sizes[5]; /* size of d */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
+    const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_causal_64 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along b */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along h */
+    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
+    const long long b2 = g2; /* block index along i */
+    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b4 = g3; /* block index along e */
+    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
+    float v7[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v7[r] = (float)s5;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = dt_fast_rsqrt(v7[0]);
+    }
+    float v10[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v10[r] = INFINITY;
+    }
+    float v11[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v11[r] = (-v10[0]);
+    }
+    float v59[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v59[r] = (-INFINITY);
+    }
+    float v60[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v60[r] = 0e0f;
+    }
+    /* block(b:1) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(h:1) */
+        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
+            /* block(i:64) attention_causal_64.tensorize(i:0) */
+            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+                /* block(e:64) attention_causal_64.tensorize(e:0) */
+                for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
+                    /* rdot accumulator */
+                    float acc6[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
+                    }
+                    /* rmax identity */
+                    float acc0[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
+                    }
+                    /* rmax attention_causal_64.tensorize(j:64) num_stages(3) + rsum attention_causal_64.tensorize(j:64) num_stages(3) + rdot attention_causal_64.tensorize(j:64) num_stages(3), online */
+                    /* num_stages(3): the operands of its dots for the next 2 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    {
+                        __syncthreads();
+                        int rd16 = 0, wr17 = 2;
+                        /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l19 = (int)((unsigned)e / 512u % 1u);
+                                    const int l20 = (int)((unsigned)e / 512u % 1u);
+                                    const int l21 = (int)((unsigned)e / 8u % 64u);
+                                    const int l22 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
+                                        dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                    } else if (!((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8)) < (unsigned)s5)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8 + q)] = ((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        for (int st = 0; st < 2; st++) {
+                            const long long o15 = (long long)st * 64;
+                            if (o15 < dt_min_ll(s3, b2 * 64 + 64)) {
+                                /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l24 = (int)((unsigned)e / 512u % 1u);
+                                            const int l25 = (int)((unsigned)e / 512u % 1u);
+                                            const int l26 = (int)((unsigned)e / 8u % 64u);
+                                            const int l27 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l29 = (int)((unsigned)e / 512u % 1u);
+                                            const int l30 = (int)((unsigned)e / 512u % 1u);
+                                            const int l31 = (int)((unsigned)e / 8u % 64u);
+                                            const int l32 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                        }
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<1>();
+                            __syncthreads();
+                            const long long o33 = o15 + 128;
+                            if (o33 < dt_min_ll(s3, b2 * 64 + 64)) {
+                                /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l35 = (int)((unsigned)e / 512u % 1u);
+                                            const int l36 = (int)((unsigned)e / 512u % 1u);
+                                            const int l37 = (int)((unsigned)e / 8u % 64u);
+                                            const int l38 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l40 = (int)((unsigned)e / 512u % 1u);
+                                            const int l41 = (int)((unsigned)e / 512u % 1u);
+                                            const int l42 = (int)((unsigned)e / 8u % 64u);
+                                            const int l43 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                            /* v0: the index along j, computed where it is read */
+                            /* v1: the index along i, computed where it is read */
+                            float v2[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l44 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                const int l45 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v2[r] = (((float)(o15 + l45)) <= ((float)(o3 + l44)) ? 1.0f : 0.0f);
+                            }
+                            /* rdot accumulator */
+                            float acc1[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                acc1[r] = 0e0f;
+                            }
+                            /* v3: loaded by the tensor-core dot that reads it */
+                            /* v4: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 16) {
+                                    unsigned fa[1][4], fb[8][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc1 += v5: accumulated by the tensor-core dot above */
+                            float v6[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v6[r] = acc1[r];
+                            }
+                            float v9[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v9[r] = (v6[r] * v8[0]);
+                            }
+                            float v12[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                            }
+                            float v13[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l65 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v13[r] = ((unsigned)(o15 + l65) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                            }
+                            float v14[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v14[s] = p[s];
+                            }
+                            float v57[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v57[r] = acc0[r];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc0[r] = fmaxf(acc0[r], v14[r]);
+                            }
+                            float v58[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v58[r] = acc0[r];
+                            }
+                            float v61[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                            }
+                            float v62[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                            }
+                            float v63[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v63[r] = (v57[r] - v62[r]);
+                            }
+                            float v64[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v64[r] = dt_fast_exp(v63[r]);
+                            }
+                            float v65[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v65[r] = acc3[r];
+                            }
+                            float v66[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v66[r] = (v65[r] * v64[r]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = v66[r];
+                            }
+                            float v30[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            }
+                            float v31[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v31[r] = dt_fast_exp(v30[r]);
+                            }
+                            float v32[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l107 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v32[r] = ((unsigned)(o15 + l107) < (unsigned)s3) ? v31[r] : 0e0f;
+                            }
+                            float v33[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v33[s] = p[s];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = acc3[r] + v33[r];
+                            }
+                            float v67[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v67[r] = acc6[r];
+                            }
+                            float v68[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                acc6[r] = v68[r];
+                            }
+                            /* v52: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 9216 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 16) {
+                                    unsigned fa[1][4], fb[8][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        const int f = (i * 8 + kk / 8) * 4;
+                                        fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                        fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                        fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                        fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                    }
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 72) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc6 += v53: accumulated by the tensor-core dot above */
+                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                        }
+                        dt_cp_async_wait<0>();
+                        __syncthreads();
+                    }
+                    float v34[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        v34[r] = acc3[r];
+                    }
+                    float v54[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        v54[r] = acc6[r];
+                    }
+                    float v56[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                    }
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        const int l134 = 0;
+                        const int l135 = 0;
+                        const int l136 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l137 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l136) < (unsigned)s2 && (unsigned)(o4 + l137) < (unsigned)s4) out[(unsigned)(o1 + l134) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l135) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l136) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l137) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* kernel attention_causal_64 for bf16: grid block(b:1, h:1, i:64, e:64); 128 threads, 64512 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of b */
+    const long long s1 = args.sizes[1]; /* size of h */
+    const long long s2 = args.sizes[2]; /* size of i */
+    const long long s3 = args.sizes[3]; /* size of j */
+    const long long s4 = args.sizes[4]; /* size of e */
+    const long long s5 = args.sizes[5]; /* size of d */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
+    const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_causal_64 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along b */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along h */
+    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
+    const long long b2 = g2; /* block index along i */
+    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b4 = g3; /* block index along e */
+    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
+    float v7[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v7[r] = (float)s5;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = dt_fast_rsqrt(v7[0]);
+    }
+    float v10[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v10[r] = INFINITY;
+    }
+    float v11[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v11[r] = (-v10[0]);
+    }
+    float v59[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v59[r] = (-INFINITY);
+    }
+    float v60[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v60[r] = 0e0f;
+    }
+    /* block(b:1) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(h:1) */
+        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
+            /* block(i:64) attention_causal_64.tensorize(i:0) */
+            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+                /* block(e:64) attention_causal_64.tensorize(e:0) */
+                for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
+                    /* rdot accumulator */
+                    float acc6[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
+                    }
+                    /* rmax identity */
+                    float acc0[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
+                    }
+                    /* rmax attention_causal_64.tensorize(j:64) num_stages(3) + rsum attention_causal_64.tensorize(j:64) num_stages(3) + rdot attention_causal_64.tensorize(j:64) num_stages(3), online */
+                    /* num_stages(3): the operands of its dots for the next 2 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    {
+                        __syncthreads();
+                        int rd16 = 0, wr17 = 2;
+                        /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l19 = (int)((unsigned)e / 512u % 1u);
+                                    const int l20 = (int)((unsigned)e / 512u % 1u);
+                                    const int l21 = (int)((unsigned)e / 8u % 64u);
+                                    const int l22 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
+                                        dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                    } else if (!((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8)) < (unsigned)s5)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8 + q)] = ((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        for (int st = 0; st < 2; st++) {
+                            const long long o15 = (long long)st * 64;
+                            if (o15 < dt_min_ll(s3, b2 * 64 + 64)) {
+                                /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l24 = (int)((unsigned)e / 512u % 1u);
+                                            const int l25 = (int)((unsigned)e / 512u % 1u);
+                                            const int l26 = (int)((unsigned)e / 8u % 64u);
+                                            const int l27 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l29 = (int)((unsigned)e / 512u % 1u);
+                                            const int l30 = (int)((unsigned)e / 512u % 1u);
+                                            const int l31 = (int)((unsigned)e / 8u % 64u);
+                                            const int l32 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                        }
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<1>();
+                            __syncthreads();
+                            const long long o33 = o15 + 128;
+                            if (o33 < dt_min_ll(s3, b2 * 64 + 64)) {
+                                /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l35 = (int)((unsigned)e / 512u % 1u);
+                                            const int l36 = (int)((unsigned)e / 512u % 1u);
+                                            const int l37 = (int)((unsigned)e / 8u % 64u);
+                                            const int l38 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        const int e = tid + r * 128;
+                                        (void)e; {
+                                            const int l40 = (int)((unsigned)e / 512u % 1u);
+                                            const int l41 = (int)((unsigned)e / 512u % 1u);
+                                            const int l42 = (int)((unsigned)e / 8u % 64u);
+                                            const int l43 = (int)((unsigned)e / 1u % 8u);
+                                            if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                            /* v0: the index along j, computed where it is read */
+                            /* v1: the index along i, computed where it is read */
+                            float v2[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l44 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                const int l45 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v2[r] = (((float)(o15 + l45)) <= ((float)(o3 + l44)) ? 1.0f : 0.0f);
+                            }
+                            /* rdot accumulator */
+                            float acc1[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                acc1[r] = 0e0f;
+                            }
+                            /* v3: loaded by the tensor-core dot that reads it */
+                            /* v4: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 16) {
+                                    unsigned fa[1][4], fb[8][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc1 += v5: accumulated by the tensor-core dot above */
+                            float v6[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v6[r] = acc1[r];
+                            }
+                            float v9[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v9[r] = (v6[r] * v8[0]);
+                            }
+                            float v12[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                            }
+                            float v13[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l65 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v13[r] = ((unsigned)(o15 + l65) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                            }
+                            float v14[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v14[s] = p[s];
+                            }
+                            float v57[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v57[r] = acc0[r];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc0[r] = fmaxf(acc0[r], v14[r]);
+                            }
+                            float v58[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v58[r] = acc0[r];
+                            }
+                            float v61[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                            }
+                            float v62[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                            }
+                            float v63[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v63[r] = (v57[r] - v62[r]);
+                            }
+                            float v64[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v64[r] = dt_fast_exp(v63[r]);
+                            }
+                            float v65[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v65[r] = acc3[r];
+                            }
+                            float v66[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v66[r] = (v65[r] * v64[r]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = v66[r];
+                            }
+                            float v30[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            }
+                            float v31[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v31[r] = dt_fast_exp(v30[r]);
+                            }
+                            float v32[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l107 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v32[r] = ((unsigned)(o15 + l107) < (unsigned)s3) ? v31[r] : 0e0f;
+                            }
+                            float v33[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v33[s] = p[s];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = acc3[r] + v33[r];
+                            }
+                            float v67[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v67[r] = acc6[r];
+                            }
+                            float v68[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                acc6[r] = v68[r];
+                            }
+                            /* v52: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 9216 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 16) {
+                                    unsigned fa[1][4], fb[8][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        const int f = (i * 8 + kk / 8) * 4;
+                                        fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                        fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                        fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                        fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                    }
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 72) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc6 += v53: accumulated by the tensor-core dot above */
+                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                        }
+                        dt_cp_async_wait<0>();
+                        __syncthreads();
+                    }
+                    float v34[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        v34[r] = acc3[r];
+                    }
+                    float v54[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        v54[r] = acc6[r];
+                    }
+                    float v56[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                    }
+                    /* the fragments two adjacent columns at a time */
+                    #pragma unroll
+                    for (int r = 0; r < 32; r += 2) {
+                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_bf16(v56[r], v56[r + 1]);
+                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_bf16(v56[r]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* kernel attention_128 for f16: grid block(b:1, h:1, i:64, e:128); 128 threads, 87040 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of b */
+    const long long s1 = args.sizes[1]; /* size of h */
+    const long long s2 = args.sizes[2]; /* size of i */
+    const long long s3 = args.sizes[3]; /* size of j */
+    const long long s4 = args.sizes[4]; /* size of e */
+    const long long s5 = args.sizes[5]; /* size of d */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
+    const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_128 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along b */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along h */
+    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
+    const long long b2 = g2; /* block index along i */
+    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b4 = g3; /* block index along e */
+    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s5;
+    }
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = dt_fast_rsqrt(v4[0]);
+    }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = (-INFINITY);
+    }
+    float v42[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v42[r] = 0e0f;
+    }
+    /* block(b:1) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(h:1) */
+        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
+            /* block(i:64) attention_128.tensorize(i:0) */
+            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+                /* block(e:128) attention_128.tensorize(e:0) */
+                for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
+                    /* rdot accumulator */
+                    float acc6[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
+                    }
+                    /* rmax identity */
+                    float acc0[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
+                    }
+                    /* rmax attention_128.tensorize(j:64) num_stages(2) + rsum attention_128.tensorize(j:64) num_stages(2) + rdot attention_128.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of its dots for the next 1 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    {
+                        __syncthreads();
+                        int rd16 = 0, wr17 = 1;
+                        /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 8; r++) {
+                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                (void)e; {
+                                    const int l19 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l20 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l21 = (int)((unsigned)e / 16u % 64u);
+                                    const int l22 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
+                                        dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                    } else if (!((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8)) < (unsigned)s5)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8 + q)] = ((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 64;
+                            if (o15 < s3) {
+                                /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l24 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l25 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l26 = (int)((unsigned)e / 16u % 64u);
+                                            const int l27 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l29 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l30 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l31 = (int)((unsigned)e / 16u % 64u);
+                                            const int l32 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                        }
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<0>();
+                            __syncthreads();
+                            const long long o33 = o15 + 64;
+                            if (o33 < s3) {
+                                /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l35 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l36 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l37 = (int)((unsigned)e / 16u % 64u);
+                                            const int l38 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l40 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l41 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l42 = (int)((unsigned)e / 16u % 64u);
+                                            const int l43 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                            /* rdot accumulator */
+                            float acc1[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                acc1[r] = 0e0f;
+                            }
+                            /* v0: loaded by the tensor-core dot that reads it */
+                            /* v1: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, j:64] over d:128 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4352 + rd16 * 4352)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 128; kk += 16) {
+                                    unsigned fa[1][4], fb[8][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 2176 + kk) * 2);
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc1 += v2: accumulated by the tensor-core dot above */
+                            float v3[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v3[r] = acc1[r];
+                            }
+                            float v6[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v6[r] = (v3[r] * v5[0]);
+                            }
+                            float v7[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l59 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v7[r] = ((unsigned)(o15 + l59) < (unsigned)s3) ? v6[r] : (-INFINITY);
+                            }
+                            float v8[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v8[s] = p[s];
+                            }
+                            float v39[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v39[r] = acc0[r];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc0[r] = fmaxf(acc0[r], v8[r]);
+                            }
+                            float v40[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v40[r] = acc0[r];
+                            }
+                            float v43[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
+                            }
+                            float v44[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
+                            }
+                            float v45[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v45[r] = (v39[r] - v44[r]);
+                            }
+                            float v46[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v46[r] = dt_fast_exp(v45[r]);
+                            }
+                            float v47[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v47[r] = acc3[r];
+                            }
+                            float v48[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v48[r] = (v47[r] * v46[r]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = v48[r];
+                            }
+                            float v18[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            }
+                            float v19[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v19[r] = dt_fast_exp(v18[r]);
+                            }
+                            float v20[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l101 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v20[r] = ((unsigned)(o15 + l101) < (unsigned)s3) ? v19[r] : 0e0f;
+                            }
+                            float v21[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v21[s] = p[s];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = acc3[r] + v21[r];
+                            }
+                            float v49[64];
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                v49[r] = acc6[r];
+                            }
+                            float v50[64];
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                v50[r] = (v49[r] * v46[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                acc6[r] = v50[r];
+                            }
+                            /* v34: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 13056 + rd16 * 4352)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 16) {
+                                    unsigned fa[1][4], fb[16][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        const int f = (i * 8 + kk / 8) * 4;
+                                        fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
+                                        fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
+                                        fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
+                                        fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
+                                    }
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 16; j++) dt_mma_m16n8k16_f16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc6 += v35: accumulated by the tensor-core dot above */
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
+                        }
+                        dt_cp_async_wait<0>();
+                        __syncthreads();
+                    }
+                    float v22[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        v22[r] = acc3[r];
+                    }
+                    float v36[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        v36[r] = acc6[r];
+                    }
+                    float v38[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                    }
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        const int l128 = 0;
+                        const int l129 = 0;
+                        const int l130 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l131 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l130) < (unsigned)s2 && (unsigned)(o4 + l131) < (unsigned)s4) out[(unsigned)(o1 + l128) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l129) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l130) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l131) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* kernel attention_128 for f16: grid block(b:1, h:1, i:64, e:128); 128 threads, 87040 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of b */
+    const long long s1 = args.sizes[1]; /* size of h */
+    const long long s2 = args.sizes[2]; /* size of i */
+    const long long s3 = args.sizes[3]; /* size of j */
+    const long long s4 = args.sizes[4]; /* size of e */
+    const long long s5 = args.sizes[5]; /* size of d */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
+    const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_128 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along b */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along h */
+    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
+    const long long b2 = g2; /* block index along i */
+    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b4 = g3; /* block index along e */
+    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s5;
+    }
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = dt_fast_rsqrt(v4[0]);
+    }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = (-INFINITY);
+    }
+    float v42[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v42[r] = 0e0f;
+    }
+    /* block(b:1) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(h:1) */
+        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
+            /* block(i:64) attention_128.tensorize(i:0) */
+            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+                /* block(e:128) attention_128.tensorize(e:0) */
+                for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
+                    /* rdot accumulator */
+                    float acc6[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
+                    }
+                    /* rmax identity */
+                    float acc0[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
+                    }
+                    /* rmax attention_128.tensorize(j:64) num_stages(2) + rsum attention_128.tensorize(j:64) num_stages(2) + rdot attention_128.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of its dots for the next 1 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    {
+                        __syncthreads();
+                        int rd16 = 0, wr17 = 1;
+                        /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 8; r++) {
+                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                (void)e; {
+                                    const int l19 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l20 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l21 = (int)((unsigned)e / 16u % 64u);
+                                    const int l22 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
+                                        dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                    } else if (!((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8)) < (unsigned)s5)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8 + q)] = ((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 64;
+                            if (o15 < s3) {
+                                /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l24 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l25 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l26 = (int)((unsigned)e / 16u % 64u);
+                                            const int l27 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l29 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l30 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l31 = (int)((unsigned)e / 16u % 64u);
+                                            const int l32 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                        }
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<0>();
+                            __syncthreads();
+                            const long long o33 = o15 + 64;
+                            if (o33 < s3) {
+                                /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l35 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l36 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l37 = (int)((unsigned)e / 16u % 64u);
+                                            const int l38 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l40 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l41 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l42 = (int)((unsigned)e / 16u % 64u);
+                                            const int l43 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                            /* rdot accumulator */
+                            float acc1[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                acc1[r] = 0e0f;
+                            }
+                            /* v0: loaded by the tensor-core dot that reads it */
+                            /* v1: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, j:64] over d:128 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4352 + rd16 * 4352)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 128; kk += 16) {
+                                    unsigned fa[1][4], fb[8][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 2176 + kk) * 2);
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc1 += v2: accumulated by the tensor-core dot above */
+                            float v3[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v3[r] = acc1[r];
+                            }
+                            float v6[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v6[r] = (v3[r] * v5[0]);
+                            }
+                            float v7[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l59 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v7[r] = ((unsigned)(o15 + l59) < (unsigned)s3) ? v6[r] : (-INFINITY);
+                            }
+                            float v8[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v8[s] = p[s];
+                            }
+                            float v39[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v39[r] = acc0[r];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc0[r] = fmaxf(acc0[r], v8[r]);
+                            }
+                            float v40[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v40[r] = acc0[r];
+                            }
+                            float v43[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
+                            }
+                            float v44[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
+                            }
+                            float v45[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v45[r] = (v39[r] - v44[r]);
+                            }
+                            float v46[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v46[r] = dt_fast_exp(v45[r]);
+                            }
+                            float v47[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v47[r] = acc3[r];
+                            }
+                            float v48[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v48[r] = (v47[r] * v46[r]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = v48[r];
+                            }
+                            float v18[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            }
+                            float v19[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v19[r] = dt_fast_exp(v18[r]);
+                            }
+                            float v20[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l101 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v20[r] = ((unsigned)(o15 + l101) < (unsigned)s3) ? v19[r] : 0e0f;
+                            }
+                            float v21[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v21[s] = p[s];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = acc3[r] + v21[r];
+                            }
+                            float v49[64];
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                v49[r] = acc6[r];
+                            }
+                            float v50[64];
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                v50[r] = (v49[r] * v46[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                acc6[r] = v50[r];
+                            }
+                            /* v34: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 13056 + rd16 * 4352)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 16) {
+                                    unsigned fa[1][4], fb[16][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        const int f = (i * 8 + kk / 8) * 4;
+                                        fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
+                                        fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
+                                        fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
+                                        fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
+                                    }
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 16; j++) dt_mma_m16n8k16_f16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc6 += v35: accumulated by the tensor-core dot above */
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
+                        }
+                        dt_cp_async_wait<0>();
+                        __syncthreads();
+                    }
+                    float v22[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        v22[r] = acc3[r];
+                    }
+                    float v36[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        v36[r] = acc6[r];
+                    }
+                    float v38[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                    }
+                    /* the fragments two adjacent columns at a time */
+                    #pragma unroll
+                    for (int r = 0; r < 64; r += 2) {
+                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_f16(v38[r], v38[r + 1]);
+                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f16(v38[r]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* kernel attention_128 for bf16: grid block(b:1, h:1, i:64, e:128); 128 threads, 87040 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of b */
+    const long long s1 = args.sizes[1]; /* size of h */
+    const long long s2 = args.sizes[2]; /* size of i */
+    const long long s3 = args.sizes[3]; /* size of j */
+    const long long s4 = args.sizes[4]; /* size of e */
+    const long long s5 = args.sizes[5]; /* size of d */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
+    const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_128 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along b */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along h */
+    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
+    const long long b2 = g2; /* block index along i */
+    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b4 = g3; /* block index along e */
+    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s5;
+    }
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = dt_fast_rsqrt(v4[0]);
+    }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = (-INFINITY);
+    }
+    float v42[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v42[r] = 0e0f;
+    }
+    /* block(b:1) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(h:1) */
+        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
+            /* block(i:64) attention_128.tensorize(i:0) */
+            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+                /* block(e:128) attention_128.tensorize(e:0) */
+                for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
+                    /* rdot accumulator */
+                    float acc6[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
+                    }
+                    /* rmax identity */
+                    float acc0[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
+                    }
+                    /* rmax attention_128.tensorize(j:64) num_stages(2) + rsum attention_128.tensorize(j:64) num_stages(2) + rdot attention_128.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of its dots for the next 1 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    {
+                        __syncthreads();
+                        int rd16 = 0, wr17 = 1;
+                        /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 8; r++) {
+                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                (void)e; {
+                                    const int l19 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l20 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l21 = (int)((unsigned)e / 16u % 64u);
+                                    const int l22 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
+                                        dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                    } else if (!((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8)) < (unsigned)s5)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8 + q)] = ((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 64;
+                            if (o15 < s3) {
+                                /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l24 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l25 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l26 = (int)((unsigned)e / 16u % 64u);
+                                            const int l27 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l29 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l30 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l31 = (int)((unsigned)e / 16u % 64u);
+                                            const int l32 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                        }
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<0>();
+                            __syncthreads();
+                            const long long o33 = o15 + 64;
+                            if (o33 < s3) {
+                                /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l35 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l36 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l37 = (int)((unsigned)e / 16u % 64u);
+                                            const int l38 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l40 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l41 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l42 = (int)((unsigned)e / 16u % 64u);
+                                            const int l43 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                            /* rdot accumulator */
+                            float acc1[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                acc1[r] = 0e0f;
+                            }
+                            /* v0: loaded by the tensor-core dot that reads it */
+                            /* v1: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, j:64] over d:128 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4352 + rd16 * 4352)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 128; kk += 16) {
+                                    unsigned fa[1][4], fb[8][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 2176 + kk) * 2);
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc1 += v2: accumulated by the tensor-core dot above */
+                            float v3[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v3[r] = acc1[r];
+                            }
+                            float v6[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v6[r] = (v3[r] * v5[0]);
+                            }
+                            float v7[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l59 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v7[r] = ((unsigned)(o15 + l59) < (unsigned)s3) ? v6[r] : (-INFINITY);
+                            }
+                            float v8[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v8[s] = p[s];
+                            }
+                            float v39[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v39[r] = acc0[r];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc0[r] = fmaxf(acc0[r], v8[r]);
+                            }
+                            float v40[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v40[r] = acc0[r];
+                            }
+                            float v43[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
+                            }
+                            float v44[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
+                            }
+                            float v45[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v45[r] = (v39[r] - v44[r]);
+                            }
+                            float v46[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v46[r] = dt_fast_exp(v45[r]);
+                            }
+                            float v47[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v47[r] = acc3[r];
+                            }
+                            float v48[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v48[r] = (v47[r] * v46[r]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = v48[r];
+                            }
+                            float v18[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            }
+                            float v19[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v19[r] = dt_fast_exp(v18[r]);
+                            }
+                            float v20[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l101 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v20[r] = ((unsigned)(o15 + l101) < (unsigned)s3) ? v19[r] : 0e0f;
+                            }
+                            float v21[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v21[s] = p[s];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = acc3[r] + v21[r];
+                            }
+                            float v49[64];
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                v49[r] = acc6[r];
+                            }
+                            float v50[64];
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                v50[r] = (v49[r] * v46[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                acc6[r] = v50[r];
+                            }
+                            /* v34: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 13056 + rd16 * 4352)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 16) {
+                                    unsigned fa[1][4], fb[16][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        const int f = (i * 8 + kk / 8) * 4;
+                                        fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
+                                        fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
+                                        fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
+                                        fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
+                                    }
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 16; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc6 += v35: accumulated by the tensor-core dot above */
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
+                        }
+                        dt_cp_async_wait<0>();
+                        __syncthreads();
+                    }
+                    float v22[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        v22[r] = acc3[r];
+                    }
+                    float v36[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        v36[r] = acc6[r];
+                    }
+                    float v38[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                    }
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        const int l128 = 0;
+                        const int l129 = 0;
+                        const int l130 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l131 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l130) < (unsigned)s2 && (unsigned)(o4 + l131) < (unsigned)s4) out[(unsigned)(o1 + l128) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l129) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l130) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l131) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* kernel attention_128 for bf16: grid block(b:1, h:1, i:64, e:128); 128 threads, 87040 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of b */
+    const long long s1 = args.sizes[1]; /* size of h */
+    const long long s2 = args.sizes[2]; /* size of i */
+    const long long s3 = args.sizes[3]; /* size of j */
+    const long long s4 = args.sizes[4]; /* size of e */
+    const long long s5 = args.sizes[5]; /* size of d */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
+    const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_128 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along b */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along h */
+    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
+    const long long b2 = g2; /* block index along i */
+    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b4 = g3; /* block index along e */
+    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s5;
+    }
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = dt_fast_rsqrt(v4[0]);
+    }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = (-INFINITY);
+    }
+    float v42[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v42[r] = 0e0f;
+    }
+    /* block(b:1) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(h:1) */
+        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
+            /* block(i:64) attention_128.tensorize(i:0) */
+            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+                /* block(e:128) attention_128.tensorize(e:0) */
+                for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
+                    /* rdot accumulator */
+                    float acc6[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
+                    }
+                    /* rmax identity */
+                    float acc0[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
+                    }
+                    /* rmax attention_128.tensorize(j:64) num_stages(2) + rsum attention_128.tensorize(j:64) num_stages(2) + rdot attention_128.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of its dots for the next 1 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    {
+                        __syncthreads();
+                        int rd16 = 0, wr17 = 1;
+                        /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 8; r++) {
+                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                (void)e; {
+                                    const int l19 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l20 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l21 = (int)((unsigned)e / 16u % 64u);
+                                    const int l22 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
+                                        dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                    } else if (!((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8)) < (unsigned)s5)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8 + q)] = ((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 64;
+                            if (o15 < s3) {
+                                /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l24 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l25 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l26 = (int)((unsigned)e / 16u % 64u);
+                                            const int l27 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l29 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l30 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l31 = (int)((unsigned)e / 16u % 64u);
+                                            const int l32 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                        }
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<0>();
+                            __syncthreads();
+                            const long long o33 = o15 + 64;
+                            if (o33 < s3) {
+                                /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l35 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l36 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l37 = (int)((unsigned)e / 16u % 64u);
+                                            const int l38 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l40 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l41 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l42 = (int)((unsigned)e / 16u % 64u);
+                                            const int l43 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                            /* rdot accumulator */
+                            float acc1[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                acc1[r] = 0e0f;
+                            }
+                            /* v0: loaded by the tensor-core dot that reads it */
+                            /* v1: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, j:64] over d:128 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4352 + rd16 * 4352)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 128; kk += 16) {
+                                    unsigned fa[1][4], fb[8][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 2176 + kk) * 2);
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc1 += v2: accumulated by the tensor-core dot above */
+                            float v3[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v3[r] = acc1[r];
+                            }
+                            float v6[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v6[r] = (v3[r] * v5[0]);
+                            }
+                            float v7[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l59 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v7[r] = ((unsigned)(o15 + l59) < (unsigned)s3) ? v6[r] : (-INFINITY);
+                            }
+                            float v8[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v8[s] = p[s];
+                            }
+                            float v39[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v39[r] = acc0[r];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc0[r] = fmaxf(acc0[r], v8[r]);
+                            }
+                            float v40[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v40[r] = acc0[r];
+                            }
+                            float v43[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
+                            }
+                            float v44[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
+                            }
+                            float v45[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v45[r] = (v39[r] - v44[r]);
+                            }
+                            float v46[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v46[r] = dt_fast_exp(v45[r]);
+                            }
+                            float v47[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v47[r] = acc3[r];
+                            }
+                            float v48[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v48[r] = (v47[r] * v46[r]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = v48[r];
+                            }
+                            float v18[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            }
+                            float v19[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v19[r] = dt_fast_exp(v18[r]);
+                            }
+                            float v20[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l101 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v20[r] = ((unsigned)(o15 + l101) < (unsigned)s3) ? v19[r] : 0e0f;
+                            }
+                            float v21[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v21[s] = p[s];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = acc3[r] + v21[r];
+                            }
+                            float v49[64];
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                v49[r] = acc6[r];
+                            }
+                            float v50[64];
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                v50[r] = (v49[r] * v46[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                acc6[r] = v50[r];
+                            }
+                            /* v34: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 13056 + rd16 * 4352)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 16) {
+                                    unsigned fa[1][4], fb[16][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        const int f = (i * 8 + kk / 8) * 4;
+                                        fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
+                                        fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
+                                        fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
+                                        fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
+                                    }
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 16; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc6 += v35: accumulated by the tensor-core dot above */
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
+                        }
+                        dt_cp_async_wait<0>();
+                        __syncthreads();
+                    }
+                    float v22[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        v22[r] = acc3[r];
+                    }
+                    float v36[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        v36[r] = acc6[r];
+                    }
+                    float v38[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                    }
+                    /* the fragments two adjacent columns at a time */
+                    #pragma unroll
+                    for (int r = 0; r < 64; r += 2) {
+                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_bf16(v38[r], v38[r + 1]);
+                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_bf16(v38[r]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* kernel attention_causal_128 for f16: grid block(b:1, h:1, i:64, e:128); 128 threads, 87040 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of b */
+    const long long s1 = args.sizes[1]; /* size of h */
+    const long long s2 = args.sizes[2]; /* size of i */
+    const long long s3 = args.sizes[3]; /* size of j */
+    const long long s4 = args.sizes[4]; /* size of e */
+    const long long s5 = args.sizes[5]; /* size of d */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
+    const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_causal_128 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along b */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along h */
+    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
+    const long long b2 = g2; /* block index along i */
+    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b4 = g3; /* block index along e */
+    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
+    float v7[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v7[r] = (float)s5;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = dt_fast_rsqrt(v7[0]);
+    }
+    float v10[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v10[r] = INFINITY;
+    }
+    float v11[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v11[r] = (-v10[0]);
+    }
+    float v59[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v59[r] = (-INFINITY);
+    }
+    float v60[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v60[r] = 0e0f;
+    }
+    /* block(b:1) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(h:1) */
+        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
+            /* block(i:64) attention_causal_128.tensorize(i:0) */
+            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+                /* block(e:128) attention_causal_128.tensorize(e:0) */
+                for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
+                    /* rdot accumulator */
+                    float acc6[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
+                    }
+                    /* rmax identity */
+                    float acc0[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
+                    }
+                    /* rmax attention_causal_128.tensorize(j:64) num_stages(2) + rsum attention_causal_128.tensorize(j:64) num_stages(2) + rdot attention_causal_128.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of its dots for the next 1 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    {
+                        __syncthreads();
+                        int rd16 = 0, wr17 = 1;
+                        /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 8; r++) {
+                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                (void)e; {
+                                    const int l19 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l20 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l21 = (int)((unsigned)e / 16u % 64u);
+                                    const int l22 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
+                                        dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                    } else if (!((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8)) < (unsigned)s5)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8 + q)] = ((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 64;
+                            if (o15 < dt_min_ll(s3, b2 * 64 + 64)) {
+                                /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l24 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l25 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l26 = (int)((unsigned)e / 16u % 64u);
+                                            const int l27 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l29 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l30 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l31 = (int)((unsigned)e / 16u % 64u);
+                                            const int l32 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                        }
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<0>();
+                            __syncthreads();
+                            const long long o33 = o15 + 64;
+                            if (o33 < dt_min_ll(s3, b2 * 64 + 64)) {
+                                /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l35 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l36 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l37 = (int)((unsigned)e / 16u % 64u);
+                                            const int l38 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l40 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l41 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l42 = (int)((unsigned)e / 16u % 64u);
+                                            const int l43 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                            /* v0: the index along j, computed where it is read */
+                            /* v1: the index along i, computed where it is read */
+                            float v2[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l44 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                const int l45 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v2[r] = (((float)(o15 + l45)) <= ((float)(o3 + l44)) ? 1.0f : 0.0f);
+                            }
+                            /* rdot accumulator */
+                            float acc1[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                acc1[r] = 0e0f;
+                            }
+                            /* v3: loaded by the tensor-core dot that reads it */
+                            /* v4: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, j:64] over d:128 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4352 + rd16 * 4352)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 128; kk += 16) {
+                                    unsigned fa[1][4], fb[8][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 2176 + kk) * 2);
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc1 += v5: accumulated by the tensor-core dot above */
+                            float v6[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v6[r] = acc1[r];
+                            }
+                            float v9[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v9[r] = (v6[r] * v8[0]);
+                            }
+                            float v12[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                            }
+                            float v13[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l65 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v13[r] = ((unsigned)(o15 + l65) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                            }
+                            float v14[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v14[s] = p[s];
+                            }
+                            float v57[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v57[r] = acc0[r];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc0[r] = fmaxf(acc0[r], v14[r]);
+                            }
+                            float v58[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v58[r] = acc0[r];
+                            }
+                            float v61[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                            }
+                            float v62[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                            }
+                            float v63[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v63[r] = (v57[r] - v62[r]);
+                            }
+                            float v64[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v64[r] = dt_fast_exp(v63[r]);
+                            }
+                            float v65[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v65[r] = acc3[r];
+                            }
+                            float v66[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v66[r] = (v65[r] * v64[r]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = v66[r];
+                            }
+                            float v30[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            }
+                            float v31[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v31[r] = dt_fast_exp(v30[r]);
+                            }
+                            float v32[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l107 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v32[r] = ((unsigned)(o15 + l107) < (unsigned)s3) ? v31[r] : 0e0f;
+                            }
+                            float v33[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v33[s] = p[s];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = acc3[r] + v33[r];
+                            }
+                            float v67[64];
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                v67[r] = acc6[r];
+                            }
+                            float v68[64];
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                acc6[r] = v68[r];
+                            }
+                            /* v52: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 13056 + rd16 * 4352)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 16) {
+                                    unsigned fa[1][4], fb[16][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        const int f = (i * 8 + kk / 8) * 4;
+                                        fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                        fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                        fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                        fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                    }
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 16; j++) dt_mma_m16n8k16_f16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc6 += v53: accumulated by the tensor-core dot above */
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
+                        }
+                        dt_cp_async_wait<0>();
+                        __syncthreads();
+                    }
+                    float v34[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        v34[r] = acc3[r];
+                    }
+                    float v54[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        v54[r] = acc6[r];
+                    }
+                    float v56[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                    }
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        const int l134 = 0;
+                        const int l135 = 0;
+                        const int l136 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l137 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l136) < (unsigned)s2 && (unsigned)(o4 + l137) < (unsigned)s4) out[(unsigned)(o1 + l134) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l135) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l136) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l137) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* kernel attention_causal_128 for f16: grid block(b:1, h:1, i:64, e:128); 128 threads, 87040 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of b */
+    const long long s1 = args.sizes[1]; /* size of h */
+    const long long s2 = args.sizes[2]; /* size of i */
+    const long long s3 = args.sizes[3]; /* size of j */
+    const long long s4 = args.sizes[4]; /* size of e */
+    const long long s5 = args.sizes[5]; /* size of d */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
+    const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_causal_128 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along b */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along h */
+    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
+    const long long b2 = g2; /* block index along i */
+    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b4 = g3; /* block index along e */
+    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
+    float v7[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v7[r] = (float)s5;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = dt_fast_rsqrt(v7[0]);
+    }
+    float v10[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v10[r] = INFINITY;
+    }
+    float v11[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v11[r] = (-v10[0]);
+    }
+    float v59[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v59[r] = (-INFINITY);
+    }
+    float v60[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v60[r] = 0e0f;
+    }
+    /* block(b:1) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(h:1) */
+        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
+            /* block(i:64) attention_causal_128.tensorize(i:0) */
+            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+                /* block(e:128) attention_causal_128.tensorize(e:0) */
+                for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
+                    /* rdot accumulator */
+                    float acc6[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
+                    }
+                    /* rmax identity */
+                    float acc0[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
+                    }
+                    /* rmax attention_causal_128.tensorize(j:64) num_stages(2) + rsum attention_causal_128.tensorize(j:64) num_stages(2) + rdot attention_causal_128.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of its dots for the next 1 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    {
+                        __syncthreads();
+                        int rd16 = 0, wr17 = 1;
+                        /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 8; r++) {
+                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                (void)e; {
+                                    const int l19 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l20 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l21 = (int)((unsigned)e / 16u % 64u);
+                                    const int l22 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
+                                        dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                    } else if (!((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8)) < (unsigned)s5)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8 + q)] = ((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 64;
+                            if (o15 < dt_min_ll(s3, b2 * 64 + 64)) {
+                                /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l24 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l25 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l26 = (int)((unsigned)e / 16u % 64u);
+                                            const int l27 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l29 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l30 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l31 = (int)((unsigned)e / 16u % 64u);
+                                            const int l32 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                        }
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<0>();
+                            __syncthreads();
+                            const long long o33 = o15 + 64;
+                            if (o33 < dt_min_ll(s3, b2 * 64 + 64)) {
+                                /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l35 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l36 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l37 = (int)((unsigned)e / 16u % 64u);
+                                            const int l38 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l40 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l41 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l42 = (int)((unsigned)e / 16u % 64u);
+                                            const int l43 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                            /* v0: the index along j, computed where it is read */
+                            /* v1: the index along i, computed where it is read */
+                            float v2[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l44 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                const int l45 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v2[r] = (((float)(o15 + l45)) <= ((float)(o3 + l44)) ? 1.0f : 0.0f);
+                            }
+                            /* rdot accumulator */
+                            float acc1[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                acc1[r] = 0e0f;
+                            }
+                            /* v3: loaded by the tensor-core dot that reads it */
+                            /* v4: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, j:64] over d:128 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4352 + rd16 * 4352)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 128; kk += 16) {
+                                    unsigned fa[1][4], fb[8][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 2176 + kk) * 2);
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc1 += v5: accumulated by the tensor-core dot above */
+                            float v6[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v6[r] = acc1[r];
+                            }
+                            float v9[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v9[r] = (v6[r] * v8[0]);
+                            }
+                            float v12[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                            }
+                            float v13[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l65 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v13[r] = ((unsigned)(o15 + l65) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                            }
+                            float v14[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v14[s] = p[s];
+                            }
+                            float v57[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v57[r] = acc0[r];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc0[r] = fmaxf(acc0[r], v14[r]);
+                            }
+                            float v58[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v58[r] = acc0[r];
+                            }
+                            float v61[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                            }
+                            float v62[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                            }
+                            float v63[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v63[r] = (v57[r] - v62[r]);
+                            }
+                            float v64[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v64[r] = dt_fast_exp(v63[r]);
+                            }
+                            float v65[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v65[r] = acc3[r];
+                            }
+                            float v66[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v66[r] = (v65[r] * v64[r]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = v66[r];
+                            }
+                            float v30[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            }
+                            float v31[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v31[r] = dt_fast_exp(v30[r]);
+                            }
+                            float v32[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l107 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v32[r] = ((unsigned)(o15 + l107) < (unsigned)s3) ? v31[r] : 0e0f;
+                            }
+                            float v33[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v33[s] = p[s];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = acc3[r] + v33[r];
+                            }
+                            float v67[64];
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                v67[r] = acc6[r];
+                            }
+                            float v68[64];
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                acc6[r] = v68[r];
+                            }
+                            /* v52: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 13056 + rd16 * 4352)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 16) {
+                                    unsigned fa[1][4], fb[16][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        const int f = (i * 8 + kk / 8) * 4;
+                                        fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                        fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                        fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                        fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                    }
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 16; j++) dt_mma_m16n8k16_f16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc6 += v53: accumulated by the tensor-core dot above */
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
+                        }
+                        dt_cp_async_wait<0>();
+                        __syncthreads();
+                    }
+                    float v34[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        v34[r] = acc3[r];
+                    }
+                    float v54[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        v54[r] = acc6[r];
+                    }
+                    float v56[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                    }
+                    /* the fragments two adjacent columns at a time */
+                    #pragma unroll
+                    for (int r = 0; r < 64; r += 2) {
+                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_f16(v56[r], v56[r + 1]);
+                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f16(v56[r]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* kernel attention_causal_128 for bf16: grid block(b:1, h:1, i:64, e:128); 128 threads, 87040 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of b */
+    const long long s1 = args.sizes[1]; /* size of h */
+    const long long s2 = args.sizes[2]; /* size of i */
+    const long long s3 = args.sizes[3]; /* size of j */
+    const long long s4 = args.sizes[4]; /* size of e */
+    const long long s5 = args.sizes[5]; /* size of d */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
+    const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_causal_128 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along b */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along h */
+    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
+    const long long b2 = g2; /* block index along i */
+    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b4 = g3; /* block index along e */
+    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
+    float v7[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v7[r] = (float)s5;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = dt_fast_rsqrt(v7[0]);
+    }
+    float v10[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v10[r] = INFINITY;
+    }
+    float v11[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v11[r] = (-v10[0]);
+    }
+    float v59[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v59[r] = (-INFINITY);
+    }
+    float v60[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v60[r] = 0e0f;
+    }
+    /* block(b:1) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(h:1) */
+        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
+            /* block(i:64) attention_causal_128.tensorize(i:0) */
+            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+                /* block(e:128) attention_causal_128.tensorize(e:0) */
+                for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
+                    /* rdot accumulator */
+                    float acc6[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
+                    }
+                    /* rmax identity */
+                    float acc0[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
+                    }
+                    /* rmax attention_causal_128.tensorize(j:64) num_stages(2) + rsum attention_causal_128.tensorize(j:64) num_stages(2) + rdot attention_causal_128.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of its dots for the next 1 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    {
+                        __syncthreads();
+                        int rd16 = 0, wr17 = 1;
+                        /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 8; r++) {
+                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                (void)e; {
+                                    const int l19 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l20 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l21 = (int)((unsigned)e / 16u % 64u);
+                                    const int l22 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
+                                        dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                    } else if (!((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8)) < (unsigned)s5)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8 + q)] = ((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 64;
+                            if (o15 < dt_min_ll(s3, b2 * 64 + 64)) {
+                                /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l24 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l25 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l26 = (int)((unsigned)e / 16u % 64u);
+                                            const int l27 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l29 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l30 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l31 = (int)((unsigned)e / 16u % 64u);
+                                            const int l32 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                        }
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<0>();
+                            __syncthreads();
+                            const long long o33 = o15 + 64;
+                            if (o33 < dt_min_ll(s3, b2 * 64 + 64)) {
+                                /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l35 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l36 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l37 = (int)((unsigned)e / 16u % 64u);
+                                            const int l38 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l40 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l41 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l42 = (int)((unsigned)e / 16u % 64u);
+                                            const int l43 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                            /* v0: the index along j, computed where it is read */
+                            /* v1: the index along i, computed where it is read */
+                            float v2[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l44 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                const int l45 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v2[r] = (((float)(o15 + l45)) <= ((float)(o3 + l44)) ? 1.0f : 0.0f);
+                            }
+                            /* rdot accumulator */
+                            float acc1[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                acc1[r] = 0e0f;
+                            }
+                            /* v3: loaded by the tensor-core dot that reads it */
+                            /* v4: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, j:64] over d:128 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4352 + rd16 * 4352)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 128; kk += 16) {
+                                    unsigned fa[1][4], fb[8][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 2176 + kk) * 2);
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc1 += v5: accumulated by the tensor-core dot above */
+                            float v6[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v6[r] = acc1[r];
+                            }
+                            float v9[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v9[r] = (v6[r] * v8[0]);
+                            }
+                            float v12[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                            }
+                            float v13[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l65 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v13[r] = ((unsigned)(o15 + l65) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                            }
+                            float v14[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v14[s] = p[s];
+                            }
+                            float v57[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v57[r] = acc0[r];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc0[r] = fmaxf(acc0[r], v14[r]);
+                            }
+                            float v58[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v58[r] = acc0[r];
+                            }
+                            float v61[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                            }
+                            float v62[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                            }
+                            float v63[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v63[r] = (v57[r] - v62[r]);
+                            }
+                            float v64[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v64[r] = dt_fast_exp(v63[r]);
+                            }
+                            float v65[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v65[r] = acc3[r];
+                            }
+                            float v66[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v66[r] = (v65[r] * v64[r]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = v66[r];
+                            }
+                            float v30[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            }
+                            float v31[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v31[r] = dt_fast_exp(v30[r]);
+                            }
+                            float v32[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l107 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v32[r] = ((unsigned)(o15 + l107) < (unsigned)s3) ? v31[r] : 0e0f;
+                            }
+                            float v33[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v33[s] = p[s];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = acc3[r] + v33[r];
+                            }
+                            float v67[64];
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                v67[r] = acc6[r];
+                            }
+                            float v68[64];
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                acc6[r] = v68[r];
+                            }
+                            /* v52: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 13056 + rd16 * 4352)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 16) {
+                                    unsigned fa[1][4], fb[16][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        const int f = (i * 8 + kk / 8) * 4;
+                                        fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                        fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                        fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                        fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                    }
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 16; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc6 += v53: accumulated by the tensor-core dot above */
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
+                        }
+                        dt_cp_async_wait<0>();
+                        __syncthreads();
+                    }
+                    float v34[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        v34[r] = acc3[r];
+                    }
+                    float v54[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        v54[r] = acc6[r];
+                    }
+                    float v56[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                    }
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        const int l134 = 0;
+                        const int l135 = 0;
+                        const int l136 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l137 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l136) < (unsigned)s2 && (unsigned)(o4 + l137) < (unsigned)s4) out[(unsigned)(o1 + l134) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l135) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l136) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l137) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* kernel attention_causal_128 for bf16: grid block(b:1, h:1, i:64, e:128); 128 threads, 87040 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of b */
+    const long long s1 = args.sizes[1]; /* size of h */
+    const long long s2 = args.sizes[2]; /* size of i */
+    const long long s3 = args.sizes[3]; /* size of j */
+    const long long s4 = args.sizes[4]; /* size of e */
+    const long long s5 = args.sizes[5]; /* size of d */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
+    const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_causal_128 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along b */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along h */
+    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
+    const long long b2 = g2; /* block index along i */
+    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b4 = g3; /* block index along e */
+    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
+    float v7[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v7[r] = (float)s5;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = dt_fast_rsqrt(v7[0]);
+    }
+    float v10[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v10[r] = INFINITY;
+    }
+    float v11[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v11[r] = (-v10[0]);
+    }
+    float v59[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v59[r] = (-INFINITY);
+    }
+    float v60[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v60[r] = 0e0f;
+    }
+    /* block(b:1) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(h:1) */
+        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
+            /* block(i:64) attention_causal_128.tensorize(i:0) */
+            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+                /* block(e:128) attention_causal_128.tensorize(e:0) */
+                for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
+                    /* rdot accumulator */
+                    float acc6[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
+                    }
+                    /* rmax identity */
+                    float acc0[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
+                    }
+                    /* rmax attention_causal_128.tensorize(j:64) num_stages(2) + rsum attention_causal_128.tensorize(j:64) num_stages(2) + rdot attention_causal_128.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of its dots for the next 1 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    {
+                        __syncthreads();
+                        int rd16 = 0, wr17 = 1;
+                        /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 8; r++) {
+                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                (void)e; {
+                                    const int l19 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l20 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l21 = (int)((unsigned)e / 16u % 64u);
+                                    const int l22 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
+                                        dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                    } else if (!((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8)) < (unsigned)s5)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8 + q)] = ((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 64;
+                            if (o15 < dt_min_ll(s3, b2 * 64 + 64)) {
+                                /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l24 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l25 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l26 = (int)((unsigned)e / 16u % 64u);
+                                            const int l27 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l29 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l30 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l31 = (int)((unsigned)e / 16u % 64u);
+                                            const int l32 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                        }
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<0>();
+                            __syncthreads();
+                            const long long o33 = o15 + 64;
+                            if (o33 < dt_min_ll(s3, b2 * 64 + 64)) {
+                                /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l35 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l36 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l37 = (int)((unsigned)e / 16u % 64u);
+                                            const int l38 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                            } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                                {
+                                    const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                                    #pragma unroll
+                                    for (int r = 0; r < 8; r++) {
+                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                        (void)e; {
+                                            const int l40 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l41 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l42 = (int)((unsigned)e / 16u % 64u);
+                                            const int l43 = (int)((unsigned)e / 1u % 16u);
+                                            if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                            } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
+                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                            } else {
+                                                #pragma unroll
+                                                for (int q = 0; q < 8; q++) {
+                                                    ((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            dt_cp_async_commit();
+                            /* v0: the index along j, computed where it is read */
+                            /* v1: the index along i, computed where it is read */
+                            float v2[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l44 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                const int l45 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v2[r] = (((float)(o15 + l45)) <= ((float)(o3 + l44)) ? 1.0f : 0.0f);
+                            }
+                            /* rdot accumulator */
+                            float acc1[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                acc1[r] = 0e0f;
+                            }
+                            /* v3: loaded by the tensor-core dot that reads it */
+                            /* v4: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, j:64] over d:128 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4352 + rd16 * 4352)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 128; kk += 16) {
+                                    unsigned fa[1][4], fb[8][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 2176 + kk) * 2);
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc1 += v5: accumulated by the tensor-core dot above */
+                            float v6[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v6[r] = acc1[r];
+                            }
+                            float v9[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v9[r] = (v6[r] * v8[0]);
+                            }
+                            float v12[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                            }
+                            float v13[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l65 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v13[r] = ((unsigned)(o15 + l65) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                            }
+                            float v14[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v14[s] = p[s];
+                            }
+                            float v57[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v57[r] = acc0[r];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc0[r] = fmaxf(acc0[r], v14[r]);
+                            }
+                            float v58[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v58[r] = acc0[r];
+                            }
+                            float v61[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                            }
+                            float v62[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                            }
+                            float v63[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v63[r] = (v57[r] - v62[r]);
+                            }
+                            float v64[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v64[r] = dt_fast_exp(v63[r]);
+                            }
+                            float v65[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v65[r] = acc3[r];
+                            }
+                            float v66[2];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                v66[r] = (v65[r] * v64[r]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = v66[r];
+                            }
+                            float v30[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            }
+                            float v31[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                v31[r] = dt_fast_exp(v30[r]);
+                            }
+                            float v32[32];
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) {
+                                const int l107 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                v32[r] = ((unsigned)(o15 + l107) < (unsigned)s3) ? v31[r] : 0e0f;
+                            }
+                            float v33[2];
+                            /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                            {
+                                float p[2];
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) {
+                                    #pragma unroll
+                                    for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                }
+                                #pragma unroll
+                                for (int s = 0; s < 2; s++) v33[s] = p[s];
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                acc3[r] = acc3[r] + v33[r];
+                            }
+                            float v67[64];
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                v67[r] = acc6[r];
+                            }
+                            float v68[64];
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                            }
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                acc6[r] = v68[r];
+                            }
+                            /* v52: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 13056 + rd16 * 4352)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 16) {
+                                    unsigned fa[1][4], fb[16][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        const int f = (i * 8 + kk / 8) * 4;
+                                        fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                        fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                        fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                        fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                    }
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 16; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
+                                    }
+                                }
+                            }
+                            /* acc6 += v53: accumulated by the tensor-core dot above */
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
+                        }
+                        dt_cp_async_wait<0>();
+                        __syncthreads();
+                    }
+                    float v34[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        v34[r] = acc3[r];
+                    }
+                    float v54[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        v54[r] = acc6[r];
+                    }
+                    float v56[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                    }
+                    /* the fragments two adjacent columns at a time */
+                    #pragma unroll
+                    for (int r = 0; r < 64; r += 2) {
+                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_bf16(v56[r], v56[r + 1]);
+                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_bf16(v56[r]);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /* kernel attention for f16: grid block(b:1, h:1, i:64, e:128); 128 threads, 26624 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
@@ -725,6 +8005,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(DT_GRID_CONST
                                         const int l25 = (int)((unsigned)e / 1u % 8u);
                                         if (vec21 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l24 * 72 + (l25 * 8)], &in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                        } else if (!((unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8)) < (unsigned)s5)) {
+                                            *(uint4*)&((unsigned short*)(dt_smem + 0))[l24 * 72 + (l25 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
@@ -747,6 +8029,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(DT_GRID_CONST
                                         const int l30 = (int)((unsigned)e / 1u % 8u);
                                         if (vec26 && (unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l29 * 72 + (l30 * 8)], &in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                        } else if (!((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8)) < (unsigned)s5)) {
+                                            *(uint4*)&((unsigned short*)(dt_smem + 2304))[l29 * 72 + (l30 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
@@ -923,6 +8207,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(DT_GRID_CONST
                                     const int l104 = (int)((unsigned)e / 1u % 16u);
                                     if (vec100 && (unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8 + 7)) < (unsigned)s4) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8)], &in2[(unsigned)(o1 + l101) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l102) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l103) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l104 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -1098,6 +8384,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(DT_GRID
                                         const int l25 = (int)((unsigned)e / 1u % 8u);
                                         if (vec21 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l24 * 72 + (l25 * 8)], &in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                        } else if (!((unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8)) < (unsigned)s5)) {
+                                            *(uint4*)&((unsigned short*)(dt_smem + 0))[l24 * 72 + (l25 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
@@ -1120,6 +8408,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(DT_GRID
                                         const int l30 = (int)((unsigned)e / 1u % 8u);
                                         if (vec26 && (unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l29 * 72 + (l30 * 8)], &in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                        } else if (!((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8)) < (unsigned)s5)) {
+                                            *(uint4*)&((unsigned short*)(dt_smem + 2304))[l29 * 72 + (l30 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
@@ -1296,6 +8586,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(DT_GRID
                                     const int l104 = (int)((unsigned)e / 1u % 16u);
                                     if (vec100 && (unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8 + 7)) < (unsigned)s4) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8)], &in2[(unsigned)(o1 + l101) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l102) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l103) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l104 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -1471,6 +8763,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(DT_GRID_CONS
                                         const int l25 = (int)((unsigned)e / 1u % 8u);
                                         if (vec21 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l24 * 72 + (l25 * 8)], &in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                        } else if (!((unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8)) < (unsigned)s5)) {
+                                            *(uint4*)&((unsigned short*)(dt_smem + 0))[l24 * 72 + (l25 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
@@ -1493,6 +8787,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(DT_GRID_CONS
                                         const int l30 = (int)((unsigned)e / 1u % 8u);
                                         if (vec26 && (unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l29 * 72 + (l30 * 8)], &in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                        } else if (!((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8)) < (unsigned)s5)) {
+                                            *(uint4*)&((unsigned short*)(dt_smem + 2304))[l29 * 72 + (l30 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
@@ -1669,6 +8965,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(DT_GRID_CONS
                                     const int l104 = (int)((unsigned)e / 1u % 16u);
                                     if (vec100 && (unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8 + 7)) < (unsigned)s4) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8)], &in2[(unsigned)(o1 + l101) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l102) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l103) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l104 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -1844,6 +9142,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(DT_GRI
                                         const int l25 = (int)((unsigned)e / 1u % 8u);
                                         if (vec21 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l24 * 72 + (l25 * 8)], &in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                        } else if (!((unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8)) < (unsigned)s5)) {
+                                            *(uint4*)&((unsigned short*)(dt_smem + 0))[l24 * 72 + (l25 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
@@ -1866,6 +9166,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(DT_GRI
                                         const int l30 = (int)((unsigned)e / 1u % 8u);
                                         if (vec26 && (unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l29 * 72 + (l30 * 8)], &in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                        } else if (!((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8)) < (unsigned)s5)) {
+                                            *(uint4*)&((unsigned short*)(dt_smem + 2304))[l29 * 72 + (l30 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
@@ -2042,6 +9344,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(DT_GRI
                                     const int l104 = (int)((unsigned)e / 1u % 16u);
                                     if (vec100 && (unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8 + 7)) < (unsigned)s4) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8)], &in2[(unsigned)(o1 + l101) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l102) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l103) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l104 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -3104,7 +10408,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32_whole(DT_GRID
     }
 }
 
-/* kernel attention_causal for f16: grid block(b:1, h:1, i:64, e:128); 128 threads, 33792 bytes of shared memory */
+/* kernel attention_causal for f16: grid block(b:1, h:1, i:64, e:128); 128 threads, 26624 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -3201,42 +10505,15 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal.tensorize(j:64) + rsum attention_causal.tensorize(j:64) + rdot attention_causal.tensorize(j:64), online */
-                    for (long long o15 = 0; o15 < s3; o15 += 64) {
-                        float v0[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l16 = (int)((unsigned)e / 1u % 64u);
-                                v0[r] = (float)(o15 + l16);
-                            }
-                        }
-                        float v1[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l17 = (int)((unsigned)e / 1u % 64u);
-                                v1[r] = (float)(o3 + l17);
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v0[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 4096)[e] = v1[r]; }
-                        __syncthreads();
+                    for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                        /* v0: the index along j, computed where it is read */
+                        /* v1: the index along i, computed where it is read */
                         float v2[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l18 = (int)((unsigned)e / 64u % 64u);
-                                const int l19 = (int)((unsigned)e / 1u % 64u);
-                                v2[r] = (((dt_smem + 0)[l19]) <= ((dt_smem + 4096)[l18]) ? 1.0f : 0.0f);
-                            }
+                            const int l16 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            const int l17 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v2[r] = (((float)(o15 + l17)) <= ((float)(o3 + l16)) ? 1.0f : 0.0f);
                         }
                         /* rdot accumulator */
                         float acc1[32];
@@ -3245,27 +10522,29 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                             acc1[r] = 0e0f;
                         }
                         /* rdot attention_causal.tensorize(d:64) */
-                        for (long long o24 = 0; o24 < s5; o24 += 64) {
+                        for (long long o22 = 0; o22 < s5; o22 += 64) {
                             /* v3: loaded by the tensor-core dot that reads it */
                             /* v4: loaded by the tensor-core dot that reads it */
                             __syncthreads();
                             /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec25 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                                const bool vec23 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 4; r++) {
                                     const int e = tid + r * 128;
                                     (void)e; {
-                                        const int l26 = (int)((unsigned)e / 512u % 1u);
-                                        const int l27 = (int)((unsigned)e / 512u % 1u);
-                                        const int l28 = (int)((unsigned)e / 8u % 64u);
-                                        const int l29 = (int)((unsigned)e / 1u % 8u);
-                                        if (vec25 && (unsigned)(o3 + l28) < (unsigned)s2 && (unsigned)(o24 + (l29 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l28 * 72 + (l29 * 8)], &in0[(unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l28) * (unsigned)args.input_strides[0][2] + (unsigned)(o24 + (l29 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                        const int l24 = (int)((unsigned)e / 512u % 1u);
+                                        const int l25 = (int)((unsigned)e / 512u % 1u);
+                                        const int l26 = (int)((unsigned)e / 8u % 64u);
+                                        const int l27 = (int)((unsigned)e / 1u % 8u);
+                                        if (vec23 && (unsigned)(o3 + l26) < (unsigned)s2 && (unsigned)(o22 + (l27 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l26 * 72 + (l27 * 8)], &in0[(unsigned)(o1 + l24) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l26) * (unsigned)args.input_strides[0][2] + (unsigned)(o22 + (l27 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                        } else if (!((unsigned)(o3 + l26) < (unsigned)s2 && (unsigned)(o22 + (l27 * 8)) < (unsigned)s5)) {
+                                            *(uint4*)&((unsigned short*)(dt_smem + 0))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l28 * 72 + (l29 * 8 + q)] = ((unsigned)(o3 + l28) < (unsigned)s2 && (unsigned)(o24 + (l29 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l28) * (unsigned)args.input_strides[0][2] + (unsigned)(o24 + (l29 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o3 + l26) < (unsigned)s2 && (unsigned)(o22 + (l27 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l24) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l26) * (unsigned)args.input_strides[0][2] + (unsigned)(o22 + (l27 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -3273,21 +10552,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                             }
                             /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec30 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                const bool vec28 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 4; r++) {
                                     const int e = tid + r * 128;
                                     (void)e; {
-                                        const int l31 = (int)((unsigned)e / 512u % 1u);
-                                        const int l32 = (int)((unsigned)e / 512u % 1u);
-                                        const int l33 = (int)((unsigned)e / 8u % 64u);
-                                        const int l34 = (int)((unsigned)e / 1u % 8u);
-                                        if (vec30 && (unsigned)(o15 + l33) < (unsigned)s3 && (unsigned)(o24 + (l34 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l33 * 72 + (l34 * 8)], &in1[(unsigned)(o1 + l31) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l32) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l33) * (unsigned)args.input_strides[1][2] + (unsigned)(o24 + (l34 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                        const int l29 = (int)((unsigned)e / 512u % 1u);
+                                        const int l30 = (int)((unsigned)e / 512u % 1u);
+                                        const int l31 = (int)((unsigned)e / 8u % 64u);
+                                        const int l32 = (int)((unsigned)e / 1u % 8u);
+                                        if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o22 + (l32 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l31 * 72 + (l32 * 8)], &in1[(unsigned)(o1 + l29) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[1][2] + (unsigned)(o22 + (l32 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                        } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o22 + (l32 * 8)) < (unsigned)s5)) {
+                                            *(uint4*)&((unsigned short*)(dt_smem + 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l33 * 72 + (l34 * 8 + q)] = ((unsigned)(o15 + l33) < (unsigned)s3 && (unsigned)(o24 + (l34 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l31) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l32) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l33) * (unsigned)args.input_strides[1][2] + (unsigned)(o24 + (l34 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o22 + (l32 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l29) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[1][2] + (unsigned)(o22 + (l32 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -3298,7 +10579,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                             {
                                 const int lane = tid & 31;
                                 const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[1][4], fb[8][2];
@@ -3325,22 +10606,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                         for (int r = 0; r < 32; r++) {
                             v9[r] = (v6[r] * v8[0]);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v2[r]; }
-                        __syncthreads();
                         float v12[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l45 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l46 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v12[r] = (dt_smem + 0)[l45 * 64 + l46] != 0.0f ? v9[r] : v11[0];
+                            v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                         }
                         float v13[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l50 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v13[r] = ((unsigned)(o15 + l50) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                            const int l48 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v13[r] = ((unsigned)(o15 + l48) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
                         float v14[2];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -3419,8 +10694,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                         float v32[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l92 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v32[r] = ((unsigned)(o15 + l92) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l90 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v32[r] = ((unsigned)(o15 + l90) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                         float v33[2];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -3460,21 +10735,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                         __syncthreads();
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec108 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec106 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
                                 const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l109 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l110 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l111 = (int)((unsigned)e / 16u % 64u);
-                                    const int l112 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec108 && (unsigned)(o15 + l111) < (unsigned)s3 && (unsigned)(o4 + (l112 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l111 * 136 + (l112 * 8)], &in2[(unsigned)(o1 + l109) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l110) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l111) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l112 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    const int l107 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l108 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l109 = (int)((unsigned)e / 16u % 64u);
+                                    const int l110 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec106 && (unsigned)(o15 + l109) < (unsigned)s3 && (unsigned)(o4 + (l110 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l109 * 136 + (l110 * 8)], &in2[(unsigned)(o1 + l107) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l108) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l109) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l110 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l109) < (unsigned)s3 && (unsigned)(o4 + (l110 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l109 * 136 + (l110 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l111 * 136 + (l112 * 8 + q)] = ((unsigned)(o15 + l111) < (unsigned)s3 && (unsigned)(o4 + (l112 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l109) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l110) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l111) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l112 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l109 * 136 + (l110 * 8 + q)] = ((unsigned)(o15 + l109) < (unsigned)s3 && (unsigned)(o4 + (l110 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l107) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l108) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l109) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l110 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -3484,7 +10761,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                         /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
                                 unsigned fa[1][4], fb[16][2];
@@ -3524,11 +10801,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l124 = 0;
-                        const int l125 = 0;
-                        const int l126 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l127 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l126) < (unsigned)s2 && (unsigned)(o4 + l127) < (unsigned)s4) out[(unsigned)(o1 + l124) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l125) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l126) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l127) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
+                        const int l122 = 0;
+                        const int l123 = 0;
+                        const int l124 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l125 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l124) < (unsigned)s2 && (unsigned)(o4 + l125) < (unsigned)s4) out[(unsigned)(o1 + l122) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l123) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l124) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l125) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
                     }
                 }
             }
@@ -3536,7 +10813,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
     }
 }
 
-/* kernel attention_causal for f16: grid block(b:1, h:1, i:64, e:128); 128 threads, 33792 bytes of shared memory */
+/* kernel attention_causal for f16: grid block(b:1, h:1, i:64, e:128); 128 threads, 26624 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -3633,42 +10910,15 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal.tensorize(j:64) + rsum attention_causal.tensorize(j:64) + rdot attention_causal.tensorize(j:64), online */
-                    for (long long o15 = 0; o15 < s3; o15 += 64) {
-                        float v0[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l16 = (int)((unsigned)e / 1u % 64u);
-                                v0[r] = (float)(o15 + l16);
-                            }
-                        }
-                        float v1[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l17 = (int)((unsigned)e / 1u % 64u);
-                                v1[r] = (float)(o3 + l17);
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v0[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 4096)[e] = v1[r]; }
-                        __syncthreads();
+                    for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                        /* v0: the index along j, computed where it is read */
+                        /* v1: the index along i, computed where it is read */
                         float v2[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l18 = (int)((unsigned)e / 64u % 64u);
-                                const int l19 = (int)((unsigned)e / 1u % 64u);
-                                v2[r] = (((dt_smem + 0)[l19]) <= ((dt_smem + 4096)[l18]) ? 1.0f : 0.0f);
-                            }
+                            const int l16 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            const int l17 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v2[r] = (((float)(o15 + l17)) <= ((float)(o3 + l16)) ? 1.0f : 0.0f);
                         }
                         /* rdot accumulator */
                         float acc1[32];
@@ -3677,27 +10927,29 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                             acc1[r] = 0e0f;
                         }
                         /* rdot attention_causal.tensorize(d:64) */
-                        for (long long o24 = 0; o24 < s5; o24 += 64) {
+                        for (long long o22 = 0; o22 < s5; o22 += 64) {
                             /* v3: loaded by the tensor-core dot that reads it */
                             /* v4: loaded by the tensor-core dot that reads it */
                             __syncthreads();
                             /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec25 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                                const bool vec23 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 4; r++) {
                                     const int e = tid + r * 128;
                                     (void)e; {
-                                        const int l26 = (int)((unsigned)e / 512u % 1u);
-                                        const int l27 = (int)((unsigned)e / 512u % 1u);
-                                        const int l28 = (int)((unsigned)e / 8u % 64u);
-                                        const int l29 = (int)((unsigned)e / 1u % 8u);
-                                        if (vec25 && (unsigned)(o3 + l28) < (unsigned)s2 && (unsigned)(o24 + (l29 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l28 * 72 + (l29 * 8)], &in0[(unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l28) * (unsigned)args.input_strides[0][2] + (unsigned)(o24 + (l29 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                        const int l24 = (int)((unsigned)e / 512u % 1u);
+                                        const int l25 = (int)((unsigned)e / 512u % 1u);
+                                        const int l26 = (int)((unsigned)e / 8u % 64u);
+                                        const int l27 = (int)((unsigned)e / 1u % 8u);
+                                        if (vec23 && (unsigned)(o3 + l26) < (unsigned)s2 && (unsigned)(o22 + (l27 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l26 * 72 + (l27 * 8)], &in0[(unsigned)(o1 + l24) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l26) * (unsigned)args.input_strides[0][2] + (unsigned)(o22 + (l27 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                        } else if (!((unsigned)(o3 + l26) < (unsigned)s2 && (unsigned)(o22 + (l27 * 8)) < (unsigned)s5)) {
+                                            *(uint4*)&((unsigned short*)(dt_smem + 0))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l28 * 72 + (l29 * 8 + q)] = ((unsigned)(o3 + l28) < (unsigned)s2 && (unsigned)(o24 + (l29 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l28) * (unsigned)args.input_strides[0][2] + (unsigned)(o24 + (l29 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o3 + l26) < (unsigned)s2 && (unsigned)(o22 + (l27 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l24) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l26) * (unsigned)args.input_strides[0][2] + (unsigned)(o22 + (l27 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -3705,21 +10957,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                             }
                             /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec30 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                const bool vec28 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 4; r++) {
                                     const int e = tid + r * 128;
                                     (void)e; {
-                                        const int l31 = (int)((unsigned)e / 512u % 1u);
-                                        const int l32 = (int)((unsigned)e / 512u % 1u);
-                                        const int l33 = (int)((unsigned)e / 8u % 64u);
-                                        const int l34 = (int)((unsigned)e / 1u % 8u);
-                                        if (vec30 && (unsigned)(o15 + l33) < (unsigned)s3 && (unsigned)(o24 + (l34 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l33 * 72 + (l34 * 8)], &in1[(unsigned)(o1 + l31) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l32) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l33) * (unsigned)args.input_strides[1][2] + (unsigned)(o24 + (l34 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                        const int l29 = (int)((unsigned)e / 512u % 1u);
+                                        const int l30 = (int)((unsigned)e / 512u % 1u);
+                                        const int l31 = (int)((unsigned)e / 8u % 64u);
+                                        const int l32 = (int)((unsigned)e / 1u % 8u);
+                                        if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o22 + (l32 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l31 * 72 + (l32 * 8)], &in1[(unsigned)(o1 + l29) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[1][2] + (unsigned)(o22 + (l32 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                        } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o22 + (l32 * 8)) < (unsigned)s5)) {
+                                            *(uint4*)&((unsigned short*)(dt_smem + 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l33 * 72 + (l34 * 8 + q)] = ((unsigned)(o15 + l33) < (unsigned)s3 && (unsigned)(o24 + (l34 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l31) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l32) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l33) * (unsigned)args.input_strides[1][2] + (unsigned)(o24 + (l34 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o22 + (l32 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l29) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[1][2] + (unsigned)(o22 + (l32 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -3730,7 +10984,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                             {
                                 const int lane = tid & 31;
                                 const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[1][4], fb[8][2];
@@ -3757,22 +11011,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                         for (int r = 0; r < 32; r++) {
                             v9[r] = (v6[r] * v8[0]);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v2[r]; }
-                        __syncthreads();
                         float v12[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l45 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l46 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v12[r] = (dt_smem + 0)[l45 * 64 + l46] != 0.0f ? v9[r] : v11[0];
+                            v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                         }
                         float v13[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l50 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v13[r] = ((unsigned)(o15 + l50) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                            const int l48 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v13[r] = ((unsigned)(o15 + l48) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
                         float v14[2];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -3851,8 +11099,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                         float v32[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l92 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v32[r] = ((unsigned)(o15 + l92) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l90 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v32[r] = ((unsigned)(o15 + l90) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                         float v33[2];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -3892,21 +11140,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                         __syncthreads();
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec108 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec106 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
                                 const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l109 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l110 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l111 = (int)((unsigned)e / 16u % 64u);
-                                    const int l112 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec108 && (unsigned)(o15 + l111) < (unsigned)s3 && (unsigned)(o4 + (l112 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l111 * 136 + (l112 * 8)], &in2[(unsigned)(o1 + l109) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l110) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l111) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l112 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    const int l107 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l108 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l109 = (int)((unsigned)e / 16u % 64u);
+                                    const int l110 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec106 && (unsigned)(o15 + l109) < (unsigned)s3 && (unsigned)(o4 + (l110 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l109 * 136 + (l110 * 8)], &in2[(unsigned)(o1 + l107) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l108) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l109) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l110 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l109) < (unsigned)s3 && (unsigned)(o4 + (l110 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l109 * 136 + (l110 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l111 * 136 + (l112 * 8 + q)] = ((unsigned)(o15 + l111) < (unsigned)s3 && (unsigned)(o4 + (l112 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l109) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l110) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l111) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l112 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l109 * 136 + (l110 * 8 + q)] = ((unsigned)(o15 + l109) < (unsigned)s3 && (unsigned)(o4 + (l110 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l107) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l108) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l109) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l110 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -3916,7 +11166,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                         /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
                                 unsigned fa[1][4], fb[16][2];
@@ -3968,7 +11218,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
     }
 }
 
-/* kernel attention_causal for bf16: grid block(b:1, h:1, i:64, e:128); 128 threads, 33792 bytes of shared memory */
+/* kernel attention_causal for bf16: grid block(b:1, h:1, i:64, e:128); 128 threads, 26624 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -4065,42 +11315,15 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal.tensorize(j:64) + rsum attention_causal.tensorize(j:64) + rdot attention_causal.tensorize(j:64), online */
-                    for (long long o15 = 0; o15 < s3; o15 += 64) {
-                        float v0[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l16 = (int)((unsigned)e / 1u % 64u);
-                                v0[r] = (float)(o15 + l16);
-                            }
-                        }
-                        float v1[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l17 = (int)((unsigned)e / 1u % 64u);
-                                v1[r] = (float)(o3 + l17);
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v0[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 4096)[e] = v1[r]; }
-                        __syncthreads();
+                    for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                        /* v0: the index along j, computed where it is read */
+                        /* v1: the index along i, computed where it is read */
                         float v2[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l18 = (int)((unsigned)e / 64u % 64u);
-                                const int l19 = (int)((unsigned)e / 1u % 64u);
-                                v2[r] = (((dt_smem + 0)[l19]) <= ((dt_smem + 4096)[l18]) ? 1.0f : 0.0f);
-                            }
+                            const int l16 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            const int l17 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v2[r] = (((float)(o15 + l17)) <= ((float)(o3 + l16)) ? 1.0f : 0.0f);
                         }
                         /* rdot accumulator */
                         float acc1[32];
@@ -4109,27 +11332,29 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                             acc1[r] = 0e0f;
                         }
                         /* rdot attention_causal.tensorize(d:64) */
-                        for (long long o24 = 0; o24 < s5; o24 += 64) {
+                        for (long long o22 = 0; o22 < s5; o22 += 64) {
                             /* v3: loaded by the tensor-core dot that reads it */
                             /* v4: loaded by the tensor-core dot that reads it */
                             __syncthreads();
                             /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec25 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                                const bool vec23 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 4; r++) {
                                     const int e = tid + r * 128;
                                     (void)e; {
-                                        const int l26 = (int)((unsigned)e / 512u % 1u);
-                                        const int l27 = (int)((unsigned)e / 512u % 1u);
-                                        const int l28 = (int)((unsigned)e / 8u % 64u);
-                                        const int l29 = (int)((unsigned)e / 1u % 8u);
-                                        if (vec25 && (unsigned)(o3 + l28) < (unsigned)s2 && (unsigned)(o24 + (l29 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l28 * 72 + (l29 * 8)], &in0[(unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l28) * (unsigned)args.input_strides[0][2] + (unsigned)(o24 + (l29 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                        const int l24 = (int)((unsigned)e / 512u % 1u);
+                                        const int l25 = (int)((unsigned)e / 512u % 1u);
+                                        const int l26 = (int)((unsigned)e / 8u % 64u);
+                                        const int l27 = (int)((unsigned)e / 1u % 8u);
+                                        if (vec23 && (unsigned)(o3 + l26) < (unsigned)s2 && (unsigned)(o22 + (l27 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l26 * 72 + (l27 * 8)], &in0[(unsigned)(o1 + l24) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l26) * (unsigned)args.input_strides[0][2] + (unsigned)(o22 + (l27 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                        } else if (!((unsigned)(o3 + l26) < (unsigned)s2 && (unsigned)(o22 + (l27 * 8)) < (unsigned)s5)) {
+                                            *(uint4*)&((unsigned short*)(dt_smem + 0))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l28 * 72 + (l29 * 8 + q)] = ((unsigned)(o3 + l28) < (unsigned)s2 && (unsigned)(o24 + (l29 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l28) * (unsigned)args.input_strides[0][2] + (unsigned)(o24 + (l29 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o3 + l26) < (unsigned)s2 && (unsigned)(o22 + (l27 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l24) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l26) * (unsigned)args.input_strides[0][2] + (unsigned)(o22 + (l27 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -4137,21 +11362,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                             }
                             /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec30 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                const bool vec28 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 4; r++) {
                                     const int e = tid + r * 128;
                                     (void)e; {
-                                        const int l31 = (int)((unsigned)e / 512u % 1u);
-                                        const int l32 = (int)((unsigned)e / 512u % 1u);
-                                        const int l33 = (int)((unsigned)e / 8u % 64u);
-                                        const int l34 = (int)((unsigned)e / 1u % 8u);
-                                        if (vec30 && (unsigned)(o15 + l33) < (unsigned)s3 && (unsigned)(o24 + (l34 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l33 * 72 + (l34 * 8)], &in1[(unsigned)(o1 + l31) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l32) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l33) * (unsigned)args.input_strides[1][2] + (unsigned)(o24 + (l34 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                        const int l29 = (int)((unsigned)e / 512u % 1u);
+                                        const int l30 = (int)((unsigned)e / 512u % 1u);
+                                        const int l31 = (int)((unsigned)e / 8u % 64u);
+                                        const int l32 = (int)((unsigned)e / 1u % 8u);
+                                        if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o22 + (l32 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l31 * 72 + (l32 * 8)], &in1[(unsigned)(o1 + l29) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[1][2] + (unsigned)(o22 + (l32 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                        } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o22 + (l32 * 8)) < (unsigned)s5)) {
+                                            *(uint4*)&((unsigned short*)(dt_smem + 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l33 * 72 + (l34 * 8 + q)] = ((unsigned)(o15 + l33) < (unsigned)s3 && (unsigned)(o24 + (l34 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l31) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l32) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l33) * (unsigned)args.input_strides[1][2] + (unsigned)(o24 + (l34 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o22 + (l32 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l29) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[1][2] + (unsigned)(o22 + (l32 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -4162,7 +11389,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                             {
                                 const int lane = tid & 31;
                                 const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[1][4], fb[8][2];
@@ -4189,22 +11416,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                         for (int r = 0; r < 32; r++) {
                             v9[r] = (v6[r] * v8[0]);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v2[r]; }
-                        __syncthreads();
                         float v12[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l45 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l46 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v12[r] = (dt_smem + 0)[l45 * 64 + l46] != 0.0f ? v9[r] : v11[0];
+                            v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                         }
                         float v13[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l50 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v13[r] = ((unsigned)(o15 + l50) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                            const int l48 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v13[r] = ((unsigned)(o15 + l48) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
                         float v14[2];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -4283,8 +11504,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                         float v32[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l92 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v32[r] = ((unsigned)(o15 + l92) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l90 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v32[r] = ((unsigned)(o15 + l90) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                         float v33[2];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -4324,21 +11545,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                         __syncthreads();
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec108 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec106 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
                                 const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l109 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l110 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l111 = (int)((unsigned)e / 16u % 64u);
-                                    const int l112 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec108 && (unsigned)(o15 + l111) < (unsigned)s3 && (unsigned)(o4 + (l112 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l111 * 136 + (l112 * 8)], &in2[(unsigned)(o1 + l109) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l110) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l111) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l112 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    const int l107 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l108 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l109 = (int)((unsigned)e / 16u % 64u);
+                                    const int l110 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec106 && (unsigned)(o15 + l109) < (unsigned)s3 && (unsigned)(o4 + (l110 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l109 * 136 + (l110 * 8)], &in2[(unsigned)(o1 + l107) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l108) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l109) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l110 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l109) < (unsigned)s3 && (unsigned)(o4 + (l110 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l109 * 136 + (l110 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l111 * 136 + (l112 * 8 + q)] = ((unsigned)(o15 + l111) < (unsigned)s3 && (unsigned)(o4 + (l112 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l109) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l110) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l111) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l112 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l109 * 136 + (l110 * 8 + q)] = ((unsigned)(o15 + l109) < (unsigned)s3 && (unsigned)(o4 + (l110 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l107) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l108) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l109) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l110 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -4348,7 +11571,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                         /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
                                 unsigned fa[1][4], fb[16][2];
@@ -4388,11 +11611,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l124 = 0;
-                        const int l125 = 0;
-                        const int l126 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l127 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l126) < (unsigned)s2 && (unsigned)(o4 + l127) < (unsigned)s4) out[(unsigned)(o1 + l124) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l125) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l126) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l127) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
+                        const int l122 = 0;
+                        const int l123 = 0;
+                        const int l124 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l125 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l124) < (unsigned)s2 && (unsigned)(o4 + l125) < (unsigned)s4) out[(unsigned)(o1 + l122) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l123) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l124) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l125) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
                     }
                 }
             }
@@ -4400,7 +11623,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
     }
 }
 
-/* kernel attention_causal for bf16: grid block(b:1, h:1, i:64, e:128); 128 threads, 33792 bytes of shared memory */
+/* kernel attention_causal for bf16: grid block(b:1, h:1, i:64, e:128); 128 threads, 26624 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -4497,42 +11720,15 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal.tensorize(j:64) + rsum attention_causal.tensorize(j:64) + rdot attention_causal.tensorize(j:64), online */
-                    for (long long o15 = 0; o15 < s3; o15 += 64) {
-                        float v0[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l16 = (int)((unsigned)e / 1u % 64u);
-                                v0[r] = (float)(o15 + l16);
-                            }
-                        }
-                        float v1[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l17 = (int)((unsigned)e / 1u % 64u);
-                                v1[r] = (float)(o3 + l17);
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v0[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 4096)[e] = v1[r]; }
-                        __syncthreads();
+                    for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                        /* v0: the index along j, computed where it is read */
+                        /* v1: the index along i, computed where it is read */
                         float v2[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l18 = (int)((unsigned)e / 64u % 64u);
-                                const int l19 = (int)((unsigned)e / 1u % 64u);
-                                v2[r] = (((dt_smem + 0)[l19]) <= ((dt_smem + 4096)[l18]) ? 1.0f : 0.0f);
-                            }
+                            const int l16 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            const int l17 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v2[r] = (((float)(o15 + l17)) <= ((float)(o3 + l16)) ? 1.0f : 0.0f);
                         }
                         /* rdot accumulator */
                         float acc1[32];
@@ -4541,27 +11737,29 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                             acc1[r] = 0e0f;
                         }
                         /* rdot attention_causal.tensorize(d:64) */
-                        for (long long o24 = 0; o24 < s5; o24 += 64) {
+                        for (long long o22 = 0; o22 < s5; o22 += 64) {
                             /* v3: loaded by the tensor-core dot that reads it */
                             /* v4: loaded by the tensor-core dot that reads it */
                             __syncthreads();
                             /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec25 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                                const bool vec23 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 4; r++) {
                                     const int e = tid + r * 128;
                                     (void)e; {
-                                        const int l26 = (int)((unsigned)e / 512u % 1u);
-                                        const int l27 = (int)((unsigned)e / 512u % 1u);
-                                        const int l28 = (int)((unsigned)e / 8u % 64u);
-                                        const int l29 = (int)((unsigned)e / 1u % 8u);
-                                        if (vec25 && (unsigned)(o3 + l28) < (unsigned)s2 && (unsigned)(o24 + (l29 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l28 * 72 + (l29 * 8)], &in0[(unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l28) * (unsigned)args.input_strides[0][2] + (unsigned)(o24 + (l29 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                        const int l24 = (int)((unsigned)e / 512u % 1u);
+                                        const int l25 = (int)((unsigned)e / 512u % 1u);
+                                        const int l26 = (int)((unsigned)e / 8u % 64u);
+                                        const int l27 = (int)((unsigned)e / 1u % 8u);
+                                        if (vec23 && (unsigned)(o3 + l26) < (unsigned)s2 && (unsigned)(o22 + (l27 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l26 * 72 + (l27 * 8)], &in0[(unsigned)(o1 + l24) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l26) * (unsigned)args.input_strides[0][2] + (unsigned)(o22 + (l27 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                        } else if (!((unsigned)(o3 + l26) < (unsigned)s2 && (unsigned)(o22 + (l27 * 8)) < (unsigned)s5)) {
+                                            *(uint4*)&((unsigned short*)(dt_smem + 0))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l28 * 72 + (l29 * 8 + q)] = ((unsigned)(o3 + l28) < (unsigned)s2 && (unsigned)(o24 + (l29 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l28) * (unsigned)args.input_strides[0][2] + (unsigned)(o24 + (l29 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o3 + l26) < (unsigned)s2 && (unsigned)(o22 + (l27 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l24) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l26) * (unsigned)args.input_strides[0][2] + (unsigned)(o22 + (l27 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -4569,21 +11767,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                             }
                             /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec30 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                const bool vec28 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 4; r++) {
                                     const int e = tid + r * 128;
                                     (void)e; {
-                                        const int l31 = (int)((unsigned)e / 512u % 1u);
-                                        const int l32 = (int)((unsigned)e / 512u % 1u);
-                                        const int l33 = (int)((unsigned)e / 8u % 64u);
-                                        const int l34 = (int)((unsigned)e / 1u % 8u);
-                                        if (vec30 && (unsigned)(o15 + l33) < (unsigned)s3 && (unsigned)(o24 + (l34 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l33 * 72 + (l34 * 8)], &in1[(unsigned)(o1 + l31) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l32) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l33) * (unsigned)args.input_strides[1][2] + (unsigned)(o24 + (l34 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                        const int l29 = (int)((unsigned)e / 512u % 1u);
+                                        const int l30 = (int)((unsigned)e / 512u % 1u);
+                                        const int l31 = (int)((unsigned)e / 8u % 64u);
+                                        const int l32 = (int)((unsigned)e / 1u % 8u);
+                                        if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o22 + (l32 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l31 * 72 + (l32 * 8)], &in1[(unsigned)(o1 + l29) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[1][2] + (unsigned)(o22 + (l32 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                        } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o22 + (l32 * 8)) < (unsigned)s5)) {
+                                            *(uint4*)&((unsigned short*)(dt_smem + 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l33 * 72 + (l34 * 8 + q)] = ((unsigned)(o15 + l33) < (unsigned)s3 && (unsigned)(o24 + (l34 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l31) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l32) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l33) * (unsigned)args.input_strides[1][2] + (unsigned)(o24 + (l34 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o22 + (l32 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l29) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[1][2] + (unsigned)(o22 + (l32 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -4594,7 +11794,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                             {
                                 const int lane = tid & 31;
                                 const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[1][4], fb[8][2];
@@ -4621,22 +11821,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                         for (int r = 0; r < 32; r++) {
                             v9[r] = (v6[r] * v8[0]);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v2[r]; }
-                        __syncthreads();
                         float v12[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l45 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l46 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v12[r] = (dt_smem + 0)[l45 * 64 + l46] != 0.0f ? v9[r] : v11[0];
+                            v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                         }
                         float v13[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l50 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v13[r] = ((unsigned)(o15 + l50) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                            const int l48 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v13[r] = ((unsigned)(o15 + l48) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
                         float v14[2];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -4715,8 +11909,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                         float v32[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l92 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v32[r] = ((unsigned)(o15 + l92) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l90 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v32[r] = ((unsigned)(o15 + l90) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                         float v33[2];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -4756,21 +11950,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                         __syncthreads();
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec108 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec106 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
                                 const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l109 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l110 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l111 = (int)((unsigned)e / 16u % 64u);
-                                    const int l112 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec108 && (unsigned)(o15 + l111) < (unsigned)s3 && (unsigned)(o4 + (l112 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l111 * 136 + (l112 * 8)], &in2[(unsigned)(o1 + l109) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l110) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l111) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l112 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    const int l107 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l108 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l109 = (int)((unsigned)e / 16u % 64u);
+                                    const int l110 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec106 && (unsigned)(o15 + l109) < (unsigned)s3 && (unsigned)(o4 + (l110 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l109 * 136 + (l110 * 8)], &in2[(unsigned)(o1 + l107) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l108) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l109) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l110 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l109) < (unsigned)s3 && (unsigned)(o4 + (l110 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l109 * 136 + (l110 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l111 * 136 + (l112 * 8 + q)] = ((unsigned)(o15 + l111) < (unsigned)s3 && (unsigned)(o4 + (l112 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l109) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l110) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l111) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l112 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l109 * 136 + (l110 * 8 + q)] = ((unsigned)(o15 + l109) < (unsigned)s3 && (unsigned)(o4 + (l110 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l107) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l108) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l109) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l110 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -4780,7 +11976,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                         /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
                                 unsigned fa[1][4], fb[16][2];
@@ -4938,41 +12134,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
                         }
                     }
                     /* rmax attention_causal.tensorize(j:64) + rsum attention_causal.tensorize(j:64) + rdot attention_causal.tensorize(j:64), online */
-                    for (long long o15 = 0; o15 < s3; o15 += 64) {
-                        float v0[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l16 = (int)((unsigned)e / 1u % 64u);
-                                v0[r] = (float)(o15 + l16);
-                            }
-                        }
-                        float v1[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l17 = (int)((unsigned)e / 1u % 64u);
-                                v1[r] = (float)(o3 + l17);
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v0[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 4096)[e] = v1[r]; }
-                        __syncthreads();
+                    for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                        /* v0: the index along j, computed where it is read */
+                        /* v1: the index along i, computed where it is read */
                         float v2[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l18 = (int)((unsigned)e / 64u % 64u);
-                                const int l19 = (int)((unsigned)e / 1u % 64u);
-                                v2[r] = (((dt_smem + 0)[l19]) <= ((dt_smem + 4096)[l18]) ? 1.0f : 0.0f);
+                                const int l16 = (int)((unsigned)e / 64u % 64u);
+                                const int l17 = (int)((unsigned)e / 1u % 64u);
+                                v2[r] = (((float)(o15 + l17)) <= ((float)(o3 + l16)) ? 1.0f : 0.0f);
                             }
                         }
                         /* rdot accumulator */
@@ -4985,49 +12157,49 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
                             }
                         }
                         /* rdot attention_causal.tensorize(d:64) */
-                        for (long long o24 = 0; o24 < s5; o24 += 64) {
+                        for (long long o22 = 0; o22 < s5; o22 += 64) {
                             float v3[32];
                             #pragma unroll
                             for (int c = 0; c < 8; c++) {
                                 const int e = (c * 128 + tid) * 4;
-                                const int l25 = (int)((unsigned)e / 4096u % 1u);
-                                const int l26 = (int)((unsigned)e / 4096u % 1u);
-                                const int l27 = (int)((unsigned)e / 64u % 64u);
-                                const int l28 = (int)((unsigned)e / 1u % 64u);
-                                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l26) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l27) * (unsigned)args.input_strides[0][2] + (unsigned)(o24 + l28) * (unsigned)args.input_strides[0][3];
-                                if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o3 + l27) < (unsigned)s2 && (unsigned)(o24 + (l28 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                const int l23 = (int)((unsigned)e / 4096u % 1u);
+                                const int l24 = (int)((unsigned)e / 4096u % 1u);
+                                const int l25 = (int)((unsigned)e / 64u % 64u);
+                                const int l26 = (int)((unsigned)e / 1u % 64u);
+                                const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l25) * (unsigned)args.input_strides[0][2] + (unsigned)(o22 + l26) * (unsigned)args.input_strides[0][3];
+                                if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o22 + (l26 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in0 + a);
                                     v3[c * 4 + 0] = __uint_as_float(q.x);
                                     v3[c * 4 + 1] = __uint_as_float(q.y);
                                     v3[c * 4 + 2] = __uint_as_float(q.z);
                                     v3[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v3[c * 4 + 0] = ((unsigned)(o3 + l27) < (unsigned)s2 && (unsigned)(o24 + l28) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v3[c * 4 + 1] = ((unsigned)(o3 + l27) < (unsigned)s2 && (unsigned)(o24 + (l28 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v3[c * 4 + 2] = ((unsigned)(o3 + l27) < (unsigned)s2 && (unsigned)(o24 + (l28 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v3[c * 4 + 3] = ((unsigned)(o3 + l27) < (unsigned)s2 && (unsigned)(o24 + (l28 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v3[c * 4 + 0] = ((unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o22 + l26) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v3[c * 4 + 1] = ((unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o22 + (l26 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v3[c * 4 + 2] = ((unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o22 + (l26 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v3[c * 4 + 3] = ((unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o22 + (l26 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
                                 }
                             }
                             float v4[32];
                             #pragma unroll
                             for (int c = 0; c < 8; c++) {
                                 const int e = (c * 128 + tid) * 4;
-                                const int l29 = (int)((unsigned)e / 4096u % 1u);
-                                const int l30 = (int)((unsigned)e / 4096u % 1u);
-                                const int l31 = (int)((unsigned)e / 64u % 64u);
-                                const int l32 = (int)((unsigned)e / 1u % 64u);
-                                const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[1][2] + (unsigned)(o24 + l32) * (unsigned)args.input_strides[1][3];
-                                if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o24 + (l32 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                const int l27 = (int)((unsigned)e / 4096u % 1u);
+                                const int l28 = (int)((unsigned)e / 4096u % 1u);
+                                const int l29 = (int)((unsigned)e / 64u % 64u);
+                                const int l30 = (int)((unsigned)e / 1u % 64u);
+                                const unsigned a = (unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o22 + l30) * (unsigned)args.input_strides[1][3];
+                                if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o22 + (l30 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in1 + a);
                                     v4[c * 4 + 0] = __uint_as_float(q.x);
                                     v4[c * 4 + 1] = __uint_as_float(q.y);
                                     v4[c * 4 + 2] = __uint_as_float(q.z);
                                     v4[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v4[c * 4 + 0] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o24 + l32) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v4[c * 4 + 1] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o24 + (l32 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v4[c * 4 + 2] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o24 + (l32 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v4[c * 4 + 3] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o24 + (l32 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v4[c * 4 + 0] = ((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o22 + l30) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v4[c * 4 + 1] = ((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o22 + (l30 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v4[c * 4 + 2] = ((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o22 + (l30 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v4[c * 4 + 3] = ((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o22 + (l30 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
                                 }
                             }
                             __syncthreads();
@@ -5043,13 +12215,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
                             for (int r = 0; r < 32; r++) {
                                 const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                                 (void)e; {
-                                    const int l33 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l34 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l35 = (int)((unsigned)e / 64u % 64u);
-                                    const int l36 = (int)((unsigned)e / 1u % 64u);
-                                    float a37 = 0.0f;
-                                    for (int q = 0; q < 64; q++) a37 = fmaf((dt_smem + 0)[l33 * 4096 + l34 * 4096 + l35 * 64 + q * 1], (dt_smem + 4096)[l33 * 4096 + l34 * 4096 + l36 * 64 + q * 1], a37);
-                                    v5[r] = a37;
+                                    const int l31 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l32 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l33 = (int)((unsigned)e / 64u % 64u);
+                                    const int l34 = (int)((unsigned)e / 1u % 64u);
+                                    float a35 = 0.0f;
+                                    for (int q = 0; q < 64; q++) a35 = fmaf((dt_smem + 0)[l31 * 4096 + l32 * 4096 + l33 * 64 + q * 1], (dt_smem + 4096)[l31 * 4096 + l32 * 4096 + l34 * 64 + q * 1], a35);
+                                    v5[r] = a35;
                                 }
                             }
                             #pragma unroll
@@ -5089,8 +12261,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l57 = (int)((unsigned)e / 1u % 64u);
-                                v13[r] = ((unsigned)(o15 + l57) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                                const int l55 = (int)((unsigned)e / 1u % 64u);
+                                v13[r] = ((unsigned)(o15 + l55) < (unsigned)s3) ? v12[r] : (-INFINITY);
                             }
                         }
                         __syncthreads();
@@ -5104,10 +12276,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
                             const int q = tid % 2;
                             float p = (-INFINITY);
                             if (j < 64) {
-                                const int l58 = (j / 64) % 1;
-                                const int l59 = (j / 64) % 1;
-                                const int l60 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l58 * 4096 + l59 * 4096 + l60 * 64 + i * 1]);
+                                const int l56 = (j / 64) % 1;
+                                const int l57 = (j / 64) % 1;
+                                const int l58 = (j / 1) % 64;
+                                for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l56 * 4096 + l57 * 4096 + l58 * 64 + i * 1]);
                             }
                             for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
                             if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -5207,10 +12379,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l94 = (int)((unsigned)e / 4096u % 1u);
-                                const int l95 = (int)((unsigned)e / 4096u % 1u);
-                                const int l96 = (int)((unsigned)e / 64u % 64u);
-                                v30[r] = (v12[r] - (dt_smem + 0)[l94 * 64 + l95 * 64 + l96]);
+                                const int l92 = (int)((unsigned)e / 4096u % 1u);
+                                const int l93 = (int)((unsigned)e / 4096u % 1u);
+                                const int l94 = (int)((unsigned)e / 64u % 64u);
+                                v30[r] = (v12[r] - (dt_smem + 0)[l92 * 64 + l93 * 64 + l94]);
                             }
                         }
                         float v31[32];
@@ -5226,8 +12398,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l105 = (int)((unsigned)e / 1u % 64u);
-                                v32[r] = ((unsigned)(o15 + l105) < (unsigned)s3) ? v31[r] : 0e0f;
+                                const int l103 = (int)((unsigned)e / 1u % 64u);
+                                v32[r] = ((unsigned)(o15 + l103) < (unsigned)s3) ? v31[r] : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -5241,10 +12413,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
                             const int q = tid % 2;
                             float p = 0e0f;
                             if (j < 64) {
-                                const int l106 = (j / 64) % 1;
-                                const int l107 = (j / 64) % 1;
-                                const int l108 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l106 * 4096 + l107 * 4096 + l108 * 64 + i * 1];
+                                const int l104 = (j / 64) % 1;
+                                const int l105 = (j / 64) % 1;
+                                const int l106 = (j / 1) % 64;
+                                for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l104 * 4096 + l105 * 4096 + l106 * 64 + i * 1];
                             }
                             for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
                             if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -5281,10 +12453,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l119 = (int)((unsigned)e / 8192u % 1u);
-                                const int l120 = (int)((unsigned)e / 8192u % 1u);
-                                const int l121 = (int)((unsigned)e / 128u % 64u);
-                                v68[r] = (v67[r] * (dt_smem + 0)[l119 * 64 + l120 * 64 + l121]);
+                                const int l117 = (int)((unsigned)e / 8192u % 1u);
+                                const int l118 = (int)((unsigned)e / 8192u % 1u);
+                                const int l119 = (int)((unsigned)e / 128u % 64u);
+                                v68[r] = (v67[r] * (dt_smem + 0)[l117 * 64 + l118 * 64 + l119]);
                             }
                         }
                         #pragma unroll 1
@@ -5299,11 +12471,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l127 = (int)((unsigned)e / 8192u % 1u);
-                                const int l128 = (int)((unsigned)e / 8192u % 1u);
-                                const int l129 = (int)((unsigned)e / 64u % 128u);
-                                const int l130 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = ((unsigned)(o15 + l130) < (unsigned)s3 && (unsigned)(o4 + l129) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l127) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l128) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l130) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + l129) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                                const int l125 = (int)((unsigned)e / 8192u % 1u);
+                                const int l126 = (int)((unsigned)e / 8192u % 1u);
+                                const int l127 = (int)((unsigned)e / 64u % 128u);
+                                const int l128 = (int)((unsigned)e / 1u % 64u);
+                                v52[r] = ((unsigned)(o15 + l128) < (unsigned)s3 && (unsigned)(o4 + l127) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l125) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l126) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l128) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + l127) * (unsigned)args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -5319,13 +12491,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l131 = (int)((unsigned)e / 8192u % 1u);
-                                const int l132 = (int)((unsigned)e / 8192u % 1u);
-                                const int l133 = (int)((unsigned)e / 128u % 64u);
-                                const int l134 = (int)((unsigned)e / 1u % 128u);
-                                float a135 = 0.0f;
-                                for (int q = 0; q < 64; q++) a135 = fmaf((dt_smem + 0)[l131 * 4096 + l132 * 4096 + l133 * 64 + q * 1], (dt_smem + 4096)[l131 * 8192 + l132 * 8192 + l134 * 64 + q * 1], a135);
-                                v53[r] = a135;
+                                const int l129 = (int)((unsigned)e / 8192u % 1u);
+                                const int l130 = (int)((unsigned)e / 8192u % 1u);
+                                const int l131 = (int)((unsigned)e / 128u % 64u);
+                                const int l132 = (int)((unsigned)e / 1u % 128u);
+                                float a133 = 0.0f;
+                                for (int q = 0; q < 64; q++) a133 = fmaf((dt_smem + 0)[l129 * 4096 + l130 * 4096 + l131 * 64 + q * 1], (dt_smem + 4096)[l129 * 8192 + l130 * 8192 + l132 * 64 + q * 1], a133);
+                                v53[r] = a133;
                             }
                         }
                         #pragma unroll 1
@@ -5361,27 +12533,27 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l147 = (int)((unsigned)e / 8192u % 1u);
-                            const int l148 = (int)((unsigned)e / 8192u % 1u);
-                            const int l149 = (int)((unsigned)e / 128u % 64u);
-                            v56[r] = (v54[r] / (dt_smem + 0)[l147 * 64 + l148 * 64 + l149]);
+                            const int l145 = (int)((unsigned)e / 8192u % 1u);
+                            const int l146 = (int)((unsigned)e / 8192u % 1u);
+                            const int l147 = (int)((unsigned)e / 128u % 64u);
+                            v56[r] = (v54[r] / (dt_smem + 0)[l145 * 64 + l146 * 64 + l147]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 16; c++) {
                         const int e = (c * 128 + tid) * 4;
-                        const int l151 = (int)((unsigned)e / 8192u % 1u);
-                        const int l152 = (int)((unsigned)e / 8192u % 1u);
-                        const int l153 = (int)((unsigned)e / 128u % 64u);
-                        const int l154 = (int)((unsigned)e / 1u % 128u);
-                        const unsigned a = (unsigned)(o1 + l151) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l152) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l153) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l154) * (unsigned)args.output_strides[3];
-                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o3 + l153) < (unsigned)s2 && (unsigned)(o4 + (l154 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l149 = (int)((unsigned)e / 8192u % 1u);
+                        const int l150 = (int)((unsigned)e / 8192u % 1u);
+                        const int l151 = (int)((unsigned)e / 128u % 64u);
+                        const int l152 = (int)((unsigned)e / 1u % 128u);
+                        const unsigned a = (unsigned)(o1 + l149) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l150) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l151) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l152) * (unsigned)args.output_strides[3];
+                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o3 + l151) < (unsigned)s2 && (unsigned)(o4 + (l152 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(__float_as_uint(v56[c * 4 + 0]), __float_as_uint(v56[c * 4 + 1]), __float_as_uint(v56[c * 4 + 2]), __float_as_uint(v56[c * 4 + 3]));
                         } else {
-                            if ((unsigned)(o3 + l153) < (unsigned)s2 && (unsigned)(o4 + l154) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 0]);
-                            if ((unsigned)(o3 + l153) < (unsigned)s2 && (unsigned)(o4 + (l154 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 1]);
-                            if ((unsigned)(o3 + l153) < (unsigned)s2 && (unsigned)(o4 + (l154 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 2]);
-                            if ((unsigned)(o3 + l153) < (unsigned)s2 && (unsigned)(o4 + (l154 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 3]);
+                            if ((unsigned)(o3 + l151) < (unsigned)s2 && (unsigned)(o4 + l152) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 0]);
+                            if ((unsigned)(o3 + l151) < (unsigned)s2 && (unsigned)(o4 + (l152 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 1]);
+                            if ((unsigned)(o3 + l151) < (unsigned)s2 && (unsigned)(o4 + (l152 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 2]);
+                            if ((unsigned)(o3 + l151) < (unsigned)s2 && (unsigned)(o4 + (l152 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 3]);
                         }
                     }
                 }
@@ -5496,41 +12668,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
                         }
                     }
                     /* rmax attention_causal.tensorize(j:64) + rsum attention_causal.tensorize(j:64) + rdot attention_causal.tensorize(j:64), online */
-                    for (long long o15 = 0; o15 < s3; o15 += 64) {
-                        float v0[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l16 = (int)((unsigned)e / 1u % 64u);
-                                v0[r] = (float)(o15 + l16);
-                            }
-                        }
-                        float v1[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                const int l17 = (int)((unsigned)e / 1u % 64u);
-                                v1[r] = (float)(o3 + l17);
-                            }
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v0[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 4096)[e] = v1[r]; }
-                        __syncthreads();
+                    for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                        /* v0: the index along j, computed where it is read */
+                        /* v1: the index along i, computed where it is read */
                         float v2[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l18 = (int)((unsigned)e / 64u % 64u);
-                                const int l19 = (int)((unsigned)e / 1u % 64u);
-                                v2[r] = (((dt_smem + 0)[l19]) <= ((dt_smem + 4096)[l18]) ? 1.0f : 0.0f);
+                                const int l16 = (int)((unsigned)e / 64u % 64u);
+                                const int l17 = (int)((unsigned)e / 1u % 64u);
+                                v2[r] = (((float)(o15 + l17)) <= ((float)(o3 + l16)) ? 1.0f : 0.0f);
                             }
                         }
                         /* rdot accumulator */
@@ -5543,17 +12691,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
                             }
                         }
                         /* rdot attention_causal.tensorize(d:64) */
-                        for (long long o24 = 0; o24 < s5; o24 += 64) {
+                        for (long long o22 = 0; o22 < s5; o22 += 64) {
                             float v3[32];
                             #pragma unroll
                             for (int c = 0; c < 8; c++) {
                                 const int e = (c * 128 + tid) * 4;
-                                const int l25 = (int)((unsigned)e / 4096u % 1u);
-                                const int l26 = (int)((unsigned)e / 4096u % 1u);
-                                const int l27 = (int)((unsigned)e / 64u % 64u);
-                                const int l28 = (int)((unsigned)e / 1u % 64u);
-                                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l26) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l27) * (unsigned)args.input_strides[0][2] + (unsigned)(o24 + l28) * (unsigned)args.input_strides[0][3];
-                                if ((unsigned)(o3 + l27) < (unsigned)s2 && (unsigned)(o24 + l28) < (unsigned)s5) {
+                                const int l23 = (int)((unsigned)e / 4096u % 1u);
+                                const int l24 = (int)((unsigned)e / 4096u % 1u);
+                                const int l25 = (int)((unsigned)e / 64u % 64u);
+                                const int l26 = (int)((unsigned)e / 1u % 64u);
+                                const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l25) * (unsigned)args.input_strides[0][2] + (unsigned)(o22 + l26) * (unsigned)args.input_strides[0][3];
+                                if ((unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o22 + l26) < (unsigned)s5) {
                                     const uint4 q = *(const uint4*)(in0 + a);
                                     v3[c * 4 + 0] = __uint_as_float(q.x);
                                     v3[c * 4 + 1] = __uint_as_float(q.y);
@@ -5570,12 +12718,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
                             #pragma unroll
                             for (int c = 0; c < 8; c++) {
                                 const int e = (c * 128 + tid) * 4;
-                                const int l29 = (int)((unsigned)e / 4096u % 1u);
-                                const int l30 = (int)((unsigned)e / 4096u % 1u);
-                                const int l31 = (int)((unsigned)e / 64u % 64u);
-                                const int l32 = (int)((unsigned)e / 1u % 64u);
-                                const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[1][2] + (unsigned)(o24 + l32) * (unsigned)args.input_strides[1][3];
-                                if ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o24 + l32) < (unsigned)s5) {
+                                const int l27 = (int)((unsigned)e / 4096u % 1u);
+                                const int l28 = (int)((unsigned)e / 4096u % 1u);
+                                const int l29 = (int)((unsigned)e / 64u % 64u);
+                                const int l30 = (int)((unsigned)e / 1u % 64u);
+                                const unsigned a = (unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o22 + l30) * (unsigned)args.input_strides[1][3];
+                                if ((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o22 + l30) < (unsigned)s5) {
                                     const uint4 q = *(const uint4*)(in1 + a);
                                     v4[c * 4 + 0] = __uint_as_float(q.x);
                                     v4[c * 4 + 1] = __uint_as_float(q.y);
@@ -5601,13 +12749,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
                             for (int r = 0; r < 32; r++) {
                                 const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                                 (void)e; {
-                                    const int l33 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l34 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l35 = (int)((unsigned)e / 64u % 64u);
-                                    const int l36 = (int)((unsigned)e / 1u % 64u);
-                                    float a37 = 0.0f;
-                                    for (int q = 0; q < 64; q++) a37 = fmaf((dt_smem + 0)[l33 * 4096 + l34 * 4096 + l35 * 64 + q * 1], (dt_smem + 4096)[l33 * 4096 + l34 * 4096 + l36 * 64 + q * 1], a37);
-                                    v5[r] = a37;
+                                    const int l31 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l32 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l33 = (int)((unsigned)e / 64u % 64u);
+                                    const int l34 = (int)((unsigned)e / 1u % 64u);
+                                    float a35 = 0.0f;
+                                    for (int q = 0; q < 64; q++) a35 = fmaf((dt_smem + 0)[l31 * 4096 + l32 * 4096 + l33 * 64 + q * 1], (dt_smem + 4096)[l31 * 4096 + l32 * 4096 + l34 * 64 + q * 1], a35);
+                                    v5[r] = a35;
                                 }
                             }
                             #pragma unroll
@@ -5647,8 +12795,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l57 = (int)((unsigned)e / 1u % 64u);
-                                v13[r] = ((unsigned)(o15 + l57) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                                const int l55 = (int)((unsigned)e / 1u % 64u);
+                                v13[r] = ((unsigned)(o15 + l55) < (unsigned)s3) ? v12[r] : (-INFINITY);
                             }
                         }
                         __syncthreads();
@@ -5662,10 +12810,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
                             const int q = tid % 2;
                             float p = (-INFINITY);
                             if (j < 64) {
-                                const int l58 = (j / 64) % 1;
-                                const int l59 = (j / 64) % 1;
-                                const int l60 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l58 * 4096 + l59 * 4096 + l60 * 64 + i * 1]);
+                                const int l56 = (j / 64) % 1;
+                                const int l57 = (j / 64) % 1;
+                                const int l58 = (j / 1) % 64;
+                                for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l56 * 4096 + l57 * 4096 + l58 * 64 + i * 1]);
                             }
                             for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
                             if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -5765,10 +12913,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l94 = (int)((unsigned)e / 4096u % 1u);
-                                const int l95 = (int)((unsigned)e / 4096u % 1u);
-                                const int l96 = (int)((unsigned)e / 64u % 64u);
-                                v30[r] = (v12[r] - (dt_smem + 0)[l94 * 64 + l95 * 64 + l96]);
+                                const int l92 = (int)((unsigned)e / 4096u % 1u);
+                                const int l93 = (int)((unsigned)e / 4096u % 1u);
+                                const int l94 = (int)((unsigned)e / 64u % 64u);
+                                v30[r] = (v12[r] - (dt_smem + 0)[l92 * 64 + l93 * 64 + l94]);
                             }
                         }
                         float v31[32];
@@ -5784,8 +12932,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l105 = (int)((unsigned)e / 1u % 64u);
-                                v32[r] = ((unsigned)(o15 + l105) < (unsigned)s3) ? v31[r] : 0e0f;
+                                const int l103 = (int)((unsigned)e / 1u % 64u);
+                                v32[r] = ((unsigned)(o15 + l103) < (unsigned)s3) ? v31[r] : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -5799,10 +12947,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
                             const int q = tid % 2;
                             float p = 0e0f;
                             if (j < 64) {
-                                const int l106 = (j / 64) % 1;
-                                const int l107 = (j / 64) % 1;
-                                const int l108 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l106 * 4096 + l107 * 4096 + l108 * 64 + i * 1];
+                                const int l104 = (j / 64) % 1;
+                                const int l105 = (j / 64) % 1;
+                                const int l106 = (j / 1) % 64;
+                                for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l104 * 4096 + l105 * 4096 + l106 * 64 + i * 1];
                             }
                             for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
                             if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -5839,10 +12987,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l119 = (int)((unsigned)e / 8192u % 1u);
-                                const int l120 = (int)((unsigned)e / 8192u % 1u);
-                                const int l121 = (int)((unsigned)e / 128u % 64u);
-                                v68[r] = (v67[r] * (dt_smem + 0)[l119 * 64 + l120 * 64 + l121]);
+                                const int l117 = (int)((unsigned)e / 8192u % 1u);
+                                const int l118 = (int)((unsigned)e / 8192u % 1u);
+                                const int l119 = (int)((unsigned)e / 128u % 64u);
+                                v68[r] = (v67[r] * (dt_smem + 0)[l117 * 64 + l118 * 64 + l119]);
                             }
                         }
                         #pragma unroll 1
@@ -5857,11 +13005,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l127 = (int)((unsigned)e / 8192u % 1u);
-                                const int l128 = (int)((unsigned)e / 8192u % 1u);
-                                const int l129 = (int)((unsigned)e / 64u % 128u);
-                                const int l130 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = ((unsigned)(o15 + l130) < (unsigned)s3 && (unsigned)(o4 + l129) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l127) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l128) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l130) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + l129) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                                const int l125 = (int)((unsigned)e / 8192u % 1u);
+                                const int l126 = (int)((unsigned)e / 8192u % 1u);
+                                const int l127 = (int)((unsigned)e / 64u % 128u);
+                                const int l128 = (int)((unsigned)e / 1u % 64u);
+                                v52[r] = ((unsigned)(o15 + l128) < (unsigned)s3 && (unsigned)(o4 + l127) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l125) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l126) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l128) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + l127) * (unsigned)args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -5877,13 +13025,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l131 = (int)((unsigned)e / 8192u % 1u);
-                                const int l132 = (int)((unsigned)e / 8192u % 1u);
-                                const int l133 = (int)((unsigned)e / 128u % 64u);
-                                const int l134 = (int)((unsigned)e / 1u % 128u);
-                                float a135 = 0.0f;
-                                for (int q = 0; q < 64; q++) a135 = fmaf((dt_smem + 0)[l131 * 4096 + l132 * 4096 + l133 * 64 + q * 1], (dt_smem + 4096)[l131 * 8192 + l132 * 8192 + l134 * 64 + q * 1], a135);
-                                v53[r] = a135;
+                                const int l129 = (int)((unsigned)e / 8192u % 1u);
+                                const int l130 = (int)((unsigned)e / 8192u % 1u);
+                                const int l131 = (int)((unsigned)e / 128u % 64u);
+                                const int l132 = (int)((unsigned)e / 1u % 128u);
+                                float a133 = 0.0f;
+                                for (int q = 0; q < 64; q++) a133 = fmaf((dt_smem + 0)[l129 * 4096 + l130 * 4096 + l131 * 64 + q * 1], (dt_smem + 4096)[l129 * 8192 + l130 * 8192 + l132 * 64 + q * 1], a133);
+                                v53[r] = a133;
                             }
                         }
                         #pragma unroll 1
@@ -5919,21 +13067,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l147 = (int)((unsigned)e / 8192u % 1u);
-                            const int l148 = (int)((unsigned)e / 8192u % 1u);
-                            const int l149 = (int)((unsigned)e / 128u % 64u);
-                            v56[r] = (v54[r] / (dt_smem + 0)[l147 * 64 + l148 * 64 + l149]);
+                            const int l145 = (int)((unsigned)e / 8192u % 1u);
+                            const int l146 = (int)((unsigned)e / 8192u % 1u);
+                            const int l147 = (int)((unsigned)e / 128u % 64u);
+                            v56[r] = (v54[r] / (dt_smem + 0)[l145 * 64 + l146 * 64 + l147]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 16; c++) {
                         const int e = (c * 128 + tid) * 4;
-                        const int l151 = (int)((unsigned)e / 8192u % 1u);
-                        const int l152 = (int)((unsigned)e / 8192u % 1u);
-                        const int l153 = (int)((unsigned)e / 128u % 64u);
-                        const int l154 = (int)((unsigned)e / 1u % 128u);
-                        const unsigned a = (unsigned)(o1 + l151) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l152) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l153) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l154) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + l153) < (unsigned)s2 && (unsigned)(o4 + l154) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(__float_as_uint(v56[c * 4 + 0]), __float_as_uint(v56[c * 4 + 1]), __float_as_uint(v56[c * 4 + 2]), __float_as_uint(v56[c * 4 + 3]));
+                        const int l149 = (int)((unsigned)e / 8192u % 1u);
+                        const int l150 = (int)((unsigned)e / 8192u % 1u);
+                        const int l151 = (int)((unsigned)e / 128u % 64u);
+                        const int l152 = (int)((unsigned)e / 1u % 128u);
+                        const unsigned a = (unsigned)(o1 + l149) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l150) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l151) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l152) * (unsigned)args.output_strides[3];
+                        if ((unsigned)(o3 + l151) < (unsigned)s2 && (unsigned)(o4 + l152) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(__float_as_uint(v56[c * 4 + 0]), __float_as_uint(v56[c * 4 + 1]), __float_as_uint(v56[c * 4 + 2]), __float_as_uint(v56[c * 4 + 3]));
                     }
                 }
             }

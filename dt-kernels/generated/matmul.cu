@@ -1454,6 +1454,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(DT_GRID_CONSTANT con
                                     const int l10 = (int)((unsigned)e / 1u % 4u);
                                     if (vec8 && (unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8 + 7)) < (unsigned)s2) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)], &in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8)) < (unsigned)s2)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -1474,6 +1476,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(DT_GRID_CONSTANT con
                                     const int l13 = (int)((unsigned)e / 1u % 16u);
                                     if (vec11 && (unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8 + 7)) < (unsigned)s1) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)], &in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8)) < (unsigned)s1)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -1505,6 +1509,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(DT_GRID_CONSTANT con
                                     const int l17 = (int)((unsigned)e / 1u % 4u);
                                     if (vec15 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8 + 7)) < (unsigned)s2) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)], &in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8)) < (unsigned)s2)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -1525,6 +1531,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(DT_GRID_CONSTANT con
                                     const int l20 = (int)((unsigned)e / 1u % 16u);
                                     if (vec18 && (unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8 + 7)) < (unsigned)s1) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)], &in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8)) < (unsigned)s1)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -1630,6 +1638,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16_whole(DT_GRID_CONSTA
                                     const int l10 = (int)((unsigned)e / 1u % 4u);
                                     if (vec8 && (unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8 + 7)) < (unsigned)s2) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)], &in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8)) < (unsigned)s2)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -1650,6 +1660,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16_whole(DT_GRID_CONSTA
                                     const int l13 = (int)((unsigned)e / 1u % 16u);
                                     if (vec11 && (unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8 + 7)) < (unsigned)s1) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)], &in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8)) < (unsigned)s1)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -1681,6 +1693,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16_whole(DT_GRID_CONSTA
                                     const int l17 = (int)((unsigned)e / 1u % 4u);
                                     if (vec15 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8 + 7)) < (unsigned)s2) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)], &in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8)) < (unsigned)s2)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -1701,6 +1715,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16_whole(DT_GRID_CONSTA
                                     const int l20 = (int)((unsigned)e / 1u % 16u);
                                     if (vec18 && (unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8 + 7)) < (unsigned)s1) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)], &in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8)) < (unsigned)s1)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -1808,6 +1824,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(DT_GRID_CONSTANT co
                                     const int l10 = (int)((unsigned)e / 1u % 4u);
                                     if (vec8 && (unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8 + 7)) < (unsigned)s2) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)], &in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8)) < (unsigned)s2)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -1828,6 +1846,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(DT_GRID_CONSTANT co
                                     const int l13 = (int)((unsigned)e / 1u % 16u);
                                     if (vec11 && (unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8 + 7)) < (unsigned)s1) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)], &in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8)) < (unsigned)s1)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -1859,6 +1879,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(DT_GRID_CONSTANT co
                                     const int l17 = (int)((unsigned)e / 1u % 4u);
                                     if (vec15 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8 + 7)) < (unsigned)s2) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)], &in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8)) < (unsigned)s2)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -1879,6 +1901,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(DT_GRID_CONSTANT co
                                     const int l20 = (int)((unsigned)e / 1u % 16u);
                                     if (vec18 && (unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8 + 7)) < (unsigned)s1) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)], &in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8)) < (unsigned)s1)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -1984,6 +2008,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16_whole(DT_GRID_CONST
                                     const int l10 = (int)((unsigned)e / 1u % 4u);
                                     if (vec8 && (unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8 + 7)) < (unsigned)s2) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)], &in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8)) < (unsigned)s2)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -2004,6 +2030,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16_whole(DT_GRID_CONST
                                     const int l13 = (int)((unsigned)e / 1u % 16u);
                                     if (vec11 && (unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8 + 7)) < (unsigned)s1) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)], &in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8)) < (unsigned)s1)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -2035,6 +2063,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16_whole(DT_GRID_CONST
                                     const int l17 = (int)((unsigned)e / 1u % 4u);
                                     if (vec15 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8 + 7)) < (unsigned)s2) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)], &in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8)) < (unsigned)s2)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -2055,6 +2085,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16_whole(DT_GRID_CONST
                                     const int l20 = (int)((unsigned)e / 1u % 16u);
                                     if (vec18 && (unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8 + 7)) < (unsigned)s1) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)], &in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8)) < (unsigned)s1)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {

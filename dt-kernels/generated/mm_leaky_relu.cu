@@ -1628,6 +1628,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16(DT_GRID_CONSTANT co
                                     const int l10 = (int)((unsigned)e / 1u % 4u);
                                     if (vec8 && (unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8 + 7)) < (unsigned)s2) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)], &in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8)) < (unsigned)s2)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -1648,6 +1650,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16(DT_GRID_CONSTANT co
                                     const int l13 = (int)((unsigned)e / 1u % 16u);
                                     if (vec11 && (unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8 + 7)) < (unsigned)s1) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)], &in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8)) < (unsigned)s1)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -1679,6 +1683,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16(DT_GRID_CONSTANT co
                                     const int l17 = (int)((unsigned)e / 1u % 4u);
                                     if (vec15 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8 + 7)) < (unsigned)s2) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)], &in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8)) < (unsigned)s2)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -1699,6 +1705,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16(DT_GRID_CONSTANT co
                                     const int l20 = (int)((unsigned)e / 1u % 16u);
                                     if (vec18 && (unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8 + 7)) < (unsigned)s1) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)], &in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8)) < (unsigned)s1)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -1831,6 +1839,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16_whole(DT_GRID_CONST
                                     const int l10 = (int)((unsigned)e / 1u % 4u);
                                     if (vec8 && (unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8 + 7)) < (unsigned)s2) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)], &in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8)) < (unsigned)s2)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -1851,6 +1861,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16_whole(DT_GRID_CONST
                                     const int l13 = (int)((unsigned)e / 1u % 16u);
                                     if (vec11 && (unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8 + 7)) < (unsigned)s1) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)], &in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8)) < (unsigned)s1)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -1882,6 +1894,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16_whole(DT_GRID_CONST
                                     const int l17 = (int)((unsigned)e / 1u % 4u);
                                     if (vec15 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8 + 7)) < (unsigned)s2) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)], &in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8)) < (unsigned)s2)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -1902,6 +1916,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16_whole(DT_GRID_CONST
                                     const int l20 = (int)((unsigned)e / 1u % 16u);
                                     if (vec18 && (unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8 + 7)) < (unsigned)s1) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)], &in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8)) < (unsigned)s1)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -2036,6 +2052,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16(DT_GRID_CONSTANT c
                                     const int l10 = (int)((unsigned)e / 1u % 4u);
                                     if (vec8 && (unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8 + 7)) < (unsigned)s2) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)], &in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8)) < (unsigned)s2)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -2056,6 +2074,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16(DT_GRID_CONSTANT c
                                     const int l13 = (int)((unsigned)e / 1u % 16u);
                                     if (vec11 && (unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8 + 7)) < (unsigned)s1) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)], &in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8)) < (unsigned)s1)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -2087,6 +2107,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16(DT_GRID_CONSTANT c
                                     const int l17 = (int)((unsigned)e / 1u % 4u);
                                     if (vec15 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8 + 7)) < (unsigned)s2) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)], &in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8)) < (unsigned)s2)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -2107,6 +2129,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16(DT_GRID_CONSTANT c
                                     const int l20 = (int)((unsigned)e / 1u % 16u);
                                     if (vec18 && (unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8 + 7)) < (unsigned)s1) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)], &in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8)) < (unsigned)s1)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -2239,6 +2263,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16_whole(DT_GRID_CONS
                                     const int l10 = (int)((unsigned)e / 1u % 4u);
                                     if (vec8 && (unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8 + 7)) < (unsigned)s2) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)], &in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8)) < (unsigned)s2)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -2259,6 +2285,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16_whole(DT_GRID_CONS
                                     const int l13 = (int)((unsigned)e / 1u % 16u);
                                     if (vec11 && (unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8 + 7)) < (unsigned)s1) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)], &in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8)) < (unsigned)s1)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -2290,6 +2318,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16_whole(DT_GRID_CONS
                                     const int l17 = (int)((unsigned)e / 1u % 4u);
                                     if (vec15 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8 + 7)) < (unsigned)s2) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)], &in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8)) < (unsigned)s2)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
@@ -2310,6 +2340,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16_whole(DT_GRID_CONS
                                     const int l20 = (int)((unsigned)e / 1u % 16u);
                                     if (vec18 && (unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8 + 7)) < (unsigned)s1) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)], &in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8)) < (unsigned)s1)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {

@@ -677,6 +677,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(DT_GRID_CONSTANT co
                             const int l8 = (int)((unsigned)e / 1u % 4u);
                             if (vec6 && (unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o5 + (l8 * 8 + 7)) < (unsigned)s2) {
                                 dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l7 * 40 + (l8 * 8)], &in0[(unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l8 * 8)) * (unsigned)args.input_strides[0][1]]);
+                            } else if (!((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o5 + (l8 * 8)) < (unsigned)s2)) {
+                                *(uint4*)&((unsigned short*)(dt_smem + 0))[l7 * 40 + (l8 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                             } else {
                                 #pragma unroll
                                 for (int q = 0; q < 8; q++) {
@@ -697,6 +699,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(DT_GRID_CONSTANT co
                             const int l11 = (int)((unsigned)e / 1u % 16u);
                             if (vec9 && (unsigned)(o5 + l10) < (unsigned)s2 && (unsigned)(o2 + (l11 * 8 + 7)) < (unsigned)s1) {
                                 dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2560))[l10 * 136 + (l11 * 8)], &in1[(unsigned)(o5 + l10) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l11 * 8)) * (unsigned)args.input_strides[1][1]]);
+                            } else if (!((unsigned)(o5 + l10) < (unsigned)s2 && (unsigned)(o2 + (l11 * 8)) < (unsigned)s1)) {
+                                *(uint4*)&((unsigned short*)(dt_smem + 2560))[l10 * 136 + (l11 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                             } else {
                                 #pragma unroll
                                 for (int q = 0; q < 8; q++) {
@@ -824,6 +828,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(DT_GRID_CONSTANT c
                             const int l8 = (int)((unsigned)e / 1u % 4u);
                             if (vec6 && (unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o5 + (l8 * 8 + 7)) < (unsigned)s2) {
                                 dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l7 * 40 + (l8 * 8)], &in0[(unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l8 * 8)) * (unsigned)args.input_strides[0][1]]);
+                            } else if (!((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o5 + (l8 * 8)) < (unsigned)s2)) {
+                                *(uint4*)&((unsigned short*)(dt_smem + 0))[l7 * 40 + (l8 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                             } else {
                                 #pragma unroll
                                 for (int q = 0; q < 8; q++) {
@@ -844,6 +850,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(DT_GRID_CONSTANT c
                             const int l11 = (int)((unsigned)e / 1u % 16u);
                             if (vec9 && (unsigned)(o5 + l10) < (unsigned)s2 && (unsigned)(o2 + (l11 * 8 + 7)) < (unsigned)s1) {
                                 dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2560))[l10 * 136 + (l11 * 8)], &in1[(unsigned)(o5 + l10) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l11 * 8)) * (unsigned)args.input_strides[1][1]]);
+                            } else if (!((unsigned)(o5 + l10) < (unsigned)s2 && (unsigned)(o2 + (l11 * 8)) < (unsigned)s1)) {
+                                *(uint4*)&((unsigned short*)(dt_smem + 2560))[l10 * 136 + (l11 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                             } else {
                                 #pragma unroll
                                 for (int q = 0; q < 8; q++) {

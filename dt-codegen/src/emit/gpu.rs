@@ -217,7 +217,11 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
         // Every slot starts 16-byte aligned, as `ldmatrix` rows must.
         total += n.next_multiple_of(4);
     }
+    // The rings of loops that feed several dots (`plan::dot_rings`) come after the slots.
+    let dot_rings = total;
+    total += plan.ring_words;
     let shared_bytes = (total * 4) as u32;
+    let limit = if plan.ring_words > 0 { MAX_STAGED_SHARED_BYTES } else { MAX_SHARED_BYTES };
     if let Some(t) = target.filter(|_| ws.is_some()) {
         if shared_bytes > t.shared_bytes_per_block {
             return Err(EmitError(format!(
@@ -225,9 +229,9 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
                 k.name, t.shared_bytes_per_block, t.name
             )));
         }
-    } else if shared_bytes > MAX_SHARED_BYTES {
+    } else if shared_bytes > limit {
         return Err(EmitError(format!(
-            "kernel `{}` needs {shared_bytes} bytes of shared memory for its tiles (at most {MAX_SHARED_BYTES}); use smaller tiles",
+            "kernel `{}` needs {shared_bytes} bytes of shared memory for its tiles (at most {limit}); use smaller tiles",
             k.name
         )));
     }
@@ -251,6 +255,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
         cluster_arrived: false,
         pairs: Vec::new(),
         dialect,
+        dot_rings,
         ring_offset: total,
         ring_used: 0,
         ring_words: 0,
@@ -370,6 +375,9 @@ struct Emitter<'a> {
     pairs: Vec<(ValueId, ValueId, PairRule, ValueId, Option<ValueId>)>,
     /// The dialect printed for (loads staged in shared memory need CUDA's asynchronous copies).
     dialect: Dialect,
+    /// Where the rings of the loops that feed several dots start in shared memory (4-byte words,
+    /// after the slots; `plan::dot_rings`).
+    dot_rings: usize,
     /// Where the rings of [`Emitter::staged_rows`] start in shared memory (in 4-byte words, after
     /// every slot), the words the rings of the staged loops the printed code is in take (a
     /// nested loop's ring comes after them), and the most words they ever take together.
@@ -455,6 +463,8 @@ enum Source {
     /// A vector in accumulator rows read along the columns by a tile `t` of its rows: the
     /// register of the reader's row, `name[t.row_slot(r)]`.
     Rows(String, layouts::MmaTile),
+    /// An index along a dimension, computed from the reader's lanes (`offset + lane`).
+    Index(DimId),
 }
 
 impl Emitter<'_> {
@@ -685,6 +695,10 @@ impl Emitter<'_> {
         if let Some((id, d)) = self.plan.pipelined(l).map(|(id, d)| (id, d.clone())) {
             return self.pipelined_loop(l, id, &d);
         }
+        let fed = self.plan.ring_dots(l);
+        if !fed.is_empty() {
+            return self.ring_loop(l, &fed);
+        }
         // Loads a loop before this one left in shared memory are read there, once every copy
         // has landed (a single wait, before the loop).
         let held = self.held_loads(l);
@@ -862,6 +876,9 @@ impl Emitter<'_> {
                 self.declare_in(&dst, &shape, layout);
                 let n = super::block_lanes(self.k, *d);
                 self.for_owned(&shape, layout, |e, _| e.line(&format!("{dst}[r] = {n};")));
+            }
+            Op::Index(d) if self.publishing.indices.iter().any(|(v, _)| *v == id) => {
+                self.line(&format!("/* v{}: the index along {}, computed where it is read */", id.0, self.k.dim_name(*d)));
             }
             Op::Index(d) => {
                 self.declare_in(&dst, &shape, layout);

@@ -32,7 +32,10 @@
 //! two operands it loads itself (a plain matmul's k loop), on CUDA: each operand gets S
 //! shared-memory buffers, the copies for step i + S - 1 are started with `cp.async` before the
 //! tensor cores work on step i, and one `__syncthreads` per step both publishes step i and frees
-//! the buffer that step i + S - 1 overwrites (it was read in step i - 1). Any other loop, a dot
+//! the buffer that step i + S - 1 overwrites (it was read in step i - 1). A loop whose work
+//! holds several such dots and other statements (attention's loop over the keys) feeds them
+//! the same way through one ring per operand (`plan::dot_rings`, [`Emitter::ring_loop`]), an
+//! operand that does not change along the loop copied once before it. Any other loop, a dot
 //! whose S buffers do not fit in shared memory, and HIP (no asynchronous copies to overlap)
 //! run unpipelined (S lowered until they fit).
 
@@ -113,6 +116,89 @@ impl Emitter<'_> {
         Ok(())
     }
 
+    /// A loop that feeds its dots through rings of shared-memory stages (`plan::dot_rings`): the
+    /// held operands and the copies of the first S - 1 steps start before it; step i waits for
+    /// its own copies, starts those of step i + S - 1 (into the buffers step i - 1 read, which
+    /// the barrier after the wait has freed) and then runs its statements, each dot reading
+    /// buffer i % S of its rings.
+    pub(super) fn ring_loop(&mut self, l: &Loop, dots: &[(ValueId, MmaDot)]) -> Result<(), super::EmitError> {
+        let s = dots[0].1.ring.map_or(2, |r| r.stages);
+        let (step, size) = (l.step, crate::emit::LoopSteps::of(self.k, l).end().to_string());
+        let o = self.fresh("o");
+        let (rd, wr) = (self.fresh("rd"), self.fresh("wr"));
+        if !l.origin.is_empty() {
+            self.line(&format!("/* {} */", l.origin));
+        }
+        self.line(&format!(
+            "/* num_stages({s}): the operands of its dots for the next {} steps are copied (cp.async) while this one runs; those the steps share, once */",
+            s - 1
+        ));
+        self.line("{");
+        self.depth += 1;
+        self.barrier();
+        self.line(&format!("int {rd} = 0, {wr} = {};", s - 1));
+        for (_, d) in dots {
+            for i in 0..2 {
+                if d.ring.is_some_and(|r| r.held[i]) {
+                    self.stage(d, i, Some("0"));
+                }
+            }
+        }
+        self.line(&format!("for (int st = 0; st < {}; st++) {{", s - 1));
+        self.depth += 1;
+        self.line(&format!("const long long {o} = (long long)st * {step};"));
+        self.ring_copies(dots, l.dim, &o, &size, "st");
+        self.depth -= 1;
+        self.line("}");
+        self.line(&super::super::loop_header(self.k, l, &o));
+        self.depth += 1;
+        self.offsets.push((l.dim, o.clone()));
+        self.line(&format!("/* wait for the copies of this step (buffer {rd}), then start those {} steps ahead (buffer {wr}) */", s - 1));
+        self.line(&format!("dt_cp_async_wait<{}>();", s - 2));
+        self.barrier();
+        let ahead = self.fresh("o");
+        self.line(&format!("const long long {ahead} = {o} + {};", (s - 1) * step));
+        self.ring_copies(dots, l.dim, &ahead, &size, &wr);
+        for stmt in &l.body {
+            match stmt {
+                Stmt::Let { value, .. } if dots.iter().any(|(id, _)| id == value) => {
+                    let d = dots.iter().find(|(id, _)| id == value).map(|(_, d)| d.clone()).expect("a ring dot");
+                    self.mma_compute(*value, &d, Some(&rd));
+                }
+                _ => self.stmt(stmt)?,
+            }
+        }
+        self.line(&format!("{rd} = {rd} + 1 == {s} ? 0 : {rd} + 1;"));
+        self.line(&format!("{wr} = {wr} + 1 == {s} ? 0 : {wr} + 1;"));
+        self.offsets.pop();
+        self.depth -= 1;
+        self.line("}");
+        self.line("dt_cp_async_wait<0>();");
+        self.barrier();
+        self.depth -= 1;
+        self.line("}");
+        Ok(())
+    }
+
+    /// Starts the copies of the operands of `dots` that change along `dim`, at offset `at` (when
+    /// in range), into buffer `buf` of their rings, as one cp.async group.
+    fn ring_copies(&mut self, dots: &[(ValueId, MmaDot)], dim: DimId, at: &str, size: &str, buf: &str) {
+        self.offsets.push((dim, at.to_string()));
+        self.line(&format!("if ({at} < {size}) {{"));
+        self.depth += 1;
+        for (_, d) in dots {
+            for i in 0..2 {
+                if d.ring.is_some_and(|r| r.at[i].is_some() && !r.held[i]) {
+                    self.stage(d, i, Some(buf));
+                }
+            }
+        }
+        self.depth -= 1;
+        self.line("}");
+        self.line("dt_cp_async_commit();");
+        self.offsets.pop();
+    }
+
     /// Starts the copies of both operands of `d` at offset `at` along `dim` (when in range) into
     /// buffer `buf`, as one cp.async group.
     fn staged_copy(&mut self, d: &MmaDot, dim: DimId, at: &str, size: &str, buf: &str) {
@@ -127,8 +213,16 @@ impl Emitter<'_> {
         self.offsets.pop();
     }
 
-    /// Shared memory of operand `i` of `d`: its buffer `buf` (a C expression) when pipelined.
+    /// Shared memory of operand `i` of `d`: its buffer `buf` (a C expression) when pipelined or
+    /// fed through a ring (a held operand has one buffer).
     fn buffer(&self, d: &MmaDot, i: usize, buf: Option<&str>) -> String {
+        if let Some(r) = d.ring {
+            let at = self.dot_rings + r.at[i].expect("a copied operand has a ring");
+            return match buf {
+                Some(b) if !r.held[i] => format!("(dt_smem + {at} + {b} * {})", d.buffer_words(i)),
+                _ => format!("(dt_smem + {at})"),
+            };
+        }
         match buf {
             Some(b) => format!("({} + {b} * {})", self.slot(i), d.buffer_words(i)),
             None => self.slot(i),
@@ -198,10 +292,11 @@ impl Emitter<'_> {
         } else {
             (format!("({wcol} + (lane & 7) + (lane >> 4) * 8) * {pb} + ((lane >> 3) & 1) * 8"), (8 * pb, 1), "")
         };
-        let (sa, sb) = (self.buffer(d, 0, buf), self.buffer(d, 1, buf));
         if !d.a_in_fragments {
+            let sa = self.buffer(d, 0, buf);
             self.line(&format!("const unsigned fa0 = dt_smem_u32({sa}) + ({fa0}) * 2;"));
         }
+        let sb = self.buffer(d, 1, buf);
         self.line(&format!("const unsigned fb0 = dt_smem_u32({sb}) + ({fb0}) * 2;"));
         let step = |f: &str, (fs, ks): (u32, u32)| {
             let k = if ks == 1 { "kk".to_string() } else { format!("kk * {ks}") };
@@ -343,7 +438,6 @@ impl Emitter<'_> {
         let slots = fm * per_lane;
         let regs = fm * fn_ * 4;
         let ident = crate::emit::expr::float_lit(op.identity());
-        let red = self.slot(1);
         let in_rows = matches!(layout, RegLayout::MmaRows(_));
         let meet = if in_rows { "the result stays in the rows' registers" } else { "the warps along the columns meet in shared memory" };
         self.line(&format!(
@@ -380,6 +474,7 @@ impl Emitter<'_> {
             return;
         }
         self.barrier();
+        let red = self.slot(1);
         let (row, warp_col) = t.slot_row("s");
         self.line(&format!("if ((tid & {}) == 0) {{", sharing - 1));
         self.depth += 1;
@@ -470,12 +565,16 @@ impl Emitter<'_> {
             };
             let (whole, _) = e.address(&load.axes, &at_lane(" + 7"), |_| String::new());
             let first = at_lane("");
-            let (_, addr) = e.address(&load.axes, &first, |a| e.input_stride(input, a));
+            let (first_ok, addr) = e.address(&load.axes, &first, |a| e.input_stride(input, a));
             e.line(&format!("if ({flag} && {whole}) {{"));
             e.depth += 1;
             let copy16 = if buf.is_some() { "dt_cp_async16" } else { "dt_copy16_to_shared" };
             e.line(&format!("{copy16}(&{dst}[{}], &in{input}[{addr}]);", at(&first)));
             e.depth -= 1;
+            // A group wholly past the end (a head dimension of 80 in a tile of 128): zeros,
+            // 16 bytes at once.
+            e.line(&format!("}} else if (!({first_ok})) {{"));
+            e.line(&format!("    *(uint4*)&{dst}[{}] = make_uint4(0u, 0u, 0u, 0u);", at(&first)));
             e.line("} else {");
             e.depth += 1;
             e.line("#pragma unroll");

@@ -49,6 +49,10 @@ impl Emitter<'_> {
         operands
             .iter()
             .map(|o| match (plan.iter().find(|(x, _)| x == o), self.layout(*o)) {
+                (None, _) if self.publishing.indices.iter().any(|(v, _)| v == o) => {
+                    let d = self.publishing.indices.iter().find(|(v, _)| v == o).map(|(_, d)| *d).expect("an index");
+                    Source::Index(d)
+                }
                 (Some((_, s)), _) => Source::Shared(*s, self.k.value(*o).shape.clone()),
                 (None, RegLayout::Replicated) => Source::Replicated(format!("v{}", o.0)),
                 (None, RegLayout::Runs(n)) if iter_layout != RegLayout::Runs(n) => Source::Run(format!("v{}", o.0), n),
@@ -68,6 +72,7 @@ impl Emitter<'_> {
             Source::Replicated(name) => format!("{name}[0]"),
             Source::Shared(s, shape) => format!("{}[{}]", self.slot(*s), lanes.index(shape)),
             Source::Rows(name, t) => format!("{name}[{}]", t.row_slot("r")),
+            Source::Index(d) => format!("(float)({} + {})", self.offset(*d), lanes.lane(*d)),
         }
     }
 

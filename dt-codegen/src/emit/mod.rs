@@ -261,6 +261,14 @@ impl LoopSteps {
             }
             LoopKind::Whole | LoopKind::Reduction => {
                 let full = format!("({size} / {step}) * {step}");
+                // Up to the end of this program's block of `until`'s dimension (`Loop::until`).
+                let size = match l.until {
+                    Some(d) => {
+                        let (b, by) = (k.grid.block_extent(d).unwrap_or(1), k.dim_slot(d));
+                        format!("dt_min_ll({size}, b{by} * {b} + {b})")
+                    }
+                    None => size,
+                };
                 match steps {
                     Steps::All => ("0".into(), size.clone(), format!("(dt_cdiv({size}, {step}) - 1) * {step}")),
                     Steps::Full => ("0".into(), full.clone(), format!("{full} - {step}")),
@@ -270,6 +278,11 @@ impl LoopSteps {
             }
         };
         LoopSteps { start, end, last, step, backward: l.backward }
+    }
+
+    /// The end of the loop's range (its offsets stay below it).
+    pub(crate) fn end(&self) -> &str {
+        &self.end
     }
 
     /// The offset of the first iteration.

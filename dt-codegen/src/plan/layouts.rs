@@ -206,6 +206,21 @@ pub(crate) struct MmaDot {
     /// is not staged in shared memory. The accumulator of `m16n8k16` holds, for two fragments
     /// side by side, the elements the A fragment of one k16 step wants in the same lanes.
     pub a_in_fragments: bool,
+    /// Where the dot's loop feeds it, with its other dots, through rings of shared-memory stages
+    /// (`super::dot_rings`): its operands' buffers there. `None`: staged where it stands (in
+    /// slots 0 and 1), or pipelined alone (`stages`).
+    pub ring: Option<RingBuffers>,
+}
+
+/// The buffers of a dot's operands in the rings of its loop (`super::dot_rings`): for operand
+/// `i`, the offset (in 4-byte words, from the start of the rings' region) of its first buffer,
+/// and whether it is held (copied once, before the loop, one buffer) or one of `stages`
+/// buffers per step. `None` for an operand that is not copied (read from fragments).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RingBuffers {
+    pub at: [Option<usize>; 2],
+    pub held: [bool; 2],
+    pub stages: u32,
 }
 
 /// A load of input `input`, axis `i` along `axes[i]`.
@@ -264,6 +279,8 @@ pub(crate) struct Plan {
     pub values: Vec<RegLayout>,
     pub vars: Vec<RegLayout>,
     pub dots: Vec<(ValueId, MmaDot)>,
+    /// Shared memory (4-byte words) of the rings of `super::dot_rings`, after the slots.
+    pub ring_words: usize,
 }
 
 impl Plan {
@@ -279,9 +296,21 @@ impl Plan {
     /// The tensor-core dot that loop `l` is pipelined around (see the module docs).
     pub fn pipelined(&self, l: &Loop) -> Option<(ValueId, &MmaDot)> {
         l.body.iter().find_map(|s| match s {
-            Stmt::Let { value, op: Op::Dot { .. } } => self.dot(*value).filter(|d| d.stages > 1).map(|d| (*value, d)),
+            Stmt::Let { value, op: Op::Dot { .. } } => self.dot(*value).filter(|d| d.stages > 1 && d.ring.is_none()).map(|d| (*value, d)),
             _ => None,
         })
+    }
+
+    /// The dots that loop `l` feeds through rings of shared-memory stages (`super::dot_rings`),
+    /// in the order of its body.
+    pub fn ring_dots(&self, l: &Loop) -> Vec<(ValueId, MmaDot)> {
+        l.body
+            .iter()
+            .filter_map(|s| match s {
+                Stmt::Let { value, op: Op::Dot { .. } } => self.dot(*value).filter(|d| d.ring.is_some()).map(|d| (*value, d.clone())),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Whether load `v` is made by the tensor-core dot that reads it.
@@ -301,7 +330,8 @@ impl Plan {
 pub(crate) fn plan(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan::WarpSpecialized>) -> Plan {
     let p = plan_with(k, dtype, dialect, ws, false);
     let split_rows = |p: &Plan| row_reductions(k, p).iter().any(|t| t.wn > 1);
-    if !split_rows(&p) {
+    let any_split = p.dots.iter().any(|(_, d)| d.tile.wn > 1);
+    if row_reductions(k, &p).is_empty() || !any_split {
         return p;
     }
     let whole = plan_with(k, dtype, dialect, ws, true);
@@ -326,7 +356,12 @@ fn row_reductions(k: &Kernel, p: &Plan) -> Vec<MmaTile> {
 
 /// [`plan`], with every tensor-core dot's warps holding whole rows when `whole_rows`.
 fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan::WarpSpecialized>, whole_rows: bool) -> Plan {
-    let mut p = Plan { values: vec![RegLayout::Blocked; k.values.len()], vars: vec![RegLayout::Blocked; k.vars.len()], dots: Vec::new() };
+    let mut p = Plan {
+        values: vec![RegLayout::Blocked; k.values.len()],
+        vars: vec![RegLayout::Blocked; k.vars.len()],
+        dots: Vec::new(),
+        ring_words: 0,
+    };
     let mut lets = Vec::new();
     let mut updates = Vec::new();
     collect(&k.body, &mut lets, &mut updates);
@@ -349,6 +384,7 @@ fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan
                         stages: 1,
                         wgmma: true,
                         a_in_fragments: false,
+                        ring: None,
                     };
                     p.values[id.0 as usize] = RegLayout::Mma(tile);
                     p.dots.push((*id, d));
@@ -368,18 +404,24 @@ fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan
     }
     // Spread the accumulator layout forward until nothing changes. Layouts only ever turn from
     // blocked to mma, and each rule holds again once its inputs have turned, so this ends with
-    // every rule satisfied.
+    // every rule satisfied. Values computed from indices alone (a causal mask) take the layout
+    // of their readers afterwards, and do not decide it.
+    let free = index_only(&lets);
     loop {
         let mut changed = false;
         for (id, op) in &lets {
             let shape = &k.value(*id).shape;
             let want = match op {
                 Op::Var(var) => p.vars[var.0 as usize],
-                Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::MaskFill { .. } => {
+                Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::MaskFill { .. } if !free.contains(id) => {
                     // Operands of another shape are broadcast through shared memory whatever the
                     // layouts; the ones of the same shape must all be in one mma layout.
-                    let same: Vec<RegLayout> =
-                        op.operands().into_iter().filter(|o| k.value(*o).shape == *shape).map(|o| p.values[o.0 as usize]).collect();
+                    let same: Vec<RegLayout> = op
+                        .operands()
+                        .into_iter()
+                        .filter(|o| same_layout(&k.value(*o).shape, shape) && !free.contains(o))
+                        .map(|o| p.values[o.0 as usize])
+                        .collect();
                     common(&same)
                 }
                 _ => continue,
@@ -406,6 +448,22 @@ fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan
             break;
         }
     }
+    // A value computed from indices alone is computed in the layout of its readers of its
+    // shape, where they agree (its own broadcast operands are indices, which every layout
+    // computes in place, `publishing`).
+    for (id, _) in lets.iter().rev().filter(|(id, _)| free.contains(id)) {
+        let shape = &k.value(*id).shape;
+        let readers: Vec<RegLayout> = lets
+            .iter()
+            .filter(|(_, op)| op.operands().contains(id))
+            .map(|(r, _)| (*r, k.value(*r).shape.clone()))
+            .filter(|(_, rs)| same_layout(rs, shape))
+            .map(|(r, _)| p.values[r.0 as usize])
+            .collect();
+        if let l @ RegLayout::Mma(_) = common(&readers) {
+            p.values[id.0 as usize] = l;
+        }
+    }
     // A dot whose only use is the sum into an accumulator of its layout, right after it,
     // accumulates into that accumulator's registers; a load only the dot reads is made by it.
     let mut fused = Vec::new();
@@ -430,6 +488,7 @@ fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan
         d.a_in_fragments = fragments_fit(d, values[d.a.0 as usize]);
     }
     pipeline(&k.body, &mut p);
+    super::dot_rings::plan_rings(&k.body, &mut p);
     p
 }
 
@@ -479,6 +538,25 @@ fn pipeline(stmts: &[Stmt], p: &mut Plan) {
         let fit = (crate::emit::gpu::MAX_SHARED_BYTES as usize / 4 / words) as u32;
         d.stages = l.stages.min(fit).max(1);
     }
+}
+
+/// The element-wise values of `lets` computed from indices alone (and constants), at any depth:
+/// the same in every layout, they need not be computed in any one.
+fn index_only(lets: &[(ValueId, &Op)]) -> std::collections::HashSet<ValueId> {
+    let mut free = std::collections::HashSet::new();
+    for (id, op) in lets {
+        let pure = match op {
+            Op::Index(_) => true,
+            Op::Unary(..) | Op::Binary(..) | Op::Select(..) => {
+                op.operands().iter().all(|o| free.contains(o) || lets.iter().any(|(x, d)| x == o && matches!(d, Op::Const(_))))
+            }
+            _ => false,
+        };
+        if pure {
+            free.insert(*id);
+        }
+    }
+    free
 }
 
 /// The one mma layout all of `ls` share, or blocked (also when `ls` is empty).
@@ -603,7 +681,19 @@ fn geometry(k: &Kernel, dialect: Dialect, id: ValueId, a: ValueId, b: ValueId, d
         .filter(|(wm, wn)| rows % (fr * wm) == 0 && cols % (fc * wn) == 0 && (!whole_rows || *wn == 1))
         .min_by_key(|(wm, wn)| (rows / wm + cols / wn, *wn))?;
     let tile = MmaTile { isa, m, n, rows, cols, wm, wn };
-    Some(MmaDot { tile, a: ra, b: rb, k: dim, depth, into: None, direct: [None, None], stages: 1, wgmma: false, a_in_fragments: false })
+    Some(MmaDot {
+        tile,
+        a: ra,
+        b: rb,
+        k: dim,
+        depth,
+        into: None,
+        direct: [None, None],
+        stages: 1,
+        wgmma: false,
+        a_in_fragments: false,
+        ring: None,
+    })
 }
 
 /// Whether tiles of shapes `a` and `b` put each element in the same register of the same thread:
@@ -720,7 +810,12 @@ pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
                 Some(l) => format!("{} copied from global memory", k.inputs[l.input].name),
                 None => format!("computed, from registers (rounded to {})", dtype.name()),
             };
-            let _ = writeln!(out, "    {name}      %{}: {from}, staged {lines}, lines of {} elements", v.0, d.pitch(i));
+            let ring = match d.ring {
+                Some(r) if r.held[i] => ", held for the loop (one buffer, copied before it)".to_string(),
+                Some(r) => format!(", a ring of {} buffers (cp.async, num_stages)", r.stages),
+                None => String::new(),
+            };
+            let _ = writeln!(out, "    {name}      %{}: {from}, staged {lines}, lines of {} elements{ring}", v.0, d.pitch(i));
         }
         if d.stages > 1 {
             let _ = writeln!(out, "    pipeline  {} buffers per operand, cp.async (num_stages)", d.stages);

@@ -21,7 +21,8 @@
 //!
 //! The older path (every kernel on sm_80 and HIP, and the parts of a warp-specialized kernel
 //! outside its loop) is planned by `register_layouts`, in order: `layouts::plan` (register
-//! layouts, tensor-core dots with their staging, `cp.async` pipelines), `rows` (row statistics
+//! layouts, tensor-core dots with their staging, `cp.async` pipelines, and the rings of
+//! `dot_rings` for loops of several dots), `rows` (row statistics
 //! in the accumulator's rows), `replicate` and `runs`, `verify::verify_registers` after each in debug builds and tests; then
 //! `publishing` (which operands go through shared memory). The GPU printer
 //! runs them and prints what they decide; `dtc emit --target gpu-plan` prints them too. Still
@@ -29,6 +30,7 @@
 //! element-wise code of each layout, and the 64 KiB shared-memory cap of that path
 //! (`emit::gpu::MAX_SHARED_BYTES`), not yet the target's.
 
+pub(crate) mod dot_rings;
 pub mod layouts;
 pub(crate) mod publishing;
 mod replicate;

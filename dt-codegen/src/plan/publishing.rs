@@ -15,6 +15,10 @@ pub(crate) struct Publishing {
     /// Elements of each of the two regions of slot 1 that reductions in registers alternate
     /// between for their partials (see [`Emitter::register_reduce`]).
     pub partials: usize,
+    /// Values that are an index along a dimension read only element-wise (and by updates and
+    /// stores): every reader computes them from its own lanes (`offset + lane`), whatever its
+    /// layout, and they take no registers.
+    pub indices: Vec<(ValueId, dt_core::algo::DimId)>,
 }
 
 /// A statement that reads operands element-wise.
@@ -28,7 +32,24 @@ pub(crate) enum Reader {
 /// Assigns a shared-memory slot to every operand read under a shape or a layout other than its
 /// own.
 pub(crate) fn plan_publishing(k: &Kernel, plan: &Plan, mapping: Mapping) -> Publishing {
-    let mut p = Publishing { reads: Vec::new(), slot_elements: Vec::new(), partials: 0 };
+    let mut p = Publishing { reads: Vec::new(), slot_elements: Vec::new(), partials: 0, indices: Vec::new() };
+    let mut lets = Vec::new();
+    let mut updates = Vec::new();
+    super::layouts::collect(&k.body, &mut lets, &mut updates);
+    // An index read only element-wise: every reader computes it in place, so it has no
+    // registers of its own.
+    let read_otherwise = |v: ValueId| {
+        lets.iter().any(|(_, op)| {
+            op.operands().contains(&v) && !matches!(op, Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::MaskFill { .. })
+        })
+    };
+    p.indices = lets
+        .iter()
+        .filter_map(|(v, op)| match op {
+            Op::Index(d) if !read_otherwise(*v) => Some((*v, *d)),
+            _ => None,
+        })
+        .collect();
     fn walk(k: &Kernel, plan: &Plan, mapping: Mapping, stmts: &[Stmt], p: &mut Publishing) {
         let layout = |v: ValueId| plan.values[v.0 as usize];
         for s in stmts {
@@ -73,6 +94,8 @@ pub(crate) fn plan_publishing(k: &Kernel, plan: &Plan, mapping: Mapping) -> Publ
                                 // Read by wgmma from the ring of a warp-specialized loop.
                                 Some(d) if d.wgmma => {}
                                 // Staged as padded 16-bit rows by the tensor-core dot itself.
+                                // Staged in the rings of its loop (`super::dot_rings`).
+                                Some(d) if d.ring.is_some() => {}
                                 Some(d) => {
                                     for (slot, words) in [d.slot_words(0), d.slot_words(1)].into_iter().enumerate() {
                                         if slot > 0 || !d.a_in_fragments {
@@ -120,7 +143,8 @@ pub(crate) fn plan_publishing(k: &Kernel, plan: &Plan, mapping: Mapping) -> Publ
                     ol != RegLayout::Replicated
                         && !own_runs
                         && !own_rows
-                        && (ol != iter_layout || if ol == RegLayout::Blocked { !same_layout(os, &shape) } else { *os != shape })
+                        && !p.indices.iter().any(|(v, _)| v == o)
+                        && (ol != iter_layout || !same_layout(os, &shape))
                 })
                 .collect();
             if !cross.is_empty() {

@@ -36,6 +36,10 @@
 //! sits where the last one was (inside its `block` loop, which recomputes the statistics in each
 //! of its steps, as it would in each step of a tiled head dimension). Softmax and layernorm,
 //! which have no dot, are left to [`super::online`].
+//!
+//! Where the maximum's scores are masked to `-inf` past each query (`where(j <= i, s, -inf)`,
+//! causal attention) and the queries are blocked, the merged loop stops at the end of the
+//! program's block of queries (`Loop::until`, see `causal_end`).
 
 use super::edit::{defs, exp_scaled, finite_or_zero, merge_loops, push, renamed, Scaled};
 use crate::algo::{BinOp, DimId, RedOp, UnOp};
@@ -74,11 +78,20 @@ fn same_reduction(l: &Loop, like: &Loop) -> bool {
     l.kind == LoopKind::Reduction && l.dim == like.dim && l.step == like.step && l.stages == like.stages
 }
 
-/// The updates of loop body `body` (top level).
+/// The updates of loop body `body` (top level) of accumulators that outlive a step: those the
+/// body initializes itself (the scores' accumulator of a dot over a whole head dimension) are
+/// part of the step's computation.
 fn updates(body: &[Stmt]) -> Vec<(VarId, Combine, ValueId)> {
+    let local: HashSet<VarId> = body
+        .iter()
+        .filter_map(|s| match s {
+            Stmt::Init { var, .. } => Some(*var),
+            _ => None,
+        })
+        .collect();
     body.iter()
         .filter_map(|s| match s {
-            Stmt::Update { var, combine, value } => Some((*var, *combine, *value)),
+            Stmt::Update { var, combine, value } if !local.contains(var) => Some((*var, *combine, *value)),
             _ => None,
         })
         .collect()
@@ -317,12 +330,14 @@ fn merge(k: &mut Kernel, mut stmts: Vec<Stmt>, m: Match) -> Vec<Stmt> {
         rename.insert(m.stat, new0);
         body.extend(stmts.into_iter().map(|s| renamed(s, &rename)));
     }
+    let until = causal_end(k, &body, m.max_acc, dim);
     let merged = Stmt::Loop(Loop {
         dim,
         kind: l1.kind,
         step: l1.step,
         stages: l1.stages,
         backward: false,
+        until,
         steps: l1.steps,
         origin: format!("{origin}, online"),
         body,
@@ -346,21 +361,94 @@ fn merge(k: &mut Kernel, mut stmts: Vec<Stmt>, m: Match) -> Vec<Stmt> {
     out
 }
 
-/// `body` without the computations it repeats from `first` (an accumulator initialized, a loop
-/// that updates it, its read: the scores of attention), and the renaming of the values read
-/// from those to `first`'s.
+/// Where the merged loop over `dim` (its body `body`, the maximum's accumulator `max_acc`) may
+/// stop: at the end of this program's block of `i` when the scores are masked causally, `-inf`
+/// wherever `dim`'s index exceeds `i`'s (`where(j <= i, s, -inf)`, or `j < i`), `i` blocked,
+/// and the unmasked scores read only through such masks. A step whose keys all lie past the block's
+/// last query then has scores of `-inf` only: the maximum keeps its value, the rescale is 1
+/// (or 0 on accumulators that are still 0), and every sum and dot, scaled by `exp(s - max)`,
+/// adds 0. The causal half of attention's key steps is skipped so.
+fn causal_end(k: &Kernel, body: &[Stmt], max_acc: VarId, dim: DimId) -> Option<DimId> {
+    let defs = defs(body);
+    let update = body.iter().find_map(|s| match s {
+        Stmt::Update { var, combine: Combine::Reduce(RedOp::Max), value } if *var == max_acc => Some(*value),
+        _ => None,
+    })?;
+    let Some(Op::Reduce { value, .. }) = defs.get(&update) else { return None };
+    let masked = match defs.get(value) {
+        Some(Op::MaskFill { value, .. }) => *value,
+        _ => *value,
+    };
+    let index = |v: &ValueId| match defs.get(v).copied().or_else(|| outer_def(k, *v)) {
+        Some(Op::Index(d)) => Some(*d),
+        _ => None,
+    };
+    // The query dimension `i` of a select that keeps a score where `dim`'s index is at most
+    // `i`'s and makes it -inf elsewhere, with the scores it masks.
+    let causal = |v: ValueId| -> Option<(DimId, ValueId)> {
+        let Some(Op::Select(cond, scores, fill)) = defs.get(&v) else { return None };
+        if constant(k, body, *fill) != Some(f32::NEG_INFINITY) {
+            return None;
+        }
+        let Some(Op::Binary(op, a, b)) = defs.get(cond) else { return None };
+        let i = match (op, index(a), index(b)) {
+            (BinOp::Le | BinOp::Lt, Some(x), Some(i)) if x == dim => i,
+            (BinOp::Ge | BinOp::Gt, Some(i), Some(x)) if x == dim => i,
+            _ => return None,
+        };
+        (i != dim && k.grid.block_extent(i).is_some()).then_some((i, *scores))
+    };
+    let (i, scores) = causal(masked)?;
+    // Everything else that reads the scores masks them alike (the copies the other loops made
+    // before they merged), so nothing in the loop sees a score past the query.
+    let masked_alike = body.iter().all(|s| match s {
+        Stmt::Let { value, op } if op.operands().contains(&scores) => causal(*value) == Some((i, scores)),
+        Stmt::Update { value, .. } | Stmt::Store { value, .. } => *value != scores,
+        _ => true,
+    });
+    masked_alike.then_some(i)
+}
+
+/// The definition of `v` anywhere in kernel `k`.
+fn outer_def(k: &Kernel, v: ValueId) -> Option<&Op> {
+    fn find(stmts: &[Stmt], v: ValueId) -> Option<&Op> {
+        stmts.iter().find_map(|s| match s {
+            Stmt::Let { value, op } if *value == v => Some(op),
+            Stmt::Loop(l) => find(&l.body, v),
+            _ => None,
+        })
+    }
+    find(&k.body, v)
+}
+
+/// The value of `v` when it is a constant (or its negation), defined in `body` or anywhere in `k`.
+fn constant(k: &Kernel, body: &[Stmt], v: ValueId) -> Option<f32> {
+    let op = defs(body).get(&v).copied().or_else(|| outer_def(k, v))?;
+    match op {
+        Op::Const(c) => Some(*c),
+        Op::Unary(UnOp::Neg, x) => constant(k, body, *x).map(|c| -c),
+        _ => None,
+    }
+}
+
+/// `body` without the computations it repeats from `first` (an accumulator initialized, what
+/// updates it, a loop or the statements of one step, and its read: the scores of attention),
+/// and the renaming of the values read from those to `first`'s.
 fn drop_repeats(k: &Kernel, first: &[Stmt], body: Vec<Stmt>) -> (Vec<Stmt>, HashMap<ValueId, ValueId>) {
     let mut rename = HashMap::new();
     let mut out = Vec::with_capacity(body.len());
     let mut i = 0;
     while i < body.len() {
-        let repeated = (i + 3 <= body.len())
-            .then(|| (0..first.len().saturating_sub(2)).find_map(|q| same_run(k, &first[q..q + 3], &body[i..i + 3])))
-            .flatten();
+        let repeated = run_at(&body, i).and_then(|end| {
+            (0..first.len()).find_map(|q| {
+                let first_end = run_at(first, q)?;
+                same_run(k, &first[q..=first_end], &body[i..=end]).map(|reads| (reads, end))
+            })
+        });
         match repeated {
-            Some((read_first, read_body)) => {
+            Some(((read_first, read_body), end)) => {
                 rename.insert(read_body, read_first);
-                i += 3;
+                i = end + 1;
             }
             None => {
                 out.push(body[i].clone());
@@ -371,17 +459,28 @@ fn drop_repeats(k: &Kernel, first: &[Stmt], body: Vec<Stmt>) -> (Vec<Stmt>, Hash
     (out, rename)
 }
 
-/// Whether `a` and `b` are each an accumulator's initialization, a loop updating it and its
+/// Where statement `i` of `stmts` initializes an accumulator that a later statement of the
+/// list reads: the index of that read (the end of the accumulator's run).
+fn run_at(stmts: &[Stmt], i: usize) -> Option<usize> {
+    let Stmt::Init { var, .. } = &stmts[i] else { return None };
+    (i + 1..stmts.len()).find(|j| matches!(&stmts[*j], Stmt::Let { op: Op::Var(v), .. } if v == var))
+}
+
+/// Whether runs `a` and `b` are each an accumulator's initialization, what updates it and its
 /// read, computed alike: the two reads.
 fn same_run(k: &Kernel, a: &[Stmt], b: &[Stmt]) -> Option<(ValueId, ValueId)> {
-    let (Stmt::Init { var: va, value: xa, .. }, Stmt::Init { var: vb, value: xb, .. }) = (&a[0], &b[0]) else { return None };
-    let (Stmt::Let { value: ra, op: Op::Var(qa) }, Stmt::Let { value: rb, op: Op::Var(qb) }) = (&a[2], &b[2]) else { return None };
-    if xa.to_bits() != xb.to_bits() || qa != va || qb != vb || k.var(*va) != k.var(*vb) {
+    let (Some(Stmt::Init { var: va, value: xa, .. }), Some(Stmt::Init { var: vb, value: xb, .. })) = (a.first(), b.first()) else {
+        return None;
+    };
+    let (Some(Stmt::Let { value: ra, op: Op::Var(qa) }), Some(Stmt::Let { value: rb, op: Op::Var(qb) })) = (a.last(), b.last()) else {
+        return None;
+    };
+    if a.len() != b.len() || xa.to_bits() != xb.to_bits() || qa != va || qb != vb || k.var(*va) != k.var(*vb) {
         return None;
     }
     let mut vals = HashMap::new();
     let mut vars = HashMap::from([(*vb, *va)]);
-    same_stmts(k, std::slice::from_ref(&a[1]), std::slice::from_ref(&b[1]), &mut vals, &mut vars).then_some((*ra, *rb))
+    same_stmts(k, &a[1..a.len() - 1], &b[1..b.len() - 1], &mut vals, &mut vars).then_some((*ra, *rb))
 }
 
 /// Whether statements `b` compute what `a` computes, `b`'s values and accumulators named as

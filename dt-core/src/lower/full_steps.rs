@@ -92,7 +92,7 @@ fn splittable(k: &Kernel, uses: &[usize], l: &Loop) -> bool {
     });
     // Bounds alone are worth splitting off only over a block held in shared memory.
     let checks = masks || (bounded && k.grid.block_fits_stages(l));
-    let plain = l.body.iter().all(|s| !matches!(s, Stmt::Loop(_) | Stmt::Let { op: Op::Dot { .. }, .. }));
+    let plain = l.until.is_none() && l.body.iter().all(|s| !matches!(s, Stmt::Loop(_) | Stmt::Let { op: Op::Dot { .. }, .. }));
     // A loop over this program's block (a row split over a cluster) splits where its steps
     // tile the block, more than one of them (a loop of one step runs once: the GPU emitter
     // prints it as straight-line code, which two copies would not be).

@@ -11,7 +11,9 @@
 //! 6. [`dead::drop_dead_code`]: values and accumulators nothing reads are dropped.
 //! 7. [`flash::run_dots_online`]: attention's loops over the keys (the row maximum, the sum
 //!    and the dot of `exp(s - max)`) become one, the sum and the dot rescaled as the maximum
-//!    grows and the scores computed once; [`cse`] and [`dead`] then run again.
+//!    grows and the scores computed once; scores masked causally (`where(j <= i, s, -inf)`)
+//!    stop the merged loop at the end of the program's block of queries (`Loop::until`);
+//!    [`cse`] and [`dead`] then run again.
 //! 8. [`defer::defer_lane_reductions`]: a reduction loop that runs more than once combines its
 //!    chunks lane by lane and reduces across lanes once, after the loop.
 //! 9. [`online::merge_statistic_loops`]: a statistic that needs another one first (softmax's

@@ -123,14 +123,31 @@ impl Builder<'_> {
         self.inlined.retain(|_, (_, at)| *at <= depth);
         let origin = origin.trim();
         let origin = if stages > 1 { format!("{origin} num_stages({stages})").trim().to_string() } else { origin.to_string() };
-        self.emit(Stmt::Loop(Loop { dim: d, kind, step, stages, backward: false, steps: crate::kir::Steps::All, origin, body }));
+        self.emit(Stmt::Loop(Loop {
+            dim: d,
+            kind,
+            step,
+            stages,
+            backward: false,
+            steps: crate::kir::Steps::All,
+            until: None,
+            origin,
+            body,
+        }));
     }
 
     /// Pipeline depth of the loop about to close over the chunks of a dimension (a whole
-    /// dimension, a reduction, an `rdot`): the kernel's `num_stages` when no loop is inside it
-    /// (its loads are then the chunk's), else 1.
+    /// dimension, a reduction, an `rdot`): the kernel's `num_stages` when no loop that runs more
+    /// than once is inside it (its loads are then the chunk's; a loop whose tile covers its
+    /// dimension's bound runs once and becomes straight-line code, pass `single_pass`), else 1.
     fn chunk_stages(&self) -> u32 {
-        let innermost = !self.stmts.last().is_some_and(|s| s.iter().any(|x| matches!(x, Stmt::Loop(_))));
+        fn loops_again(k: &Kernel, s: &Stmt) -> bool {
+            let Stmt::Loop(l) = s else { return false };
+            let bound = k.bounds.iter().find(|(d, _)| *d == l.dim).map(|(_, n)| *n);
+            let once = matches!(l.kind, LoopKind::Whole | LoopKind::Reduction) && bound.is_some_and(|n| l.step as u64 >= n);
+            !once || l.body.iter().any(|x| loops_again(k, x))
+        }
+        let innermost = !self.stmts.last().is_some_and(|s| s.iter().any(|x| loops_again(self.kernel, x)));
         if innermost {
             self.p.func(self.k).schedule.num_stages
         } else {

@@ -403,6 +403,7 @@ fn merge(k: &mut Kernel, mut stmts: Vec<Stmt>, m: Match) -> Vec<Stmt> {
         step: l1.step,
         stages: l1.stages,
         backward: false,
+        until: None,
         steps: crate::kir::Steps::All,
         origin,
         body,

@@ -79,6 +79,12 @@ fn check_stmt(k: &Kernel, s: &Stmt, scope: &mut Scope) -> Result<(), String> {
             if l.step == 0 {
                 return Err(format!("a loop over {} steps by 0", k.dim_name(l.dim)));
             }
+            if let Some(d) = l.until {
+                let blocked = k.grid.block_extent(d).is_some();
+                if !blocked || d == l.dim || l.kind == crate::kir::LoopKind::Block || l.backward {
+                    return Err(format!("the loop over {} cannot stop at the end of a block of {}", k.dim_name(l.dim), k.dim_name(d)));
+                }
+            }
             check_list(k, &l.body, scope)?;
         }
     }
