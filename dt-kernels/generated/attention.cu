@@ -700,7 +700,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_64.tensorize(j:64) num_stages(3) + rsum attention_64.tensorize(j:64) num_stages(3) + rdot attention_64.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of its dots for the next 2 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
@@ -1142,7 +1142,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_64.tensorize(j:64) num_stages(3) + rsum attention_64.tensorize(j:64) num_stages(3) + rdot attention_64.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of its dots for the next 2 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
@@ -1584,7 +1584,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_64.tensorize(j:64) num_stages(3) + rsum attention_64.tensorize(j:64) num_stages(3) + rdot attention_64.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of its dots for the next 2 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
@@ -2026,7 +2026,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_64.tensorize(j:64) num_stages(3) + rsum attention_64.tensorize(j:64) num_stages(3) + rdot attention_64.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of its dots for the next 2 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
@@ -2480,7 +2480,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal_64.tensorize(j:64) num_stages(3) + rsum attention_causal_64.tensorize(j:64) num_stages(3) + rdot attention_causal_64.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of its dots for the next 2 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
@@ -2948,7 +2948,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal_64.tensorize(j:64) num_stages(3) + rsum attention_causal_64.tensorize(j:64) num_stages(3) + rdot attention_causal_64.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of its dots for the next 2 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
@@ -3416,7 +3416,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal_64.tensorize(j:64) num_stages(3) + rsum attention_causal_64.tensorize(j:64) num_stages(3) + rdot attention_causal_64.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of its dots for the next 2 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
@@ -3884,7 +3884,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal_64.tensorize(j:64) num_stages(3) + rsum attention_causal_64.tensorize(j:64) num_stages(3) + rdot attention_causal_64.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of its dots for the next 2 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
@@ -4340,7 +4340,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16(DT_GRID_C
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_128.tensorize(j:64) num_stages(2) + rsum attention_128.tensorize(j:64) num_stages(2) + rdot attention_128.tensorize(j:64) num_stages(2), online */
-                    /* num_stages(2): the operands of its dots for the next 1 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    /* num_stages(2): the operands of the next 1 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 1;
@@ -4782,7 +4782,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16_whole(DT_
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_128.tensorize(j:64) num_stages(2) + rsum attention_128.tensorize(j:64) num_stages(2) + rdot attention_128.tensorize(j:64) num_stages(2), online */
-                    /* num_stages(2): the operands of its dots for the next 1 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    /* num_stages(2): the operands of the next 1 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 1;
@@ -5224,7 +5224,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16(DT_GRID_
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_128.tensorize(j:64) num_stages(2) + rsum attention_128.tensorize(j:64) num_stages(2) + rdot attention_128.tensorize(j:64) num_stages(2), online */
-                    /* num_stages(2): the operands of its dots for the next 1 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    /* num_stages(2): the operands of the next 1 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 1;
@@ -5666,7 +5666,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16_whole(DT
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_128.tensorize(j:64) num_stages(2) + rsum attention_128.tensorize(j:64) num_stages(2) + rdot attention_128.tensorize(j:64) num_stages(2), online */
-                    /* num_stages(2): the operands of its dots for the next 1 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    /* num_stages(2): the operands of the next 1 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 1;
@@ -6120,7 +6120,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16(DT
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal_128.tensorize(j:64) num_stages(2) + rsum attention_causal_128.tensorize(j:64) num_stages(2) + rdot attention_causal_128.tensorize(j:64) num_stages(2), online */
-                    /* num_stages(2): the operands of its dots for the next 1 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    /* num_stages(2): the operands of the next 1 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 1;
@@ -6588,7 +6588,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16_wh
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal_128.tensorize(j:64) num_stages(2) + rsum attention_causal_128.tensorize(j:64) num_stages(2) + rdot attention_causal_128.tensorize(j:64) num_stages(2), online */
-                    /* num_stages(2): the operands of its dots for the next 1 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    /* num_stages(2): the operands of the next 1 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 1;
@@ -7056,7 +7056,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16(D
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal_128.tensorize(j:64) num_stages(2) + rsum attention_causal_128.tensorize(j:64) num_stages(2) + rdot attention_causal_128.tensorize(j:64) num_stages(2), online */
-                    /* num_stages(2): the operands of its dots for the next 1 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    /* num_stages(2): the operands of the next 1 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 1;
@@ -7524,7 +7524,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16_w
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal_128.tensorize(j:64) num_stages(2) + rsum attention_causal_128.tensorize(j:64) num_stages(2) + rdot attention_causal_128.tensorize(j:64) num_stages(2), online */
-                    /* num_stages(2): the operands of its dots for the next 1 steps are copied (cp.async) while this one runs; those the steps share, once */
+                    /* num_stages(2): the operands of the next 1 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 1;

@@ -1491,8 +1491,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(DT_GRID_CONSTANT con
                     dt_cp_async_commit();
                 }
                 for (long long o5 = 0; o5 < s2; o5 += 32) {
-                    /* v0: loaded by the tensor-core dot that reads it */
-                    /* v1: loaded by the tensor-core dot that reads it */
                     /* wait for the copies of this step (buffer rd6), then start those 2 steps ahead (buffer wr7) */
                     dt_cp_async_wait<1>();
                     __syncthreads();
@@ -1544,6 +1542,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(DT_GRID_CONSTANT con
                         }
                     }
                     dt_cp_async_commit();
+                    /* v0: loaded by the tensor-core dot that reads it */
+                    /* v1: loaded by the tensor-core dot that reads it */
                     /* rdot on tensor cores: [x:128, y:128] over k:32 by 2 x 2 warps of 4 x 8 m16n8k16 fragments */
                     {
                         const int lane = tid & 31;
@@ -1675,8 +1675,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16_whole(DT_GRID_CONSTA
                     dt_cp_async_commit();
                 }
                 for (long long o5 = 0; o5 < s2; o5 += 32) {
-                    /* v0: loaded by the tensor-core dot that reads it */
-                    /* v1: loaded by the tensor-core dot that reads it */
                     /* wait for the copies of this step (buffer rd6), then start those 2 steps ahead (buffer wr7) */
                     dt_cp_async_wait<1>();
                     __syncthreads();
@@ -1728,6 +1726,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16_whole(DT_GRID_CONSTA
                         }
                     }
                     dt_cp_async_commit();
+                    /* v0: loaded by the tensor-core dot that reads it */
+                    /* v1: loaded by the tensor-core dot that reads it */
                     /* rdot on tensor cores: [x:128, y:128] over k:32 by 2 x 2 warps of 4 x 8 m16n8k16 fragments */
                     {
                         const int lane = tid & 31;
@@ -1861,8 +1861,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(DT_GRID_CONSTANT co
                     dt_cp_async_commit();
                 }
                 for (long long o5 = 0; o5 < s2; o5 += 32) {
-                    /* v0: loaded by the tensor-core dot that reads it */
-                    /* v1: loaded by the tensor-core dot that reads it */
                     /* wait for the copies of this step (buffer rd6), then start those 2 steps ahead (buffer wr7) */
                     dt_cp_async_wait<1>();
                     __syncthreads();
@@ -1914,6 +1912,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(DT_GRID_CONSTANT co
                         }
                     }
                     dt_cp_async_commit();
+                    /* v0: loaded by the tensor-core dot that reads it */
+                    /* v1: loaded by the tensor-core dot that reads it */
                     /* rdot on tensor cores: [x:128, y:128] over k:32 by 2 x 2 warps of 4 x 8 m16n8k16 fragments */
                     {
                         const int lane = tid & 31;
@@ -2045,8 +2045,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16_whole(DT_GRID_CONST
                     dt_cp_async_commit();
                 }
                 for (long long o5 = 0; o5 < s2; o5 += 32) {
-                    /* v0: loaded by the tensor-core dot that reads it */
-                    /* v1: loaded by the tensor-core dot that reads it */
                     /* wait for the copies of this step (buffer rd6), then start those 2 steps ahead (buffer wr7) */
                     dt_cp_async_wait<1>();
                     __syncthreads();
@@ -2098,6 +2096,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16_whole(DT_GRID_CONST
                         }
                     }
                     dt_cp_async_commit();
+                    /* v0: loaded by the tensor-core dot that reads it */
+                    /* v1: loaded by the tensor-core dot that reads it */
                     /* rdot on tensor cores: [x:128, y:128] over k:32 by 2 x 2 warps of 4 x 8 m16n8k16 fragments */
                     {
                         const int lane = tid & 31;

@@ -1665,8 +1665,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16(DT_GRID_CONSTANT co
                     dt_cp_async_commit();
                 }
                 for (long long o5 = 0; o5 < s2; o5 += 32) {
-                    /* v0: loaded by the tensor-core dot that reads it */
-                    /* v1: loaded by the tensor-core dot that reads it */
                     /* wait for the copies of this step (buffer rd6), then start those 2 steps ahead (buffer wr7) */
                     dt_cp_async_wait<1>();
                     __syncthreads();
@@ -1718,6 +1716,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16(DT_GRID_CONSTANT co
                         }
                     }
                     dt_cp_async_commit();
+                    /* v0: loaded by the tensor-core dot that reads it */
+                    /* v1: loaded by the tensor-core dot that reads it */
                     /* rdot on tensor cores: [x:128, y:128] over k:32 by 2 x 2 warps of 4 x 8 m16n8k16 fragments */
                     {
                         const int lane = tid & 31;
@@ -1876,8 +1876,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16_whole(DT_GRID_CONST
                     dt_cp_async_commit();
                 }
                 for (long long o5 = 0; o5 < s2; o5 += 32) {
-                    /* v0: loaded by the tensor-core dot that reads it */
-                    /* v1: loaded by the tensor-core dot that reads it */
                     /* wait for the copies of this step (buffer rd6), then start those 2 steps ahead (buffer wr7) */
                     dt_cp_async_wait<1>();
                     __syncthreads();
@@ -1929,6 +1927,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16_whole(DT_GRID_CONST
                         }
                     }
                     dt_cp_async_commit();
+                    /* v0: loaded by the tensor-core dot that reads it */
+                    /* v1: loaded by the tensor-core dot that reads it */
                     /* rdot on tensor cores: [x:128, y:128] over k:32 by 2 x 2 warps of 4 x 8 m16n8k16 fragments */
                     {
                         const int lane = tid & 31;
@@ -2089,8 +2089,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16(DT_GRID_CONSTANT c
                     dt_cp_async_commit();
                 }
                 for (long long o5 = 0; o5 < s2; o5 += 32) {
-                    /* v0: loaded by the tensor-core dot that reads it */
-                    /* v1: loaded by the tensor-core dot that reads it */
                     /* wait for the copies of this step (buffer rd6), then start those 2 steps ahead (buffer wr7) */
                     dt_cp_async_wait<1>();
                     __syncthreads();
@@ -2142,6 +2140,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16(DT_GRID_CONSTANT c
                         }
                     }
                     dt_cp_async_commit();
+                    /* v0: loaded by the tensor-core dot that reads it */
+                    /* v1: loaded by the tensor-core dot that reads it */
                     /* rdot on tensor cores: [x:128, y:128] over k:32 by 2 x 2 warps of 4 x 8 m16n8k16 fragments */
                     {
                         const int lane = tid & 31;
@@ -2300,8 +2300,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16_whole(DT_GRID_CONS
                     dt_cp_async_commit();
                 }
                 for (long long o5 = 0; o5 < s2; o5 += 32) {
-                    /* v0: loaded by the tensor-core dot that reads it */
-                    /* v1: loaded by the tensor-core dot that reads it */
                     /* wait for the copies of this step (buffer rd6), then start those 2 steps ahead (buffer wr7) */
                     dt_cp_async_wait<1>();
                     __syncthreads();
@@ -2353,6 +2351,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16_whole(DT_GRID_CONS
                         }
                     }
                     dt_cp_async_commit();
+                    /* v0: loaded by the tensor-core dot that reads it */
+                    /* v1: loaded by the tensor-core dot that reads it */
                     /* rdot on tensor cores: [x:128, y:128] over k:32 by 2 x 2 warps of 4 x 8 m16n8k16 fragments */
                     {
                         const int lane = tid & 31;

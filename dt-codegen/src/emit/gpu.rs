@@ -693,7 +693,7 @@ impl Emitter<'_> {
             return self.consumer_loop(l, &w);
         }
         if let Some((id, d)) = self.plan.pipelined(l).map(|(id, d)| (id, d.clone())) {
-            return self.pipelined_loop(l, id, &d);
+            return self.ring_loop(l, &[(id, d)]);
         }
         let fed = self.plan.ring_dots(l);
         if !fed.is_empty() {

@@ -59,79 +59,25 @@ impl Emitter<'_> {
         self.mma_compute(id, d, None);
     }
 
-    /// A loop pipelined around tensor-core dot `id` (see the module docs): the copies of the
-    /// first S - 1 steps start before it; step i waits for its own, starts those of step
-    /// i + S - 1 and then computes.
-    pub(super) fn pipelined_loop(&mut self, l: &Loop, id: ValueId, d: &MmaDot) -> Result<(), super::EmitError> {
-        let (s, step, size) = (d.stages, l.step, self.size(l.dim));
-        let o = self.fresh("o");
-        let (rd, wr) = (self.fresh("rd"), self.fresh("wr"));
-        if !l.origin.is_empty() {
-            self.line(&format!("/* {} */", l.origin));
-        }
-        self.line(&format!(
-            "/* num_stages({s}): the operands of the next {} steps are copied (cp.async) while the tensor cores work on this one */",
-            s - 1
-        ));
-        self.line("{");
-        self.depth += 1;
-        self.barrier();
-        self.line(&format!("int {rd} = 0, {wr} = {};", s - 1));
-        self.line(&format!("for (int st = 0; st < {}; st++) {{", s - 1));
-        self.depth += 1;
-        self.line(&format!("const long long {o} = (long long)st * {step};"));
-        self.staged_copy(d, l.dim, &o, &size, "st");
-        self.depth -= 1;
-        self.line("}");
-        self.line(&super::super::loop_header(self.k, l, &o));
-        self.depth += 1;
-        self.offsets.push((l.dim, o.clone()));
-        for stmt in &l.body {
-            if !matches!(stmt, Stmt::Let { value, .. } if *value == id) {
-                self.stmt(stmt)?;
-                continue;
-            }
-            self.line(&format!(
-                "/* wait for the copies of this step (buffer {rd}), then start those {} steps ahead (buffer {wr}) */",
-                s - 1
-            ));
-            self.line(&format!("dt_cp_async_wait<{}>();", s - 2));
-            self.barrier();
-            let ahead = self.fresh("o");
-            self.line(&format!("const long long {ahead} = {o} + {};", (s - 1) * step));
-            self.staged_copy(d, l.dim, &ahead, &size, &wr);
-            self.mma_compute(id, d, Some(&rd));
-        }
-        self.line(&format!("{rd} = {rd} + 1 == {s} ? 0 : {rd} + 1;"));
-        self.line(&format!("{wr} = {wr} + 1 == {s} ? 0 : {wr} + 1;"));
-        self.offsets.pop();
-        self.depth -= 1;
-        self.line("}");
-        // Nothing is in flight past the end (those groups are empty), but the buffers may be
-        // read as other slots next.
-        self.line("dt_cp_async_wait<0>();");
-        self.barrier();
-        self.depth -= 1;
-        self.line("}");
-        Ok(())
-    }
-
-    /// A loop that feeds its dots through rings of shared-memory stages (`plan::dot_rings`): the
-    /// held operands and the copies of the first S - 1 steps start before it; step i waits for
-    /// its own copies, starts those of step i + S - 1 (into the buffers step i - 1 read, which
-    /// the barrier after the wait has freed) and then runs its statements, each dot reading
-    /// buffer i % S of its rings.
+    /// A loop that copies the operands of its tensor-core dots S - 1 steps ahead (see the module
+    /// docs): a dot pipelined alone, in S buffers per operand, or the dots fed through rings
+    /// (`plan::dot_rings`). The held operands and the copies of the first S - 1 steps start
+    /// before it; step i waits for its own copies, starts those of step i + S - 1 (into the
+    /// buffers step i - 1 read, which the barrier after the wait has freed) and then runs its
+    /// statements, each dot reading buffer i % S.
     pub(super) fn ring_loop(&mut self, l: &Loop, dots: &[(ValueId, MmaDot)]) -> Result<(), super::EmitError> {
-        let s = dots[0].1.ring.map_or(2, |r| r.stages);
+        let s = dots[0].1.ring.map_or(dots[0].1.stages, |r| r.stages);
         let (step, size) = (l.step, crate::emit::LoopSteps::of(self.k, l).end().to_string());
         let o = self.fresh("o");
         let (rd, wr) = (self.fresh("rd"), self.fresh("wr"));
         if !l.origin.is_empty() {
             self.line(&format!("/* {} */", l.origin));
         }
+        let held = dots.iter().any(|(_, d)| d.ring.is_some_and(|r| r.held.contains(&true)));
         self.line(&format!(
-            "/* num_stages({s}): the operands of its dots for the next {} steps are copied (cp.async) while this one runs; those the steps share, once */",
-            s - 1
+            "/* num_stages({s}): the operands of the next {} steps are copied (cp.async) while the tensor cores work on this one{} */",
+            s - 1,
+            if held { "; those the steps share, once" } else { "" }
         ));
         self.line("{");
         self.depth += 1;
@@ -181,32 +127,18 @@ impl Emitter<'_> {
     }
 
     /// Starts the copies of the operands of `dots` that change along `dim`, at offset `at` (when
-    /// in range), into buffer `buf` of their rings, as one cp.async group.
+    /// in range), into their buffer `buf`, as one cp.async group.
     fn ring_copies(&mut self, dots: &[(ValueId, MmaDot)], dim: DimId, at: &str, size: &str, buf: &str) {
         self.offsets.push((dim, at.to_string()));
         self.line(&format!("if ({at} < {size}) {{"));
         self.depth += 1;
         for (_, d) in dots {
             for i in 0..2 {
-                if d.ring.is_some_and(|r| r.at[i].is_some() && !r.held[i]) {
+                if d.ring.is_none_or(|r| r.at[i].is_some() && !r.held[i]) {
                     self.stage(d, i, Some(buf));
                 }
             }
         }
-        self.depth -= 1;
-        self.line("}");
-        self.line("dt_cp_async_commit();");
-        self.offsets.pop();
-    }
-
-    /// Starts the copies of both operands of `d` at offset `at` along `dim` (when in range) into
-    /// buffer `buf`, as one cp.async group.
-    fn staged_copy(&mut self, d: &MmaDot, dim: DimId, at: &str, size: &str, buf: &str) {
-        self.offsets.push((dim, at.to_string()));
-        self.line(&format!("if ({at} < {size}) {{"));
-        self.depth += 1;
-        self.stage(d, 0, Some(buf));
-        self.stage(d, 1, Some(buf));
         self.depth -= 1;
         self.line("}");
         self.line("dt_cp_async_commit();");
