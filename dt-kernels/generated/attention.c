@@ -86,7 +86,7 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel attention_64 for f16: grid block(b:1, h:1, i:64, e:64) */
+/* kernel attention_64 for f16: grid block(b:1, h:1, i:128, e:64) */
 void dt_attention_64_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
@@ -98,15 +98,15 @@ void dt_attention_64_f16(const dt_args* args, long long first, long long last) {
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* V */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention_64 */
-    float* arena = (float*)malloc(sizeof(float) * 132296);
+    float* arena = (float*)malloc(sizeof(float) * 248200);
     if (!arena) return;
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 64));
+    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 64));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
         (void)rest;
         const long long n3 = (long long)(dt_cdiv(s4, 64));
         const long long g3 = rest % n3; rest /= n3;
-        const long long n2 = (long long)(dt_cdiv(s2, 64));
+        const long long n2 = (long long)(dt_cdiv(s2, 128));
         const long long g2 = rest % n2; rest /= n2;
         const long long n1 = (long long)(dt_cdiv(s1, 1));
         const long long g1 = rest % n1; rest /= n1;
@@ -117,27 +117,27 @@ void dt_attention_64_f16(const dt_args* args, long long first, long long last) {
         const long long b1 = g1; /* block index along h */
         if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
         const long long b2 = g2; /* block index along i */
-        if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
+        if (b2 >= dt_cdiv(s2, 128)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 64)) continue; /* past the end of a short group */
-        (arena + 16384)[0] = (float)s5;
-        (arena + 16385)[0] = dt_rsqrt((arena + 16384)[0]);
-        (arena + 107078)[0] = (-INFINITY);
-        (arena + 107079)[0] = 0e0f;
+        (arena + 28672)[0] = (float)s5;
+        (arena + 28673)[0] = dt_rsqrt((arena + 28672)[0]);
+        (arena + 197766)[0] = (-INFINITY);
+        (arena + 197767)[0] = 0e0f;
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
             for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-                /* block(i:64) attention_64.tensorize(i:0) */
-                for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+                /* block(i:128) attention_64.tensorize(i:0) */
+                for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                     /* block(e:64) attention_64.tensorize(e:0) */
                     for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
                         /* rdot accumulator */
                         for (long long l5 = 0; l5 < 1; l5++) {
                             for (long long l6 = 0; l6 < 1; l6++) {
-                                for (long long l7 = 0; l7 < 64; l7++) {
+                                for (long long l7 = 0; l7 < 128; l7++) {
                                     for (long long l8 = 0; l8 < 64; l8++) {
-                                        (arena + 124104)[l5 * 4096 + l6 * 4096 + l7 * 64 + l8] = 0e0f;
+                                        (arena + 231816)[l5 * 8192 + l6 * 8192 + l7 * 64 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -145,16 +145,16 @@ void dt_attention_64_f16(const dt_args* args, long long first, long long last) {
                         /* rsum identity */
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
-                                for (long long l11 = 0; l11 < 64; l11++) {
-                                    (arena + 119880)[l9 * 64 + l10 * 64 + l11] = 0e0f;
+                                for (long long l11 = 0; l11 < 128; l11++) {
+                                    (arena + 223368)[l9 * 128 + l10 * 128 + l11] = 0e0f;
                                 }
                             }
                         }
                         /* rmax identity */
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
-                                for (long long l14 = 0; l14 < 64; l14++) {
-                                    (arena + 115656)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
+                                for (long long l14 = 0; l14 < 128; l14++) {
+                                    (arena + 214920)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -163,18 +163,18 @@ void dt_attention_64_f16(const dt_args* args, long long first, long long last) {
                             /* rdot accumulator */
                             for (long long l16 = 0; l16 < 1; l16++) {
                                 for (long long l17 = 0; l17 < 1; l17++) {
-                                    for (long long l18 = 0; l18 < 64; l18++) {
+                                    for (long long l18 = 0; l18 < 128; l18++) {
                                         for (long long l19 = 0; l19 < 64; l19++) {
-                                            (arena + 115720)[l16 * 4096 + l17 * 4096 + l18 * 64 + l19] = 0e0f;
+                                            (arena + 215048)[l16 * 8192 + l17 * 8192 + l18 * 64 + l19] = 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l20 = 0; l20 < 1; l20++) {
                                 for (long long l21 = 0; l21 < 1; l21++) {
-                                    for (long long l22 = 0; l22 < 64; l22++) {
+                                    for (long long l22 = 0; l22 < 128; l22++) {
                                         for (long long l23 = 0; l23 < 64; l23++) {
-                                            (arena + 0)[l20 * 4096 + l21 * 4096 + l22 * 64 + l23] = (o1 + l20 < s0 && o2 + l21 < s1 && o3 + l22 < s2 && 0 + l23 < s5) ? dt_load_f16(in0[(o1 + l20) * args->input_strides[0][0] + (o2 + l21) * args->input_strides[0][1] + (o3 + l22) * args->input_strides[0][2] + (0 + l23) * args->input_strides[0][3]]) : 0e0f;
+                                            (arena + 0)[l20 * 8192 + l21 * 8192 + l22 * 64 + l23] = (o1 + l20 < s0 && o2 + l21 < s1 && o3 + l22 < s2 && 0 + l23 < s5) ? dt_load_f16(in0[(o1 + l20) * args->input_strides[0][0] + (o2 + l21) * args->input_strides[0][1] + (o3 + l22) * args->input_strides[0][2] + (0 + l23) * args->input_strides[0][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -183,203 +183,203 @@ void dt_attention_64_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l25 = 0; l25 < 1; l25++) {
                                     for (long long l26 = 0; l26 < 64; l26++) {
                                         for (long long l27 = 0; l27 < 64; l27++) {
-                                            (arena + 4096)[l24 * 4096 + l25 * 4096 + l26 * 64 + l27] = (o1 + l24 < s0 && o2 + l25 < s1 && o15 + l26 < s3 && 0 + l27 < s5) ? dt_load_f16(in1[(o1 + l24) * args->input_strides[1][0] + (o2 + l25) * args->input_strides[1][1] + (o15 + l26) * args->input_strides[1][2] + (0 + l27) * args->input_strides[1][3]]) : 0e0f;
+                                            (arena + 8192)[l24 * 4096 + l25 * 4096 + l26 * 64 + l27] = (o1 + l24 < s0 && o2 + l25 < s1 && o15 + l26 < s3 && 0 + l27 < s5) ? dt_load_f16(in1[(o1 + l24) * args->input_strides[1][0] + (o2 + l25) * args->input_strides[1][1] + (o15 + l26) * args->input_strides[1][2] + (0 + l27) * args->input_strides[1][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l28 = 0; l28 < 1; l28++) {
                                 for (long long l29 = 0; l29 < 1; l29++) {
-                                    for (long long l30 = 0; l30 < 64; l30++) {
+                                    for (long long l30 = 0; l30 < 128; l30++) {
                                         for (long long l31 = 0; l31 < 64; l31++) {
                                             float a33 = 0.0f;
-                                            for (long long r32 = 0; r32 < 64; r32++) a33 += (arena + 0)[l28 * 4096 + l29 * 4096 + l30 * 64 + r32 * 1] * (arena + 4096)[l28 * 4096 + l29 * 4096 + l31 * 64 + r32 * 1];
-                                            (arena + 8192)[l28 * 4096 + l29 * 4096 + l30 * 64 + l31] = a33;
+                                            for (long long r32 = 0; r32 < 64; r32++) a33 += (arena + 0)[l28 * 8192 + l29 * 8192 + l30 * 64 + r32 * 1] * (arena + 8192)[l28 * 4096 + l29 * 4096 + l31 * 64 + r32 * 1];
+                                            (arena + 12288)[l28 * 8192 + l29 * 8192 + l30 * 64 + l31] = a33;
                                         }
                                     }
                                 }
                             }
                             for (long long l34 = 0; l34 < 1; l34++) {
                                 for (long long l35 = 0; l35 < 1; l35++) {
-                                    for (long long l36 = 0; l36 < 64; l36++) {
+                                    for (long long l36 = 0; l36 < 128; l36++) {
                                         for (long long l37 = 0; l37 < 64; l37++) {
-                                            (arena + 115720)[l34 * 4096 + l35 * 4096 + l36 * 64 + l37] = (arena + 115720)[l34 * 4096 + l35 * 4096 + l36 * 64 + l37] + (arena + 8192)[l34 * 4096 + l35 * 4096 + l36 * 64 + l37];
+                                            (arena + 215048)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] = (arena + 215048)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] + (arena + 12288)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37];
                                         }
                                     }
                                 }
                             }
                             for (long long l38 = 0; l38 < 1; l38++) {
                                 for (long long l39 = 0; l39 < 1; l39++) {
-                                    for (long long l40 = 0; l40 < 64; l40++) {
+                                    for (long long l40 = 0; l40 < 128; l40++) {
                                         for (long long l41 = 0; l41 < 64; l41++) {
-                                            (arena + 12288)[l38 * 4096 + l39 * 4096 + l40 * 64 + l41] = (arena + 115720)[l38 * 4096 + l39 * 4096 + l40 * 64 + l41];
+                                            (arena + 20480)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 215048)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
                                         }
                                     }
                                 }
                             }
                             for (long long l42 = 0; l42 < 1; l42++) {
                                 for (long long l43 = 0; l43 < 1; l43++) {
-                                    for (long long l44 = 0; l44 < 64; l44++) {
+                                    for (long long l44 = 0; l44 < 128; l44++) {
                                         for (long long l45 = 0; l45 < 64; l45++) {
-                                            (arena + 16386)[l42 * 4096 + l43 * 4096 + l44 * 64 + l45] = ((arena + 12288)[l42 * 4096 + l43 * 4096 + l44 * 64 + l45] * (arena + 16385)[0]);
+                                            (arena + 28674)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = ((arena + 20480)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] * (arena + 28673)[0]);
                                         }
                                     }
                                 }
                             }
                             for (long long l46 = 0; l46 < 1; l46++) {
                                 for (long long l47 = 0; l47 < 1; l47++) {
-                                    for (long long l48 = 0; l48 < 64; l48++) {
+                                    for (long long l48 = 0; l48 < 128; l48++) {
                                         for (long long l49 = 0; l49 < 64; l49++) {
-                                            (arena + 20482)[l46 * 4096 + l47 * 4096 + l48 * 64 + l49] = (o15 + l49 < s3) ? (arena + 16386)[l46 * 4096 + l47 * 4096 + l48 * 64 + l49] : (-INFINITY);
+                                            (arena + 36866)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] = (o15 + l49 < s3) ? (arena + 28674)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] : (-INFINITY);
                                         }
                                     }
                                 }
                             }
                             for (long long l50 = 0; l50 < 1; l50++) {
                                 for (long long l51 = 0; l51 < 1; l51++) {
-                                    for (long long l52 = 0; l52 < 64; l52++) {
+                                    for (long long l52 = 0; l52 < 128; l52++) {
                                         float a54 = (-INFINITY);
-                                        for (long long r53 = 0; r53 < 64; r53 += 1) a54 = fmaxf(a54, (arena + 20482)[l50 * 4096 + l51 * 4096 + l52 * 64 + r53 * 1]);
-                                        (arena + 24578)[l50 * 64 + l51 * 64 + l52] = a54;
+                                        for (long long r53 = 0; r53 < 64; r53 += 1) a54 = fmaxf(a54, (arena + 36866)[l50 * 8192 + l51 * 8192 + l52 * 64 + r53 * 1]);
+                                        (arena + 45058)[l50 * 128 + l51 * 128 + l52] = a54;
                                     }
                                 }
                             }
                             for (long long l55 = 0; l55 < 1; l55++) {
                                 for (long long l56 = 0; l56 < 1; l56++) {
-                                    for (long long l57 = 0; l57 < 64; l57++) {
-                                        (arena + 106950)[l55 * 64 + l56 * 64 + l57] = (arena + 115656)[l55 * 64 + l56 * 64 + l57];
+                                    for (long long l57 = 0; l57 < 128; l57++) {
+                                        (arena + 197510)[l55 * 128 + l56 * 128 + l57] = (arena + 214920)[l55 * 128 + l56 * 128 + l57];
                                     }
                                 }
                             }
                             for (long long l58 = 0; l58 < 1; l58++) {
                                 for (long long l59 = 0; l59 < 1; l59++) {
-                                    for (long long l60 = 0; l60 < 64; l60++) {
-                                        (arena + 115656)[l58 * 64 + l59 * 64 + l60] = fmaxf((arena + 115656)[l58 * 64 + l59 * 64 + l60], (arena + 24578)[l58 * 64 + l59 * 64 + l60]);
+                                    for (long long l60 = 0; l60 < 128; l60++) {
+                                        (arena + 214920)[l58 * 128 + l59 * 128 + l60] = fmaxf((arena + 214920)[l58 * 128 + l59 * 128 + l60], (arena + 45058)[l58 * 128 + l59 * 128 + l60]);
                                     }
                                 }
                             }
                             for (long long l61 = 0; l61 < 1; l61++) {
                                 for (long long l62 = 0; l62 < 1; l62++) {
-                                    for (long long l63 = 0; l63 < 64; l63++) {
-                                        (arena + 107014)[l61 * 64 + l62 * 64 + l63] = (arena + 115656)[l61 * 64 + l62 * 64 + l63];
+                                    for (long long l63 = 0; l63 < 128; l63++) {
+                                        (arena + 197638)[l61 * 128 + l62 * 128 + l63] = (arena + 214920)[l61 * 128 + l62 * 128 + l63];
                                     }
                                 }
                             }
                             for (long long l64 = 0; l64 < 1; l64++) {
                                 for (long long l65 = 0; l65 < 1; l65++) {
-                                    for (long long l66 = 0; l66 < 64; l66++) {
-                                        (arena + 107080)[l64 * 64 + l65 * 64 + l66] = (((arena + 107014)[l64 * 64 + l65 * 64 + l66]) == ((arena + 107078)[0]) ? 1.0f : 0.0f);
+                                    for (long long l66 = 0; l66 < 128; l66++) {
+                                        (arena + 197768)[l64 * 128 + l65 * 128 + l66] = (((arena + 197638)[l64 * 128 + l65 * 128 + l66]) == ((arena + 197766)[0]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l67 = 0; l67 < 1; l67++) {
                                 for (long long l68 = 0; l68 < 1; l68++) {
-                                    for (long long l69 = 0; l69 < 64; l69++) {
-                                        (arena + 107144)[l67 * 64 + l68 * 64 + l69] = (arena + 107080)[l67 * 64 + l68 * 64 + l69] != 0.0f ? (arena + 107079)[0] : (arena + 107014)[l67 * 64 + l68 * 64 + l69];
+                                    for (long long l69 = 0; l69 < 128; l69++) {
+                                        (arena + 197896)[l67 * 128 + l68 * 128 + l69] = (arena + 197768)[l67 * 128 + l68 * 128 + l69] != 0.0f ? (arena + 197767)[0] : (arena + 197638)[l67 * 128 + l68 * 128 + l69];
                                     }
                                 }
                             }
                             for (long long l70 = 0; l70 < 1; l70++) {
                                 for (long long l71 = 0; l71 < 1; l71++) {
-                                    for (long long l72 = 0; l72 < 64; l72++) {
-                                        (arena + 107208)[l70 * 64 + l71 * 64 + l72] = ((arena + 106950)[l70 * 64 + l71 * 64 + l72] - (arena + 107144)[l70 * 64 + l71 * 64 + l72]);
+                                    for (long long l72 = 0; l72 < 128; l72++) {
+                                        (arena + 198024)[l70 * 128 + l71 * 128 + l72] = ((arena + 197510)[l70 * 128 + l71 * 128 + l72] - (arena + 197896)[l70 * 128 + l71 * 128 + l72]);
                                     }
                                 }
                             }
                             for (long long l73 = 0; l73 < 1; l73++) {
                                 for (long long l74 = 0; l74 < 1; l74++) {
-                                    for (long long l75 = 0; l75 < 64; l75++) {
-                                        (arena + 107272)[l73 * 64 + l74 * 64 + l75] = expf((arena + 107208)[l73 * 64 + l74 * 64 + l75]);
+                                    for (long long l75 = 0; l75 < 128; l75++) {
+                                        (arena + 198152)[l73 * 128 + l74 * 128 + l75] = expf((arena + 198024)[l73 * 128 + l74 * 128 + l75]);
                                     }
                                 }
                             }
                             for (long long l76 = 0; l76 < 1; l76++) {
                                 for (long long l77 = 0; l77 < 1; l77++) {
-                                    for (long long l78 = 0; l78 < 64; l78++) {
-                                        (arena + 107336)[l76 * 64 + l77 * 64 + l78] = (arena + 119880)[l76 * 64 + l77 * 64 + l78];
+                                    for (long long l78 = 0; l78 < 128; l78++) {
+                                        (arena + 198280)[l76 * 128 + l77 * 128 + l78] = (arena + 223368)[l76 * 128 + l77 * 128 + l78];
                                     }
                                 }
                             }
                             for (long long l79 = 0; l79 < 1; l79++) {
                                 for (long long l80 = 0; l80 < 1; l80++) {
-                                    for (long long l81 = 0; l81 < 64; l81++) {
-                                        (arena + 107400)[l79 * 64 + l80 * 64 + l81] = ((arena + 107336)[l79 * 64 + l80 * 64 + l81] * (arena + 107272)[l79 * 64 + l80 * 64 + l81]);
+                                    for (long long l81 = 0; l81 < 128; l81++) {
+                                        (arena + 198408)[l79 * 128 + l80 * 128 + l81] = ((arena + 198280)[l79 * 128 + l80 * 128 + l81] * (arena + 198152)[l79 * 128 + l80 * 128 + l81]);
                                     }
                                 }
                             }
                             for (long long l82 = 0; l82 < 1; l82++) {
                                 for (long long l83 = 0; l83 < 1; l83++) {
-                                    for (long long l84 = 0; l84 < 64; l84++) {
-                                        (arena + 119880)[l82 * 64 + l83 * 64 + l84] = (arena + 107400)[l82 * 64 + l83 * 64 + l84];
+                                    for (long long l84 = 0; l84 < 128; l84++) {
+                                        (arena + 223368)[l82 * 128 + l83 * 128 + l84] = (arena + 198408)[l82 * 128 + l83 * 128 + l84];
                                     }
                                 }
                             }
                             for (long long l85 = 0; l85 < 1; l85++) {
                                 for (long long l86 = 0; l86 < 1; l86++) {
-                                    for (long long l87 = 0; l87 < 64; l87++) {
+                                    for (long long l87 = 0; l87 < 128; l87++) {
                                         for (long long l88 = 0; l88 < 64; l88++) {
-                                            (arena + 45252)[l85 * 4096 + l86 * 4096 + l87 * 64 + l88] = ((arena + 16386)[l85 * 4096 + l86 * 4096 + l87 * 64 + l88] - (arena + 107144)[l85 * 64 + l86 * 64 + l87]);
+                                            (arena + 82308)[l85 * 8192 + l86 * 8192 + l87 * 64 + l88] = ((arena + 28674)[l85 * 8192 + l86 * 8192 + l87 * 64 + l88] - (arena + 197896)[l85 * 128 + l86 * 128 + l87]);
                                         }
                                     }
                                 }
                             }
                             for (long long l89 = 0; l89 < 1; l89++) {
                                 for (long long l90 = 0; l90 < 1; l90++) {
-                                    for (long long l91 = 0; l91 < 64; l91++) {
+                                    for (long long l91 = 0; l91 < 128; l91++) {
                                         for (long long l92 = 0; l92 < 64; l92++) {
-                                            (arena + 49348)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92] = expf((arena + 45252)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92]);
+                                            (arena + 90500)[l89 * 8192 + l90 * 8192 + l91 * 64 + l92] = expf((arena + 82308)[l89 * 8192 + l90 * 8192 + l91 * 64 + l92]);
                                         }
                                     }
                                 }
                             }
                             for (long long l93 = 0; l93 < 1; l93++) {
                                 for (long long l94 = 0; l94 < 1; l94++) {
-                                    for (long long l95 = 0; l95 < 64; l95++) {
+                                    for (long long l95 = 0; l95 < 128; l95++) {
                                         for (long long l96 = 0; l96 < 64; l96++) {
-                                            (arena + 53444)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] = (o15 + l96 < s3) ? (arena + 49348)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] : 0e0f;
+                                            (arena + 98692)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] = (o15 + l96 < s3) ? (arena + 90500)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l97 = 0; l97 < 1; l97++) {
                                 for (long long l98 = 0; l98 < 1; l98++) {
-                                    for (long long l99 = 0; l99 < 64; l99++) {
+                                    for (long long l99 = 0; l99 < 128; l99++) {
                                         float a101 = 0e0f;
-                                        for (long long r100 = 0; r100 < 64; r100 += 1) a101 = a101 + (arena + 53444)[l97 * 4096 + l98 * 4096 + l99 * 64 + r100 * 1];
-                                        (arena + 57540)[l97 * 64 + l98 * 64 + l99] = a101;
+                                        for (long long r100 = 0; r100 < 64; r100 += 1) a101 = a101 + (arena + 98692)[l97 * 8192 + l98 * 8192 + l99 * 64 + r100 * 1];
+                                        (arena + 106884)[l97 * 128 + l98 * 128 + l99] = a101;
                                     }
                                 }
                             }
                             for (long long l102 = 0; l102 < 1; l102++) {
                                 for (long long l103 = 0; l103 < 1; l103++) {
-                                    for (long long l104 = 0; l104 < 64; l104++) {
-                                        (arena + 119880)[l102 * 64 + l103 * 64 + l104] = (arena + 119880)[l102 * 64 + l103 * 64 + l104] + (arena + 57540)[l102 * 64 + l103 * 64 + l104];
+                                    for (long long l104 = 0; l104 < 128; l104++) {
+                                        (arena + 223368)[l102 * 128 + l103 * 128 + l104] = (arena + 223368)[l102 * 128 + l103 * 128 + l104] + (arena + 106884)[l102 * 128 + l103 * 128 + l104];
                                     }
                                 }
                             }
                             for (long long l105 = 0; l105 < 1; l105++) {
                                 for (long long l106 = 0; l106 < 1; l106++) {
-                                    for (long long l107 = 0; l107 < 64; l107++) {
+                                    for (long long l107 = 0; l107 < 128; l107++) {
                                         for (long long l108 = 0; l108 < 64; l108++) {
-                                            (arena + 107464)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108] = (arena + 124104)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108];
+                                            (arena + 198536)[l105 * 8192 + l106 * 8192 + l107 * 64 + l108] = (arena + 231816)[l105 * 8192 + l106 * 8192 + l107 * 64 + l108];
                                         }
                                     }
                                 }
                             }
                             for (long long l109 = 0; l109 < 1; l109++) {
                                 for (long long l110 = 0; l110 < 1; l110++) {
-                                    for (long long l111 = 0; l111 < 64; l111++) {
+                                    for (long long l111 = 0; l111 < 128; l111++) {
                                         for (long long l112 = 0; l112 < 64; l112++) {
-                                            (arena + 111560)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112] = ((arena + 107464)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112] * (arena + 107272)[l109 * 64 + l110 * 64 + l111]);
+                                            (arena + 206728)[l109 * 8192 + l110 * 8192 + l111 * 64 + l112] = ((arena + 198536)[l109 * 8192 + l110 * 8192 + l111 * 64 + l112] * (arena + 198152)[l109 * 128 + l110 * 128 + l111]);
                                         }
                                     }
                                 }
                             }
                             for (long long l113 = 0; l113 < 1; l113++) {
                                 for (long long l114 = 0; l114 < 1; l114++) {
-                                    for (long long l115 = 0; l115 < 64; l115++) {
+                                    for (long long l115 = 0; l115 < 128; l115++) {
                                         for (long long l116 = 0; l116 < 64; l116++) {
-                                            (arena + 124104)[l113 * 4096 + l114 * 4096 + l115 * 64 + l116] = (arena + 111560)[l113 * 4096 + l114 * 4096 + l115 * 64 + l116];
+                                            (arena + 231816)[l113 * 8192 + l114 * 8192 + l115 * 64 + l116] = (arena + 206728)[l113 * 8192 + l114 * 8192 + l115 * 64 + l116];
                                         }
                                     }
                                 }
@@ -388,27 +388,27 @@ void dt_attention_64_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l118 = 0; l118 < 1; l118++) {
                                     for (long long l119 = 0; l119 < 64; l119++) {
                                         for (long long l120 = 0; l120 < 64; l120++) {
-                                            (arena + 90502)[l117 * 4096 + l118 * 4096 + l119 * 64 + l120] = (o1 + l117 < s0 && o2 + l118 < s1 && o15 + l120 < s3 && o4 + l119 < s4) ? dt_load_f16(in2[(o1 + l117) * args->input_strides[2][0] + (o2 + l118) * args->input_strides[2][1] + (o15 + l120) * args->input_strides[2][2] + (o4 + l119) * args->input_strides[2][3]]) : 0e0f;
+                                            (arena + 168710)[l117 * 4096 + l118 * 4096 + l119 * 64 + l120] = (o1 + l117 < s0 && o2 + l118 < s1 && o15 + l120 < s3 && o4 + l119 < s4) ? dt_load_f16(in2[(o1 + l117) * args->input_strides[2][0] + (o2 + l118) * args->input_strides[2][1] + (o15 + l120) * args->input_strides[2][2] + (o4 + l119) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l121 = 0; l121 < 1; l121++) {
                                 for (long long l122 = 0; l122 < 1; l122++) {
-                                    for (long long l123 = 0; l123 < 64; l123++) {
+                                    for (long long l123 = 0; l123 < 128; l123++) {
                                         for (long long l124 = 0; l124 < 64; l124++) {
                                             float a126 = 0.0f;
-                                            for (long long r125 = 0; r125 < 64; r125++) a126 += (arena + 53444)[l121 * 4096 + l122 * 4096 + l123 * 64 + r125 * 1] * (arena + 90502)[l121 * 4096 + l122 * 4096 + l124 * 64 + r125 * 1];
-                                            (arena + 94598)[l121 * 4096 + l122 * 4096 + l123 * 64 + l124] = a126;
+                                            for (long long r125 = 0; r125 < 64; r125++) a126 += (arena + 98692)[l121 * 8192 + l122 * 8192 + l123 * 64 + r125 * 1] * (arena + 168710)[l121 * 4096 + l122 * 4096 + l124 * 64 + r125 * 1];
+                                            (arena + 172806)[l121 * 8192 + l122 * 8192 + l123 * 64 + l124] = a126;
                                         }
                                     }
                                 }
                             }
                             for (long long l127 = 0; l127 < 1; l127++) {
                                 for (long long l128 = 0; l128 < 1; l128++) {
-                                    for (long long l129 = 0; l129 < 64; l129++) {
+                                    for (long long l129 = 0; l129 < 128; l129++) {
                                         for (long long l130 = 0; l130 < 64; l130++) {
-                                            (arena + 124104)[l127 * 4096 + l128 * 4096 + l129 * 64 + l130] = (arena + 124104)[l127 * 4096 + l128 * 4096 + l129 * 64 + l130] + (arena + 94598)[l127 * 4096 + l128 * 4096 + l129 * 64 + l130];
+                                            (arena + 231816)[l127 * 8192 + l128 * 8192 + l129 * 64 + l130] = (arena + 231816)[l127 * 8192 + l128 * 8192 + l129 * 64 + l130] + (arena + 172806)[l127 * 8192 + l128 * 8192 + l129 * 64 + l130];
                                         }
                                     }
                                 }
@@ -416,34 +416,34 @@ void dt_attention_64_f16(const dt_args* args, long long first, long long last) {
                         }
                         for (long long l131 = 0; l131 < 1; l131++) {
                             for (long long l132 = 0; l132 < 1; l132++) {
-                                for (long long l133 = 0; l133 < 64; l133++) {
-                                    (arena + 57604)[l131 * 64 + l132 * 64 + l133] = (arena + 119880)[l131 * 64 + l132 * 64 + l133];
+                                for (long long l133 = 0; l133 < 128; l133++) {
+                                    (arena + 107012)[l131 * 128 + l132 * 128 + l133] = (arena + 223368)[l131 * 128 + l132 * 128 + l133];
                                 }
                             }
                         }
                         for (long long l134 = 0; l134 < 1; l134++) {
                             for (long long l135 = 0; l135 < 1; l135++) {
-                                for (long long l136 = 0; l136 < 64; l136++) {
+                                for (long long l136 = 0; l136 < 128; l136++) {
                                     for (long long l137 = 0; l137 < 64; l137++) {
-                                        (arena + 98694)[l134 * 4096 + l135 * 4096 + l136 * 64 + l137] = (arena + 124104)[l134 * 4096 + l135 * 4096 + l136 * 64 + l137];
+                                        (arena + 180998)[l134 * 8192 + l135 * 8192 + l136 * 64 + l137] = (arena + 231816)[l134 * 8192 + l135 * 8192 + l136 * 64 + l137];
                                     }
                                 }
                             }
                         }
                         for (long long l138 = 0; l138 < 1; l138++) {
                             for (long long l139 = 0; l139 < 1; l139++) {
-                                for (long long l140 = 0; l140 < 64; l140++) {
+                                for (long long l140 = 0; l140 < 128; l140++) {
                                     for (long long l141 = 0; l141 < 64; l141++) {
-                                        (arena + 102854)[l138 * 4096 + l139 * 4096 + l140 * 64 + l141] = ((arena + 98694)[l138 * 4096 + l139 * 4096 + l140 * 64 + l141] / (arena + 57604)[l138 * 64 + l139 * 64 + l140]);
+                                        (arena + 189318)[l138 * 8192 + l139 * 8192 + l140 * 64 + l141] = ((arena + 180998)[l138 * 8192 + l139 * 8192 + l140 * 64 + l141] / (arena + 107012)[l138 * 128 + l139 * 128 + l140]);
                                     }
                                 }
                             }
                         }
                         for (long long l142 = 0; l142 < 1; l142++) {
                             for (long long l143 = 0; l143 < 1; l143++) {
-                                for (long long l144 = 0; l144 < 64; l144++) {
+                                for (long long l144 = 0; l144 < 128; l144++) {
                                     for (long long l145 = 0; l145 < 64; l145++) {
-                                        if (o1 + l142 < s0 && o2 + l143 < s1 && o3 + l144 < s2 && o4 + l145 < s4) out[(o1 + l142) * args->output_strides[0] + (o2 + l143) * args->output_strides[1] + (o3 + l144) * args->output_strides[2] + (o4 + l145) * args->output_strides[3]] = dt_store_f16((arena + 102854)[l142 * 4096 + l143 * 4096 + l144 * 64 + l145]);
+                                        if (o1 + l142 < s0 && o2 + l143 < s1 && o3 + l144 < s2 && o4 + l145 < s4) out[(o1 + l142) * args->output_strides[0] + (o2 + l143) * args->output_strides[1] + (o3 + l144) * args->output_strides[2] + (o4 + l145) * args->output_strides[3]] = dt_store_f16((arena + 189318)[l142 * 8192 + l143 * 8192 + l144 * 64 + l145]);
                                     }
                                 }
                             }
@@ -456,7 +456,7 @@ void dt_attention_64_f16(const dt_args* args, long long first, long long last) {
     free(arena);
 }
 
-/* kernel attention_64 for bf16: grid block(b:1, h:1, i:64, e:64) */
+/* kernel attention_64 for bf16: grid block(b:1, h:1, i:128, e:64) */
 void dt_attention_64_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
@@ -468,15 +468,15 @@ void dt_attention_64_bf16(const dt_args* args, long long first, long long last) 
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* V */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention_64 */
-    float* arena = (float*)malloc(sizeof(float) * 132296);
+    float* arena = (float*)malloc(sizeof(float) * 248200);
     if (!arena) return;
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 64));
+    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 64));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
         (void)rest;
         const long long n3 = (long long)(dt_cdiv(s4, 64));
         const long long g3 = rest % n3; rest /= n3;
-        const long long n2 = (long long)(dt_cdiv(s2, 64));
+        const long long n2 = (long long)(dt_cdiv(s2, 128));
         const long long g2 = rest % n2; rest /= n2;
         const long long n1 = (long long)(dt_cdiv(s1, 1));
         const long long g1 = rest % n1; rest /= n1;
@@ -487,27 +487,27 @@ void dt_attention_64_bf16(const dt_args* args, long long first, long long last) 
         const long long b1 = g1; /* block index along h */
         if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
         const long long b2 = g2; /* block index along i */
-        if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
+        if (b2 >= dt_cdiv(s2, 128)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 64)) continue; /* past the end of a short group */
-        (arena + 16384)[0] = (float)s5;
-        (arena + 16385)[0] = dt_rsqrt((arena + 16384)[0]);
-        (arena + 107078)[0] = (-INFINITY);
-        (arena + 107079)[0] = 0e0f;
+        (arena + 28672)[0] = (float)s5;
+        (arena + 28673)[0] = dt_rsqrt((arena + 28672)[0]);
+        (arena + 197766)[0] = (-INFINITY);
+        (arena + 197767)[0] = 0e0f;
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
             for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-                /* block(i:64) attention_64.tensorize(i:0) */
-                for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+                /* block(i:128) attention_64.tensorize(i:0) */
+                for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                     /* block(e:64) attention_64.tensorize(e:0) */
                     for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
                         /* rdot accumulator */
                         for (long long l5 = 0; l5 < 1; l5++) {
                             for (long long l6 = 0; l6 < 1; l6++) {
-                                for (long long l7 = 0; l7 < 64; l7++) {
+                                for (long long l7 = 0; l7 < 128; l7++) {
                                     for (long long l8 = 0; l8 < 64; l8++) {
-                                        (arena + 124104)[l5 * 4096 + l6 * 4096 + l7 * 64 + l8] = 0e0f;
+                                        (arena + 231816)[l5 * 8192 + l6 * 8192 + l7 * 64 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -515,16 +515,16 @@ void dt_attention_64_bf16(const dt_args* args, long long first, long long last) 
                         /* rsum identity */
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
-                                for (long long l11 = 0; l11 < 64; l11++) {
-                                    (arena + 119880)[l9 * 64 + l10 * 64 + l11] = 0e0f;
+                                for (long long l11 = 0; l11 < 128; l11++) {
+                                    (arena + 223368)[l9 * 128 + l10 * 128 + l11] = 0e0f;
                                 }
                             }
                         }
                         /* rmax identity */
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
-                                for (long long l14 = 0; l14 < 64; l14++) {
-                                    (arena + 115656)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
+                                for (long long l14 = 0; l14 < 128; l14++) {
+                                    (arena + 214920)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -533,18 +533,18 @@ void dt_attention_64_bf16(const dt_args* args, long long first, long long last) 
                             /* rdot accumulator */
                             for (long long l16 = 0; l16 < 1; l16++) {
                                 for (long long l17 = 0; l17 < 1; l17++) {
-                                    for (long long l18 = 0; l18 < 64; l18++) {
+                                    for (long long l18 = 0; l18 < 128; l18++) {
                                         for (long long l19 = 0; l19 < 64; l19++) {
-                                            (arena + 115720)[l16 * 4096 + l17 * 4096 + l18 * 64 + l19] = 0e0f;
+                                            (arena + 215048)[l16 * 8192 + l17 * 8192 + l18 * 64 + l19] = 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l20 = 0; l20 < 1; l20++) {
                                 for (long long l21 = 0; l21 < 1; l21++) {
-                                    for (long long l22 = 0; l22 < 64; l22++) {
+                                    for (long long l22 = 0; l22 < 128; l22++) {
                                         for (long long l23 = 0; l23 < 64; l23++) {
-                                            (arena + 0)[l20 * 4096 + l21 * 4096 + l22 * 64 + l23] = (o1 + l20 < s0 && o2 + l21 < s1 && o3 + l22 < s2 && 0 + l23 < s5) ? dt_load_bf16(in0[(o1 + l20) * args->input_strides[0][0] + (o2 + l21) * args->input_strides[0][1] + (o3 + l22) * args->input_strides[0][2] + (0 + l23) * args->input_strides[0][3]]) : 0e0f;
+                                            (arena + 0)[l20 * 8192 + l21 * 8192 + l22 * 64 + l23] = (o1 + l20 < s0 && o2 + l21 < s1 && o3 + l22 < s2 && 0 + l23 < s5) ? dt_load_bf16(in0[(o1 + l20) * args->input_strides[0][0] + (o2 + l21) * args->input_strides[0][1] + (o3 + l22) * args->input_strides[0][2] + (0 + l23) * args->input_strides[0][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -553,203 +553,203 @@ void dt_attention_64_bf16(const dt_args* args, long long first, long long last) 
                                 for (long long l25 = 0; l25 < 1; l25++) {
                                     for (long long l26 = 0; l26 < 64; l26++) {
                                         for (long long l27 = 0; l27 < 64; l27++) {
-                                            (arena + 4096)[l24 * 4096 + l25 * 4096 + l26 * 64 + l27] = (o1 + l24 < s0 && o2 + l25 < s1 && o15 + l26 < s3 && 0 + l27 < s5) ? dt_load_bf16(in1[(o1 + l24) * args->input_strides[1][0] + (o2 + l25) * args->input_strides[1][1] + (o15 + l26) * args->input_strides[1][2] + (0 + l27) * args->input_strides[1][3]]) : 0e0f;
+                                            (arena + 8192)[l24 * 4096 + l25 * 4096 + l26 * 64 + l27] = (o1 + l24 < s0 && o2 + l25 < s1 && o15 + l26 < s3 && 0 + l27 < s5) ? dt_load_bf16(in1[(o1 + l24) * args->input_strides[1][0] + (o2 + l25) * args->input_strides[1][1] + (o15 + l26) * args->input_strides[1][2] + (0 + l27) * args->input_strides[1][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l28 = 0; l28 < 1; l28++) {
                                 for (long long l29 = 0; l29 < 1; l29++) {
-                                    for (long long l30 = 0; l30 < 64; l30++) {
+                                    for (long long l30 = 0; l30 < 128; l30++) {
                                         for (long long l31 = 0; l31 < 64; l31++) {
                                             float a33 = 0.0f;
-                                            for (long long r32 = 0; r32 < 64; r32++) a33 += (arena + 0)[l28 * 4096 + l29 * 4096 + l30 * 64 + r32 * 1] * (arena + 4096)[l28 * 4096 + l29 * 4096 + l31 * 64 + r32 * 1];
-                                            (arena + 8192)[l28 * 4096 + l29 * 4096 + l30 * 64 + l31] = a33;
+                                            for (long long r32 = 0; r32 < 64; r32++) a33 += (arena + 0)[l28 * 8192 + l29 * 8192 + l30 * 64 + r32 * 1] * (arena + 8192)[l28 * 4096 + l29 * 4096 + l31 * 64 + r32 * 1];
+                                            (arena + 12288)[l28 * 8192 + l29 * 8192 + l30 * 64 + l31] = a33;
                                         }
                                     }
                                 }
                             }
                             for (long long l34 = 0; l34 < 1; l34++) {
                                 for (long long l35 = 0; l35 < 1; l35++) {
-                                    for (long long l36 = 0; l36 < 64; l36++) {
+                                    for (long long l36 = 0; l36 < 128; l36++) {
                                         for (long long l37 = 0; l37 < 64; l37++) {
-                                            (arena + 115720)[l34 * 4096 + l35 * 4096 + l36 * 64 + l37] = (arena + 115720)[l34 * 4096 + l35 * 4096 + l36 * 64 + l37] + (arena + 8192)[l34 * 4096 + l35 * 4096 + l36 * 64 + l37];
+                                            (arena + 215048)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] = (arena + 215048)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] + (arena + 12288)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37];
                                         }
                                     }
                                 }
                             }
                             for (long long l38 = 0; l38 < 1; l38++) {
                                 for (long long l39 = 0; l39 < 1; l39++) {
-                                    for (long long l40 = 0; l40 < 64; l40++) {
+                                    for (long long l40 = 0; l40 < 128; l40++) {
                                         for (long long l41 = 0; l41 < 64; l41++) {
-                                            (arena + 12288)[l38 * 4096 + l39 * 4096 + l40 * 64 + l41] = (arena + 115720)[l38 * 4096 + l39 * 4096 + l40 * 64 + l41];
+                                            (arena + 20480)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 215048)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
                                         }
                                     }
                                 }
                             }
                             for (long long l42 = 0; l42 < 1; l42++) {
                                 for (long long l43 = 0; l43 < 1; l43++) {
-                                    for (long long l44 = 0; l44 < 64; l44++) {
+                                    for (long long l44 = 0; l44 < 128; l44++) {
                                         for (long long l45 = 0; l45 < 64; l45++) {
-                                            (arena + 16386)[l42 * 4096 + l43 * 4096 + l44 * 64 + l45] = ((arena + 12288)[l42 * 4096 + l43 * 4096 + l44 * 64 + l45] * (arena + 16385)[0]);
+                                            (arena + 28674)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = ((arena + 20480)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] * (arena + 28673)[0]);
                                         }
                                     }
                                 }
                             }
                             for (long long l46 = 0; l46 < 1; l46++) {
                                 for (long long l47 = 0; l47 < 1; l47++) {
-                                    for (long long l48 = 0; l48 < 64; l48++) {
+                                    for (long long l48 = 0; l48 < 128; l48++) {
                                         for (long long l49 = 0; l49 < 64; l49++) {
-                                            (arena + 20482)[l46 * 4096 + l47 * 4096 + l48 * 64 + l49] = (o15 + l49 < s3) ? (arena + 16386)[l46 * 4096 + l47 * 4096 + l48 * 64 + l49] : (-INFINITY);
+                                            (arena + 36866)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] = (o15 + l49 < s3) ? (arena + 28674)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] : (-INFINITY);
                                         }
                                     }
                                 }
                             }
                             for (long long l50 = 0; l50 < 1; l50++) {
                                 for (long long l51 = 0; l51 < 1; l51++) {
-                                    for (long long l52 = 0; l52 < 64; l52++) {
+                                    for (long long l52 = 0; l52 < 128; l52++) {
                                         float a54 = (-INFINITY);
-                                        for (long long r53 = 0; r53 < 64; r53 += 1) a54 = fmaxf(a54, (arena + 20482)[l50 * 4096 + l51 * 4096 + l52 * 64 + r53 * 1]);
-                                        (arena + 24578)[l50 * 64 + l51 * 64 + l52] = a54;
+                                        for (long long r53 = 0; r53 < 64; r53 += 1) a54 = fmaxf(a54, (arena + 36866)[l50 * 8192 + l51 * 8192 + l52 * 64 + r53 * 1]);
+                                        (arena + 45058)[l50 * 128 + l51 * 128 + l52] = a54;
                                     }
                                 }
                             }
                             for (long long l55 = 0; l55 < 1; l55++) {
                                 for (long long l56 = 0; l56 < 1; l56++) {
-                                    for (long long l57 = 0; l57 < 64; l57++) {
-                                        (arena + 106950)[l55 * 64 + l56 * 64 + l57] = (arena + 115656)[l55 * 64 + l56 * 64 + l57];
+                                    for (long long l57 = 0; l57 < 128; l57++) {
+                                        (arena + 197510)[l55 * 128 + l56 * 128 + l57] = (arena + 214920)[l55 * 128 + l56 * 128 + l57];
                                     }
                                 }
                             }
                             for (long long l58 = 0; l58 < 1; l58++) {
                                 for (long long l59 = 0; l59 < 1; l59++) {
-                                    for (long long l60 = 0; l60 < 64; l60++) {
-                                        (arena + 115656)[l58 * 64 + l59 * 64 + l60] = fmaxf((arena + 115656)[l58 * 64 + l59 * 64 + l60], (arena + 24578)[l58 * 64 + l59 * 64 + l60]);
+                                    for (long long l60 = 0; l60 < 128; l60++) {
+                                        (arena + 214920)[l58 * 128 + l59 * 128 + l60] = fmaxf((arena + 214920)[l58 * 128 + l59 * 128 + l60], (arena + 45058)[l58 * 128 + l59 * 128 + l60]);
                                     }
                                 }
                             }
                             for (long long l61 = 0; l61 < 1; l61++) {
                                 for (long long l62 = 0; l62 < 1; l62++) {
-                                    for (long long l63 = 0; l63 < 64; l63++) {
-                                        (arena + 107014)[l61 * 64 + l62 * 64 + l63] = (arena + 115656)[l61 * 64 + l62 * 64 + l63];
+                                    for (long long l63 = 0; l63 < 128; l63++) {
+                                        (arena + 197638)[l61 * 128 + l62 * 128 + l63] = (arena + 214920)[l61 * 128 + l62 * 128 + l63];
                                     }
                                 }
                             }
                             for (long long l64 = 0; l64 < 1; l64++) {
                                 for (long long l65 = 0; l65 < 1; l65++) {
-                                    for (long long l66 = 0; l66 < 64; l66++) {
-                                        (arena + 107080)[l64 * 64 + l65 * 64 + l66] = (((arena + 107014)[l64 * 64 + l65 * 64 + l66]) == ((arena + 107078)[0]) ? 1.0f : 0.0f);
+                                    for (long long l66 = 0; l66 < 128; l66++) {
+                                        (arena + 197768)[l64 * 128 + l65 * 128 + l66] = (((arena + 197638)[l64 * 128 + l65 * 128 + l66]) == ((arena + 197766)[0]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l67 = 0; l67 < 1; l67++) {
                                 for (long long l68 = 0; l68 < 1; l68++) {
-                                    for (long long l69 = 0; l69 < 64; l69++) {
-                                        (arena + 107144)[l67 * 64 + l68 * 64 + l69] = (arena + 107080)[l67 * 64 + l68 * 64 + l69] != 0.0f ? (arena + 107079)[0] : (arena + 107014)[l67 * 64 + l68 * 64 + l69];
+                                    for (long long l69 = 0; l69 < 128; l69++) {
+                                        (arena + 197896)[l67 * 128 + l68 * 128 + l69] = (arena + 197768)[l67 * 128 + l68 * 128 + l69] != 0.0f ? (arena + 197767)[0] : (arena + 197638)[l67 * 128 + l68 * 128 + l69];
                                     }
                                 }
                             }
                             for (long long l70 = 0; l70 < 1; l70++) {
                                 for (long long l71 = 0; l71 < 1; l71++) {
-                                    for (long long l72 = 0; l72 < 64; l72++) {
-                                        (arena + 107208)[l70 * 64 + l71 * 64 + l72] = ((arena + 106950)[l70 * 64 + l71 * 64 + l72] - (arena + 107144)[l70 * 64 + l71 * 64 + l72]);
+                                    for (long long l72 = 0; l72 < 128; l72++) {
+                                        (arena + 198024)[l70 * 128 + l71 * 128 + l72] = ((arena + 197510)[l70 * 128 + l71 * 128 + l72] - (arena + 197896)[l70 * 128 + l71 * 128 + l72]);
                                     }
                                 }
                             }
                             for (long long l73 = 0; l73 < 1; l73++) {
                                 for (long long l74 = 0; l74 < 1; l74++) {
-                                    for (long long l75 = 0; l75 < 64; l75++) {
-                                        (arena + 107272)[l73 * 64 + l74 * 64 + l75] = expf((arena + 107208)[l73 * 64 + l74 * 64 + l75]);
+                                    for (long long l75 = 0; l75 < 128; l75++) {
+                                        (arena + 198152)[l73 * 128 + l74 * 128 + l75] = expf((arena + 198024)[l73 * 128 + l74 * 128 + l75]);
                                     }
                                 }
                             }
                             for (long long l76 = 0; l76 < 1; l76++) {
                                 for (long long l77 = 0; l77 < 1; l77++) {
-                                    for (long long l78 = 0; l78 < 64; l78++) {
-                                        (arena + 107336)[l76 * 64 + l77 * 64 + l78] = (arena + 119880)[l76 * 64 + l77 * 64 + l78];
+                                    for (long long l78 = 0; l78 < 128; l78++) {
+                                        (arena + 198280)[l76 * 128 + l77 * 128 + l78] = (arena + 223368)[l76 * 128 + l77 * 128 + l78];
                                     }
                                 }
                             }
                             for (long long l79 = 0; l79 < 1; l79++) {
                                 for (long long l80 = 0; l80 < 1; l80++) {
-                                    for (long long l81 = 0; l81 < 64; l81++) {
-                                        (arena + 107400)[l79 * 64 + l80 * 64 + l81] = ((arena + 107336)[l79 * 64 + l80 * 64 + l81] * (arena + 107272)[l79 * 64 + l80 * 64 + l81]);
+                                    for (long long l81 = 0; l81 < 128; l81++) {
+                                        (arena + 198408)[l79 * 128 + l80 * 128 + l81] = ((arena + 198280)[l79 * 128 + l80 * 128 + l81] * (arena + 198152)[l79 * 128 + l80 * 128 + l81]);
                                     }
                                 }
                             }
                             for (long long l82 = 0; l82 < 1; l82++) {
                                 for (long long l83 = 0; l83 < 1; l83++) {
-                                    for (long long l84 = 0; l84 < 64; l84++) {
-                                        (arena + 119880)[l82 * 64 + l83 * 64 + l84] = (arena + 107400)[l82 * 64 + l83 * 64 + l84];
+                                    for (long long l84 = 0; l84 < 128; l84++) {
+                                        (arena + 223368)[l82 * 128 + l83 * 128 + l84] = (arena + 198408)[l82 * 128 + l83 * 128 + l84];
                                     }
                                 }
                             }
                             for (long long l85 = 0; l85 < 1; l85++) {
                                 for (long long l86 = 0; l86 < 1; l86++) {
-                                    for (long long l87 = 0; l87 < 64; l87++) {
+                                    for (long long l87 = 0; l87 < 128; l87++) {
                                         for (long long l88 = 0; l88 < 64; l88++) {
-                                            (arena + 45252)[l85 * 4096 + l86 * 4096 + l87 * 64 + l88] = ((arena + 16386)[l85 * 4096 + l86 * 4096 + l87 * 64 + l88] - (arena + 107144)[l85 * 64 + l86 * 64 + l87]);
+                                            (arena + 82308)[l85 * 8192 + l86 * 8192 + l87 * 64 + l88] = ((arena + 28674)[l85 * 8192 + l86 * 8192 + l87 * 64 + l88] - (arena + 197896)[l85 * 128 + l86 * 128 + l87]);
                                         }
                                     }
                                 }
                             }
                             for (long long l89 = 0; l89 < 1; l89++) {
                                 for (long long l90 = 0; l90 < 1; l90++) {
-                                    for (long long l91 = 0; l91 < 64; l91++) {
+                                    for (long long l91 = 0; l91 < 128; l91++) {
                                         for (long long l92 = 0; l92 < 64; l92++) {
-                                            (arena + 49348)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92] = expf((arena + 45252)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92]);
+                                            (arena + 90500)[l89 * 8192 + l90 * 8192 + l91 * 64 + l92] = expf((arena + 82308)[l89 * 8192 + l90 * 8192 + l91 * 64 + l92]);
                                         }
                                     }
                                 }
                             }
                             for (long long l93 = 0; l93 < 1; l93++) {
                                 for (long long l94 = 0; l94 < 1; l94++) {
-                                    for (long long l95 = 0; l95 < 64; l95++) {
+                                    for (long long l95 = 0; l95 < 128; l95++) {
                                         for (long long l96 = 0; l96 < 64; l96++) {
-                                            (arena + 53444)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] = (o15 + l96 < s3) ? (arena + 49348)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] : 0e0f;
+                                            (arena + 98692)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] = (o15 + l96 < s3) ? (arena + 90500)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l97 = 0; l97 < 1; l97++) {
                                 for (long long l98 = 0; l98 < 1; l98++) {
-                                    for (long long l99 = 0; l99 < 64; l99++) {
+                                    for (long long l99 = 0; l99 < 128; l99++) {
                                         float a101 = 0e0f;
-                                        for (long long r100 = 0; r100 < 64; r100 += 1) a101 = a101 + (arena + 53444)[l97 * 4096 + l98 * 4096 + l99 * 64 + r100 * 1];
-                                        (arena + 57540)[l97 * 64 + l98 * 64 + l99] = a101;
+                                        for (long long r100 = 0; r100 < 64; r100 += 1) a101 = a101 + (arena + 98692)[l97 * 8192 + l98 * 8192 + l99 * 64 + r100 * 1];
+                                        (arena + 106884)[l97 * 128 + l98 * 128 + l99] = a101;
                                     }
                                 }
                             }
                             for (long long l102 = 0; l102 < 1; l102++) {
                                 for (long long l103 = 0; l103 < 1; l103++) {
-                                    for (long long l104 = 0; l104 < 64; l104++) {
-                                        (arena + 119880)[l102 * 64 + l103 * 64 + l104] = (arena + 119880)[l102 * 64 + l103 * 64 + l104] + (arena + 57540)[l102 * 64 + l103 * 64 + l104];
+                                    for (long long l104 = 0; l104 < 128; l104++) {
+                                        (arena + 223368)[l102 * 128 + l103 * 128 + l104] = (arena + 223368)[l102 * 128 + l103 * 128 + l104] + (arena + 106884)[l102 * 128 + l103 * 128 + l104];
                                     }
                                 }
                             }
                             for (long long l105 = 0; l105 < 1; l105++) {
                                 for (long long l106 = 0; l106 < 1; l106++) {
-                                    for (long long l107 = 0; l107 < 64; l107++) {
+                                    for (long long l107 = 0; l107 < 128; l107++) {
                                         for (long long l108 = 0; l108 < 64; l108++) {
-                                            (arena + 107464)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108] = (arena + 124104)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108];
+                                            (arena + 198536)[l105 * 8192 + l106 * 8192 + l107 * 64 + l108] = (arena + 231816)[l105 * 8192 + l106 * 8192 + l107 * 64 + l108];
                                         }
                                     }
                                 }
                             }
                             for (long long l109 = 0; l109 < 1; l109++) {
                                 for (long long l110 = 0; l110 < 1; l110++) {
-                                    for (long long l111 = 0; l111 < 64; l111++) {
+                                    for (long long l111 = 0; l111 < 128; l111++) {
                                         for (long long l112 = 0; l112 < 64; l112++) {
-                                            (arena + 111560)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112] = ((arena + 107464)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112] * (arena + 107272)[l109 * 64 + l110 * 64 + l111]);
+                                            (arena + 206728)[l109 * 8192 + l110 * 8192 + l111 * 64 + l112] = ((arena + 198536)[l109 * 8192 + l110 * 8192 + l111 * 64 + l112] * (arena + 198152)[l109 * 128 + l110 * 128 + l111]);
                                         }
                                     }
                                 }
                             }
                             for (long long l113 = 0; l113 < 1; l113++) {
                                 for (long long l114 = 0; l114 < 1; l114++) {
-                                    for (long long l115 = 0; l115 < 64; l115++) {
+                                    for (long long l115 = 0; l115 < 128; l115++) {
                                         for (long long l116 = 0; l116 < 64; l116++) {
-                                            (arena + 124104)[l113 * 4096 + l114 * 4096 + l115 * 64 + l116] = (arena + 111560)[l113 * 4096 + l114 * 4096 + l115 * 64 + l116];
+                                            (arena + 231816)[l113 * 8192 + l114 * 8192 + l115 * 64 + l116] = (arena + 206728)[l113 * 8192 + l114 * 8192 + l115 * 64 + l116];
                                         }
                                     }
                                 }
@@ -758,27 +758,27 @@ void dt_attention_64_bf16(const dt_args* args, long long first, long long last) 
                                 for (long long l118 = 0; l118 < 1; l118++) {
                                     for (long long l119 = 0; l119 < 64; l119++) {
                                         for (long long l120 = 0; l120 < 64; l120++) {
-                                            (arena + 90502)[l117 * 4096 + l118 * 4096 + l119 * 64 + l120] = (o1 + l117 < s0 && o2 + l118 < s1 && o15 + l120 < s3 && o4 + l119 < s4) ? dt_load_bf16(in2[(o1 + l117) * args->input_strides[2][0] + (o2 + l118) * args->input_strides[2][1] + (o15 + l120) * args->input_strides[2][2] + (o4 + l119) * args->input_strides[2][3]]) : 0e0f;
+                                            (arena + 168710)[l117 * 4096 + l118 * 4096 + l119 * 64 + l120] = (o1 + l117 < s0 && o2 + l118 < s1 && o15 + l120 < s3 && o4 + l119 < s4) ? dt_load_bf16(in2[(o1 + l117) * args->input_strides[2][0] + (o2 + l118) * args->input_strides[2][1] + (o15 + l120) * args->input_strides[2][2] + (o4 + l119) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l121 = 0; l121 < 1; l121++) {
                                 for (long long l122 = 0; l122 < 1; l122++) {
-                                    for (long long l123 = 0; l123 < 64; l123++) {
+                                    for (long long l123 = 0; l123 < 128; l123++) {
                                         for (long long l124 = 0; l124 < 64; l124++) {
                                             float a126 = 0.0f;
-                                            for (long long r125 = 0; r125 < 64; r125++) a126 += (arena + 53444)[l121 * 4096 + l122 * 4096 + l123 * 64 + r125 * 1] * (arena + 90502)[l121 * 4096 + l122 * 4096 + l124 * 64 + r125 * 1];
-                                            (arena + 94598)[l121 * 4096 + l122 * 4096 + l123 * 64 + l124] = a126;
+                                            for (long long r125 = 0; r125 < 64; r125++) a126 += (arena + 98692)[l121 * 8192 + l122 * 8192 + l123 * 64 + r125 * 1] * (arena + 168710)[l121 * 4096 + l122 * 4096 + l124 * 64 + r125 * 1];
+                                            (arena + 172806)[l121 * 8192 + l122 * 8192 + l123 * 64 + l124] = a126;
                                         }
                                     }
                                 }
                             }
                             for (long long l127 = 0; l127 < 1; l127++) {
                                 for (long long l128 = 0; l128 < 1; l128++) {
-                                    for (long long l129 = 0; l129 < 64; l129++) {
+                                    for (long long l129 = 0; l129 < 128; l129++) {
                                         for (long long l130 = 0; l130 < 64; l130++) {
-                                            (arena + 124104)[l127 * 4096 + l128 * 4096 + l129 * 64 + l130] = (arena + 124104)[l127 * 4096 + l128 * 4096 + l129 * 64 + l130] + (arena + 94598)[l127 * 4096 + l128 * 4096 + l129 * 64 + l130];
+                                            (arena + 231816)[l127 * 8192 + l128 * 8192 + l129 * 64 + l130] = (arena + 231816)[l127 * 8192 + l128 * 8192 + l129 * 64 + l130] + (arena + 172806)[l127 * 8192 + l128 * 8192 + l129 * 64 + l130];
                                         }
                                     }
                                 }
@@ -786,34 +786,34 @@ void dt_attention_64_bf16(const dt_args* args, long long first, long long last) 
                         }
                         for (long long l131 = 0; l131 < 1; l131++) {
                             for (long long l132 = 0; l132 < 1; l132++) {
-                                for (long long l133 = 0; l133 < 64; l133++) {
-                                    (arena + 57604)[l131 * 64 + l132 * 64 + l133] = (arena + 119880)[l131 * 64 + l132 * 64 + l133];
+                                for (long long l133 = 0; l133 < 128; l133++) {
+                                    (arena + 107012)[l131 * 128 + l132 * 128 + l133] = (arena + 223368)[l131 * 128 + l132 * 128 + l133];
                                 }
                             }
                         }
                         for (long long l134 = 0; l134 < 1; l134++) {
                             for (long long l135 = 0; l135 < 1; l135++) {
-                                for (long long l136 = 0; l136 < 64; l136++) {
+                                for (long long l136 = 0; l136 < 128; l136++) {
                                     for (long long l137 = 0; l137 < 64; l137++) {
-                                        (arena + 98694)[l134 * 4096 + l135 * 4096 + l136 * 64 + l137] = (arena + 124104)[l134 * 4096 + l135 * 4096 + l136 * 64 + l137];
+                                        (arena + 180998)[l134 * 8192 + l135 * 8192 + l136 * 64 + l137] = (arena + 231816)[l134 * 8192 + l135 * 8192 + l136 * 64 + l137];
                                     }
                                 }
                             }
                         }
                         for (long long l138 = 0; l138 < 1; l138++) {
                             for (long long l139 = 0; l139 < 1; l139++) {
-                                for (long long l140 = 0; l140 < 64; l140++) {
+                                for (long long l140 = 0; l140 < 128; l140++) {
                                     for (long long l141 = 0; l141 < 64; l141++) {
-                                        (arena + 102854)[l138 * 4096 + l139 * 4096 + l140 * 64 + l141] = ((arena + 98694)[l138 * 4096 + l139 * 4096 + l140 * 64 + l141] / (arena + 57604)[l138 * 64 + l139 * 64 + l140]);
+                                        (arena + 189318)[l138 * 8192 + l139 * 8192 + l140 * 64 + l141] = ((arena + 180998)[l138 * 8192 + l139 * 8192 + l140 * 64 + l141] / (arena + 107012)[l138 * 128 + l139 * 128 + l140]);
                                     }
                                 }
                             }
                         }
                         for (long long l142 = 0; l142 < 1; l142++) {
                             for (long long l143 = 0; l143 < 1; l143++) {
-                                for (long long l144 = 0; l144 < 64; l144++) {
+                                for (long long l144 = 0; l144 < 128; l144++) {
                                     for (long long l145 = 0; l145 < 64; l145++) {
-                                        if (o1 + l142 < s0 && o2 + l143 < s1 && o3 + l144 < s2 && o4 + l145 < s4) out[(o1 + l142) * args->output_strides[0] + (o2 + l143) * args->output_strides[1] + (o3 + l144) * args->output_strides[2] + (o4 + l145) * args->output_strides[3]] = dt_store_bf16((arena + 102854)[l142 * 4096 + l143 * 4096 + l144 * 64 + l145]);
+                                        if (o1 + l142 < s0 && o2 + l143 < s1 && o3 + l144 < s2 && o4 + l145 < s4) out[(o1 + l142) * args->output_strides[0] + (o2 + l143) * args->output_strides[1] + (o3 + l144) * args->output_strides[2] + (o4 + l145) * args->output_strides[3]] = dt_store_bf16((arena + 189318)[l142 * 8192 + l143 * 8192 + l144 * 64 + l145]);
                                     }
                                 }
                             }
@@ -826,7 +826,7 @@ void dt_attention_64_bf16(const dt_args* args, long long first, long long last) 
     free(arena);
 }
 
-/* kernel attention_causal_64 for f16: grid block(b:1, h:1, i:64, e:64) */
+/* kernel attention_causal_64 for f16: grid block(b:1, h:1, i:128, e:64) */
 void dt_attention_causal_64_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
@@ -838,15 +838,15 @@ void dt_attention_causal_64_f16(const dt_args* args, long long first, long long 
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* V */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention_causal_64 */
-    float* arena = (float*)malloc(sizeof(float) * 157262);
+    float* arena = (float*)malloc(sizeof(float) * 297934);
     if (!arena) return;
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 64));
+    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 64));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
         (void)rest;
         const long long n3 = (long long)(dt_cdiv(s4, 64));
         const long long g3 = rest % n3; rest /= n3;
-        const long long n2 = (long long)(dt_cdiv(s2, 64));
+        const long long n2 = (long long)(dt_cdiv(s2, 128));
         const long long g2 = rest % n2; rest /= n2;
         const long long n1 = (long long)(dt_cdiv(s1, 1));
         const long long g1 = rest % n1; rest /= n1;
@@ -857,29 +857,29 @@ void dt_attention_causal_64_f16(const dt_args* args, long long first, long long 
         const long long b1 = g1; /* block index along h */
         if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
         const long long b2 = g2; /* block index along i */
-        if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
+        if (b2 >= dt_cdiv(s2, 128)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 64)) continue; /* past the end of a short group */
-        (arena + 20608)[0] = (float)s5;
-        (arena + 20609)[0] = dt_rsqrt((arena + 20608)[0]);
-        (arena + 24706)[0] = INFINITY;
-        (arena + 24707)[0] = (-(arena + 24706)[0]);
-        (arena + 132044)[0] = (-INFINITY);
-        (arena + 132045)[0] = 0e0f;
+        (arena + 37056)[0] = (float)s5;
+        (arena + 37057)[0] = dt_rsqrt((arena + 37056)[0]);
+        (arena + 45250)[0] = INFINITY;
+        (arena + 45251)[0] = (-(arena + 45250)[0]);
+        (arena + 247500)[0] = (-INFINITY);
+        (arena + 247501)[0] = 0e0f;
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
             for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-                /* block(i:64) attention_causal_64.tensorize(i:0) */
-                for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+                /* block(i:128) attention_causal_64.tensorize(i:0) */
+                for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                     /* block(e:64) attention_causal_64.tensorize(e:0) */
                     for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
                         /* rdot accumulator */
                         for (long long l5 = 0; l5 < 1; l5++) {
                             for (long long l6 = 0; l6 < 1; l6++) {
-                                for (long long l7 = 0; l7 < 64; l7++) {
+                                for (long long l7 = 0; l7 < 128; l7++) {
                                     for (long long l8 = 0; l8 < 64; l8++) {
-                                        (arena + 149070)[l5 * 4096 + l6 * 4096 + l7 * 64 + l8] = 0e0f;
+                                        (arena + 281550)[l5 * 8192 + l6 * 8192 + l7 * 64 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -887,47 +887,47 @@ void dt_attention_causal_64_f16(const dt_args* args, long long first, long long 
                         /* rsum identity */
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
-                                for (long long l11 = 0; l11 < 64; l11++) {
-                                    (arena + 144846)[l9 * 64 + l10 * 64 + l11] = 0e0f;
+                                for (long long l11 = 0; l11 < 128; l11++) {
+                                    (arena + 273102)[l9 * 128 + l10 * 128 + l11] = 0e0f;
                                 }
                             }
                         }
                         /* rmax identity */
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
-                                for (long long l14 = 0; l14 < 64; l14++) {
-                                    (arena + 140622)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
+                                for (long long l14 = 0; l14 < 128; l14++) {
+                                    (arena + 264654)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
                                 }
                             }
                         }
                         /* rmax attention_causal_64.tensorize(j:64) num_stages(3) + rsum attention_causal_64.tensorize(j:64) num_stages(3) + rdot attention_causal_64.tensorize(j:64) num_stages(3), online */
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
                             for (long long l16 = 0; l16 < 64; l16++) {
                                 (arena + 0)[l16] = (float)(o15 + l16);
                             }
-                            for (long long l17 = 0; l17 < 64; l17++) {
+                            for (long long l17 = 0; l17 < 128; l17++) {
                                 (arena + 64)[l17] = (float)(o3 + l17);
                             }
-                            for (long long l18 = 0; l18 < 64; l18++) {
+                            for (long long l18 = 0; l18 < 128; l18++) {
                                 for (long long l19 = 0; l19 < 64; l19++) {
-                                    (arena + 128)[l18 * 64 + l19] = (((arena + 0)[l19]) <= ((arena + 64)[l18]) ? 1.0f : 0.0f);
+                                    (arena + 192)[l18 * 64 + l19] = (((arena + 0)[l19]) <= ((arena + 64)[l18]) ? 1.0f : 0.0f);
                                 }
                             }
                             /* rdot accumulator */
                             for (long long l20 = 0; l20 < 1; l20++) {
                                 for (long long l21 = 0; l21 < 1; l21++) {
-                                    for (long long l22 = 0; l22 < 64; l22++) {
+                                    for (long long l22 = 0; l22 < 128; l22++) {
                                         for (long long l23 = 0; l23 < 64; l23++) {
-                                            (arena + 140686)[l20 * 4096 + l21 * 4096 + l22 * 64 + l23] = 0e0f;
+                                            (arena + 264782)[l20 * 8192 + l21 * 8192 + l22 * 64 + l23] = 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l24 = 0; l24 < 1; l24++) {
                                 for (long long l25 = 0; l25 < 1; l25++) {
-                                    for (long long l26 = 0; l26 < 64; l26++) {
+                                    for (long long l26 = 0; l26 < 128; l26++) {
                                         for (long long l27 = 0; l27 < 64; l27++) {
-                                            (arena + 4224)[l24 * 4096 + l25 * 4096 + l26 * 64 + l27] = (o1 + l24 < s0 && o2 + l25 < s1 && o3 + l26 < s2 && 0 + l27 < s5) ? dt_load_f16(in0[(o1 + l24) * args->input_strides[0][0] + (o2 + l25) * args->input_strides[0][1] + (o3 + l26) * args->input_strides[0][2] + (0 + l27) * args->input_strides[0][3]]) : 0e0f;
+                                            (arena + 8384)[l24 * 8192 + l25 * 8192 + l26 * 64 + l27] = (o1 + l24 < s0 && o2 + l25 < s1 && o3 + l26 < s2 && 0 + l27 < s5) ? dt_load_f16(in0[(o1 + l24) * args->input_strides[0][0] + (o2 + l25) * args->input_strides[0][1] + (o3 + l26) * args->input_strides[0][2] + (0 + l27) * args->input_strides[0][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -936,212 +936,212 @@ void dt_attention_causal_64_f16(const dt_args* args, long long first, long long 
                                 for (long long l29 = 0; l29 < 1; l29++) {
                                     for (long long l30 = 0; l30 < 64; l30++) {
                                         for (long long l31 = 0; l31 < 64; l31++) {
-                                            (arena + 8320)[l28 * 4096 + l29 * 4096 + l30 * 64 + l31] = (o1 + l28 < s0 && o2 + l29 < s1 && o15 + l30 < s3 && 0 + l31 < s5) ? dt_load_f16(in1[(o1 + l28) * args->input_strides[1][0] + (o2 + l29) * args->input_strides[1][1] + (o15 + l30) * args->input_strides[1][2] + (0 + l31) * args->input_strides[1][3]]) : 0e0f;
+                                            (arena + 16576)[l28 * 4096 + l29 * 4096 + l30 * 64 + l31] = (o1 + l28 < s0 && o2 + l29 < s1 && o15 + l30 < s3 && 0 + l31 < s5) ? dt_load_f16(in1[(o1 + l28) * args->input_strides[1][0] + (o2 + l29) * args->input_strides[1][1] + (o15 + l30) * args->input_strides[1][2] + (0 + l31) * args->input_strides[1][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l32 = 0; l32 < 1; l32++) {
                                 for (long long l33 = 0; l33 < 1; l33++) {
-                                    for (long long l34 = 0; l34 < 64; l34++) {
+                                    for (long long l34 = 0; l34 < 128; l34++) {
                                         for (long long l35 = 0; l35 < 64; l35++) {
                                             float a37 = 0.0f;
-                                            for (long long r36 = 0; r36 < 64; r36++) a37 += (arena + 4224)[l32 * 4096 + l33 * 4096 + l34 * 64 + r36 * 1] * (arena + 8320)[l32 * 4096 + l33 * 4096 + l35 * 64 + r36 * 1];
-                                            (arena + 12416)[l32 * 4096 + l33 * 4096 + l34 * 64 + l35] = a37;
+                                            for (long long r36 = 0; r36 < 64; r36++) a37 += (arena + 8384)[l32 * 8192 + l33 * 8192 + l34 * 64 + r36 * 1] * (arena + 16576)[l32 * 4096 + l33 * 4096 + l35 * 64 + r36 * 1];
+                                            (arena + 20672)[l32 * 8192 + l33 * 8192 + l34 * 64 + l35] = a37;
                                         }
                                     }
                                 }
                             }
                             for (long long l38 = 0; l38 < 1; l38++) {
                                 for (long long l39 = 0; l39 < 1; l39++) {
-                                    for (long long l40 = 0; l40 < 64; l40++) {
+                                    for (long long l40 = 0; l40 < 128; l40++) {
                                         for (long long l41 = 0; l41 < 64; l41++) {
-                                            (arena + 140686)[l38 * 4096 + l39 * 4096 + l40 * 64 + l41] = (arena + 140686)[l38 * 4096 + l39 * 4096 + l40 * 64 + l41] + (arena + 12416)[l38 * 4096 + l39 * 4096 + l40 * 64 + l41];
+                                            (arena + 264782)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 264782)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] + (arena + 20672)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
                                         }
                                     }
                                 }
                             }
                             for (long long l42 = 0; l42 < 1; l42++) {
                                 for (long long l43 = 0; l43 < 1; l43++) {
-                                    for (long long l44 = 0; l44 < 64; l44++) {
+                                    for (long long l44 = 0; l44 < 128; l44++) {
                                         for (long long l45 = 0; l45 < 64; l45++) {
-                                            (arena + 16512)[l42 * 4096 + l43 * 4096 + l44 * 64 + l45] = (arena + 140686)[l42 * 4096 + l43 * 4096 + l44 * 64 + l45];
+                                            (arena + 28864)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = (arena + 264782)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45];
                                         }
                                     }
                                 }
                             }
                             for (long long l46 = 0; l46 < 1; l46++) {
                                 for (long long l47 = 0; l47 < 1; l47++) {
-                                    for (long long l48 = 0; l48 < 64; l48++) {
+                                    for (long long l48 = 0; l48 < 128; l48++) {
                                         for (long long l49 = 0; l49 < 64; l49++) {
-                                            (arena + 20610)[l46 * 4096 + l47 * 4096 + l48 * 64 + l49] = ((arena + 16512)[l46 * 4096 + l47 * 4096 + l48 * 64 + l49] * (arena + 20609)[0]);
+                                            (arena + 37058)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] = ((arena + 28864)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] * (arena + 37057)[0]);
                                         }
                                     }
                                 }
                             }
                             for (long long l50 = 0; l50 < 1; l50++) {
                                 for (long long l51 = 0; l51 < 1; l51++) {
-                                    for (long long l52 = 0; l52 < 64; l52++) {
+                                    for (long long l52 = 0; l52 < 128; l52++) {
                                         for (long long l53 = 0; l53 < 64; l53++) {
-                                            (arena + 24708)[l50 * 4096 + l51 * 4096 + l52 * 64 + l53] = (arena + 128)[l52 * 64 + l53] != 0.0f ? (arena + 20610)[l50 * 4096 + l51 * 4096 + l52 * 64 + l53] : (arena + 24707)[0];
+                                            (arena + 45252)[l50 * 8192 + l51 * 8192 + l52 * 64 + l53] = (arena + 192)[l52 * 64 + l53] != 0.0f ? (arena + 37058)[l50 * 8192 + l51 * 8192 + l52 * 64 + l53] : (arena + 45251)[0];
                                         }
                                     }
                                 }
                             }
                             for (long long l54 = 0; l54 < 1; l54++) {
                                 for (long long l55 = 0; l55 < 1; l55++) {
-                                    for (long long l56 = 0; l56 < 64; l56++) {
+                                    for (long long l56 = 0; l56 < 128; l56++) {
                                         for (long long l57 = 0; l57 < 64; l57++) {
-                                            (arena + 28804)[l54 * 4096 + l55 * 4096 + l56 * 64 + l57] = (o15 + l57 < s3) ? (arena + 24708)[l54 * 4096 + l55 * 4096 + l56 * 64 + l57] : (-INFINITY);
+                                            (arena + 53444)[l54 * 8192 + l55 * 8192 + l56 * 64 + l57] = (o15 + l57 < s3) ? (arena + 45252)[l54 * 8192 + l55 * 8192 + l56 * 64 + l57] : (-INFINITY);
                                         }
                                     }
                                 }
                             }
                             for (long long l58 = 0; l58 < 1; l58++) {
                                 for (long long l59 = 0; l59 < 1; l59++) {
-                                    for (long long l60 = 0; l60 < 64; l60++) {
+                                    for (long long l60 = 0; l60 < 128; l60++) {
                                         float a62 = (-INFINITY);
-                                        for (long long r61 = 0; r61 < 64; r61 += 1) a62 = fmaxf(a62, (arena + 28804)[l58 * 4096 + l59 * 4096 + l60 * 64 + r61 * 1]);
-                                        (arena + 32900)[l58 * 64 + l59 * 64 + l60] = a62;
+                                        for (long long r61 = 0; r61 < 64; r61 += 1) a62 = fmaxf(a62, (arena + 53444)[l58 * 8192 + l59 * 8192 + l60 * 64 + r61 * 1]);
+                                        (arena + 61636)[l58 * 128 + l59 * 128 + l60] = a62;
                                     }
                                 }
                             }
                             for (long long l63 = 0; l63 < 1; l63++) {
                                 for (long long l64 = 0; l64 < 1; l64++) {
-                                    for (long long l65 = 0; l65 < 64; l65++) {
-                                        (arena + 131916)[l63 * 64 + l64 * 64 + l65] = (arena + 140622)[l63 * 64 + l64 * 64 + l65];
+                                    for (long long l65 = 0; l65 < 128; l65++) {
+                                        (arena + 247244)[l63 * 128 + l64 * 128 + l65] = (arena + 264654)[l63 * 128 + l64 * 128 + l65];
                                     }
                                 }
                             }
                             for (long long l66 = 0; l66 < 1; l66++) {
                                 for (long long l67 = 0; l67 < 1; l67++) {
-                                    for (long long l68 = 0; l68 < 64; l68++) {
-                                        (arena + 140622)[l66 * 64 + l67 * 64 + l68] = fmaxf((arena + 140622)[l66 * 64 + l67 * 64 + l68], (arena + 32900)[l66 * 64 + l67 * 64 + l68]);
+                                    for (long long l68 = 0; l68 < 128; l68++) {
+                                        (arena + 264654)[l66 * 128 + l67 * 128 + l68] = fmaxf((arena + 264654)[l66 * 128 + l67 * 128 + l68], (arena + 61636)[l66 * 128 + l67 * 128 + l68]);
                                     }
                                 }
                             }
                             for (long long l69 = 0; l69 < 1; l69++) {
                                 for (long long l70 = 0; l70 < 1; l70++) {
-                                    for (long long l71 = 0; l71 < 64; l71++) {
-                                        (arena + 131980)[l69 * 64 + l70 * 64 + l71] = (arena + 140622)[l69 * 64 + l70 * 64 + l71];
+                                    for (long long l71 = 0; l71 < 128; l71++) {
+                                        (arena + 247372)[l69 * 128 + l70 * 128 + l71] = (arena + 264654)[l69 * 128 + l70 * 128 + l71];
                                     }
                                 }
                             }
                             for (long long l72 = 0; l72 < 1; l72++) {
                                 for (long long l73 = 0; l73 < 1; l73++) {
-                                    for (long long l74 = 0; l74 < 64; l74++) {
-                                        (arena + 132046)[l72 * 64 + l73 * 64 + l74] = (((arena + 131980)[l72 * 64 + l73 * 64 + l74]) == ((arena + 132044)[0]) ? 1.0f : 0.0f);
+                                    for (long long l74 = 0; l74 < 128; l74++) {
+                                        (arena + 247502)[l72 * 128 + l73 * 128 + l74] = (((arena + 247372)[l72 * 128 + l73 * 128 + l74]) == ((arena + 247500)[0]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l75 = 0; l75 < 1; l75++) {
                                 for (long long l76 = 0; l76 < 1; l76++) {
-                                    for (long long l77 = 0; l77 < 64; l77++) {
-                                        (arena + 132110)[l75 * 64 + l76 * 64 + l77] = (arena + 132046)[l75 * 64 + l76 * 64 + l77] != 0.0f ? (arena + 132045)[0] : (arena + 131980)[l75 * 64 + l76 * 64 + l77];
+                                    for (long long l77 = 0; l77 < 128; l77++) {
+                                        (arena + 247630)[l75 * 128 + l76 * 128 + l77] = (arena + 247502)[l75 * 128 + l76 * 128 + l77] != 0.0f ? (arena + 247501)[0] : (arena + 247372)[l75 * 128 + l76 * 128 + l77];
                                     }
                                 }
                             }
                             for (long long l78 = 0; l78 < 1; l78++) {
                                 for (long long l79 = 0; l79 < 1; l79++) {
-                                    for (long long l80 = 0; l80 < 64; l80++) {
-                                        (arena + 132174)[l78 * 64 + l79 * 64 + l80] = ((arena + 131916)[l78 * 64 + l79 * 64 + l80] - (arena + 132110)[l78 * 64 + l79 * 64 + l80]);
+                                    for (long long l80 = 0; l80 < 128; l80++) {
+                                        (arena + 247758)[l78 * 128 + l79 * 128 + l80] = ((arena + 247244)[l78 * 128 + l79 * 128 + l80] - (arena + 247630)[l78 * 128 + l79 * 128 + l80]);
                                     }
                                 }
                             }
                             for (long long l81 = 0; l81 < 1; l81++) {
                                 for (long long l82 = 0; l82 < 1; l82++) {
-                                    for (long long l83 = 0; l83 < 64; l83++) {
-                                        (arena + 132238)[l81 * 64 + l82 * 64 + l83] = expf((arena + 132174)[l81 * 64 + l82 * 64 + l83]);
+                                    for (long long l83 = 0; l83 < 128; l83++) {
+                                        (arena + 247886)[l81 * 128 + l82 * 128 + l83] = expf((arena + 247758)[l81 * 128 + l82 * 128 + l83]);
                                     }
                                 }
                             }
                             for (long long l84 = 0; l84 < 1; l84++) {
                                 for (long long l85 = 0; l85 < 1; l85++) {
-                                    for (long long l86 = 0; l86 < 64; l86++) {
-                                        (arena + 132302)[l84 * 64 + l85 * 64 + l86] = (arena + 144846)[l84 * 64 + l85 * 64 + l86];
+                                    for (long long l86 = 0; l86 < 128; l86++) {
+                                        (arena + 248014)[l84 * 128 + l85 * 128 + l86] = (arena + 273102)[l84 * 128 + l85 * 128 + l86];
                                     }
                                 }
                             }
                             for (long long l87 = 0; l87 < 1; l87++) {
                                 for (long long l88 = 0; l88 < 1; l88++) {
-                                    for (long long l89 = 0; l89 < 64; l89++) {
-                                        (arena + 132366)[l87 * 64 + l88 * 64 + l89] = ((arena + 132302)[l87 * 64 + l88 * 64 + l89] * (arena + 132238)[l87 * 64 + l88 * 64 + l89]);
+                                    for (long long l89 = 0; l89 < 128; l89++) {
+                                        (arena + 248142)[l87 * 128 + l88 * 128 + l89] = ((arena + 248014)[l87 * 128 + l88 * 128 + l89] * (arena + 247886)[l87 * 128 + l88 * 128 + l89]);
                                     }
                                 }
                             }
                             for (long long l90 = 0; l90 < 1; l90++) {
                                 for (long long l91 = 0; l91 < 1; l91++) {
-                                    for (long long l92 = 0; l92 < 64; l92++) {
-                                        (arena + 144846)[l90 * 64 + l91 * 64 + l92] = (arena + 132366)[l90 * 64 + l91 * 64 + l92];
+                                    for (long long l92 = 0; l92 < 128; l92++) {
+                                        (arena + 273102)[l90 * 128 + l91 * 128 + l92] = (arena + 248142)[l90 * 128 + l91 * 128 + l92];
                                     }
                                 }
                             }
                             for (long long l93 = 0; l93 < 1; l93++) {
                                 for (long long l94 = 0; l94 < 1; l94++) {
-                                    for (long long l95 = 0; l95 < 64; l95++) {
+                                    for (long long l95 = 0; l95 < 128; l95++) {
                                         for (long long l96 = 0; l96 < 64; l96++) {
-                                            (arena + 61896)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] = ((arena + 24708)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] - (arena + 132110)[l93 * 64 + l94 * 64 + l95]);
+                                            (arena + 115464)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] = ((arena + 45252)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] - (arena + 247630)[l93 * 128 + l94 * 128 + l95]);
                                         }
                                     }
                                 }
                             }
                             for (long long l97 = 0; l97 < 1; l97++) {
                                 for (long long l98 = 0; l98 < 1; l98++) {
-                                    for (long long l99 = 0; l99 < 64; l99++) {
+                                    for (long long l99 = 0; l99 < 128; l99++) {
                                         for (long long l100 = 0; l100 < 64; l100++) {
-                                            (arena + 65992)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100] = expf((arena + 61896)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100]);
+                                            (arena + 123656)[l97 * 8192 + l98 * 8192 + l99 * 64 + l100] = expf((arena + 115464)[l97 * 8192 + l98 * 8192 + l99 * 64 + l100]);
                                         }
                                     }
                                 }
                             }
                             for (long long l101 = 0; l101 < 1; l101++) {
                                 for (long long l102 = 0; l102 < 1; l102++) {
-                                    for (long long l103 = 0; l103 < 64; l103++) {
+                                    for (long long l103 = 0; l103 < 128; l103++) {
                                         for (long long l104 = 0; l104 < 64; l104++) {
-                                            (arena + 70088)[l101 * 4096 + l102 * 4096 + l103 * 64 + l104] = (o15 + l104 < s3) ? (arena + 65992)[l101 * 4096 + l102 * 4096 + l103 * 64 + l104] : 0e0f;
+                                            (arena + 131848)[l101 * 8192 + l102 * 8192 + l103 * 64 + l104] = (o15 + l104 < s3) ? (arena + 123656)[l101 * 8192 + l102 * 8192 + l103 * 64 + l104] : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l105 = 0; l105 < 1; l105++) {
                                 for (long long l106 = 0; l106 < 1; l106++) {
-                                    for (long long l107 = 0; l107 < 64; l107++) {
+                                    for (long long l107 = 0; l107 < 128; l107++) {
                                         float a109 = 0e0f;
-                                        for (long long r108 = 0; r108 < 64; r108 += 1) a109 = a109 + (arena + 70088)[l105 * 4096 + l106 * 4096 + l107 * 64 + r108 * 1];
-                                        (arena + 74184)[l105 * 64 + l106 * 64 + l107] = a109;
+                                        for (long long r108 = 0; r108 < 64; r108 += 1) a109 = a109 + (arena + 131848)[l105 * 8192 + l106 * 8192 + l107 * 64 + r108 * 1];
+                                        (arena + 140040)[l105 * 128 + l106 * 128 + l107] = a109;
                                     }
                                 }
                             }
                             for (long long l110 = 0; l110 < 1; l110++) {
                                 for (long long l111 = 0; l111 < 1; l111++) {
-                                    for (long long l112 = 0; l112 < 64; l112++) {
-                                        (arena + 144846)[l110 * 64 + l111 * 64 + l112] = (arena + 144846)[l110 * 64 + l111 * 64 + l112] + (arena + 74184)[l110 * 64 + l111 * 64 + l112];
+                                    for (long long l112 = 0; l112 < 128; l112++) {
+                                        (arena + 273102)[l110 * 128 + l111 * 128 + l112] = (arena + 273102)[l110 * 128 + l111 * 128 + l112] + (arena + 140040)[l110 * 128 + l111 * 128 + l112];
                                     }
                                 }
                             }
                             for (long long l113 = 0; l113 < 1; l113++) {
                                 for (long long l114 = 0; l114 < 1; l114++) {
-                                    for (long long l115 = 0; l115 < 64; l115++) {
+                                    for (long long l115 = 0; l115 < 128; l115++) {
                                         for (long long l116 = 0; l116 < 64; l116++) {
-                                            (arena + 132430)[l113 * 4096 + l114 * 4096 + l115 * 64 + l116] = (arena + 149070)[l113 * 4096 + l114 * 4096 + l115 * 64 + l116];
+                                            (arena + 248270)[l113 * 8192 + l114 * 8192 + l115 * 64 + l116] = (arena + 281550)[l113 * 8192 + l114 * 8192 + l115 * 64 + l116];
                                         }
                                     }
                                 }
                             }
                             for (long long l117 = 0; l117 < 1; l117++) {
                                 for (long long l118 = 0; l118 < 1; l118++) {
-                                    for (long long l119 = 0; l119 < 64; l119++) {
+                                    for (long long l119 = 0; l119 < 128; l119++) {
                                         for (long long l120 = 0; l120 < 64; l120++) {
-                                            (arena + 136526)[l117 * 4096 + l118 * 4096 + l119 * 64 + l120] = ((arena + 132430)[l117 * 4096 + l118 * 4096 + l119 * 64 + l120] * (arena + 132238)[l117 * 64 + l118 * 64 + l119]);
+                                            (arena + 256462)[l117 * 8192 + l118 * 8192 + l119 * 64 + l120] = ((arena + 248270)[l117 * 8192 + l118 * 8192 + l119 * 64 + l120] * (arena + 247886)[l117 * 128 + l118 * 128 + l119]);
                                         }
                                     }
                                 }
                             }
                             for (long long l121 = 0; l121 < 1; l121++) {
                                 for (long long l122 = 0; l122 < 1; l122++) {
-                                    for (long long l123 = 0; l123 < 64; l123++) {
+                                    for (long long l123 = 0; l123 < 128; l123++) {
                                         for (long long l124 = 0; l124 < 64; l124++) {
-                                            (arena + 149070)[l121 * 4096 + l122 * 4096 + l123 * 64 + l124] = (arena + 136526)[l121 * 4096 + l122 * 4096 + l123 * 64 + l124];
+                                            (arena + 281550)[l121 * 8192 + l122 * 8192 + l123 * 64 + l124] = (arena + 256462)[l121 * 8192 + l122 * 8192 + l123 * 64 + l124];
                                         }
                                     }
                                 }
@@ -1150,27 +1150,27 @@ void dt_attention_causal_64_f16(const dt_args* args, long long first, long long 
                                 for (long long l126 = 0; l126 < 1; l126++) {
                                     for (long long l127 = 0; l127 < 64; l127++) {
                                         for (long long l128 = 0; l128 < 64; l128++) {
-                                            (arena + 115468)[l125 * 4096 + l126 * 4096 + l127 * 64 + l128] = (o1 + l125 < s0 && o2 + l126 < s1 && o15 + l128 < s3 && o4 + l127 < s4) ? dt_load_f16(in2[(o1 + l125) * args->input_strides[2][0] + (o2 + l126) * args->input_strides[2][1] + (o15 + l128) * args->input_strides[2][2] + (o4 + l127) * args->input_strides[2][3]]) : 0e0f;
+                                            (arena + 218444)[l125 * 4096 + l126 * 4096 + l127 * 64 + l128] = (o1 + l125 < s0 && o2 + l126 < s1 && o15 + l128 < s3 && o4 + l127 < s4) ? dt_load_f16(in2[(o1 + l125) * args->input_strides[2][0] + (o2 + l126) * args->input_strides[2][1] + (o15 + l128) * args->input_strides[2][2] + (o4 + l127) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l129 = 0; l129 < 1; l129++) {
                                 for (long long l130 = 0; l130 < 1; l130++) {
-                                    for (long long l131 = 0; l131 < 64; l131++) {
+                                    for (long long l131 = 0; l131 < 128; l131++) {
                                         for (long long l132 = 0; l132 < 64; l132++) {
                                             float a134 = 0.0f;
-                                            for (long long r133 = 0; r133 < 64; r133++) a134 += (arena + 70088)[l129 * 4096 + l130 * 4096 + l131 * 64 + r133 * 1] * (arena + 115468)[l129 * 4096 + l130 * 4096 + l132 * 64 + r133 * 1];
-                                            (arena + 119564)[l129 * 4096 + l130 * 4096 + l131 * 64 + l132] = a134;
+                                            for (long long r133 = 0; r133 < 64; r133++) a134 += (arena + 131848)[l129 * 8192 + l130 * 8192 + l131 * 64 + r133 * 1] * (arena + 218444)[l129 * 4096 + l130 * 4096 + l132 * 64 + r133 * 1];
+                                            (arena + 222540)[l129 * 8192 + l130 * 8192 + l131 * 64 + l132] = a134;
                                         }
                                     }
                                 }
                             }
                             for (long long l135 = 0; l135 < 1; l135++) {
                                 for (long long l136 = 0; l136 < 1; l136++) {
-                                    for (long long l137 = 0; l137 < 64; l137++) {
+                                    for (long long l137 = 0; l137 < 128; l137++) {
                                         for (long long l138 = 0; l138 < 64; l138++) {
-                                            (arena + 149070)[l135 * 4096 + l136 * 4096 + l137 * 64 + l138] = (arena + 149070)[l135 * 4096 + l136 * 4096 + l137 * 64 + l138] + (arena + 119564)[l135 * 4096 + l136 * 4096 + l137 * 64 + l138];
+                                            (arena + 281550)[l135 * 8192 + l136 * 8192 + l137 * 64 + l138] = (arena + 281550)[l135 * 8192 + l136 * 8192 + l137 * 64 + l138] + (arena + 222540)[l135 * 8192 + l136 * 8192 + l137 * 64 + l138];
                                         }
                                     }
                                 }
@@ -1178,34 +1178,34 @@ void dt_attention_causal_64_f16(const dt_args* args, long long first, long long 
                         }
                         for (long long l139 = 0; l139 < 1; l139++) {
                             for (long long l140 = 0; l140 < 1; l140++) {
-                                for (long long l141 = 0; l141 < 64; l141++) {
-                                    (arena + 74248)[l139 * 64 + l140 * 64 + l141] = (arena + 144846)[l139 * 64 + l140 * 64 + l141];
+                                for (long long l141 = 0; l141 < 128; l141++) {
+                                    (arena + 140168)[l139 * 128 + l140 * 128 + l141] = (arena + 273102)[l139 * 128 + l140 * 128 + l141];
                                 }
                             }
                         }
                         for (long long l142 = 0; l142 < 1; l142++) {
                             for (long long l143 = 0; l143 < 1; l143++) {
-                                for (long long l144 = 0; l144 < 64; l144++) {
+                                for (long long l144 = 0; l144 < 128; l144++) {
                                     for (long long l145 = 0; l145 < 64; l145++) {
-                                        (arena + 123660)[l142 * 4096 + l143 * 4096 + l144 * 64 + l145] = (arena + 149070)[l142 * 4096 + l143 * 4096 + l144 * 64 + l145];
+                                        (arena + 230732)[l142 * 8192 + l143 * 8192 + l144 * 64 + l145] = (arena + 281550)[l142 * 8192 + l143 * 8192 + l144 * 64 + l145];
                                     }
                                 }
                             }
                         }
                         for (long long l146 = 0; l146 < 1; l146++) {
                             for (long long l147 = 0; l147 < 1; l147++) {
-                                for (long long l148 = 0; l148 < 64; l148++) {
+                                for (long long l148 = 0; l148 < 128; l148++) {
                                     for (long long l149 = 0; l149 < 64; l149++) {
-                                        (arena + 127820)[l146 * 4096 + l147 * 4096 + l148 * 64 + l149] = ((arena + 123660)[l146 * 4096 + l147 * 4096 + l148 * 64 + l149] / (arena + 74248)[l146 * 64 + l147 * 64 + l148]);
+                                        (arena + 239052)[l146 * 8192 + l147 * 8192 + l148 * 64 + l149] = ((arena + 230732)[l146 * 8192 + l147 * 8192 + l148 * 64 + l149] / (arena + 140168)[l146 * 128 + l147 * 128 + l148]);
                                     }
                                 }
                             }
                         }
                         for (long long l150 = 0; l150 < 1; l150++) {
                             for (long long l151 = 0; l151 < 1; l151++) {
-                                for (long long l152 = 0; l152 < 64; l152++) {
+                                for (long long l152 = 0; l152 < 128; l152++) {
                                     for (long long l153 = 0; l153 < 64; l153++) {
-                                        if (o1 + l150 < s0 && o2 + l151 < s1 && o3 + l152 < s2 && o4 + l153 < s4) out[(o1 + l150) * args->output_strides[0] + (o2 + l151) * args->output_strides[1] + (o3 + l152) * args->output_strides[2] + (o4 + l153) * args->output_strides[3]] = dt_store_f16((arena + 127820)[l150 * 4096 + l151 * 4096 + l152 * 64 + l153]);
+                                        if (o1 + l150 < s0 && o2 + l151 < s1 && o3 + l152 < s2 && o4 + l153 < s4) out[(o1 + l150) * args->output_strides[0] + (o2 + l151) * args->output_strides[1] + (o3 + l152) * args->output_strides[2] + (o4 + l153) * args->output_strides[3]] = dt_store_f16((arena + 239052)[l150 * 8192 + l151 * 8192 + l152 * 64 + l153]);
                                     }
                                 }
                             }
@@ -1218,7 +1218,7 @@ void dt_attention_causal_64_f16(const dt_args* args, long long first, long long 
     free(arena);
 }
 
-/* kernel attention_causal_64 for bf16: grid block(b:1, h:1, i:64, e:64) */
+/* kernel attention_causal_64 for bf16: grid block(b:1, h:1, i:128, e:64) */
 void dt_attention_causal_64_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
@@ -1230,15 +1230,15 @@ void dt_attention_causal_64_bf16(const dt_args* args, long long first, long long
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* V */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention_causal_64 */
-    float* arena = (float*)malloc(sizeof(float) * 157262);
+    float* arena = (float*)malloc(sizeof(float) * 297934);
     if (!arena) return;
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 64));
+    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 64));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
         (void)rest;
         const long long n3 = (long long)(dt_cdiv(s4, 64));
         const long long g3 = rest % n3; rest /= n3;
-        const long long n2 = (long long)(dt_cdiv(s2, 64));
+        const long long n2 = (long long)(dt_cdiv(s2, 128));
         const long long g2 = rest % n2; rest /= n2;
         const long long n1 = (long long)(dt_cdiv(s1, 1));
         const long long g1 = rest % n1; rest /= n1;
@@ -1249,29 +1249,29 @@ void dt_attention_causal_64_bf16(const dt_args* args, long long first, long long
         const long long b1 = g1; /* block index along h */
         if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
         const long long b2 = g2; /* block index along i */
-        if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
+        if (b2 >= dt_cdiv(s2, 128)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 64)) continue; /* past the end of a short group */
-        (arena + 20608)[0] = (float)s5;
-        (arena + 20609)[0] = dt_rsqrt((arena + 20608)[0]);
-        (arena + 24706)[0] = INFINITY;
-        (arena + 24707)[0] = (-(arena + 24706)[0]);
-        (arena + 132044)[0] = (-INFINITY);
-        (arena + 132045)[0] = 0e0f;
+        (arena + 37056)[0] = (float)s5;
+        (arena + 37057)[0] = dt_rsqrt((arena + 37056)[0]);
+        (arena + 45250)[0] = INFINITY;
+        (arena + 45251)[0] = (-(arena + 45250)[0]);
+        (arena + 247500)[0] = (-INFINITY);
+        (arena + 247501)[0] = 0e0f;
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
             for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-                /* block(i:64) attention_causal_64.tensorize(i:0) */
-                for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+                /* block(i:128) attention_causal_64.tensorize(i:0) */
+                for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                     /* block(e:64) attention_causal_64.tensorize(e:0) */
                     for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
                         /* rdot accumulator */
                         for (long long l5 = 0; l5 < 1; l5++) {
                             for (long long l6 = 0; l6 < 1; l6++) {
-                                for (long long l7 = 0; l7 < 64; l7++) {
+                                for (long long l7 = 0; l7 < 128; l7++) {
                                     for (long long l8 = 0; l8 < 64; l8++) {
-                                        (arena + 149070)[l5 * 4096 + l6 * 4096 + l7 * 64 + l8] = 0e0f;
+                                        (arena + 281550)[l5 * 8192 + l6 * 8192 + l7 * 64 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -1279,47 +1279,47 @@ void dt_attention_causal_64_bf16(const dt_args* args, long long first, long long
                         /* rsum identity */
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
-                                for (long long l11 = 0; l11 < 64; l11++) {
-                                    (arena + 144846)[l9 * 64 + l10 * 64 + l11] = 0e0f;
+                                for (long long l11 = 0; l11 < 128; l11++) {
+                                    (arena + 273102)[l9 * 128 + l10 * 128 + l11] = 0e0f;
                                 }
                             }
                         }
                         /* rmax identity */
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
-                                for (long long l14 = 0; l14 < 64; l14++) {
-                                    (arena + 140622)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
+                                for (long long l14 = 0; l14 < 128; l14++) {
+                                    (arena + 264654)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
                                 }
                             }
                         }
                         /* rmax attention_causal_64.tensorize(j:64) num_stages(3) + rsum attention_causal_64.tensorize(j:64) num_stages(3) + rdot attention_causal_64.tensorize(j:64) num_stages(3), online */
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
                             for (long long l16 = 0; l16 < 64; l16++) {
                                 (arena + 0)[l16] = (float)(o15 + l16);
                             }
-                            for (long long l17 = 0; l17 < 64; l17++) {
+                            for (long long l17 = 0; l17 < 128; l17++) {
                                 (arena + 64)[l17] = (float)(o3 + l17);
                             }
-                            for (long long l18 = 0; l18 < 64; l18++) {
+                            for (long long l18 = 0; l18 < 128; l18++) {
                                 for (long long l19 = 0; l19 < 64; l19++) {
-                                    (arena + 128)[l18 * 64 + l19] = (((arena + 0)[l19]) <= ((arena + 64)[l18]) ? 1.0f : 0.0f);
+                                    (arena + 192)[l18 * 64 + l19] = (((arena + 0)[l19]) <= ((arena + 64)[l18]) ? 1.0f : 0.0f);
                                 }
                             }
                             /* rdot accumulator */
                             for (long long l20 = 0; l20 < 1; l20++) {
                                 for (long long l21 = 0; l21 < 1; l21++) {
-                                    for (long long l22 = 0; l22 < 64; l22++) {
+                                    for (long long l22 = 0; l22 < 128; l22++) {
                                         for (long long l23 = 0; l23 < 64; l23++) {
-                                            (arena + 140686)[l20 * 4096 + l21 * 4096 + l22 * 64 + l23] = 0e0f;
+                                            (arena + 264782)[l20 * 8192 + l21 * 8192 + l22 * 64 + l23] = 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l24 = 0; l24 < 1; l24++) {
                                 for (long long l25 = 0; l25 < 1; l25++) {
-                                    for (long long l26 = 0; l26 < 64; l26++) {
+                                    for (long long l26 = 0; l26 < 128; l26++) {
                                         for (long long l27 = 0; l27 < 64; l27++) {
-                                            (arena + 4224)[l24 * 4096 + l25 * 4096 + l26 * 64 + l27] = (o1 + l24 < s0 && o2 + l25 < s1 && o3 + l26 < s2 && 0 + l27 < s5) ? dt_load_bf16(in0[(o1 + l24) * args->input_strides[0][0] + (o2 + l25) * args->input_strides[0][1] + (o3 + l26) * args->input_strides[0][2] + (0 + l27) * args->input_strides[0][3]]) : 0e0f;
+                                            (arena + 8384)[l24 * 8192 + l25 * 8192 + l26 * 64 + l27] = (o1 + l24 < s0 && o2 + l25 < s1 && o3 + l26 < s2 && 0 + l27 < s5) ? dt_load_bf16(in0[(o1 + l24) * args->input_strides[0][0] + (o2 + l25) * args->input_strides[0][1] + (o3 + l26) * args->input_strides[0][2] + (0 + l27) * args->input_strides[0][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -1328,212 +1328,212 @@ void dt_attention_causal_64_bf16(const dt_args* args, long long first, long long
                                 for (long long l29 = 0; l29 < 1; l29++) {
                                     for (long long l30 = 0; l30 < 64; l30++) {
                                         for (long long l31 = 0; l31 < 64; l31++) {
-                                            (arena + 8320)[l28 * 4096 + l29 * 4096 + l30 * 64 + l31] = (o1 + l28 < s0 && o2 + l29 < s1 && o15 + l30 < s3 && 0 + l31 < s5) ? dt_load_bf16(in1[(o1 + l28) * args->input_strides[1][0] + (o2 + l29) * args->input_strides[1][1] + (o15 + l30) * args->input_strides[1][2] + (0 + l31) * args->input_strides[1][3]]) : 0e0f;
+                                            (arena + 16576)[l28 * 4096 + l29 * 4096 + l30 * 64 + l31] = (o1 + l28 < s0 && o2 + l29 < s1 && o15 + l30 < s3 && 0 + l31 < s5) ? dt_load_bf16(in1[(o1 + l28) * args->input_strides[1][0] + (o2 + l29) * args->input_strides[1][1] + (o15 + l30) * args->input_strides[1][2] + (0 + l31) * args->input_strides[1][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l32 = 0; l32 < 1; l32++) {
                                 for (long long l33 = 0; l33 < 1; l33++) {
-                                    for (long long l34 = 0; l34 < 64; l34++) {
+                                    for (long long l34 = 0; l34 < 128; l34++) {
                                         for (long long l35 = 0; l35 < 64; l35++) {
                                             float a37 = 0.0f;
-                                            for (long long r36 = 0; r36 < 64; r36++) a37 += (arena + 4224)[l32 * 4096 + l33 * 4096 + l34 * 64 + r36 * 1] * (arena + 8320)[l32 * 4096 + l33 * 4096 + l35 * 64 + r36 * 1];
-                                            (arena + 12416)[l32 * 4096 + l33 * 4096 + l34 * 64 + l35] = a37;
+                                            for (long long r36 = 0; r36 < 64; r36++) a37 += (arena + 8384)[l32 * 8192 + l33 * 8192 + l34 * 64 + r36 * 1] * (arena + 16576)[l32 * 4096 + l33 * 4096 + l35 * 64 + r36 * 1];
+                                            (arena + 20672)[l32 * 8192 + l33 * 8192 + l34 * 64 + l35] = a37;
                                         }
                                     }
                                 }
                             }
                             for (long long l38 = 0; l38 < 1; l38++) {
                                 for (long long l39 = 0; l39 < 1; l39++) {
-                                    for (long long l40 = 0; l40 < 64; l40++) {
+                                    for (long long l40 = 0; l40 < 128; l40++) {
                                         for (long long l41 = 0; l41 < 64; l41++) {
-                                            (arena + 140686)[l38 * 4096 + l39 * 4096 + l40 * 64 + l41] = (arena + 140686)[l38 * 4096 + l39 * 4096 + l40 * 64 + l41] + (arena + 12416)[l38 * 4096 + l39 * 4096 + l40 * 64 + l41];
+                                            (arena + 264782)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 264782)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] + (arena + 20672)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
                                         }
                                     }
                                 }
                             }
                             for (long long l42 = 0; l42 < 1; l42++) {
                                 for (long long l43 = 0; l43 < 1; l43++) {
-                                    for (long long l44 = 0; l44 < 64; l44++) {
+                                    for (long long l44 = 0; l44 < 128; l44++) {
                                         for (long long l45 = 0; l45 < 64; l45++) {
-                                            (arena + 16512)[l42 * 4096 + l43 * 4096 + l44 * 64 + l45] = (arena + 140686)[l42 * 4096 + l43 * 4096 + l44 * 64 + l45];
+                                            (arena + 28864)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = (arena + 264782)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45];
                                         }
                                     }
                                 }
                             }
                             for (long long l46 = 0; l46 < 1; l46++) {
                                 for (long long l47 = 0; l47 < 1; l47++) {
-                                    for (long long l48 = 0; l48 < 64; l48++) {
+                                    for (long long l48 = 0; l48 < 128; l48++) {
                                         for (long long l49 = 0; l49 < 64; l49++) {
-                                            (arena + 20610)[l46 * 4096 + l47 * 4096 + l48 * 64 + l49] = ((arena + 16512)[l46 * 4096 + l47 * 4096 + l48 * 64 + l49] * (arena + 20609)[0]);
+                                            (arena + 37058)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] = ((arena + 28864)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] * (arena + 37057)[0]);
                                         }
                                     }
                                 }
                             }
                             for (long long l50 = 0; l50 < 1; l50++) {
                                 for (long long l51 = 0; l51 < 1; l51++) {
-                                    for (long long l52 = 0; l52 < 64; l52++) {
+                                    for (long long l52 = 0; l52 < 128; l52++) {
                                         for (long long l53 = 0; l53 < 64; l53++) {
-                                            (arena + 24708)[l50 * 4096 + l51 * 4096 + l52 * 64 + l53] = (arena + 128)[l52 * 64 + l53] != 0.0f ? (arena + 20610)[l50 * 4096 + l51 * 4096 + l52 * 64 + l53] : (arena + 24707)[0];
+                                            (arena + 45252)[l50 * 8192 + l51 * 8192 + l52 * 64 + l53] = (arena + 192)[l52 * 64 + l53] != 0.0f ? (arena + 37058)[l50 * 8192 + l51 * 8192 + l52 * 64 + l53] : (arena + 45251)[0];
                                         }
                                     }
                                 }
                             }
                             for (long long l54 = 0; l54 < 1; l54++) {
                                 for (long long l55 = 0; l55 < 1; l55++) {
-                                    for (long long l56 = 0; l56 < 64; l56++) {
+                                    for (long long l56 = 0; l56 < 128; l56++) {
                                         for (long long l57 = 0; l57 < 64; l57++) {
-                                            (arena + 28804)[l54 * 4096 + l55 * 4096 + l56 * 64 + l57] = (o15 + l57 < s3) ? (arena + 24708)[l54 * 4096 + l55 * 4096 + l56 * 64 + l57] : (-INFINITY);
+                                            (arena + 53444)[l54 * 8192 + l55 * 8192 + l56 * 64 + l57] = (o15 + l57 < s3) ? (arena + 45252)[l54 * 8192 + l55 * 8192 + l56 * 64 + l57] : (-INFINITY);
                                         }
                                     }
                                 }
                             }
                             for (long long l58 = 0; l58 < 1; l58++) {
                                 for (long long l59 = 0; l59 < 1; l59++) {
-                                    for (long long l60 = 0; l60 < 64; l60++) {
+                                    for (long long l60 = 0; l60 < 128; l60++) {
                                         float a62 = (-INFINITY);
-                                        for (long long r61 = 0; r61 < 64; r61 += 1) a62 = fmaxf(a62, (arena + 28804)[l58 * 4096 + l59 * 4096 + l60 * 64 + r61 * 1]);
-                                        (arena + 32900)[l58 * 64 + l59 * 64 + l60] = a62;
+                                        for (long long r61 = 0; r61 < 64; r61 += 1) a62 = fmaxf(a62, (arena + 53444)[l58 * 8192 + l59 * 8192 + l60 * 64 + r61 * 1]);
+                                        (arena + 61636)[l58 * 128 + l59 * 128 + l60] = a62;
                                     }
                                 }
                             }
                             for (long long l63 = 0; l63 < 1; l63++) {
                                 for (long long l64 = 0; l64 < 1; l64++) {
-                                    for (long long l65 = 0; l65 < 64; l65++) {
-                                        (arena + 131916)[l63 * 64 + l64 * 64 + l65] = (arena + 140622)[l63 * 64 + l64 * 64 + l65];
+                                    for (long long l65 = 0; l65 < 128; l65++) {
+                                        (arena + 247244)[l63 * 128 + l64 * 128 + l65] = (arena + 264654)[l63 * 128 + l64 * 128 + l65];
                                     }
                                 }
                             }
                             for (long long l66 = 0; l66 < 1; l66++) {
                                 for (long long l67 = 0; l67 < 1; l67++) {
-                                    for (long long l68 = 0; l68 < 64; l68++) {
-                                        (arena + 140622)[l66 * 64 + l67 * 64 + l68] = fmaxf((arena + 140622)[l66 * 64 + l67 * 64 + l68], (arena + 32900)[l66 * 64 + l67 * 64 + l68]);
+                                    for (long long l68 = 0; l68 < 128; l68++) {
+                                        (arena + 264654)[l66 * 128 + l67 * 128 + l68] = fmaxf((arena + 264654)[l66 * 128 + l67 * 128 + l68], (arena + 61636)[l66 * 128 + l67 * 128 + l68]);
                                     }
                                 }
                             }
                             for (long long l69 = 0; l69 < 1; l69++) {
                                 for (long long l70 = 0; l70 < 1; l70++) {
-                                    for (long long l71 = 0; l71 < 64; l71++) {
-                                        (arena + 131980)[l69 * 64 + l70 * 64 + l71] = (arena + 140622)[l69 * 64 + l70 * 64 + l71];
+                                    for (long long l71 = 0; l71 < 128; l71++) {
+                                        (arena + 247372)[l69 * 128 + l70 * 128 + l71] = (arena + 264654)[l69 * 128 + l70 * 128 + l71];
                                     }
                                 }
                             }
                             for (long long l72 = 0; l72 < 1; l72++) {
                                 for (long long l73 = 0; l73 < 1; l73++) {
-                                    for (long long l74 = 0; l74 < 64; l74++) {
-                                        (arena + 132046)[l72 * 64 + l73 * 64 + l74] = (((arena + 131980)[l72 * 64 + l73 * 64 + l74]) == ((arena + 132044)[0]) ? 1.0f : 0.0f);
+                                    for (long long l74 = 0; l74 < 128; l74++) {
+                                        (arena + 247502)[l72 * 128 + l73 * 128 + l74] = (((arena + 247372)[l72 * 128 + l73 * 128 + l74]) == ((arena + 247500)[0]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l75 = 0; l75 < 1; l75++) {
                                 for (long long l76 = 0; l76 < 1; l76++) {
-                                    for (long long l77 = 0; l77 < 64; l77++) {
-                                        (arena + 132110)[l75 * 64 + l76 * 64 + l77] = (arena + 132046)[l75 * 64 + l76 * 64 + l77] != 0.0f ? (arena + 132045)[0] : (arena + 131980)[l75 * 64 + l76 * 64 + l77];
+                                    for (long long l77 = 0; l77 < 128; l77++) {
+                                        (arena + 247630)[l75 * 128 + l76 * 128 + l77] = (arena + 247502)[l75 * 128 + l76 * 128 + l77] != 0.0f ? (arena + 247501)[0] : (arena + 247372)[l75 * 128 + l76 * 128 + l77];
                                     }
                                 }
                             }
                             for (long long l78 = 0; l78 < 1; l78++) {
                                 for (long long l79 = 0; l79 < 1; l79++) {
-                                    for (long long l80 = 0; l80 < 64; l80++) {
-                                        (arena + 132174)[l78 * 64 + l79 * 64 + l80] = ((arena + 131916)[l78 * 64 + l79 * 64 + l80] - (arena + 132110)[l78 * 64 + l79 * 64 + l80]);
+                                    for (long long l80 = 0; l80 < 128; l80++) {
+                                        (arena + 247758)[l78 * 128 + l79 * 128 + l80] = ((arena + 247244)[l78 * 128 + l79 * 128 + l80] - (arena + 247630)[l78 * 128 + l79 * 128 + l80]);
                                     }
                                 }
                             }
                             for (long long l81 = 0; l81 < 1; l81++) {
                                 for (long long l82 = 0; l82 < 1; l82++) {
-                                    for (long long l83 = 0; l83 < 64; l83++) {
-                                        (arena + 132238)[l81 * 64 + l82 * 64 + l83] = expf((arena + 132174)[l81 * 64 + l82 * 64 + l83]);
+                                    for (long long l83 = 0; l83 < 128; l83++) {
+                                        (arena + 247886)[l81 * 128 + l82 * 128 + l83] = expf((arena + 247758)[l81 * 128 + l82 * 128 + l83]);
                                     }
                                 }
                             }
                             for (long long l84 = 0; l84 < 1; l84++) {
                                 for (long long l85 = 0; l85 < 1; l85++) {
-                                    for (long long l86 = 0; l86 < 64; l86++) {
-                                        (arena + 132302)[l84 * 64 + l85 * 64 + l86] = (arena + 144846)[l84 * 64 + l85 * 64 + l86];
+                                    for (long long l86 = 0; l86 < 128; l86++) {
+                                        (arena + 248014)[l84 * 128 + l85 * 128 + l86] = (arena + 273102)[l84 * 128 + l85 * 128 + l86];
                                     }
                                 }
                             }
                             for (long long l87 = 0; l87 < 1; l87++) {
                                 for (long long l88 = 0; l88 < 1; l88++) {
-                                    for (long long l89 = 0; l89 < 64; l89++) {
-                                        (arena + 132366)[l87 * 64 + l88 * 64 + l89] = ((arena + 132302)[l87 * 64 + l88 * 64 + l89] * (arena + 132238)[l87 * 64 + l88 * 64 + l89]);
+                                    for (long long l89 = 0; l89 < 128; l89++) {
+                                        (arena + 248142)[l87 * 128 + l88 * 128 + l89] = ((arena + 248014)[l87 * 128 + l88 * 128 + l89] * (arena + 247886)[l87 * 128 + l88 * 128 + l89]);
                                     }
                                 }
                             }
                             for (long long l90 = 0; l90 < 1; l90++) {
                                 for (long long l91 = 0; l91 < 1; l91++) {
-                                    for (long long l92 = 0; l92 < 64; l92++) {
-                                        (arena + 144846)[l90 * 64 + l91 * 64 + l92] = (arena + 132366)[l90 * 64 + l91 * 64 + l92];
+                                    for (long long l92 = 0; l92 < 128; l92++) {
+                                        (arena + 273102)[l90 * 128 + l91 * 128 + l92] = (arena + 248142)[l90 * 128 + l91 * 128 + l92];
                                     }
                                 }
                             }
                             for (long long l93 = 0; l93 < 1; l93++) {
                                 for (long long l94 = 0; l94 < 1; l94++) {
-                                    for (long long l95 = 0; l95 < 64; l95++) {
+                                    for (long long l95 = 0; l95 < 128; l95++) {
                                         for (long long l96 = 0; l96 < 64; l96++) {
-                                            (arena + 61896)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] = ((arena + 24708)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] - (arena + 132110)[l93 * 64 + l94 * 64 + l95]);
+                                            (arena + 115464)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] = ((arena + 45252)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] - (arena + 247630)[l93 * 128 + l94 * 128 + l95]);
                                         }
                                     }
                                 }
                             }
                             for (long long l97 = 0; l97 < 1; l97++) {
                                 for (long long l98 = 0; l98 < 1; l98++) {
-                                    for (long long l99 = 0; l99 < 64; l99++) {
+                                    for (long long l99 = 0; l99 < 128; l99++) {
                                         for (long long l100 = 0; l100 < 64; l100++) {
-                                            (arena + 65992)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100] = expf((arena + 61896)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100]);
+                                            (arena + 123656)[l97 * 8192 + l98 * 8192 + l99 * 64 + l100] = expf((arena + 115464)[l97 * 8192 + l98 * 8192 + l99 * 64 + l100]);
                                         }
                                     }
                                 }
                             }
                             for (long long l101 = 0; l101 < 1; l101++) {
                                 for (long long l102 = 0; l102 < 1; l102++) {
-                                    for (long long l103 = 0; l103 < 64; l103++) {
+                                    for (long long l103 = 0; l103 < 128; l103++) {
                                         for (long long l104 = 0; l104 < 64; l104++) {
-                                            (arena + 70088)[l101 * 4096 + l102 * 4096 + l103 * 64 + l104] = (o15 + l104 < s3) ? (arena + 65992)[l101 * 4096 + l102 * 4096 + l103 * 64 + l104] : 0e0f;
+                                            (arena + 131848)[l101 * 8192 + l102 * 8192 + l103 * 64 + l104] = (o15 + l104 < s3) ? (arena + 123656)[l101 * 8192 + l102 * 8192 + l103 * 64 + l104] : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l105 = 0; l105 < 1; l105++) {
                                 for (long long l106 = 0; l106 < 1; l106++) {
-                                    for (long long l107 = 0; l107 < 64; l107++) {
+                                    for (long long l107 = 0; l107 < 128; l107++) {
                                         float a109 = 0e0f;
-                                        for (long long r108 = 0; r108 < 64; r108 += 1) a109 = a109 + (arena + 70088)[l105 * 4096 + l106 * 4096 + l107 * 64 + r108 * 1];
-                                        (arena + 74184)[l105 * 64 + l106 * 64 + l107] = a109;
+                                        for (long long r108 = 0; r108 < 64; r108 += 1) a109 = a109 + (arena + 131848)[l105 * 8192 + l106 * 8192 + l107 * 64 + r108 * 1];
+                                        (arena + 140040)[l105 * 128 + l106 * 128 + l107] = a109;
                                     }
                                 }
                             }
                             for (long long l110 = 0; l110 < 1; l110++) {
                                 for (long long l111 = 0; l111 < 1; l111++) {
-                                    for (long long l112 = 0; l112 < 64; l112++) {
-                                        (arena + 144846)[l110 * 64 + l111 * 64 + l112] = (arena + 144846)[l110 * 64 + l111 * 64 + l112] + (arena + 74184)[l110 * 64 + l111 * 64 + l112];
+                                    for (long long l112 = 0; l112 < 128; l112++) {
+                                        (arena + 273102)[l110 * 128 + l111 * 128 + l112] = (arena + 273102)[l110 * 128 + l111 * 128 + l112] + (arena + 140040)[l110 * 128 + l111 * 128 + l112];
                                     }
                                 }
                             }
                             for (long long l113 = 0; l113 < 1; l113++) {
                                 for (long long l114 = 0; l114 < 1; l114++) {
-                                    for (long long l115 = 0; l115 < 64; l115++) {
+                                    for (long long l115 = 0; l115 < 128; l115++) {
                                         for (long long l116 = 0; l116 < 64; l116++) {
-                                            (arena + 132430)[l113 * 4096 + l114 * 4096 + l115 * 64 + l116] = (arena + 149070)[l113 * 4096 + l114 * 4096 + l115 * 64 + l116];
+                                            (arena + 248270)[l113 * 8192 + l114 * 8192 + l115 * 64 + l116] = (arena + 281550)[l113 * 8192 + l114 * 8192 + l115 * 64 + l116];
                                         }
                                     }
                                 }
                             }
                             for (long long l117 = 0; l117 < 1; l117++) {
                                 for (long long l118 = 0; l118 < 1; l118++) {
-                                    for (long long l119 = 0; l119 < 64; l119++) {
+                                    for (long long l119 = 0; l119 < 128; l119++) {
                                         for (long long l120 = 0; l120 < 64; l120++) {
-                                            (arena + 136526)[l117 * 4096 + l118 * 4096 + l119 * 64 + l120] = ((arena + 132430)[l117 * 4096 + l118 * 4096 + l119 * 64 + l120] * (arena + 132238)[l117 * 64 + l118 * 64 + l119]);
+                                            (arena + 256462)[l117 * 8192 + l118 * 8192 + l119 * 64 + l120] = ((arena + 248270)[l117 * 8192 + l118 * 8192 + l119 * 64 + l120] * (arena + 247886)[l117 * 128 + l118 * 128 + l119]);
                                         }
                                     }
                                 }
                             }
                             for (long long l121 = 0; l121 < 1; l121++) {
                                 for (long long l122 = 0; l122 < 1; l122++) {
-                                    for (long long l123 = 0; l123 < 64; l123++) {
+                                    for (long long l123 = 0; l123 < 128; l123++) {
                                         for (long long l124 = 0; l124 < 64; l124++) {
-                                            (arena + 149070)[l121 * 4096 + l122 * 4096 + l123 * 64 + l124] = (arena + 136526)[l121 * 4096 + l122 * 4096 + l123 * 64 + l124];
+                                            (arena + 281550)[l121 * 8192 + l122 * 8192 + l123 * 64 + l124] = (arena + 256462)[l121 * 8192 + l122 * 8192 + l123 * 64 + l124];
                                         }
                                     }
                                 }
@@ -1542,27 +1542,27 @@ void dt_attention_causal_64_bf16(const dt_args* args, long long first, long long
                                 for (long long l126 = 0; l126 < 1; l126++) {
                                     for (long long l127 = 0; l127 < 64; l127++) {
                                         for (long long l128 = 0; l128 < 64; l128++) {
-                                            (arena + 115468)[l125 * 4096 + l126 * 4096 + l127 * 64 + l128] = (o1 + l125 < s0 && o2 + l126 < s1 && o15 + l128 < s3 && o4 + l127 < s4) ? dt_load_bf16(in2[(o1 + l125) * args->input_strides[2][0] + (o2 + l126) * args->input_strides[2][1] + (o15 + l128) * args->input_strides[2][2] + (o4 + l127) * args->input_strides[2][3]]) : 0e0f;
+                                            (arena + 218444)[l125 * 4096 + l126 * 4096 + l127 * 64 + l128] = (o1 + l125 < s0 && o2 + l126 < s1 && o15 + l128 < s3 && o4 + l127 < s4) ? dt_load_bf16(in2[(o1 + l125) * args->input_strides[2][0] + (o2 + l126) * args->input_strides[2][1] + (o15 + l128) * args->input_strides[2][2] + (o4 + l127) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l129 = 0; l129 < 1; l129++) {
                                 for (long long l130 = 0; l130 < 1; l130++) {
-                                    for (long long l131 = 0; l131 < 64; l131++) {
+                                    for (long long l131 = 0; l131 < 128; l131++) {
                                         for (long long l132 = 0; l132 < 64; l132++) {
                                             float a134 = 0.0f;
-                                            for (long long r133 = 0; r133 < 64; r133++) a134 += (arena + 70088)[l129 * 4096 + l130 * 4096 + l131 * 64 + r133 * 1] * (arena + 115468)[l129 * 4096 + l130 * 4096 + l132 * 64 + r133 * 1];
-                                            (arena + 119564)[l129 * 4096 + l130 * 4096 + l131 * 64 + l132] = a134;
+                                            for (long long r133 = 0; r133 < 64; r133++) a134 += (arena + 131848)[l129 * 8192 + l130 * 8192 + l131 * 64 + r133 * 1] * (arena + 218444)[l129 * 4096 + l130 * 4096 + l132 * 64 + r133 * 1];
+                                            (arena + 222540)[l129 * 8192 + l130 * 8192 + l131 * 64 + l132] = a134;
                                         }
                                     }
                                 }
                             }
                             for (long long l135 = 0; l135 < 1; l135++) {
                                 for (long long l136 = 0; l136 < 1; l136++) {
-                                    for (long long l137 = 0; l137 < 64; l137++) {
+                                    for (long long l137 = 0; l137 < 128; l137++) {
                                         for (long long l138 = 0; l138 < 64; l138++) {
-                                            (arena + 149070)[l135 * 4096 + l136 * 4096 + l137 * 64 + l138] = (arena + 149070)[l135 * 4096 + l136 * 4096 + l137 * 64 + l138] + (arena + 119564)[l135 * 4096 + l136 * 4096 + l137 * 64 + l138];
+                                            (arena + 281550)[l135 * 8192 + l136 * 8192 + l137 * 64 + l138] = (arena + 281550)[l135 * 8192 + l136 * 8192 + l137 * 64 + l138] + (arena + 222540)[l135 * 8192 + l136 * 8192 + l137 * 64 + l138];
                                         }
                                     }
                                 }
@@ -1570,34 +1570,34 @@ void dt_attention_causal_64_bf16(const dt_args* args, long long first, long long
                         }
                         for (long long l139 = 0; l139 < 1; l139++) {
                             for (long long l140 = 0; l140 < 1; l140++) {
-                                for (long long l141 = 0; l141 < 64; l141++) {
-                                    (arena + 74248)[l139 * 64 + l140 * 64 + l141] = (arena + 144846)[l139 * 64 + l140 * 64 + l141];
+                                for (long long l141 = 0; l141 < 128; l141++) {
+                                    (arena + 140168)[l139 * 128 + l140 * 128 + l141] = (arena + 273102)[l139 * 128 + l140 * 128 + l141];
                                 }
                             }
                         }
                         for (long long l142 = 0; l142 < 1; l142++) {
                             for (long long l143 = 0; l143 < 1; l143++) {
-                                for (long long l144 = 0; l144 < 64; l144++) {
+                                for (long long l144 = 0; l144 < 128; l144++) {
                                     for (long long l145 = 0; l145 < 64; l145++) {
-                                        (arena + 123660)[l142 * 4096 + l143 * 4096 + l144 * 64 + l145] = (arena + 149070)[l142 * 4096 + l143 * 4096 + l144 * 64 + l145];
+                                        (arena + 230732)[l142 * 8192 + l143 * 8192 + l144 * 64 + l145] = (arena + 281550)[l142 * 8192 + l143 * 8192 + l144 * 64 + l145];
                                     }
                                 }
                             }
                         }
                         for (long long l146 = 0; l146 < 1; l146++) {
                             for (long long l147 = 0; l147 < 1; l147++) {
-                                for (long long l148 = 0; l148 < 64; l148++) {
+                                for (long long l148 = 0; l148 < 128; l148++) {
                                     for (long long l149 = 0; l149 < 64; l149++) {
-                                        (arena + 127820)[l146 * 4096 + l147 * 4096 + l148 * 64 + l149] = ((arena + 123660)[l146 * 4096 + l147 * 4096 + l148 * 64 + l149] / (arena + 74248)[l146 * 64 + l147 * 64 + l148]);
+                                        (arena + 239052)[l146 * 8192 + l147 * 8192 + l148 * 64 + l149] = ((arena + 230732)[l146 * 8192 + l147 * 8192 + l148 * 64 + l149] / (arena + 140168)[l146 * 128 + l147 * 128 + l148]);
                                     }
                                 }
                             }
                         }
                         for (long long l150 = 0; l150 < 1; l150++) {
                             for (long long l151 = 0; l151 < 1; l151++) {
-                                for (long long l152 = 0; l152 < 64; l152++) {
+                                for (long long l152 = 0; l152 < 128; l152++) {
                                     for (long long l153 = 0; l153 < 64; l153++) {
-                                        if (o1 + l150 < s0 && o2 + l151 < s1 && o3 + l152 < s2 && o4 + l153 < s4) out[(o1 + l150) * args->output_strides[0] + (o2 + l151) * args->output_strides[1] + (o3 + l152) * args->output_strides[2] + (o4 + l153) * args->output_strides[3]] = dt_store_bf16((arena + 127820)[l150 * 4096 + l151 * 4096 + l152 * 64 + l153]);
+                                        if (o1 + l150 < s0 && o2 + l151 < s1 && o3 + l152 < s2 && o4 + l153 < s4) out[(o1 + l150) * args->output_strides[0] + (o2 + l151) * args->output_strides[1] + (o3 + l152) * args->output_strides[2] + (o4 + l153) * args->output_strides[3]] = dt_store_bf16((arena + 239052)[l150 * 8192 + l151 * 8192 + l152 * 64 + l153]);
                                     }
                                 }
                             }

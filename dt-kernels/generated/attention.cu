@@ -615,7 +615,7 @@ struct dt_args_t {
     float scalars[C];
 };
 
-/* kernel attention_64 for f16: grid block(b:1, h:1, i:64, e:64); 128 threads, 64512 bytes of shared memory */
+/* kernel attention_64 for f16: grid block(b:1, h:1, i:128, e:64); 128 threads, 73728 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -635,7 +635,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -646,7 +646,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v4[1];
@@ -677,26 +677,26 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention_64.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+            /* block(i:128) attention_64.tensorize(i:0) */
+            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                 /* block(e:64) attention_64.tensorize(e:0) */
                 for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
                     /* rdot accumulator */
-                    float acc6[32];
+                    float acc6[64];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[2];
+                    float acc3[4];
                     #pragma unroll
-                    for (int r = 0; r < 2; r++) {
+                    for (int r = 0; r < 4; r++) {
                         acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[2];
+                    float acc0[4];
                     #pragma unroll
-                    for (int r = 0; r < 2; r++) {
+                    for (int r = 0; r < 4; r++) {
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_64.tensorize(j:64) num_stages(3) + rsum attention_64.tensorize(j:64) num_stages(3) + rdot attention_64.tensorize(j:64) num_stages(3), online */
@@ -708,12 +708,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
                         {
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
-                            for (int r = 0; r < 4; r++) {
-                                const int e = tid + r * 128;
+                            for (int r = 0; r < 8; r++) {
+                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l19 = (int)((unsigned)e / 512u % 1u);
-                                    const int l20 = (int)((unsigned)e / 512u % 1u);
-                                    const int l21 = (int)((unsigned)e / 8u % 64u);
+                                    const int l19 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l20 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l21 = (int)((unsigned)e / 8u % 128u);
                                     const int l22 = (int)((unsigned)e / 1u % 8u);
                                     if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
                                         dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
@@ -743,13 +743,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
                                             const int l26 = (int)((unsigned)e / 8u % 64u);
                                             const int l27 = (int)((unsigned)e / 1u % 8u);
                                             if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4608 + st * 2304))[l26 * 72 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4608 + st * 2304))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 4608 + st * 2304))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -767,13 +767,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
                                             const int l31 = (int)((unsigned)e / 8u % 64u);
                                             const int l32 = (int)((unsigned)e / 1u % 8u);
                                             if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 11520 + st * 2304))[l31 * 72 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 11520 + st * 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 11520 + st * 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -800,13 +800,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
                                             const int l37 = (int)((unsigned)e / 8u % 64u);
                                             const int l38 = (int)((unsigned)e / 1u % 8u);
                                             if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4608 + wr17 * 2304))[l37 * 72 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4608 + wr17 * 2304))[l37 * 72 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 4608 + wr17 * 2304))[l37 * 72 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -824,13 +824,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
                                             const int l42 = (int)((unsigned)e / 8u % 64u);
                                             const int l43 = (int)((unsigned)e / 1u % 8u);
                                             if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 11520 + wr17 * 2304))[l42 * 72 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 11520 + wr17 * 2304))[l42 * 72 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 11520 + wr17 * 2304))[l42 * 72 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -839,173 +839,173 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
                             }
                             dt_cp_async_commit();
                             /* rdot accumulator */
-                            float acc1[32];
+                            float acc1[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 acc1[r] = 0e0f;
                             }
                             /* v0: loaded by the tensor-core dot that reads it */
                             /* v1: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[1][4], fb[8][2];
+                                    unsigned fa[2][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
                                     #pragma unroll
                                     for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) {
+                                    for (int i = 0; i < 2; i++) {
                                         #pragma unroll
                                         for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
                             /* acc1 += v2: accumulated by the tensor-core dot above */
-                            float v3[32];
+                            float v3[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v3[r] = acc1[r];
                             }
-                            float v6[32];
+                            float v6[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v6[r] = (v3[r] * v5[0]);
                             }
-                            float v7[32];
+                            float v7[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 const int l59 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v7[r] = ((unsigned)(o15 + l59) < (unsigned)s3) ? v6[r] : (-INFINITY);
                             }
-                            float v8[2];
+                            float v8[4];
                             /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                             {
-                                float p[2];
+                                float p[4];
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) {
+                                for (int s = 0; s < 4; s++) {
                                     #pragma unroll
                                     for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                 }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                for (int s = 0; s < 4; s++) v8[s] = p[s];
                             }
-                            float v39[2];
+                            float v39[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v39[r] = acc0[r];
                             }
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 acc0[r] = fmaxf(acc0[r], v8[r]);
                             }
-                            float v40[2];
+                            float v40[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v40[r] = acc0[r];
                             }
-                            float v43[2];
+                            float v43[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
                             }
-                            float v44[2];
+                            float v44[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
                             }
-                            float v45[2];
+                            float v45[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v45[r] = (v39[r] - v44[r]);
                             }
-                            float v46[2];
+                            float v46[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v46[r] = dt_fast_exp(v45[r]);
                             }
-                            float v47[2];
+                            float v47[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v47[r] = acc3[r];
                             }
-                            float v48[2];
+                            float v48[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v48[r] = (v47[r] * v46[r]);
                             }
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 acc3[r] = v48[r];
                             }
-                            float v18[32];
+                            float v18[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                             }
-                            float v19[32];
+                            float v19[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v19[r] = dt_fast_exp(v18[r]);
                             }
-                            float v20[32];
+                            float v20[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 const int l101 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v20[r] = ((unsigned)(o15 + l101) < (unsigned)s3) ? v19[r] : 0e0f;
                             }
-                            float v21[2];
+                            float v21[4];
                             /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                             {
-                                float p[2];
+                                float p[4];
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                for (int s = 0; s < 4; s++) p[s] = 0e0f;
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) {
+                                for (int s = 0; s < 4; s++) {
                                     #pragma unroll
                                     for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
                                 }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) v21[s] = p[s];
+                                for (int s = 0; s < 4; s++) v21[s] = p[s];
                             }
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 acc3[r] = acc3[r] + v21[r];
                             }
-                            float v49[32];
+                            float v49[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v49[r] = acc6[r];
                             }
-                            float v50[32];
+                            float v50[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v50[r] = (v49[r] * v46[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                             }
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 acc6[r] = v50[r];
                             }
                             /* v34: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 9216 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[1][4], fb[8][2];
+                                    unsigned fa[2][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) {
+                                    for (int i = 0; i < 2; i++) {
                                         const int f = (i * 8 + kk / 8) * 4;
                                         fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
                                         fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
@@ -1015,7 +1015,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
                                     #pragma unroll
                                     for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 72) * 2);
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) {
+                                    for (int i = 0; i < 2; i++) {
                                         #pragma unroll
                                         for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
@@ -1028,26 +1028,26 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
                         dt_cp_async_wait<0>();
                         __syncthreads();
                     }
-                    float v22[2];
+                    float v22[4];
                     #pragma unroll
-                    for (int r = 0; r < 2; r++) {
+                    for (int r = 0; r < 4; r++) {
                         v22[r] = acc3[r];
                     }
-                    float v36[32];
+                    float v36[64];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         v36[r] = acc6[r];
                     }
-                    float v38[32];
+                    float v38[64];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                     }
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         const int l128 = 0;
                         const int l129 = 0;
-                        const int l130 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l130 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
                         const int l131 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                         if ((unsigned)(o3 + l130) < (unsigned)s2 && (unsigned)(o4 + l131) < (unsigned)s4) out[(unsigned)(o1 + l128) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l129) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l130) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l131) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
                     }
@@ -1057,7 +1057,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
     }
 }
 
-/* kernel attention_64 for f16: grid block(b:1, h:1, i:64, e:64); 128 threads, 64512 bytes of shared memory */
+/* kernel attention_64 for f16: grid block(b:1, h:1, i:128, e:64); 128 threads, 73728 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1077,7 +1077,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -1088,7 +1088,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v4[1];
@@ -1119,26 +1119,26 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention_64.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+            /* block(i:128) attention_64.tensorize(i:0) */
+            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                 /* block(e:64) attention_64.tensorize(e:0) */
                 for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
                     /* rdot accumulator */
-                    float acc6[32];
+                    float acc6[64];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[2];
+                    float acc3[4];
                     #pragma unroll
-                    for (int r = 0; r < 2; r++) {
+                    for (int r = 0; r < 4; r++) {
                         acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[2];
+                    float acc0[4];
                     #pragma unroll
-                    for (int r = 0; r < 2; r++) {
+                    for (int r = 0; r < 4; r++) {
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_64.tensorize(j:64) num_stages(3) + rsum attention_64.tensorize(j:64) num_stages(3) + rdot attention_64.tensorize(j:64) num_stages(3), online */
@@ -1150,12 +1150,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                         {
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
-                            for (int r = 0; r < 4; r++) {
-                                const int e = tid + r * 128;
+                            for (int r = 0; r < 8; r++) {
+                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l19 = (int)((unsigned)e / 512u % 1u);
-                                    const int l20 = (int)((unsigned)e / 512u % 1u);
-                                    const int l21 = (int)((unsigned)e / 8u % 64u);
+                                    const int l19 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l20 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l21 = (int)((unsigned)e / 8u % 128u);
                                     const int l22 = (int)((unsigned)e / 1u % 8u);
                                     if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
                                         dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
@@ -1185,13 +1185,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                                             const int l26 = (int)((unsigned)e / 8u % 64u);
                                             const int l27 = (int)((unsigned)e / 1u % 8u);
                                             if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4608 + st * 2304))[l26 * 72 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4608 + st * 2304))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 4608 + st * 2304))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -1209,13 +1209,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                                             const int l31 = (int)((unsigned)e / 8u % 64u);
                                             const int l32 = (int)((unsigned)e / 1u % 8u);
                                             if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 11520 + st * 2304))[l31 * 72 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 11520 + st * 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 11520 + st * 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -1242,13 +1242,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                                             const int l37 = (int)((unsigned)e / 8u % 64u);
                                             const int l38 = (int)((unsigned)e / 1u % 8u);
                                             if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4608 + wr17 * 2304))[l37 * 72 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4608 + wr17 * 2304))[l37 * 72 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 4608 + wr17 * 2304))[l37 * 72 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -1266,13 +1266,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                                             const int l42 = (int)((unsigned)e / 8u % 64u);
                                             const int l43 = (int)((unsigned)e / 1u % 8u);
                                             if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 11520 + wr17 * 2304))[l42 * 72 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 11520 + wr17 * 2304))[l42 * 72 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 11520 + wr17 * 2304))[l42 * 72 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -1281,173 +1281,173 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                             }
                             dt_cp_async_commit();
                             /* rdot accumulator */
-                            float acc1[32];
+                            float acc1[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 acc1[r] = 0e0f;
                             }
                             /* v0: loaded by the tensor-core dot that reads it */
                             /* v1: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[1][4], fb[8][2];
+                                    unsigned fa[2][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
                                     #pragma unroll
                                     for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) {
+                                    for (int i = 0; i < 2; i++) {
                                         #pragma unroll
                                         for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
                             /* acc1 += v2: accumulated by the tensor-core dot above */
-                            float v3[32];
+                            float v3[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v3[r] = acc1[r];
                             }
-                            float v6[32];
+                            float v6[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v6[r] = (v3[r] * v5[0]);
                             }
-                            float v7[32];
+                            float v7[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 const int l59 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v7[r] = ((unsigned)(o15 + l59) < (unsigned)s3) ? v6[r] : (-INFINITY);
                             }
-                            float v8[2];
+                            float v8[4];
                             /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                             {
-                                float p[2];
+                                float p[4];
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) {
+                                for (int s = 0; s < 4; s++) {
                                     #pragma unroll
                                     for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                 }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                for (int s = 0; s < 4; s++) v8[s] = p[s];
                             }
-                            float v39[2];
+                            float v39[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v39[r] = acc0[r];
                             }
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 acc0[r] = fmaxf(acc0[r], v8[r]);
                             }
-                            float v40[2];
+                            float v40[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v40[r] = acc0[r];
                             }
-                            float v43[2];
+                            float v43[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
                             }
-                            float v44[2];
+                            float v44[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
                             }
-                            float v45[2];
+                            float v45[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v45[r] = (v39[r] - v44[r]);
                             }
-                            float v46[2];
+                            float v46[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v46[r] = dt_fast_exp(v45[r]);
                             }
-                            float v47[2];
+                            float v47[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v47[r] = acc3[r];
                             }
-                            float v48[2];
+                            float v48[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v48[r] = (v47[r] * v46[r]);
                             }
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 acc3[r] = v48[r];
                             }
-                            float v18[32];
+                            float v18[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                             }
-                            float v19[32];
+                            float v19[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v19[r] = dt_fast_exp(v18[r]);
                             }
-                            float v20[32];
+                            float v20[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 const int l101 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v20[r] = ((unsigned)(o15 + l101) < (unsigned)s3) ? v19[r] : 0e0f;
                             }
-                            float v21[2];
+                            float v21[4];
                             /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                             {
-                                float p[2];
+                                float p[4];
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                for (int s = 0; s < 4; s++) p[s] = 0e0f;
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) {
+                                for (int s = 0; s < 4; s++) {
                                     #pragma unroll
                                     for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
                                 }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) v21[s] = p[s];
+                                for (int s = 0; s < 4; s++) v21[s] = p[s];
                             }
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 acc3[r] = acc3[r] + v21[r];
                             }
-                            float v49[32];
+                            float v49[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v49[r] = acc6[r];
                             }
-                            float v50[32];
+                            float v50[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v50[r] = (v49[r] * v46[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                             }
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 acc6[r] = v50[r];
                             }
                             /* v34: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 9216 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[1][4], fb[8][2];
+                                    unsigned fa[2][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) {
+                                    for (int i = 0; i < 2; i++) {
                                         const int f = (i * 8 + kk / 8) * 4;
                                         fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
                                         fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
@@ -1457,7 +1457,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                                     #pragma unroll
                                     for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 72) * 2);
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) {
+                                    for (int i = 0; i < 2; i++) {
                                         #pragma unroll
                                         for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
@@ -1470,25 +1470,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                         dt_cp_async_wait<0>();
                         __syncthreads();
                     }
-                    float v22[2];
+                    float v22[4];
                     #pragma unroll
-                    for (int r = 0; r < 2; r++) {
+                    for (int r = 0; r < 4; r++) {
                         v22[r] = acc3[r];
                     }
-                    float v36[32];
+                    float v36[64];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         v36[r] = acc6[r];
                     }
-                    float v38[32];
+                    float v38[64];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                     }
                     /* the fragments two adjacent columns at a time */
                     #pragma unroll
-                    for (int r = 0; r < 32; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                    for (int r = 0; r < 64; r += 2) {
+                        const int lr = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                         const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                         if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_f16(v38[r], v38[r + 1]);
                         else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f16(v38[r]);
@@ -1499,7 +1499,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
     }
 }
 
-/* kernel attention_64 for bf16: grid block(b:1, h:1, i:64, e:64); 128 threads, 64512 bytes of shared memory */
+/* kernel attention_64 for bf16: grid block(b:1, h:1, i:128, e:64); 128 threads, 73728 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1519,7 +1519,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -1530,7 +1530,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v4[1];
@@ -1561,26 +1561,26 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention_64.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+            /* block(i:128) attention_64.tensorize(i:0) */
+            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                 /* block(e:64) attention_64.tensorize(e:0) */
                 for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
                     /* rdot accumulator */
-                    float acc6[32];
+                    float acc6[64];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[2];
+                    float acc3[4];
                     #pragma unroll
-                    for (int r = 0; r < 2; r++) {
+                    for (int r = 0; r < 4; r++) {
                         acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[2];
+                    float acc0[4];
                     #pragma unroll
-                    for (int r = 0; r < 2; r++) {
+                    for (int r = 0; r < 4; r++) {
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_64.tensorize(j:64) num_stages(3) + rsum attention_64.tensorize(j:64) num_stages(3) + rdot attention_64.tensorize(j:64) num_stages(3), online */
@@ -1592,12 +1592,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
                         {
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
-                            for (int r = 0; r < 4; r++) {
-                                const int e = tid + r * 128;
+                            for (int r = 0; r < 8; r++) {
+                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l19 = (int)((unsigned)e / 512u % 1u);
-                                    const int l20 = (int)((unsigned)e / 512u % 1u);
-                                    const int l21 = (int)((unsigned)e / 8u % 64u);
+                                    const int l19 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l20 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l21 = (int)((unsigned)e / 8u % 128u);
                                     const int l22 = (int)((unsigned)e / 1u % 8u);
                                     if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
                                         dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
@@ -1627,13 +1627,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
                                             const int l26 = (int)((unsigned)e / 8u % 64u);
                                             const int l27 = (int)((unsigned)e / 1u % 8u);
                                             if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4608 + st * 2304))[l26 * 72 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4608 + st * 2304))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 4608 + st * 2304))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -1651,13 +1651,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
                                             const int l31 = (int)((unsigned)e / 8u % 64u);
                                             const int l32 = (int)((unsigned)e / 1u % 8u);
                                             if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 11520 + st * 2304))[l31 * 72 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 11520 + st * 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 11520 + st * 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -1684,13 +1684,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
                                             const int l37 = (int)((unsigned)e / 8u % 64u);
                                             const int l38 = (int)((unsigned)e / 1u % 8u);
                                             if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4608 + wr17 * 2304))[l37 * 72 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4608 + wr17 * 2304))[l37 * 72 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 4608 + wr17 * 2304))[l37 * 72 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -1708,13 +1708,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
                                             const int l42 = (int)((unsigned)e / 8u % 64u);
                                             const int l43 = (int)((unsigned)e / 1u % 8u);
                                             if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 11520 + wr17 * 2304))[l42 * 72 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 11520 + wr17 * 2304))[l42 * 72 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 11520 + wr17 * 2304))[l42 * 72 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -1723,173 +1723,173 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
                             }
                             dt_cp_async_commit();
                             /* rdot accumulator */
-                            float acc1[32];
+                            float acc1[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 acc1[r] = 0e0f;
                             }
                             /* v0: loaded by the tensor-core dot that reads it */
                             /* v1: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[1][4], fb[8][2];
+                                    unsigned fa[2][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
                                     #pragma unroll
                                     for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) {
+                                    for (int i = 0; i < 2; i++) {
                                         #pragma unroll
                                         for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
                             /* acc1 += v2: accumulated by the tensor-core dot above */
-                            float v3[32];
+                            float v3[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v3[r] = acc1[r];
                             }
-                            float v6[32];
+                            float v6[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v6[r] = (v3[r] * v5[0]);
                             }
-                            float v7[32];
+                            float v7[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 const int l59 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v7[r] = ((unsigned)(o15 + l59) < (unsigned)s3) ? v6[r] : (-INFINITY);
                             }
-                            float v8[2];
+                            float v8[4];
                             /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                             {
-                                float p[2];
+                                float p[4];
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) {
+                                for (int s = 0; s < 4; s++) {
                                     #pragma unroll
                                     for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                 }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                for (int s = 0; s < 4; s++) v8[s] = p[s];
                             }
-                            float v39[2];
+                            float v39[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v39[r] = acc0[r];
                             }
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 acc0[r] = fmaxf(acc0[r], v8[r]);
                             }
-                            float v40[2];
+                            float v40[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v40[r] = acc0[r];
                             }
-                            float v43[2];
+                            float v43[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
                             }
-                            float v44[2];
+                            float v44[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
                             }
-                            float v45[2];
+                            float v45[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v45[r] = (v39[r] - v44[r]);
                             }
-                            float v46[2];
+                            float v46[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v46[r] = dt_fast_exp(v45[r]);
                             }
-                            float v47[2];
+                            float v47[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v47[r] = acc3[r];
                             }
-                            float v48[2];
+                            float v48[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v48[r] = (v47[r] * v46[r]);
                             }
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 acc3[r] = v48[r];
                             }
-                            float v18[32];
+                            float v18[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                             }
-                            float v19[32];
+                            float v19[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v19[r] = dt_fast_exp(v18[r]);
                             }
-                            float v20[32];
+                            float v20[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 const int l101 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v20[r] = ((unsigned)(o15 + l101) < (unsigned)s3) ? v19[r] : 0e0f;
                             }
-                            float v21[2];
+                            float v21[4];
                             /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                             {
-                                float p[2];
+                                float p[4];
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                for (int s = 0; s < 4; s++) p[s] = 0e0f;
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) {
+                                for (int s = 0; s < 4; s++) {
                                     #pragma unroll
                                     for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
                                 }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) v21[s] = p[s];
+                                for (int s = 0; s < 4; s++) v21[s] = p[s];
                             }
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 acc3[r] = acc3[r] + v21[r];
                             }
-                            float v49[32];
+                            float v49[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v49[r] = acc6[r];
                             }
-                            float v50[32];
+                            float v50[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v50[r] = (v49[r] * v46[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                             }
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 acc6[r] = v50[r];
                             }
                             /* v34: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 9216 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[1][4], fb[8][2];
+                                    unsigned fa[2][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) {
+                                    for (int i = 0; i < 2; i++) {
                                         const int f = (i * 8 + kk / 8) * 4;
                                         fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
                                         fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
@@ -1899,7 +1899,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
                                     #pragma unroll
                                     for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 72) * 2);
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) {
+                                    for (int i = 0; i < 2; i++) {
                                         #pragma unroll
                                         for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
@@ -1912,26 +1912,26 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
                         dt_cp_async_wait<0>();
                         __syncthreads();
                     }
-                    float v22[2];
+                    float v22[4];
                     #pragma unroll
-                    for (int r = 0; r < 2; r++) {
+                    for (int r = 0; r < 4; r++) {
                         v22[r] = acc3[r];
                     }
-                    float v36[32];
+                    float v36[64];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         v36[r] = acc6[r];
                     }
-                    float v38[32];
+                    float v38[64];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                     }
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         const int l128 = 0;
                         const int l129 = 0;
-                        const int l130 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l130 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
                         const int l131 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                         if ((unsigned)(o3 + l130) < (unsigned)s2 && (unsigned)(o4 + l131) < (unsigned)s4) out[(unsigned)(o1 + l128) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l129) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l130) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l131) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
                     }
@@ -1941,7 +1941,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
     }
 }
 
-/* kernel attention_64 for bf16: grid block(b:1, h:1, i:64, e:64); 128 threads, 64512 bytes of shared memory */
+/* kernel attention_64 for bf16: grid block(b:1, h:1, i:128, e:64); 128 threads, 73728 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1961,7 +1961,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -1972,7 +1972,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v4[1];
@@ -2003,26 +2003,26 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention_64.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+            /* block(i:128) attention_64.tensorize(i:0) */
+            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                 /* block(e:64) attention_64.tensorize(e:0) */
                 for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
                     /* rdot accumulator */
-                    float acc6[32];
+                    float acc6[64];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[2];
+                    float acc3[4];
                     #pragma unroll
-                    for (int r = 0; r < 2; r++) {
+                    for (int r = 0; r < 4; r++) {
                         acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[2];
+                    float acc0[4];
                     #pragma unroll
-                    for (int r = 0; r < 2; r++) {
+                    for (int r = 0; r < 4; r++) {
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_64.tensorize(j:64) num_stages(3) + rsum attention_64.tensorize(j:64) num_stages(3) + rdot attention_64.tensorize(j:64) num_stages(3), online */
@@ -2034,12 +2034,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                         {
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
-                            for (int r = 0; r < 4; r++) {
-                                const int e = tid + r * 128;
+                            for (int r = 0; r < 8; r++) {
+                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l19 = (int)((unsigned)e / 512u % 1u);
-                                    const int l20 = (int)((unsigned)e / 512u % 1u);
-                                    const int l21 = (int)((unsigned)e / 8u % 64u);
+                                    const int l19 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l20 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l21 = (int)((unsigned)e / 8u % 128u);
                                     const int l22 = (int)((unsigned)e / 1u % 8u);
                                     if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
                                         dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
@@ -2069,13 +2069,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                                             const int l26 = (int)((unsigned)e / 8u % 64u);
                                             const int l27 = (int)((unsigned)e / 1u % 8u);
                                             if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4608 + st * 2304))[l26 * 72 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4608 + st * 2304))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 4608 + st * 2304))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -2093,13 +2093,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                                             const int l31 = (int)((unsigned)e / 8u % 64u);
                                             const int l32 = (int)((unsigned)e / 1u % 8u);
                                             if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 11520 + st * 2304))[l31 * 72 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 11520 + st * 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 11520 + st * 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -2126,13 +2126,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                                             const int l37 = (int)((unsigned)e / 8u % 64u);
                                             const int l38 = (int)((unsigned)e / 1u % 8u);
                                             if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4608 + wr17 * 2304))[l37 * 72 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4608 + wr17 * 2304))[l37 * 72 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 4608 + wr17 * 2304))[l37 * 72 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -2150,13 +2150,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                                             const int l42 = (int)((unsigned)e / 8u % 64u);
                                             const int l43 = (int)((unsigned)e / 1u % 8u);
                                             if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 11520 + wr17 * 2304))[l42 * 72 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 11520 + wr17 * 2304))[l42 * 72 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 11520 + wr17 * 2304))[l42 * 72 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -2165,173 +2165,173 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                             }
                             dt_cp_async_commit();
                             /* rdot accumulator */
-                            float acc1[32];
+                            float acc1[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 acc1[r] = 0e0f;
                             }
                             /* v0: loaded by the tensor-core dot that reads it */
                             /* v1: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[1][4], fb[8][2];
+                                    unsigned fa[2][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
                                     #pragma unroll
                                     for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) {
+                                    for (int i = 0; i < 2; i++) {
                                         #pragma unroll
                                         for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
                             /* acc1 += v2: accumulated by the tensor-core dot above */
-                            float v3[32];
+                            float v3[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v3[r] = acc1[r];
                             }
-                            float v6[32];
+                            float v6[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v6[r] = (v3[r] * v5[0]);
                             }
-                            float v7[32];
+                            float v7[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 const int l59 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v7[r] = ((unsigned)(o15 + l59) < (unsigned)s3) ? v6[r] : (-INFINITY);
                             }
-                            float v8[2];
+                            float v8[4];
                             /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                             {
-                                float p[2];
+                                float p[4];
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) {
+                                for (int s = 0; s < 4; s++) {
                                     #pragma unroll
                                     for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                 }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                for (int s = 0; s < 4; s++) v8[s] = p[s];
                             }
-                            float v39[2];
+                            float v39[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v39[r] = acc0[r];
                             }
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 acc0[r] = fmaxf(acc0[r], v8[r]);
                             }
-                            float v40[2];
+                            float v40[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v40[r] = acc0[r];
                             }
-                            float v43[2];
+                            float v43[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
                             }
-                            float v44[2];
+                            float v44[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
                             }
-                            float v45[2];
+                            float v45[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v45[r] = (v39[r] - v44[r]);
                             }
-                            float v46[2];
+                            float v46[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v46[r] = dt_fast_exp(v45[r]);
                             }
-                            float v47[2];
+                            float v47[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v47[r] = acc3[r];
                             }
-                            float v48[2];
+                            float v48[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v48[r] = (v47[r] * v46[r]);
                             }
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 acc3[r] = v48[r];
                             }
-                            float v18[32];
+                            float v18[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                             }
-                            float v19[32];
+                            float v19[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v19[r] = dt_fast_exp(v18[r]);
                             }
-                            float v20[32];
+                            float v20[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 const int l101 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v20[r] = ((unsigned)(o15 + l101) < (unsigned)s3) ? v19[r] : 0e0f;
                             }
-                            float v21[2];
+                            float v21[4];
                             /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                             {
-                                float p[2];
+                                float p[4];
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                for (int s = 0; s < 4; s++) p[s] = 0e0f;
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) {
+                                for (int s = 0; s < 4; s++) {
                                     #pragma unroll
                                     for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
                                 }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) v21[s] = p[s];
+                                for (int s = 0; s < 4; s++) v21[s] = p[s];
                             }
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 acc3[r] = acc3[r] + v21[r];
                             }
-                            float v49[32];
+                            float v49[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v49[r] = acc6[r];
                             }
-                            float v50[32];
+                            float v50[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v50[r] = (v49[r] * v46[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                             }
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 acc6[r] = v50[r];
                             }
                             /* v34: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 9216 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[1][4], fb[8][2];
+                                    unsigned fa[2][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) {
+                                    for (int i = 0; i < 2; i++) {
                                         const int f = (i * 8 + kk / 8) * 4;
                                         fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
                                         fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
@@ -2341,7 +2341,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                                     #pragma unroll
                                     for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 72) * 2);
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) {
+                                    for (int i = 0; i < 2; i++) {
                                         #pragma unroll
                                         for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
@@ -2354,25 +2354,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                         dt_cp_async_wait<0>();
                         __syncthreads();
                     }
-                    float v22[2];
+                    float v22[4];
                     #pragma unroll
-                    for (int r = 0; r < 2; r++) {
+                    for (int r = 0; r < 4; r++) {
                         v22[r] = acc3[r];
                     }
-                    float v36[32];
+                    float v36[64];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         v36[r] = acc6[r];
                     }
-                    float v38[32];
+                    float v38[64];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                     }
                     /* the fragments two adjacent columns at a time */
                     #pragma unroll
-                    for (int r = 0; r < 32; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                    for (int r = 0; r < 64; r += 2) {
+                        const int lr = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                         const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                         if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_bf16(v38[r], v38[r + 1]);
                         else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_bf16(v38[r]);
@@ -2383,7 +2383,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
     }
 }
 
-/* kernel attention_causal_64 for f16: grid block(b:1, h:1, i:64, e:64); 128 threads, 64512 bytes of shared memory */
+/* kernel attention_causal_64 for f16: grid block(b:1, h:1, i:128, e:64); 128 threads, 73728 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -2403,7 +2403,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -2414,7 +2414,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v7[1];
@@ -2457,26 +2457,26 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention_causal_64.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+            /* block(i:128) attention_causal_64.tensorize(i:0) */
+            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                 /* block(e:64) attention_causal_64.tensorize(e:0) */
                 for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
                     /* rdot accumulator */
-                    float acc6[32];
+                    float acc6[64];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[2];
+                    float acc3[4];
                     #pragma unroll
-                    for (int r = 0; r < 2; r++) {
+                    for (int r = 0; r < 4; r++) {
                         acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[2];
+                    float acc0[4];
                     #pragma unroll
-                    for (int r = 0; r < 2; r++) {
+                    for (int r = 0; r < 4; r++) {
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal_64.tensorize(j:64) num_stages(3) + rsum attention_causal_64.tensorize(j:64) num_stages(3) + rdot attention_causal_64.tensorize(j:64) num_stages(3), online */
@@ -2488,12 +2488,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                         {
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
-                            for (int r = 0; r < 4; r++) {
-                                const int e = tid + r * 128;
+                            for (int r = 0; r < 8; r++) {
+                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l19 = (int)((unsigned)e / 512u % 1u);
-                                    const int l20 = (int)((unsigned)e / 512u % 1u);
-                                    const int l21 = (int)((unsigned)e / 8u % 64u);
+                                    const int l19 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l20 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l21 = (int)((unsigned)e / 8u % 128u);
                                     const int l22 = (int)((unsigned)e / 1u % 8u);
                                     if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
                                         dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
@@ -2510,7 +2510,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                         }
                         for (int st = 0; st < 2; st++) {
                             const long long o15 = (long long)st * 64;
-                            if (o15 < dt_min_ll(s3, b2 * 64 + 64)) {
+                            if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                 /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                                 {
                                     const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
@@ -2523,13 +2523,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                                             const int l26 = (int)((unsigned)e / 8u % 64u);
                                             const int l27 = (int)((unsigned)e / 1u % 8u);
                                             if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4608 + st * 2304))[l26 * 72 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4608 + st * 2304))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 4608 + st * 2304))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -2547,13 +2547,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                                             const int l31 = (int)((unsigned)e / 8u % 64u);
                                             const int l32 = (int)((unsigned)e / 1u % 8u);
                                             if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 11520 + st * 2304))[l31 * 72 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 11520 + st * 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 11520 + st * 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -2562,12 +2562,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                             }
                             dt_cp_async_commit();
                         }
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
                             /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
                             dt_cp_async_wait<1>();
                             __syncthreads();
                             const long long o33 = o15 + 128;
-                            if (o33 < dt_min_ll(s3, b2 * 64 + 64)) {
+                            if (o33 < dt_min_ll(s3, b2 * 128 + 128)) {
                                 /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                                 {
                                     const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
@@ -2580,13 +2580,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                                             const int l37 = (int)((unsigned)e / 8u % 64u);
                                             const int l38 = (int)((unsigned)e / 1u % 8u);
                                             if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4608 + wr17 * 2304))[l37 * 72 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4608 + wr17 * 2304))[l37 * 72 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 4608 + wr17 * 2304))[l37 * 72 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -2604,13 +2604,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                                             const int l42 = (int)((unsigned)e / 8u % 64u);
                                             const int l43 = (int)((unsigned)e / 1u % 8u);
                                             if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 11520 + wr17 * 2304))[l42 * 72 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 11520 + wr17 * 2304))[l42 * 72 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 11520 + wr17 * 2304))[l42 * 72 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -2620,186 +2620,186 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                             dt_cp_async_commit();
                             /* v0: the index along j, computed where it is read */
                             /* v1: the index along i, computed where it is read */
-                            float v2[32];
+                            float v2[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int l44 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            for (int r = 0; r < 64; r++) {
+                                const int l44 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
                                 const int l45 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v2[r] = (((float)(o15 + l45)) <= ((float)(o3 + l44)) ? 1.0f : 0.0f);
                             }
                             /* rdot accumulator */
-                            float acc1[32];
+                            float acc1[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 acc1[r] = 0e0f;
                             }
                             /* v3: loaded by the tensor-core dot that reads it */
                             /* v4: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[1][4], fb[8][2];
+                                    unsigned fa[2][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
                                     #pragma unroll
                                     for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) {
+                                    for (int i = 0; i < 2; i++) {
                                         #pragma unroll
                                         for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
                             /* acc1 += v5: accumulated by the tensor-core dot above */
-                            float v6[32];
+                            float v6[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v6[r] = acc1[r];
                             }
-                            float v9[32];
+                            float v9[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v9[r] = (v6[r] * v8[0]);
                             }
-                            float v12[32];
+                            float v12[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                             }
-                            float v13[32];
+                            float v13[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 const int l65 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v13[r] = ((unsigned)(o15 + l65) < (unsigned)s3) ? v12[r] : (-INFINITY);
                             }
-                            float v14[2];
+                            float v14[4];
                             /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                             {
-                                float p[2];
+                                float p[4];
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) {
+                                for (int s = 0; s < 4; s++) {
                                     #pragma unroll
                                     for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                 }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                for (int s = 0; s < 4; s++) v14[s] = p[s];
                             }
-                            float v57[2];
+                            float v57[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v57[r] = acc0[r];
                             }
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 acc0[r] = fmaxf(acc0[r], v14[r]);
                             }
-                            float v58[2];
+                            float v58[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v58[r] = acc0[r];
                             }
-                            float v61[2];
+                            float v61[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
                             }
-                            float v62[2];
+                            float v62[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
                             }
-                            float v63[2];
+                            float v63[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v63[r] = (v57[r] - v62[r]);
                             }
-                            float v64[2];
+                            float v64[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v64[r] = dt_fast_exp(v63[r]);
                             }
-                            float v65[2];
+                            float v65[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v65[r] = acc3[r];
                             }
-                            float v66[2];
+                            float v66[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v66[r] = (v65[r] * v64[r]);
                             }
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 acc3[r] = v66[r];
                             }
-                            float v30[32];
+                            float v30[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                             }
-                            float v31[32];
+                            float v31[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v31[r] = dt_fast_exp(v30[r]);
                             }
-                            float v32[32];
+                            float v32[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 const int l107 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v32[r] = ((unsigned)(o15 + l107) < (unsigned)s3) ? v31[r] : 0e0f;
                             }
-                            float v33[2];
+                            float v33[4];
                             /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                             {
-                                float p[2];
+                                float p[4];
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                for (int s = 0; s < 4; s++) p[s] = 0e0f;
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) {
+                                for (int s = 0; s < 4; s++) {
                                     #pragma unroll
                                     for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
                                 }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                for (int s = 0; s < 4; s++) v33[s] = p[s];
                             }
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 acc3[r] = acc3[r] + v33[r];
                             }
-                            float v67[32];
+                            float v67[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v67[r] = acc6[r];
                             }
-                            float v68[32];
+                            float v68[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                             }
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 acc6[r] = v68[r];
                             }
                             /* v52: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 9216 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[1][4], fb[8][2];
+                                    unsigned fa[2][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) {
+                                    for (int i = 0; i < 2; i++) {
                                         const int f = (i * 8 + kk / 8) * 4;
                                         fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
                                         fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
@@ -2809,7 +2809,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                                     #pragma unroll
                                     for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 72) * 2);
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) {
+                                    for (int i = 0; i < 2; i++) {
                                         #pragma unroll
                                         for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
@@ -2822,26 +2822,26 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                         dt_cp_async_wait<0>();
                         __syncthreads();
                     }
-                    float v34[2];
+                    float v34[4];
                     #pragma unroll
-                    for (int r = 0; r < 2; r++) {
+                    for (int r = 0; r < 4; r++) {
                         v34[r] = acc3[r];
                     }
-                    float v54[32];
+                    float v54[64];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         v54[r] = acc6[r];
                     }
-                    float v56[32];
+                    float v56[64];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                     }
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         const int l134 = 0;
                         const int l135 = 0;
-                        const int l136 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l136 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
                         const int l137 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                         if ((unsigned)(o3 + l136) < (unsigned)s2 && (unsigned)(o4 + l137) < (unsigned)s4) out[(unsigned)(o1 + l134) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l135) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l136) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l137) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
                     }
@@ -2851,7 +2851,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
     }
 }
 
-/* kernel attention_causal_64 for f16: grid block(b:1, h:1, i:64, e:64); 128 threads, 64512 bytes of shared memory */
+/* kernel attention_causal_64 for f16: grid block(b:1, h:1, i:128, e:64); 128 threads, 73728 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -2871,7 +2871,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -2882,7 +2882,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v7[1];
@@ -2925,26 +2925,26 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention_causal_64.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+            /* block(i:128) attention_causal_64.tensorize(i:0) */
+            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                 /* block(e:64) attention_causal_64.tensorize(e:0) */
                 for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
                     /* rdot accumulator */
-                    float acc6[32];
+                    float acc6[64];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[2];
+                    float acc3[4];
                     #pragma unroll
-                    for (int r = 0; r < 2; r++) {
+                    for (int r = 0; r < 4; r++) {
                         acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[2];
+                    float acc0[4];
                     #pragma unroll
-                    for (int r = 0; r < 2; r++) {
+                    for (int r = 0; r < 4; r++) {
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal_64.tensorize(j:64) num_stages(3) + rsum attention_causal_64.tensorize(j:64) num_stages(3) + rdot attention_causal_64.tensorize(j:64) num_stages(3), online */
@@ -2956,12 +2956,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                         {
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
-                            for (int r = 0; r < 4; r++) {
-                                const int e = tid + r * 128;
+                            for (int r = 0; r < 8; r++) {
+                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l19 = (int)((unsigned)e / 512u % 1u);
-                                    const int l20 = (int)((unsigned)e / 512u % 1u);
-                                    const int l21 = (int)((unsigned)e / 8u % 64u);
+                                    const int l19 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l20 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l21 = (int)((unsigned)e / 8u % 128u);
                                     const int l22 = (int)((unsigned)e / 1u % 8u);
                                     if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
                                         dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
@@ -2978,7 +2978,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                         }
                         for (int st = 0; st < 2; st++) {
                             const long long o15 = (long long)st * 64;
-                            if (o15 < dt_min_ll(s3, b2 * 64 + 64)) {
+                            if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                 /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                                 {
                                     const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
@@ -2991,13 +2991,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                                             const int l26 = (int)((unsigned)e / 8u % 64u);
                                             const int l27 = (int)((unsigned)e / 1u % 8u);
                                             if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4608 + st * 2304))[l26 * 72 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4608 + st * 2304))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 4608 + st * 2304))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -3015,13 +3015,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                                             const int l31 = (int)((unsigned)e / 8u % 64u);
                                             const int l32 = (int)((unsigned)e / 1u % 8u);
                                             if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 11520 + st * 2304))[l31 * 72 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 11520 + st * 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 11520 + st * 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -3030,12 +3030,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                             }
                             dt_cp_async_commit();
                         }
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
                             /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
                             dt_cp_async_wait<1>();
                             __syncthreads();
                             const long long o33 = o15 + 128;
-                            if (o33 < dt_min_ll(s3, b2 * 64 + 64)) {
+                            if (o33 < dt_min_ll(s3, b2 * 128 + 128)) {
                                 /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                                 {
                                     const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
@@ -3048,13 +3048,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                                             const int l37 = (int)((unsigned)e / 8u % 64u);
                                             const int l38 = (int)((unsigned)e / 1u % 8u);
                                             if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4608 + wr17 * 2304))[l37 * 72 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4608 + wr17 * 2304))[l37 * 72 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 4608 + wr17 * 2304))[l37 * 72 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -3072,13 +3072,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                                             const int l42 = (int)((unsigned)e / 8u % 64u);
                                             const int l43 = (int)((unsigned)e / 1u % 8u);
                                             if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 11520 + wr17 * 2304))[l42 * 72 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 11520 + wr17 * 2304))[l42 * 72 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 11520 + wr17 * 2304))[l42 * 72 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -3088,186 +3088,186 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                             dt_cp_async_commit();
                             /* v0: the index along j, computed where it is read */
                             /* v1: the index along i, computed where it is read */
-                            float v2[32];
+                            float v2[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int l44 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            for (int r = 0; r < 64; r++) {
+                                const int l44 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
                                 const int l45 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v2[r] = (((float)(o15 + l45)) <= ((float)(o3 + l44)) ? 1.0f : 0.0f);
                             }
                             /* rdot accumulator */
-                            float acc1[32];
+                            float acc1[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 acc1[r] = 0e0f;
                             }
                             /* v3: loaded by the tensor-core dot that reads it */
                             /* v4: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[1][4], fb[8][2];
+                                    unsigned fa[2][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
                                     #pragma unroll
                                     for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) {
+                                    for (int i = 0; i < 2; i++) {
                                         #pragma unroll
                                         for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
                             /* acc1 += v5: accumulated by the tensor-core dot above */
-                            float v6[32];
+                            float v6[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v6[r] = acc1[r];
                             }
-                            float v9[32];
+                            float v9[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v9[r] = (v6[r] * v8[0]);
                             }
-                            float v12[32];
+                            float v12[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                             }
-                            float v13[32];
+                            float v13[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 const int l65 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v13[r] = ((unsigned)(o15 + l65) < (unsigned)s3) ? v12[r] : (-INFINITY);
                             }
-                            float v14[2];
+                            float v14[4];
                             /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                             {
-                                float p[2];
+                                float p[4];
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) {
+                                for (int s = 0; s < 4; s++) {
                                     #pragma unroll
                                     for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                 }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                for (int s = 0; s < 4; s++) v14[s] = p[s];
                             }
-                            float v57[2];
+                            float v57[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v57[r] = acc0[r];
                             }
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 acc0[r] = fmaxf(acc0[r], v14[r]);
                             }
-                            float v58[2];
+                            float v58[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v58[r] = acc0[r];
                             }
-                            float v61[2];
+                            float v61[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
                             }
-                            float v62[2];
+                            float v62[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
                             }
-                            float v63[2];
+                            float v63[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v63[r] = (v57[r] - v62[r]);
                             }
-                            float v64[2];
+                            float v64[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v64[r] = dt_fast_exp(v63[r]);
                             }
-                            float v65[2];
+                            float v65[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v65[r] = acc3[r];
                             }
-                            float v66[2];
+                            float v66[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v66[r] = (v65[r] * v64[r]);
                             }
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 acc3[r] = v66[r];
                             }
-                            float v30[32];
+                            float v30[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                             }
-                            float v31[32];
+                            float v31[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v31[r] = dt_fast_exp(v30[r]);
                             }
-                            float v32[32];
+                            float v32[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 const int l107 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v32[r] = ((unsigned)(o15 + l107) < (unsigned)s3) ? v31[r] : 0e0f;
                             }
-                            float v33[2];
+                            float v33[4];
                             /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                             {
-                                float p[2];
+                                float p[4];
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                for (int s = 0; s < 4; s++) p[s] = 0e0f;
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) {
+                                for (int s = 0; s < 4; s++) {
                                     #pragma unroll
                                     for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
                                 }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                for (int s = 0; s < 4; s++) v33[s] = p[s];
                             }
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 acc3[r] = acc3[r] + v33[r];
                             }
-                            float v67[32];
+                            float v67[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v67[r] = acc6[r];
                             }
-                            float v68[32];
+                            float v68[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                             }
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 acc6[r] = v68[r];
                             }
                             /* v52: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 9216 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[1][4], fb[8][2];
+                                    unsigned fa[2][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) {
+                                    for (int i = 0; i < 2; i++) {
                                         const int f = (i * 8 + kk / 8) * 4;
                                         fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
                                         fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
@@ -3277,7 +3277,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                                     #pragma unroll
                                     for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 72) * 2);
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) {
+                                    for (int i = 0; i < 2; i++) {
                                         #pragma unroll
                                         for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
@@ -3290,25 +3290,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                         dt_cp_async_wait<0>();
                         __syncthreads();
                     }
-                    float v34[2];
+                    float v34[4];
                     #pragma unroll
-                    for (int r = 0; r < 2; r++) {
+                    for (int r = 0; r < 4; r++) {
                         v34[r] = acc3[r];
                     }
-                    float v54[32];
+                    float v54[64];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         v54[r] = acc6[r];
                     }
-                    float v56[32];
+                    float v56[64];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                     }
                     /* the fragments two adjacent columns at a time */
                     #pragma unroll
-                    for (int r = 0; r < 32; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                    for (int r = 0; r < 64; r += 2) {
+                        const int lr = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                         const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                         if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_f16(v56[r], v56[r + 1]);
                         else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f16(v56[r]);
@@ -3319,7 +3319,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
     }
 }
 
-/* kernel attention_causal_64 for bf16: grid block(b:1, h:1, i:64, e:64); 128 threads, 64512 bytes of shared memory */
+/* kernel attention_causal_64 for bf16: grid block(b:1, h:1, i:128, e:64); 128 threads, 73728 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -3339,7 +3339,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -3350,7 +3350,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v7[1];
@@ -3393,26 +3393,26 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention_causal_64.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+            /* block(i:128) attention_causal_64.tensorize(i:0) */
+            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                 /* block(e:64) attention_causal_64.tensorize(e:0) */
                 for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
                     /* rdot accumulator */
-                    float acc6[32];
+                    float acc6[64];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[2];
+                    float acc3[4];
                     #pragma unroll
-                    for (int r = 0; r < 2; r++) {
+                    for (int r = 0; r < 4; r++) {
                         acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[2];
+                    float acc0[4];
                     #pragma unroll
-                    for (int r = 0; r < 2; r++) {
+                    for (int r = 0; r < 4; r++) {
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal_64.tensorize(j:64) num_stages(3) + rsum attention_causal_64.tensorize(j:64) num_stages(3) + rdot attention_causal_64.tensorize(j:64) num_stages(3), online */
@@ -3424,12 +3424,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                         {
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
-                            for (int r = 0; r < 4; r++) {
-                                const int e = tid + r * 128;
+                            for (int r = 0; r < 8; r++) {
+                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l19 = (int)((unsigned)e / 512u % 1u);
-                                    const int l20 = (int)((unsigned)e / 512u % 1u);
-                                    const int l21 = (int)((unsigned)e / 8u % 64u);
+                                    const int l19 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l20 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l21 = (int)((unsigned)e / 8u % 128u);
                                     const int l22 = (int)((unsigned)e / 1u % 8u);
                                     if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
                                         dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
@@ -3446,7 +3446,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                         }
                         for (int st = 0; st < 2; st++) {
                             const long long o15 = (long long)st * 64;
-                            if (o15 < dt_min_ll(s3, b2 * 64 + 64)) {
+                            if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                 /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                                 {
                                     const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
@@ -3459,13 +3459,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                                             const int l26 = (int)((unsigned)e / 8u % 64u);
                                             const int l27 = (int)((unsigned)e / 1u % 8u);
                                             if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4608 + st * 2304))[l26 * 72 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4608 + st * 2304))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 4608 + st * 2304))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -3483,13 +3483,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                                             const int l31 = (int)((unsigned)e / 8u % 64u);
                                             const int l32 = (int)((unsigned)e / 1u % 8u);
                                             if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 11520 + st * 2304))[l31 * 72 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 11520 + st * 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 11520 + st * 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -3498,12 +3498,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                             }
                             dt_cp_async_commit();
                         }
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
                             /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
                             dt_cp_async_wait<1>();
                             __syncthreads();
                             const long long o33 = o15 + 128;
-                            if (o33 < dt_min_ll(s3, b2 * 64 + 64)) {
+                            if (o33 < dt_min_ll(s3, b2 * 128 + 128)) {
                                 /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                                 {
                                     const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
@@ -3516,13 +3516,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                                             const int l37 = (int)((unsigned)e / 8u % 64u);
                                             const int l38 = (int)((unsigned)e / 1u % 8u);
                                             if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4608 + wr17 * 2304))[l37 * 72 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4608 + wr17 * 2304))[l37 * 72 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 4608 + wr17 * 2304))[l37 * 72 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -3540,13 +3540,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                                             const int l42 = (int)((unsigned)e / 8u % 64u);
                                             const int l43 = (int)((unsigned)e / 1u % 8u);
                                             if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 11520 + wr17 * 2304))[l42 * 72 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 11520 + wr17 * 2304))[l42 * 72 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 11520 + wr17 * 2304))[l42 * 72 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -3556,186 +3556,186 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                             dt_cp_async_commit();
                             /* v0: the index along j, computed where it is read */
                             /* v1: the index along i, computed where it is read */
-                            float v2[32];
+                            float v2[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int l44 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            for (int r = 0; r < 64; r++) {
+                                const int l44 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
                                 const int l45 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v2[r] = (((float)(o15 + l45)) <= ((float)(o3 + l44)) ? 1.0f : 0.0f);
                             }
                             /* rdot accumulator */
-                            float acc1[32];
+                            float acc1[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 acc1[r] = 0e0f;
                             }
                             /* v3: loaded by the tensor-core dot that reads it */
                             /* v4: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[1][4], fb[8][2];
+                                    unsigned fa[2][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
                                     #pragma unroll
                                     for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) {
+                                    for (int i = 0; i < 2; i++) {
                                         #pragma unroll
                                         for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
                             /* acc1 += v5: accumulated by the tensor-core dot above */
-                            float v6[32];
+                            float v6[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v6[r] = acc1[r];
                             }
-                            float v9[32];
+                            float v9[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v9[r] = (v6[r] * v8[0]);
                             }
-                            float v12[32];
+                            float v12[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                             }
-                            float v13[32];
+                            float v13[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 const int l65 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v13[r] = ((unsigned)(o15 + l65) < (unsigned)s3) ? v12[r] : (-INFINITY);
                             }
-                            float v14[2];
+                            float v14[4];
                             /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                             {
-                                float p[2];
+                                float p[4];
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) {
+                                for (int s = 0; s < 4; s++) {
                                     #pragma unroll
                                     for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                 }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                for (int s = 0; s < 4; s++) v14[s] = p[s];
                             }
-                            float v57[2];
+                            float v57[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v57[r] = acc0[r];
                             }
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 acc0[r] = fmaxf(acc0[r], v14[r]);
                             }
-                            float v58[2];
+                            float v58[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v58[r] = acc0[r];
                             }
-                            float v61[2];
+                            float v61[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
                             }
-                            float v62[2];
+                            float v62[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
                             }
-                            float v63[2];
+                            float v63[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v63[r] = (v57[r] - v62[r]);
                             }
-                            float v64[2];
+                            float v64[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v64[r] = dt_fast_exp(v63[r]);
                             }
-                            float v65[2];
+                            float v65[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v65[r] = acc3[r];
                             }
-                            float v66[2];
+                            float v66[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v66[r] = (v65[r] * v64[r]);
                             }
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 acc3[r] = v66[r];
                             }
-                            float v30[32];
+                            float v30[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                             }
-                            float v31[32];
+                            float v31[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v31[r] = dt_fast_exp(v30[r]);
                             }
-                            float v32[32];
+                            float v32[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 const int l107 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v32[r] = ((unsigned)(o15 + l107) < (unsigned)s3) ? v31[r] : 0e0f;
                             }
-                            float v33[2];
+                            float v33[4];
                             /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                             {
-                                float p[2];
+                                float p[4];
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                for (int s = 0; s < 4; s++) p[s] = 0e0f;
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) {
+                                for (int s = 0; s < 4; s++) {
                                     #pragma unroll
                                     for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
                                 }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                for (int s = 0; s < 4; s++) v33[s] = p[s];
                             }
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 acc3[r] = acc3[r] + v33[r];
                             }
-                            float v67[32];
+                            float v67[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v67[r] = acc6[r];
                             }
-                            float v68[32];
+                            float v68[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                             }
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 acc6[r] = v68[r];
                             }
                             /* v52: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 9216 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[1][4], fb[8][2];
+                                    unsigned fa[2][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) {
+                                    for (int i = 0; i < 2; i++) {
                                         const int f = (i * 8 + kk / 8) * 4;
                                         fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
                                         fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
@@ -3745,7 +3745,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                                     #pragma unroll
                                     for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 72) * 2);
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) {
+                                    for (int i = 0; i < 2; i++) {
                                         #pragma unroll
                                         for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
@@ -3758,26 +3758,26 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                         dt_cp_async_wait<0>();
                         __syncthreads();
                     }
-                    float v34[2];
+                    float v34[4];
                     #pragma unroll
-                    for (int r = 0; r < 2; r++) {
+                    for (int r = 0; r < 4; r++) {
                         v34[r] = acc3[r];
                     }
-                    float v54[32];
+                    float v54[64];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         v54[r] = acc6[r];
                     }
-                    float v56[32];
+                    float v56[64];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                     }
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         const int l134 = 0;
                         const int l135 = 0;
-                        const int l136 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l136 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
                         const int l137 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                         if ((unsigned)(o3 + l136) < (unsigned)s2 && (unsigned)(o4 + l137) < (unsigned)s4) out[(unsigned)(o1 + l134) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l135) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l136) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l137) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
                     }
@@ -3787,7 +3787,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
     }
 }
 
-/* kernel attention_causal_64 for bf16: grid block(b:1, h:1, i:64, e:64); 128 threads, 64512 bytes of shared memory */
+/* kernel attention_causal_64 for bf16: grid block(b:1, h:1, i:128, e:64); 128 threads, 73728 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -3807,7 +3807,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -3818,7 +3818,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v7[1];
@@ -3861,26 +3861,26 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention_causal_64.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+            /* block(i:128) attention_causal_64.tensorize(i:0) */
+            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                 /* block(e:64) attention_causal_64.tensorize(e:0) */
                 for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
                     /* rdot accumulator */
-                    float acc6[32];
+                    float acc6[64];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[2];
+                    float acc3[4];
                     #pragma unroll
-                    for (int r = 0; r < 2; r++) {
+                    for (int r = 0; r < 4; r++) {
                         acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[2];
+                    float acc0[4];
                     #pragma unroll
-                    for (int r = 0; r < 2; r++) {
+                    for (int r = 0; r < 4; r++) {
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal_64.tensorize(j:64) num_stages(3) + rsum attention_causal_64.tensorize(j:64) num_stages(3) + rdot attention_causal_64.tensorize(j:64) num_stages(3), online */
@@ -3892,12 +3892,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                         {
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
-                            for (int r = 0; r < 4; r++) {
-                                const int e = tid + r * 128;
+                            for (int r = 0; r < 8; r++) {
+                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l19 = (int)((unsigned)e / 512u % 1u);
-                                    const int l20 = (int)((unsigned)e / 512u % 1u);
-                                    const int l21 = (int)((unsigned)e / 8u % 64u);
+                                    const int l19 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l20 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l21 = (int)((unsigned)e / 8u % 128u);
                                     const int l22 = (int)((unsigned)e / 1u % 8u);
                                     if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
                                         dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 72 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
@@ -3914,7 +3914,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                         }
                         for (int st = 0; st < 2; st++) {
                             const long long o15 = (long long)st * 64;
-                            if (o15 < dt_min_ll(s3, b2 * 64 + 64)) {
+                            if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                 /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                                 {
                                     const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
@@ -3927,13 +3927,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                                             const int l26 = (int)((unsigned)e / 8u % 64u);
                                             const int l27 = (int)((unsigned)e / 1u % 8u);
                                             if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4608 + st * 2304))[l26 * 72 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4608 + st * 2304))[l26 * 72 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 2304 + st * 2304))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 4608 + st * 2304))[l26 * 72 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -3951,13 +3951,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                                             const int l31 = (int)((unsigned)e / 8u % 64u);
                                             const int l32 = (int)((unsigned)e / 1u % 8u);
                                             if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 11520 + st * 2304))[l31 * 72 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 11520 + st * 2304))[l31 * 72 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 9216 + st * 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 11520 + st * 2304))[l31 * 72 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -3966,12 +3966,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                             }
                             dt_cp_async_commit();
                         }
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
                             /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
                             dt_cp_async_wait<1>();
                             __syncthreads();
                             const long long o33 = o15 + 128;
-                            if (o33 < dt_min_ll(s3, b2 * 64 + 64)) {
+                            if (o33 < dt_min_ll(s3, b2 * 128 + 128)) {
                                 /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                                 {
                                     const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
@@ -3984,13 +3984,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                                             const int l37 = (int)((unsigned)e / 8u % 64u);
                                             const int l38 = (int)((unsigned)e / 1u % 8u);
                                             if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4608 + wr17 * 2304))[l37 * 72 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 4608 + wr17 * 2304))[l37 * 72 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 2304 + wr17 * 2304))[l37 * 72 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 4608 + wr17 * 2304))[l37 * 72 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -4008,13 +4008,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                                             const int l42 = (int)((unsigned)e / 8u % 64u);
                                             const int l43 = (int)((unsigned)e / 1u % 8u);
                                             if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 11520 + wr17 * 2304))[l42 * 72 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 11520 + wr17 * 2304))[l42 * 72 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 9216 + wr17 * 2304))[l42 * 72 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 11520 + wr17 * 2304))[l42 * 72 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -4024,186 +4024,186 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                             dt_cp_async_commit();
                             /* v0: the index along j, computed where it is read */
                             /* v1: the index along i, computed where it is read */
-                            float v2[32];
+                            float v2[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int l44 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            for (int r = 0; r < 64; r++) {
+                                const int l44 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
                                 const int l45 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v2[r] = (((float)(o15 + l45)) <= ((float)(o3 + l44)) ? 1.0f : 0.0f);
                             }
                             /* rdot accumulator */
-                            float acc1[32];
+                            float acc1[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 acc1[r] = 0e0f;
                             }
                             /* v3: loaded by the tensor-core dot that reads it */
                             /* v4: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[1][4], fb[8][2];
+                                    unsigned fa[2][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
                                     #pragma unroll
                                     for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) {
+                                    for (int i = 0; i < 2; i++) {
                                         #pragma unroll
                                         for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
                             /* acc1 += v5: accumulated by the tensor-core dot above */
-                            float v6[32];
+                            float v6[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v6[r] = acc1[r];
                             }
-                            float v9[32];
+                            float v9[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v9[r] = (v6[r] * v8[0]);
                             }
-                            float v12[32];
+                            float v12[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                             }
-                            float v13[32];
+                            float v13[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 const int l65 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v13[r] = ((unsigned)(o15 + l65) < (unsigned)s3) ? v12[r] : (-INFINITY);
                             }
-                            float v14[2];
+                            float v14[4];
                             /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                             {
-                                float p[2];
+                                float p[4];
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) {
+                                for (int s = 0; s < 4; s++) {
                                     #pragma unroll
                                     for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                 }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                for (int s = 0; s < 4; s++) v14[s] = p[s];
                             }
-                            float v57[2];
+                            float v57[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v57[r] = acc0[r];
                             }
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 acc0[r] = fmaxf(acc0[r], v14[r]);
                             }
-                            float v58[2];
+                            float v58[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v58[r] = acc0[r];
                             }
-                            float v61[2];
+                            float v61[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
                             }
-                            float v62[2];
+                            float v62[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
                             }
-                            float v63[2];
+                            float v63[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v63[r] = (v57[r] - v62[r]);
                             }
-                            float v64[2];
+                            float v64[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v64[r] = dt_fast_exp(v63[r]);
                             }
-                            float v65[2];
+                            float v65[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v65[r] = acc3[r];
                             }
-                            float v66[2];
+                            float v66[4];
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 v66[r] = (v65[r] * v64[r]);
                             }
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 acc3[r] = v66[r];
                             }
-                            float v30[32];
+                            float v30[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                             }
-                            float v31[32];
+                            float v31[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v31[r] = dt_fast_exp(v30[r]);
                             }
-                            float v32[32];
+                            float v32[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 const int l107 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v32[r] = ((unsigned)(o15 + l107) < (unsigned)s3) ? v31[r] : 0e0f;
                             }
-                            float v33[2];
+                            float v33[4];
                             /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                             {
-                                float p[2];
+                                float p[4];
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                for (int s = 0; s < 4; s++) p[s] = 0e0f;
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) {
+                                for (int s = 0; s < 4; s++) {
                                     #pragma unroll
                                     for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
                                 }
                                 #pragma unroll
-                                for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                for (int s = 0; s < 4; s++) v33[s] = p[s];
                             }
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 acc3[r] = acc3[r] + v33[r];
                             }
-                            float v67[32];
+                            float v67[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v67[r] = acc6[r];
                             }
-                            float v68[32];
+                            float v68[64];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                             }
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 64; r++) {
                                 acc6[r] = v68[r];
                             }
                             /* v52: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 9216 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
-                                    unsigned fa[1][4], fb[8][2];
+                                    unsigned fa[2][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) {
+                                    for (int i = 0; i < 2; i++) {
                                         const int f = (i * 8 + kk / 8) * 4;
                                         fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
                                         fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
@@ -4213,7 +4213,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                                     #pragma unroll
                                     for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 72) * 2);
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) {
+                                    for (int i = 0; i < 2; i++) {
                                         #pragma unroll
                                         for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
@@ -4226,25 +4226,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                         dt_cp_async_wait<0>();
                         __syncthreads();
                     }
-                    float v34[2];
+                    float v34[4];
                     #pragma unroll
-                    for (int r = 0; r < 2; r++) {
+                    for (int r = 0; r < 4; r++) {
                         v34[r] = acc3[r];
                     }
-                    float v54[32];
+                    float v54[64];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         v54[r] = acc6[r];
                     }
-                    float v56[32];
+                    float v56[64];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 64; r++) {
                         v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                     }
                     /* the fragments two adjacent columns at a time */
                     #pragma unroll
-                    for (int r = 0; r < 32; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                    for (int r = 0; r < 64; r += 2) {
+                        const int lr = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                         const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                         if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_bf16(v56[r], v56[r + 1]);
                         else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_bf16(v56[r]);

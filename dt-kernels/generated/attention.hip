@@ -615,7 +615,7 @@ struct dt_args_t {
     float scalars[C];
 };
 
-/* kernel attention_64 for f16: grid block(b:1, h:1, i:64, e:64); 256 threads, 18432 bytes of shared memory */
+/* kernel attention_64 for f16: grid block(b:1, h:1, i:128, e:64); 256 threads, 27648 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_64_f16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -635,7 +635,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_f16(DT_GRID_CO
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -646,7 +646,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_f16(DT_GRID_CO
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v4[1];
@@ -677,34 +677,34 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_f16(DT_GRID_CO
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention_64.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+            /* block(i:128) attention_64.tensorize(i:0) */
+            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                 /* block(e:64) attention_64.tensorize(e:0) */
                 for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
                     /* rdot accumulator */
-                    float acc6[16];
+                    float acc6[32];
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) {
+                    for (int r = 0; r < 32; r++) {
                         acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[4];
+                    float acc3[8];
                     #pragma unroll
-                    for (int r = 0; r < 4; r++) {
+                    for (int r = 0; r < 8; r++) {
                         acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[4];
+                    float acc0[8];
                     #pragma unroll
-                    for (int r = 0; r < 4; r++) {
+                    for (int r = 0; r < 8; r++) {
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_64.tensorize(j:64) num_stages(3) + rsum attention_64.tensorize(j:64) num_stages(3) + rdot attention_64.tensorize(j:64) num_stages(3), online */
                     for (long long o15 = 0; o15 < s3; o15 += 64) {
                         /* rdot accumulator */
-                        float acc1[16];
+                        float acc1[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             acc1[r] = 0e0f;
                         }
                         /* v0: loaded by the tensor-core dot that reads it */
@@ -714,12 +714,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_f16(DT_GRID_CO
                         {
                             const bool vec20 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l21 = (int)((unsigned)e / 512u % 1u);
-                                    const int l22 = (int)((unsigned)e / 512u % 1u);
-                                    const int l23 = (int)((unsigned)e / 8u % 64u);
+                                    const int l21 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l22 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l23 = (int)((unsigned)e / 8u % 128u);
                                     const int l24 = (int)((unsigned)e / 1u % 8u);
                                     if (vec20 && (unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(0 + (l24 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l23 * 72 + (l24 * 8)], &in0[(unsigned)(o1 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l22) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l23) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l24 * 8)) * (unsigned)args.input_strides[0][3]]);
@@ -746,174 +746,174 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_f16(DT_GRID_CO
                                     const int l28 = (int)((unsigned)e / 8u % 64u);
                                     const int l29 = (int)((unsigned)e / 1u % 8u);
                                     if (vec25 && (unsigned)(o15 + l28) < (unsigned)s3 && (unsigned)(0 + (l29 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l28 * 72 + (l29 * 8)], &in1[(unsigned)(o1 + l26) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l28) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l29 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4608))[l28 * 72 + (l29 * 8)], &in1[(unsigned)(o1 + l26) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l28) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l29 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else if (!((unsigned)(o15 + l28) < (unsigned)s3 && (unsigned)(0 + (l29 * 8)) < (unsigned)s5)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l28 * 72 + (l29 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                        *(uint4*)&((unsigned short*)(dt_smem + 4608))[l28 * 72 + (l29 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l28 * 72 + (l29 * 8 + q)] = ((unsigned)(o15 + l28) < (unsigned)s3 && (unsigned)(0 + (l29 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l26) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l28) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l29 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4608))[l28 * 72 + (l29 * 8 + q)] = ((unsigned)(o15 + l28) < (unsigned)s3 && (unsigned)(0 + (l29 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l26) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l28) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l29 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on matrix cores: [i:64, j:64] over d:64 by 4 x 1 wavefronts of 1 x 4 m16n16k16 fragments */
+                        /* rdot on matrix cores: [i:128, j:64] over d:64 by 4 x 1 wavefronts of 2 x 4 m16n16k16 fragments */
                         {
                             const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 2304) + ((tid >> 6) % 1 * 64 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4608) + ((tid >> 6) % 1 * 64 + (lane & 15)) * 72 + (lane >> 4) * 4;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
-                                unsigned fa[1][2], fb[4][2];
+                                unsigned fa[2][2], fb[4][2];
                                 #pragma unroll
-                                for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                 #pragma unroll
                                 for (int fbi = 0; fbi < 4; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 1152 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
                                 #pragma unroll
-                                for (int i = 0; i < 1; i++) {
+                                for (int i = 0; i < 2; i++) {
                                     #pragma unroll
                                     for (int j = 0; j < 4; j++) dt_mfma_16x16x16_f16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
                                 }
                             }
                         }
                         /* acc1 += v2: accumulated by the tensor-core dot above */
-                        float v3[16];
+                        float v3[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             v3[r] = acc1[r];
                         }
-                        float v6[16];
+                        float v6[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             v6[r] = (v3[r] * v5[0]);
                         }
-                        float v7[16];
+                        float v7[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             const int l41 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                             v7[r] = ((unsigned)(o15 + l41) < (unsigned)s3) ? v6[r] : (-INFINITY);
                         }
-                        float v8[4];
+                        float v8[8];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[4];
+                            float p[8];
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                            for (int s = 0; s < 8; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v7[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v7[r]); }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) {
+                            for (int s = 0; s < 8; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) v8[s] = p[s];
+                            for (int s = 0; s < 8; s++) v8[s] = p[s];
                         }
-                        float v39[4];
+                        float v39[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v39[r] = acc0[r];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             acc0[r] = fmaxf(acc0[r], v8[r]);
                         }
-                        float v40[4];
+                        float v40[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v40[r] = acc0[r];
                         }
-                        float v43[4];
+                        float v43[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
                         }
-                        float v44[4];
+                        float v44[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
                         }
-                        float v45[4];
+                        float v45[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v45[r] = (v39[r] - v44[r]);
                         }
-                        float v46[4];
+                        float v46[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v46[r] = dt_fast_exp(v45[r]);
                         }
-                        float v47[4];
+                        float v47[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v47[r] = acc3[r];
                         }
-                        float v48[4];
+                        float v48[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v48[r] = (v47[r] * v46[r]);
                         }
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             acc3[r] = v48[r];
                         }
-                        float v18[16];
+                        float v18[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             v18[r] = (v6[r] - v44[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
-                        float v19[16];
+                        float v19[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             v19[r] = dt_fast_exp(v18[r]);
                         }
-                        float v20[16];
+                        float v20[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             const int l83 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                             v20[r] = ((unsigned)(o15 + l83) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
-                        float v21[4];
+                        float v21[8];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[4];
+                            float p[8];
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                            for (int s = 0; s < 8; s++) p[s] = 0e0f;
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = p[s] + v20[r]; }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = p[s] + v20[r]; }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) {
+                            for (int s = 0; s < 8; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 16);
                             }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) v21[s] = p[s];
+                            for (int s = 0; s < 8; s++) v21[s] = p[s];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             acc3[r] = acc3[r] + v21[r];
                         }
-                        float v49[16];
+                        float v49[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             v49[r] = acc6[r];
                         }
-                        float v50[16];
+                        float v50[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             v50[r] = (v49[r] * v46[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             acc6[r] = v50[r];
                         }
                         /* v34: loaded by the tensor-core dot that reads it */
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l101 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        for (int r = 0; r < 32; r++) {
+                            const int l101 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
                             const int l102 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                             ((unsigned short*)(dt_smem + 0))[l101 * 72 + l102] = dt_f32_to_f16(v20[r]);
                         }
@@ -929,29 +929,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_f16(DT_GRID_CO
                                     const int l106 = (int)((unsigned)e / 8u % 64u);
                                     const int l107 = (int)((unsigned)e / 1u % 8u);
                                     if (vec103 && (unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l106 * 72 + (l107 * 8)], &in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4608))[l106 * 72 + (l107 * 8)], &in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8)) * (unsigned)args.input_strides[2][3]]);
                                     } else if (!((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l106 * 72 + (l107 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                        *(uint4*)&((unsigned short*)(dt_smem + 4608))[l106 * 72 + (l107 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l106 * 72 + (l107 * 8 + q)] = ((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4608))[l106 * 72 + (l107 * 8 + q)] = ((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on matrix cores: [i:64, e:64] over j:64 by 4 x 1 wavefronts of 1 x 4 m16n16k16 fragments */
+                        /* rdot on matrix cores: [i:128, e:64] over j:64 by 4 x 1 wavefronts of 2 x 4 m16n16k16 fragments */
                         {
                             const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 2304) + ((lane >> 4) * 4) * 72 + (tid >> 6) % 1 * 64 + (lane & 15);
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4608) + ((lane >> 4) * 4) * 72 + (tid >> 6) % 1 * 64 + (lane & 15);
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
-                                unsigned fa[1][2], fb[4][2];
+                                unsigned fa[2][2], fb[4][2];
                                 #pragma unroll
-                                for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                 #pragma unroll
                                 for (int fbi = 0; fbi < 4; fbi++) {
                                     const unsigned short* q = fb0 + fbi * 16 + kk * 72;
@@ -959,7 +959,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_f16(DT_GRID_CO
                                     fb[fbi][1] = (unsigned)q[144] | ((unsigned)q[216] << 16);
                                 }
                                 #pragma unroll
-                                for (int i = 0; i < 1; i++) {
+                                for (int i = 0; i < 2; i++) {
                                     #pragma unroll
                                     for (int j = 0; j < 4; j++) dt_mfma_16x16x16_f16(&acc6[(i * 4 + j) * 4], fa[i], fb[j]);
                                 }
@@ -967,26 +967,26 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_f16(DT_GRID_CO
                         }
                         /* acc6 += v35: accumulated by the tensor-core dot above */
                     }
-                    float v22[4];
+                    float v22[8];
                     #pragma unroll
-                    for (int r = 0; r < 4; r++) {
+                    for (int r = 0; r < 8; r++) {
                         v22[r] = acc3[r];
                     }
-                    float v36[16];
+                    float v36[32];
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) {
+                    for (int r = 0; r < 32; r++) {
                         v36[r] = acc6[r];
                     }
-                    float v38[16];
+                    float v38[32];
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) {
+                    for (int r = 0; r < 32; r++) {
                         v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 4 * 4 + (r & 3)]);
                     }
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) {
+                    for (int r = 0; r < 32; r++) {
                         const int l119 = 0;
                         const int l120 = 0;
-                        const int l121 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l121 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
                         const int l122 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                         if ((unsigned)(o3 + l121) < (unsigned)s2 && (unsigned)(o4 + l122) < (unsigned)s4) out[(unsigned)(o1 + l119) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l120) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l121) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l122) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
                     }
@@ -996,7 +996,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_f16(DT_GRID_CO
     }
 }
 
-/* kernel attention_64 for bf16: grid block(b:1, h:1, i:64, e:64); 256 threads, 18432 bytes of shared memory */
+/* kernel attention_64 for bf16: grid block(b:1, h:1, i:128, e:64); 256 threads, 27648 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_64_bf16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1016,7 +1016,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_bf16(DT_GRID_C
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -1027,7 +1027,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_bf16(DT_GRID_C
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v4[1];
@@ -1058,34 +1058,34 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_bf16(DT_GRID_C
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention_64.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+            /* block(i:128) attention_64.tensorize(i:0) */
+            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                 /* block(e:64) attention_64.tensorize(e:0) */
                 for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
                     /* rdot accumulator */
-                    float acc6[16];
+                    float acc6[32];
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) {
+                    for (int r = 0; r < 32; r++) {
                         acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[4];
+                    float acc3[8];
                     #pragma unroll
-                    for (int r = 0; r < 4; r++) {
+                    for (int r = 0; r < 8; r++) {
                         acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[4];
+                    float acc0[8];
                     #pragma unroll
-                    for (int r = 0; r < 4; r++) {
+                    for (int r = 0; r < 8; r++) {
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_64.tensorize(j:64) num_stages(3) + rsum attention_64.tensorize(j:64) num_stages(3) + rdot attention_64.tensorize(j:64) num_stages(3), online */
                     for (long long o15 = 0; o15 < s3; o15 += 64) {
                         /* rdot accumulator */
-                        float acc1[16];
+                        float acc1[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             acc1[r] = 0e0f;
                         }
                         /* v0: loaded by the tensor-core dot that reads it */
@@ -1095,12 +1095,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_bf16(DT_GRID_C
                         {
                             const bool vec20 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l21 = (int)((unsigned)e / 512u % 1u);
-                                    const int l22 = (int)((unsigned)e / 512u % 1u);
-                                    const int l23 = (int)((unsigned)e / 8u % 64u);
+                                    const int l21 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l22 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l23 = (int)((unsigned)e / 8u % 128u);
                                     const int l24 = (int)((unsigned)e / 1u % 8u);
                                     if (vec20 && (unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(0 + (l24 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l23 * 72 + (l24 * 8)], &in0[(unsigned)(o1 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l22) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l23) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l24 * 8)) * (unsigned)args.input_strides[0][3]]);
@@ -1127,174 +1127,174 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_bf16(DT_GRID_C
                                     const int l28 = (int)((unsigned)e / 8u % 64u);
                                     const int l29 = (int)((unsigned)e / 1u % 8u);
                                     if (vec25 && (unsigned)(o15 + l28) < (unsigned)s3 && (unsigned)(0 + (l29 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l28 * 72 + (l29 * 8)], &in1[(unsigned)(o1 + l26) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l28) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l29 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4608))[l28 * 72 + (l29 * 8)], &in1[(unsigned)(o1 + l26) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l28) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l29 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else if (!((unsigned)(o15 + l28) < (unsigned)s3 && (unsigned)(0 + (l29 * 8)) < (unsigned)s5)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l28 * 72 + (l29 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                        *(uint4*)&((unsigned short*)(dt_smem + 4608))[l28 * 72 + (l29 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l28 * 72 + (l29 * 8 + q)] = ((unsigned)(o15 + l28) < (unsigned)s3 && (unsigned)(0 + (l29 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l26) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l28) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l29 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4608))[l28 * 72 + (l29 * 8 + q)] = ((unsigned)(o15 + l28) < (unsigned)s3 && (unsigned)(0 + (l29 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l26) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l28) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l29 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on matrix cores: [i:64, j:64] over d:64 by 4 x 1 wavefronts of 1 x 4 m16n16k16 fragments */
+                        /* rdot on matrix cores: [i:128, j:64] over d:64 by 4 x 1 wavefronts of 2 x 4 m16n16k16 fragments */
                         {
                             const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 2304) + ((tid >> 6) % 1 * 64 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4608) + ((tid >> 6) % 1 * 64 + (lane & 15)) * 72 + (lane >> 4) * 4;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
-                                unsigned fa[1][2], fb[4][2];
+                                unsigned fa[2][2], fb[4][2];
                                 #pragma unroll
-                                for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                 #pragma unroll
                                 for (int fbi = 0; fbi < 4; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 1152 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
                                 #pragma unroll
-                                for (int i = 0; i < 1; i++) {
+                                for (int i = 0; i < 2; i++) {
                                     #pragma unroll
                                     for (int j = 0; j < 4; j++) dt_mfma_16x16x16_bf16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
                                 }
                             }
                         }
                         /* acc1 += v2: accumulated by the tensor-core dot above */
-                        float v3[16];
+                        float v3[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             v3[r] = acc1[r];
                         }
-                        float v6[16];
+                        float v6[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             v6[r] = (v3[r] * v5[0]);
                         }
-                        float v7[16];
+                        float v7[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             const int l41 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                             v7[r] = ((unsigned)(o15 + l41) < (unsigned)s3) ? v6[r] : (-INFINITY);
                         }
-                        float v8[4];
+                        float v8[8];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[4];
+                            float p[8];
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                            for (int s = 0; s < 8; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v7[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v7[r]); }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) {
+                            for (int s = 0; s < 8; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) v8[s] = p[s];
+                            for (int s = 0; s < 8; s++) v8[s] = p[s];
                         }
-                        float v39[4];
+                        float v39[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v39[r] = acc0[r];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             acc0[r] = fmaxf(acc0[r], v8[r]);
                         }
-                        float v40[4];
+                        float v40[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v40[r] = acc0[r];
                         }
-                        float v43[4];
+                        float v43[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
                         }
-                        float v44[4];
+                        float v44[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
                         }
-                        float v45[4];
+                        float v45[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v45[r] = (v39[r] - v44[r]);
                         }
-                        float v46[4];
+                        float v46[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v46[r] = dt_fast_exp(v45[r]);
                         }
-                        float v47[4];
+                        float v47[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v47[r] = acc3[r];
                         }
-                        float v48[4];
+                        float v48[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v48[r] = (v47[r] * v46[r]);
                         }
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             acc3[r] = v48[r];
                         }
-                        float v18[16];
+                        float v18[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             v18[r] = (v6[r] - v44[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
-                        float v19[16];
+                        float v19[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             v19[r] = dt_fast_exp(v18[r]);
                         }
-                        float v20[16];
+                        float v20[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             const int l83 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                             v20[r] = ((unsigned)(o15 + l83) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
-                        float v21[4];
+                        float v21[8];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[4];
+                            float p[8];
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                            for (int s = 0; s < 8; s++) p[s] = 0e0f;
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = p[s] + v20[r]; }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = p[s] + v20[r]; }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) {
+                            for (int s = 0; s < 8; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 16);
                             }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) v21[s] = p[s];
+                            for (int s = 0; s < 8; s++) v21[s] = p[s];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             acc3[r] = acc3[r] + v21[r];
                         }
-                        float v49[16];
+                        float v49[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             v49[r] = acc6[r];
                         }
-                        float v50[16];
+                        float v50[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             v50[r] = (v49[r] * v46[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             acc6[r] = v50[r];
                         }
                         /* v34: loaded by the tensor-core dot that reads it */
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l101 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        for (int r = 0; r < 32; r++) {
+                            const int l101 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
                             const int l102 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                             ((unsigned short*)(dt_smem + 0))[l101 * 72 + l102] = dt_f32_to_bf16(v20[r]);
                         }
@@ -1310,29 +1310,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_bf16(DT_GRID_C
                                     const int l106 = (int)((unsigned)e / 8u % 64u);
                                     const int l107 = (int)((unsigned)e / 1u % 8u);
                                     if (vec103 && (unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l106 * 72 + (l107 * 8)], &in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4608))[l106 * 72 + (l107 * 8)], &in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8)) * (unsigned)args.input_strides[2][3]]);
                                     } else if (!((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l106 * 72 + (l107 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                        *(uint4*)&((unsigned short*)(dt_smem + 4608))[l106 * 72 + (l107 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l106 * 72 + (l107 * 8 + q)] = ((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4608))[l106 * 72 + (l107 * 8 + q)] = ((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on matrix cores: [i:64, e:64] over j:64 by 4 x 1 wavefronts of 1 x 4 m16n16k16 fragments */
+                        /* rdot on matrix cores: [i:128, e:64] over j:64 by 4 x 1 wavefronts of 2 x 4 m16n16k16 fragments */
                         {
                             const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 2304) + ((lane >> 4) * 4) * 72 + (tid >> 6) % 1 * 64 + (lane & 15);
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4608) + ((lane >> 4) * 4) * 72 + (tid >> 6) % 1 * 64 + (lane & 15);
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
-                                unsigned fa[1][2], fb[4][2];
+                                unsigned fa[2][2], fb[4][2];
                                 #pragma unroll
-                                for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                 #pragma unroll
                                 for (int fbi = 0; fbi < 4; fbi++) {
                                     const unsigned short* q = fb0 + fbi * 16 + kk * 72;
@@ -1340,7 +1340,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_bf16(DT_GRID_C
                                     fb[fbi][1] = (unsigned)q[144] | ((unsigned)q[216] << 16);
                                 }
                                 #pragma unroll
-                                for (int i = 0; i < 1; i++) {
+                                for (int i = 0; i < 2; i++) {
                                     #pragma unroll
                                     for (int j = 0; j < 4; j++) dt_mfma_16x16x16_bf16(&acc6[(i * 4 + j) * 4], fa[i], fb[j]);
                                 }
@@ -1348,26 +1348,26 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_bf16(DT_GRID_C
                         }
                         /* acc6 += v35: accumulated by the tensor-core dot above */
                     }
-                    float v22[4];
+                    float v22[8];
                     #pragma unroll
-                    for (int r = 0; r < 4; r++) {
+                    for (int r = 0; r < 8; r++) {
                         v22[r] = acc3[r];
                     }
-                    float v36[16];
+                    float v36[32];
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) {
+                    for (int r = 0; r < 32; r++) {
                         v36[r] = acc6[r];
                     }
-                    float v38[16];
+                    float v38[32];
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) {
+                    for (int r = 0; r < 32; r++) {
                         v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 4 * 4 + (r & 3)]);
                     }
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) {
+                    for (int r = 0; r < 32; r++) {
                         const int l119 = 0;
                         const int l120 = 0;
-                        const int l121 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l121 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
                         const int l122 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                         if ((unsigned)(o3 + l121) < (unsigned)s2 && (unsigned)(o4 + l122) < (unsigned)s4) out[(unsigned)(o1 + l119) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l120) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l121) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l122) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
                     }
@@ -1377,7 +1377,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_bf16(DT_GRID_C
     }
 }
 
-/* kernel attention_causal_64 for f16: grid block(b:1, h:1, i:64, e:64); 256 threads, 18432 bytes of shared memory */
+/* kernel attention_causal_64 for f16: grid block(b:1, h:1, i:128, e:64); 256 threads, 27648 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1397,7 +1397,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -1408,7 +1408,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v7[1];
@@ -1451,43 +1451,43 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention_causal_64.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+            /* block(i:128) attention_causal_64.tensorize(i:0) */
+            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                 /* block(e:64) attention_causal_64.tensorize(e:0) */
                 for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
                     /* rdot accumulator */
-                    float acc6[16];
+                    float acc6[32];
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) {
+                    for (int r = 0; r < 32; r++) {
                         acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[4];
+                    float acc3[8];
                     #pragma unroll
-                    for (int r = 0; r < 4; r++) {
+                    for (int r = 0; r < 8; r++) {
                         acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[4];
+                    float acc0[8];
                     #pragma unroll
-                    for (int r = 0; r < 4; r++) {
+                    for (int r = 0; r < 8; r++) {
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal_64.tensorize(j:64) num_stages(3) + rsum attention_causal_64.tensorize(j:64) num_stages(3) + rdot attention_causal_64.tensorize(j:64) num_stages(3), online */
-                    for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                    for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
                         /* v0: the index along j, computed where it is read */
                         /* v1: the index along i, computed where it is read */
-                        float v2[16];
+                        float v2[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l16 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        for (int r = 0; r < 32; r++) {
+                            const int l16 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
                             const int l17 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                             v2[r] = (((float)(o15 + l17)) <= ((float)(o3 + l16)) ? 1.0f : 0.0f);
                         }
                         /* rdot accumulator */
-                        float acc1[16];
+                        float acc1[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             acc1[r] = 0e0f;
                         }
                         /* v3: loaded by the tensor-core dot that reads it */
@@ -1497,12 +1497,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_
                         {
                             const bool vec22 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l23 = (int)((unsigned)e / 512u % 1u);
-                                    const int l24 = (int)((unsigned)e / 512u % 1u);
-                                    const int l25 = (int)((unsigned)e / 8u % 64u);
+                                    const int l23 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l24 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l25 = (int)((unsigned)e / 8u % 128u);
                                     const int l26 = (int)((unsigned)e / 1u % 8u);
                                     if (vec22 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(0 + (l26 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l25 * 72 + (l26 * 8)], &in0[(unsigned)(o1 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l25) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l26 * 8)) * (unsigned)args.input_strides[0][3]]);
@@ -1529,179 +1529,179 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_
                                     const int l30 = (int)((unsigned)e / 8u % 64u);
                                     const int l31 = (int)((unsigned)e / 1u % 8u);
                                     if (vec27 && (unsigned)(o15 + l30) < (unsigned)s3 && (unsigned)(0 + (l31 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l30 * 72 + (l31 * 8)], &in1[(unsigned)(o1 + l28) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l29) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l30) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l31 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4608))[l30 * 72 + (l31 * 8)], &in1[(unsigned)(o1 + l28) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l29) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l30) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l31 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else if (!((unsigned)(o15 + l30) < (unsigned)s3 && (unsigned)(0 + (l31 * 8)) < (unsigned)s5)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l30 * 72 + (l31 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                        *(uint4*)&((unsigned short*)(dt_smem + 4608))[l30 * 72 + (l31 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l30 * 72 + (l31 * 8 + q)] = ((unsigned)(o15 + l30) < (unsigned)s3 && (unsigned)(0 + (l31 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l28) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l29) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l30) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l31 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4608))[l30 * 72 + (l31 * 8 + q)] = ((unsigned)(o15 + l30) < (unsigned)s3 && (unsigned)(0 + (l31 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l28) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l29) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l30) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l31 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on matrix cores: [i:64, j:64] over d:64 by 4 x 1 wavefronts of 1 x 4 m16n16k16 fragments */
+                        /* rdot on matrix cores: [i:128, j:64] over d:64 by 4 x 1 wavefronts of 2 x 4 m16n16k16 fragments */
                         {
                             const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 2304) + ((tid >> 6) % 1 * 64 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4608) + ((tid >> 6) % 1 * 64 + (lane & 15)) * 72 + (lane >> 4) * 4;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
-                                unsigned fa[1][2], fb[4][2];
+                                unsigned fa[2][2], fb[4][2];
                                 #pragma unroll
-                                for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                 #pragma unroll
                                 for (int fbi = 0; fbi < 4; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 1152 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
                                 #pragma unroll
-                                for (int i = 0; i < 1; i++) {
+                                for (int i = 0; i < 2; i++) {
                                     #pragma unroll
                                     for (int j = 0; j < 4; j++) dt_mfma_16x16x16_f16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
                                 }
                             }
                         }
                         /* acc1 += v5: accumulated by the tensor-core dot above */
-                        float v6[16];
+                        float v6[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             v6[r] = acc1[r];
                         }
-                        float v9[16];
+                        float v9[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             v9[r] = (v6[r] * v8[0]);
                         }
-                        float v12[16];
+                        float v12[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                         }
-                        float v13[16];
+                        float v13[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             const int l47 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                             v13[r] = ((unsigned)(o15 + l47) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
-                        float v14[4];
+                        float v14[8];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[4];
+                            float p[8];
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                            for (int s = 0; s < 8; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v13[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v13[r]); }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) {
+                            for (int s = 0; s < 8; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) v14[s] = p[s];
+                            for (int s = 0; s < 8; s++) v14[s] = p[s];
                         }
-                        float v57[4];
+                        float v57[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v57[r] = acc0[r];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             acc0[r] = fmaxf(acc0[r], v14[r]);
                         }
-                        float v58[4];
+                        float v58[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v58[r] = acc0[r];
                         }
-                        float v61[4];
+                        float v61[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
                         }
-                        float v62[4];
+                        float v62[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
                         }
-                        float v63[4];
+                        float v63[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v63[r] = (v57[r] - v62[r]);
                         }
-                        float v64[4];
+                        float v64[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v64[r] = dt_fast_exp(v63[r]);
                         }
-                        float v65[4];
+                        float v65[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v65[r] = acc3[r];
                         }
-                        float v66[4];
+                        float v66[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v66[r] = (v65[r] * v64[r]);
                         }
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             acc3[r] = v66[r];
                         }
-                        float v30[16];
+                        float v30[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             v30[r] = (v12[r] - v62[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
-                        float v31[16];
+                        float v31[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             v31[r] = dt_fast_exp(v30[r]);
                         }
-                        float v32[16];
+                        float v32[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             const int l89 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                             v32[r] = ((unsigned)(o15 + l89) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
-                        float v33[4];
+                        float v33[8];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[4];
+                            float p[8];
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                            for (int s = 0; s < 8; s++) p[s] = 0e0f;
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = p[s] + v32[r]; }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = p[s] + v32[r]; }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) {
+                            for (int s = 0; s < 8; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 16);
                             }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) v33[s] = p[s];
+                            for (int s = 0; s < 8; s++) v33[s] = p[s];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             acc3[r] = acc3[r] + v33[r];
                         }
-                        float v67[16];
+                        float v67[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             v67[r] = acc6[r];
                         }
-                        float v68[16];
+                        float v68[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             v68[r] = (v67[r] * v64[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             acc6[r] = v68[r];
                         }
                         /* v52: loaded by the tensor-core dot that reads it */
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l107 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        for (int r = 0; r < 32; r++) {
+                            const int l107 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
                             const int l108 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                             ((unsigned short*)(dt_smem + 0))[l107 * 72 + l108] = dt_f32_to_f16(v32[r]);
                         }
@@ -1717,29 +1717,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_
                                     const int l112 = (int)((unsigned)e / 8u % 64u);
                                     const int l113 = (int)((unsigned)e / 1u % 8u);
                                     if (vec109 && (unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l112 * 72 + (l113 * 8)], &in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4608))[l112 * 72 + (l113 * 8)], &in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8)) * (unsigned)args.input_strides[2][3]]);
                                     } else if (!((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l112 * 72 + (l113 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                        *(uint4*)&((unsigned short*)(dt_smem + 4608))[l112 * 72 + (l113 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l112 * 72 + (l113 * 8 + q)] = ((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4608))[l112 * 72 + (l113 * 8 + q)] = ((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on matrix cores: [i:64, e:64] over j:64 by 4 x 1 wavefronts of 1 x 4 m16n16k16 fragments */
+                        /* rdot on matrix cores: [i:128, e:64] over j:64 by 4 x 1 wavefronts of 2 x 4 m16n16k16 fragments */
                         {
                             const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 2304) + ((lane >> 4) * 4) * 72 + (tid >> 6) % 1 * 64 + (lane & 15);
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4608) + ((lane >> 4) * 4) * 72 + (tid >> 6) % 1 * 64 + (lane & 15);
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
-                                unsigned fa[1][2], fb[4][2];
+                                unsigned fa[2][2], fb[4][2];
                                 #pragma unroll
-                                for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                 #pragma unroll
                                 for (int fbi = 0; fbi < 4; fbi++) {
                                     const unsigned short* q = fb0 + fbi * 16 + kk * 72;
@@ -1747,7 +1747,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_
                                     fb[fbi][1] = (unsigned)q[144] | ((unsigned)q[216] << 16);
                                 }
                                 #pragma unroll
-                                for (int i = 0; i < 1; i++) {
+                                for (int i = 0; i < 2; i++) {
                                     #pragma unroll
                                     for (int j = 0; j < 4; j++) dt_mfma_16x16x16_f16(&acc6[(i * 4 + j) * 4], fa[i], fb[j]);
                                 }
@@ -1755,26 +1755,26 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_
                         }
                         /* acc6 += v53: accumulated by the tensor-core dot above */
                     }
-                    float v34[4];
+                    float v34[8];
                     #pragma unroll
-                    for (int r = 0; r < 4; r++) {
+                    for (int r = 0; r < 8; r++) {
                         v34[r] = acc3[r];
                     }
-                    float v54[16];
+                    float v54[32];
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) {
+                    for (int r = 0; r < 32; r++) {
                         v54[r] = acc6[r];
                     }
-                    float v56[16];
+                    float v56[32];
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) {
+                    for (int r = 0; r < 32; r++) {
                         v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 4 * 4 + (r & 3)]);
                     }
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) {
+                    for (int r = 0; r < 32; r++) {
                         const int l125 = 0;
                         const int l126 = 0;
-                        const int l127 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l127 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
                         const int l128 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                         if ((unsigned)(o3 + l127) < (unsigned)s2 && (unsigned)(o4 + l128) < (unsigned)s4) out[(unsigned)(o1 + l125) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l126) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l127) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l128) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
                     }
@@ -1784,7 +1784,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_
     }
 }
 
-/* kernel attention_causal_64 for bf16: grid block(b:1, h:1, i:64, e:64); 256 threads, 18432 bytes of shared memory */
+/* kernel attention_causal_64 for bf16: grid block(b:1, h:1, i:128, e:64); 256 threads, 27648 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1804,7 +1804,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -1815,7 +1815,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v7[1];
@@ -1858,43 +1858,43 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention_causal_64.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+            /* block(i:128) attention_causal_64.tensorize(i:0) */
+            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                 /* block(e:64) attention_causal_64.tensorize(e:0) */
                 for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
                     /* rdot accumulator */
-                    float acc6[16];
+                    float acc6[32];
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) {
+                    for (int r = 0; r < 32; r++) {
                         acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[4];
+                    float acc3[8];
                     #pragma unroll
-                    for (int r = 0; r < 4; r++) {
+                    for (int r = 0; r < 8; r++) {
                         acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[4];
+                    float acc0[8];
                     #pragma unroll
-                    for (int r = 0; r < 4; r++) {
+                    for (int r = 0; r < 8; r++) {
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal_64.tensorize(j:64) num_stages(3) + rsum attention_causal_64.tensorize(j:64) num_stages(3) + rdot attention_causal_64.tensorize(j:64) num_stages(3), online */
-                    for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                    for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
                         /* v0: the index along j, computed where it is read */
                         /* v1: the index along i, computed where it is read */
-                        float v2[16];
+                        float v2[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l16 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        for (int r = 0; r < 32; r++) {
+                            const int l16 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
                             const int l17 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                             v2[r] = (((float)(o15 + l17)) <= ((float)(o3 + l16)) ? 1.0f : 0.0f);
                         }
                         /* rdot accumulator */
-                        float acc1[16];
+                        float acc1[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             acc1[r] = 0e0f;
                         }
                         /* v3: loaded by the tensor-core dot that reads it */
@@ -1904,12 +1904,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
                         {
                             const bool vec22 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
-                            for (int r = 0; r < 2; r++) {
+                            for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l23 = (int)((unsigned)e / 512u % 1u);
-                                    const int l24 = (int)((unsigned)e / 512u % 1u);
-                                    const int l25 = (int)((unsigned)e / 8u % 64u);
+                                    const int l23 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l24 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l25 = (int)((unsigned)e / 8u % 128u);
                                     const int l26 = (int)((unsigned)e / 1u % 8u);
                                     if (vec22 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(0 + (l26 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l25 * 72 + (l26 * 8)], &in0[(unsigned)(o1 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l25) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l26 * 8)) * (unsigned)args.input_strides[0][3]]);
@@ -1936,179 +1936,179 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
                                     const int l30 = (int)((unsigned)e / 8u % 64u);
                                     const int l31 = (int)((unsigned)e / 1u % 8u);
                                     if (vec27 && (unsigned)(o15 + l30) < (unsigned)s3 && (unsigned)(0 + (l31 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l30 * 72 + (l31 * 8)], &in1[(unsigned)(o1 + l28) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l29) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l30) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l31 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4608))[l30 * 72 + (l31 * 8)], &in1[(unsigned)(o1 + l28) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l29) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l30) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l31 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else if (!((unsigned)(o15 + l30) < (unsigned)s3 && (unsigned)(0 + (l31 * 8)) < (unsigned)s5)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l30 * 72 + (l31 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                        *(uint4*)&((unsigned short*)(dt_smem + 4608))[l30 * 72 + (l31 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l30 * 72 + (l31 * 8 + q)] = ((unsigned)(o15 + l30) < (unsigned)s3 && (unsigned)(0 + (l31 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l28) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l29) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l30) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l31 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4608))[l30 * 72 + (l31 * 8 + q)] = ((unsigned)(o15 + l30) < (unsigned)s3 && (unsigned)(0 + (l31 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l28) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l29) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l30) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l31 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on matrix cores: [i:64, j:64] over d:64 by 4 x 1 wavefronts of 1 x 4 m16n16k16 fragments */
+                        /* rdot on matrix cores: [i:128, j:64] over d:64 by 4 x 1 wavefronts of 2 x 4 m16n16k16 fragments */
                         {
                             const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 2304) + ((tid >> 6) % 1 * 64 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4608) + ((tid >> 6) % 1 * 64 + (lane & 15)) * 72 + (lane >> 4) * 4;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
-                                unsigned fa[1][2], fb[4][2];
+                                unsigned fa[2][2], fb[4][2];
                                 #pragma unroll
-                                for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                 #pragma unroll
                                 for (int fbi = 0; fbi < 4; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 1152 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
                                 #pragma unroll
-                                for (int i = 0; i < 1; i++) {
+                                for (int i = 0; i < 2; i++) {
                                     #pragma unroll
                                     for (int j = 0; j < 4; j++) dt_mfma_16x16x16_bf16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
                                 }
                             }
                         }
                         /* acc1 += v5: accumulated by the tensor-core dot above */
-                        float v6[16];
+                        float v6[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             v6[r] = acc1[r];
                         }
-                        float v9[16];
+                        float v9[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             v9[r] = (v6[r] * v8[0]);
                         }
-                        float v12[16];
+                        float v12[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                         }
-                        float v13[16];
+                        float v13[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             const int l47 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                             v13[r] = ((unsigned)(o15 + l47) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
-                        float v14[4];
+                        float v14[8];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[4];
+                            float p[8];
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                            for (int s = 0; s < 8; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v13[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v13[r]); }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) {
+                            for (int s = 0; s < 8; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) v14[s] = p[s];
+                            for (int s = 0; s < 8; s++) v14[s] = p[s];
                         }
-                        float v57[4];
+                        float v57[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v57[r] = acc0[r];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             acc0[r] = fmaxf(acc0[r], v14[r]);
                         }
-                        float v58[4];
+                        float v58[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v58[r] = acc0[r];
                         }
-                        float v61[4];
+                        float v61[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
                         }
-                        float v62[4];
+                        float v62[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
                         }
-                        float v63[4];
+                        float v63[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v63[r] = (v57[r] - v62[r]);
                         }
-                        float v64[4];
+                        float v64[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v64[r] = dt_fast_exp(v63[r]);
                         }
-                        float v65[4];
+                        float v65[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v65[r] = acc3[r];
                         }
-                        float v66[4];
+                        float v66[8];
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v66[r] = (v65[r] * v64[r]);
                         }
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             acc3[r] = v66[r];
                         }
-                        float v30[16];
+                        float v30[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             v30[r] = (v12[r] - v62[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
-                        float v31[16];
+                        float v31[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             v31[r] = dt_fast_exp(v30[r]);
                         }
-                        float v32[16];
+                        float v32[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             const int l89 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                             v32[r] = ((unsigned)(o15 + l89) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
-                        float v33[4];
+                        float v33[8];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            float p[4];
+                            float p[8];
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                            for (int s = 0; s < 8; s++) p[s] = 0e0f;
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = p[s] + v32[r]; }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = p[s] + v32[r]; }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) {
+                            for (int s = 0; s < 8; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 16);
                             }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) v33[s] = p[s];
+                            for (int s = 0; s < 8; s++) v33[s] = p[s];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 4; r++) {
+                        for (int r = 0; r < 8; r++) {
                             acc3[r] = acc3[r] + v33[r];
                         }
-                        float v67[16];
+                        float v67[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             v67[r] = acc6[r];
                         }
-                        float v68[16];
+                        float v68[32];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             v68[r] = (v67[r] * v64[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 32; r++) {
                             acc6[r] = v68[r];
                         }
                         /* v52: loaded by the tensor-core dot that reads it */
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l107 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        for (int r = 0; r < 32; r++) {
+                            const int l107 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
                             const int l108 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                             ((unsigned short*)(dt_smem + 0))[l107 * 72 + l108] = dt_f32_to_bf16(v32[r]);
                         }
@@ -2124,29 +2124,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
                                     const int l112 = (int)((unsigned)e / 8u % 64u);
                                     const int l113 = (int)((unsigned)e / 1u % 8u);
                                     if (vec109 && (unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l112 * 72 + (l113 * 8)], &in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4608))[l112 * 72 + (l113 * 8)], &in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8)) * (unsigned)args.input_strides[2][3]]);
                                     } else if (!((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l112 * 72 + (l113 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                        *(uint4*)&((unsigned short*)(dt_smem + 4608))[l112 * 72 + (l113 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l112 * 72 + (l113 * 8 + q)] = ((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4608))[l112 * 72 + (l113 * 8 + q)] = ((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on matrix cores: [i:64, e:64] over j:64 by 4 x 1 wavefronts of 1 x 4 m16n16k16 fragments */
+                        /* rdot on matrix cores: [i:128, e:64] over j:64 by 4 x 1 wavefronts of 2 x 4 m16n16k16 fragments */
                         {
                             const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 2304) + ((lane >> 4) * 4) * 72 + (tid >> 6) % 1 * 64 + (lane & 15);
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 32 + (lane & 15)) * 72 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4608) + ((lane >> 4) * 4) * 72 + (tid >> 6) % 1 * 64 + (lane & 15);
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
-                                unsigned fa[1][2], fb[4][2];
+                                unsigned fa[2][2], fb[4][2];
                                 #pragma unroll
-                                for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                 #pragma unroll
                                 for (int fbi = 0; fbi < 4; fbi++) {
                                     const unsigned short* q = fb0 + fbi * 16 + kk * 72;
@@ -2154,7 +2154,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
                                     fb[fbi][1] = (unsigned)q[144] | ((unsigned)q[216] << 16);
                                 }
                                 #pragma unroll
-                                for (int i = 0; i < 1; i++) {
+                                for (int i = 0; i < 2; i++) {
                                     #pragma unroll
                                     for (int j = 0; j < 4; j++) dt_mfma_16x16x16_bf16(&acc6[(i * 4 + j) * 4], fa[i], fb[j]);
                                 }
@@ -2162,26 +2162,26 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
                         }
                         /* acc6 += v53: accumulated by the tensor-core dot above */
                     }
-                    float v34[4];
+                    float v34[8];
                     #pragma unroll
-                    for (int r = 0; r < 4; r++) {
+                    for (int r = 0; r < 8; r++) {
                         v34[r] = acc3[r];
                     }
-                    float v54[16];
+                    float v54[32];
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) {
+                    for (int r = 0; r < 32; r++) {
                         v54[r] = acc6[r];
                     }
-                    float v56[16];
+                    float v56[32];
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) {
+                    for (int r = 0; r < 32; r++) {
                         v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 4 * 4 + (r & 3)]);
                     }
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) {
+                    for (int r = 0; r < 32; r++) {
                         const int l125 = 0;
                         const int l126 = 0;
-                        const int l127 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l127 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
                         const int l128 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                         if ((unsigned)(o3 + l127) < (unsigned)s2 && (unsigned)(o4 + l128) < (unsigned)s4) out[(unsigned)(o1 + l125) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l126) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l127) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l128) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
                     }
